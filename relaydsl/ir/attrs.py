@@ -1,0 +1,50 @@
+"""Operator attributes: an immutable, validated mapping attached to a Call of an Op."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any as AnyValue
+
+
+def freeze(value: AnyValue) -> AnyValue:
+    """Lists become tuples so attributes are hashable and immutable."""
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        return value.item()  # numpy scalars
+    return value
+
+
+class Attrs(Mapping[str, AnyValue]):
+    """Read-only attribute mapping; also readable as ``attrs.axis``."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, AnyValue] | None = None):
+        object.__setattr__(self, "_items", {k: freeze(v) for k, v in (items or {}).items()})
+
+    def __getitem__(self, key: str) -> AnyValue:
+        return self._items[key]
+
+    def __getattr__(self, key: str) -> AnyValue:
+        try:
+            return self._items[key]
+        except KeyError:
+            raise AttributeError(f"no attribute {key!r}; attributes are {sorted(self._items)}") from None
+
+    def __setattr__(self, key: str, value: AnyValue) -> None:
+        raise AttributeError("Attrs are immutable")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Attrs) and self._items == other._items
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._items.items(), key=lambda kv: kv[0])))
+
+    def __repr__(self) -> str:
+        return "Attrs(" + ", ".join(f"{k}={v!r}" for k, v in self._items.items()) + ")"

@@ -1,0 +1,154 @@
+"""IRModule: the unit passes transform. Global functions, ADT definitions, and the prelude.
+
+>>> from relaydsl.ir.expr import Var, Function
+>>> mod = IRModule()
+>>> x = Var("x")
+>>> gv = mod.add("identity", Function([x], x))
+>>> mod["identity"].params[0] is x
+True
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from relaydsl.errors import IRError
+from relaydsl.ir.adt import Constructor, TypeData
+from relaydsl.ir.expr import Expr, Function, GlobalVar, suggest
+from relaydsl.ir.types import GlobalTypeVar
+
+
+class IRModule:
+    """A mutable container built once, then treated as a value: passes return new modules."""
+
+    def __init__(self, functions: dict[GlobalVar, Function] | None = None,
+                 type_definitions: dict[GlobalTypeVar, TypeData] | None = None,
+                 *, prelude: bool = True):
+        self.functions: dict[GlobalVar, Function] = {}
+        self.type_definitions: dict[GlobalTypeVar, TypeData] = {}
+        self._global_vars: dict[str, GlobalVar] = {}
+        self._type_names: dict[str, GlobalTypeVar] = {}
+        self._constructors: dict[str, Constructor] = {}
+        self.prelude_names: frozenset[str] = frozenset()
+        if prelude:
+            from relaydsl.ir.prelude import prelude_definitions
+
+            types, funcs = prelude_definitions()
+            for td in types:
+                self.add_type(td)
+            for gv, fn in funcs.items():
+                self.add(gv, fn)
+            self.prelude_names = frozenset([*(gv.name_hint for gv in funcs), *(td.header.name for td in types)])
+        for td in (type_definitions or {}).values():
+            self.add_type(td)
+        for gv, fn in (functions or {}).items():
+            self.add(gv, fn)
+
+    # ---- functions -------------------------------------------------------
+    def add(self, name: str | GlobalVar, fn: Function, *, replace: bool = True) -> GlobalVar:
+        """Add or replace a global function; returns its GlobalVar."""
+        if not isinstance(fn, Function):
+            raise IRError(f"a global must be a Function, got {type(fn).__name__}")
+        if isinstance(name, GlobalVar):
+            gv = name
+            existing = self._global_vars.get(gv.name_hint)
+            if existing is not None and existing is not gv:
+                if not replace:
+                    raise IRError(f"global {gv.name_hint} is already defined")
+                del self.functions[existing]
+        else:
+            gv = self._global_vars.get(name) or GlobalVar(name)
+            if not replace and gv in self.functions:
+                raise IRError(f"global {name} is already defined")
+        self._global_vars[gv.name_hint] = gv
+        self.functions[gv] = fn
+        return gv
+
+    def get_global_var(self, name: str) -> GlobalVar:
+        try:
+            return self._global_vars[name]
+        except KeyError:
+            raise IRError(f"no global function named {name!r}.{suggest(name, self._global_vars)}") from None
+
+    def has_global(self, name: str) -> bool:
+        return name in self._global_vars
+
+    def __getitem__(self, key: str | GlobalVar) -> Function:
+        gv = self.get_global_var(key) if isinstance(key, str) else key
+        try:
+            return self.functions[gv]
+        except KeyError:
+            raise IRError(f"global {gv.name_hint} is not in this module") from None
+
+    def __setitem__(self, key: str | GlobalVar, fn: Function) -> None:
+        self.add(key, fn)
+
+    def __contains__(self, key: str | GlobalVar) -> bool:
+        if isinstance(key, str):
+            return key in self._global_vars
+        return key in self.functions
+
+    def __iter__(self) -> Iterator[GlobalVar]:
+        return iter(self.functions)
+
+    def user_functions(self) -> dict[GlobalVar, Function]:
+        """The globals that are not from the prelude, in definition order."""
+        return {gv: f for gv, f in self.functions.items() if gv.name_hint not in self.prelude_names}
+
+    # ---- types -----------------------------------------------------------
+    def add_type(self, td: TypeData) -> GlobalTypeVar:
+        if not isinstance(td, TypeData):
+            raise IRError(f"add_type takes a TypeData, got {type(td).__name__}")
+        old = self._type_names.get(td.header.name)
+        if old is not None and old is not td.header:
+            del self.type_definitions[old]
+        self.type_definitions[td.header] = td
+        self._type_names[td.header.name] = td.header
+        for c in td.constructors:
+            self._constructors[c.name] = c
+        return td.header
+
+    def get_type(self, name: str) -> TypeData:
+        try:
+            return self.type_definitions[self._type_names[name]]
+        except KeyError:
+            raise IRError(f"no type named {name!r}.{suggest(name, self._type_names)}") from None
+
+    def get_constructor(self, name: str) -> Constructor:
+        try:
+            return self._constructors[name]
+        except KeyError:
+            raise IRError(f"no constructor named {name!r}.{suggest(name, self._constructors)}") from None
+
+    def type_data_of(self, c: Constructor) -> TypeData:
+        return self.type_definitions[c.belong_to]
+
+    def user_types(self) -> dict[GlobalTypeVar, TypeData]:
+        return {h: td for h, td in self.type_definitions.items() if h.name not in self.prelude_names}
+
+    # ---- construction helpers -------------------------------------------
+    @classmethod
+    def from_expr(cls, expr: Expr, *, prelude: bool = True) -> "IRModule":
+        """A module whose ``main`` is `expr` (wrapped in a nullary function unless it is one)."""
+        mod = cls(prelude=prelude)
+        fn = expr if isinstance(expr, Function) else Function((), expr)
+        mod.add("main", fn)
+        return mod
+
+    def copy(self) -> "IRModule":
+        """A shallow copy: same nodes, new dictionaries. Passes start from this."""
+        new = IRModule(prelude=False)
+        new.type_definitions = dict(self.type_definitions)
+        new._type_names = dict(self._type_names)
+        new._constructors = dict(self._constructors)
+        new.functions = dict(self.functions)
+        new._global_vars = dict(self._global_vars)
+        new.prelude_names = self.prelude_names
+        return new
+
+    def astext(self, *, include_prelude: bool = False) -> str:
+        from relaydsl.ir.printer import astext
+
+        return astext(self, include_prelude=include_prelude)
+
+    def __repr__(self) -> str:
+        return self.astext()

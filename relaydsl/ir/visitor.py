@@ -1,0 +1,390 @@
+"""The one way to traverse IR: ExprVisitor and ExprMutator, both memoised.
+
+Memoisation (keyed by node identity) means a DAG with shared subterms is
+walked once per node, not once per path. Chains of ``let`` are walked
+iteratively so a program with a hundred thousand lets does not exhaust
+Python's stack. The mutator returns the very same node when no child changed.
+
+>>> from relaydsl.ir.expr import Var, Tuple
+>>> x = Var("x"); t = Tuple([x, x])
+>>> class Count(ExprVisitor):
+...     def __init__(self): super().__init__(); self.vars = 0
+...     def visit_var(self, v): self.vars += 1
+>>> c = Count(); c.visit(t); c.vars   # x is shared: visited once
+1
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from relaydsl.ir.adt import (
+    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+)
+from relaydsl.ir.expr import (
+    Call, Clause, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead,
+    RefWrite, Tuple, TupleGetItem, Var,
+)
+from relaydsl.ir.types import (
+    AnyDim, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, TypeRelation,
+    TypeVar,
+)
+
+_VISIT_NAME = {
+    Var: "visit_var", GlobalVar: "visit_global_var", Constant: "visit_constant", Op: "visit_op",
+    Call: "visit_call", Let: "visit_let", Function: "visit_function", Tuple: "visit_tuple",
+    TupleGetItem: "visit_tuple_getitem", If: "visit_if", Match: "visit_match",
+    RefCreate: "visit_ref_create", RefRead: "visit_ref_read", RefWrite: "visit_ref_write",
+    Constructor: "visit_constructor",
+}
+
+
+class ExprVisitor:
+    """Visits every node once. Override ``visit_*``; call the base method to recurse."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, object] = {}
+        self._keep: list[Expr] = []  # keeps ids stable while memoised
+
+    def visit(self, expr: Expr) -> None:
+        key = id(expr)
+        if key in self.memo:
+            return
+        self.memo[key] = True
+        self._keep.append(expr)
+        getattr(self, _VISIT_NAME[type(expr)])(expr)
+
+    def visit_var(self, var: Var) -> None:
+        pass
+
+    def visit_global_var(self, gv: GlobalVar) -> None:
+        pass
+
+    def visit_constant(self, c: Constant) -> None:
+        pass
+
+    def visit_op(self, op: Op) -> None:
+        pass
+
+    def visit_constructor(self, c: Constructor) -> None:
+        pass
+
+    def visit_call(self, call: Call) -> None:
+        self.visit(call.op)
+        for a in call.args:
+            self.visit(a)
+
+    def visit_let(self, let: Let) -> None:
+        # Iterative over the chain of lets: each binding visited in order, then the final body.
+        node: Expr = let
+        while isinstance(node, Let):
+            self.visit(node.var)
+            self.visit(node.value)
+            node = node.body
+            if id(node) in self.memo:
+                return
+            if isinstance(node, Let):
+                self.memo[id(node)] = True
+                self._keep.append(node)
+                self.visit_let_binding(node)
+        self.visit(node)
+
+    def visit_let_binding(self, let: Let) -> None:
+        """Hook called for each let of a chain after the first (the first goes through visit_let)."""
+
+    def visit_function(self, fn: Function) -> None:
+        for p in fn.params:
+            self.visit(p)
+        self.visit(fn.body)
+
+    def visit_tuple(self, t: Tuple) -> None:
+        for f in t.fields:
+            self.visit(f)
+
+    def visit_tuple_getitem(self, t: TupleGetItem) -> None:
+        self.visit(t.tuple_value)
+
+    def visit_if(self, i: If) -> None:
+        self.visit(i.cond)
+        self.visit(i.true_branch)
+        self.visit(i.false_branch)
+
+    def visit_match(self, m: Match) -> None:
+        self.visit(m.data)
+        for c in m.clauses:
+            self.visit_pattern(c.lhs)
+            self.visit(c.rhs)
+
+    def visit_pattern(self, p: Pattern) -> None:
+        if isinstance(p, PatternVar):
+            self.visit(p.var)
+        elif isinstance(p, PatternConstructor):
+            self.visit(p.constructor)
+            for sub in p.patterns:
+                self.visit_pattern(sub)
+        elif isinstance(p, PatternTuple):
+            for sub in p.patterns:
+                self.visit_pattern(sub)
+
+    def visit_ref_create(self, r: RefCreate) -> None:
+        self.visit(r.value)
+
+    def visit_ref_read(self, r: RefRead) -> None:
+        self.visit(r.ref)
+
+    def visit_ref_write(self, r: RefWrite) -> None:
+        self.visit(r.ref)
+        self.visit(r.value)
+
+
+class ExprMutator:
+    """Rebuilds an expression bottom-up. Override ``visit_*`` to rewrite; unchanged nodes are reused."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Expr] = {}
+        self._keep: list[Expr] = []
+
+    def visit(self, expr: Expr) -> Expr:
+        key = id(expr)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        result = getattr(self, _VISIT_NAME[type(expr)])(expr)
+        self.memo[key] = result
+        self._keep.append(expr)
+        return result
+
+    def visit_var(self, var: Var) -> Expr:
+        return var
+
+    def visit_global_var(self, gv: GlobalVar) -> Expr:
+        return gv
+
+    def visit_constant(self, c: Constant) -> Expr:
+        return c
+
+    def visit_op(self, op: Op) -> Expr:
+        return op
+
+    def visit_constructor(self, c: Constructor) -> Expr:
+        return c
+
+    def visit_call(self, call: Call) -> Expr:
+        op = self.visit(call.op)
+        args = [self.visit(a) for a in call.args]
+        if op is call.op and all(a is b for a, b in zip(args, call.args)):
+            return call
+        return Call(op, tuple(args), call.attrs, call.type_args, span=call.span)
+
+    def visit_let(self, let: Let) -> Expr:
+        # Walk down the chain iteratively, then rebuild it from the bottom up.
+        chain: list[Let] = []
+        node: Expr = let
+        while isinstance(node, Let) and (node is let or id(node) not in self.memo):
+            chain.append(node)
+            node = node.body
+        body = self.visit(node)
+        new_bindings = [(self.visit_let_var(l.var), self.visit(l.value)) for l in chain]
+        for l, (var, value) in zip(reversed(chain), reversed(new_bindings)):
+            if var is l.var and value is l.value and body is l.body:
+                body = l
+            else:
+                body = self.rebuild_let(l, var, value, body)
+            if l is not let:
+                self.memo[id(l)] = body
+                self._keep.append(l)
+        return body
+
+    def visit_let_var(self, var: Var) -> Var:
+        result = self.visit(var)
+        assert isinstance(result, Var), "a mutator must map a let-bound Var to a Var"
+        return result
+
+    def rebuild_let(self, old: Let, var: Var, value: Expr, body: Expr) -> Expr:
+        return Let(var, value, body, span=old.span)
+
+    def visit_function(self, fn: Function) -> Expr:
+        params = [self.visit(p) for p in fn.params]
+        body = self.visit(fn.body)
+        if body is fn.body and all(a is b for a, b in zip(params, fn.params)):
+            return fn
+        return Function(tuple(params), body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
+
+    def visit_tuple(self, t: Tuple) -> Expr:
+        fields = [self.visit(f) for f in t.fields]
+        if all(a is b for a, b in zip(fields, t.fields)):
+            return t
+        return Tuple(tuple(fields), span=t.span)
+
+    def visit_tuple_getitem(self, t: TupleGetItem) -> Expr:
+        value = self.visit(t.tuple_value)
+        if value is t.tuple_value:
+            return t
+        return TupleGetItem(value, t.index, span=t.span)
+
+    def visit_if(self, i: If) -> Expr:
+        c, a, b = self.visit(i.cond), self.visit(i.true_branch), self.visit(i.false_branch)
+        if c is i.cond and a is i.true_branch and b is i.false_branch:
+            return i
+        return If(c, a, b, span=i.span)
+
+    def visit_match(self, m: Match) -> Expr:
+        data = self.visit(m.data)
+        clauses = [Clause(self.visit_pattern(c.lhs), self.visit(c.rhs)) for c in m.clauses]
+        if data is m.data and all(
+            a.lhs is b.lhs and a.rhs is b.rhs for a, b in zip(clauses, m.clauses)
+        ):
+            return m
+        return Match(data, tuple(clauses), m.complete, span=m.span)
+
+    def visit_pattern(self, p: Pattern) -> Pattern:
+        if isinstance(p, PatternVar):
+            var = self.visit(p.var)
+            return p if var is p.var else PatternVar(var, span=p.span)  # type: ignore[arg-type]
+        if isinstance(p, PatternConstructor):
+            subs = [self.visit_pattern(s) for s in p.patterns]
+            ctor = self.visit(p.constructor)
+            if ctor is p.constructor and all(a is b for a, b in zip(subs, p.patterns)):
+                return p
+            return PatternConstructor(ctor, tuple(subs), span=p.span)  # type: ignore[arg-type]
+        if isinstance(p, PatternTuple):
+            subs = [self.visit_pattern(s) for s in p.patterns]
+            if all(a is b for a, b in zip(subs, p.patterns)):
+                return p
+            return PatternTuple(tuple(subs), span=p.span)
+        return p
+
+    def visit_ref_create(self, r: RefCreate) -> Expr:
+        v = self.visit(r.value)
+        return r if v is r.value else RefCreate(v, span=r.span)
+
+    def visit_ref_read(self, r: RefRead) -> Expr:
+        v = self.visit(r.ref)
+        return r if v is r.ref else RefRead(v, span=r.span)
+
+    def visit_ref_write(self, r: RefWrite) -> Expr:
+        ref, v = self.visit(r.ref), self.visit(r.value)
+        return r if ref is r.ref and v is r.value else RefWrite(ref, v, span=r.span)
+
+
+def post_order(expr: Expr, fn: Callable[[Expr], None]) -> None:
+    """Call `fn` on every sub-expression once, children before parents."""
+
+    class _PostOrder(ExprVisitor):
+        def visit(self, e: Expr) -> None:
+            if id(e) in self.memo:
+                return
+            super().visit(e)
+            fn(e)
+
+        def visit_let_binding(self, let: Let) -> None:
+            pass
+
+    _PostOrder().visit(expr)
+
+
+def free_vars(expr: Expr) -> list[Var]:
+    """Free local variables of `expr`, in order of first occurrence."""
+    bound: set[int] = set()
+    seen: set[int] = set()
+    out: list[Var] = []
+
+    class _Free(ExprVisitor):
+        def visit_var(self, v: Var) -> None:
+            if id(v) not in bound and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+
+        def visit_let(self, let: Let) -> None:
+            node: Expr = let
+            while isinstance(node, Let):
+                bound.add(id(node.var))
+                self.visit(node.value)
+                node = node.body
+            self.visit(node)
+
+        def visit_function(self, fn: Function) -> None:
+            bound.update(id(p) for p in fn.params)
+            self.visit(fn.body)
+
+        def visit_pattern(self, p: Pattern) -> None:
+            from relaydsl.ir.adt import pattern_vars
+
+            bound.update(id(v) for v in pattern_vars(p))
+
+    # Bound-before-use holds in well-scoped IR, so one pass suffices.
+    _Free().visit(expr)
+    return out
+
+
+class TypeMutator:
+    """Rebuilds a type; override ``visit_type_var`` etc. Used for substitution and resolution."""
+
+    def visit(self, t: Type) -> Type:
+        if isinstance(t, TypeVar):
+            return self.visit_type_var(t)
+        if isinstance(t, TensorType):
+            shape = tuple(self.visit_dim(d) for d in t.shape)
+            dtype = self.visit_dtype(t.dtype)
+            if dtype is t.dtype and all(a is b for a, b in zip(shape, t.shape)):
+                return t
+            return TensorType(shape, dtype)
+        if isinstance(t, TupleType):
+            return TupleType(tuple(self.visit(f) for f in t.fields))
+        if isinstance(t, RefType):
+            return RefType(self.visit(t.value))
+        if isinstance(t, FuncType):
+            return FuncType(
+                tuple(self.visit(a) for a in t.arg_types),
+                self.visit(t.ret_type),
+                t.type_params,
+                tuple(
+                    TypeRelation(r.name, r.func, tuple(self.visit(a) for a in r.args), self.visit(r.out), r.attrs)
+                    for r in t.relations
+                ),
+            )
+        if isinstance(t, TypeCall):
+            return TypeCall(t.func, tuple(self.visit(a) for a in t.args))
+        return t  # GlobalTypeVar
+
+    def visit_type_var(self, tv: TypeVar) -> Type:
+        return tv
+
+    def visit_dim(self, d):  # Dim -> Dim
+        if isinstance(d, TypeVar):
+            return self.visit_type_var(d)
+        return d
+
+    def visit_dtype(self, d):  # DType -> DType
+        if isinstance(d, TypeVar):
+            return self.visit_type_var(d)
+        return d
+
+
+def substitute_types(t: Type, mapping: dict[TypeVar, object]) -> Type:
+    """Replace type variables (of any kind) by the mapped types/dims/dtypes."""
+
+    class _Subst(TypeMutator):
+        def visit_type_var(self, tv: TypeVar):
+            return mapping.get(tv, tv)
+
+    return _Subst().visit(t)
+
+
+def type_vars_of(t: Type) -> list[TypeVar]:
+    """All type variables occurring in `t`, in order, without duplicates."""
+    out: list[TypeVar] = []
+
+    class _Collect(TypeMutator):
+        def visit_type_var(self, tv: TypeVar) -> Type:
+            if tv not in out:
+                out.append(tv)
+            return tv
+
+    _Collect().visit(t)
+    return out
+
+
+__all__ = [
+    "ExprVisitor", "ExprMutator", "post_order", "free_vars", "TypeMutator", "substitute_types",
+    "type_vars_of", "AnyDim", "GlobalTypeVar",
+]

@@ -1,0 +1,163 @@
+"""Type relations shared by the operator families, and the context they run in.
+
+A relation is ``rel(arg_types, attrs, ctx) -> Type | None``. The solver calls
+it once every argument type is known to be a tensor (or tuple) type -- dims
+may still be symbolic -- with the argument types resolved as far as they go.
+It returns the output type, or None to be asked again later. It states
+equalities between dims and dtypes through ``ctx`` (which unifies symbolic
+dims) and reports mismatches with ``ctx.fail``.
+
+>>> from relaydsl.ir.types import TensorType
+>>> check_relation(broadcast_rel, [TensorType((3, 1)), TensorType((4,))])
+Tensor[(3, 4), float32]
+"""
+from __future__ import annotations
+
+from typing import Any as AnyValue, Protocol, Sequence
+
+from relaydsl.errors import RelayTypeError
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.types import (
+    AnyDim, Dim, DType, TensorType, TupleType, Type, TypeVar, type_to_str,
+)
+
+
+class RelationContext(Protocol):
+    def unify_dims(self, a: Dim, b: Dim, what: str) -> Dim:
+        """State a == b (binding symbolic dims); returns the representative; fails on conflict."""
+
+    def unify_dtypes(self, a: DType, b: DType, what: str) -> DType:
+        """State a == b for dtypes."""
+
+    def resolve_dim(self, d: Dim) -> Dim:
+        """The current value of a dim (follows symbolic bindings)."""
+
+    def fail(self, message: str) -> "NoReturn":  # noqa: F821
+        """Raise a RelayTypeError located at the call being checked."""
+
+
+class ConcreteContext:
+    """A context for checking relations outside inference: dims equal only if identical."""
+
+    def unify_dims(self, a: Dim, b: Dim, what: str) -> Dim:
+        if isinstance(a, AnyDim):
+            return b
+        if isinstance(b, AnyDim) or a is b or a == b:
+            return a
+        self.fail(f"{what}: {type_to_str(a)} vs {type_to_str(b)}")
+
+    def unify_dtypes(self, a: DType, b: DType, what: str) -> DType:
+        if a is b or a == b:
+            return a
+        self.fail(f"{what}: {type_to_str(a)} vs {type_to_str(b)}")
+
+    def resolve_dim(self, d: Dim) -> Dim:
+        return d
+
+    def fail(self, message: str):
+        raise RelayTypeError(message)
+
+
+def check_relation(rel, arg_types: Sequence[Type], attrs: dict | Attrs | None = None) -> Type | None:
+    """Run a relation on concrete argument types (for tests and docs)."""
+    attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
+    return rel(list(arg_types), attrs, ConcreteContext())
+
+
+# ---- helpers for writing relations -----------------------------------------
+
+def tensor_arg(ctx: RelationContext, t: Type, what: str) -> TensorType:
+    """The argument as a TensorType, or a located failure naming what was expected."""
+    if not isinstance(t, TensorType):
+        ctx.fail(f"{what} must be a tensor, got {type_to_str(t)}")
+    return t
+
+
+def tensor_tuple_arg(ctx: RelationContext, t: Type, what: str) -> list[TensorType]:
+    if not isinstance(t, TupleType):
+        ctx.fail(f"{what} must be a tuple of tensors, got {type_to_str(t)}")
+    return [tensor_arg(ctx, f, f"{what}[{i}]") for i, f in enumerate(t.fields)]
+
+
+def normalize_axis(ctx: RelationContext, axis: int, ndim: int, what: str = "axis") -> int:
+    if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
+        ctx.fail(f"{what} {axis} is out of range for a tensor of rank {ndim}")
+    return axis + ndim if axis < 0 else axis
+
+
+def broadcast_dims(ctx: RelationContext, a: Dim, b: Dim) -> Dim:
+    a, b = ctx.resolve_dim(a), ctx.resolve_dim(b)
+    if a is b or (isinstance(a, int) and isinstance(b, int) and a == b):
+        return a
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    if isinstance(a, AnyDim):
+        return b
+    if isinstance(b, AnyDim):
+        return a
+    # Two different sizes, at least one symbolic: broadcasting needs them equal.
+    return ctx.unify_dims(a, b, "broadcast dimensions must match or be 1")
+
+
+def broadcast_shapes(ctx: RelationContext, *shapes: Sequence[Dim]) -> tuple[Dim, ...]:
+    """NumPy broadcasting over (possibly symbolic) shapes."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for i in range(rank):
+        dim: Dim = 1
+        for s in shapes:
+            j = len(s) - rank + i
+            if j >= 0:
+                try:
+                    dim = broadcast_dims(ctx, dim, s[j])
+                except RelayTypeError:
+                    ctx.fail(
+                        "shapes cannot be broadcast together: "
+                        + " and ".join(type_to_str(TensorType(tuple(x))) for x in shapes)
+                    )
+        out.append(dim)
+    return tuple(out)
+
+
+def same_dtype(ctx: RelationContext, tensors: Sequence[TensorType], what: str) -> DType:
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        if dtype != t.dtype:
+            ctx.unify_dtypes(
+                dtype, t.dtype,
+                f"{what}: argument types differ in dtype: "
+                + " and ".join(type_to_str(x) for x in tensors),
+            )
+    return dtype
+
+
+def identity_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    """Output type = input type (elementwise unary ops)."""
+    return tensor_arg(ctx, args[0], "the input")
+
+
+def broadcast_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    """NumPy broadcasting; all dtypes equal; output has that dtype."""
+    ts = [tensor_arg(ctx, a, f"argument {i}") for i, a in enumerate(args)]
+    dtype = same_dtype(ctx, ts, "broadcast")
+    return TensorType(broadcast_shapes(ctx, *(t.shape for t in ts)), dtype)
+
+
+def broadcast_to_bool_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    """Comparisons: broadcast, equal dtypes, bool output."""
+    out = broadcast_rel(args, attrs, ctx)
+    assert isinstance(out, TensorType)
+    return TensorType(out.shape, "bool")
+
+
+def is_known(d: AnyValue) -> bool:
+    return isinstance(d, int)
+
+
+__all__ = [
+    "RelationContext", "ConcreteContext", "check_relation", "tensor_arg", "tensor_tuple_arg",
+    "normalize_axis", "broadcast_dims", "broadcast_shapes", "same_dtype", "identity_rel",
+    "broadcast_rel", "broadcast_to_bool_rel", "is_known", "TypeVar",
+]
