@@ -232,13 +232,16 @@ def is_int(dtype: DType) -> bool:
     return isinstance(dtype, str) and (dtype.startswith("int") or dtype.startswith("uint"))
 
 
+def shape_to_str(shape: tuple) -> str:
+    """``(3, n, ?)``; a 1-tuple keeps its comma."""
+    dims = ", ".join(type_to_str(d) for d in shape)
+    return f"({dims},)" if len(shape) == 1 else f"({dims})"
+
+
 def type_to_str(t: "Type | Dim | str") -> str:
     """The text-format rendering of a type, used by error messages and the printer."""
     if isinstance(t, TensorType):
-        dims = ", ".join(type_to_str(d) for d in t.shape)
-        if len(t.shape) == 1:
-            dims += ","
-        return f"Tensor[({dims}), {type_to_str(t.dtype)}]"
+        return f"Tensor[{shape_to_str(t.shape)}, {type_to_str(t.dtype)}]"
     if isinstance(t, AnyDim):
         return "?"
     if isinstance(t, bool):

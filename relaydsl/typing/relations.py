@@ -13,12 +13,14 @@ Tensor[(3, 4), float32]
 """
 from __future__ import annotations
 
-from typing import Any as AnyValue, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any as AnyValue, Callable, Protocol, Sequence
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import (
-    AnyDim, Dim, DType, TensorType, TupleType, Type, TypeVar, type_to_str,
+    AnyDim, Dim, DType, TensorType, TupleType, Type, TypeVar, is_float, is_int, shape_to_str,
+    type_to_str,
 )
 
 
@@ -85,7 +87,8 @@ def normalize_axis(ctx: RelationContext, axis: int, ndim: int, what: str = "axis
     return axis + ndim if axis < 0 else axis
 
 
-def broadcast_dims(ctx: RelationContext, a: Dim, b: Dim) -> Dim:
+def broadcast_dims(ctx: RelationContext, a: Dim, b: Dim, what: str = "broadcast") -> Dim:
+    """The broadcast of two dims: equal, or one of them 1; symbolic dims are unified."""
     a, b = ctx.resolve_dim(a), ctx.resolve_dim(b)
     if a is b or (isinstance(a, int) and isinstance(b, int) and a == b):
         return a
@@ -97,12 +100,15 @@ def broadcast_dims(ctx: RelationContext, a: Dim, b: Dim) -> Dim:
         return b
     if isinstance(b, AnyDim):
         return a
-    # Two different sizes, at least one symbolic: broadcasting needs them equal.
-    return ctx.unify_dims(a, b, "broadcast dimensions must match or be 1")
+    if isinstance(a, int) and isinstance(b, int):
+        ctx.fail(f"{what}: {a} vs {b}")
+    # At least one symbolic size: broadcasting needs them equal.
+    return ctx.unify_dims(a, b, what)
 
 
 def broadcast_shapes(ctx: RelationContext, *shapes: Sequence[Dim]) -> tuple[Dim, ...]:
     """NumPy broadcasting over (possibly symbolic) shapes."""
+    what = "shapes cannot be broadcast together: " + " and ".join(shape_to_str(tuple(s)) for s in shapes)
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
     for i in range(rank):
@@ -110,13 +116,7 @@ def broadcast_shapes(ctx: RelationContext, *shapes: Sequence[Dim]) -> tuple[Dim,
         for s in shapes:
             j = len(s) - rank + i
             if j >= 0:
-                try:
-                    dim = broadcast_dims(ctx, dim, s[j])
-                except RelayTypeError:
-                    ctx.fail(
-                        "shapes cannot be broadcast together: "
-                        + " and ".join(type_to_str(TensorType(tuple(x))) for x in shapes)
-                    )
+                dim = broadcast_dims(ctx, dim, s[j], what)
         out.append(dim)
     return tuple(out)
 
@@ -160,4 +160,89 @@ __all__ = [
     "RelationContext", "ConcreteContext", "check_relation", "tensor_arg", "tensor_tuple_arg",
     "normalize_axis", "broadcast_dims", "broadcast_shapes", "same_dtype", "identity_rel",
     "broadcast_rel", "broadcast_to_bool_rel", "is_known", "TypeVar",
+]
+
+
+# ---- helpers for dtype classes and rank-dependent attributes -----------------
+
+@dataclass(frozen=True)
+class DTypeClass:
+    """A named set of dtypes an op accepts, e.g. the floating-point ones."""
+
+    name: str
+    test: Callable[[str], bool]
+
+
+FLOAT = DTypeClass("floating-point", is_float)
+INTEGER = DTypeClass("integer", is_int)
+NUMERIC = DTypeClass("numeric (non-bool)", lambda d: d != "bool")
+BOOL = DTypeClass("bool", lambda d: d == "bool")
+
+
+def require_dtype(ctx: RelationContext, op: str, what: str, t: TensorType, allowed: DTypeClass) -> None:
+    """Fail unless t's dtype is in `allowed`; a symbolic dtype passes (it cannot be checked yet)."""
+    if isinstance(t.dtype, str) and not allowed.test(t.dtype):
+        ctx.fail(f"{op}: {what} must have a {allowed.name} dtype, got {type_to_str(t)}")
+
+
+def shape_of(ctx: RelationContext, t: TensorType) -> tuple[Dim, ...]:
+    """t's dims, each resolved through ctx (symbolic dims stay symbolic if unbound)."""
+    return tuple(ctx.resolve_dim(d) for d in t.shape)
+
+
+def attr_axis(
+    ctx: RelationContext, op: str, attr: str, axis: int, t: Type, ndim: int | None = None
+) -> int:
+    """An axis attribute normalised into 0..ndim-1 (ndim defaults to t's rank).
+
+    A failure names the op, the attribute and the input type.
+    """
+    if ndim is None:
+        assert isinstance(t, TensorType)
+        ndim = t.ndim
+    if not -ndim <= axis < ndim:
+        ctx.fail(
+            f"{op}: attribute {attr!r} = {axis} is out of range for the input {type_to_str(t)} "
+            f"(expected {-ndim} <= {attr} < {ndim})"
+        )
+    return axis + ndim if axis < 0 else axis
+
+
+def attr_axes(
+    ctx: RelationContext, op: str, attr: str, axes: AnyValue, t: Type, ndim: int | None = None
+) -> tuple[int, ...]:
+    """An ``optional_ints`` axes attribute normalised: None is every axis, an int is one axis.
+
+    Order is kept; a repeated axis fails.
+    """
+    if ndim is None:
+        assert isinstance(t, TensorType)
+        ndim = t.ndim
+    if axes is None:
+        return tuple(range(ndim))
+    given = (axes,) if isinstance(axes, int) else tuple(axes)
+    out = tuple(attr_axis(ctx, op, attr, a, t, ndim) for a in given)
+    if len(set(out)) != len(out):
+        ctx.fail(f"{op}: attribute {attr!r} = {axes} repeats an axis of the input {type_to_str(t)}")
+    return out
+
+
+def known_product(dims: Sequence[Dim]) -> Dim:
+    """The product of dims if every one is a known int, else Any."""
+    total = 1
+    for d in dims:
+        if not isinstance(d, int):
+            return AnyDim()
+        total *= d
+    return total
+
+
+def slice_dim(n: Dim, begin: int, end: int, step: int = 1) -> Dim:
+    """The length of ``range(n)[begin:end:step]`` (Python slice semantics), or Any if n is not known."""
+    return len(range(n)[begin:end:step]) if isinstance(n, int) else AnyDim()
+
+
+__all__ += [
+    "DTypeClass", "FLOAT", "INTEGER", "NUMERIC", "BOOL", "require_dtype", "shape_of", "attr_axis",
+    "attr_axes", "known_product", "slice_dim",
 ]

@@ -1,0 +1,149 @@
+"""Random well-typed first-order programs, as a hypothesis strategy.
+
+A program is a Function over 1-3 tensor parameters whose body is a chain of
+``let`` bindings, each applying a random op (unary math, broadcasting binary
+arithmetic, comparisons with ``where``, reductions, shape ops, ``if`` on a
+reduced comparison, tuples and projections) to earlier values of compatible
+shapes. The shapes are tracked while generating, so every program
+type-checks by construction; values are kept bounded (``tanh``/``sigmoid``
+and safe denominators) so results are finite and comparable.
+
+>>> from hypothesis import given
+>>> @given(random_programs())
+... def check(program_and_inputs):
+...     fn, inputs = program_and_inputs
+...     assert len(fn.params) == len(inputs)
+>>> check()
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from relaydsl.ir.expr import Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem, Var
+from relaydsl.ir.types import TensorType
+
+UNARY = ("negative", "tanh", "sigmoid", "abs", "relu", "exp_of_tanh", "sqrt_of_abs", "floor", "sign")
+BINARY = ("add", "subtract", "multiply", "maximum", "minimum", "safe_divide")
+REDUCE = ("sum", "mean", "max", "min")
+
+
+@dataclass
+class _Value:
+    expr: Expr
+    shape: tuple[int, ...]
+
+
+def _op(name: str, *args: Expr, **attrs) -> Call:
+    return Call(Op.get(name), args, attrs)
+
+
+def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    try:
+        np.broadcast_shapes(a, b)
+        return True
+    except ValueError:
+        return False
+
+
+class _Builder:
+    def __init__(self, rng: np.random.Generator, dtype: str):
+        self.rng = rng
+        self.dtype = dtype
+        self.values: list[_Value] = []
+        self.bindings: list[tuple[Var, Expr]] = []
+
+    def pick(self) -> _Value:
+        return self.values[int(self.rng.integers(len(self.values)))]
+
+    def bind(self, expr: Expr, shape: tuple[int, ...]) -> _Value:
+        var = Var(f"v{len(self.bindings)}")
+        self.bindings.append((var, expr))
+        value = _Value(var, shape)
+        self.values.append(value)
+        return value
+
+    def const(self, value: float) -> Constant:
+        return Constant(np.array(value, dtype=self.dtype))
+
+    def unary(self, name: str, x: _Value) -> Expr:
+        if name == "exp_of_tanh":
+            return _op("exp", _op("tanh", x.expr))
+        if name == "sqrt_of_abs":
+            return _op("sqrt", _op("abs", x.expr))
+        return _op(name, x.expr)
+
+    def binary(self, name: str, a: _Value, b: _Value) -> Expr:
+        if name == "safe_divide":  # a / (|b| + 1): never divides by zero
+            return _op("divide", a.expr, _op("add", _op("abs", b.expr), self.const(1.0)))
+        return _op(name, a.expr, b.expr)
+
+    def step(self) -> None:
+        kind = self.rng.choice(["unary", "binary", "binary", "reduce", "shape", "where", "if", "tuple"])
+        x = self.pick()
+        if kind == "unary":
+            self.bind(self.unary(str(self.rng.choice(UNARY)), x), x.shape)
+        elif kind == "binary":
+            partners = [v for v in self.values if _compatible(v.shape, x.shape)]
+            y = partners[int(self.rng.integers(len(partners)))]
+            self.bind(self.binary(str(self.rng.choice(BINARY)), x, y), np.broadcast_shapes(x.shape, y.shape))
+        elif kind == "reduce" and x.shape:
+            axis = int(self.rng.integers(len(x.shape)))
+            keepdims = bool(self.rng.integers(2))
+            shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape)) if keepdims else \
+                x.shape[:axis] + x.shape[axis + 1:]
+            self.bind(_op(str(self.rng.choice(REDUCE)), x.expr, axis=(axis,), keepdims=keepdims), shape)
+        elif kind == "shape" and len(x.shape) >= 2:
+            if self.rng.integers(2):
+                self.bind(_op("transpose", x.expr), tuple(reversed(x.shape)))
+            else:
+                self.bind(_op("reshape", x.expr, newshape=(-1,)), (int(np.prod(x.shape)),))
+        elif kind == "where":
+            partners = [v for v in self.values if v.shape == x.shape]
+            y = partners[int(self.rng.integers(len(partners)))]
+            self.bind(_op("where", _op("greater", x.expr, y.expr), x.expr, y.expr), x.shape)
+        elif kind == "if":
+            cond = _op("greater", _op("sum", x.expr), self.const(0.0))
+            self.bind(If(cond, _op("tanh", x.expr), _op("negative", x.expr)), x.shape)
+        elif kind == "tuple":
+            y = self.pick()
+            pair = self.bind(Tuple([x.expr, y.expr]), ())
+            self.values.remove(pair)  # a tuple is not a tensor operand
+            index = int(self.rng.integers(2))
+            self.bind(TupleGetItem(pair.expr, index), (x, y)[index].shape)
+        else:
+            self.bind(_op("sigmoid", x.expr), x.shape)
+
+    def body(self) -> Expr:
+        result: Expr = self.values[-1].expr
+        if self.rng.integers(4) == 0 and len(self.values) >= 2:
+            result = Tuple([self.values[-1].expr, self.values[-2].expr])
+        for var, value in reversed(self.bindings):
+            result = Let(var, value, result)
+        return result
+
+
+@st.composite
+def random_programs(draw, max_ops: int = 10) -> tuple[Function, list[np.ndarray]]:
+    """A (Function, inputs) pair: a random well-typed first-order program and arguments for it."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    n_ops = draw(st.integers(1, max_ops))
+    rng = np.random.default_rng(seed)
+    dtype = "float64" if rng.integers(5) == 0 else "float32"
+    rank = int(rng.integers(0, 4))
+    base = tuple(int(d) for d in rng.integers(1, 5, size=rank))
+    builder = _Builder(rng, dtype)
+    params, inputs = [], []
+    for i in range(int(rng.integers(1, 4))):
+        # Each parameter's shape broadcasts with the base: a suffix of it, some dims set to 1.
+        shape = base[int(rng.integers(0, rank + 1)):] if i else base
+        shape = tuple(1 if rng.integers(4) == 0 else d for d in shape)
+        var = Var(f"p{i}", TensorType(shape, dtype))
+        params.append(var)
+        inputs.append(rng.uniform(-2, 2, size=shape).astype(dtype))
+        builder.values.append(_Value(var, shape))
+    for _ in range(n_ops):
+        builder.step()
+    return Function(params, builder.body()), inputs

@@ -1,0 +1,439 @@
+"""Type inference over expressions and modules (2019 paper §3.2).
+
+Three steps, as in the paper: a pass over the AST generates types (fresh
+unification variables where nothing is annotated) and instantiates the type
+relations of every operator call; the solver unifies and runs relations to a
+fixpoint; finally every sub-expression is annotated with its resolved type
+(``expr.checked_type``).
+
+Global functions are checked in dependency order, one strongly connected
+component at a time (so mutual recursion works), and generalised over their
+type parameters -- the explicit ``type_params`` plus any type variable left
+free in their signature (a symbolic dimension ``n`` in ``Tensor[(n, 128)]``).
+Calls instantiate those parameters afresh, so one global is usable at
+several shapes.
+
+>>> from relaydsl.ir import Var, TensorType, Call, Op
+>>> x = Var("x", TensorType((2, 3)))
+>>> infer_type(Call(Op.get("add"), [x, x])).checked_type
+Tensor[(2, 3), float32]
+"""
+from __future__ import annotations
+
+import sys
+from relaydsl.errors import RelayTypeError
+from relaydsl.ir.adt import (
+    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+)
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
+    Tuple, TupleGetItem, Var,
+)
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import (
+    FuncType, RefType, TensorType, TupleType, Type, TypeCall, TypeVar, type_to_str,
+)
+from relaydsl.ir.visitor import substitute_types, type_vars_of
+from relaydsl.typing.exhaustive import missing_case
+from relaydsl.typing.solver import PendingRelation, Solver, UnifyError
+
+BOOL_SCALAR = TensorType((), "bool")
+
+
+def _where(expr: Expr) -> str:
+    """A short rendering of `expr` for messages about nodes without a source span."""
+    try:
+        text = " ".join(repr(expr).split())
+    except Exception:  # the printer must never hide the real error
+        text = type(expr).__name__
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+class _Inferencer:
+    """Generates constraints for one group of globals (or one expression) against one solver."""
+
+    def __init__(self, mod: IRModule, global_types: dict[GlobalVar, FuncType],
+                 current: dict[GlobalVar, FuncType], allow_free_vars: bool):
+        self.mod = mod
+        self.solver = Solver()
+        self.global_types = global_types  # finished globals: generalised types
+        self.current = current  # globals being checked now: provisional types
+        self.allow_free_vars = allow_free_vars
+        self.env: dict[Var, Type] = {}
+        self.types: dict[int, Type] = {}
+        self.nodes: list[Expr] = []
+        self.pattern_vars: list[Var] = []
+
+    # ---- errors ----------------------------------------------------------
+    def error(self, expr: Expr | None, message: str) -> RelayTypeError:
+        span = expr.span if expr is not None else None
+        if span is None and expr is not None:
+            message += f"\n  in: {_where(expr)}"
+        return RelayTypeError(message, span)
+
+    def unify(self, expected: Type, actual: Type, expr: Expr, what: str) -> Type:
+        try:
+            return self.solver.unify(expected, actual)
+        except UnifyError as e:
+            exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
+            raise self.error(
+                expr, f"{what}: expected {type_to_str(exp)}, got {type_to_str(act)} ({e.detail})"
+            ) from None
+
+    def _relation_failed(self, rel: PendingRelation, message: str) -> None:
+        args = ", ".join(type_to_str(self.solver.resolve(a)) for a in rel.args)
+        text = f"{rel.name}: {message}\n  argument types: ({args})"
+        if rel.span is None:
+            text += f"\n  in: {rel.where}"
+        raise RelayTypeError(text, rel.span)
+
+    # ---- expressions -----------------------------------------------------
+    def infer(self, expr: Expr) -> Type:
+        if isinstance(expr, (GlobalVar, Constructor)):
+            return self._infer(expr)  # polymorphic: a fresh instance at every use
+        key = id(expr)
+        t = self.types.get(key)
+        if t is None:
+            t = self._infer(expr)
+            self.types[key] = t
+            self.nodes.append(expr)
+        return t
+
+    def _infer(self, expr: Expr) -> Type:
+        if isinstance(expr, Var):
+            return self._var(expr)
+        if isinstance(expr, Let):
+            return self._let(expr)
+        if isinstance(expr, Call):
+            return self._call(expr)
+        if isinstance(expr, Constant):
+            return TensorType(expr.data.shape, expr.data.dtype.name)
+        if isinstance(expr, Function):
+            return self._function(expr)
+        if isinstance(expr, GlobalVar):
+            return self._global(expr)
+        if isinstance(expr, Tuple):
+            return TupleType(tuple(self.infer(f) for f in expr.fields))
+        if isinstance(expr, TupleGetItem):
+            return self._tuple_getitem(expr)
+        if isinstance(expr, If):
+            self.unify(BOOL_SCALAR, self.infer(expr.cond), expr.cond, "the condition of an if")
+            then = self.infer(expr.true_branch)
+            return self.unify(then, self.infer(expr.false_branch), expr,
+                              "the two branches of an if must have the same type")
+        if isinstance(expr, Match):
+            return self._match(expr)
+        if isinstance(expr, RefCreate):
+            return RefType(self.infer(expr.value))
+        if isinstance(expr, RefRead):
+            value = self.solver.fresh()
+            self.unify(RefType(value), self.infer(expr.ref), expr, "reading a reference")
+            return value
+        if isinstance(expr, RefWrite):
+            self.unify(RefType(self.infer(expr.value)), self.infer(expr.ref), expr, "writing a reference")
+            return TupleType(())
+        if isinstance(expr, Constructor):
+            return self._instantiate(self._constructor_type(expr))
+        if isinstance(expr, Op):
+            raise self.error(expr, f"operator {expr.name} must be called directly; wrap it in a fn to pass it")
+        raise self.error(expr, f"unknown expression node {type(expr).__name__}")
+
+    def _var(self, var: Var) -> Type:
+        t = self.env.get(var)
+        if t is not None:
+            return t
+        if self.allow_free_vars:
+            t = var.type_annotation or self.solver.fresh(hint=var.name_hint)
+            self.env[var] = t
+            return t
+        raise self.error(var, f"variable %{var.name_hint} is used outside the scope that binds it")
+
+    def _let(self, let: Let) -> Type:
+        node: Expr = let
+        chain: list[Let] = []
+        while isinstance(node, Let) and (node is let or id(node) not in self.types):
+            var = node.var
+            declared = var.type_annotation or self.solver.fresh(hint=var.name_hint)
+            if isinstance(node.value, Function):
+                self.env[var] = declared  # a let-bound function may call itself
+            value = self.infer(node.value)
+            self.unify(declared, value, node, f"the value bound to %{var.name_hint}")
+            self.env[var] = declared
+            self.types[id(var)] = declared
+            self.nodes.append(var)
+            chain.append(node)
+            node = node.body
+        body = self.infer(node)
+        for link in chain[1:]:
+            self.types[id(link)] = body
+            self.nodes.append(link)
+        return body
+
+    def _function(self, fn: Function) -> Type:
+        params = []
+        for p in fn.params:
+            t = p.type_annotation or self.solver.fresh(hint=p.name_hint)
+            self.env[p] = t
+            self.types[id(p)] = t
+            self.nodes.append(p)
+            params.append(t)
+        ret = fn.ret_type or self.solver.fresh(hint="ret")
+        self.unify(ret, self.infer(fn.body), fn.body, "the function body's type vs its declared result")
+        return FuncType(tuple(params), ret, fn.type_params)
+
+    def _global(self, gv: GlobalVar) -> Type:
+        if gv in self.current:
+            t = self.current[gv]
+            complete = not any(self.solver.is_flexible(v) for v in type_vars_of(t))
+            return self._instantiate(t) if complete and t.type_params else t
+        if gv in self.global_types:
+            return self._instantiate(self.global_types[gv])
+        raise self.error(gv, f"@{gv.name_hint} is not a global function of this module")
+
+    def _instantiate(self, t: Type) -> Type:
+        """Fresh unification variables for a polymorphic function type's parameters."""
+        if not isinstance(t, FuncType) or not t.type_params:
+            return t
+        mapping = {p: self.solver.fresh(p.kind, p.name) for p in t.type_params}
+        inst = substitute_types(FuncType(t.arg_types, t.ret_type, (), t.relations), mapping)
+        assert isinstance(inst, FuncType)
+        return inst
+
+    def _constructor_type(self, c: Constructor) -> FuncType:
+        td = self.mod.type_definitions.get(c.belong_to)
+        if td is None:
+            raise self.error(c, f"constructor {c.name} belongs to {c.belong_to.name}, which this module does not define")
+        return FuncType(c.inputs, td.self_type(), td.type_vars)
+
+    def _call(self, call: Call) -> Type:
+        where = _where(call)
+        if isinstance(call.op, Op):
+            ft = call.op.definition.func_type(call.attrs)
+            inst = self._instantiate(ft)
+            self.types[id(call.op)] = inst
+            self.nodes.append(call.op)
+        else:
+            callee = self.solver.resolve(self.infer(call.op))
+            if isinstance(callee, TypeVar):
+                inst = FuncType(tuple(self.solver.fresh() for _ in call.args), self.solver.fresh())
+                self.unify(callee, inst, call.op, "the callee")
+            elif isinstance(callee, FuncType):
+                inst = self._instantiate(callee)
+            else:
+                raise self.error(call, f"calling a value of type {type_to_str(callee)}, which is not a function")
+        assert isinstance(inst, FuncType)
+        name = call.op.name if isinstance(call.op, (Op, Constructor)) else (
+            f"@{call.op.name_hint}" if isinstance(call.op, GlobalVar) else "the function")
+        if len(inst.arg_types) != len(call.args):
+            raise self.error(call, f"{name} takes {len(inst.arg_types)} arguments, got {len(call.args)}")
+        if call.type_args:
+            raise self.error(call, "explicit type arguments are not supported; annotate the arguments instead")
+        for i, (param, arg) in enumerate(zip(inst.arg_types, call.args)):
+            self.unify(param, self.infer(arg), arg, f"argument {i} of {name}")
+        for rel in inst.relations:
+            self.solver.add_relation(PendingRelation(
+                rel.name, rel.func, rel.args, rel.out, rel.attrs, call.span, where))
+        return inst.ret_type
+
+    def _tuple_getitem(self, expr: TupleGetItem) -> Type:
+        tup = self.infer(expr.tuple_value)
+        out = self.solver.fresh()
+        index = expr.index
+
+        def project(args, attrs, ctx):
+            t = args[0]
+            if not isinstance(t, TupleType):
+                ctx.fail(f"indexing with .{index} needs a tuple, got {type_to_str(t)}")
+            if index >= len(t.fields):
+                ctx.fail(f"index {index} is out of range for a tuple of {len(t.fields)} fields")
+            return t.fields[index]
+
+        self.solver.add_relation(PendingRelation(
+            "tuple projection", project, (tup,), out, None, expr.span, _where(expr), shallow=True))  # type: ignore[arg-type]
+        return out
+
+    def _match(self, m: Match) -> Type:
+        data = self.infer(m.data)
+        result = self.solver.fresh(hint="match")
+        for clause in m.clauses:
+            self._pattern(clause.lhs, data, m)
+            self.unify(result, self.infer(clause.rhs), clause.rhs, "the clauses of a match must have the same type")
+        if m.complete:
+            missing = missing_case([c.lhs for c in m.clauses], self.mod)
+            if missing is not None:
+                raise self.error(m, f"the match is not exhaustive: no clause matches {missing} "
+                                    "(add a clause or a wildcard `_`)")
+        return result
+
+    def _pattern(self, p: Pattern, expected: Type, m: Match) -> None:
+        if isinstance(p, PatternWildcard):
+            return
+        if isinstance(p, PatternVar):
+            declared = p.var.type_annotation or self.solver.fresh(hint=p.var.name_hint)
+            self.unify(declared, expected, m, f"the pattern variable %{p.var.name_hint}")
+            self.env[p.var] = declared
+            self.types[id(p.var)] = declared
+            self.pattern_vars.append(p.var)
+            return
+        if isinstance(p, PatternTuple):
+            fields = tuple(self.solver.fresh() for _ in p.patterns)
+            self.unify(TupleType(fields), expected, m, "a tuple pattern")
+            for sub, t in zip(p.patterns, fields):
+                self._pattern(sub, t, m)
+            return
+        assert isinstance(p, PatternConstructor)
+        ft = self._instantiate(self._constructor_type(p.constructor))
+        assert isinstance(ft, FuncType)
+        self.unify(ft.ret_type, expected, m, f"the pattern {p.constructor.name}(...)")
+        for sub, t in zip(p.patterns, ft.arg_types):
+            self._pattern(sub, t, m)
+
+    # ---- finishing ---------------------------------------------------------
+    def solve_and_annotate(self) -> None:
+        self.solver.solve(self._relation_failed)
+        for rel in self.solver.unsolved():
+            args = ", ".join(type_to_str(self.solver.resolve(a)) for a in rel.args)
+            text = (f"{rel.name}: the argument types ({args}) are not known well enough to infer "
+                    "the result (the program is underconstrained: add a type annotation)")
+            if rel.span is None:
+                text += f"\n  in: {rel.where}"
+            raise RelayTypeError(text, rel.span)
+        for node in self.nodes:
+            t = self.solver.resolve(self.types[id(node)])
+            if not isinstance(node, Op):
+                self._check_complete(node, t)
+            node.set_checked_type(t)
+        for var in self.pattern_vars:
+            var.set_checked_type(self.solver.resolve(self.types[id(var)]))
+
+    def _check_complete(self, node: Expr, t: Type) -> None:
+        unknown = [v for v in type_vars_of(t) if self.solver.is_flexible(v)]
+        if unknown:
+            raise self.error(
+                node,
+                f"cannot infer a complete type: {type_to_str(t)} is underconstrained "
+                "(add a type annotation)",
+            )
+
+
+def _declared_type(fn: Function, solver: Solver) -> FuncType:
+    """The signature as annotated, with fresh variables where it is not; generic over the
+    annotations' own type variables, so a fully annotated global is polymorphic even
+    within its own recursive group."""
+    params = tuple(p.type_annotation or solver.fresh(hint=p.name_hint) for p in fn.params)
+    ret = fn.ret_type or solver.fresh(hint="ret")
+    rigid = [v for v in type_vars_of(FuncType(params, ret))
+             if not solver.is_flexible(v) and v not in fn.type_params]
+    return FuncType(params, ret, (*fn.type_params, *rigid))
+
+
+def _generalise(t: FuncType, fn: Function) -> FuncType:
+    """Quantify over explicit type params and any other variable free in the signature."""
+    free = [v for v in type_vars_of(FuncType(t.arg_types, t.ret_type)) if v not in t.type_params]
+    return FuncType(t.arg_types, t.ret_type, (*fn.type_params, *free))
+
+
+def _call_graph_sccs(mod: IRModule, names: list[GlobalVar]) -> list[list[GlobalVar]]:
+    """Strongly connected components of the global call graph, callees first (Tarjan)."""
+    from relaydsl.ir.visitor import ExprVisitor
+
+    deps: dict[GlobalVar, list[GlobalVar]] = {}
+    for gv in names:
+        found: list[GlobalVar] = []
+
+        class _Refs(ExprVisitor):
+            def visit_global_var(self, g: GlobalVar) -> None:
+                if g in mod.functions and g not in found:
+                    found.append(g)
+
+        _Refs().visit(mod.functions[gv])
+        deps[gv] = found
+
+    index: dict[GlobalVar, int] = {}
+    low: dict[GlobalVar, int] = {}
+    stack: list[GlobalVar] = []
+    on_stack: set[GlobalVar] = set()
+    out: list[list[GlobalVar]] = []
+
+    def strongconnect(v: GlobalVar) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in deps.get(v, []):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w is v:
+                    break
+            out.append(comp)
+
+    for v in names:
+        if v not in index:
+            strongconnect(v)
+    return out
+
+
+def infer_types(mod: IRModule) -> IRModule:
+    """Type-check every global of `mod`, annotating each node's ``checked_type``.
+
+    Raises RelayTypeError naming the location and both disagreeing types.
+    Returns `mod` (the nodes are annotated in place; a pass may rely on it).
+    """
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 20000))
+    try:
+        global_types: dict[GlobalVar, FuncType] = {}
+        for scc in _call_graph_sccs(mod, list(mod.functions)):
+            if all(mod.functions[gv].has_type for gv in scc) and all(
+                gv.name_hint in mod.prelude_names for gv in scc
+            ):
+                for gv in scc:  # the shared prelude is checked once
+                    t = mod.functions[gv].checked_type
+                    assert isinstance(t, FuncType)
+                    global_types[gv] = t
+                    gv.set_checked_type(t)
+                continue
+            solver_owner = _Inferencer(mod, global_types, {}, allow_free_vars=False)
+            for gv in scc:
+                solver_owner.current[gv] = _declared_type(mod.functions[gv], solver_owner.solver)
+            for gv in scc:
+                fn = mod.functions[gv]
+                t = solver_owner.infer(fn)
+                declared = solver_owner.current[gv]
+                assert isinstance(t, FuncType)
+                solver_owner.unify(FuncType(declared.arg_types, declared.ret_type),
+                                   FuncType(t.arg_types, t.ret_type), fn, f"the type of @{gv.name_hint}")
+            solver_owner.solve_and_annotate()
+            for gv in scc:
+                fn = mod.functions[gv]
+                t = fn.checked_type
+                assert isinstance(t, FuncType)
+                general = _generalise(t, fn)
+                fn.set_checked_type(general)
+                gv.set_checked_type(general)
+                global_types[gv] = general
+        return mod
+    finally:
+        sys.setrecursionlimit(old_limit)
+
+
+def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:
+    """Type-check a standalone expression; free variables take their annotated types.
+
+    Globals of `mod` (by default a module holding only the prelude) may be referenced.
+    """
+    module = mod if mod is not None else IRModule()
+    infer_types(module)
+    global_types = {gv: fn.checked_type for gv, fn in module.functions.items()}
+    inferencer = _Inferencer(module, global_types, {}, allow_free_vars=True)  # type: ignore[arg-type]
+    inferencer.infer(expr)
+    inferencer.solve_and_annotate()
+    return expr

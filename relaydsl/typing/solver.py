@@ -1,0 +1,349 @@
+"""The constraint solver of type inference (2019 paper §3.2).
+
+Unification variables ("flexible" TypeVars made by ``fresh``) live in a
+union-find structure; every other TypeVar is rigid (a type parameter of the
+function being checked) and equals only itself. Type relations wait in a
+queue; a bipartite dependency graph maps each unresolved variable to the
+relations that mention it, so binding a variable moves exactly those
+relations to the front of the queue. Relations whose arguments are fully
+known run first; ones that would only see partially symbolic arguments run
+when nothing else can make progress. Solving reaches a fixpoint; relations
+that never became ready mean the program is underconstrained.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any as AnyValue, Callable
+
+from relaydsl.errors import RelayTypeError
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.span import Span
+from relaydsl.ir.types import (
+    AnyDim, Dim, DType, FuncType, GlobalTypeVar, Kind, RefType, TensorType, TupleType, Type,
+    TypeCall, TypeVar, type_to_str,
+)
+from relaydsl.ir.visitor import TypeMutator, substitute_types
+
+
+class UnifyError(Exception):
+    """Internal: two types (or dims) disagree. Turned into a located RelayTypeError by the caller."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+@dataclass(eq=False)
+class PendingRelation:
+    """A relation instantiated at one call site."""
+
+    name: str
+    func: Callable[..., Type | None]
+    args: tuple[Type, ...]
+    out: Type
+    attrs: Attrs
+    span: Span | None
+    where: str  # a short rendering of the call, for errors without a span
+    shallow: bool = False  # ready as soon as the arguments' outer constructors are known
+    done: bool = field(default=False)
+
+
+class Solver:
+    def __init__(self) -> None:
+        self._parent: dict[TypeVar, TypeVar] = {}
+        self._binding: dict[TypeVar, AnyValue] = {}  # root -> Type | Dim | dtype
+        self._flexible: set[TypeVar] = set()
+        self._waiting: dict[TypeVar, list[PendingRelation]] = {}
+        self._queue: deque[PendingRelation] = deque()
+        self.relations: list[PendingRelation] = []
+
+    # ---- variables -------------------------------------------------------
+    def fresh(self, kind: Kind = Kind.Type, hint: str = "t") -> TypeVar:
+        tv = TypeVar(f"?{hint}", kind)
+        self._flexible.add(tv)
+        return tv
+
+    def is_flexible(self, tv: TypeVar) -> bool:
+        return tv in self._flexible
+
+    def _find(self, tv: TypeVar) -> TypeVar:
+        root = tv
+        while root in self._parent:
+            root = self._parent[root]
+        while tv in self._parent and self._parent[tv] is not root:  # path compression
+            self._parent[tv], tv = root, self._parent[tv]
+        return root
+
+    def _head(self, t: AnyValue) -> AnyValue:
+        """Follow bindings at the top only."""
+        while isinstance(t, TypeVar) and t in self._flexible:
+            root = self._find(t)
+            bound = self._binding.get(root)
+            if bound is None:
+                return root
+            t = bound
+        return t
+
+    def resolve(self, t: AnyValue) -> AnyValue:
+        """Substitute every bound variable (types, dims and dtypes alike)."""
+        if isinstance(t, TypeVar):
+            head = self._head(t)
+            return head if isinstance(head, TypeVar) else self.resolve(head)
+        if isinstance(t, Type):
+            return _Resolver(self).visit(t)
+        return t
+
+    def resolve_dim(self, d: Dim) -> Dim:
+        return self.resolve(d)
+
+    def _wake(self, root: TypeVar) -> None:
+        for rel in self._waiting.pop(root, []):
+            if not rel.done:
+                self._queue.appendleft(rel)
+
+    def _bind(self, tv: TypeVar, value: AnyValue) -> None:
+        root = self._find(tv)
+        if isinstance(value, TypeVar) and value in self._flexible:
+            other = self._find(value)
+            if other is root:
+                return
+            if other.kind is not root.kind:
+                raise UnifyError(f"{type_to_str(root)} and {type_to_str(other)} are of different kinds")
+            self._parent[root] = other
+            self._waiting.setdefault(other, []).extend(self._waiting.pop(root, []))
+            self._wake(other)
+            return
+        self._check_kind(root, value)
+        if isinstance(value, Type) and root in _Occurs(self).vars(value):
+            raise UnifyError(f"{type_to_str(root)} occurs in {type_to_str(self.resolve(value))} (infinite type)")
+        self._binding[root] = value
+        self._wake(root)
+
+    @staticmethod
+    def _check_kind(tv: TypeVar, value: AnyValue) -> None:
+        ok = {
+            Kind.Shape: isinstance(value, (int, AnyDim)) or (isinstance(value, TypeVar) and value.kind is Kind.Shape),
+            Kind.BaseType: isinstance(value, str) or (isinstance(value, TypeVar) and value.kind is Kind.BaseType),
+            Kind.Type: isinstance(value, Type) and not (isinstance(value, TypeVar) and value.kind is not Kind.Type),
+        }[tv.kind]
+        if not ok:
+            raise UnifyError(f"cannot use {type_to_str(value)} as a {tv.kind.name}")
+
+    # ---- unification -----------------------------------------------------
+    def unify(self, a: Type, b: Type) -> Type:
+        """Make `a` and `b` equal or raise UnifyError; returns the unified type."""
+        a, b = self._head(a), self._head(b)
+        if a is b:
+            return a
+        if isinstance(a, TypeVar) and a in self._flexible:
+            self._bind(a, b)
+            return b
+        if isinstance(b, TypeVar) and b in self._flexible:
+            self._bind(b, a)
+            return a
+        if isinstance(a, TensorType) and isinstance(b, TensorType):
+            if a.ndim != b.ndim:
+                raise UnifyError(f"rank {a.ndim} vs rank {b.ndim}")
+            for i, (x, y) in enumerate(zip(a.shape, b.shape)):
+                try:
+                    self.unify_dim(x, y)
+                except UnifyError as e:
+                    raise UnifyError(f"dimension {i}: {e.detail}") from None
+            self.unify_dtype(a.dtype, b.dtype)
+            return a
+        if isinstance(a, TupleType) and isinstance(b, TupleType):
+            if len(a.fields) != len(b.fields):
+                raise UnifyError(f"a tuple of {len(a.fields)} vs a tuple of {len(b.fields)}")
+            for i, (x, y) in enumerate(zip(a.fields, b.fields)):
+                try:
+                    self.unify(x, y)
+                except UnifyError as e:
+                    raise UnifyError(f"tuple field {i}: {e.detail}") from None
+            return a
+        if isinstance(a, FuncType) and isinstance(b, FuncType):
+            if len(a.arg_types) != len(b.arg_types):
+                raise UnifyError(f"a function of {len(a.arg_types)} arguments vs one of {len(b.arg_types)}")
+            if len(a.type_params) != len(b.type_params):
+                raise UnifyError("functions with different numbers of type parameters")
+            if b.type_params:
+                b = substitute_types(b, dict(zip(b.type_params, a.type_params)))  # type: ignore[assignment]
+            for i, (x, y) in enumerate(zip(a.arg_types, b.arg_types)):
+                try:
+                    self.unify(x, y)
+                except UnifyError as e:
+                    raise UnifyError(f"function argument {i}: {e.detail}") from None
+            try:
+                self.unify(a.ret_type, b.ret_type)
+            except UnifyError as e:
+                raise UnifyError(f"function result: {e.detail}") from None
+            return a
+        if isinstance(a, RefType) and isinstance(b, RefType):
+            self.unify(a.value, b.value)
+            return a
+        if isinstance(a, TypeCall) and isinstance(b, TypeCall):
+            if a.func is not b.func or len(a.args) != len(b.args):
+                raise UnifyError(f"{a.func.name} vs {b.func.name}")
+            for x, y in zip(a.args, b.args):
+                self.unify(x, y)
+            return a
+        if isinstance(a, GlobalTypeVar) and isinstance(b, GlobalTypeVar) and a is b:
+            return a
+        raise UnifyError(f"{type_to_str(self.resolve(a))} vs {type_to_str(self.resolve(b))}")
+
+    def unify_dim(self, a: Dim, b: Dim) -> Dim:
+        a, b = self._head(a), self._head(b)
+        if a is b or (isinstance(a, int) and isinstance(b, int) and a == b):
+            return a
+        if isinstance(a, TypeVar) and a in self._flexible:
+            self._bind(a, b)
+            return b
+        if isinstance(b, TypeVar) and b in self._flexible:
+            self._bind(b, a)
+            return a
+        if isinstance(a, AnyDim):
+            return b
+        if isinstance(b, AnyDim):
+            return a
+        if isinstance(a, TypeVar) or isinstance(b, TypeVar):
+            rigid = a if isinstance(a, TypeVar) else b
+            raise UnifyError(
+                f"{type_to_str(a)} vs {type_to_str(b)} "
+                f"({type_to_str(rigid)} is a shape parameter: it stands for any size)"
+            )
+        raise UnifyError(f"{a} vs {b}")
+
+    def unify_dtype(self, a: DType, b: DType) -> DType:
+        a, b = self._head(a), self._head(b)
+        if a is b or a == b:
+            return a
+        if isinstance(a, TypeVar) and a in self._flexible:
+            self._bind(a, b)
+            return b
+        if isinstance(b, TypeVar) and b in self._flexible:
+            self._bind(b, a)
+            return a
+        raise UnifyError(f"dtype {type_to_str(a)} vs {type_to_str(b)}")
+
+    # ---- relations -------------------------------------------------------
+    def add_relation(self, rel: PendingRelation) -> None:
+        self.relations.append(rel)
+        self._queue.append(rel)
+
+    def _unknowns(self, rel: PendingRelation) -> tuple[list[TypeVar], list[TypeVar]]:
+        """(blocking, partial): variables that keep `rel` from running / that it would see symbolically."""
+        blocking: list[TypeVar] = []
+        partial: list[TypeVar] = []
+        for arg in rel.args:
+            head = self._head(arg)
+            if isinstance(head, TypeVar) and head in self._flexible:
+                blocking.append(head)
+                continue
+            if rel.shallow:
+                continue
+            if isinstance(head, TupleType):
+                for f in head.fields:
+                    fh = self._head(f)
+                    if isinstance(fh, TypeVar) and fh in self._flexible:
+                        blocking.append(fh)
+            partial.extend(v for v in _Occurs(self).vars(head) if v.kind is not Kind.Type)
+        return blocking, partial
+
+    def solve(self, fail: Callable[[PendingRelation, str], None]) -> None:
+        """Run relations to a fixpoint. `fail(rel, message)` raises the located error."""
+        deferred: list[PendingRelation] = []
+        while self._queue or deferred:
+            if not self._queue:
+                # Nothing fully known is left: let one partially symbolic relation propagate.
+                self._queue.append(deferred.pop(0))
+                force_partial = True
+            else:
+                force_partial = False
+            rel = self._queue.popleft()
+            if rel.done:
+                continue
+            blocking, partial = self._unknowns(rel)
+            if blocking:
+                for v in blocking:
+                    self._waiting.setdefault(self._find(v), []).append(rel)
+                continue
+            if partial and not force_partial:
+                if rel not in deferred:
+                    deferred.append(rel)
+                continue
+            if rel in deferred:
+                deferred.remove(rel)
+            args = [self.resolve(a) for a in rel.args]
+            ctx = _Context(self, rel, fail)
+            result = rel.func(args, rel.attrs, ctx)
+            if result is None:
+                for v in partial or blocking:
+                    self._waiting.setdefault(self._find(v), []).append(rel)
+                continue
+            rel.done = True
+            try:
+                self.unify(rel.out, result)
+            except UnifyError as e:
+                fail(rel, f"result type {type_to_str(self.resolve(result))} does not match "
+                          f"the expected {type_to_str(self.resolve(rel.out))}: {e.detail}")
+
+    def unsolved(self) -> list[PendingRelation]:
+        return [r for r in self.relations if not r.done]
+
+
+class _Context:
+    """The RelationContext a relation sees (relaydsl/typing/relations.py)."""
+
+    def __init__(self, solver: Solver, rel: PendingRelation, fail: Callable[[PendingRelation, str], None]):
+        self._solver, self._rel, self._fail = solver, rel, fail
+
+    def unify_dims(self, a: Dim, b: Dim, what: str) -> Dim:
+        try:
+            return self._solver.resolve(self._solver.unify_dim(a, b))
+        except UnifyError as e:
+            self.fail(f"{what}: {e.detail}")
+
+    def unify_dtypes(self, a: DType, b: DType, what: str) -> DType:
+        try:
+            return self._solver.resolve(self._solver.unify_dtype(a, b))
+        except UnifyError:
+            self.fail(what)
+
+    def resolve_dim(self, d: Dim) -> Dim:
+        return self._solver.resolve(d)
+
+    def fail(self, message: str):
+        self._fail(self._rel, message)
+        raise RelayTypeError(message, self._rel.span)  # `fail` raises; this keeps type checkers honest
+
+
+class _Resolver(TypeMutator):
+    def __init__(self, solver: Solver):
+        self.solver = solver
+
+    def visit_type_var(self, tv: TypeVar):
+        head = self.solver._head(tv)
+        if isinstance(head, TypeVar):
+            return head
+        return self.solver.resolve(head)
+
+
+class _Occurs(TypeMutator):
+    """Collects the unresolved flexible variables of a type."""
+
+    def __init__(self, solver: Solver):
+        self.solver = solver
+        self.found: list[TypeVar] = []
+
+    def vars(self, t: Type) -> list[TypeVar]:
+        self.visit(t)
+        return self.found
+
+    def visit_type_var(self, tv: TypeVar):
+        head = self.solver._head(tv)
+        if isinstance(head, TypeVar):
+            if head in self.solver._flexible and head not in self.found:
+                self.found.append(head)
+        elif isinstance(head, Type):
+            self.visit(head)
+        return tv
