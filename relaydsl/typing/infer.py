@@ -84,7 +84,7 @@ class _Inferencer:
         args = ", ".join(type_to_str(self.solver.resolve(a)) for a in rel.args)
         text = f"{rel.name}: {message}\n  argument types: ({args})"
         if rel.span is None:
-            text += f"\n  in: {rel.where}"
+            text += f"\n  in: {_where(rel.call)}"
         raise RelayTypeError(text, rel.span)
 
     # ---- expressions -----------------------------------------------------
@@ -206,7 +206,6 @@ class _Inferencer:
         return FuncType(c.inputs, td.self_type(), td.type_vars)
 
     def _call(self, call: Call) -> Type:
-        where = _where(call)
         if isinstance(call.op, Op):
             ft = call.op.definition.func_type(call.attrs)
             inst = self._instantiate(ft)
@@ -232,7 +231,7 @@ class _Inferencer:
             self.unify(param, self.infer(arg), arg, f"argument {i} of {name}")
         for rel in inst.relations:
             self.solver.add_relation(PendingRelation(
-                rel.name, rel.func, rel.args, rel.out, rel.attrs, call.span, where))
+                rel.name, rel.func, rel.args, rel.out, rel.attrs, call.span, call))
         return inst.ret_type
 
     def _tuple_getitem(self, expr: TupleGetItem) -> Type:
@@ -249,7 +248,7 @@ class _Inferencer:
             return t.fields[index]
 
         self.solver.add_relation(PendingRelation(
-            "tuple projection", project, (tup,), out, None, expr.span, _where(expr), shallow=True))  # type: ignore[arg-type]
+            "tuple projection", project, (tup,), out, None, expr.span, expr, shallow=True))  # type: ignore[arg-type]
         return out
 
     def _match(self, m: Match) -> Type:
@@ -296,7 +295,7 @@ class _Inferencer:
             text = (f"{rel.name}: the argument types ({args}) are not known well enough to infer "
                     "the result (the program is underconstrained: add a type annotation)")
             if rel.span is None:
-                text += f"\n  in: {rel.where}"
+                text += f"\n  in: {_where(rel.call)}"
             raise RelayTypeError(text, rel.span)
         for node in self.nodes:
             t = self.solver.resolve(self.types[id(node)])

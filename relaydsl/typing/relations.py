@@ -179,7 +179,9 @@ NUMERIC = DTypeClass("numeric (non-bool)", lambda d: d != "bool")
 BOOL = DTypeClass("bool", lambda d: d == "bool")
 
 
-def require_dtype(ctx: RelationContext, op: str, what: str, t: TensorType, allowed: DTypeClass) -> None:
+def require_dtype(
+    ctx: RelationContext, op: str, what: str, t: TensorType, allowed: DTypeClass
+) -> None:
     """Fail unless t's dtype is in `allowed`; a symbolic dtype passes (it cannot be checked yet)."""
     if isinstance(t.dtype, str) and not allowed.test(t.dtype):
         ctx.fail(f"{op}: {what} must have a {allowed.name} dtype, got {type_to_str(t)}")
@@ -237,12 +239,19 @@ def known_product(dims: Sequence[Dim]) -> Dim:
     return total
 
 
-def slice_dim(n: Dim, begin: int, end: int, step: int = 1) -> Dim:
-    """The length of ``range(n)[begin:end:step]`` (Python slice semantics), or Any if n is not known."""
+def known_sum(dims: Sequence[Dim]) -> Dim:
+    """The sum of dims if every one is a known int, else Any."""
+    if all(isinstance(d, int) for d in dims):
+        return sum(d for d in dims if isinstance(d, int))
+    return AnyDim()
+
+
+def slice_dim(n: Dim, begin: int | None, end: int | None, step: int | None = None) -> Dim:
+    """The length of ``range(n)[begin:end:step]`` (Python slice semantics); Any if n is unknown."""
     return len(range(n)[begin:end:step]) if isinstance(n, int) else AnyDim()
 
 
 __all__ += [
     "DTypeClass", "FLOAT", "INTEGER", "NUMERIC", "BOOL", "require_dtype", "shape_of", "attr_axis",
-    "attr_axes", "known_product", "slice_dim",
+    "attr_axes", "known_product", "known_sum", "slice_dim",
 ]

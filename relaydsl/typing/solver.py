@@ -44,7 +44,7 @@ class PendingRelation:
     out: Type
     attrs: Attrs
     span: Span | None
-    where: str  # a short rendering of the call, for errors without a span
+    call: AnyValue  # the expression that instantiated it, rendered in errors without a span
     shallow: bool = False  # ready as soon as the arguments' outer constructors are known
     done: bool = field(default=False)
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from relaydsl.ir import Call, Op, TensorType, TupleType, Var
 from relaydsl.op import lookup
+from relaydsl.typing import infer_type
 from relaydsl.typing.relations import check_relation
 
 jax.config.update("jax_enable_x64", True)  # so float64/int64 cases are really 64-bit
@@ -91,6 +92,7 @@ def check_case(case: OpCase) -> None:
     # JAX lowering (the oracle's semantics) against the JAX truth.
     lowered = opdef.jax_lower(*[_to_jax(x) for x in case.inputs], **call.attrs)
     assert_same(lowered, expected, case.rtol, case.atol, f"{case.id} jax_lower")
-    # Type relation gives the truth's shape and dtype.
+    # Type relation gives the truth's shape and dtype, alone and through type inference.
     out_type = check_relation(opdef.type_relation, [type_of(x) for x in case.inputs], call.attrs)
     assert_type_matches(out_type, expected, f"{case.id} type relation")
+    assert_type_matches(infer_type(call).checked_type, expected, f"{case.id} type inference")

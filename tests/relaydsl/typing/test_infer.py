@@ -318,3 +318,14 @@ def test_ref_write_of_the_wrong_type():
     r = Var("r", RefType(f32(2)))
     assert_type_error(lambda: infer_type(RefWrite(r, const(np.zeros(3, np.float32)))),
                       "writing a reference", re.escape("(3,)"), re.escape("(2,)"))
+
+
+def test_long_let_chain_does_not_exhaust_the_stack():
+    x = Var("x", f32(2))
+    vars_ = [Var(f"v{i}") for i in range(10_000)]
+    body = vars_[-1]
+    for i in reversed(range(len(vars_))):
+        prev = vars_[i - 1] if i else x
+        body = Let(vars_[i], op("add", prev, x), body)
+    infer_type(body)
+    assert body.checked_type == f32(2) and vars_[5000].checked_type == f32(2)
