@@ -238,10 +238,25 @@ def shape_to_str(shape: tuple) -> str:
     return f"({dims},)" if len(shape) == 1 else f"({dims})"
 
 
-def type_to_str(t: "Type | Dim | str") -> str:
-    """The text-format rendering of a type, used by error messages and the printer."""
+def type_to_str(t: "Type | Dim | str", name_of: "Callable[[TypeVar], str] | None" = None) -> str:
+    """The text-format rendering of a type, used by error messages and the printer.
+
+    `name_of` names type variables (the printer passes one that disambiguates clashes).
+
+    >>> n = TypeVar("n", Kind.Shape)
+    >>> type_to_str(FuncType((TensorType((n, 3)),), TensorType(())))
+    'fn(Tensor[(n, 3), float32]) -> Tensor[(), float32]'
+    >>> type_to_str(FuncType((), TensorType(()), (n,)))
+    'fn<n: Shape>() -> Tensor[(), float32]'
+    """
+    def sub(x: "Type | Dim | str") -> str:
+        return type_to_str(x, name_of)
+
     if isinstance(t, TensorType):
-        return f"Tensor[{shape_to_str(t.shape)}, {type_to_str(t.dtype)}]"
+        dims = ", ".join(sub(d) for d in t.shape)
+        if len(t.shape) == 1:
+            dims += ","
+        return f"Tensor[({dims}), {sub(t.dtype)}]"
     if isinstance(t, AnyDim):
         return "?"
     if isinstance(t, bool):
@@ -249,23 +264,31 @@ def type_to_str(t: "Type | Dim | str") -> str:
     if isinstance(t, (int, str)):
         return str(t)
     if isinstance(t, TypeVar):
-        return t.name
+        return name_of(t) if name_of is not None else t.name
     if isinstance(t, TupleType):
-        inner = ", ".join(type_to_str(f) for f in t.fields)
+        inner = ", ".join(sub(f) for f in t.fields)
         return f"({inner},)" if len(t.fields) == 1 else f"({inner})"
     if isinstance(t, RefType):
-        return f"Ref[{type_to_str(t.value)}]"
+        return f"Ref[{sub(t.value)}]"
     if isinstance(t, FuncType):
-        tps = f"<{', '.join(type_to_str(p) for p in t.type_params)}>" if t.type_params else ""
-        args = ", ".join(type_to_str(a) for a in t.arg_types)
-        return f"fn{tps}({args}) -> {type_to_str(t.ret_type)}"
+        tps = ""
+        if t.type_params:
+            tps = f"<{', '.join(type_param_to_str(p, name_of) for p in t.type_params)}>"
+        args = ", ".join(sub(a) for a in t.arg_types)
+        return f"fn{tps}({args}) -> {sub(t.ret_type)}"
     if isinstance(t, GlobalTypeVar):
         return t.name
     if isinstance(t, TypeCall):
         if not t.args:
             return t.func.name
-        return f"{t.func.name}[{', '.join(type_to_str(a) for a in t.args)}]"
+        return f"{t.func.name}[{', '.join(sub(a) for a in t.args)}]"
     return repr(t)
+
+
+def type_param_to_str(tv: TypeVar, name_of: "Callable[[TypeVar], str] | None" = None) -> str:
+    """A type parameter as declared: ``a``, ``n: Shape``, ``d: BaseType``."""
+    name = name_of(tv) if name_of is not None else tv.name
+    return name if tv.kind is Kind.Type else f"{name}: {tv.kind.name}"
 
 
 # Readable reprs everywhere (tests, errors, debugging).

@@ -57,7 +57,9 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "bool": ("a bool", lambda v: isinstance(v, bool)),
     "str": ("a string", lambda v: isinstance(v, str)),
     "dtype": (f"a dtype ({', '.join(DTYPES)})", lambda v: v in DTYPES),
-    "optional_dtype": (f"None or a dtype ({', '.join(DTYPES)})", lambda v: v is None or v in DTYPES),
+    "optional_dtype": (
+        f"None or a dtype ({', '.join(DTYPES)})", lambda v: v is None or v in DTYPES
+    ),
     "ints": ("a tuple of ints", _ints),
     "int_or_ints": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
     "optional_int": ("an int or None", lambda v: v is None or _is_int(v)),

@@ -36,7 +36,8 @@ def elementwise_rel(op: str, accepts: DTypeClass | None, out_dtype: str | None =
         ts = [tensor_arg(ctx, a, f"{op}: argument {i}") for i, a in enumerate(args)]
         dtype = same_dtype(ctx, ts, op)
         if accepts is not None:
-            require_dtype(ctx, op, "the input" if len(ts) == 1 else "each input", ts[0], accepts)
+            for t in ts:
+                require_dtype(ctx, op, "the input" if len(ts) == 1 else "each input", t, accepts)
         return TensorType(broadcast_shapes(ctx, *(t.shape for t in ts)), out_dtype or dtype)
 
     return rel
@@ -48,19 +49,15 @@ def _unary(name: str, accepts: DTypeClass | None, numpy_ref, jax_lower, doc: str
                    numpy_ref, jax_lower, doc=doc, differentiable=differentiable))
 
 
-def _binary(name: str, accepts: DTypeClass | None, numpy_ref, jax_lower, doc: str) -> None:
-    register(OpDef(name, ("lhs", "rhs"), elementwise_rel(name, accepts), OpPattern.BROADCAST,
-                   numpy_ref, jax_lower, doc=doc))
+def _binary(name: str, accepts: DTypeClass | None, numpy_ref, jax_lower, doc: str,
+            out_dtype: str | None = None, differentiable: bool = True) -> None:
+    register(OpDef(name, ("lhs", "rhs"), elementwise_rel(name, accepts, out_dtype),
+                   OpPattern.BROADCAST, numpy_ref, jax_lower, doc=doc,
+                   differentiable=differentiable))
 
 
 def _compare(name: str, numpy_ref, jax_lower, doc: str) -> None:
-    register(OpDef(name, ("lhs", "rhs"), elementwise_rel(name, None, "bool"), OpPattern.BROADCAST,
-                   numpy_ref, jax_lower, doc=doc, differentiable=False))
-
-
-def _logic(name: str, inputs: tuple[str, ...], numpy_ref, jax_lower, doc: str) -> None:
-    register(OpDef(name, inputs, elementwise_rel(name, BOOL), OpPattern.BROADCAST,
-                   numpy_ref, jax_lower, doc=doc, differentiable=False))
+    _binary(name, None, numpy_ref, jax_lower, doc, out_dtype="bool", differentiable=False)
 
 
 # ---- unary math ---------------------------------------------------------------
@@ -83,10 +80,13 @@ _unary("round", FLOAT, np.round, jnp.round, "nearest integer, ties to even",
        differentiable=False)
 
 
+_clip_elementwise = elementwise_rel("clip", NUMERIC)
+
+
 def _clip_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     if attrs.a_min > attrs.a_max:
         ctx.fail(f"clip: attribute 'a_min' = {attrs.a_min} is greater than 'a_max' = {attrs.a_max}")
-    return elementwise_rel("clip", NUMERIC)(args, attrs, ctx)
+    return _clip_elementwise(args, attrs, ctx)
 
 
 def _clip_numpy(x: AnyValue, a_min: float, a_max: float) -> AnyValue:
@@ -149,9 +149,13 @@ _compare("greater_equal", np.greater_equal, jnp.greater_equal,
 
 # ---- logic (bool only) ---------------------------------------------------------
 
-_logic("logical_and", ("lhs", "rhs"), np.logical_and, jnp.logical_and, "x and y, broadcasting")
-_logic("logical_or", ("lhs", "rhs"), np.logical_or, jnp.logical_or, "x or y, broadcasting")
-_logic("logical_not", ("data",), np.logical_not, jnp.logical_not, "not x")
+_binary("logical_and", BOOL, np.logical_and, jnp.logical_and, "x and y, broadcasting",
+        differentiable=False)
+_binary("logical_or", BOOL, np.logical_or, jnp.logical_or, "x or y, broadcasting",
+        differentiable=False)
+_unary("logical_not", BOOL, np.logical_not, jnp.logical_not, "not x", differentiable=False)
+
+# ---- selection -------------------------------------------------------------------
 
 
 def _where_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:

@@ -82,7 +82,8 @@ class _Inferencer:
 
     def _relation_failed(self, rel: PendingRelation, message: str) -> None:
         args = ", ".join(type_to_str(self.solver.resolve(a)) for a in rel.args)
-        text = f"{rel.name}: {message}\n  argument types: ({args})"
+        prefix = "" if message.startswith(f"{rel.name}:") else f"{rel.name}: "
+        text = f"{prefix}{message}\n  argument types: ({args})"
         if rel.span is None:
             text += f"\n  in: {_where(rel.call)}"
         raise RelayTypeError(text, rel.span)

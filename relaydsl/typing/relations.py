@@ -167,16 +167,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class DTypeClass:
-    """A named set of dtypes an op accepts, e.g. the floating-point ones."""
+    """A set of dtypes an op accepts, named for messages ("a floating-point")."""
 
     name: str
     test: Callable[[str], bool]
 
 
-FLOAT = DTypeClass("floating-point", is_float)
-INTEGER = DTypeClass("integer", is_int)
-NUMERIC = DTypeClass("numeric (non-bool)", lambda d: d != "bool")
-BOOL = DTypeClass("bool", lambda d: d == "bool")
+FLOAT = DTypeClass("a floating-point", is_float)
+INTEGER = DTypeClass("an integer", is_int)
+NUMERIC = DTypeClass("a numeric (non-bool)", lambda d: d != "bool")
+BOOL = DTypeClass("a bool", lambda d: d == "bool")
+ANY_DTYPE = DTypeClass("any", lambda d: True)
 
 
 def require_dtype(
@@ -184,7 +185,7 @@ def require_dtype(
 ) -> None:
     """Fail unless t's dtype is in `allowed`; a symbolic dtype passes (it cannot be checked yet)."""
     if isinstance(t.dtype, str) and not allowed.test(t.dtype):
-        ctx.fail(f"{op}: {what} must have a {allowed.name} dtype, got {type_to_str(t)}")
+        ctx.fail(f"{op}: {what} must have {allowed.name} dtype, got {type_to_str(t)}")
 
 
 def shape_of(ctx: RelationContext, t: TensorType) -> tuple[Dim, ...]:
@@ -252,6 +253,6 @@ def slice_dim(n: Dim, begin: int | None, end: int | None, step: int | None = Non
 
 
 __all__ += [
-    "DTypeClass", "FLOAT", "INTEGER", "NUMERIC", "BOOL", "require_dtype", "shape_of", "attr_axis",
+    "DTypeClass", "FLOAT", "INTEGER", "NUMERIC", "BOOL", "ANY_DTYPE", "require_dtype", "shape_of", "attr_axis",
     "attr_axes", "known_product", "known_sum", "slice_dim",
 ]

@@ -1,0 +1,224 @@
+"""Shape transformations and constructors against JAX, their checks, and symbolic dims."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from relaydsl.errors import IRError, RelayTypeError
+from relaydsl.ir import Call, Op, TensorType, TupleType, Var
+from relaydsl.ir.types import Any, Kind, TypeVar
+from relaydsl.op import lookup
+from relaydsl.typing.relations import check_relation
+from tests.relaydsl.op.harness import OpCase, check_case
+from tests.relaydsl.op.test_tensor import bools, f32, f64, i32
+
+lax = jax.lax
+
+
+def stacked(axis):
+    """stack as a concatenation of inputs each given a new size-1 axis."""
+    return lambda data: lax.concatenate(
+        [lax.expand_dims(t, (axis % (t.ndim + 1),)) for t in data], axis % (data[0].ndim + 1))
+
+
+def taken(axis, mode):
+    """take as an index with clamped or wrapped indices."""
+
+    def run(x, i):
+        n = x.size if axis is None else x.shape[axis]
+        i = jnp.clip(i, 0, n - 1) if mode == "clip" else jnp.mod(i, n)
+        if axis is None:
+            return x.reshape(-1)[i]
+        a = axis % x.ndim
+        return jnp.moveaxis(jnp.moveaxis(x, a, 0)[i], range(i.ndim), range(a, a + i.ndim))
+
+    return run
+
+
+def filled(value):
+    return lambda shape, dtype: (lambda: lax.full(shape, value, jnp.dtype(dtype)))
+
+
+OUT_OF_RANGE = np.array([[5, -1], [0, -7]], np.int32)
+
+CASES = [
+    OpCase("reshape", [f32(2, 3, 4)], lambda x: lax.reshape(x, (6, 4)), {"newshape": (6, 4)}),
+    OpCase("reshape", [f64(2, 3, 4)], lambda x: lax.reshape(x, (12, 2)), {"newshape": (-1, 2)}),
+    OpCase("reshape", [i32(6)], lambda x: lax.reshape(x, (2, 1, 3)), {"newshape": [2, -1, 3]}),
+    OpCase("reshape", [i32()], lambda x: lax.reshape(x, (1, 1)), {"newshape": (1, -1)}),
+    OpCase("reshape", [bools(2, 2)], lambda x: lax.reshape(x, (4,)), {"newshape": (4,)}),
+    OpCase("transpose", [f32(2, 3, 4)], lambda x: lax.transpose(x, (2, 1, 0))),
+    OpCase("transpose", [f64(2, 3, 4)], lambda x: lax.transpose(x, (1, 0, 2)),
+           {"axes": (1, 0, 2)}),
+    OpCase("transpose", [i32(2, 3, 4)], lambda x: lax.transpose(x, (2, 0, 1)),
+           {"axes": (-1, 0, 1)}),
+    OpCase("transpose", [f32(5)], lambda x: x, {"axes": 0}),
+    OpCase("expand_dims", [f32(2, 3)], lambda x: x[:, None, :], {"axis": 1}),
+    OpCase("expand_dims", [i32(2, 3)], lambda x: x[:, :, None, None],
+           {"axis": -1, "num_newaxis": 2}),
+    OpCase("expand_dims", [f64()], lambda x: x[None], {"axis": 0}),
+    OpCase("expand_dims", [f32(2)], lambda x: x, {"axis": 0, "num_newaxis": 0}),
+    OpCase("squeeze", [f32(1, 3, 1)], lambda x: lax.reshape(x, (3,))),
+    OpCase("squeeze", [f64(1, 3, 1)], lambda x: x[0], {"axis": 0}),
+    OpCase("squeeze", [i32(1, 3, 1)], lambda x: x[0, :, 0], {"axis": (-1, 0)}),
+    OpCase("concatenate", [(f32(2, 3), f32(1, 3))], lambda d: lax.concatenate(d, 0)),
+    OpCase("concatenate", [(i32(2, 1), i32(2, 2), i32(2, 3))], lambda d: lax.concatenate(d, 1),
+           {"axis": -1}),
+    OpCase("concatenate", [(f64(4),)], lambda d: d[0], {"axis": 0}),
+    OpCase("split", [f32(6, 4)], lambda x: (x[0:2], x[2:4], x[4:6]),
+           {"indices_or_sections": 3}),
+    OpCase("split", [i32(2, 5)], lambda x: (x[:, :1], x[:, 1:3], x[:, 3:]),
+           {"indices_or_sections": (1, 3), "axis": 1}),
+    OpCase("split", [f64(6)], lambda x: (x[:4], x[4:7], x[7:]),
+           {"indices_or_sections": (-2, 7), "axis": -1}, name="negative and past-the-end"),
+    OpCase("split", [f32(5)], lambda x: (x[:3], x[3:1], x[1:]),
+           {"indices_or_sections": (3, 1)}, name="decreasing cuts"),
+    OpCase("stack", [(f32(2, 3), f32(2, 3), f32(2, 3))], stacked(0)),
+    OpCase("stack", [(i32(2, 3), i32(2, 3))], stacked(-1), {"axis": -1}),
+    OpCase("stack", [(f64(2), f64(2))], stacked(1), {"axis": 1}),
+    OpCase("stack", [(f32(), f32(), f32())], stacked(0), name="scalars"),
+    OpCase("take", [f64(4, 3), OUT_OF_RANGE], taken(1, "clip"), {"axis": 1},
+           name="clip out of range"),
+    OpCase("take", [i32(4, 3), OUT_OF_RANGE.astype(np.int64)], taken(-1, "wrap"),
+           {"axis": -1, "mode": "wrap"}, name="wrap"),
+    OpCase("take", [f32(2, 3), OUT_OF_RANGE], taken(None, "clip"), name="flattened"),
+    OpCase("strided_slice", [f32(4, 5)], lambda x: x[1:3], {"begin": (1,), "end": (3,)}),
+    OpCase("strided_slice", [f64(4, 5)], lambda x: x[0:4:2, 4:0:-1],
+           {"begin": (0, 4), "end": (4, 0), "strides": (2, -1)}),
+    OpCase("strided_slice", [i32(4, 5)], lambda x: x[:, -3:100],
+           {"begin": (-3,), "end": (100,), "axes": (1,)}, name="negative begin, clamped end"),
+    OpCase("strided_slice", [f32(6)], lambda x: x[3:-100:-1],
+           {"begin": (3,), "end": (-100,), "strides": -1}, name="reverse to the start"),
+    OpCase("strided_slice", [f32(3, 4)], lambda x: x[:, 3:1],
+           {"begin": (3,), "end": (1,), "axes": -1}, name="empty"),
+    OpCase("broadcast_to", [f32(3, 1)], lambda x: lax.broadcast_in_dim(x, (2, 3, 4), (1, 2)),
+           {"shape": (2, 3, 4)}),
+    OpCase("broadcast_to", [f64()], lambda x: lax.broadcast_in_dim(x, (2,), ()), {"shape": (2,)}),
+    OpCase("broadcast_to", [i32(4)], lambda x: lax.broadcast_in_dim(x, (3, 4), (1,)),
+           {"shape": (3, 4)}),
+    OpCase("zeros", [], filled(0)((2, 3), "float32"), {"shape": (2, 3)}),
+    OpCase("zeros", [], filled(0)((), "int32"), {"shape": (), "dtype": "int32"}),
+    OpCase("ones", [], filled(1)((4,), "float64"), {"shape": (4,), "dtype": "float64"}),
+    OpCase("ones", [], filled(True)((2, 1), "bool"), {"shape": (2, 1), "dtype": "bool"}),
+    OpCase("full", [np.array(2.5, np.float32)], lambda v: lax.full((2, 3), v), {"shape": (2, 3)}),
+    OpCase("full", [np.array(-2.7)], lambda v: lax.full((3,), lax.convert_element_type(
+        v, jnp.int32)), {"shape": (3,), "dtype": "int32"}, name="float64 to int32"),
+    OpCase("full", [np.array(True)], lambda v: lax.full((2, 2), v), {"shape": (2, 2)}),
+    OpCase("zeros_like", [f32(2, 3)], lambda x: lax.full(x.shape, 0, x.dtype)),
+    OpCase("zeros_like", [i32(4)], lambda x: lax.full(x.shape, 0, x.dtype)),
+    OpCase("ones_like", [f64(2, 3)], lambda x: lax.full(x.shape, 1, x.dtype)),
+    OpCase("ones_like", [bools(3)], lambda x: lax.full(x.shape, True, x.dtype)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_op_matches_jax(case):
+    check_case(case)
+
+
+def T(shape, dtype="float32"):
+    return TensorType(shape, dtype)
+
+
+def rel(op, *arg_types, **attrs):
+    call = Call(Op.get(op), [Var(f"x{i}", t) for i, t in enumerate(arg_types)], attrs)
+    return check_relation(lookup(op).type_relation, arg_types, call.attrs)
+
+
+@pytest.mark.parametrize("op, arg_types, attrs, message", [
+    ("reshape", [T((2, 3))], {"newshape": (4, 2)},
+     r"reshape: attribute 'newshape' = \(4, 2\) does not fit the 6 elements of the input "
+     r"Tensor\[\(2, 3\), float32\]"),
+    ("reshape", [T((2, 3))], {"newshape": (4, -1)}, r"reshape: .*does not fit the 6 elements"),
+    ("reshape", [T((2, 0))], {"newshape": (0, -1)}, r"reshape: .*does not fit the 0 elements"),
+    ("transpose", [T((2, 3))], {"axes": (0,)},
+     r"transpose: attribute 'axes' = \(0,\) is not a permutation of the axes of the input "
+     r"Tensor\[\(2, 3\), float32\]"),
+    ("transpose", [T((2, 3))], {"axes": (1, -1)}, r"transpose: attribute 'axes' .* repeats"),
+    ("transpose", [T((2, 3))], {"axes": (0, 2)}, r"transpose: attribute 'axes' = 2 is out of"),
+    ("expand_dims", [T((2, 3))], {"axis": 3},
+     r"expand_dims: attribute 'axis' = 3 is out of range for the input Tensor\[\(2, 3\), "
+     r"float32\] \(expected -3 <= axis < 3\)"),
+    ("squeeze", [T((1, 3))], {"axis": 1},
+     r"squeeze: attribute 'axis' = 1 names axis 1 of the input Tensor\[\(1, 3\), float32\], "
+     r"which is not of size 1"),
+    ("concatenate", [TupleType([T((2, 3)), T((2,))])], {}, r"concatenate: .*same rank"),
+    ("concatenate", [TupleType([T((2, 3)), T((2, 4))])], {}, r"concatenate: dim 1 differs"),
+    ("concatenate", [TupleType([T((2,)), T((2,), "int32")])], {}, r"concatenate: .*dtype"),
+    ("concatenate", [TupleType([])], {}, r"concatenate: the input must hold at least one"),
+    ("concatenate", [T((2,))], {}, r"concatenate: the input must be a tuple of tensors"),
+    ("concatenate", [TupleType([T((2,))])], {"axis": 1}, r"concatenate: attribute 'axis' = 1"),
+    ("split", [T((6, 2))], {"indices_or_sections": 4},
+     r"split: attribute 'indices_or_sections' = 4 does not divide axis 0 of the input"),
+    ("split", [T((6, 2))], {"indices_or_sections": 2, "axis": 2}, r"split: attribute 'axis' = 2"),
+    ("stack", [TupleType([T((2, 3)), T((3, 2))])], {}, r"stack: dim 0 differs"),
+    ("stack", [TupleType([T((2,))])], {"axis": 2}, r"stack: attribute 'axis' = 2 is out of"),
+    ("take", [T((3,)), T((2,))], {}, r"take: the indices must have an integer dtype"),
+    ("take", [T((3,)), T((2,), "int32")], {"axis": 1}, r"take: attribute 'axis' = 1"),
+    ("strided_slice", [T((3,))], {"begin": (0, 0), "end": (1,)},
+     r"strided_slice: attributes 'begin' = \(0, 0\), 'end' = \(1,\) and 'strides' = None "
+     r"must have the same length"),
+    ("strided_slice", [T((3,))], {"begin": (0, 0), "end": (1, 1)},
+     r"strided_slice: attribute 'begin' = \(0, 0\) has more entries than the input"),
+    ("strided_slice", [T((3, 2))], {"begin": (0,), "end": (1,), "axes": (2,)},
+     r"strided_slice: attribute 'axes' = 2 is out of range"),
+    ("strided_slice", [T((3, 2))], {"begin": (0,), "end": (1,), "axes": (0, 1)},
+     r"strided_slice: attribute 'axes' = \(0, 1\) must have one axis per entry"),
+    ("broadcast_to", [T((3,))], {"shape": (2, 4)},
+     r"broadcast_to: the input Tensor\[\(3,\), float32\] cannot be broadcast to attribute "
+     r"'shape' = \(2, 4\)"),
+    ("broadcast_to", [T((1, 3))], {"shape": (3,)}, r"broadcast_to: .*cannot be broadcast"),
+    ("full", [T((2,))], {"shape": (2,)}, r"full: the fill value must be a scalar tensor"),
+])
+def test_type_errors(op, arg_types, attrs, message):
+    with pytest.raises(RelayTypeError, match=message):
+        rel(op, *arg_types, **attrs)
+
+
+@pytest.mark.parametrize("op, arg_types, attrs, message", [
+    ("reshape", [T((6,))], {"newshape": "x"}, r"reshape: attribute 'newshape' must be a tuple"),
+    ("reshape", [T((6,))], {"newshape": (-1, -1)}, r"reshape: attribute 'newshape': .*one -1"),
+    ("transpose", [T((6,))], {"axes": "x"}, r"transpose: attribute 'axes' must be None"),
+    ("expand_dims", [T((6,))], {"axis": 0, "num_newaxis": -1}, r"'num_newaxis': must be >= 0"),
+    ("squeeze", [T((6,))], {"axis": 0.5}, r"squeeze: attribute 'axis' must be"),
+    ("split", [T((6,))], {"indices_or_sections": 0}, r"split: .*sections must be >= 1"),
+    ("split", [T((6,))], {}, r"split: attribute 'indices_or_sections' is required"),
+    ("take", [T((6,)), T((1,), "int32")], {"mode": "fill"}, r"take: .*'clip' or 'wrap'"),
+    ("strided_slice", [T((6,))], {"begin": (0,), "end": (1,), "strides": (0,)},
+     r"a stride cannot be 0"),
+    ("broadcast_to", [T((6,))], {"shape": (-1, 6)}, r"broadcast_to: .*dims must be >= 0"),
+    ("zeros", [], {"shape": (2,), "dtype": "complex64"}, r"zeros: attribute 'dtype' must be"),
+    ("full", [T(())], {"shape": (2,), "dtype": 3}, r"full: attribute 'dtype' must be None or"),
+    ("concatenate", [T((2,))], {"axis": "x"}, r"concatenate: attribute 'axis' must be an int"),
+])
+def test_bad_attributes(op, arg_types, attrs, message):
+    with pytest.raises(IRError, match=message):
+        Call(Op.get(op), [Var(f"x{i}", t) for i, t in enumerate(arg_types)], attrs)
+
+
+def test_symbolic_dims():
+    n, m = TypeVar("n", Kind.Shape), TypeVar("m", Kind.Shape)
+    assert rel("reshape", T((n, 3)), newshape=(-1,)) == T((Any,))
+    assert rel("reshape", T((n, 3)), newshape=(3, 2)) == T((3, 2))  # unchecked, not failed
+    assert rel("transpose", T((n, m, 2))) == T((2, m, n))
+    assert rel("expand_dims", T((n, m)), axis=-1) == T((n, m, 1))
+    assert rel("squeeze", T((n, 1, m))) == T((n, m))  # symbolic dims are kept by axis=None
+    assert rel("squeeze", T((Any, 3)), axis=0) == T((3,))
+    assert rel("concatenate", TupleType([T((n, 3)), T((n, 4))]), axis=1) == T((n, 7))
+    assert rel("concatenate", TupleType([T((n, 3)), T((2, 3))])) == T((Any, 3))
+    assert rel("stack", TupleType([T((n, m)), T((n, Any))]), axis=1) == T((n, 2, m))
+    assert rel("split", T((n, 4)), indices_or_sections=2) == TupleType([T((Any, 4))] * 2)
+    assert rel("split", T((4, n)), indices_or_sections=(1,)) == TupleType([T((1, n)), T((3, n))])
+    assert rel("take", T((n, m)), T((2, Any), "int32"), axis=1) == T((n, 2, Any))
+    assert rel("strided_slice", T((n, 5)), begin=(1, 1), end=(3, 3)) == T((Any, 2))
+    assert rel("broadcast_to", T((n, 1)), shape=(4, 3)) == T((4, 3))
+    assert rel("zeros_like", T((n, m), "int32")) == T((n, m), "int32")
+    assert rel("full", T((), "float64"), shape=(2,)) == T((2,), "float64")
+
+
+def test_symbolic_dims_that_must_agree():
+    n, m = TypeVar("n", Kind.Shape), TypeVar("m", Kind.Shape)
+    with pytest.raises(RelayTypeError, match="concatenate: dim 0 differs"):
+        rel("concatenate", TupleType([T((n, 3)), T((m, 3))]), axis=1)
+    with pytest.raises(RelayTypeError, match="squeeze: attribute 'axis' = 0 names axis 0"):
+        rel("squeeze", T((n, 3)), axis=0)  # a rigid symbolic dim cannot be assumed to be 1
