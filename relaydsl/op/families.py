@@ -1,9 +1,5 @@
-"""Imports every op family so each registers its ops."""
-import importlib
-
-for _family in ("tensor", "reduce", "transform", "nn"):
-    try:
-        importlib.import_module(f"relaydsl.op.{_family}")
-    except ModuleNotFoundError as e:  # a family not written yet
-        if e.name != f"relaydsl.op.{_family}":
-            raise
+"""Imports every op family so each registers its ops (the registry loads this on first lookup)."""
+import relaydsl.op.nn  # noqa: F401
+import relaydsl.op.reduce  # noqa: F401
+import relaydsl.op.tensor  # noqa: F401
+import relaydsl.op.transform  # noqa: F401

@@ -1,0 +1,590 @@
+"""Neural-network ops against JAX; their relations on symbolic dims; their errors.
+
+Each JAX truth is written with jax.lax / jax.numpy / jax.nn independently of the ops'
+``jax_lower``. The pooling geometry is also checked against a brute-force transcription of
+PyTorch's pooling loops (output size, ceil_mode, count_include_pad).
+"""
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from relaydsl.errors import IRError, RelayTypeError
+from relaydsl.ir import Call, Op, TensorType, TupleType, Var
+from relaydsl.ir.types import Any, Kind, TypeVar
+from relaydsl.op import OpPattern, lookup
+from relaydsl.typing import infer_type
+from relaydsl.typing.relations import check_relation
+from tests.relaydsl.op.harness import OpCase, check_case
+
+lax = jax.lax
+HIGHEST = lax.Precision.HIGHEST
+rng = np.random.default_rng(0)
+
+
+def f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def f64(*shape):
+    return rng.standard_normal(shape)
+
+
+def pos(x):
+    """Positive values (variances)."""
+    return np.abs(x) + np.asarray(0.5, x.dtype)
+
+
+def one_hot(n, k, dtype=np.float32):
+    return np.eye(k, dtype=dtype)[rng.integers(0, k, n)]
+
+
+def probabilities(*shape):
+    p = rng.random(shape).astype(np.float32)
+    return p / p.sum(-1, keepdims=True)
+
+
+# ---- JAX truths ---------------------------------------------------------------------------------
+
+def conv_truth(strides=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1), groups=1):
+    def truth(x, w):
+        return lax.conv_general_dilated(
+            x, w, strides, pads, rhs_dilation=dilation, feature_group_count=groups,
+            dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=HIGHEST)
+
+    return truth
+
+
+def _window_sum(x, k, s, pads):
+    return lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (1, 1, *k), (1, 1, *s),
+                             ((0, 0), (0, 0), *pads))
+
+
+def max_pool_truth(k, s, pads):
+    """pads: ((top, bottom), (left, right)) including any padding ceil_mode adds."""
+    def truth(x):
+        return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, 1, *k),
+                                 (1, 1, *s), ((0, 0), (0, 0), *pads))
+
+    return truth
+
+
+def avg_pool_truth(k, s, pads, counted=((0, 0), (0, 0))):
+    """Window sums over `pads` divided by how many ones each window holds of an all-ones input
+    padded by `counted` (the part of the padding the mean counts)."""
+    def truth(x):
+        ones = jnp.pad(jnp.ones_like(x), ((0, 0), (0, 0), *counted), constant_values=1)
+        rest = [(p[0] - c[0], p[1] - c[1]) for p, c in zip(pads, counted)]
+        return _window_sum(x, k, s, pads) / _window_sum(ones, k, s, rest)
+
+    return truth
+
+
+def global_avg_truth(x):
+    h, w = x.shape[2:]
+    return _window_sum(x, (h, w), (1, 1), ((0, 0), (0, 0))) / (h * w)
+
+
+def batch_norm_truth(axis=1, eps=1e-5, training=False, momentum=0.1, center=True, scale=True):
+    def truth(x, gamma, beta, mean, var):
+        axis_ = axis % x.ndim
+        others = tuple(i for i in range(x.ndim) if i != axis_)
+
+        def spread(v):
+            return lax.broadcast_in_dim(v, x.shape, (axis_,))
+
+        if training:
+            batch_mean, batch_var = jnp.mean(x, others), jnp.var(x, others)
+            use_mean, use_var = batch_mean, batch_var
+            mean = momentum * batch_mean + (1 - momentum) * mean
+            var = momentum * batch_var + (1 - momentum) * var
+        else:
+            use_mean, use_var = mean, var
+        out = jax.nn.standardize(x, others, mean=spread(use_mean), variance=spread(use_var),
+                                 epsilon=eps)
+        out = out * spread(gamma) if scale else out
+        out = out + spread(beta) if center else out
+        return out, mean, var
+
+    return truth
+
+
+def layer_norm_truth(axis=-1, eps=1e-5, center=True, scale=True):
+    def truth(x, gamma, beta):
+        axis_ = axis % x.ndim
+        out = jax.nn.standardize(x, axis_, epsilon=eps)
+        out = out * lax.broadcast_in_dim(gamma, x.shape, (axis_,)) if scale else out
+        return out + lax.broadcast_in_dim(beta, x.shape, (axis_,)) if center else out
+
+    return truth
+
+
+def lowbias32(x):
+    """The documented dropout hash, in Python integers."""
+    m = 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & m
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & m
+    return x ^ (x >> 16)
+
+
+def dropout_keep(size, rate, seed):
+    threshold = int(rate * 2**32)
+    return np.array([lowbias32(lowbias32(i) ^ seed) >= threshold for i in range(size)])
+
+
+def dropout_truth(rate, seed):
+    def truth(x):
+        keep = dropout_keep(x.size, rate, seed).reshape(x.shape)
+        return jnp.where(keep, x / (1 - rate), jnp.zeros((), x.dtype))
+
+    return truth
+
+
+def pad_truth(widths, value=0.0):
+    def truth(x):
+        pairs = [(widths[2 * i], widths[2 * i + 1], 0) for i in range(x.ndim)]
+        return lax.pad(x, jnp.array(value, x.dtype), pairs)
+
+    return truth
+
+
+def bias_add_truth(axis):
+    return lambda x, b: x + lax.broadcast_in_dim(b, x.shape, (axis % x.ndim,))
+
+
+def cross_entropy_truth(logits, labels):
+    return -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits, axis=-1), axis=-1))
+
+
+def bmm_truth(transpose_a=False, transpose_b=False):
+    spec = f"{'bkm' if transpose_a else 'bmk'},{'bnk' if transpose_b else 'bkn'}->bmn"
+
+    def truth(x, y):
+        b = max(x.shape[0], y.shape[0])
+        x, y = jnp.broadcast_to(x, (b, *x.shape[1:])), jnp.broadcast_to(y, (b, *y.shape[1:]))
+        return jnp.einsum(spec, x, y, precision=HIGHEST)
+
+    return truth
+
+
+def einsum(spec):
+    return lambda a, b: jnp.einsum(spec, a, b, precision=HIGHEST)
+
+
+CONV = dict(rtol=1e-4, atol=1e-4)
+
+CASES = [
+    # matmul: numpy.matmul semantics
+    OpCase("matmul", [f32(3, 4), f32(4, 5)], einsum("mk,kn->mn")),
+    OpCase("matmul", [f32(4), f32(4, 5)], einsum("k,kn->n")),
+    OpCase("matmul", [f32(3, 4), f32(4)], einsum("mk,k->m")),
+    OpCase("matmul", [f64(4), f64(4)], einsum("k,k->")),
+    OpCase("matmul", [f32(2, 1, 3, 4), f32(5, 4, 2)], einsum("...mk,...kn->...mn")),
+    # dense: data @ weight.T
+    OpCase("dense", [f32(4, 6), f32(3, 6)], einsum("nk,uk->nu")),
+    OpCase("dense", [f64(2, 5, 6), f64(3, 6)], einsum("bnk,uk->bnu")),
+    OpCase("dense", [f32(6), f32(3, 6)], einsum("k,uk->u")),
+    # batch_matmul
+    OpCase("batch_matmul", [f32(2, 3, 4), f32(2, 4, 5)], bmm_truth()),
+    OpCase("batch_matmul", [f32(2, 4, 3), f32(2, 4, 5)], bmm_truth(True),
+           {"transpose_a": True}),
+    OpCase("batch_matmul", [f64(2, 3, 4), f64(2, 5, 4)], bmm_truth(False, True),
+           {"transpose_b": True}),
+    OpCase("batch_matmul", [f32(2, 4, 3), f32(2, 5, 4)], bmm_truth(True, True),
+           {"transpose_a": True, "transpose_b": True}),
+    OpCase("batch_matmul", [f32(1, 3, 4), f32(3, 4, 2)], bmm_truth(), name="batch 1 broadcasts"),
+    # conv2d
+    OpCase("conv2d", [f32(2, 3, 7, 7), f32(4, 3, 3, 3)], conv_truth(), **CONV),
+    OpCase("conv2d", [f32(2, 3, 8, 8), f32(4, 3, 3, 3)],
+           conv_truth((2, 2), ((1, 1), (1, 1))), {"strides": 2, "padding": 1}, **CONV,
+           name="stride 2, padding int"),
+    OpCase("conv2d", [f32(1, 2, 6, 7), f32(3, 2, 3, 3)], conv_truth(pads=((1, 1), (2, 2))),
+           {"padding": (1, 2)}, **CONV, name="padding (h, w)"),
+    OpCase("conv2d", [f32(1, 2, 6, 7), f32(3, 2, 3, 2)], conv_truth(pads=((0, 2), (1, 1))),
+           {"padding": (0, 1, 2, 1)}, **CONV, name="padding (top, left, bottom, right)"),
+    OpCase("conv2d", [f32(2, 2, 9, 9), f32(3, 2, 3, 3)], conv_truth(dilation=(2, 2)),
+           {"dilation": 2}, **CONV, name="dilation 2"),
+    OpCase("conv2d", [f32(2, 4, 6, 6), f32(6, 2, 3, 3)], conv_truth(groups=2),
+           {"groups": 2}, **CONV, name="groups 2"),
+    OpCase("conv2d", [f32(1, 4, 5, 5), f32(4, 1, 3, 3)],
+           conv_truth(pads=((1, 1), (1, 1)), groups=4), {"groups": 4, "padding": 1}, **CONV,
+           name="depthwise"),
+    OpCase("conv2d", [f32(1, 3, 5, 5), f32(6, 1, 3, 3)], conv_truth(groups=3),
+           {"groups": 3}, **CONV, name="depthwise, multiplier 2"),
+    OpCase("conv2d", [f64(2, 2, 9, 8), f64(4, 2, 3, 2)],
+           conv_truth((2, 1), ((1, 0), (0, 1)), (1, 2)),
+           {"strides": (2, 1), "padding": (1, 0, 0, 1), "dilation": (1, 2)},
+           name="float64 strides (2, 1) dilation (1, 2)"),
+    OpCase("conv2d", [f32(2, 5, 4, 4), f32(3, 5, 1, 1)], conv_truth(), **CONV, name="1x1"),
+    OpCase("conv2d", [f32(64, 1, 28, 28), f32(20, 1, 5, 5)], conv_truth(), **CONV,
+           name="LeNet's first layer, batch 64"),
+    # max_pool2d
+    OpCase("max_pool2d", [f32(2, 3, 6, 6)], max_pool_truth((2, 2), (2, 2), ((0, 0), (0, 0))),
+           {"pool_size": 2, "strides": 2}),
+    OpCase("max_pool2d", [f32(2, 3, 6, 6)], max_pool_truth((3, 3), (1, 1), ((1, 1), (1, 1))),
+           {"pool_size": 3, "padding": 1}, name="3x3, padding 1"),
+    OpCase("max_pool2d", [f32(1, 2, 7, 5)], max_pool_truth((3, 2), (2, 1), ((1, 0), (0, 1))),
+           {"pool_size": (3, 2), "strides": (2, 1), "padding": (1, 0, 0, 1)},
+           name="(3, 2) window, 4-value padding"),
+    OpCase("max_pool2d", [f32(1, 2, 7, 7)], max_pool_truth((2, 2), (2, 2), ((0, 1), (0, 1))),
+           {"pool_size": 2, "strides": 2, "ceil_mode": True}, name="ceil_mode"),
+    OpCase("max_pool2d", [f32(1, 1, 5, 5)], max_pool_truth((2, 2), (3, 3), ((1, 1), (1, 1))),
+           {"pool_size": 2, "strides": 3, "padding": 1, "ceil_mode": True},
+           name="ceil_mode drops a window starting in the padding"),
+    OpCase("max_pool2d", [f64(2, 2, 5, 6)], max_pool_truth((2, 3), (1, 2), ((0, 0), (0, 0))),
+           {"pool_size": (2, 3), "strides": (1, 2)}),
+    # avg_pool2d
+    OpCase("avg_pool2d", [f32(2, 3, 6, 6)], avg_pool_truth((2, 2), (2, 2), ((0, 0), (0, 0))),
+           {"pool_size": 2, "strides": 2}),
+    OpCase("avg_pool2d", [f32(1, 2, 5, 6)], avg_pool_truth((3, 3), (1, 1), ((1, 1), (1, 1))),
+           {"pool_size": 3, "padding": 1}, name="padding not counted"),
+    OpCase("avg_pool2d", [f32(1, 2, 5, 6)],
+           avg_pool_truth((3, 3), (1, 1), ((1, 1), (1, 1)), counted=((1, 1), (1, 1))),
+           {"pool_size": 3, "padding": 1, "count_include_pad": True}, name="padding counted"),
+    OpCase("avg_pool2d", [f32(1, 2, 6, 6)], avg_pool_truth((3, 3), (2, 2), ((1, 2), (1, 2))),
+           {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True},
+           name="ceil_mode, padding not counted"),
+    OpCase("avg_pool2d", [f32(1, 2, 6, 6)],
+           avg_pool_truth((3, 3), (2, 2), ((1, 2), (1, 2)), counted=((1, 1), (1, 1))),
+           {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True,
+            "count_include_pad": True}, name="ceil_mode, padding counted but not ceil's"),
+    OpCase("avg_pool2d", [f64(2, 1, 7, 5)], avg_pool_truth((2, 3), (2, 1), ((0, 1), (1, 1))),
+           {"pool_size": (2, 3), "strides": (2, 1), "padding": (0, 1, 1, 1)}),
+    # global_avg_pool2d
+    OpCase("global_avg_pool2d", [f32(2, 3, 4, 5)], global_avg_truth),
+    OpCase("global_avg_pool2d", [f64(1, 2, 3, 3)], global_avg_truth),
+    # softmax, log_softmax
+    *[OpCase(op, [x], lambda x, f=f, axis=axis: f(x, axis=axis), {"axis": axis})
+      for op, f in (("softmax", jax.nn.softmax), ("log_softmax", jax.nn.log_softmax))
+      for x, axis in ((f32(3, 5), -1), (f32(4, 3), 0), (f64(2, 3, 4), 1),
+                      (1000 * f32(2, 6), -1))],
+    # batch_norm -> (out, mean, var)
+    OpCase("batch_norm", [f32(2, 3, 4, 4), f32(3), f32(3), f32(3), pos(f32(3))],
+           batch_norm_truth(), name="inference"),
+    OpCase("batch_norm", [f32(4, 3, 2, 2), f32(3), f32(3), f32(3), pos(f32(3))],
+           batch_norm_truth(training=True), {"training": True}, name="training"),
+    OpCase("batch_norm", [f64(5, 3), f64(3), f64(3), f64(3), pos(f64(3))],
+           batch_norm_truth(training=True, momentum=0.3, eps=1e-3),
+           {"training": True, "momentum": 0.3, "epsilon": 1e-3}, name="training 2-D float64"),
+    OpCase("batch_norm", [f32(2, 4, 4, 3), f32(3), f32(3), f32(3), pos(f32(3))],
+           batch_norm_truth(axis=-1, center=False, scale=False),
+           {"axis": -1, "center": False, "scale": False}, name="NHWC, no center/scale"),
+    # layer_norm
+    OpCase("layer_norm", [f32(4, 6), f32(6), f32(6)], layer_norm_truth()),
+    OpCase("layer_norm", [f64(2, 3, 4), f64(3), f64(3)], layer_norm_truth(axis=1),
+           {"axis": 1}),
+    OpCase("layer_norm", [f32(2, 5), f32(5), f32(5)],
+           layer_norm_truth(eps=1e-3, center=False, scale=False),
+           {"center": False, "scale": False, "epsilon": 1e-3}, name="no center/scale"),
+    # dropout
+    OpCase("dropout", [f32(3, 4)], lambda x: x, name="inference is the identity"),
+    OpCase("dropout", [f32(4, 5)], dropout_truth(0.5, 0), {"training": True}),
+    OpCase("dropout", [f64(2, 3, 7)], dropout_truth(0.2, 7),
+           {"training": True, "rate": 0.2, "seed": 7}),
+    OpCase("dropout", [f32(6)], dropout_truth(0.0, 3), {"training": True, "rate": 0.0, "seed": 3}),
+    # pad
+    OpCase("pad", [f32(2, 3)], pad_truth((1, 2, 0, 3)), {"pad_width": (1, 2, 0, 3)}),
+    OpCase("pad", [f64(1, 2, 3)], pad_truth((0, 0, 1, 1, 2, 0), -1.5),
+           {"pad_width": (0, 0, 1, 1, 2, 0), "pad_value": -1.5}),
+    OpCase("pad", [f32(4)], pad_truth((0, 0)), {"pad_width": (0, 0)}),
+    # flatten
+    *[OpCase("flatten", [x], lambda x: jnp.reshape(x, (x.shape[0], -1)))
+      for x in (f32(2, 3, 4), f32(5), f64(3, 2, 2))],
+    # bias_add
+    OpCase("bias_add", [f32(2, 3, 4, 4), f32(3)], bias_add_truth(1)),
+    OpCase("bias_add", [f32(5, 3), f32(3)], bias_add_truth(-1), {"axis": -1}),
+    OpCase("bias_add", [f64(2, 3, 4), f64(4)], bias_add_truth(2), {"axis": 2}),
+    # softmax_cross_entropy
+    OpCase("softmax_cross_entropy", [f32(4, 10), one_hot(4, 10)], cross_entropy_truth),
+    OpCase("softmax_cross_entropy", [f32(10), one_hot(1, 10)[0]], cross_entropy_truth,
+           name="1-D logits"),
+    OpCase("softmax_cross_entropy", [f32(2, 3, 5), probabilities(2, 3, 5)], cross_entropy_truth),
+    OpCase("softmax_cross_entropy", [f64(3, 4), one_hot(3, 4, np.float64)], cross_entropy_truth),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_op_matches_jax(case):
+    check_case(case)
+
+
+def test_patterns():
+    fusable = "matmul dense batch_matmul conv2d max_pool2d avg_pool2d global_avg_pool2d".split()
+    opaque = """softmax log_softmax batch_norm layer_norm dropout
+                softmax_cross_entropy""".split()
+    expected = {**dict.fromkeys(fusable, OpPattern.OUT_ELEMWISE_FUSABLE),
+                **dict.fromkeys(opaque, OpPattern.OPAQUE),
+                "pad": OpPattern.INJECTIVE, "flatten": OpPattern.INJECTIVE,
+                "bias_add": OpPattern.BROADCAST}
+    assert {op: lookup(op).pattern for op in expected} == expected
+
+
+# ---- pooling geometry against PyTorch's loops --------------------------------------------------
+
+def torch_out_size(size, k, s, before, after, ceil_mode):
+    out = (size + before + after - k + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + before:
+        out -= 1
+    return out
+
+
+def torch_pool(x, k, s, pads, ceil_mode, kind, count_include_pad=False):
+    """Transcribes PyTorch's max/avg pool loops (aten/src/ATen/native/cpu), one window at a time."""
+    (kh, kw), (sh, sw), (top, left, bottom, right) = k, s, pads
+    h, w = x.shape[2:]
+    oh = torch_out_size(h, kh, sh, top, bottom, ceil_mode)
+    ow = torch_out_size(w, kw, sw, left, right, ceil_mode)
+    out = np.zeros((*x.shape[:2], oh, ow), x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            h0, w0 = i * sh - top, j * sw - left
+            h1, w1 = min(h0 + kh, h + bottom), min(w0 + kw, w + right)
+            padded_count = (h1 - h0) * (w1 - w0)
+            h0, w0, h1, w1 = max(h0, 0), max(w0, 0), min(h1, h), min(w1, w)
+            window = x[:, :, h0:h1, w0:w1]
+            if kind == "max":
+                out[:, :, i, j] = window.max(axis=(2, 3), initial=-np.inf)
+            else:
+                count = padded_count if count_include_pad else (h1 - h0) * (w1 - w0)
+                out[:, :, i, j] = window.sum(axis=(2, 3)) / count
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(h=st.integers(1, 7), w=st.integers(1, 7), kh=st.integers(1, 3), kw=st.integers(1, 3),
+       sh=st.integers(1, 3), sw=st.integers(1, 3), data=st.data())
+def test_pools_match_pytorch_geometry(h, w, kh, kw, sh, sw, data):
+    """The NumPy references and the relations (jax_lower shares the geometry code with them)."""
+    # PyTorch requires padding <= half the window and a window that fits the padded input.
+    pads = tuple(data.draw(st.integers(0, k // 2)) for k in (kh, kw, kh, kw))
+    ceil_mode, count_include_pad = data.draw(st.booleans()), data.draw(st.booleans())
+    if h + pads[0] + pads[2] < kh or w + pads[1] + pads[3] < kw:
+        return
+    x = f32(1, 2, h, w)
+    attrs = dict(pool_size=(kh, kw), strides=(sh, sw), padding=pads, ceil_mode=ceil_mode)
+    for op, kind, extra in (("max_pool2d", "max", {}),
+                            ("avg_pool2d", "avg", {"count_include_pad": count_include_pad})):
+        expected = torch_pool(x, (kh, kw), (sh, sw), pads, ceil_mode, kind, count_include_pad)
+        call_attrs = Call(Op.get(op), [Var("x")], {**attrs, **extra}).attrs
+        d = lookup(op)
+        np.testing.assert_allclose(d.numpy_ref(x, **call_attrs), expected, rtol=1e-5, atol=1e-6)
+        out_type = check_relation(d.type_relation, [TensorType(x.shape)], call_attrs)
+        assert out_type == TensorType(expected.shape)
+
+
+# ---- dropout ------------------------------------------------------------------------------------
+
+def dropout(x, xp=np, **attrs):
+    d = lookup("dropout")
+    full = Call(Op.get("dropout"), [Var("x")], attrs).attrs
+    return np.asarray(d.numpy_ref(x, **full) if xp is np else d.jax_lower(jnp.asarray(x), **full))
+
+
+def test_dropout_numpy_and_jax_agree_bit_for_bit():
+    x = f32(64, 65)
+    for rate, seed in ((0.5, 0), (0.1, 12345), (0.9, 2**32 + 5), (0.3, -1)):
+        a = dropout(x, training=True, rate=rate, seed=seed)
+        b = dropout(x, jnp, training=True, rate=rate, seed=seed)
+        assert a.dtype == b.dtype == np.float32 and np.array_equal(a, b)
+
+
+def test_dropout_keeps_about_one_minus_rate_and_depends_on_the_seed():
+    x = np.ones((100, 100), np.float32)
+    for rate in (0.1, 0.5, 0.8):
+        kept = dropout(x, training=True, rate=rate) != 0
+        assert abs(kept.mean() - (1 - rate)) < 0.02
+        assert np.allclose(dropout(x, training=True, rate=rate)[kept], 1 / (1 - rate))
+    seed0, seed1 = (dropout(x, training=True, seed=s) != 0 for s in (0, 1))
+    assert np.array_equal(seed0, dropout(x, training=True, seed=0) != 0)
+    assert 0.4 < (seed0 != seed1).mean() < 0.6  # independent masks disagree half the time
+
+
+# ---- type relations: symbolic dims --------------------------------------------------------------
+
+n, m, k = (TypeVar(name, Kind.Shape) for name in "nmk")
+
+
+def T(*shape, dtype="float32"):
+    return TensorType(shape, dtype)
+
+
+def relation(op, *types, **attrs):
+    call = Call(Op.get(op), [Var(f"x{i}", t) for i, t in enumerate(types)], attrs)
+    return check_relation(lookup(op).type_relation, list(types), call.attrs)
+
+
+@pytest.mark.parametrize("op, types, attrs, expected", [
+    ("dense", [T(n, 784), T(10, 784)], {}, T(n, 10)),
+    ("dense", [T(Any, 784), T(10, 784)], {}, T(Any, 10)),
+    ("dense", [T(n, k), T(10, k)], {}, T(n, 10)),
+    ("matmul", [T(n, 3, 4), T(4, 5)], {}, T(n, 3, 5)),
+    ("matmul", [T(n, 4), T(4)], {}, T(n)),
+    ("matmul", [T(1, m, k), T(n, k, 2)], {}, T(n, m, 2)),
+    ("matmul", [T(m, k), T(k, n)], {}, T(m, n)),
+    ("batch_matmul", [T(n, 3, 4), T(n, 4, 5)], {}, T(n, 3, 5)),
+    ("batch_matmul", [T(n, 3, 4), T(1, 4, 5)], {}, T(n, 3, 5)),
+    ("conv2d", [T(n, 1, 28, 28), T(20, 1, 5, 5)], {}, T(n, 20, 24, 24)),
+    ("conv2d", [T(n, 1, m, 28), T(20, 1, 5, 5)], {"padding": 2}, T(n, 20, Any, 28)),
+    ("conv2d", [T(n, k, 8, 8), T(4, k, 3, 3)], {}, T(n, 4, 6, 6)),
+    ("conv2d", [T(n, 4, 8, 8), T(6, 2, 3, 3)], {"groups": 2, "strides": 2}, T(n, 6, 3, 3)),
+    ("max_pool2d", [T(n, 3, 8, 8)], {"pool_size": 2, "strides": 2}, T(n, 3, 4, 4)),
+    ("avg_pool2d", [T(n, 3, 8, Any)], {"pool_size": 3}, T(n, 3, 6, Any)),
+    ("global_avg_pool2d", [T(n, 3, m, m)], {}, T(n, 3, 1, 1)),
+    ("softmax", [T(n, 10)], {}, T(n, 10)),
+    ("batch_norm", [T(n, 3, m, m), T(3), T(3), T(3), T(3)], {},
+     TupleType((T(n, 3, m, m), T(3), T(3)))),
+    ("layer_norm", [T(n, 8), T(8), T(8)], {}, T(n, 8)),
+    ("dropout", [T(n, m)], {"training": True}, T(n, m)),
+    ("pad", [T(n, 3)], {"pad_width": (0, 0, 1, 1)}, T(n, 5)),
+    ("pad", [T(n, 3)], {"pad_width": (1, 0, 0, 0)}, T(Any, 3)),
+    ("flatten", [T(n, 3, 4)], {}, T(n, 12)),
+    ("flatten", [T(n, m)], {}, T(n, m)),
+    ("flatten", [T(n, m, 2)], {}, T(n, Any)),
+    ("bias_add", [T(n, 3, m), T(3)], {}, T(n, 3, m)),
+    ("softmax_cross_entropy", [T(n, 10), T(n, 10)], {}, T()),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_relation_on_symbolic_dims(op, types, attrs, expected):
+    assert relation(op, *types, **attrs) == expected
+
+
+def test_inference_keeps_a_symbolic_batch_through_dense_and_conv2d():
+    x, w = Var("x", T(n, 784)), Var("w", T(10, 784))
+    assert infer_type(Call(Op.get("dense"), [x, w])).checked_type == T(n, 10)
+    img, filt = Var("img", T(n, 1, 28, 28)), Var("filt", T(20, 1, 5, 5))
+    conv = Call(Op.get("conv2d"), [img, filt], {"padding": 2})
+    assert infer_type(conv).checked_type == T(n, 20, 28, 28)
+
+
+def test_inference_rejects_a_shape_parameter_as_a_contraction_size():
+    x, w = Var("x", T(n, k)), Var("w", T(10, 784))
+    with pytest.raises(RelayTypeError, match=r"dense: the reduction dimensions .*: k vs 784"):
+        infer_type(Call(Op.get("dense"), [x, w]))
+
+
+# ---- type relations: errors ---------------------------------------------------------------------
+
+def ty(text):
+    return re.escape(text)
+
+
+@pytest.mark.parametrize("op, types, attrs, message", [
+    ("dense", [T(2, 3), T(4, 5)], {},
+     ty("dense: the reduction dimensions of data Tensor[(2, 3), float32] and weight "
+        "Tensor[(4, 5), float32] differ: 3 vs 5")),
+    ("dense", [T(2, 3, dtype="int32"), T(4, 3, dtype="int32")], {},
+     ty("dense: the inputs must have a floating-point dtype, got Tensor[(2, 3), int32]")),
+    ("dense", [T(2, 3), T(4, 3, dtype="float64")], {}, r"dense.*float32 vs float64"),
+    ("dense", [T(2, 3), T(3)], {}, ty("dense: weight Tensor[(3,), float32] must have rank 2")),
+    ("dense", [T(n, k), T(10, 784)], {}, r"dense: the reduction dimensions .*: k vs 784"),
+    ("matmul", [T(), T(3)], {}, ty("matmul: a Tensor[(), float32] must have rank >= 1")),
+    ("matmul", [T(2, 3), T(4, 2)], {}, r"matmul: the contraction dimensions .*: 3 vs 4"),
+    ("matmul", [T(2, 2, 3), T(3, 3, 4)], {},
+     ty("matmul: the batch dimensions of a Tensor[(2, 2, 3), float32] and b "
+        "Tensor[(3, 3, 4), float32] cannot be broadcast")),
+    ("batch_matmul", [T(2, 3, 4), T(2, 5, 6)], {}, r"batch_matmul: the reduction .*: 4 vs 5"),
+    ("batch_matmul", [T(2, 3, 4), T(2, 4, 5)], {"transpose_b": True},
+     r"batch_matmul: the reduction .*: 4 vs 5"),
+    ("batch_matmul", [T(3, 4), T(2, 4, 5)], {},
+     ty("batch_matmul: x Tensor[(3, 4), float32] must have rank 3")),
+    ("batch_matmul", [T(2, 3, 4), T(3, 4, 5)], {}, r"batch_matmul: the batch .* match or be 1"),
+    ("conv2d", [T(1, 3, 8, 8), T(4, 2, 3, 3)], {},
+     ty("conv2d: the in-channels of data Tensor[(1, 3, 8, 8), float32] and weight "
+        "Tensor[(4, 2, 3, 3), float32] differ: 3 vs 2")),
+    ("conv2d", [T(1, 6, 8, 8), T(4, 2, 3, 3)], {"groups": 2},
+     r"conv2d: the in-channels .* differ \(with groups=2\): 6 vs 4"),
+    ("conv2d", [T(1, 4, 8, 8), T(3, 2, 3, 3)], {"groups": 2},
+     ty("conv2d: the out-channels of weight Tensor[(3, 2, 3, 3), float32] are not divisible "
+        "by groups=2")),
+    ("conv2d", [T(3, 8, 8), T(4, 3, 3, 3)], {},
+     ty("conv2d: data Tensor[(3, 8, 8), float32] must have rank 4")),
+    ("conv2d", [T(1, 1, 2, 5), T(1, 1, 3, 3)], {},
+     ty("conv2d: the window (size 3, dilation 1) is larger than the padded input (2 + 0 + 0) "
+        "along axis 2 of data Tensor[(1, 1, 2, 5), float32]")),
+    ("conv2d", [T(1, 1, 5, 5), T(1, 1, 3, 3)], {"dilation": 3},
+     r"conv2d: the window .* dilation 3"),
+    ("conv2d", [T(1, 1, 5, 5, dtype="int8"), T(1, 1, 3, 3, dtype="int8")], {},
+     r"conv2d: the inputs must have a floating-point dtype"),
+    ("max_pool2d", [T(3, 8, 8)], {"pool_size": 2}, r"max_pool2d: data .* must have rank 4"),
+    ("max_pool2d", [T(1, 1, 8, 2)], {"pool_size": 3, "padding": (0, 0, 0, 0)},
+     r"max_pool2d: the window \(size 3, dilation 1\) is larger .* \(2 \+ 0 \+ 0\) along axis 3"),
+    ("avg_pool2d", [T(1, 1, 4, 4, dtype="int32")], {"pool_size": 2},
+     r"avg_pool2d: the inputs must have a floating-point dtype"),
+    ("global_avg_pool2d", [T(2, 3)], {}, r"global_avg_pool2d: data .* must have rank 4"),
+    ("softmax", [T(3, dtype="int32")], {}, r"softmax: the inputs must have a floating-point"),
+    ("softmax", [T(2, 3)], {"axis": 2},
+     ty("softmax: attribute 'axis' = 2 is out of range for the input Tensor[(2, 3), float32]")),
+    ("log_softmax", [T()], {}, r"log_softmax: data Tensor\[\(\), float32\] must have rank >= 1"),
+    ("batch_norm", [T(2, 3, 4, 4), T(4), T(3), T(3), T(3)], {},
+     ty("batch_norm: gamma Tensor[(4,), float32] must have data.shape[1] = 3 elements: 4 vs 3")),
+    ("batch_norm", [T(2, 3, 4, 4), T(3), T(3), T(3), T(3, 1)], {},
+     ty("batch_norm: moving_var Tensor[(3, 1), float32] must have rank 1")),
+    ("batch_norm", [T(2, 3), T(3), T(3), T(3), T(3)], {"axis": 2},
+     r"batch_norm: attribute 'axis' = 2 is out of range"),
+    ("layer_norm", [T(2, 5), T(5), T(4)], {},
+     ty("layer_norm: beta Tensor[(4,), float32] must have data.shape[1] = 5 elements: 4 vs 5")),
+    ("bias_add", [T(2, 3, 4), T(4)], {},
+     ty("bias_add: bias Tensor[(4,), float32] must have data.shape[1] = 3 elements: 4 vs 3")),
+    ("dropout", [T(3, dtype="int32")], {}, r"dropout: the inputs must have a floating-point"),
+    ("pad", [T(2, 3)], {"pad_width": (1, 1)},
+     ty("pad: pad_width has 2 values; data Tensor[(2, 3), float32] needs 2 per axis")),
+    ("flatten", [T()], {}, r"flatten: data Tensor\[\(\), float32\] must have rank >= 1"),
+    ("softmax_cross_entropy", [T(4, 10), T(4, 9)], {},
+     ty("softmax_cross_entropy: labels Tensor[(4, 9), float32] must have the shape of logits "
+        "Tensor[(4, 10), float32] (axis 1): 10 vs 9")),
+    ("softmax_cross_entropy", [T(4, 10), T(10)], {},
+     r"softmax_cross_entropy: labels .* must have the shape of logits"),
+])
+def test_relation_errors(op, types, attrs, message):
+    with pytest.raises(RelayTypeError, match=message):
+        relation(op, *types, **attrs)
+
+
+def test_inference_error_names_the_op_and_the_types():
+    x, w = Var("x", T(2, 3, 8, 8)), Var("w", T(4, 2, 3, 3))
+    with pytest.raises(RelayTypeError) as e:
+        infer_type(Call(Op.get("conv2d"), [x, w]))
+    assert "conv2d: the in-channels of data Tensor[(2, 3, 8, 8), float32]" in str(e.value)
+    assert "3 vs 2" in str(e.value)
+
+
+# ---- attributes ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op, attrs, message", [
+    ("conv2d", {"padding": (1, 2, 3)},
+     r"conv2d: attribute 'padding': expected an int, 2 ints \(h, w\) or 4 ints"),
+    ("conv2d", {"padding": (1, -1)}, r"'padding': values must be non-negative"),
+    ("conv2d", {"strides": "2"}, r"conv2d: attribute 'strides' must be an int or a tuple of ints"),
+    ("conv2d", {"strides": (0, 1)}, r"'strides': values must be positive"),
+    ("conv2d", {"dilation": (1, 1, 1)}, r"'dilation': expected an int or 2 ints \(h, w\)"),
+    ("conv2d", {"groups": 0}, r"'groups': must be positive"),
+    ("conv2d", {"kernel_size": 3}, r"conv2d: unknown attribute\(s\) kernel_size"),
+    ("max_pool2d", {}, r"max_pool2d: attribute 'pool_size' is required"),
+    ("max_pool2d", {"pool_size": 2, "ceil_mode": 1}, r"'ceil_mode' must be a bool"),
+    ("avg_pool2d", {"pool_size": (2, 2, 2)}, r"'pool_size': expected an int or 2 ints"),
+    ("dropout", {"rate": 1.0}, r"'rate': must be in \[0.0, 1.0\), got 1.0"),
+    ("dropout", {"rate": -0.1}, r"'rate': must be in \[0.0, 1.0\)"),
+    ("dropout", {"seed": 1.5}, r"'seed' must be an int"),
+    ("batch_norm", {"momentum": 1.5}, r"'momentum': must be in \[0.0, 1.0\]"),
+    ("batch_norm", {"training": "yes"}, r"'training' must be a bool"),
+    ("layer_norm", {"epsilon": -1.0}, r"'epsilon': must be in \[0.0, inf\]"),
+    ("softmax", {"axis": 1.0}, r"'axis' must be an int"),
+    ("pad", {"pad_width": (1, -1)}, r"'pad_width': values must be non-negative"),
+    ("pad", {}, r"pad: attribute 'pad_width' is required"),
+])
+def test_bad_attributes(op, attrs, message):
+    args = [Var(f"x{i}") for i in range(lookup(op).num_inputs)]
+    with pytest.raises(IRError, match=message):
+        Call(Op.get(op), args, attrs)
+
+
+def test_window_attributes_are_kept_as_given_with_defaults_filled_in():
+    conv, args = Op.get("conv2d"), [Var("x"), Var("w")]
+    assert dict(Call(conv, args).attrs) == {
+        "strides": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
+    assert Call(conv, args, {"padding": [1, 2], "strides": 2}).attrs.padding == (1, 2)
+    assert Call(conv, args, {"padding": 3}).attrs.padding == 3
