@@ -176,14 +176,15 @@ class ExprMutator:
         return Call(op, tuple(args), call.attrs, call.type_args, span=call.span)
 
     def visit_let(self, let: Let) -> Expr:
-        # Walk down the chain iteratively, then rebuild it from the bottom up.
+        # Walk down the chain iteratively, visiting the bindings in program order, then the
+        # final body; rebuild the chain from the bottom up.
         chain: list[Let] = []
         node: Expr = let
         while isinstance(node, Let) and (node is let or id(node) not in self.memo):
             chain.append(node)
             node = node.body
-        body = self.visit(node)
         new_bindings = [(self.visit_let_var(l.var), self.visit(l.value)) for l in chain]
+        body = self.visit(node)
         for l, (var, value) in zip(reversed(chain), reversed(new_bindings)):
             if var is l.var and value is l.value and body is l.body:
                 body = l

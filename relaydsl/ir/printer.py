@@ -1,0 +1,519 @@
+"""The Relay text format (Figure 2 of the 2019 paper), printed; parser.py reads it back.
+
+A module prints as a version header, its ADT definitions, its global functions
+and, when non-scalar constants occur, a ``#[metadata]`` constant pool::
+
+    #[version = "0.0.5"]
+    type Pair[a, b] {
+      MkPair(a, b),
+    }
+    def @main(%x: Tensor[(3,), float32], %y: Tensor[(3,), float32]) -> Tensor[(3,), float32] {
+      %0 = add(%x, meta[Constant][0]);
+      let %z = multiply(%0, %y);
+      sum(%z, axis=[0], keepdims=True)
+    }
+    #[metadata]
+    {"Constant": [
+      {"dtype": "float32", "shape": [3], "data": [1.0, 2.0, 3.0]}
+    ]}
+
+Display is A-normal-ish: an operand that is not atomic (a variable, global,
+operator, constructor or constant) is bound to a temporary ``%n = ...;`` first,
+and a subterm shared within one block is printed once and then referred to by
+its temporary. Temporaries are only names for graph nodes: parsing them back
+builds the same DAG, with no ``let``. Blocks (function bodies, branches, match
+arms) scope their temporaries, because hoisting out of a branch would change
+what is evaluated. Variables keep their name hints, made unique per global.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any as AnyValue
+
+import numpy as np
+
+from relaydsl.errors import IRError
+from relaydsl.ir.adt import (
+    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard, TypeData,
+)
+from relaydsl.ir.attrs import Attrs, freeze
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
+    Tuple, TupleGetItem, Var,
+)
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import DTYPES, Type, TypeVar, type_param_to_str, type_to_str
+
+VERSION = "0.0.5"
+HEADER = f'#[version = "{VERSION}"]'
+METADATA = "#[metadata]"
+INDENT = "  "
+
+# Scalar literal suffixes, by dtype (parser.py reads the same table).
+LITERAL_SUFFIX = {
+    "float16": "f16", "float32": "f", "float64": "f64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+}
+RESERVED_TYPE_NAMES = frozenset({*DTYPES, "Tensor", "Ref", "fn", "_", "Shape", "Type", "BaseType"})
+DTYPE_LIKE = re.compile(r"(float|u?int|bool)\d*")  # names the parser takes for dtypes
+_DTYPE_NAMES = {np.dtype(d): d for d in DTYPES}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def astext(node: Expr | Type | IRModule, *, include_prelude: bool = False,
+           show_types: bool = False) -> str:
+    """The Relay text of an expression, a type or a module.
+
+    >>> from relaydsl.ir.expr import Call, Function, Op, Var
+    >>> x = Var("x")
+    >>> print(astext(Function([x], Call(Op.get("add"), [x, Call(Op.get("exp"), [x])]))))
+    #[version = "0.0.5"]
+    fn (%x) {
+      %0 = exp(%x);
+      add(%x, %0)
+    }
+    """
+    if isinstance(node, Type):
+        return type_to_str(node, _Names(RESERVED_TYPE_NAMES).type_var)
+    printer = _Printer(show_types)
+    if isinstance(node, IRModule):
+        body = printer.module(node, include_prelude)
+    elif isinstance(node, Expr):
+        printer.reserved = _module_type_names(None)
+        printer.names = _Names(printer.reserved)
+        body = _join(printer.block(node))
+    else:
+        raise IRError(f"astext prints an Expr, a Type or an IRModule, got {type(node).__name__}")
+    return "\n".join(filter(None, [HEADER, body, printer.metadata_text()]))
+
+
+def _module_type_names(mod: IRModule | None) -> frozenset[str]:
+    """Names a type variable must not take: keywords, dtypes and ADT names (the prelude's
+    when there is no module)."""
+    if mod is None:
+        from relaydsl.ir.prelude import prelude_definitions
+
+        return RESERVED_TYPE_NAMES | {td.header.name for td in prelude_definitions()[0]}
+    return RESERVED_TYPE_NAMES | {h.name for h in mod.type_definitions}
+
+
+def _join(lines: list[str]) -> str:
+    return "\n".join(lines)
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return [INDENT + line if line else line for text in lines for line in text.split("\n")]
+
+
+def sanitize(name: str) -> str:
+    """A name hint made into an identifier.
+
+    >>> sanitize("x.1"), sanitize("0"), sanitize("h")
+    ('x_1', 'v0', 'h')
+    """
+    clean = re.sub(r"[^A-Za-z0-9_]", "_", name) or "v"
+    return clean if not clean[0].isdigit() else "v" + clean
+
+
+class _Names:
+    """Unique display names for the variables and type variables of one global."""
+
+    def __init__(self, reserved_types: frozenset[str]):
+        self.vars: dict[Var, str] = {}
+        self.used: set[str] = set()
+        self.type_vars: dict[TypeVar, str] = {}
+        self.used_types: set[str] = set(reserved_types)
+
+    @staticmethod
+    def _fresh(hint: str, used: set[str]) -> str:
+        name, i = hint, 0
+        while name in used:
+            i += 1
+            name = f"{hint}_{i}"
+        used.add(name)
+        return name
+
+    def var(self, v: Var) -> str:
+        name = self.vars.get(v)
+        if name is None:
+            name = self.vars[v] = self._fresh(sanitize(v.name_hint), self.used)
+        return "%" + name
+
+    def type_var(self, tv: TypeVar) -> str:
+        name = self.type_vars.get(tv)
+        if name is None:
+            hint = sanitize(tv.name)
+            hint = hint + "_" if DTYPE_LIKE.fullmatch(hint) else hint  # `int33` reads as a typo
+            name = self.type_vars[tv] = self._fresh(hint, self.used_types)
+        return name
+
+
+class _Printer:
+    def __init__(self, show_types: bool):
+        self.show_types = show_types
+        self.constants: list[Constant] = []
+        self.constant_text: dict[int, str] = {}  # constants are kept alive by the node printed
+        self.reserved: frozenset[str] = RESERVED_TYPE_NAMES
+        self.names = _Names(self.reserved)
+        self.memo: dict[int, str] = {}          # graph node -> its temporary, while in scope
+        self.scopes: list[list[int]] = []
+        self.temps = 0
+
+    # ---- module ---------------------------------------------------------------
+    def module(self, mod: IRModule, include_prelude: bool) -> str:
+        self.reserved = _module_type_names(mod)
+        types = mod.type_definitions if include_prelude else mod.user_types()
+        funcs = mod.functions if include_prelude else mod.user_functions()
+        parts = [self.type_data(td) for td in types.values()]
+        parts += [self.definition(gv, fn) for gv, fn in funcs.items()]
+        return "\n".join(parts)
+
+    def type_data(self, td: TypeData) -> str:
+        self.names = _Names(self.reserved - {td.header.name})
+        params = ", ".join(type_param_to_str(tv, self.names.type_var) for tv in td.type_vars)
+        head = f"type {td.header.name}" + (f"[{params}]" if td.type_vars else "")
+        ctors = []
+        for c in td.constructors:
+            inputs = ", ".join(self.type(t) for t in c.inputs)
+            ctors.append(f"{INDENT}{c.name}" + (f"({inputs})" if c.inputs else "") + ",")
+        return "\n".join([head + " {", *ctors, "}"])
+
+    def definition(self, gv: GlobalVar, fn: Function) -> str:
+        if not _IDENT.match(gv.name_hint):
+            raise IRError(f"global name {gv.name_hint!r} is not an identifier, so it has no text")
+        self.names = _Names(self.reserved)
+        self.memo, self.scopes, self.temps = {}, [], 0
+        return self.function(fn, f"def @{gv.name_hint}")
+
+    # ---- types -------------------------------------------------------------------
+    def type(self, t: Type) -> str:
+        return type_to_str(t, self.names.type_var)
+
+    def type_comment(self, e: Expr) -> str:
+        if self.show_types and e.has_type:
+            return f" /* ty={self.type(e.checked_type)} */"
+        return ""
+
+    # ---- blocks ------------------------------------------------------------------
+    def block(self, e: Expr) -> list[str]:
+        """Temporaries and lets, then the block's result (a let chain is walked in a loop)."""
+        lines: list[str] = []
+        self.scopes.append([])
+        try:
+            node = e
+            while isinstance(node, Let) and id(node) not in self.memo:
+                var = self.var_decl(node.var)  # named first: a let-bound function may recurse
+                value = self.value(node.value, lines)
+                lines.append(f"let {var} = {value}{self.type_comment(node.value)};")
+                node = node.body
+            result = self.value(node, lines)
+            lines.append(result + (self.type_comment(node) if not self.is_atomic(node) else ""))
+        finally:
+            for key in self.scopes.pop():
+                del self.memo[key]
+        return lines
+
+    def var_decl(self, v: Var) -> str:
+        name = self.names.var(v)
+        return name if v.type_annotation is None else f"{name}: {self.type(v.type_annotation)}"
+
+    def value(self, e: Expr, lines: list[str]) -> str:
+        """`e` as the right-hand side of a binding: its operands become temporaries first."""
+        if self.is_atomic(e) or id(e) in self.memo:
+            return self.atom(e, lines)
+        for operand in self.operands(e):
+            if not self.is_atomic(operand):
+                self.atom(operand, lines)
+        return self.head(e, lines)
+
+    @staticmethod
+    def is_atomic(e: Expr) -> bool:
+        return isinstance(e, (Var, GlobalVar, Op, Constructor, Constant))
+
+    @staticmethod
+    def operands(e: Expr) -> list[Expr]:
+        """The sub-expressions printed inline in `e`'s own line (not inside a nested block)."""
+        if isinstance(e, Call):
+            return [e.op, *e.args]
+        if isinstance(e, Tuple):
+            return list(e.fields)
+        if isinstance(e, TupleGetItem):
+            return [e.tuple_value]
+        if isinstance(e, RefCreate):
+            return [e.value]
+        if isinstance(e, RefRead):
+            return [e.ref]
+        if isinstance(e, RefWrite):
+            return [e.ref, e.value]
+        if isinstance(e, If):
+            return [e.cond]
+        if isinstance(e, Match):
+            return [e.data]
+        return []  # Function, Let: their insides are blocks
+
+    def atom(self, e: Expr, lines: list[str]) -> str:
+        """A short reference to `e`, emitting temporaries (post-order, on a stack) as needed."""
+        if isinstance(e, Var):
+            if e not in self.names.vars:  # free: its first use shows its annotation
+                return self.var_decl(e)
+            return self.names.var(e)
+        if isinstance(e, GlobalVar):
+            return f"@{e.name_hint}"
+        if isinstance(e, Op):
+            return e.name
+        if isinstance(e, Constructor):
+            return e.name if e.inputs else f"constructor({e.name})"
+        if isinstance(e, Constant):
+            return self.constant(e)
+        stack: list[tuple[Expr, bool]] = [(e, False)]
+        while stack:
+            node, ready = stack.pop()
+            if self.is_atomic(node) or id(node) in self.memo:
+                continue
+            if not ready:
+                stack.append((node, True))
+                stack.extend((c, False) for c in reversed(self.operands(node)))
+                continue
+            text = self.head(node, lines)
+            name = f"%{self.temps}"
+            self.temps += 1
+            lines.append(f"{name} = {text}{self.type_comment(node)};")
+            self.memo[id(node)] = name
+            self.scopes[-1].append(id(node))
+        return self.memo[id(e)]
+
+    # ---- one node, operands already atomic ------------------------------------------
+    def head(self, e: Expr, lines: list[str]) -> str:
+        a = lambda x: self.atom(x, lines)  # noqa: E731
+        if isinstance(e, Call):
+            return self.call(e, a)
+        if isinstance(e, Tuple):
+            inner = ", ".join(a(f) for f in e.fields)
+            return f"({inner},)" if len(e.fields) == 1 else f"({inner})"
+        if isinstance(e, TupleGetItem):
+            return f"{a(e.tuple_value)}.{e.index}"
+        if isinstance(e, RefCreate):
+            return f"ref({a(e.value)})"
+        if isinstance(e, RefRead):
+            return f"ref_read({a(e.ref)})"
+        if isinstance(e, RefWrite):
+            return f"ref_write({a(e.ref)}, {a(e.value)})"
+        if isinstance(e, If):
+            cond = a(e.cond)
+            then, other = _indent(self.block(e.true_branch)), _indent(self.block(e.false_branch))
+            return _join([f"if ({cond}) {{", *then, "} else {", *other, "}"])
+        if isinstance(e, Match):
+            return self.match(e, a(e.data))
+        if isinstance(e, Function):
+            return self.function(e, "fn ")
+        if isinstance(e, Let):
+            return _join(["(", *_indent(self.block(e)), ")"])
+        raise IRError(f"astext: unknown expression {type(e).__name__}")
+
+    def call(self, e: Call, a: Callable[[Expr], str]) -> str:
+        callee = e.op.name if isinstance(e.op, Constructor) else a(e.op)
+        if isinstance(e.op, Constructor) and not e.args and not e.type_args:
+            return callee  # `Nil`
+        type_args = f"<{', '.join(self.type(t) for t in e.type_args)}>" if e.type_args else ""
+        args = [a(x) for x in e.args]
+        if isinstance(e.op, Op):
+            args += attr_items(e.attrs, {x.name: x.default for x in e.op.definition.attrs})
+        return f"{callee}{type_args}({', '.join(args)})"
+
+    def function(self, fn: Function, head: str) -> str:
+        tps = ", ".join(type_param_to_str(tv, self.names.type_var) for tv in fn.type_params)
+        params = [self.var_decl(p) for p in fn.params] + attr_items(fn.attrs, {})
+        ret = f" -> {self.type(fn.ret_type)}" if fn.ret_type is not None else ""
+        sig = f"{head}{f'<{tps}>' if tps else ''}({', '.join(params)}){ret} {{"
+        return _join([sig, *_indent(self.block(fn.body)), "}"])
+
+    def match(self, m: Match, data: str) -> str:
+        lines = [f"match{'' if m.complete else '?'} ({data}) {{"]
+        for clause in m.clauses:
+            pattern = self.pattern(clause.lhs)
+            body = self.block(clause.rhs)
+            if len(body) == 1 and "\n" not in body[0]:
+                lines.append(f"{INDENT}{pattern} => {body[0]},")
+            else:
+                lines += [f"{INDENT}{pattern} => {{", *_indent(_indent(body)), f"{INDENT}}},"]
+        return _join([*lines, "}"])
+
+    def pattern(self, p: Pattern) -> str:
+        if isinstance(p, PatternWildcard):
+            return "_"
+        if isinstance(p, PatternVar):
+            return self.var_decl(p.var)
+        if isinstance(p, PatternConstructor):
+            if not p.patterns:
+                return p.constructor.name
+            return f"{p.constructor.name}({', '.join(self.pattern(s) for s in p.patterns)})"
+        if isinstance(p, PatternTuple):
+            inner = ", ".join(self.pattern(s) for s in p.patterns)
+            return f"({inner},)" if len(p.patterns) == 1 else f"({inner})"
+        raise IRError(f"astext: unknown pattern {type(p).__name__}")
+
+    # ---- constants ---------------------------------------------------------------------
+    def constant(self, c: Constant) -> str:
+        text = self.constant_text.get(id(c))
+        if text is None:
+            text = scalar_literal(c.data)
+            if text is None:
+                text = f"meta[Constant][{len(self.constants)}]"
+                self.constants.append(c)
+            self.constant_text[id(c)] = text
+        return text
+
+    def metadata_text(self) -> str:
+        if not self.constants:
+            return ""
+        entries = [json.dumps(encode_constant(c.data)) for c in self.constants]
+        body = ",\n".join(INDENT + e for e in entries)
+        return f'{METADATA}\n{{"Constant": [\n{body}\n]}}'
+
+
+def attr_items(attrs: Attrs, defaults: dict[str, AnyValue]) -> list[str]:
+    """``name=value`` for each attribute that differs from its default.
+
+    >>> attr_items(Attrs({"axis": (1,), "keepdims": False}), {"axis": None, "keepdims": False})
+    ['axis=[1]']
+    """
+    out = []
+    for key, value in attrs.items():
+        if key in defaults and _same_value(value, freeze(defaults[key])):
+            continue
+        out.append(f"{key}={attr_value_text(value)}")
+    return out
+
+
+def _same_value(a: AnyValue, b: AnyValue) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def attr_value_text(v: AnyValue) -> str:
+    """An attribute value as a Python-like literal.
+
+    >>> [attr_value_text(v) for v in (None, True, 3, 0.5, "same", (1, (2,)), float("-inf"))]
+    ['None', 'True', '3', '0.5', '"same"', '[1, [2]]', '-inf']
+    """
+    if v is None or isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)  # exact; 'inf', '-inf' and 'nan' are read back too
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, tuple):
+        return f"[{', '.join(attr_value_text(x) for x in v)}]"
+    raise IRError(f"attribute value {v!r} of type {type(v).__name__} has no text form")
+
+
+def scalar_literal(data: np.ndarray) -> str | None:
+    """The inline literal for a scalar constant, or None (it goes to the metadata section).
+
+    >>> [scalar_literal(np.array(v, d)) for v, d in [(1, "float32"), (2, "int32"), (True, "bool")]]
+    ['1f', '2i32', 'True']
+    >>> scalar_literal(np.array(1.5, "float64")), scalar_literal(np.array([1.0]))
+    ('1.5f64', None)
+    """
+    if data.shape != ():
+        return None
+    dtype = _DTYPE_NAMES[data.dtype]
+    value = data[()]
+    if dtype == "bool":
+        return str(bool(value))
+    if dtype.startswith(("int", "uint")):
+        return f"{int(value)}{LITERAL_SUFFIX[dtype]}"
+    if not np.isfinite(value):
+        return None
+    return float_text(value) + LITERAL_SUFFIX[dtype]
+
+
+def float_text(value: np.floating) -> str:
+    """The shortest decimal text that reads back as exactly `value` in its own dtype.
+
+    >>> float_text(np.float32(0.1)), float_text(np.float64(0.1)), float_text(np.float16(-2.0))
+    ('0.1', '0.1', '-2')
+    """
+    scalar_type = type(value)
+    exact = float(value)  # every float16/32/64 value, exactly
+    negative_zero = exact == 0 and math.copysign(1.0, exact) < 0
+    if abs(exact) < 1e15 and exact == int(exact) and not negative_zero:
+        return str(int(exact))
+    text = str(value)
+    if scalar_type(float(text)).tobytes() != value.tobytes():
+        text = repr(exact)
+    return text
+
+
+def encode_constant(data: np.ndarray) -> dict[str, AnyValue]:
+    """A constant as JSON: dtype, shape, and the values in C order. Floats are exact;
+    non-finite ones are strings (``"inf"``, ``"-inf"``, ``"nan"``, or ``"nan:0x..."``).
+
+    >>> encode_constant(np.array([[0.5, np.inf]], dtype="float32"))
+    {'dtype': 'float32', 'shape': [1, 2], 'data': [0.5, 'inf']}
+    """
+    flat = data.ravel()
+    values: list[AnyValue] = flat.tolist()
+    if data.dtype.kind == "f":
+        canonical_nan = np.array(np.nan, dtype=data.dtype).tobytes()
+        for i, x in enumerate(values):
+            if not np.isfinite(x):
+                values[i] = _non_finite(flat[i], canonical_nan)
+    return {"dtype": data.dtype.name, "shape": list(data.shape), "data": values}
+
+
+def _non_finite(x: np.floating, canonical_nan: bytes) -> str:
+    if np.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x.tobytes() == canonical_nan:
+        return "nan"
+    bits = int.from_bytes(x.tobytes(), "little")
+    return f"nan:{bits:#x}"
+
+
+def decode_constant(entry: AnyValue) -> np.ndarray:
+    """The inverse of encode_constant; raises ValueError on malformed entries.
+
+    >>> decode_constant({"dtype": "int8", "shape": [2], "data": [1, -1]})
+    array([ 1, -1], dtype=int8)
+    """
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data"}:
+        raise ValueError('a constant must be {"dtype": ..., "shape": [...], "data": [...]}')
+    dtype, shape, values = entry["dtype"], entry["shape"], entry["data"]
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"bad shape {shape!r}")
+    if not isinstance(values, list) or len(values) != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"shape {shape} needs {int(np.prod(shape))} values")
+    np_dtype = np.dtype(dtype)
+    if np_dtype.kind == "f":
+        out = np.array([_decode_float(v, np_dtype) for v in values], dtype=np_dtype)
+    else:
+        out = np.array(values, dtype=np_dtype)
+    return out.reshape(shape)
+
+
+def _decode_float(v: AnyValue, dtype: np.dtype) -> np.floating:
+    if isinstance(v, str):
+        if v.startswith("nan:"):
+            bits = int(v[4:], 16).to_bytes(dtype.itemsize, "little")
+            return np.frombuffer(bits, dtype=dtype)[0]
+        if v not in ("inf", "-inf", "nan"):
+            raise ValueError(f"bad float value {v!r}")
+    elif isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"bad float value {v!r}")
+    return dtype.type(float(v))
+
+
+__all__ = ["astext", "VERSION", "HEADER", "METADATA", "LITERAL_SUFFIX", "DTYPE_LIKE",
+           "encode_constant", "decode_constant", "scalar_literal", "float_text", "attr_items",
+           "attr_value_text", "sanitize"]

@@ -1,0 +1,378 @@
+"""The text format: printing, parsing, round trips, hand-written variations and errors."""
+import random
+import re
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from relaydsl.errors import ParseError
+from relaydsl.ir import (
+    Constant, Function, FuncType, If, IRModule, Kind, Let, Match, Tuple, TypeVar, Var, const,
+)
+from relaydsl.ir.printer import astext
+from relaydsl.ir.parser import parse, parse_expr
+from relaydsl.ir.structural import assert_structural_equal, structural_equal
+from relaydsl.typing import infer_types
+from tests.relaydsl.ir.programs import (
+    ALL_PROGRAMS, F32, WELL_TYPED, figure2_expected, figure2_while_loop_module, mlp_module, op,
+    random_exprs,
+)
+
+
+def roundtrip(mod: IRModule) -> str:
+    """Print, parse, compare; printing the parsed module gives the same text."""
+    text = astext(mod)
+    again = parse(text)
+    assert_structural_equal(mod, again)
+    assert astext(again) == text
+    return text
+
+
+# ---- round trips --------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,build", ALL_PROGRAMS, ids=[n for n, _ in ALL_PROGRAMS])
+def test_every_program_round_trips(name, build):
+    roundtrip(build())
+
+
+@pytest.mark.parametrize("name,build", ALL_PROGRAMS, ids=[n for n, _ in ALL_PROGRAMS])
+def test_every_program_round_trips_with_the_prelude_printed(name, build):
+    mod = build()
+    assert_structural_equal(mod, parse(astext(mod, include_prelude=True)))
+
+
+def test_round_trip_covers_every_node_type():
+    from relaydsl.ir.adt import PatternConstructor, PatternTuple, PatternVar, PatternWildcard
+    from relaydsl.ir.visitor import _VISIT_NAME, ExprVisitor
+
+    seen: set[type] = set()
+
+    class Kinds(ExprVisitor):
+        def visit(self, e):
+            seen.add(type(e))
+            super().visit(e)
+
+        def visit_pattern(self, p):
+            seen.add(type(p))
+            super().visit_pattern(p)
+
+    for _, build in ALL_PROGRAMS:
+        mod = build()
+        for fn in mod.user_functions().values():
+            Kinds().visit(fn)
+    patterns = {PatternConstructor, PatternTuple, PatternVar, PatternWildcard}
+    assert set(_VISIT_NAME) | patterns <= seen
+
+
+def test_figure2_prints_like_the_paper_and_round_trips():
+    text = roundtrip(figure2_while_loop_module())
+    expected = """
+        %0 = add(%lvar0, %lvar1);
+        %1 = less(%0, meta[Constant][0]);
+        %2 = multiply(%lvar1, %lvar2);
+        %3 = less(%2, meta[Constant][1]);
+        %4 = not_equal(%1, %3);
+        %5 = add(%lvar0, %lvar1);
+        %6 = greater_equal(%lvar2, %5);
+        %7 = equal(%4, %6);
+        %8 = min(%7);
+        if (%8) {
+          %9 = add(%lvar0, %lvar1);
+          %10 = add(%lvar1, %lvar2);
+          %11 = add(%lvar2, meta[Constant][2]);
+          %while_loop(%9, %10, %11)
+        } else {
+          (%lvar0, %lvar1, %lvar2)
+        }
+    """
+    assert textwrap.indent(textwrap.dedent(expected).strip(), "    ") in text
+    assert "%while_loop(meta[Constant][3], meta[Constant][4], meta[Constant][5])" in text
+    assert '{"dtype": "int32", "shape": [1], "data": [100]}' in text
+
+
+def test_figure2_as_the_paper_writes_it_parses_to_the_same_program():
+    """The figure's own notation: nested calls in the condition, no semicolons."""
+    text = """
+    #[version = "0.0.5"]
+    def @main() -> (Tensor[(1,), int32], Tensor[(1,), int32], Tensor[(1,), int32]) {
+      let %while_loop: fn(Tensor[(1,), int32], Tensor[(1,), int32], Tensor[(1,), int32])
+          -> (Tensor[(1,), int32], Tensor[(1,), int32], Tensor[(1,), int32]) =
+        fn (%lvar0: Tensor[(1,), int32], %lvar1: Tensor[(1,), int32],
+            %lvar2: Tensor[(1,), int32])
+            -> (Tensor[(1,), int32], Tensor[(1,), int32], Tensor[(1,), int32]) {
+        %0 = add(%lvar0, %lvar1)
+        %1 = less(%0, meta[Constant][0])
+        %2 = multiply(%lvar1, %lvar2)
+        %3 = less(%2, meta[Constant][1])
+        %4 = not_equal(%1, %3)   // the figure's `not equal`
+        %5 = add(%lvar0, %lvar1)
+        %6 = greater_equal(%lvar2, %5)
+        if (min(equal(%4, %6))) {
+          %9 = add(%lvar0, %lvar1)
+          %10 = add(%lvar1, %lvar2)
+          %11 = add(%lvar2, meta[Constant][2])
+          %while_loop(%9, %10, %11)
+        } else { (%lvar0, %lvar1, %lvar2) }
+      };
+      %while_loop(meta[Constant][3], meta[Constant][4], meta[Constant][5])
+    }
+    #[metadata]
+    {"Constant": [{"dtype": "int32", "shape": [1], "data": [10]},
+                  {"dtype": "int32", "shape": [1], "data": [100]},
+                  {"dtype": "int32", "shape": [1], "data": [1]},
+                  {"dtype": "int32", "shape": [1], "data": [1]},
+                  {"dtype": "int32", "shape": [1], "data": [1]},
+                  {"dtype": "int32", "shape": [1], "data": [5]}]}
+    """
+    assert_structural_equal(parse(text), figure2_while_loop_module())
+
+
+def test_golden_text_of_a_small_module():
+    assert astext(mlp_module()) == textwrap.dedent("""\
+        #[version = "0.0.5"]
+        def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(8, 3), float32]) {
+          %0 = matmul(%x, %w);
+          %1 = add(%0, meta[Constant][0]);
+          %2 = relu(%1);
+          %3 = softmax(%2, axis=1);
+          %4 = sum(%3, axis=[1], keepdims=True);
+          (%3, %4)
+        }
+        #[metadata]
+        {"Constant": [
+          {"dtype": "float32", "shape": [3], "data": [-1.0, 0.0, 1.0]}
+        ]}""")
+
+
+def test_shared_subterm_is_printed_once_and_parsed_back_shared():
+    x, y = Var("x", F32), Var("y", F32)
+    s = op("add", x, y)
+    text = astext(Function([x, y], op("multiply", s, s)))
+    assert text.count("add(") == 1 and "multiply(%0, %0)" in text
+    fn = parse_expr(text)
+    assert fn.body.args[0] is fn.body.args[1]
+
+
+def test_temporaries_are_scoped_to_their_block():
+    x = Var("x", F32)
+    s = op("exp", x)
+    e = Function([x], If(op("less", x, const(0.0)), op("negative", s), s))
+    text = astext(e)
+    assert text.count("exp(%x)") == 2  # one per branch: hoisting would evaluate it eagerly
+    assert_structural_equal(parse_expr(text), e)
+
+
+def test_clashing_names_are_made_unique():
+    a, b, c = Var("x", F32), Var("x", F32), Var("x.1")
+    text = astext(Function([a, b, c], Tuple([a, b, c])))
+    assert "fn (%x: Tensor[(), float32], %x_1: Tensor[(), float32], %x_1_1)" in text
+    n1, n2 = TypeVar("n", Kind.Shape), TypeVar("n", Kind.Shape)
+    assert astext(FuncType([n1, n2], F32, [n1, n2])) == "fn<n: Shape, n_1: Shape>(n, n_1) -> " \
+                                                         "Tensor[(), float32]"
+
+
+def test_scalar_literals_print_inline_with_suffixes():
+    cases = {
+        const(1.0): "1f", const(1.5, "float64"): "1.5f64", const(2, "int32"): "2i32",
+        const(True): "True", const(0.1, "float16"): "0.1f16", const(-0.0): "-0.0f",
+        const(-3, "int8"): "-3i8", const(200, "uint8"): "200u8", const(7, "int64"): "7i64",
+    }
+    for c, literal in cases.items():
+        assert astext(c).endswith("\n" + literal)
+        assert structural_equal(parse_expr(literal), c)
+    assert "meta[Constant][0]" in astext(const(float("nan")))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(width=32), st.floats(), st.floats(width=16))
+def test_float_constants_round_trip_exactly(f32, f64, f16):
+    c = Tuple([const(f32, "float32"), const(f64, "float64"), const(f16, "float16"),
+               Constant(np.array([f32, -f32], dtype="float32")), Constant(np.array([f64]))])
+    assert_structural_equal(parse_expr(astext(c)), c)
+
+
+def test_show_types_annotates_typed_nodes_and_still_parses():
+    mod = infer_types(mlp_module())
+    text = astext(mod, show_types=True)
+    assert "%0 = matmul(%x, %w) /* ty=Tensor[(4, 3), float32] */;" in text
+    assert_structural_equal(parse(text), mod)
+
+
+@pytest.mark.parametrize("name,build", [p for p in ALL_PROGRAMS if p[0] in WELL_TYPED],
+                         ids=[n for n, _ in ALL_PROGRAMS if n in WELL_TYPED])
+def test_typed_programs_print_with_types_and_round_trip(name, build):
+    mod = infer_types(build())
+    text = astext(mod, show_types=True)
+    assert "/* ty=" in text
+    again = parse(text)
+    assert_structural_equal(again, mod)
+    assert_structural_equal(infer_types(again), mod)
+
+
+def test_figure2_parsed_from_text_runs_like_the_python_loop():
+    from backend.interpreter import evaluate
+
+    mod = parse(astext(figure2_while_loop_module()))
+    for got, want in zip(evaluate(mod), figure2_expected()):
+        np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_exprs())
+def test_random_expressions_round_trip(e):
+    text = astext(e)
+    assert_structural_equal(parse_expr(text), e)
+    assert astext(parse_expr(text)) == text
+
+
+def test_free_variables_of_an_expression_round_trip_with_their_annotations():
+    x, y = Var("x", F32), Var("y")
+    e = op("add", op("exp", x), op("add", x, y))
+    text = astext(e)
+    assert "%x: Tensor[(), float32]" in text and text.count(": Tensor") == 1
+    assert_structural_equal(parse_expr(text), e, map_free_vars=True)
+
+
+# ---- hand-written variations --------------------------------------------------------------------
+def test_hand_written_module_with_comments_forward_references_and_symbolic_dims():
+    mod = parse("""
+        // helpers first, in any order; `@double` is used before it is defined
+        def @main(%x: Tensor[(3, n, ?), float32]) -> Tensor[(3, n, ?), float32] {
+          %0 = @double(%x)   /* no semicolons needed */
+          @id(%0)
+        }
+        def @double(%y: Tensor[(3, n, ?), float32]) { add(%y, %y) }
+        def @id<a>(%z: a) -> a { %z }
+        def @scalar(%s: float32) -> float32 { negative(%s) }
+    """)
+    main = mod["main"]
+    n = main.params[0].type_annotation.shape[1]
+    assert isinstance(n, TypeVar) and n.kind is Kind.Shape
+    assert main.ret_type.shape[1] is n  # one name, one variable, per function
+    assert mod["double"].params[0].type_annotation.shape[1] is not n
+    assert mod["scalar"].params[0].type_annotation.shape == ()
+    assert main.body.op is mod.get_global_var("id")
+
+
+def test_hand_written_expression_forms():
+    e = parse_expr("""
+        let %t = (1f, (2i32,), ());
+        %u = %t.1.0;
+        let %f = fn (%a: float32, %b) -> float32 { add(%a, %b) };
+        %r = ref(%f(1f, 2f));
+        %ignored = ref_write(%r, 3f);
+        if (True) { ref_read(%r) } else if (False) { 4f } else { (((%u))) }
+    """)
+    assert isinstance(e, Let) and isinstance(e.body.body, If)
+    assert isinstance(e.body.body.false_branch, If)
+
+
+def test_attribute_values_are_python_like_literals():
+    e = parse_expr("%0 = clip(%x: float32, a_min=-inf, a_max=2.5); "
+                   "take(%0, %0, axis=None, mode='wrap')")
+    assert e.args[0].attrs["a_min"] == float("-inf") and e.args[0].attrs["a_max"] == 2.5
+    assert e.attrs["mode"] == "wrap" and e.attrs["axis"] is None
+
+
+def test_match_with_nested_patterns_and_incomplete_marker():
+    e = parse_expr("""
+        match? ((Some(1f), Cons(2f, Nil))) {
+          (Some(%h), Cons(_, %rest: List[float32])) => %h,
+          (None, _) => { %z = negative(1f); %z },
+        }
+    """)
+    assert isinstance(e, Match) and not e.complete and len(e.clauses) == 2
+    assert e.clauses[0].lhs.patterns[1].patterns[1].var.type_annotation is not None
+
+
+def test_parse_expr_maps_free_names_to_one_variable_each():
+    e = parse_expr("add(%x, multiply(%x, %y))")
+    assert e.args[0] is e.args[1].args[0] and e.args[1].args[1] is not e.args[0]
+
+
+# ---- errors -------------------------------------------------------------------------------------
+def error_of(text: str, *, expr: bool = False) -> str:
+    with pytest.raises(ParseError) as info:
+        (parse_expr if expr else parse)(text, source_name="prog.relay")
+    return str(info.value)
+
+
+def assert_located(message: str, line: int, col: int, source: str, caret: str) -> None:
+    assert message.startswith(f"prog.relay:{line}:{col}:"), message
+    lines = message.split("\n")
+    assert lines[1] == "    " + source
+    assert lines[2] == "    " + " " * (col - 1) + caret
+
+
+def test_unknown_operator_is_located_and_suggests():
+    text = "def @main(%x: float32) {\n  %0 = ad(%x, %x);\n  %0\n}"
+    message = error_of(text)
+    assert_located(message, 2, 8, "  %0 = ad(%x, %x);", "^^")
+    assert "unknown operator or constructor 'ad'" in message and "Did you mean" in message
+    assert "add" in message
+
+
+@pytest.mark.parametrize("text,line,col,needle", [
+    ("def @main() {\n  add(1f)\n}", 2, 3, "add takes 2 argument(s)"),
+    ("def @main() {\n  sum(1f, keepdims=3)\n}", 2, 3, "attribute 'keepdims' must be a bool"),
+    ("def @main() { %y }", 1, 15, "unknown variable %y"),
+    ("def @main() { @nope() }", 1, 15, "unknown global @nope"),
+    ("def @main() { 1q }", 1, 15, "unknown literal suffix 'q'"),
+    ("def @main() { 300i8 }", 1, 15, "300 is out of range for int8"),
+    ("def @main() { 1.5i32 }", 1, 15, "1.5 is not an integer"),
+    ("def @main() {\n  match (Nil) { Cns(%h, %t) => 1f }\n}", 2, 17, "unknown constructor 'Cns'"),
+    ("def @main(%x: Tensor[(n,), float32]) {\n  fn (%y: n) { %y }\n}", 2, 11,
+     "type variable n has kind Shape, but is used as a Type"),
+    ("def @main() { meta[Constant][3] }", 1, 30, "meta[Constant][3] is not in the metadata"),
+    ("def @main() { 1f }\ndef @main() { 2f }", 2, 5, "@main is defined twice"),
+    ("def @main() { 1f }\n%x", 2, 1, "expected 'def' or 'type' at the top level"),
+    ("def @main() {\n  (1f, 2f\n}", 3, 1, "expected ')'"),
+    ("def @main() {\n  1f\n", 3, 1, "unbalanced braces"),
+    ("def @main() { fn (%x, %x) { %x } }", 1, 23, "parameter %x is listed twice"),
+    ("def @main() { let %x = 1f }", 1, 27, "expected an expression"),
+    ("def @main() { (%a = 1f) }", 1, 23, "expected an expression, got ')'"),
+    ("def @main(%x: Lisst[float32]) { %x }", 1, 15, "unknown type 'Lisst'"),
+    ("type T[a] { C(b) }", 1, 15, "unknown type 'b'"),
+    ("def @main(%x: Tensor[(3,), float33]) { %x }", 1, 28, "unknown dtype 'float33'"),
+    ("def @main() { $ }", 1, 15, "unexpected character '$'"),
+    ("def @main() {\n  1f /* open", 2, 6, "unterminated comment"),
+    ("def @main() { sum(1f, axis='0) }", 1, 28, "unterminated string"),
+    ('#[version = "0.0.4"]\ndef @main() { 1f }', 1, 1, "unsupported text format version"),
+    ('def @main() { 1f }\n#[metadata]\n{"Constant": [1}', 3, 16, "not valid JSON"),
+    ('def @main() { 1f }\n#[metadata]\n{"Constant": [{"dtype": "f"}]}', 2, 1,
+     "metadata constant 0"),
+])
+def test_errors_are_located(text, line, col, needle):
+    message = error_of(text)
+    assert message.startswith(f"prog.relay:{line}:{col}:"), message
+    assert needle in message, message
+    assert re.search(r"\n    .*\n    *\^", message), message
+
+
+def test_damaged_texts_raise_only_parse_errors():
+    rng = random.Random(0)
+    texts = [astext(build()) for _, build in ALL_PROGRAMS]
+    for _ in range(300):
+        text = rng.choice(texts)
+        i = rng.randrange(len(text))
+        damaged = rng.choice([
+            text[:i], text[:i] + text[i + rng.randrange(1, 12):],
+            text[:i] + rng.choice("(){}[]<>,;:=.%@-?_\n\"'#/*x1") + text[i:],
+        ])
+        for read in (parse, parse_expr):
+            try:
+                read(damaged)
+            except ParseError:
+                pass
+
+
+def test_a_parse_error_is_a_syntax_error():
+    with pytest.raises(SyntaxError):
+        parse_expr("fn (")
+
+
+def test_errors_in_expressions_too():
+    message = error_of("%0 = add(%x, %y);\n%0 %1", expr=True)
+    assert_located(message, 2, 4, "%0 %1", "^^")
+    assert "expected the end of the expression" in message
