@@ -49,10 +49,13 @@ def dense_layer_module() -> IRModule:
 if __name__ == "__main__":
     mod = infer_types(while_loop_module())
     print(mod.astext(), "\n")
-    print("while_loop(1, 1, 5) =", evaluate(mod))
+    print("main() = while_loop(1, 1, 5) =", [int(v[0]) for v in evaluate(mod)])
+    start = [np.array([1], np.int32)] * 3
+    print("while_loop(1, 1, 1) =", [int(v[0]) for v in evaluate(mod, *start, entry="while_loop")])
 
     layer = infer_types(dense_layer_module())
     print("\n" + layer.astext())
+    print("inferred type of @layer:", layer["layer"].checked_type)
     rng = np.random.default_rng(0)
     w, b = rng.standard_normal((3, 4), np.float32), rng.standard_normal(3, np.float32)
     for batch in (2, 5):

@@ -48,9 +48,9 @@ class Expr:
         object.__setattr__(self, "_checked_type", t)
 
     def __repr__(self) -> str:
-        from relaydsl.ir.printer import astext
+        from relaydsl.ir.printer import HEADER, astext
 
-        return astext(self)
+        return astext(self).removeprefix(HEADER + "\n")  # the version header is for files
 
     def __str__(self) -> str:
         return self.__repr__()

@@ -40,13 +40,13 @@ def int1(value: int) -> Constant:
 # ---------------------------------------------------------------------------
 # Figure 2 of the 2019 paper: tf.while_loop converted to a tail-recursive function.
 # ---------------------------------------------------------------------------
-def figure2_while_loop_module() -> IRModule:
+def figure2_while_loop_module(start: tuple[int, int, int] = (1, 1, 5)) -> IRModule:
     """The paper's loop: ``i, j, k = 1, 1, 5``; while ``(i + j < 10 != j * k < 100) ==
     (k >= i + j)``: ``i, j, k = i + j, j + k, k + 1``. A let-bound recursive closure,
     subterms duplicated exactly as the figure prints them (``%0`` and ``%5`` are two adds).
 
-    From (1, 1, 5) the condition is already false, so main returns (1, 1, 5); the loop
-    function itself, from (1, 1, 1), steps three times to (8, 7, 4) (see figure2_expected).
+    From the figure's (1, 1, 5) the condition is already false, so main returns (1, 1, 5);
+    from `start` = (1, 1, 1) it steps three times to (8, 7, 4) (see figure2_expected).
     """
     lvar0, lvar1, lvar2 = (Var(f"lvar{i}", I32_1) for i in range(3))
     loop = Var("while_loop", FuncType((I32_1,) * 3, TupleType((I32_1,) * 3)))
@@ -58,7 +58,7 @@ def figure2_while_loop_module() -> IRModule:
     step = Call(loop, (op("add", lvar0, lvar1), op("add", lvar1, lvar2), op("add", lvar2, int1(1))))
     body = If(cond, step, Tuple((lvar0, lvar1, lvar2)))
     fn = Function((lvar0, lvar1, lvar2), body, TupleType((I32_1,) * 3))
-    main = Let(loop, fn, Call(loop, (int1(1), int1(1), int1(5))))
+    main = Let(loop, fn, Call(loop, tuple(int1(v) for v in start)))
     mod = IRModule()
     mod.add("main", Function((), main, TupleType((I32_1,) * 3)))
     return mod

@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from relaydsl.errors import ParseError
 from relaydsl.ir import (
-    Constant, Function, FuncType, If, IRModule, Kind, Let, Match, Tuple, TypeVar, Var, const,
+    Constant, Function, FuncType, If, IRModule, Kind, Let, Match, TensorType, Tuple, TupleType,
+    TypeVar, Var, const,
 )
 from relaydsl.ir.printer import astext
 from relaydsl.ir.parser import parse, parse_expr
@@ -210,11 +211,14 @@ def test_typed_programs_print_with_types_and_round_trip(name, build):
     assert_structural_equal(infer_types(again), mod)
 
 
-def test_figure2_parsed_from_text_runs_like_the_python_loop():
+@pytest.mark.parametrize("start", [(1, 1, 5), (1, 1, 1), (1, 2, 1)])
+def test_figure2_printed_parsed_typed_and_run_like_the_python_loop(start):
     from backend.interpreter import evaluate
 
-    mod = parse(astext(figure2_while_loop_module()))
-    for got, want in zip(evaluate(mod), figure2_expected()):
+    mod = infer_types(parse(astext(figure2_while_loop_module(start))))
+    i32 = TensorType((1,), "int32")
+    assert mod["main"].checked_type.ret_type == TupleType((i32, i32, i32))
+    for got, want in zip(evaluate(mod), figure2_expected(*start)):
         np.testing.assert_array_equal(got, want)
 
 
