@@ -44,8 +44,8 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import Any, Dim, DType, TensorType, TupleType, Type, type_to_str
 from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, register
 from relaydsl.typing.relations import (
-    FLOAT, RelationContext, attr_axis, broadcast_shapes, known_product, require_dtype, same_dtype,
-    tensor_arg,
+    FLOAT, RelationContext, attr_axis, broadcast_shapes, is_unknown, known_product, require_dtype,
+    same_dtype, tensor_arg,
 )
 
 Array = AnyValue  # a numpy.ndarray or a jax.Array
@@ -113,10 +113,18 @@ def _matmul_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     return c.tensor((*batch, *rows, *cols))
 
 
-def _dense_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+def _dense_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | None:
+    if is_unknown(args[1]):  # a hidden parameter: (units, k) from the attribute and the data
+        data = tensor_arg(ctx, args[0], "dense: data")
+        if attrs.units is None or not data.shape:
+            return None
+        args[1] = ctx.unify_types(args[1], TensorType((attrs.units, data.shape[-1]), data.dtype),
+                                  "dense: the weight")
     c = _Inputs(ctx, "dense", args, ("data", "weight"))
     data, (units, k) = c.shape(0, min_rank=1), c.shape(1, rank=2)
     c.same(data[-1], k, f"the reduction dimensions of {c.arg(0)} and {c.arg(1)} differ")
+    if attrs.units is not None:
+        c.same(units, attrs.units, f"{c.arg(1)} does not have units={attrs.units} rows")
     return c.tensor((*data[:-1], units))
 
 
@@ -151,7 +159,17 @@ def _spatial_out(c: _Inputs, hw: Sequence[Dim], kernel: Sequence[Dim], attrs: At
     return out
 
 
-def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | None:
+    if is_unknown(args[1]):  # a hidden parameter: OIHW from channels, kernel_size and the data
+        data = tensor_arg(ctx, args[0], "conv2d: data")
+        if attrs.channels is None or attrs.kernel_size is None or data.ndim != 4:
+            return None
+        cin = ctx.resolve_dim(data.shape[1])
+        cin_per_group = cin // attrs.groups if isinstance(cin, int) else cin
+        kh, kw = _pair(attrs.kernel_size)
+        args[1] = ctx.unify_types(
+            args[1], TensorType((attrs.channels, cin_per_group, kh, kw), data.dtype),
+            "conv2d: the weight")
     c = _Inputs(ctx, "conv2d", args, ("data", "weight"))
     (n, cin, *hw), (cout, cin_per_group, *kernel) = c.shape(0, rank=4), c.shape(1, rank=4)
     groups = attrs.groups
@@ -162,6 +180,11 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         c.same(cin, cin_per_group * groups, f"{mismatch} (with groups={groups})")
     if isinstance(cout, int) and cout % groups:
         c.fail(f"the out-channels of {c.arg(1)} are not divisible by groups={groups}")
+    if attrs.channels is not None:
+        c.same(cout, attrs.channels, f"{c.arg(1)} does not have channels={attrs.channels}")
+    if attrs.kernel_size is not None:
+        for k, want in zip(kernel, _pair(attrs.kernel_size)):
+            c.same(k, want, f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
     oh, ow = _spatial_out(c, hw, kernel, attrs, _pair(attrs.dilation), ceil_mode=False)
     return c.tensor((n, cout, oh, ow))
 
@@ -196,7 +219,15 @@ def _softmax_rel(op: str) -> Relation:
 
 def _per_channel_inputs(op: str, params: tuple[str, ...], args: list[Type], attrs: Attrs,
                         ctx: RelationContext) -> tuple[_Inputs, list[Dim], int]:
-    """data of rank >= 1 and parameters each 1-D of size data.shape[axis]: (inputs, shape, axis)."""
+    """data of rank >= 1 and parameters each 1-D of size data.shape[axis]: (inputs, shape, axis).
+
+    A parameter whose type is unknown (a model's hidden parameter) is given that type."""
+    data_t = tensor_arg(ctx, args[0], f"{op}: data")
+    for i in range(1, len(params) + 1):
+        if is_unknown(args[i]) and data_t.ndim:
+            size = data_t.shape[attr_axis(ctx, op, "axis", attrs.axis, data_t)]
+            args[i] = ctx.unify_types(args[i], TensorType((size,), data_t.dtype),
+                                      f"{op}: {params[i - 1]}")
     c = _Inputs(ctx, op, args, ("data", *params))
     data = c.shape(0, min_rank=1)
     axis = c.axis(attrs.axis)
@@ -282,6 +313,15 @@ def _check_pair(v: IntOrPair) -> str | None:
     if min(_pair(v)) < 1:
         return f"values must be positive, got {v}"
     return None
+
+
+def _check_optional_pair(v: IntOrPair | None) -> str | None:
+    return None if v is None else _check_pair(v)
+
+
+def _ignore_attrs(f: Callable[..., AnyValue]) -> Callable[..., AnyValue]:
+    """The reference of an op whose attributes only guide type inference."""
+    return lambda *args, **attrs: f(*args)
 
 
 def _check_padding(v: IntOrPair) -> str | None:
@@ -388,8 +428,8 @@ def _conv_window(weight_shape: Sequence[int], strides: IntOrPair, padding: IntOr
     return _Window(kernel, _pair(strides), _pair(dilation), _padding(padding))
 
 
-def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int,
-               **window: IntOrPair) -> np.ndarray:
+def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int, channels: int | None,
+               kernel_size: IntOrPair | None, **window: IntOrPair) -> np.ndarray:
     """Each group's windows (n, cin/groups, oh, ow, kh, kw) contracted with its filters."""
     windows = _windows_np(data, _conv_window(weight.shape, **window), 0.0)
     per_group = [
@@ -399,8 +439,8 @@ def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int,
     return np.ascontiguousarray(np.concatenate(per_group, axis=-1).transpose(0, 3, 1, 2))
 
 
-def _conv2d_jax(data: jax.Array, weight: jax.Array, *, groups: int,
-                **window: IntOrPair) -> jax.Array:
+def _conv2d_jax(data: jax.Array, weight: jax.Array, *, groups: int, channels: int | None,
+                kernel_size: IntOrPair | None, **window: IntOrPair) -> jax.Array:
     win = _conv_window(weight.shape, **window)
     return jax.lax.conv_general_dilated(
         data, weight, win.strides, win.pad_pairs(data.shape[-2:]), rhs_dilation=win.dilation,
@@ -531,14 +571,17 @@ def _softmax_cross_entropy(xp: ModuleType, logits: Array, labels: Array) -> Arra
 
 def _op(name: str, inputs: tuple[str, ...], rel: Relation, pattern: OpPattern,
         numpy_ref: Callable[..., AnyValue], jax_lower: Callable[..., AnyValue], doc: str,
-        *attrs: Attr) -> None:
-    register(OpDef(name, inputs, rel, pattern, numpy_ref, jax_lower, attrs=attrs, doc=doc))
+        *attrs: Attr, infers: tuple[int, ...] = ()) -> None:
+    register(OpDef(name, inputs, rel, pattern, numpy_ref, jax_lower, attrs=attrs, doc=doc,
+                   infers_inputs=infers))
 
 
 def _xp_op(name: str, inputs: tuple[str, ...], rel: Relation, pattern: OpPattern,
-           impl: Callable[..., AnyValue], doc: str, *attrs: Attr) -> None:
+           impl: Callable[..., AnyValue], doc: str, *attrs: Attr,
+           infers: tuple[int, ...] = ()) -> None:
     """An op whose reference is written once over xp: numpy (interpreter), jax.numpy (oracle)."""
-    _op(name, inputs, rel, pattern, partial(impl, np), partial(impl, jnp), doc, *attrs)
+    _op(name, inputs, rel, pattern, partial(impl, np), partial(impl, jnp), doc, *attrs,
+        infers=infers)
 
 
 def _in_range(lo: float, hi: float, hi_open: bool = False) -> Callable[[float], str | None]:
@@ -577,8 +620,10 @@ _FUSABLE, _OPAQUE = OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.OPAQUE
 
 _op("matmul", ("a", "b"), _matmul_rel, _FUSABLE, np.matmul, jnp.matmul,
     "numpy.matmul: (..., m, k) @ (..., k, n), batch dims broadcast, 1-D operands promoted")
-_op("dense", ("data", "weight"), _dense_rel, _FUSABLE, _dense, _dense,
-    "data (..., k) @ weight (units, k).T -> (..., units)")
+_op("dense", ("data", "weight"), _dense_rel, _FUSABLE, _ignore_attrs(_dense), _ignore_attrs(_dense),
+    "data (..., k) @ weight (units, k).T -> (..., units)",
+    Attr("units", "optional_int", None, doc="rows of weight; lets inference infer the weight"),
+    infers=(1,))
 _op("batch_matmul", ("x", "y"), _batch_matmul_rel, _FUSABLE, _batch_matmul, _batch_matmul,
     "x (b, m, k) @ y (b, k, n) -> (b, m, n), each optionally transposed; a batch of 1 broadcasts",
     Attr("transpose_a", "bool", False, doc="x is (b, k, m)"),
@@ -587,7 +632,11 @@ _op("conv2d", ("data", "weight"), _conv2d_rel, _FUSABLE, _conv2d_np, _conv2d_jax
     "2-D cross-correlation of NCHW data with OIHW weight; in-channels = I * groups",
     _STRIDES, _PADDING,
     Attr("dilation", "int_or_ints", (1, 1), _check_pair, "kernel dilation (h, w)"),
-    Attr("groups", "int", 1, _positive, "channel groups (groups = in-channels: depthwise)"))
+    Attr("groups", "int", 1, _positive, "channel groups (groups = in-channels: depthwise)"),
+    Attr("channels", "optional_int", None, doc="out-channels O; with kernel_size, lets "
+         "inference infer the weight"),
+    Attr("kernel_size", "optional_ints", None, _check_optional_pair, "kernel (h, w)"),
+    infers=(1,))
 _op("max_pool2d", ("data",), _pool_rel("max_pool2d"), _FUSABLE, _max_pool2d_np, _max_pool2d_jax,
     "maximum over each pool_size window of NCHW data, padding with -inf", *_POOL)
 _op("avg_pool2d", ("data",), _pool_rel("avg_pool2d"), _FUSABLE, _avg_pool2d_np, _avg_pool2d_jax,
@@ -604,10 +653,11 @@ _xp_op("batch_norm", ("data", *_BATCH_NORM_PARAMS), _batch_norm_rel, _OPAQUE,
        "or batch (training) statistics; training also updates the moving statistics",
        _axis(1, "the channel axis"), _EPSILON, _CENTER, _SCALE,
        Attr("training", "bool", False, doc="use and fold in the batch statistics"),
-       Attr("momentum", "float", 0.1, _in_range(0.0, 1.0), "weight of the batch statistics"))
+       Attr("momentum", "float", 0.1, _in_range(0.0, 1.0), "weight of the batch statistics"),
+       infers=(1, 2, 3, 4))
 _xp_op("layer_norm", ("data", "gamma", "beta"), _layer_norm_rel, _OPAQUE, _layer_norm,
        "(x - mean) / sqrt(var + epsilon) * gamma + beta over `axis`",
-       _axis(-1, "the normalised axis"), _EPSILON, _CENTER, _SCALE)
+       _axis(-1, "the normalised axis"), _EPSILON, _CENTER, _SCALE, infers=(1, 2))
 _xp_op("dropout", ("data",), _dropout_rel, _OPAQUE, _dropout,
        "identity; in training zero each element with probability rate (a hash of seed and "
        "index) and scale the rest by 1 / (1 - rate)",
@@ -621,7 +671,8 @@ _xp_op("pad", ("data",), _pad_rel, OpPattern.INJECTIVE, _pad,
 _xp_op("flatten", ("data",), _flatten_rel, OpPattern.INJECTIVE, _flatten,
        "(d0, d1, ..., dn) -> (d0, d1 * ... * dn)")
 _xp_op("bias_add", ("data", "bias"), _bias_add_rel, OpPattern.BROADCAST, _bias_add,
-       "data + bias, the 1-D bias broadcast along axis", _axis(1, "the axis bias runs along"))
+       "data + bias, the 1-D bias broadcast along axis", _axis(1, "the axis bias runs along"),
+       infers=(1,))
 _xp_op("softmax_cross_entropy", ("logits", "labels"), _cross_entropy_rel, _OPAQUE,
        _softmax_cross_entropy,
        "mean over leading dims of -sum(labels * log_softmax(logits), axis=-1); a scalar")

@@ -114,6 +114,10 @@ class OpDef:
     attrs: tuple[Attr, ...] = ()
     doc: str = ""
     differentiable: bool = True
+    # Inputs whose type the relation can work out from the other inputs and the attributes
+    # (TVM's dense with `units`, conv2d with `channels`): left unannotated, as a model's hidden
+    # parameters are, they do not hold the relation back; the relation assigns their types.
+    infers_inputs: tuple[int, ...] = ()
     gradient: Callable[..., AnyValue] | None = None  # filled by the differentiation issue
     compute: Callable[..., AnyValue] | None = None  # filled by the te/llvm issue
     op: AnyValue = field(default=None, repr=False)  # the IR Op node, set by register()

@@ -230,9 +230,11 @@ class _Inferencer:
             raise self.error(call, "explicit type arguments are not supported; annotate the arguments instead")
         for i, (param, arg) in enumerate(zip(inst.arg_types, call.args)):
             self.unify(param, self.infer(arg), arg, f"argument {i} of {name}")
+        inferable = call.op.definition.infers_inputs if isinstance(call.op, Op) else ()
         for rel in inst.relations:
             self.solver.add_relation(PendingRelation(
-                rel.name, rel.func, rel.args, rel.out, rel.attrs, call.span, call))
+                rel.name, rel.func, rel.args, rel.out, rel.attrs, call.span, call,
+                inferable=inferable))
         return inst.ret_type
 
     def _tuple_getitem(self, expr: TupleGetItem) -> Type:

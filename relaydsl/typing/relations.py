@@ -31,6 +31,9 @@ class RelationContext(Protocol):
     def unify_dtypes(self, a: DType, b: DType, what: str) -> DType:
         """State a == b for dtypes."""
 
+    def unify_types(self, a: Type, b: Type, what: str) -> Type:
+        """State a == b for whole types (assigns an input the relation infers)."""
+
     def resolve_dim(self, d: Dim) -> Dim:
         """The current value of a dim (follows symbolic bindings)."""
 
@@ -53,6 +56,13 @@ class ConcreteContext:
             return a
         self.fail(f"{what}: {type_to_str(a)} vs {type_to_str(b)}")
 
+    def unify_types(self, a: Type, b: Type, what: str) -> Type:
+        if isinstance(a, TypeVar):
+            return b
+        if a == b:
+            return a
+        self.fail(f"{what}: {type_to_str(a)} vs {type_to_str(b)}")
+
     def resolve_dim(self, d: Dim) -> Dim:
         return d
 
@@ -67,6 +77,11 @@ def check_relation(rel, arg_types: Sequence[Type], attrs: dict | Attrs | None = 
 
 
 # ---- helpers for writing relations -----------------------------------------
+
+def is_unknown(t: Type) -> bool:
+    """An argument whose type is not known yet (only inputs an op `infers_inputs` can be)."""
+    return isinstance(t, TypeVar)
+
 
 def tensor_arg(ctx: RelationContext, t: Type, what: str) -> TensorType:
     """The argument as a TensorType, or a located failure naming what was expected."""
@@ -157,7 +172,8 @@ def is_known(d: AnyValue) -> bool:
 
 
 __all__ = [
-    "RelationContext", "ConcreteContext", "check_relation", "tensor_arg", "tensor_tuple_arg",
+    "RelationContext", "ConcreteContext", "check_relation", "is_unknown", "tensor_arg",
+    "tensor_tuple_arg",
     "normalize_axis", "broadcast_dims", "broadcast_shapes", "same_dtype", "identity_rel",
     "broadcast_rel", "broadcast_to_bool_rel", "is_known", "TypeVar",
 ]

@@ -46,6 +46,7 @@ class PendingRelation:
     span: Span | None
     call: AnyValue  # the expression that instantiated it, rendered in errors without a span
     shallow: bool = False  # ready as soon as the arguments' outer constructors are known
+    inferable: tuple[int, ...] = ()  # arguments the relation itself assigns when unknown
     done: bool = field(default=False)
 
 
@@ -234,10 +235,11 @@ class Solver:
         """(blocking, partial): variables that keep `rel` from running / that it would see symbolically."""
         blocking: list[TypeVar] = []
         partial: list[TypeVar] = []
-        for arg in rel.args:
+        for i, arg in enumerate(rel.args):
             head = self._head(arg)
             if isinstance(head, TypeVar) and head in self._flexible:
-                blocking.append(head)
+                if i not in rel.inferable:
+                    blocking.append(head)
                 continue
             if rel.shallow:
                 continue
@@ -308,6 +310,12 @@ class _Context:
             return self._solver.resolve(self._solver.unify_dtype(a, b))
         except UnifyError:
             self.fail(what)
+
+    def unify_types(self, a: Type, b: Type, what: str) -> Type:
+        try:
+            return self._solver.resolve(self._solver.unify(a, b))
+        except UnifyError as e:
+            self.fail(f"{what}: {e.detail}")
 
     def resolve_dim(self, d: Dim) -> Dim:
         return self._solver.resolve(d)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from relaydsl.errors import IRError, RelayTypeError
-from relaydsl.ir import Call, Op, TensorType, TupleType, Var
+from relaydsl.ir import Call, Op, TensorType, TupleGetItem, TupleType, Var
 from relaydsl.ir.types import Any, Kind, TypeVar
 from relaydsl.op import OpPattern, lookup
 from relaydsl.typing import infer_type
@@ -562,7 +562,9 @@ def test_inference_error_names_the_op_and_the_types():
     ("conv2d", {"strides": (0, 1)}, r"'strides': values must be positive"),
     ("conv2d", {"dilation": (1, 1, 1)}, r"'dilation': expected an int or 2 ints \(h, w\)"),
     ("conv2d", {"groups": 0}, r"'groups': must be positive"),
-    ("conv2d", {"kernel_size": 3}, r"conv2d: unknown attribute\(s\) kernel_size"),
+    ("conv2d", {"kernel_layout": "OIHW"}, r"conv2d: unknown attribute\(s\) kernel_layout"),
+    ("conv2d", {"kernel_size": 1.5}, r"conv2d: attribute .kernel_size. must be None, an int"),
+    ("dense", {"units": "ten"}, r"dense: attribute .units. must be an int or None"),
     ("max_pool2d", {}, r"max_pool2d: attribute 'pool_size' is required"),
     ("max_pool2d", {"pool_size": 2, "ceil_mode": 1}, r"'ceil_mode' must be a bool"),
     ("avg_pool2d", {"pool_size": (2, 2, 2)}, r"'pool_size': expected an int or 2 ints"),
@@ -585,6 +587,39 @@ def test_bad_attributes(op, attrs, message):
 def test_window_attributes_are_kept_as_given_with_defaults_filled_in():
     conv, args = Op.get("conv2d"), [Var("x"), Var("w")]
     assert dict(Call(conv, args).attrs) == {
-        "strides": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
+        "strides": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1, "channels": None,
+        "kernel_size": None}
     assert Call(conv, args, {"padding": [1, 2], "strides": 2}).attrs.padding == (1, 2)
     assert Call(conv, args, {"padding": 3}).attrs.padding == 3
+
+
+def test_unannotated_weights_and_per_channel_parameters_are_inferred():
+    """A model's hidden parameters are left unannotated; inference gives them their shapes."""
+    from relaydsl.ir import Function, IRModule
+    from relaydsl.typing import infer_types
+
+    x = Var("x", TensorType((8, 3, 12, 12)))
+    w1, b1, gamma, beta, mean, var, w2 = (Var(n) for n in ("w1", "b1", "g", "b", "m", "v", "w2"))
+    h = Call(Op.get("conv2d"), [x, w1], {"channels": 6, "kernel_size": 3, "groups": 3})
+    h = Call(Op.get("bias_add"), [h, b1])
+    h = TupleGetItem(Call(Op.get("batch_norm"), [h, gamma, beta, mean, var]), 0)
+    out = Call(Op.get("dense"), [Call(Op.get("flatten"), [h]), w2], {"units": 4})
+    mod = IRModule()
+    mod["main"] = Function([x, w1, b1, gamma, beta, mean, var, w2], out)
+    infer_types(mod)
+    assert w1.checked_type == TensorType((6, 1, 3, 3))
+    for v in (b1, gamma, beta, mean, var):
+        assert v.checked_type == TensorType((6,))
+    assert w2.checked_type == TensorType((4, 6 * 10 * 10))
+    assert out.checked_type == TensorType((8, 4))
+
+
+def test_a_weight_without_units_is_underconstrained():
+    from relaydsl.ir import Function, IRModule
+    from relaydsl.typing import infer_types
+
+    x, w = Var("x", TensorType((2, 3))), Var("w")
+    mod = IRModule()
+    mod["main"] = Function([x, w], Call(Op.get("dense"), [x, w]))
+    with pytest.raises(RelayTypeError, match="underconstrained"):
+        infer_types(mod)
