@@ -1,4 +1,23 @@
-"""relaydsl: a Python-embedded, statically typed, differentiable deep-learning language on Relay."""
+"""relaydsl: a Python-embedded, statically typed, differentiable deep-learning language on Relay.
+
+>>> import numpy as np
+>>> from relaydsl import relay, Tensor, Float
+>>> @relay
+... def f(x: Tensor[Float, ("n", 2)]) -> Tensor[Float, ("n", 2)]:
+...     return relay.tanh(x) + 1.0
+>>> f(np.zeros((3, 2), np.float32)).shape
+(3, 2)
+"""
 from relaydsl.errors import DSLSyntaxError, IRError, ParseError, RelayError, RelayTypeError
 
-__all__ = ["DSLSyntaxError", "IRError", "ParseError", "RelayError", "RelayTypeError"]
+# The user-facing names live in the frontend package; imported last (it builds on relaydsl).
+from frontend.annotations import (  # noqa: E402
+    Bool, Float, Float16, Float32, Float64, Fn, Int, Int8, Int16, Int32, Int64, Tensor, UInt8,
+)
+from frontend.namespace import relay  # noqa: E402
+
+__all__ = [
+    "Bool", "DSLSyntaxError", "Float", "Float16", "Float32", "Float64", "Fn", "IRError", "Int",
+    "Int8", "Int16", "Int32", "Int64", "ParseError", "RelayError", "RelayTypeError", "Tensor",
+    "UInt8", "relay",
+]

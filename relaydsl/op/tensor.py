@@ -117,6 +117,19 @@ register(OpDef(
     doc="x converted to `dtype` (float to int truncates toward zero)",
 ))
 
+
+def _cast_like_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    t = tensor_arg(ctx, args[0], "cast_like: the input")
+    like = tensor_arg(ctx, args[1], "cast_like: the dtype source")
+    return TensorType(t.shape, like.dtype)
+
+
+register(OpDef(
+    "cast_like", ("data", "dtype_like"), _cast_like_rel, OpPattern.ELEMWISE,
+    lambda x, like: np.asarray(x).astype(like.dtype), lambda x, like: x.astype(like.dtype),
+    doc="x converted to the dtype of `dtype_like` (how Python literals take their operand's dtype)",
+))
+
 # ---- binary arithmetic -------------------------------------------------------
 
 

@@ -387,3 +387,16 @@ register(OpDef("zeros_like", ("data",), identity_rel, OpPattern.ELEMWISE, np.zer
                jnp.zeros_like, doc="zeros of x's shape and dtype", differentiable=False))
 register(OpDef("ones_like", ("data",), identity_rel, OpPattern.ELEMWISE, np.ones_like,
                jnp.ones_like, doc="ones of x's shape and dtype", differentiable=False))
+
+
+def _shape_of_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    t = tensor_arg(ctx, args[0], "shape_of: the input")
+    return TensorType((t.ndim,), "int32")
+
+
+register(OpDef(
+    "shape_of", ("data",), _shape_of_rel, OpPattern.OPAQUE,
+    lambda x: np.array(np.shape(x), np.int32), lambda x: jnp.array(x.shape, jnp.int32),
+    doc="the shape of x as a 1-D int32 tensor (loops over a tensor's first axis use it)",
+    differentiable=False,
+))

@@ -104,6 +104,8 @@ CASES = [
     OpCase("full", [np.array(-2.7)], lambda v: lax.full((3,), lax.convert_element_type(
         v, jnp.int32)), {"shape": (3,), "dtype": "int32"}, name="float64 to int32"),
     OpCase("full", [np.array(True)], lambda v: lax.full((2, 2), v), {"shape": (2, 2)}),
+    OpCase("shape_of", [f32(2, 3)], lambda x: jnp.array([2, 3], jnp.int32)),
+    OpCase("shape_of", [f32()], lambda x: jnp.zeros((0,), jnp.int32)),
     OpCase("zeros_like", [f32(2, 3)], lambda x: lax.full(x.shape, 0, x.dtype)),
     OpCase("zeros_like", [i32(4)], lambda x: lax.full(x.shape, 0, x.dtype)),
     OpCase("ones_like", [f64(2, 3)], lambda x: lax.full(x.shape, 1, x.dtype)),

@@ -1,0 +1,149 @@
+"""The ``relay`` object users import: the decorator, and the namespace of the language.
+
+``@relay`` decorates a function; ``relay.<op>`` names an operator of the
+registry (inside decorated code it becomes an op call; outside, it runs
+eagerly on NumPy arrays); ``relay.map`` and friends are the prelude;
+``relay.Any``, ``relay.Fn``, ``relay.List`` are for annotations.
+
+>>> import numpy as np
+>>> from relaydsl import relay
+>>> relay.maximum(np.array([1.0, 5.0], np.float32), np.array([3.0, 2.0], np.float32))
+array([3., 5.], dtype=float32)
+>>> relay.sofmax
+Traceback (most recent call last):
+...
+AttributeError: relay has no operator or function 'sofmax'. Did you mean softmax?
+"""
+from __future__ import annotations
+
+from typing import Any as AnyValue, Callable
+
+import numpy as np
+
+from frontend import annotations
+
+
+class OpFunction:
+    """``relay.<op>``: an operator; called outside decorated code it runs on NumPy arrays."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args: AnyValue, **attrs: AnyValue) -> AnyValue:
+        from relaydsl.ir.attrs import Attrs
+        from relaydsl.op import lookup
+        from relaydsl.typing.relations import check_relation
+
+        opdef = lookup(self.name)
+        values = [_array(a) for a in args]
+        attrs = opdef.check_call(tuple(values), Attrs(attrs))
+        check_relation(opdef.type_relation, [_type_of(v) for v in values], attrs)
+        return opdef.numpy_ref(*values, **attrs)
+
+    def __repr__(self) -> str:
+        return f"relay.{self.name}"
+
+
+class PreludeFunction:
+    """``relay.map``, ``relay.foldl``, ...: a global function of the prelude."""
+
+    def __init__(self, name: str):
+        from relaydsl.ir.prelude import prelude_definitions
+
+        self.name = name
+        self.global_var = next(gv for gv in prelude_definitions()[1] if gv.name_hint == name)
+
+    def __repr__(self) -> str:
+        return f"relay.{self.name}"
+
+
+class ConstructorRef:
+    """``relay.Cons``, ``relay.Nil``, ``relay.Some``: a prelude ADT constructor."""
+
+    def __init__(self, constructor):
+        self.constructor = constructor
+
+    def __repr__(self) -> str:
+        return f"relay.{self.constructor.name}"
+
+
+def _array(value: AnyValue) -> AnyValue:
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], np.ndarray):
+        return tuple(value)
+    if isinstance(value, np.ndarray):
+        return value
+    arr = np.asarray(value)
+    if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
+        arr = arr.astype(np.float32)
+    elif arr.dtype == np.int64:
+        arr = arr.astype(np.int32)
+    return arr
+
+
+def _type_of(value: AnyValue):
+    from relaydsl.ir.types import TensorType, TupleType
+
+    if isinstance(value, tuple):
+        return TupleType(tuple(_type_of(v) for v in value))
+    return TensorType(value.shape, value.dtype.name)
+
+
+_PRELUDE_FUNCTIONS = ("map", "foldl", "foldr", "zip", "length", "nth")
+
+
+class RelayNamespace:
+    """The ``relay`` object: a decorator and a namespace (see the module docstring)."""
+
+    Any = annotations.Any
+    Fn = annotations.Fn
+    List = annotations.List
+    Option = annotations.Option
+    Tree = annotations.Tree
+
+    def __call__(self, pyfunc: Callable):
+        from frontend.decorators import relay_decorator
+
+        return relay_decorator(pyfunc)
+
+    def __getattr__(self, name: str) -> AnyValue:
+        from relaydsl.ir.prelude import prelude_definitions
+        from relaydsl.op import all_ops
+
+        if name in all_ops():
+            return OpFunction(name)
+        if name in _PRELUDE_FUNCTIONS:
+            return PreludeFunction(name)
+        for td in prelude_definitions()[0]:
+            for c in td.constructors:
+                if c.name == name:
+                    return ConstructorRef(c)
+        api = _api()
+        if name in api:
+            return api[name]
+        from relaydsl.ir.expr import suggest
+
+        known = [*all_ops(), *_PRELUDE_FUNCTIONS, *api]
+        raise AttributeError(f"relay has no operator or function {name!r}.{suggest(name, known)}")
+
+    def __dir__(self) -> list[str]:
+        from relaydsl.op import all_ops
+
+        return sorted({*all_ops(), *_PRELUDE_FUNCTIONS, *_api(), "Any", "Fn", "List", "Option",
+                       "Tree"})
+
+    def __repr__(self) -> str:
+        return "<relaydsl.relay>"
+
+
+def _api() -> dict[str, AnyValue]:
+    """The non-operator functions of the namespace."""
+    from relaydsl.errors import DSLSyntaxError, RelayTypeError
+
+    def build(fn, target: str = "interp", **options):
+        """Compile a decorated function for `target` ("interp"); returns a callable."""
+        return fn.build(target, **options)
+
+    return {"build": build, "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError}
+
+
+relay = RelayNamespace()

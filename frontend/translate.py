@@ -1,0 +1,941 @@
+"""Python AST -> Relay: the translation of one decorated function.
+
+Statements are translated in continuation style: each assignment becomes a
+``let`` whose body is the rest of the block, so rebinding a Python name makes
+a new Relay variable. Control flow follows the 2019 paper's conversion of
+loops into tail-recursive functions:
+
+- ``if`` without a ``return`` inside joins its branches: the names either
+  branch assigns come back as a tuple (``let (a, b) = if c {...; (a, b)} else {...}``);
+  an ``if`` with a ``return`` inside takes the rest of the block into each branch;
+- ``for``/``while`` become a local recursive function over the loop state (the
+  names the body reassigns), called once; the call's result rebinds them;
+- nested ``def`` and ``lambda`` become closures (``let f = fn ...``, recursive).
+
+Every node gets the span of the Python node it comes from, so type errors
+point at the user's line. Anything outside the subset is a DSLSyntaxError
+located at the construct, saying what to write instead where that is clear.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any as AnyValue, Callable, Iterable
+
+import numpy as np
+
+from frontend.source import Source
+from relaydsl.errors import DSLSyntaxError, IRError
+from relaydsl.ir.adt import (
+    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+)
+from relaydsl.ir.expr import (
+    Call, Clause, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, Tuple, TupleGetItem,
+    Var, const,
+)
+from relaydsl.ir.span import Span
+from relaydsl.ir.types import TensorType, Type, TypeVar
+
+_BINOPS = {
+    ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
+    ast.MatMult: "matmul", ast.Pow: "power", ast.FloorDiv: "floor_divide", ast.Mod: "mod",
+}
+_COMPARE = {
+    ast.Eq: "equal", ast.NotEq: "not_equal", ast.Lt: "less", ast.LtE: "less_equal",
+    ast.Gt: "greater", ast.GtE: "greater_equal",
+}
+_INT32 = TensorType((), "int32")
+
+# What to write instead of common constructs outside the subset.
+_UNSUPPORTED_STATEMENTS: dict[type, str] = {
+    ast.Try: "exceptions are not part of the language; check conditions with `if`",
+    ast.With: "`with` blocks are not supported; call functions directly",
+    ast.Global: "`global` is not supported; pass the value as an argument",
+    ast.Nonlocal: "`nonlocal` is not supported; return the new value instead",
+    ast.ClassDef: "classes cannot be defined inside decorated functions; define ADTs at module level",
+    ast.Delete: "`del` is not supported; simply stop using the name",
+    ast.Raise: "`raise` is not supported",
+    ast.Assert: "`assert` is not supported",
+    ast.Import: "imports are not allowed inside decorated functions; import at module level",
+    ast.ImportFrom: "imports are not allowed inside decorated functions; import at module level",
+    ast.AsyncFunctionDef: "async functions are not supported",
+    ast.AsyncFor: "async loops are not supported",
+    ast.AsyncWith: "async blocks are not supported",
+    ast.Break: "`break` is not supported; put the exit test in a `while` condition",
+    ast.Continue: "`continue` is not supported; use `if` around the rest of the body",
+}
+_UNSUPPORTED_EXPRESSIONS: dict[type, str] = {
+    ast.Yield: "generators are not supported; return a tuple or a relay.List",
+    ast.YieldFrom: "generators are not supported",
+    ast.Await: "`await` is not supported",
+    ast.Dict: "dicts are not supported; use a tuple",
+    ast.DictComp: "dict comprehensions are not supported; use a tuple or a relay.List",
+    ast.SetComp: "set comprehensions are not supported",
+    ast.Set: "sets are not supported",
+    ast.GeneratorExp: "generator expressions are not supported; use a `for` loop",
+    ast.ListComp: "list comprehensions are not supported; use a `for` loop or relay.map",
+    ast.JoinedStr: "f-strings are not supported",
+    ast.Starred: "starred arguments are not supported; pass each argument explicitly",
+    ast.NamedExpr: "`:=` is not supported; assign in a separate statement",
+}
+
+
+class _Literal:
+    """A Python number in the program: it takes the dtype of the tensor it meets."""
+
+    __slots__ = ("value", "span")
+
+    def __init__(self, value: int | float | bool, span: Span | None):
+        self.value, self.span = value, span
+
+    def default(self) -> Constant:
+        return const(self.value, span=self.span)
+
+
+@dataclass
+class Binding:
+    """A Python name bound to a Relay expression; `kind` is what is known of its value."""
+
+    expr: Expr
+    kind: str | None = None  # "tensor", "tuple", "list", "func" or unknown
+    annotation: AnyValue = None
+
+
+Env = dict[str, Binding]
+
+
+@dataclass
+class Resolver:
+    """How the translator reaches the Python world: name lookup and the frontend's objects."""
+
+    lookup: Callable[[str], AnyValue]  # raises KeyError for an unknown name
+    to_global: Callable[[AnyValue], GlobalVar | None]  # a decorated function's GlobalVar
+    annotation_type: Callable[[AnyValue, dict[str, TypeVar]], Type]
+    special: Callable[["Translator", AnyValue, ast.Call, list, dict], Expr | None]
+    forward_refs: dict[str, GlobalVar] = field(default_factory=dict)
+
+
+@dataclass
+class _Context:
+    """What falling off the end of a block means where it is."""
+
+    fallthrough: Callable[[Env], Expr]
+    in_loop: bool = False
+
+
+def _assigned_names(stmts: Iterable[ast.stmt]) -> list[str]:
+    """Names a block (re)binds, in order, not looking into nested functions."""
+    out: list[str] = []
+
+    class _Visitor(ast.NodeVisitor):
+        def visit_Name(self, node: ast.Name) -> None:
+            if isinstance(node.ctx, ast.Store) and node.id not in out:
+                out.append(node.id)
+
+        def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+            if node.name not in out:
+                out.append(node.name)
+
+        def visit_Lambda(self, node: ast.Lambda) -> None:
+            pass
+
+        def visit_MatchAs(self, node: ast.MatchAs) -> None:
+            if node.name and node.name not in out:
+                out.append(node.name)
+            self.generic_visit(node)
+
+    v = _Visitor()
+    for s in stmts:
+        v.visit(s)
+    return out
+
+
+def _contains_return(stmts: Iterable[ast.stmt]) -> bool:
+    return any(isinstance(n, ast.Return) for s in stmts for n in _walk_no_defs(s))
+
+
+def _always_returns(stmts: list[ast.stmt]) -> bool:
+    """Whether every path through `stmts` ends in a return."""
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, ast.Return):
+        return True
+    if isinstance(last, ast.If):
+        return _always_returns(last.body) and _always_returns(last.orelse)
+    if isinstance(last, ast.Match):
+        return all(_always_returns(c.body) for c in last.cases)
+    return False
+
+
+def _walk_no_defs(node: ast.AST):
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.Lambda)):
+            continue
+        yield from _walk_no_defs(child)
+
+
+def _uses(stmts: Iterable[ast.stmt]) -> set[str]:
+    return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name)}
+
+
+class Translator:
+    """Translates one function definition; see the module docstring."""
+
+    def __init__(self, source: Source, resolver: Resolver):
+        self.source = source
+        self.resolver = resolver
+        self.symbols: dict[str, TypeVar] = {}  # symbolic dims of the signature, by name
+        self._fresh = 0
+
+    # ---- helpers ---------------------------------------------------------
+    def error(self, node: ast.AST, message: str) -> DSLSyntaxError:
+        return self.source.error(node, message)
+
+    def span(self, node: ast.AST) -> Span | None:
+        return self.source.span(node)
+
+    def var(self, name: str, node: ast.AST | None = None, annotation: Type | None = None) -> Var:
+        return Var(name, annotation, span=self.span(node) if node is not None else None)
+
+    def temp(self, hint: str) -> Var:
+        self._fresh += 1
+        return Var(f"{hint}{self._fresh}")
+
+    def op(self, name: str, args: list, node: ast.AST | None, **attrs) -> Expr:
+        span = self.span(node) if node is not None else None
+        exprs = self.materialize_all(args)
+        try:
+            return Call(Op.get(name), exprs, attrs, span=span)
+        except IRError as e:
+            raise DSLSyntaxError(e.raw_message, span) from None
+
+    def materialize(self, value: Expr | _Literal, like: Expr | None = None) -> Expr:
+        """An expression for a value; a Python literal takes `like`'s dtype when given."""
+        if isinstance(value, _Literal):
+            if like is None:
+                return value.default()
+            return Call(Op.get("cast_like"), (value.default(), like), span=value.span)
+        return value
+
+    def materialize_all(self, values: list) -> list[Expr]:
+        like = next((v for v in values if not isinstance(v, _Literal)), None)
+        return [self.materialize(v, like) for v in values]
+
+    # ---- the function ------------------------------------------------------
+    def function(self, tree: ast.FunctionDef, env: Env | None = None, *, top: bool = True) -> Function:
+        self._check_signature(tree, top)
+        env = dict(env or {})
+        params = []
+        for a in tree.args.args:
+            annotation = None
+            kind = None
+            if a.annotation is not None:
+                py_ann = self.python_value(a.annotation)
+                annotation = self.annotation(py_ann, a.annotation)
+                kind = _kind_of_type(annotation)
+            elif top:
+                raise self.error(a, f"parameter {a.arg!r} needs a type annotation, e.g. "
+                                    f"`{a.arg}: Tensor[Float, (2, 3)]`")
+            p = self.var(a.arg, a, annotation)
+            params.append(p)
+            env[a.arg] = Binding(p, kind, annotation)
+        ret = None
+        if tree.returns is not None:
+            ret = self.annotation(self.python_value(tree.returns), tree.returns)
+        body = self.block(tree.body, env, _Context(lambda e: self._missing_return(tree)))
+        return Function(params, body, ret, span=self.span(tree))
+
+    def _check_signature(self, tree: ast.FunctionDef, top: bool) -> None:
+        args = tree.args
+        for bad, what in ((args.vararg, "*args"), (args.kwarg, "**kwargs")):
+            if bad is not None:
+                raise self.error(bad, f"{what} parameters are not supported; list each parameter")
+        if args.kwonlyargs or args.posonlyargs:
+            node = (args.kwonlyargs or args.posonlyargs)[0]
+            raise self.error(node, "keyword-only and positional-only parameters are not supported")
+        if args.defaults:
+            raise self.error(args.defaults[0], "default parameter values are not supported")
+
+    def _missing_return(self, tree: ast.AST) -> Expr:
+        raise self.error(tree, "the function can end without returning a value; "
+                               "end every path with `return ...`")
+
+    def annotation(self, py_ann: AnyValue, node: ast.AST) -> Type:
+        try:
+            return self.resolver.annotation_type(py_ann, self.symbols)
+        except TypeError as e:
+            raise self.error(node, str(e)) from None
+
+    # ---- statements --------------------------------------------------------
+    def block(self, stmts: list[ast.stmt], env: Env, ctx: _Context) -> Expr:
+        """The expression for `stmts` followed by what `ctx` says happens at the end."""
+        if not stmts:
+            return ctx.fallthrough(env)
+        s, rest = stmts[0], stmts[1:]
+        if isinstance(s, ast.Return):
+            if ctx.in_loop:
+                raise self.error(s, "`return` inside a loop is not supported; assign the result "
+                                    "to a variable and return it after the loop")
+            if rest:
+                raise self.error(rest[0], "unreachable code after `return`")
+            if s.value is None:
+                raise self.error(s, "a decorated function must return a value")
+            return self.materialize(self.expr(s.value, env))
+        if isinstance(s, ast.Assign):
+            return self.assign(s.targets, s.value, s, env, rest, ctx)
+        if isinstance(s, ast.AnnAssign):
+            if s.value is None:
+                raise self.error(s, "a declaration without a value is not supported; assign a value")
+            ann = self.annotation(self.python_value(s.annotation), s.annotation)
+            if not isinstance(s.target, ast.Name):
+                raise self.error(s.target, "an annotated assignment must assign a plain name")
+            value = self.materialize(self.expr(s.value, env))
+            v = self.var(s.target.id, s.target, ann)
+            env2 = {**env, s.target.id: Binding(v, _kind_of_type(ann))}
+            return Let(v, value, self.block(rest, env2, ctx), span=self.span(s))
+        if isinstance(s, ast.AugAssign):
+            if not isinstance(s.target, ast.Name):
+                raise self.error(s.target, "augmented assignment needs a plain name, e.g. `x += 1`")
+            value = self.binop(s.op, self.expr(s.target, env), self.expr(s.value, env), s)
+            return self._bind_name(s.target, value, s, env, rest, ctx)
+        if isinstance(s, ast.Expr):
+            if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+                return self.block(rest, env, ctx)  # a docstring
+            value = self.materialize(self.expr(s.value, env))
+            return Let(self.temp("_"), value, self.block(rest, env, ctx), span=self.span(s))
+        if isinstance(s, ast.Pass):
+            return self.block(rest, env, ctx)
+        if isinstance(s, ast.If):
+            return self.if_statement(s, env, rest, ctx)
+        if isinstance(s, ast.Match):
+            return self.match_statement(s, env, rest, ctx)
+        if isinstance(s, (ast.For, ast.While)):
+            return self.loop(s, env, rest, ctx)
+        if isinstance(s, ast.FunctionDef):
+            if s.decorator_list:
+                raise self.error(s.decorator_list[0], "nested functions cannot be decorated")
+            f = self.var(s.name, s)
+            inner_env = {**env, s.name: Binding(f, "func")}
+            fn = self.function(s, inner_env, top=False)
+            env2 = {**env, s.name: Binding(f, "func")}
+            return Let(f, fn, self.block(rest, env2, ctx), span=self.span(s))
+        reason = _UNSUPPORTED_STATEMENTS.get(type(s), "this statement is not supported")
+        raise self.error(s, f"{type(s).__name__.lower()} statement: {reason}")
+
+    def assign(self, targets: list[ast.expr], value_node: ast.expr, s: ast.stmt, env: Env,
+               rest: list[ast.stmt], ctx: _Context) -> Expr:
+        if len(targets) != 1:
+            raise self.error(s, "chained assignment `a = b = ...` is not supported; assign once")
+        target = targets[0]
+        value = self.expr(value_node, env)
+        if isinstance(target, ast.Name):
+            return self._bind_name(target, value, s, env, rest, ctx)
+        if isinstance(target, (ast.Tuple, ast.List)):
+            tmp = self.temp("tuple")
+            names = []
+            for elt in target.elts:
+                if not isinstance(elt, ast.Name):
+                    raise self.error(elt, "tuple unpacking assigns plain names only")
+                names.append(elt)
+            env2 = dict(env)
+            bindings = []
+            for i, elt in enumerate(names):
+                v = self.var(elt.id, elt)
+                bindings.append((v, TupleGetItem(tmp, i, span=self.span(elt))))
+                env2[elt.id] = Binding(v)
+            body = self.block(rest, env2, ctx)
+            for v, item in reversed(bindings):
+                body = Let(v, item, body)
+            return Let(tmp, self.materialize(value), body, span=self.span(s))
+        if isinstance(target, (ast.Subscript, ast.Attribute)):
+            raise self.error(target, "assigning to an element or attribute is not supported: values "
+                                     "are immutable; build a new value instead")
+        raise self.error(target, "unsupported assignment target")
+
+    def _bind_name(self, target: ast.Name, value, s: ast.stmt, env: Env, rest: list[ast.stmt],
+                   ctx: _Context) -> Expr:
+        v = self.var(target.id, target)
+        kind = _kind_of_expr(value, env)
+        env2 = {**env, target.id: Binding(v, kind)}
+        return Let(v, self.materialize(value), self.block(rest, env2, ctx), span=self.span(s))
+
+    # ---- if / match ------------------------------------------------------------
+    def _join(self, branches: list[list[ast.stmt]], env: Env, rest: list[ast.stmt]
+              ) -> list[str]:
+        """Names coming out of branches that fall through: bound before, or in every branch."""
+        assigned = [_assigned_names(b) for b in branches]
+        everywhere = set.intersection(*(set(a) for a in assigned)) if assigned else set()
+        out = []
+        for names in assigned:
+            for n in names:
+                if n not in out and (n in env or n in everywhere):
+                    out.append(n)
+        return out
+
+    def _branching(self, node: ast.stmt, branches: list[list[ast.stmt]], env: Env,
+                   rest: list[ast.stmt], ctx: _Context,
+                   make: Callable[[Callable[[list[ast.stmt], Env, _Context], Expr]], Expr]) -> Expr:
+        """Shared by if and match: `make(translate_branch)` builds the branching expression."""
+        if _contains_return([s for b in branches for s in b]):
+            # The rest of the block goes into each branch that falls through.
+            return make(lambda stmts, e, c: self.block(
+                stmts if _always_returns(stmts) else stmts + rest, e, ctx))
+        outs = self._join(branches, env, rest)
+
+        def fall(e: Env) -> Expr:
+            missing = [n for n in outs if n not in e]
+            if missing:
+                raise self.error(node, f"{missing[0]!r} is assigned in some branches only; "
+                                       "assign it before the branch or in every branch")
+            vals = [e[n].expr for n in outs]
+            return vals[0] if len(vals) == 1 else Tuple(vals)
+
+        joined = make(lambda stmts, e, c: self.block(stmts, e, _Context(fall, ctx.in_loop)))
+        if not outs:
+            return Let(self.temp("_"), joined, self.block(rest, env, ctx))
+        tmp = self.temp("join")
+        env2 = dict(env)
+        new_vars = []
+        for i, n in enumerate(outs):
+            v = Var(n, span=self.span(node))
+            new_vars.append((v, tmp if len(outs) == 1 else TupleGetItem(tmp, i)))
+            env2[n] = Binding(v, env[n].kind if n in env else None)
+        body = self.block(rest, env2, ctx)
+        for v, item in reversed(new_vars):
+            body = Let(v, item, body)
+        return Let(tmp, joined, body, span=self.span(node))
+
+    def if_statement(self, s: ast.If, env: Env, rest: list[ast.stmt], ctx: _Context) -> Expr:
+        cond = self.materialize(self.expr(s.test, env))
+
+        def make(branch) -> Expr:
+            return If(cond, branch(s.body, env, ctx), branch(s.orelse, env, ctx), span=self.span(s))
+
+        return self._branching(s, [s.body, s.orelse], env, rest, ctx, make)
+
+    def match_statement(self, s: ast.Match, env: Env, rest: list[ast.stmt], ctx: _Context) -> Expr:
+        data = self.materialize(self.expr(s.subject, env))
+
+        def make(branch) -> Expr:
+            clauses = []
+            for case in s.cases:
+                if case.guard is not None:
+                    raise self.error(case.guard, "guards (`case ... if ...`) are not supported; "
+                                                 "use an `if` inside the case")
+                case_env = dict(env)
+                pattern = self.pattern(case.pattern, case_env)
+                clauses.append(Clause(pattern, branch(case.body, case_env, ctx)))
+            return Match(data, clauses, span=self.span(s))
+
+        return self._branching(s, [c.body for c in s.cases], env, rest, ctx, make)
+
+    def pattern(self, p: ast.pattern, env: Env) -> Pattern:
+        if isinstance(p, ast.MatchAs):
+            if p.pattern is not None:
+                raise self.error(p, "`pattern as name` is not supported")
+            if p.name is None:
+                return PatternWildcard(span=self.span(p))
+            v = self.var(p.name, p)
+            env[p.name] = Binding(v)
+            return PatternVar(v, span=self.span(p))
+        if isinstance(p, ast.MatchSequence):
+            return PatternTuple([self.pattern(q, env) for q in p.patterns], span=self.span(p))
+        if isinstance(p, ast.MatchClass):
+            ctor = self.python_value(p.cls)
+            ctor = getattr(ctor, "constructor", ctor)
+            if not isinstance(ctor, Constructor):
+                raise self.error(p.cls, "a class pattern must name an ADT constructor, e.g. "
+                                        "`case Cons(h, t):`")
+            if p.kwd_patterns:
+                raise self.error(p, "keyword sub-patterns are not supported; use positional ones")
+            subs = [self.pattern(q, env) for q in p.patterns]
+            if len(subs) != len(ctor.inputs):
+                raise self.error(p, f"{ctor.name} has {len(ctor.inputs)} fields, the pattern "
+                                    f"gives {len(subs)}")
+            return PatternConstructor(ctor, subs, span=self.span(p))
+        raise self.error(p, "unsupported pattern; use constructor patterns `Cons(h, t)`, "
+                            "tuples `(a, b)`, names and `_`")
+
+    # ---- loops -------------------------------------------------------------------
+    def loop(self, s: ast.For | ast.While, env: Env, rest: list[ast.stmt], ctx: _Context) -> Expr:
+        if s.orelse:
+            raise self.error(s.orelse[0], "`else` on a loop is not supported")
+        body_assigned = _assigned_names(s.body)
+        state = [n for n in body_assigned if n in env]
+        after = _uses(rest)
+        for n in body_assigned:
+            if n not in env and n in after and not (isinstance(s, ast.For) and n in _target_names(s)):
+                raise self.error(s, f"{n!r} is first assigned inside the loop and used after it; "
+                                    "initialise it before the loop")
+        loop_var = self.var("loop", s)
+        state_params = [Var(n, span=self.span(s)) for n in state]
+        state_env = {**env, **{n: Binding(p, env[n].kind) for n, p in zip(state, state_params)}}
+
+        def result(e: Env) -> Expr:
+            vals = [e[n].expr for n in state]
+            return Tuple(vals)
+
+        if isinstance(s, ast.While):
+            fn = self._while_function(s, loop_var, state_params, state_env, state, result)
+            initial = [env[n].expr for n in state]
+        else:
+            fn, initial = self._for_function(s, loop_var, state_params, state_env, state, env, result)
+        res = self.temp("loop_result")
+        env2 = dict(env)
+        rebind = []
+        for i, n in enumerate(state):
+            v = Var(n, span=self.span(s))
+            rebind.append((v, TupleGetItem(res, i)))
+            env2[n] = Binding(v, env[n].kind)
+        body = self.block(rest, env2, ctx)
+        for v, item in reversed(rebind):
+            body = Let(v, item, body)
+        call = Call(loop_var, initial, span=self.span(s))
+        return Let(loop_var, fn, Let(res, call, body), span=self.span(s))
+
+    def _while_function(self, s: ast.While, loop_var: Var, params: list[Var], env: Env,
+                        state: list[str], result: Callable[[Env], Expr]) -> Function:
+        cond = self.materialize(self.expr(s.test, env))
+
+        def again(e: Env) -> Expr:
+            return Call(loop_var, [e[n].expr for n in state], span=self.span(s))
+
+        body = self.block(s.body, env, _Context(again, in_loop=True))
+        return Function(params, If(cond, body, result(env), span=self.span(s)), span=self.span(s))
+
+    def _for_function(self, s: ast.For, loop_var: Var, params: list[Var], env: Env,
+                      state: list[str], outer_env: Env, result: Callable[[Env], Expr]
+                      ) -> tuple[Function, list[Expr]]:
+        initial_state = [outer_env[n].expr for n in state]
+        it = s.iter
+        counter = Var("i", _INT32, span=self.span(s.target))
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
+                and "range" not in outer_env:
+            start, stop, step = self._range_args(it, outer_env)
+            if not isinstance(s.target, ast.Name):
+                raise self.error(s.target, "a range loop assigns one name")
+            body_env = {**env, s.target.id: Binding(counter, "tensor")}
+            cmp = "less" if step > 0 else "greater"
+            cond = Call(Op.get(cmp), (counter, stop), span=self.span(it))
+            nxt = Call(Op.get("add"), (counter, const(step, "int32")), span=self.span(s))
+            fn = self._counting_function(s, loop_var, counter, params, body_env, state, cond, nxt,
+                                         result, env)
+            return fn, [start, *initial_state]
+        iterable = self.expr(it, outer_env)
+        kind = _kind_of_expr(iterable, outer_env)
+        if kind == "list":
+            return self._list_function(s, loop_var, params, env, state, iterable, result), \
+                [self.materialize(iterable), *initial_state]
+        # Over the first axis of a tensor, or of each tensor of a tuple (`for x, y in data`).
+        data = self.materialize(iterable)
+        data_var = Var("data", span=self.span(it))
+        if isinstance(s.target, ast.Tuple) or kind == "tuple":
+            if not isinstance(s.target, ast.Tuple):
+                raise self.error(s.target, "a loop over a tuple of tensors unpacks each step: "
+                                           "`for x, y in data:`")
+            first = TupleGetItem(data_var, 0)
+            items = [Call(Op.get("take"), (TupleGetItem(data_var, i), counter), {"axis": 0},
+                          span=self.span(t)) for i, t in enumerate(s.target.elts)]
+            targets = s.target.elts
+        else:
+            first = data_var
+            items = [Call(Op.get("take"), (data_var, counter), {"axis": 0}, span=self.span(s.target))]
+            targets = [s.target]
+        body_env = dict(env)
+        for t in targets:
+            if not isinstance(t, ast.Name):
+                raise self.error(t, "a loop target must be a name or a tuple of names")
+        n = Call(Op.get("take"), (Call(Op.get("shape_of"), (first,)), const(0, "int32")), {"axis": 0})
+        cond = Call(Op.get("less"), (counter, n), span=self.span(it))
+        nxt = Call(Op.get("add"), (counter, const(1, "int32")))
+        item_vars = []
+        for t, item in zip(targets, items):
+            v = self.var(t.id, t)  # type: ignore[attr-defined]
+            item_vars.append((v, item))
+            body_env[t.id] = Binding(v, "tensor")  # type: ignore[attr-defined]
+        fn = self._counting_function(s, loop_var, counter, [data_var, *params], body_env, state,
+                                     cond, nxt, result, env, item_vars=item_vars, extra=[data_var])
+        return fn, [const(0, "int32"), data, *initial_state]
+
+    def _counting_function(self, s: ast.For, loop_var: Var, counter: Var, params: list[Var],
+                           body_env: Env, state: list[str], cond: Expr, nxt: Expr,
+                           result: Callable[[Env], Expr], env: Env,
+                           item_vars: list[tuple[Var, Expr]] = (), extra: list[Var] = ()) -> Function:
+        def again(e: Env) -> Expr:
+            return Call(loop_var, [nxt, *extra, *[e[n].expr for n in state]], span=self.span(s))
+
+        body = self.block(s.body, body_env, _Context(again, in_loop=True))
+        for v, item in reversed(list(item_vars)):
+            body = Let(v, item, body)
+        return Function([counter, *params], If(cond, body, result(env), span=self.span(s)),
+                        span=self.span(s))
+
+    def _list_function(self, s: ast.For, loop_var: Var, params: list[Var], env: Env,
+                       state: list[str], iterable, result: Callable[[Env], Expr]) -> Function:
+        from relaydsl.ir.prelude import prelude_definitions
+
+        list_t = prelude_definitions()[0][0]
+        cons, nil = list_t.constructors
+        xs, head, tail = Var("xs"), Var("x"), Var("rest")
+        if not isinstance(s.target, ast.Name):
+            raise self.error(s.target, "a loop over a relay.List assigns one name per element")
+        body_env = {**env, s.target.id: Binding(head)}
+
+        def again(e: Env) -> Expr:
+            return Call(loop_var, [tail, *[e[n].expr for n in state]], span=self.span(s))
+
+        body = self.block(s.body, body_env, _Context(again, in_loop=True))
+        match = Match(xs, [
+            Clause(PatternConstructor(cons, [PatternVar(head), PatternVar(tail)]), body),
+            Clause(PatternConstructor(nil, []), result(env)),
+        ], span=self.span(s))
+        return Function([xs, *params], match, span=self.span(s))
+
+    def _range_args(self, it: ast.Call, env: Env) -> tuple[Expr, Expr, int]:
+        if it.keywords or not 1 <= len(it.args) <= 3:
+            raise self.error(it, "range takes 1 to 3 positional arguments")
+        args = [self.expr(a, env) for a in it.args]
+        step = 1
+        if len(args) == 3:
+            if not isinstance(args[2], _Literal) or not isinstance(args[2].value, int) or args[2].value == 0:
+                raise self.error(it.args[2], "the step of range must be a non-zero Python int")
+            step = int(args[2].value)
+        start, stop = (args[0], args[1]) if len(args) >= 2 else (_Literal(0, None), args[0])
+        as_int = [const(a.value, "int32") if isinstance(a, _Literal) else a for a in (start, stop)]
+        return as_int[0], as_int[1], step
+
+    # ---- expressions -------------------------------------------------------------
+    def expr(self, node: ast.expr, env: Env):  # -> Expr | _Literal
+        if isinstance(node, ast.Name):
+            return self.name(node, env)
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, (bool, int, float)):
+                return _Literal(node.value, self.span(node))
+            raise self.error(node, f"constant {node.value!r} is not a number; only numbers and "
+                                   "arrays can be values")
+        if isinstance(node, ast.BinOp):
+            return self.binop(node.op, self.expr(node.left, env), self.expr(node.right, env), node)
+        if isinstance(node, ast.UnaryOp):
+            operand = self.expr(node.operand, env)
+            if isinstance(operand, _Literal) and not isinstance(node.op, ast.Not):
+                value = {ast.USub: lambda v: -v, ast.UAdd: lambda v: +v}.get(type(node.op))
+                if value is None:
+                    raise self.error(node, "`~` is not supported")
+                return _Literal(value(operand.value), self.span(node))
+            if isinstance(node.op, ast.USub):
+                return self.op("negative", [operand], node)
+            if isinstance(node.op, ast.UAdd):
+                return operand
+            if isinstance(node.op, ast.Not):
+                return self.op("logical_not", [operand], node)
+            raise self.error(node, "`~` is not supported; use relay.logical_not")
+        if isinstance(node, ast.BoolOp):
+            name = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
+            values = [self.expr(v, env) for v in node.values]
+            out = values[0]
+            for v in values[1:]:
+                out = self.op(name, [out, v], node)
+            return out
+        if isinstance(node, ast.Compare):
+            return self.compare(node, env)
+        if isinstance(node, ast.Call):
+            return self.call(node, env)
+        if isinstance(node, ast.Attribute):
+            value = self.python_value(node)
+            return self.python_to_relay(value, node)
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node, env)
+        if isinstance(node, ast.Tuple):
+            return Tuple(self.materialize_all([self.expr(e, env) for e in node.elts]),
+                         span=self.span(node))
+        if isinstance(node, ast.List):
+            return self.list_literal(node, env)
+        if isinstance(node, ast.IfExp):
+            cond = self.materialize(self.expr(node.test, env))
+            a, b = self.expr(node.body, env), self.expr(node.orelse, env)
+            a_e, b_e = self.materialize_all([a, b])
+            return If(cond, a_e, b_e, span=self.span(node))
+        if isinstance(node, ast.Lambda):
+            return self.lambda_(node, env)
+        reason = _UNSUPPORTED_EXPRESSIONS.get(type(node), "this expression is not supported")
+        raise self.error(node, f"{type(node).__name__} expression: {reason}")
+
+    def name(self, node: ast.Name, env: Env):
+        b = env.get(node.id)
+        if b is not None:
+            return b.expr
+        try:
+            value = self.resolver.lookup(node.id)
+        except KeyError:
+            gv = self.resolver.forward_refs.get(node.id)
+            if gv is None:
+                gv = GlobalVar(node.id, span=self.span(node))
+                self.resolver.forward_refs[node.id] = gv
+            return gv
+        return self.python_to_relay(value, node)
+
+    def python_to_relay(self, value: AnyValue, node: ast.AST):
+        """A Python object used as a value: numbers and arrays are constants, decorated functions
+        globals, constructors constructors."""
+        if isinstance(value, (bool, int, float)) and not isinstance(value, np.ndarray):
+            return _Literal(value, self.span(node))
+        if isinstance(value, np.generic):
+            return Constant(np.asarray(value), span=self.span(node))
+        if isinstance(value, np.ndarray):
+            try:
+                return Constant(value, span=self.span(node))
+            except IRError as e:
+                raise self.error(node, e.raw_message) from None
+        gv = self.resolver.to_global(value)
+        if gv is not None:
+            return gv
+        ctor = getattr(value, "constructor", value)
+        if isinstance(ctor, Constructor):
+            return ctor
+        raise self.error(node, f"{_describe(value)} cannot be used as a value inside a decorated "
+                               "function (numbers, NumPy arrays, decorated functions and ADT "
+                               "constructors can)")
+
+    def python_value(self, node: ast.expr) -> AnyValue:
+        """The Python object a name or attribute path denotes in the function's scope."""
+        if isinstance(node, ast.Name):
+            try:
+                return self.resolver.lookup(node.id)
+            except KeyError:
+                raise self.error(node, f"name {node.id!r} is not defined") from None
+        if isinstance(node, ast.Attribute):
+            base = self.python_value(node.value)
+            try:
+                return getattr(base, node.attr)
+            except AttributeError as e:
+                raise self.error(node, str(e)) from None
+        if isinstance(node, ast.Subscript):
+            base = self.python_value(node.value)
+            index = self._static(node.slice)
+            return base[index]
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(self._static(e) for e in node.elts)
+        raise self.error(node, "expected a name, an attribute or a constant here")
+
+    def _static(self, node: ast.expr) -> AnyValue:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(self._static(e) for e in node.elts)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -self._static(node.operand)
+        return self.python_value(node)
+
+    def binop(self, op: ast.operator, left, right, node: ast.AST):
+        name = _BINOPS.get(type(op))
+        if isinstance(left, _Literal) and isinstance(right, _Literal):
+            try:
+                value = eval(compile(ast.Expression(ast.BinOp(ast.Constant(left.value), op,
+                                                              ast.Constant(right.value))),
+                                     "<const>", "eval"))
+            except ZeroDivisionError:
+                raise self.error(node, "division by zero") from None
+            return _Literal(value, self.span(node))
+        if name in ("floor_divide", "mod") or name is None:
+            raise self.error(node, f"the operator {type(op).__name__} is not supported on tensors")
+        return self.op(name, [left, right], node)
+
+    def compare(self, node: ast.Compare, env: Env):
+        left = self.expr(node.left, env)
+        out = None
+        for op, comparator in zip(node.ops, node.comparators):
+            name = _COMPARE.get(type(op))
+            if name is None:
+                raise self.error(node, f"the comparison {type(op).__name__} is not supported")
+            right = self.expr(comparator, env)
+            this = self.op(name, [left, right], node)
+            out = this if out is None else self.op("logical_and", [out, this], node)
+            left = right
+        return out
+
+    def call(self, node: ast.Call, env: Env):
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                raise self.error(a, "starred arguments are not supported; pass each argument")
+        for k in node.keywords:
+            if k.arg is None:
+                raise self.error(k, "`**kwargs` arguments are not supported")
+        func = node.func
+        local = isinstance(func, ast.Name) and func.id in env
+        if not local and isinstance(func, (ast.Name, ast.Attribute)):
+            try:
+                target = self.python_value(func)
+            except DSLSyntaxError:
+                target = None
+                if isinstance(func, ast.Attribute):
+                    raise
+            if target is not None:
+                args = [self.expr(a, env) for a in node.args]
+                kwargs = {k.arg: k.value for k in node.keywords}
+                special = self.resolver.special(self, target, node, args, kwargs)
+                if special is not None:
+                    return special
+                callee = self.python_to_relay(target, func)
+                if kwargs:
+                    raise self.error(node.keywords[0], "keyword arguments are only for relay "
+                                                       "operators' attributes")
+                return Call(callee, self.materialize_all(args), span=self.span(node))
+        callee = self.materialize(self.expr(func, env))
+        if node.keywords:
+            raise self.error(node.keywords[0], "keyword arguments are only for relay operators' "
+                                               "attributes")
+        args = [self.expr(a, env) for a in node.args]
+        return Call(callee, self.materialize_all(args), span=self.span(node))
+
+    def op_call(self, name: str, node: ast.Call, args: list, kwargs: dict[str, ast.expr]) -> Expr:
+        """``relay.<op>(args, attr=constant, ...)``."""
+        attrs = {}
+        for key, value_node in kwargs.items():
+            try:
+                attrs[key] = self._static(value_node)
+            except DSLSyntaxError:
+                raise self.error(value_node, f"the attribute {key}= of {name} must be a constant "
+                                             "known when the function is translated") from None
+        span = self.span(node)
+        exprs = self.materialize_all(args)
+        try:
+            return Call(Op.get(name), exprs, attrs, span=span)
+        except IRError as e:
+            raise DSLSyntaxError(e.raw_message, span) from None
+
+    def subscript(self, node: ast.Subscript, env: Env):
+        value = self.materialize(self.expr(node.value, env))
+        kind = _kind_of_expr(value, env)
+        index = node.slice
+        if isinstance(index, ast.Constant) and isinstance(index.value, int) and kind == "tuple":
+            return TupleGetItem(value, index.value, span=self.span(node))
+        if isinstance(index, ast.Constant) and isinstance(index.value, int) and kind != "tensor":
+            # Unknown kind: a tuple if the value is a tuple, the row of a tensor otherwise.
+            return TupleGetItem(value, index.value, span=self.span(node)) \
+                if _is_tuple_expr(value) else self._index(value, [index], node, env)
+        parts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+        return self._index(value, parts, node, env)
+
+    def _index(self, value: Expr, parts: list[ast.expr], node: ast.Subscript, env: Env) -> Expr:
+        """Tensor indexing: integers take, constant slices strided_slice."""
+        if any(isinstance(p, ast.Constant) and p.value is Ellipsis for p in parts):
+            raise self.error(node, "`...` in indices is not supported; write each axis")
+        begin, end, strides, axes, squeeze = [], [], [], [], []
+        dynamic: list[tuple[int, Expr]] = []
+        for axis, p in enumerate(parts):
+            if isinstance(p, ast.Slice):
+                lo = self._static(p.lower) if p.lower is not None else None
+                hi = self._static(p.upper) if p.upper is not None else None
+                st = self._static(p.step) if p.step is not None else 1
+                if not all(v is None or isinstance(v, int) for v in (lo, hi, st)):
+                    raise self.error(p, "slice bounds must be constant ints")
+                if st == 0:
+                    raise self.error(p, "slice step cannot be zero")
+                big = 2**31 - 1
+                begin.append(lo if lo is not None else (0 if st > 0 else big))
+                end.append(hi if hi is not None else (big if st > 0 else -big - 1))
+                strides.append(st)
+                axes.append(axis)
+                continue
+            idx = self.expr(p, env)
+            if isinstance(idx, _Literal) and isinstance(idx.value, int):
+                i = idx.value
+                begin.append(i)
+                end.append(i + 1 if i != -1 else 2**31 - 1)
+                strides.append(1)
+                axes.append(axis)
+                squeeze.append(axis)
+            else:
+                dynamic.append((axis, self.materialize(idx)))
+        out = value
+        if begin:
+            out = Call(Op.get("strided_slice"), (out,),
+                       {"begin": begin, "end": end, "strides": strides, "axes": axes},
+                       span=self.span(node))
+            if squeeze:
+                out = Call(Op.get("squeeze"), (out,), {"axis": squeeze}, span=self.span(node))
+        for removed, (axis, idx) in enumerate(dynamic):
+            shift = sum(1 for s in squeeze if s < axis)
+            out = Call(Op.get("take"), (out, idx), {"axis": axis - shift - removed},
+                       span=self.span(node))
+        return out
+
+    def list_literal(self, node: ast.List, env: Env) -> Expr:
+        from relaydsl.ir.prelude import prelude_definitions
+
+        cons, nil = prelude_definitions()[0][0].constructors
+        out: Expr = Call(nil, (), span=self.span(node))
+        for e in reversed(node.elts):
+            out = Call(cons, (self.materialize(self.expr(e, env)), out), span=self.span(node))
+        return out
+
+    def lambda_(self, node: ast.Lambda, env: Env) -> Function:
+        args = node.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.defaults:
+            raise self.error(node, "lambdas take plain positional parameters only")
+        inner = dict(env)
+        params = []
+        for a in args.args:
+            p = self.var(a.arg, a)
+            params.append(p)
+            inner[a.arg] = Binding(p)
+        body = self.materialize(self.expr(node.body, inner))
+        return Function(params, body, span=self.span(node))
+
+
+def _target_names(s: ast.For) -> set[str]:
+    return {n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)}
+
+
+def _kind_of_type(t: Type | None) -> str | None:
+    from relaydsl.ir.types import FuncType, TupleType, TypeCall
+
+    if isinstance(t, TensorType):
+        return "tensor"
+    if isinstance(t, TupleType):
+        return "tuple"
+    if isinstance(t, FuncType):
+        return "func"
+    if isinstance(t, TypeCall) and t.func.name == "List":
+        return "list"
+    return None
+
+
+def _is_tuple_expr(e: Expr) -> bool:
+    return isinstance(e, Tuple) or (isinstance(e, Call) and isinstance(e.op, Op)
+                                    and e.op.name in ("split", "batch_norm"))
+
+
+def _kind_of_expr(e, env: Env) -> str | None:
+    """What is known statically of a translated value (from annotations and constructions)."""
+    if isinstance(e, _Literal):
+        return "tensor"
+    if isinstance(e, Var):
+        for b in env.values():
+            if b.expr is e:
+                return b.kind
+        return _kind_of_type(e.type_annotation)
+    if _is_tuple_expr(e):
+        return "tuple"
+    if isinstance(e, (Constant,)):
+        return "tensor"
+    if isinstance(e, Call) and isinstance(e.op, Op):
+        return "tensor"
+    if isinstance(e, Call) and isinstance(e.op, Constructor) and e.op.belong_to.name == "List":
+        return "list"
+    if isinstance(e, Function):
+        return "func"
+    return None
+
+
+def _describe(value: AnyValue) -> str:
+    if callable(value):
+        return f"the Python function {getattr(value, '__qualname__', value)!r}"
+    return f"the Python value {value!r:.60} of type {type(value).__name__}"
+
+
+__all__ = ["Binding", "Resolver", "Translator"]
