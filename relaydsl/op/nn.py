@@ -28,6 +28,7 @@ size would need arithmetic on a symbolic dim (a conv output over a symbolic heig
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -159,19 +160,28 @@ def _spatial_out(c: _Inputs, hw: Sequence[Dim], kernel: Sequence[Dim], attrs: At
     return out
 
 
+def _image(c: _Inputs) -> list:
+    """The data's (N, C, H, W) dims; N is None for a single CHW example."""
+    data = c.shape(0)
+    if len(data) not in (3, 4):
+        c.fail(f"{c.arg(0)} must have rank 4 (NCHW) or 3 (one CHW example)")
+    return [None, *data] if len(data) == 3 else data
+
+
 def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | None:
     if is_unknown(args[1]):  # a hidden parameter: OIHW from channels, kernel_size and the data
         data = tensor_arg(ctx, args[0], "conv2d: data")
-        if attrs.channels is None or attrs.kernel_size is None or data.ndim != 4:
+        if attrs.channels is None or attrs.kernel_size is None or data.ndim not in (3, 4):
             return None
-        cin = ctx.resolve_dim(data.shape[1])
+        cin = ctx.resolve_dim(data.shape[-3])
         cin_per_group = cin // attrs.groups if isinstance(cin, int) else cin
         kh, kw = _pair(attrs.kernel_size)
         args[1] = ctx.unify_types(
             args[1], TensorType((attrs.channels, cin_per_group, kh, kw), data.dtype),
             "conv2d: the weight")
     c = _Inputs(ctx, "conv2d", args, ("data", "weight"))
-    (n, cin, *hw), (cout, cin_per_group, *kernel) = c.shape(0, rank=4), c.shape(1, rank=4)
+    data, (cout, cin_per_group, *kernel) = _image(c), c.shape(1, rank=4)
+    n, cin, *hw = data
     groups = attrs.groups
     mismatch = f"the in-channels of {c.arg(0)} and {c.arg(1)} differ"
     if groups == 1:
@@ -186,15 +196,15 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
         for k, want in zip(kernel, _pair(attrs.kernel_size)):
             c.same(k, want, f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
     oh, ow = _spatial_out(c, hw, kernel, attrs, _pair(attrs.dilation), ceil_mode=False)
-    return c.tensor((n, cout, oh, ow))
+    return c.tensor((n, cout, oh, ow)[n is None:])
 
 
 def _pool_rel(op: str) -> Relation:
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         c = _Inputs(ctx, op, args, ("data",))
-        n, ch, *hw = c.shape(0, rank=4)
+        n, ch, *hw = _image(c)
         oh, ow = _spatial_out(c, hw, _pair(attrs.pool_size), attrs, (1, 1), attrs.ceil_mode)
-        return c.tensor((n, ch, oh, ow))
+        return c.tensor((n, ch, oh, ow)[n is None:])
 
     return rel
 
@@ -428,6 +438,19 @@ def _conv_window(weight_shape: Sequence[int], strides: IntOrPair, padding: IntOr
     return _Window(kernel, _pair(strides), _pair(dilation), _padding(padding))
 
 
+def _single_example(f: Callable[..., AnyValue]) -> Callable[..., AnyValue]:
+    """A window op on NCHW data made to accept one CHW example too."""
+
+    @functools.wraps(f)
+    def run(data: Array, *args: AnyValue, **attrs: AnyValue) -> AnyValue:
+        if data.ndim == 3:
+            return f(data[None], *args, **attrs)[0]
+        return f(data, *args, **attrs)
+
+    return run
+
+
+@_single_example
 def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int, channels: int | None,
                kernel_size: IntOrPair | None, **window: IntOrPair) -> np.ndarray:
     """Each group's windows (n, cin/groups, oh, ow, kh, kw) contracted with its filters."""
@@ -439,6 +462,7 @@ def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int, channels: i
     return np.ascontiguousarray(np.concatenate(per_group, axis=-1).transpose(0, 3, 1, 2))
 
 
+@_single_example
 def _conv2d_jax(data: jax.Array, weight: jax.Array, *, groups: int, channels: int | None,
                 kernel_size: IntOrPair | None, **window: IntOrPair) -> jax.Array:
     win = _conv_window(weight.shape, **window)
@@ -451,14 +475,17 @@ def _conv2d_jax(data: jax.Array, weight: jax.Array, *, groups: int, channels: in
 
 # ---- references: pooling ----------------------------------------------------------------------
 
+@_single_example
 def _max_pool2d_np(data: np.ndarray, **window: AnyValue) -> np.ndarray:
     return _windows_np(data, _pool_window(**window), -np.inf).max(axis=(-2, -1))
 
 
+@_single_example
 def _max_pool2d_jax(data: jax.Array, **window: AnyValue) -> jax.Array:
     return _reduce_window_jax(data, _pool_window(**window), -jnp.inf, jax.lax.max)
 
 
+@_single_example
 def _avg_pool2d_np(data: np.ndarray, *, count_include_pad: bool,
                    **window: AnyValue) -> np.ndarray:
     win = _pool_window(**window)
@@ -466,6 +493,7 @@ def _avg_pool2d_np(data: np.ndarray, *, count_include_pad: bool,
     return sums / _avg_divisor(win, data.shape[-2:], count_include_pad).astype(data.dtype)
 
 
+@_single_example
 def _avg_pool2d_jax(data: jax.Array, *, count_include_pad: bool, **window: AnyValue) -> jax.Array:
     win = _pool_window(**window)
     sums = _reduce_window_jax(data, win, 0.0, jax.lax.add)
@@ -629,7 +657,7 @@ _op("batch_matmul", ("x", "y"), _batch_matmul_rel, _FUSABLE, _batch_matmul, _bat
     Attr("transpose_a", "bool", False, doc="x is (b, k, m)"),
     Attr("transpose_b", "bool", False, doc="y is (b, n, k)"))
 _op("conv2d", ("data", "weight"), _conv2d_rel, _FUSABLE, _conv2d_np, _conv2d_jax,
-    "2-D cross-correlation of NCHW data with OIHW weight; in-channels = I * groups",
+    "2-D cross-correlation of NCHW (or one CHW) data with OIHW weight; in-channels = I * groups",
     _STRIDES, _PADDING,
     Attr("dilation", "int_or_ints", (1, 1), _check_pair, "kernel dilation (h, w)"),
     Attr("groups", "int", 1, _positive, "channel groups (groups = in-channels: depthwise)"),

@@ -305,6 +305,17 @@ CASES = [
            name="1-D logits"),
     OpCase("softmax_cross_entropy", [f32(2, 3, 5), probabilities(2, 3, 5)], cross_entropy_truth),
     OpCase("softmax_cross_entropy", [f64(3, 4), one_hot(3, 4, np.float64)], cross_entropy_truth),
+    # One CHW example (Figure 4's LeNet): the same as a batch of one.
+    OpCase("conv2d", [f32(1, 12, 12), f32(4, 1, 5, 5)],
+           lambda x, w: lax.conv_general_dilated(x[None], w, (1, 1), "VALID",
+                                                 precision=lax.Precision.HIGHEST)[0],
+           rtol=1e-4, atol=1e-5, name="single-CHW-example"),
+    OpCase("max_pool2d", [f32(3, 6, 6)],
+           lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2), (1, 2, 2), "VALID"),
+           {"pool_size": 2, "strides": 2}, name="single-CHW-example"),
+    OpCase("avg_pool2d", [f32(3, 6, 6)],
+           lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 3, 3), (1, 1, 1), "VALID") / 9,
+           {"pool_size": 3}, name="single-CHW-example"),
 ]
 
 
@@ -500,8 +511,8 @@ def ty(text):
     ("conv2d", [T(1, 4, 8, 8), T(3, 2, 3, 3)], {"groups": 2},
      ty("conv2d: the out-channels of weight Tensor[(3, 2, 3, 3), float32] are not divisible "
         "by groups=2")),
-    ("conv2d", [T(3, 8, 8), T(4, 3, 3, 3)], {},
-     ty("conv2d: data Tensor[(3, 8, 8), float32] must have rank 4")),
+    ("conv2d", [T(8, 8), T(4, 3, 3, 3)], {},
+     ty("conv2d: data Tensor[(8, 8), float32] must have rank 4 (NCHW) or 3 (one CHW example)")),
     ("conv2d", [T(1, 1, 2, 5), T(1, 1, 3, 3)], {},
      ty("conv2d: the window (size 3, dilation 1) is larger than the padded input (2 + 0 + 0) "
         "along axis 2 of data Tensor[(1, 1, 2, 5), float32]")),
@@ -509,7 +520,7 @@ def ty(text):
      r"conv2d: the window .* dilation 3"),
     ("conv2d", [T(1, 1, 5, 5, dtype="int8"), T(1, 1, 3, 3, dtype="int8")], {},
      r"conv2d: the inputs must have a floating-point dtype"),
-    ("max_pool2d", [T(3, 8, 8)], {"pool_size": 2}, r"max_pool2d: data .* must have rank 4"),
+    ("max_pool2d", [T(3, 8)], {"pool_size": 2}, r"max_pool2d: data .* must have rank 4"),
     ("max_pool2d", [T(1, 1, 8, 2)], {"pool_size": 3, "padding": (0, 0, 0, 0)},
      r"max_pool2d: the window \(size 3, dilation 1\) is larger .* \(2 \+ 0 \+ 0\) along axis 3"),
     ("avg_pool2d", [T(1, 1, 4, 4, dtype="int32")], {"pool_size": 2},
