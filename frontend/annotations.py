@@ -464,7 +464,7 @@ def _conform_tensor(expected: TensorType, value: object, check: _Check,
         arr = _as_array(value, np.dtype(dtype), expected, check, where)
     if arr.ndim != len(expected.shape):
         raise _Mismatch(expected, value, where)
-    for axis, (dim, size) in enumerate(zip(expected.shape, arr.shape)):
+    for dim, size in zip(expected.shape, arr.shape):
         if isinstance(dim, int) and dim != size:
             raise _Mismatch(expected, value, where)
     for axis, (dim, size) in enumerate(zip(expected.shape, arr.shape)):
@@ -569,7 +569,8 @@ def _describe(value: object) -> str:
         return f"a list of shape {arr.shape}"
     ctor = getattr(value, "constructor", None)
     if isinstance(ctor, Constructor):
-        return f"a {ctor.belong_to.name} value ({ctor.name})"
+        adt = ctor.belong_to.name
+        return f"{_article(adt)} {adt} value ({ctor.name})"
     if hasattr(value, "__array__"):
         arr = np.asarray(value)
         return f"a {type(value).__name__} of dtype {arr.dtype.name} and shape {arr.shape}"

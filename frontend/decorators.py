@@ -17,21 +17,25 @@ array([2., 2., 2.], dtype=float32)
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import functools
 import itertools
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any as AnyValue, Callable
 
 import numpy as np
 
 from frontend import annotations
+from frontend.layers import LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, is_layer_call
 from frontend.source import Source
 from frontend.translate import Resolver, Translator
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.ir.expr import Expr, Function, GlobalVar
+from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
-from relaydsl.ir.types import FuncType, Type
+from relaydsl.ir.types import FuncType, TensorType, Type
 from relaydsl.ir.visitor import ExprMutator
 
 _used_global_names: set[str] = set()
@@ -50,6 +54,16 @@ def _unique_global_name(name: str) -> str:
     return candidate
 
 
+@dataclass
+class HiddenParam:
+    """A parameter the user does not pass: a layer's weight, or a model's, used by a function."""
+
+    name: str  # readable and stable: "conv2d_0.weight"
+    var: Var
+    spec: ParamSpec
+    model: "RelayModelFunction | None" = None  # in a @relay function: whose parameter it is
+
+
 class RelayFunction:
     """What ``@relay`` returns: callable like the Python function, plus the compiler's views."""
 
@@ -62,9 +76,17 @@ class RelayFunction:
         self.global_var = GlobalVar(_unique_global_name(pyfunc.__name__),
                                     span=self.source.span(self.source.tree))
         self.callees: list[RelayFunction] = []
+        self.hidden: list[HiddenParam] = []
+        self._model_vars: dict[tuple[RelayModelFunction, str], Var] = {}
+        self._call_sites: Counter[str] = Counter()
         self._resolver = Resolver(self._lookup, self._to_global, self._annotation_type,
-                                  _special_call)
-        self.function: Function = Translator(self.source, self._resolver).function(self.source.tree)
+                                  self._special_call)
+        fn = Translator(self.source, self._resolver).function(self.source.tree)
+        if self.hidden:
+            fn = Function((*fn.params, *(h.var for h in self.hidden)), fn.body, fn.ret_type,
+                          fn.type_params, fn.attrs, span=fn.span)
+        self.function: Function = fn
+        self.num_user_params = len(self.source.tree.args.args)
         self._module: IRModule | None = None
         self._executables: dict[tuple, AnyValue] = {}
 
@@ -110,6 +132,100 @@ class RelayFunction:
                     "can be meant", placeholder.span)
             mapping[placeholder] = gv
         return mapping
+
+    # ---- calls with a meaning of their own ------------------------------------
+    def _special_call(self, translator: Translator, target: AnyValue, node: ast.Call, args: list,
+                      kwargs: dict[str, ast.expr]) -> Expr | None:
+        """Relay operators and layers, prelude functions, models, and Python builtins."""
+        from frontend.namespace import LayerFunction, OpFunction, PreludeFunction
+
+        name = getattr(target, "name", None)
+        if isinstance(target, (OpFunction, LayerFunction)) and is_layer_call(name, args, kwargs):
+            return self._layer(translator, name, node, args, kwargs)
+        if isinstance(target, OpFunction):
+            return translator.op_call(target.name, node, args, kwargs)
+        if isinstance(target, PreludeFunction):
+            if kwargs:
+                raise translator.error(node, f"relay.{target.name} takes no keyword arguments")
+            return Call(target.global_var, translator.materialize_all(args),
+                        span=translator.span(node))
+        if isinstance(target, RelayFunction) and (target.is_model or target.hidden):
+            if kwargs:
+                raise translator.error(node, "keyword arguments are only for relay operators")
+            self._to_global(target)
+            hidden = self._hidden_arguments(translator, target, node)
+            return Call(target.global_var, [*translator.materialize_all(args), *hidden],
+                        span=translator.span(node))
+        if target is range:
+            raise translator.error(node, "range(...) can only be iterated by a `for` loop")
+        if getattr(builtins, getattr(target, "__name__", ""), None) is target:
+            raise translator.error(node, f"the Python builtin {target.__name__}() cannot run "
+                                         "inside decorated code; use relay operators")
+        return None
+
+    def _layer(self, translator: Translator, name: str, node: ast.Call, args: list,
+               kwargs: dict[str, ast.expr]) -> Expr:
+        if not self.is_model and name not in PARAMETER_FREE:
+            raise translator.error(node, f"relay.{name}(...) here is a layer with hidden "
+                                         "parameters: use it inside a @relay_model function")
+        static = {k: translator._static(v) for k, v in kwargs.items()}
+        site = self._call_sites[name]
+        if name not in PARAMETER_FREE:
+            self._call_sites[name] += 1
+
+        def new_param(layer: str, pname: str, annotation, spec: ParamSpec) -> Var:
+            full = f"{layer}_{site}.{pname}"
+            var = Var(full, annotation, span=translator.span(node))
+            self.hidden.append(HiddenParam(full, var, spec))
+            return var
+
+        ctx = LayerContext(new_param, translator.span(node), self._unbatched())
+        return LAYERS[name](ctx, translator.materialize_all(args), static)
+
+    def _unbatched(self) -> bool:
+        """A model whose first input is one example (a CHW image or a vector)."""
+        args = self.source.tree.args.args
+        if not args or args[0].annotation is None:
+            return False
+        ann = self._lookup_annotation(args[0].annotation)
+        return isinstance(ann, TensorType) and ann.ndim in (1, 3)
+
+    def _lookup_annotation(self, node: ast.expr) -> Type | None:
+        try:
+            value = eval(compile(ast.Expression(node), "<annotation>", "eval"),
+                         self.pyfunc.__globals__, _closure_dict(self.pyfunc))
+            return annotations.annotation_to_type(value, symbols={})
+        except Exception:  # an annotation error is reported by the translation itself
+            return None
+
+    def _hidden_arguments(self, translator: Translator, target: "RelayFunction",
+                          node: ast.Call) -> list[Var]:
+        """The parameters a call of a model (or of a function using one) passes on."""
+        if self.is_model:
+            if not target.is_model:
+                raise translator.error(node, f"a @relay_model cannot call {target.__name__}, a "
+                                             "@relay function that uses another model")
+            site = self._call_sites[target.__name__]
+            self._call_sites[target.__name__] += 1
+            out = []
+            for h in target.hidden:  # a sub-model: its own parameters at each call site
+                full = f"{target.__name__}_{site}.{h.name}"
+                var = Var(full, h.var.type_annotation, span=translator.span(node))
+                self.hidden.append(HiddenParam(full, var, h.spec))
+                out.append(var)
+            return out
+        pairs = [(target, h.name) for h in target.hidden] if target.is_model else \
+            [(h.model, h.name) for h in target.hidden]
+        out = []
+        for model, pname in pairs:
+            var = self._model_vars.get((model, pname))
+            if var is None:
+                var = Var(pname)
+                self._model_vars[(model, pname)] = var
+                spec = next(h.spec for h in model.hidden if h.name == pname)
+                self.hidden.append(HiddenParam(pname, var, spec, model))
+            out.append(var)
+        return out
 
     # ---- the module ----------------------------------------------------------
     @property
@@ -169,15 +285,29 @@ class Executable:
         self.type = fn.checked_type
 
     def __call__(self, *args: AnyValue) -> AnyValue:
+        if self.fn.hidden:
+            models = sorted({h.model.__name__ for h in self.fn.hidden if h.model} or
+                            {self.fn.__name__})
+            raise TypeError(f"{self.fn.__name__} uses the parameters of the model "
+                            f"{', '.join(models)}: create one with relay.create_model and run "
+                            f"it under that model (model(...), model.apply({self.fn.__name__}, "
+                            "...), relay.grad(model, ...))")
+        return self.run(args, [])
+
+    def run(self, args: tuple, hidden_values: list[AnyValue]) -> AnyValue:
+        """Check the user's arguments, then run with the hidden parameters' values appended."""
         from backend.interpreter import evaluate
 
-        params = self.fn.function.params
+        params = self.fn.function.params[:self.fn.num_user_params]
         if len(args) != len(params):
-            raise TypeError(f"{self.fn.global_var.name_hint}() takes {len(params)} argument(s) "
+            raise TypeError(f"{self.fn.__name__}() takes {len(params)} argument(s) "
                             f"({', '.join(p.name_hint for p in params)}), got {len(args)}")
         bindings: dict = {}
         values = [annotations.check_argument(p.name_hint, t, a, bindings)
                   for p, t, a in zip(params, self.type.arg_types, args)]
+        hidden_types = self.type.arg_types[len(params):]
+        values += [annotations.check_argument(h.name, t, v, bindings)
+                   for h, t, v in zip(self.fn.hidden, hidden_types, hidden_values)]
         return _to_python(evaluate(self.mod, *values, entry=self.fn.global_var.name_hint))
 
 
@@ -202,25 +332,34 @@ def _replace_globals(fn: Function, mapping: dict[GlobalVar, GlobalVar]) -> Funct
     return out
 
 
-def _special_call(translator: Translator, target: AnyValue, node, args: list,
-                  kwargs: dict) -> Expr | None:
-    """Calls with a meaning of their own: relay operators, prelude functions, Python builtins."""
-    from frontend.namespace import OpFunction, PreludeFunction
+class RelayModelFunction(RelayFunction):
+    """What ``@relay_model`` returns: a function with hidden parameters, run through a Model."""
 
-    if isinstance(target, OpFunction):
-        return translator.op_call(target.name, node, args, kwargs)
-    if isinstance(target, PreludeFunction):
-        from relaydsl.ir.expr import Call
+    is_model = True
 
-        if kwargs:
-            raise translator.error(node, f"relay.{target.name} takes no keyword arguments")
-        return Call(target.global_var, translator.materialize_all(args), span=translator.span(node))
-    if target is range:
-        raise translator.error(node, "range(...) can only be iterated by a `for` loop")
-    if getattr(builtins, getattr(target, "__name__", ""), None) is target:
-        raise translator.error(node, f"the Python builtin {target.__name__}() cannot run inside "
-                                     "decorated code; use relay operators")
-    return None
+    def __call__(self, *args: AnyValue) -> AnyValue:
+        raise TypeError(f"{self.__name__} is a @relay_model: create its parameters first, "
+                        f"model = relay.create_model({self.__name__}), then call model(...)")
+
+    def __repr__(self) -> str:
+        return f"<relay model {self.global_var.name_hint}>"
+
+
+def _closure_dict(pyfunc: Callable) -> dict[str, AnyValue]:
+    out = {}
+    for name, cell in zip(pyfunc.__code__.co_freevars, pyfunc.__closure__ or ()):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return out
+
+
+def relay_model_decorator(pyfunc: Callable) -> RelayModelFunction:
+    """``@relay_model``: a function whose layer calls own hidden parameters (Figure 4)."""
+    if not callable(pyfunc):
+        raise TypeError(f"@relay_model decorates a function, got {type(pyfunc).__name__}")
+    return RelayModelFunction(pyfunc)
 
 
 def relay_decorator(pyfunc: Callable) -> RelayFunction:

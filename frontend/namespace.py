@@ -21,6 +21,7 @@ from typing import Any as AnyValue, Callable
 import numpy as np
 
 from frontend import annotations
+from frontend.layers import LAYERS
 
 
 class OpFunction:
@@ -39,6 +40,16 @@ class OpFunction:
         attrs = opdef.check_call(tuple(values), Attrs(attrs))
         check_relation(opdef.type_relation, [_type_of(v) for v in values], attrs)
         return opdef.numpy_ref(*values, **attrs)
+
+    def __repr__(self) -> str:
+        return f"relay.{self.name}"
+
+
+class LayerFunction:
+    """``relay.linear``, ``relay.embedding``, ...: a layer (frontend/layers.py) that is not an op."""
+
+    def __init__(self, name: str):
+        self.name = name
 
     def __repr__(self) -> str:
         return f"relay.{self.name}"
@@ -113,6 +124,8 @@ class RelayNamespace:
             return OpFunction(name)
         if name in _PRELUDE_FUNCTIONS:
             return PreludeFunction(name)
+        if name in LAYERS:
+            return LayerFunction(name)
         for td in prelude_definitions()[0]:
             for c in td.constructors:
                 if c.name == name:
@@ -122,14 +135,14 @@ class RelayNamespace:
             return api[name]
         from relaydsl.ir.expr import suggest
 
-        known = [*all_ops(), *_PRELUDE_FUNCTIONS, *api]
+        known = [*all_ops(), *_PRELUDE_FUNCTIONS, *LAYERS, *api]
         raise AttributeError(f"relay has no operator or function {name!r}.{suggest(name, known)}")
 
     def __dir__(self) -> list[str]:
         from relaydsl.op import all_ops
 
-        return sorted({*all_ops(), *_PRELUDE_FUNCTIONS, *_api(), "Any", "Fn", "List", "Option",
-                       "Tree"})
+        return sorted({*all_ops(), *_PRELUDE_FUNCTIONS, *LAYERS, *_api(), "Any", "Fn", "List",
+                       "Option", "Tree"})
 
     def __repr__(self) -> str:
         return "<relaydsl.relay>"
@@ -143,7 +156,10 @@ def _api() -> dict[str, AnyValue]:
         """Compile a decorated function for `target` ("interp"); returns a callable."""
         return fn.build(target, **options)
 
-    return {"build": build, "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError}
+    from relaydsl.model import Model, create_model
+
+    return {"build": build, "create_model": create_model, "Model": Model,
+            "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError}
 
 
 relay = RelayNamespace()

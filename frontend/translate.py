@@ -19,6 +19,7 @@ located at the construct, saying what to write instead where that is clear.
 from __future__ import annotations
 
 import ast
+import operator
 from dataclasses import dataclass, field
 from typing import Any as AnyValue, Callable, Iterable
 
@@ -45,6 +46,15 @@ _COMPARE = {
     ast.Gt: "greater", ast.GtE: "greater_equal",
 }
 _INT32 = TensorType((), "int32")
+_INT32_RANGE = (-2**31, 2**31 - 1)
+
+# Python operators folded when both operands are Python numbers.
+_PYTHON_BINOPS: dict[type, Callable[[AnyValue, AnyValue], AnyValue]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+}
 
 # What to write instead of common constructs outside the subset.
 _UNSUPPORTED_STATEMENTS: dict[type, str] = {
@@ -89,7 +99,27 @@ class _Literal:
         self.value, self.span = value, span
 
     def default(self) -> Constant:
+        """The number on its own: bool, int32 or float32 (Python's defaults in the DSL)."""
+        self._check_int32()
         return const(self.value, span=self.span)
+
+    def wide(self) -> Constant:
+        """The number at full precision (bool, int64 or float64), for ``cast_like``."""
+        v = self.value
+        if isinstance(v, bool):
+            return const(v, "bool", span=self.span)
+        if isinstance(v, int):
+            if not -2**63 <= v < 2**63:
+                raise DSLSyntaxError(f"the integer {v} does not fit in 64 bits", self.span)
+            return const(v, "int64", span=self.span)
+        return const(v, "float64", span=self.span)
+
+    def _check_int32(self) -> None:
+        v = self.value
+        if isinstance(v, int) and not isinstance(v, bool) \
+                and not _INT32_RANGE[0] <= v <= _INT32_RANGE[1]:
+            raise DSLSyntaxError(f"the integer {v} does not fit in int32 (a Python int on its own "
+                                 "is an Int); use a float or a NumPy int64 array", self.span)
 
 
 @dataclass
@@ -216,7 +246,7 @@ class Translator:
         if isinstance(value, _Literal):
             if like is None:
                 return value.default()
-            return Call(Op.get("cast_like"), (value.default(), like), span=value.span)
+            return Call(Op.get("cast_like"), (value.wide(), like), span=value.span)
         return value
 
     def materialize_all(self, values: list) -> list[Expr]:
@@ -731,18 +761,28 @@ class Translator:
         return self.python_value(node)
 
     def binop(self, op: ast.operator, left, right, node: ast.AST):
-        name = _BINOPS.get(type(op))
         if isinstance(left, _Literal) and isinstance(right, _Literal):
-            try:
-                value = eval(compile(ast.Expression(ast.BinOp(ast.Constant(left.value), op,
-                                                              ast.Constant(right.value))),
-                                     "<const>", "eval"))
-            except ZeroDivisionError:
-                raise self.error(node, "division by zero") from None
-            return _Literal(value, self.span(node))
+            return self._fold(op, left, right, node)
+        name = _BINOPS.get(type(op))
         if name in ("floor_divide", "mod") or name is None:
             raise self.error(node, f"the operator {type(op).__name__} is not supported on tensors")
         return self.op(name, [left, right], node)
+
+    def _fold(self, op: ast.operator, left: _Literal, right: _Literal, node: ast.AST) -> _Literal:
+        """An operator on two Python numbers, computed now as Python would."""
+        fold = _PYTHON_BINOPS.get(type(op))
+        if fold is None:
+            raise self.error(node, f"the operator {type(op).__name__} is not supported on numbers")
+        try:
+            value = fold(left.value, right.value)
+        except ZeroDivisionError:
+            raise self.error(node, "division by zero") from None
+        except (OverflowError, TypeError, ValueError) as e:
+            raise self.error(node, f"cannot compute this constant: {e}") from None
+        if not isinstance(value, (bool, int, float)):
+            raise self.error(node, f"this constant is a {type(value).__name__} "
+                                   f"({value!r:.40}); only real numbers are supported")
+        return _Literal(value, self.span(node))
 
     def compare(self, node: ast.Compare, env: Env):
         left = self.expr(node.left, env)
@@ -891,13 +931,21 @@ def _target_names(s: ast.For) -> set[str]:
     return {n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)}
 
 
-def _kind_of_type(t: Type | None) -> str | None:
+Kind = AnyValue  # "tensor", "list", "func", "tuple" (fields unknown), a tuple of kinds, or None
+
+
+def _is_tuple_kind(kind: Kind) -> bool:
+    return kind == "tuple" or isinstance(kind, tuple)
+
+
+def _kind_of_type(t: Type | None) -> Kind:
+    """What a declared type says of a value: a tuple type gives the kinds of its fields."""
     from relaydsl.ir.types import FuncType, TupleType, TypeCall
 
     if isinstance(t, TensorType):
         return "tensor"
     if isinstance(t, TupleType):
-        return "tuple"
+        return tuple(_kind_of_type(f) for f in t.fields)
     if isinstance(t, FuncType):
         return "func"
     if isinstance(t, TypeCall) and t.func.name == "List":
@@ -905,31 +953,19 @@ def _kind_of_type(t: Type | None) -> str | None:
     return None
 
 
-def _is_tuple_expr(e: Expr) -> bool:
-    return isinstance(e, Tuple) or (isinstance(e, Call) and isinstance(e.op, Op)
-                                    and e.op.name in ("split", "batch_norm"))
-
-
-def _kind_of_expr(e, env: Env) -> str | None:
-    """What is known statically of a translated value (from annotations and constructions)."""
-    if isinstance(e, _Literal):
-        return "tensor"
-    if isinstance(e, Var):
-        for b in env.values():
-            if b.expr is e:
-                return b.kind
-        return _kind_of_type(e.type_annotation)
-    if _is_tuple_expr(e):
+def _op_result_kind(call: Call) -> Kind:
+    """The kind of an operator call's result: the tuple-returning operators, or a tensor."""
+    assert isinstance(call.op, Op)
+    if call.op.name == "split":
+        sections = call.attrs.get("indices_or_sections")
+        if isinstance(sections, int):
+            return ("tensor",) * sections
+        if isinstance(sections, (tuple, list)):
+            return ("tensor",) * (len(sections) + 1)
         return "tuple"
-    if isinstance(e, (Constant,)):
-        return "tensor"
-    if isinstance(e, Call) and isinstance(e.op, Op):
-        return "tensor"
-    if isinstance(e, Call) and isinstance(e.op, Constructor) and e.op.belong_to.name == "List":
-        return "list"
-    if isinstance(e, Function):
-        return "func"
-    return None
+    if call.op.name == "batch_norm":
+        return ("tensor",) * 3
+    return "tensor"
 
 
 def _describe(value: AnyValue) -> str:

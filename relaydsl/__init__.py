@@ -14,10 +14,11 @@ from relaydsl.errors import DSLSyntaxError, IRError, ParseError, RelayError, Rel
 from frontend.annotations import (  # noqa: E402
     Bool, Float, Float16, Float32, Float64, Fn, Int, Int8, Int16, Int32, Int64, Tensor, UInt8,
 )
+from frontend.decorators import relay_model_decorator as relay_model  # noqa: E402
 from frontend.namespace import relay  # noqa: E402
 
 __all__ = [
     "Bool", "DSLSyntaxError", "Float", "Float16", "Float32", "Float64", "Fn", "IRError", "Int",
     "Int8", "Int16", "Int32", "Int64", "ParseError", "RelayError", "RelayTypeError", "Tensor",
-    "UInt8", "relay",
+    "UInt8", "relay", "relay_model",
 ]

@@ -1,0 +1,214 @@
+"""Layers: calls inside ``@relay_model`` functions that own hidden parameters.
+
+Each layer call makes its own parameters (``conv2d_0.weight``,
+``conv2d_0.bias``; a second conv2d call makes ``conv2d_1.*``). Parameters are
+left unannotated wherever their shape depends on the layer's input, so type
+inference solves them (the ops' relations infer a weight from ``units`` or
+``channels``/``kernel_size``, a bias or a norm's scale from the data); only
+``embedding``, whose table is fixed by its attributes, is annotated.
+
+The layer forms (Figure 4 of the MAPL paper, with TensorFlow-style window
+sizes accepted as written there):
+
+- ``relay.conv2d(x, num_filter=, ksize=, strides=1, padding=0, no_bias=False)``
+- ``relay.linear(x, num_hidden=, no_bias=False)``
+- ``relay.batch_norm(x, axis=1, epsilon=1e-5)`` (learned scale and shift; batch statistics)
+- ``relay.embedding(ids, vocab=, dim=)``
+- ``relay.lstm_cell(x, (h, c), num_hidden=)`` -> ``(h, c)``;  ``relay.gru_cell(x, h, num_hidden=)`` -> h
+- ``relay.max_pool(x, ksize=, strides=)`` and ``relay.flatten_layer(x)`` (no parameters)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any as AnyValue, Callable
+
+from relaydsl.errors import DSLSyntaxError
+from relaydsl.ir.expr import Call, Expr, Op, Tuple, TupleGetItem, Var, const
+from relaydsl.ir.span import Span
+from relaydsl.ir.types import TensorType
+
+
+@dataclass
+class ParamSpec:
+    """How create_model initialises a parameter: a learned weight, or a constant start."""
+
+    kind: str  # "weight" (random), "zeros" or "ones"
+
+
+class LayerContext:
+    """What a layer needs from the function being translated: new parameters, and errors."""
+
+    def __init__(self, new_param: Callable[[str, str, TensorType | None, ParamSpec], Var],
+                 span: Span | None, unbatched: bool):
+        self._new_param = new_param
+        self.span = span
+        self.unbatched = unbatched  # the model's input is one example (CHW or a vector)
+
+    def param(self, layer: str, name: str, spec: str = "weight",
+              annotation: TensorType | None = None) -> Var:
+        return self._new_param(layer, name, annotation, ParamSpec(spec))
+
+    def op(self, name: str, *args: Expr, **attrs: AnyValue) -> Expr:
+        return Call(Op.get(name), args, attrs, span=self.span)
+
+    def error(self, message: str) -> DSLSyntaxError:
+        return DSLSyntaxError(message, self.span)
+
+
+def _window(value: AnyValue, what: str, ctx: LayerContext) -> tuple[int, int]:
+    """An int, (h, w), or TensorFlow's [1, h, w, 1]."""
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return int(value[0]), int(value[1])
+    if isinstance(value, (tuple, list)) and len(value) == 4 and value[0] == value[3] == 1:
+        return int(value[1]), int(value[2])
+    raise ctx.error(f"{what} must be an int, (h, w) or [1, h, w, 1], got {value!r}")
+
+
+def _required(kwargs: dict, name: str, layer: str, ctx: LayerContext) -> AnyValue:
+    if name not in kwargs:
+        raise ctx.error(f"relay.{layer} as a layer needs {name}=")
+    return kwargs.pop(name)
+
+
+def _no_extra(kwargs: dict, layer: str, ctx: LayerContext) -> None:
+    if kwargs:
+        raise ctx.error(f"relay.{layer}: unknown argument(s) {', '.join(kwargs)}")
+
+
+def conv2d(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    (x,) = args
+    channels = int(_required(kwargs, "num_filter", "conv2d", ctx))
+    kernel = _window(_required(kwargs, "ksize", "conv2d", ctx), "ksize", ctx)
+    strides = _window(kwargs.pop("strides", 1), "strides", ctx)
+    padding = kwargs.pop("padding", 0)
+    no_bias = bool(kwargs.pop("no_bias", False))
+    _no_extra(kwargs, "conv2d", ctx)
+    w = ctx.param("conv2d", "weight")
+    out = ctx.op("conv2d", x, w, channels=channels, kernel_size=kernel, strides=strides,
+                 padding=padding)
+    if no_bias:
+        return out
+    # The channel axis: 0 for one CHW example, 1 for an NCHW batch.
+    return ctx.op("bias_add", out, ctx.param("conv2d", "bias", "zeros"), axis=-3)
+
+
+def linear(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    (x,) = args
+    units = int(_required(kwargs, "num_hidden", "linear", ctx))
+    no_bias = bool(kwargs.pop("no_bias", False))
+    _no_extra(kwargs, "linear", ctx)
+    out = ctx.op("dense", x, ctx.param("linear", "weight"), units=units)
+    if no_bias:
+        return out
+    return ctx.op("bias_add", out, ctx.param("linear", "bias", "zeros"), axis=-1)
+
+
+def batch_norm(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    (x,) = args
+    axis = int(kwargs.pop("axis", 1))
+    epsilon = float(kwargs.pop("epsilon", 1e-5))
+    _no_extra(kwargs, "batch_norm", ctx)
+    gamma = ctx.param("batch_norm", "gamma", "ones")
+    beta = ctx.param("batch_norm", "beta", "zeros")
+    mean = ctx.param("batch_norm", "moving_mean", "zeros")
+    var = ctx.param("batch_norm", "moving_var", "ones")
+    out = ctx.op("batch_norm", x, gamma, beta, mean, var, axis=axis, epsilon=epsilon,
+                 training=True)
+    return TupleGetItem(out, 0, span=ctx.span)
+
+
+def embedding(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    (ids,) = args
+    vocab = int(_required(kwargs, "vocab", "embedding", ctx))
+    dim = int(_required(kwargs, "dim", "embedding", ctx))
+    _no_extra(kwargs, "embedding", ctx)
+    table = ctx.param("embedding", "weight", annotation=TensorType((vocab, dim)))
+    return ctx.op("take", table, ids, axis=0)
+
+
+def _gates(ctx: LayerContext, layer: str, x: Expr, h: Expr, units: int, prefix: str) -> Expr:
+    """x @ W_x.T + h @ W_h.T + b, with `units` outputs."""
+    wx = ctx.param(layer, f"{prefix}weight_ih")
+    wh = ctx.param(layer, f"{prefix}weight_hh")
+    b = ctx.param(layer, f"{prefix}bias", "zeros")
+    total = ctx.op("add", ctx.op("dense", x, wx, units=units), ctx.op("dense", h, wh, units=units))
+    return ctx.op("bias_add", total, b, axis=-1)
+
+
+def lstm_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    """(h', c') with i, f, g, o = split(x W_x + h W_h + b, 4); c' = σf·c + σi·tanh g; h' = σo·tanh c'."""
+    x, state = args
+    hidden = int(_required(kwargs, "num_hidden", "lstm_cell", ctx))
+    _no_extra(kwargs, "lstm_cell", ctx)
+    h, c = TupleGetItem(state, 0), TupleGetItem(state, 1)
+    parts = ctx.op("split", _gates(ctx, "lstm_cell", x, h, 4 * hidden, ""),
+                   indices_or_sections=4, axis=-1)
+    i, f, g, o = (TupleGetItem(parts, k) for k in range(4))
+    sig = lambda e: ctx.op("sigmoid", e)  # noqa: E731
+    c_new = ctx.op("add", ctx.op("multiply", sig(f), c),
+                   ctx.op("multiply", sig(i), ctx.op("tanh", g)))
+    h_new = ctx.op("multiply", sig(o), ctx.op("tanh", c_new))
+    return Tuple([h_new, c_new], span=ctx.span)
+
+
+def gru_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    """h' = (1 - z)·n + z·h with r, z = σ(split(x W + h U + b, 2)), n = tanh(x W_n + r·(h U_n) + b_n)."""
+    x, h = args
+    hidden = int(_required(kwargs, "num_hidden", "gru_cell", ctx))
+    _no_extra(kwargs, "gru_cell", ctx)
+    rz = ctx.op("sigmoid", _gates(ctx, "gru_cell", x, h, 2 * hidden, "rz_"))
+    parts = ctx.op("split", rz, indices_or_sections=2, axis=-1)
+    r, z = TupleGetItem(parts, 0), TupleGetItem(parts, 1)
+    wn = ctx.param("gru_cell", "n_weight_ih")
+    un = ctx.param("gru_cell", "n_weight_hh")
+    bn = ctx.param("gru_cell", "n_bias", "zeros")
+    n = ctx.op("tanh", ctx.op("bias_add", ctx.op("add", ctx.op("dense", x, wn, units=hidden),
+                                                 ctx.op("multiply", r,
+                                                        ctx.op("dense", h, un, units=hidden))),
+                              bn, axis=-1))
+    one = ctx.op("ones_like", z)
+    return ctx.op("add", ctx.op("multiply", ctx.op("subtract", one, z), n),
+                  ctx.op("multiply", z, h))
+
+
+def max_pool(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    (x,) = args
+    pool = _window(_required(kwargs, "ksize", "max_pool", ctx), "ksize", ctx)
+    strides = _window(kwargs.pop("strides", pool), "strides", ctx)
+    padding = kwargs.pop("padding", 0)
+    _no_extra(kwargs, "max_pool", ctx)
+    return ctx.op("max_pool2d", x, pool_size=pool, strides=strides, padding=padding)
+
+
+def flatten_layer(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    """All dims into one for a model of single examples; all but the batch dim otherwise."""
+    (x,) = args
+    _no_extra(kwargs, "flatten_layer", ctx)
+    if ctx.unbatched:
+        return ctx.op("reshape", x, newshape=(-1,))
+    return ctx.op("flatten", x)
+
+
+# name -> (function, whether it owns parameters, how to tell the layer form of an op name)
+LAYERS: dict[str, Callable[[LayerContext, list[Expr], dict], Expr]] = {
+    "conv2d": conv2d, "linear": linear, "batch_norm": batch_norm, "embedding": embedding,
+    "lstm_cell": lstm_cell, "gru_cell": gru_cell, "max_pool": max_pool,
+    "flatten_layer": flatten_layer,
+}
+PARAMETER_FREE = frozenset({"max_pool", "flatten_layer"})
+
+
+def is_layer_call(name: str, args: list, kwargs: dict) -> bool:
+    """conv2d and batch_norm are ops too: the layer form has one input (and layer keywords)."""
+    if name not in LAYERS:
+        return False
+    if name == "conv2d":
+        return "num_filter" in kwargs or len(args) == 1
+    if name == "batch_norm":
+        return len(args) == 1
+    return True
+
+
+__all__ = ["LAYERS", "LayerContext", "ParamSpec", "PARAMETER_FREE", "is_layer_call", "const", "Var"]
