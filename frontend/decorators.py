@@ -35,8 +35,9 @@ from relaydsl.errors import DSLSyntaxError
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
-from relaydsl.ir.types import FuncType, TensorType, Type
-from relaydsl.ir.visitor import ExprMutator
+from relaydsl.ir.adt import TypeData
+from relaydsl.ir.types import FuncType, GlobalTypeVar, TensorType, Type, TypeCall
+from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator
 
 _used_global_names: set[str] = set()
 
@@ -242,7 +243,11 @@ class RelayFunction:
                     continue
                 seen.add(f)
                 mapping = f._resolve_forward_refs()
-                mod.add(f.global_var, _replace_globals(f.function, mapping))
+                fn = _replace_globals(f.function, mapping)
+                for td in _user_types_in(fn):
+                    if td.header not in mod.type_definitions:
+                        mod.add_type(td)
+                mod.add(f.global_var, fn)
                 pending.extend(f.callees)
             self._module = infer_types(mod)
         return self._module
@@ -343,6 +348,54 @@ class RelayModelFunction(RelayFunction):
 
     def __repr__(self) -> str:
         return f"<relay model {self.global_var.name_hint}>"
+
+
+def _user_types_in(fn: Function) -> list[TypeData]:
+    """The ADTs declared in Python that `fn` constructs, matches or mentions in annotations."""
+    from frontend.adt import USER_TYPES
+
+    found: list[TypeData] = []
+
+    def note_header(header: GlobalTypeVar) -> None:
+        td = USER_TYPES.get(header)
+        if td is not None and td not in found:
+            found.append(td)
+            for c in td.constructors:
+                for t in c.inputs:
+                    note_type(t)
+
+    def note_type(t: Type | None) -> None:
+        if t is None:
+            return
+        for sub in _type_calls(t):
+            note_header(sub.func)
+
+    class _Collect(ExprVisitor):
+        def visit_constructor(self, c) -> None:
+            note_header(c.belong_to)
+
+        def visit_var(self, v: Var) -> None:
+            note_type(v.type_annotation)
+
+        def visit_function(self, f: Function) -> None:
+            note_type(f.ret_type)
+            super().visit_function(f)
+
+    _Collect().visit(fn)
+    return found
+
+
+def _type_calls(t: Type) -> list[TypeCall]:
+    out: list[TypeCall] = []
+
+    class _Find(TypeMutator):
+        def visit(self, x: Type) -> Type:
+            if isinstance(x, TypeCall):
+                out.append(x)
+            return super().visit(x)
+
+    _Find().visit(t)
+    return out
 
 
 def _closure_dict(pyfunc: Callable) -> dict[str, AnyValue]:

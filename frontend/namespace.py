@@ -158,7 +158,9 @@ def _api() -> dict[str, AnyValue]:
 
     from relaydsl.model import Model, create_model
 
-    return {"build": build, "create_model": create_model, "Model": Model,
+    from frontend.adt import adt
+
+    return {"build": build, "create_model": create_model, "Model": Model, "adt": adt,
             "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError}
 
 

@@ -127,7 +127,7 @@ class Binding:
     """A Python name bound to a Relay expression; `kind` is what is known of its value."""
 
     expr: Expr
-    kind: str | None = None  # "tensor", "tuple", "list", "func" or unknown
+    kind: "Kind" = None  # what is known of the value; see `Translator.kind_of`
     annotation: AnyValue = None
 
 
@@ -218,6 +218,8 @@ class Translator:
         self.resolver = resolver
         self.symbols: dict[str, TypeVar] = {}  # symbolic dims of the signature, by name
         self._fresh = 0
+        self._kinds: dict[Expr, Kind] = {}  # calls whose callee declares its result type
+        self._return_kinds: dict[Var, Kind] = {}  # nested defs with a declared result type
 
     # ---- helpers ---------------------------------------------------------
     def error(self, node: ast.AST, message: str) -> DSLSyntaxError:
@@ -252,6 +254,34 @@ class Translator:
     def materialize_all(self, values: list) -> list[Expr]:
         like = next((v for v in values if not isinstance(v, _Literal)), None)
         return [self.materialize(v, like) for v in values]
+
+    def kind_of(self, e: Expr | _Literal, env: Env) -> Kind:
+        """What is known statically of a translated value, from annotations and constructions:
+        "tensor", "list", "func", "tuple" (fields unknown), a tuple of kinds, or None."""
+        if isinstance(e, (_Literal, Constant)):
+            return "tensor"
+        if e in self._kinds:
+            return self._kinds[e]
+        if isinstance(e, Var):
+            for b in env.values():
+                if b.expr is e:
+                    return b.kind
+            return _kind_of_type(e.type_annotation)
+        if isinstance(e, Tuple):
+            return tuple(self.kind_of(f, env) for f in e.fields)
+        if isinstance(e, TupleGetItem):
+            outer = self.kind_of(e.tuple_value, env)
+            return outer[e.index] if isinstance(outer, tuple) and e.index < len(outer) else None
+        if isinstance(e, If):
+            then = self.kind_of(e.true_branch, env)
+            return then if then == self.kind_of(e.false_branch, env) else None
+        if isinstance(e, Call) and isinstance(e.op, Op):
+            return _op_result_kind(e)
+        if isinstance(e, Call) and isinstance(e.op, Constructor) and e.op.belong_to.name == "List":
+            return "list"
+        if isinstance(e, Function):
+            return "func"
+        return None
 
     # ---- the function ------------------------------------------------------
     def function(self, tree: ast.FunctionDef, env: Env | None = None, *, top: bool = True) -> Function:
@@ -364,17 +394,9 @@ class Translator:
             return self._bind_name(target, value, s, env, rest, ctx)
         if isinstance(target, (ast.Tuple, ast.List)):
             tmp = self.temp("tuple")
-            names = []
-            for elt in target.elts:
-                if not isinstance(elt, ast.Name):
-                    raise self.error(elt, "tuple unpacking assigns plain names only")
-                names.append(elt)
             env2 = dict(env)
-            bindings = []
-            for i, elt in enumerate(names):
-                v = self.var(elt.id, elt)
-                bindings.append((v, TupleGetItem(tmp, i, span=self.span(elt))))
-                env2[elt.id] = Binding(v)
+            bindings: list[tuple[Var, Expr]] = []
+            self._unpack(target, tmp, self.kind_of(value, env), env2, bindings)
             body = self.block(rest, env2, ctx)
             for v, item in reversed(bindings):
                 body = Let(v, item, body)
@@ -384,10 +406,32 @@ class Translator:
                                      "are immutable; build a new value instead")
         raise self.error(target, "unsupported assignment target")
 
+    def _unpack(self, target: ast.Tuple | ast.List, value: Var, kind: Kind, env: Env,
+                bindings: list[tuple[Var, Expr]]) -> None:
+        """The names of `a, (b, c) = value`, each bound to a projection of the tuple."""
+        if kind == "tensor":
+            raise self.error(target, "a tensor cannot be unpacked; index its rows: `x[0]`")
+        if isinstance(kind, tuple) and len(kind) != len(target.elts):
+            raise self.error(target, f"cannot unpack a tuple of {len(kind)} fields into "
+                                     f"{len(target.elts)} names")
+        for i, elt in enumerate(target.elts):
+            item = TupleGetItem(value, i, span=self.span(elt))
+            item_kind = kind[i] if isinstance(kind, tuple) else None
+            if isinstance(elt, ast.Name):
+                v = self.var(elt.id, elt)
+                bindings.append((v, item))
+                env[elt.id] = Binding(v, item_kind)
+            elif isinstance(elt, (ast.Tuple, ast.List)):
+                tmp = self.temp("tuple")
+                bindings.append((tmp, item))
+                self._unpack(elt, tmp, item_kind, env, bindings)
+            else:
+                raise self.error(elt, "tuple unpacking assigns names, or tuples of names")
+
     def _bind_name(self, target: ast.Name, value, s: ast.stmt, env: Env, rest: list[ast.stmt],
                    ctx: _Context) -> Expr:
         v = self.var(target.id, target)
-        kind = _kind_of_expr(value, env)
+        kind = self.kind_of(value, env)
         env2 = {**env, target.id: Binding(v, kind)}
         return Let(v, self.materialize(value), self.block(rest, env2, ctx), span=self.span(s))
 
@@ -554,14 +598,14 @@ class Translator:
                                          result, env)
             return fn, [start, *initial_state]
         iterable = self.expr(it, outer_env)
-        kind = _kind_of_expr(iterable, outer_env)
+        kind = self.kind_of(iterable, outer_env)
         if kind == "list":
             return self._list_function(s, loop_var, params, env, state, iterable, result), \
                 [self.materialize(iterable), *initial_state]
         # Over the first axis of a tensor, or of each tensor of a tuple (`for x, y in data`).
         data = self.materialize(iterable)
         data_var = Var("data", span=self.span(it))
-        if isinstance(s.target, ast.Tuple) or kind == "tuple":
+        if isinstance(s.target, ast.Tuple) or _is_tuple_kind(kind):
             if not isinstance(s.target, ast.Tuple):
                 raise self.error(s.target, "a loop over a tuple of tensors unpacks each step: "
                                            "`for x, y in data:`")
@@ -673,6 +717,11 @@ class Translator:
         if isinstance(node, ast.Call):
             return self.call(node, env)
         if isinstance(node, ast.Attribute):
+            if self._local_root(node, env):
+                hint = {"shape": "relay.shape_of(x)", "T": "relay.transpose(x)",
+                        "dtype": "the annotation"}.get(node.attr, "a relay operator")
+                raise self.error(node, f"attributes of values are not supported (`.{node.attr}`); "
+                                       f"use {hint}")
             value = self.python_value(node)
             return self.python_to_relay(value, node)
         if isinstance(node, ast.Subscript):
@@ -805,7 +854,10 @@ class Translator:
             if k.arg is None:
                 raise self.error(k, "`**kwargs` arguments are not supported")
         func = node.func
-        local = isinstance(func, ast.Name) and func.id in env
+        if isinstance(func, ast.Attribute) and self._local_root(func, env):
+            raise self.error(func, f"methods of values are not supported (`.{func.attr}(...)`); "
+                                   f"call an operator instead, e.g. `relay.{func.attr}(x, ...)`")
+        local = isinstance(func, ast.Name) and (func.id in env or self._is_local_name(func.id))
         if not local and isinstance(func, (ast.Name, ast.Attribute)):
             try:
                 target = self.python_value(func)
@@ -823,13 +875,32 @@ class Translator:
                 if kwargs:
                     raise self.error(node.keywords[0], "keyword arguments are only for relay "
                                                        "operators' attributes")
-                return Call(callee, self.materialize_all(args), span=self.span(node))
+                call = self._make_call(callee, self.materialize_all(args), node)
+                self._kinds[call] = _declared_result_kind(target)
+                return call
         callee = self.materialize(self.expr(func, env))
         if node.keywords:
             raise self.error(node.keywords[0], "keyword arguments are only for relay operators' "
                                                "attributes")
         args = [self.expr(a, env) for a in node.args]
-        return Call(callee, self.materialize_all(args), span=self.span(node))
+        call = self._make_call(callee, self.materialize_all(args), node)
+        if isinstance(callee, Var) and callee in self._return_kinds:
+            self._kinds[call] = self._return_kinds[callee]
+        return call
+
+    def _make_call(self, callee: Expr, args: list[Expr], node: ast.AST) -> Call:
+        try:
+            return Call(callee, args, span=self.span(node))
+        except IRError as e:  # e.g. a constructor given the wrong number of fields
+            raise self.error(node, e.raw_message) from None
+
+    @staticmethod
+    def _local_root(node: ast.Attribute, env: Env) -> bool:
+        """Whether `a.b.c` starts from a value of the function (not a Python object)."""
+        root: ast.expr = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return not isinstance(root, ast.Name) or root.id in env
 
     def op_call(self, name: str, node: ast.Call, args: list, kwargs: dict[str, ast.expr]) -> Expr:
         """``relay.<op>(args, attr=constant, ...)``."""
@@ -849,16 +920,21 @@ class Translator:
 
     def subscript(self, node: ast.Subscript, env: Env):
         value = self.materialize(self.expr(node.value, env))
-        kind = _kind_of_expr(value, env)
-        index = node.slice
-        if isinstance(index, ast.Constant) and isinstance(index.value, int) and kind == "tuple":
-            return TupleGetItem(value, index.value, span=self.span(node))
-        if isinstance(index, ast.Constant) and isinstance(index.value, int) and kind != "tensor":
-            # Unknown kind: a tuple if the value is a tuple, the row of a tensor otherwise.
-            return TupleGetItem(value, index.value, span=self.span(node)) \
-                if _is_tuple_expr(value) else self._index(value, [index], node, env)
-        parts = list(index.elts) if isinstance(index, ast.Tuple) else [index]
-        return self._index(value, parts, node, env)
+        kind = self.kind_of(value, env)
+        if not _is_tuple_kind(kind):
+            parts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return self._index(value, parts, node, env)
+        index = None if isinstance(node.slice, ast.Slice) else self.expr(node.slice, env)
+        if not isinstance(index, _Literal) or type(index.value) is not int:
+            raise self.error(node.slice, "a tuple is indexed by a constant int, e.g. `t[0]`")
+        i = index.value
+        if i < 0 and isinstance(kind, tuple):
+            i += len(kind)
+        if i < 0:
+            size = f"{len(kind)} fields" if isinstance(kind, tuple) else "a length unknown here"
+            raise self.error(node.slice, f"tuple index {index.value} is out of range: the tuple "
+                                         f"has {size}")
+        return TupleGetItem(value, i, span=self.span(node))
 
     def _index(self, value: Expr, parts: list[ast.expr], node: ast.Subscript, env: Env) -> Expr:
         """Tensor indexing: integers take, constant slices strided_slice."""
@@ -966,6 +1042,12 @@ def _op_result_kind(call: Call) -> Kind:
     if call.op.name == "batch_norm":
         return ("tensor",) * 3
     return "tensor"
+
+
+def _declared_result_kind(target: AnyValue) -> Kind:
+    """The kind of what a decorated function returns, when its result type is written."""
+    fn = getattr(target, "function", None)
+    return _kind_of_type(fn.ret_type) if isinstance(fn, Function) else None
 
 
 def _describe(value: AnyValue) -> str:

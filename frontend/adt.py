@@ -1,0 +1,100 @@
+"""Algebraic data types declared in Python, for use in decorated code and annotations.
+
+A class body lists the constructors; each annotation gives the fields: one
+annotation for one field, a tuple of annotations for several, ``()`` for
+none. Type parameters are named by ``relay.adt("a", ...)``; inside the body
+a parameter is written as its name in quotes, and the type itself as the
+class name in quotes (it stands for the type applied to its parameters).
+
+>>> from relaydsl import relay, Tensor, Float
+>>> @relay.adt("a")
+... class BTree:
+...     Leaf: "a"
+...     Node: ("BTree", "BTree")
+>>> BTree.Node
+BTree.Node
+>>> BTree[Tensor[Float, 3]]
+BTree[Tensor[Float, (3,)]]
+"""
+from __future__ import annotations
+
+from typing import Any as AnyValue, Callable
+
+from frontend.annotations import AdtAnnotation, annotation_to_type
+from relaydsl.ir.adt import Constructor, TypeData
+from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall, TypeVar
+
+# Every ADT declared in Python, so a module can include the ones its functions use.
+USER_TYPES: dict[GlobalTypeVar, TypeData] = {}
+
+
+class ConstructorRef:
+    """``BTree.Leaf``: a constructor; called in decorated code it builds a value."""
+
+    def __init__(self, owner: str, constructor: Constructor):
+        self.owner = owner
+        self.constructor = constructor
+
+    def __repr__(self) -> str:
+        return f"{self.owner}.{self.constructor.name}"
+
+
+class UserADT:
+    """What ``@relay.adt`` returns: the type (index it with type arguments) and its constructors."""
+
+    def __init__(self, type_data: TypeData):
+        self.type_data = type_data
+        for c in type_data.constructors:
+            setattr(self, c.name, ConstructorRef(type_data.header.name, c))
+
+    @property
+    def name(self) -> str:
+        return self.type_data.header.name
+
+    def __getitem__(self, args: AnyValue) -> AdtAnnotation:
+        return AdtAnnotation(self.type_data)[args]
+
+    def __repr__(self) -> str:
+        return f"<relay ADT {self.name}>"
+
+
+def declare_adt(cls: type, params: tuple[str, ...] = ()) -> UserADT:
+    """The ADT a class body describes (see the module docstring)."""
+    fields_by_ctor = dict(getattr(cls, "__annotations__", {}))
+    if not fields_by_ctor:
+        raise TypeError(f"@relay.adt class {cls.__name__} declares no constructors; write one "
+                        "annotation per constructor, e.g. `Leaf: Tensor[Float, 3]`")
+    header = GlobalTypeVar(cls.__name__)
+    type_vars = tuple(TypeVar(p) for p in params)
+    self_type = TypeCall(header, type_vars)
+
+    def field_type(ann: AnyValue, ctor: str) -> Type:
+        if isinstance(ann, str):
+            if ann in params:
+                return type_vars[params.index(ann)]
+            if ann == cls.__name__:
+                return self_type
+            raise TypeError(f"{cls.__name__}.{ctor}: {ann!r} is neither a type parameter "
+                            f"({', '.join(params) or 'none declared'}) nor {cls.__name__!r}")
+        try:
+            return annotation_to_type(ann, symbols={})
+        except TypeError as e:
+            raise TypeError(f"{cls.__name__}.{ctor}: {e}") from None
+
+    constructors = []
+    for tag, (name, spec) in enumerate(fields_by_ctor.items()):
+        fields = spec if isinstance(spec, tuple) else (spec,)
+        inputs = tuple(field_type(f, name) for f in fields)
+        constructors.append(Constructor(name, inputs, header, tag))
+    td = TypeData(header, type_vars, tuple(constructors))
+    USER_TYPES[header] = td
+    return UserADT(td)
+
+
+def adt(*args: AnyValue) -> UserADT | Callable[[type], UserADT]:
+    """``@relay.adt`` on a class, or ``@relay.adt("a", "b")`` for type parameters."""
+    if len(args) == 1 and isinstance(args[0], type):
+        return declare_adt(args[0])
+    if not all(isinstance(a, str) and a.isidentifier() for a in args):
+        raise TypeError("relay.adt takes the names of type parameters: @relay.adt(\"a\")")
+    return lambda cls: declare_adt(cls, tuple(args))
