@@ -1,0 +1,21 @@
+"""Models used by several tests: Figure 4's LeNet (as the paper writes it) and its loss."""
+from relaydsl import Float, Tensor, relay, relay_model
+
+
+@relay_model
+def lenet(x: Tensor[Float, (1, 28, 28)]) -> Tensor[Float, 10]:
+    conv1 = relay.conv2d(x, num_filter=20, ksize=[1, 5, 5, 1], no_bias=False)
+    tanh1 = relay.tanh(conv1)
+    pool1 = relay.max_pool(tanh1, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1])
+    conv2 = relay.conv2d(pool1, num_filter=50, ksize=[1, 5, 5, 1], no_bias=False)
+    tanh2 = relay.tanh(conv2)
+    pool2 = relay.max_pool(tanh2, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1])
+    flatten = relay.flatten_layer(pool2)
+    fc1 = relay.linear(flatten, num_hidden=500)
+    tanh3 = relay.tanh(fc1)
+    return relay.linear(tanh3, num_hidden=10)
+
+
+@relay
+def loss(x: Tensor[Float, (1, 28, 28)], y: Tensor[Float, 10]) -> Float:
+    return relay.softmax_cross_entropy(lenet(x), y)

@@ -1,0 +1,188 @@
+"""@relay_model layers: parameters shaped by type inference, forward passes against JAX."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from relaydsl import DSLSyntaxError, Float, Int, RelayTypeError, Tensor, relay, relay_model
+from relaydsl.ir import FuncType, TensorType
+from tests.frontend.models import lenet, loss
+
+rng = np.random.default_rng(0)
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def jax_lenet(p, x):
+    """Figure 4's LeNet written directly in JAX (one CHW example)."""
+    def conv(x, w, b):
+        y = jax.lax.conv_general_dilated(x[None], w, (1, 1), "VALID",
+                                         precision=jax.lax.Precision.HIGHEST)[0]
+        return y + b[:, None, None]
+
+    def pool(x):
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2), (1, 2, 2), "VALID")
+
+    h = pool(jnp.tanh(conv(x, p["conv2d_0.weight"], p["conv2d_0.bias"])))
+    h = pool(jnp.tanh(conv(h, p["conv2d_1.weight"], p["conv2d_1.bias"])))
+    h = jnp.tanh(h.reshape(-1) @ p["linear_0.weight"].T + p["linear_0.bias"])
+    return h @ p["linear_1.weight"].T + p["linear_1.bias"]
+
+
+def test_figure4_lenet_parameters_are_shaped_by_inference():
+    model = relay.create_model(lenet, seed=0)
+    shapes = {k: v.shape for k, v in model.params.items()}
+    # 28 -conv5-> 24 -pool2-> 12 -conv5-> 8 -pool2-> 4; 50 * 4 * 4 = 800 features.
+    assert shapes == {
+        "conv2d_0.weight": (20, 1, 5, 5), "conv2d_0.bias": (20,),
+        "conv2d_1.weight": (50, 20, 5, 5), "conv2d_1.bias": (50,),
+        "linear_0.weight": (500, 800), "linear_0.bias": (500,),
+        "linear_1.weight": (10, 500), "linear_1.bias": (10,),
+    }
+    assert all(v.dtype == np.float32 for v in model.params.values())
+
+
+def test_figure4_lenet_forward_and_loss_match_jax():
+    model = relay.create_model(lenet, seed=1, init="glorot")
+    x = rng.standard_normal((1, 28, 28)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[7]
+    expected = jax_lenet(model.params, x)
+    np.testing.assert_allclose(model(x), expected, rtol=RTOL, atol=ATOL)
+    expected_loss = -jnp.sum(y * jax.nn.log_softmax(expected))
+    np.testing.assert_allclose(model.apply(loss, x, y), expected_loss, rtol=RTOL, atol=ATOL)
+
+
+def test_a_function_using_a_model_takes_its_parameters_as_hidden_arguments():
+    t = loss.checked_type
+    assert isinstance(t, FuncType)
+    assert t.arg_types[:2] == (TensorType((1, 28, 28)), TensorType((10,)))
+    assert t.arg_types[2] == TensorType((20, 1, 5, 5))  # then every parameter of lenet
+    assert len(t.arg_types) == 2 + 8
+    with pytest.raises(TypeError, match="uses the parameters of the model lenet"):
+        loss(np.zeros((1, 28, 28), np.float32), np.zeros(10, np.float32))
+    with pytest.raises(TypeError, match="create_model"):
+        lenet(np.zeros((1, 28, 28), np.float32))
+
+
+def test_seeds_and_initialisers():
+    a, b = relay.create_model(lenet, seed=3), relay.create_model(lenet, seed=3)
+    c = relay.create_model(lenet, seed=4)
+    w = "linear_0.weight"
+    np.testing.assert_array_equal(a.params[w], b.params[w])
+    assert not np.array_equal(a.params[w], c.params[w])
+    assert abs(float(a.params[w].std()) - 0.01) < 0.001 and abs(float(a.params[w].mean())) < 1e-3
+    np.testing.assert_array_equal(a.params["linear_0.bias"], 0)
+    g = relay.create_model(lenet, init="glorot").params[w]
+    limit = np.sqrt(6 / (800 + 500))
+    assert g.max() <= limit and g.min() >= -limit and g.max() > 0.9 * limit
+    with pytest.raises(ValueError, match="init must be one of"):
+        relay.create_model(lenet, init="uniform")
+    with pytest.raises(TypeError, match="@relay_model"):
+        relay.create_model(loss)
+
+
+@relay_model
+def mlp(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 3)]:
+    h = relay.relu(relay.linear(x, num_hidden=5))
+    return relay.linear(h, num_hidden=3, no_bias=True)
+
+
+def test_two_calls_make_two_parameter_sets_and_batch_size_stays_symbolic():
+    model = relay.create_model(mlp, seed=0)
+    assert list(model.params) == ["linear_0.weight", "linear_0.bias", "linear_1.weight"]
+    p = model.params
+    for batch in (1, 4):
+        x = rng.standard_normal((batch, 6)).astype(np.float32)
+        expected = jnp.maximum(x @ p["linear_0.weight"].T + p["linear_0.bias"], 0) \
+            @ p["linear_1.weight"].T
+        np.testing.assert_allclose(model(x), expected, rtol=RTOL, atol=ATOL)
+
+
+@relay_model
+def twice(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 3)]:
+    return mlp(x) + mlp(x)
+
+
+def test_a_sub_model_called_twice_has_a_parameter_set_per_call():
+    model = relay.create_model(twice, seed=0)
+    assert list(model.params) == [f"mlp_{i}.{n}" for i in (0, 1) for n in
+                                  ("linear_0.weight", "linear_0.bias", "linear_1.weight")]
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    p = model.params
+
+    def one(i):
+        h = jnp.maximum(x @ p[f"mlp_{i}.linear_0.weight"].T + p[f"mlp_{i}.linear_0.bias"], 0)
+        return h @ p[f"mlp_{i}.linear_1.weight"].T
+
+    np.testing.assert_allclose(model(x), one(0) + one(1), rtol=RTOL, atol=ATOL)
+
+
+@relay_model
+def cells(x: Tensor[Float, (2, 4)], h: Tensor[Float, (2, 3)], c: Tensor[Float, (2, 3)]
+          ) -> tuple[Tensor[Float, (2, 3)], Tensor[Float, (2, 3)], Tensor[Float, (2, 3)]]:
+    h1, c1 = relay.lstm_cell(x, (h, c), num_hidden=3)
+    g = relay.gru_cell(x, h, num_hidden=3)
+    return h1, c1, g
+
+
+def test_lstm_and_gru_cells_match_their_equations_in_jax():
+    model = relay.create_model(cells, seed=0, init="glorot")
+    p = {k: v + rng.standard_normal(v.shape).astype(np.float32) * 0.1
+         for k, v in model.params.items()}  # non-zero biases too
+    model.params.update(p)
+    x, h, c = (rng.standard_normal(s).astype(np.float32) for s in ((2, 4), (2, 3), (2, 3)))
+    sig = jax.nn.sigmoid
+    gates = x @ p["lstm_cell_0.weight_ih"].T + h @ p["lstm_cell_0.weight_hh"].T \
+        + p["lstm_cell_0.bias"]
+    i, f, g, o = jnp.split(gates, 4, axis=-1)
+    c1 = sig(f) * c + sig(i) * jnp.tanh(g)
+    h1 = sig(o) * jnp.tanh(c1)
+    rz = sig(x @ p["gru_cell_0.rz_weight_ih"].T + h @ p["gru_cell_0.rz_weight_hh"].T
+             + p["gru_cell_0.rz_bias"])
+    r, z = jnp.split(rz, 2, axis=-1)
+    n = jnp.tanh(x @ p["gru_cell_0.n_weight_ih"].T + r * (h @ p["gru_cell_0.n_weight_hh"].T)
+                 + p["gru_cell_0.n_bias"])
+    gru = (1 - z) * n + z * h
+    for got, want in zip(model(x, h, c), (h1, c1, gru)):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    assert model.params["lstm_cell_0.weight_ih"].shape == (12, 4)
+    assert model.params["gru_cell_0.n_weight_hh"].shape == (3, 3)
+
+
+@relay_model
+def embed_norm(ids: Tensor[Int, (5,)]) -> Tensor[Float, (5, 4)]:
+    e = relay.embedding(ids, vocab=10, dim=4)
+    return relay.batch_norm(e, axis=1)
+
+
+def test_embedding_and_batch_norm_layers_match_jax():
+    model = relay.create_model(embed_norm, seed=0)
+    assert {k: v.shape for k, v in model.params.items()} == {
+        "embedding_0.weight": (10, 4), "batch_norm_0.gamma": (4,), "batch_norm_0.beta": (4,),
+        "batch_norm_0.moving_mean": (4,), "batch_norm_0.moving_var": (4,)}
+    model.params["batch_norm_0.gamma"][:] = [1, 2, 3, 4]
+    model.params["batch_norm_0.beta"][:] = [0, 1, 0, -1]
+    ids = np.array([1, 3, 3, 7, 9], np.int32)
+    e = model.params["embedding_0.weight"][ids]
+    normed = (e - e.mean(0)) / jnp.sqrt(e.var(0) + 1e-5)
+    np.testing.assert_allclose(model(ids), normed * jnp.array([1, 2, 3, 4]) +
+                               jnp.array([0, 1, 0, -1]), rtol=RTOL, atol=1e-4)
+
+
+def test_layers_outside_a_model_are_errors():
+    with pytest.raises(DSLSyntaxError, match="layer with hidden parameters.*@relay_model"):
+        @relay
+        def f(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (2, 4)]:
+            return relay.linear(x, num_hidden=4)
+    with pytest.raises(DSLSyntaxError, match="needs num_hidden="):
+        @relay_model
+        def g(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (2, 4)]:
+            return relay.linear(x)
+
+
+def test_a_parameter_shape_the_program_does_not_fix_is_a_clear_error():
+    @relay_model
+    def loose(x: Tensor[Float, ("n", "k")]) -> Tensor[Float, ("n", 2)]:
+        return relay.linear(x, num_hidden=2)
+
+    with pytest.raises(RelayTypeError, match="shape of parameter linear_0.weight is not determined"):
+        relay.create_model(loose)
