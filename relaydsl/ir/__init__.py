@@ -5,7 +5,7 @@ from relaydsl.ir.adt import (
 )
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import (
-    Call, Clause, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead,
+    Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var, const,
 )
 from relaydsl.ir.module import IRModule
@@ -18,7 +18,8 @@ from relaydsl.ir.visitor import ExprMutator, ExprVisitor, free_vars, post_order
 
 __all__ = [
     "Any", "AnyDim", "Attrs", "Call", "Clause", "Constant", "Constructor", "Expr", "ExprMutator",
-    "ExprVisitor", "FuncType", "Function", "GlobalTypeVar", "GlobalVar", "IRModule", "If", "Kind",
+    "ExprVisitor", "FuncType", "Function", "GlobalTypeVar", "GlobalVar", "Grad", "IRModule", "If",
+    "Kind",
     "Let", "Match", "Op", "Pattern", "PatternConstructor", "PatternTuple", "PatternVar",
     "PatternWildcard", "RefCreate", "RefRead", "RefType", "RefWrite", "Span", "TensorType", "Tuple",
     "TupleGetItem", "TupleType", "Type", "TypeCall", "TypeData", "TypeRelation", "TypeVar", "Var",

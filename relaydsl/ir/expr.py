@@ -321,6 +321,21 @@ class RefWrite(Expr):
         _check_expr(self.value, "the value of a write")
 
 
+@final
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Grad(Expr):
+    """The paper's gradient node: for ``fn: fn(t0..tn) -> r``, ``grad(fn)`` is
+    ``fn(t0..tn) -> (r, (t0..tn))``, the value and the gradient with respect to each argument.
+
+    relaydsl/transform/gradient.py replaces it by ordinary Relay before a program runs.
+    """
+
+    fn: Expr
+
+    def __post_init__(self) -> None:
+        _check_expr(self.fn, "the function of grad()")
+
+
 def suggest(name: str, candidates: Mapping[str, AnyValue] | list[str]) -> str:
     """' Did you mean x, y?' for near misses, or ''."""
     close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
@@ -329,6 +344,6 @@ def suggest(name: str, candidates: Mapping[str, AnyValue] | list[str]) -> str:
 
 __all__ = [
     "Expr", "Var", "GlobalVar", "Constant", "const", "Op", "Call", "Let", "Function", "Tuple",
-    "TupleGetItem", "If", "Clause", "Match", "RefCreate", "RefRead", "RefWrite", "suggest",
+    "TupleGetItem", "If", "Clause", "Match", "RefCreate", "RefRead", "RefWrite", "Grad", "suggest",
     "type_to_str",
 ]

@@ -23,6 +23,7 @@ A hand-written tokenizer and a recursive-descent parser. Grammar (``?`` optional
               | 'fn' fnrest | 'if' '(' expr ')' '{' block '}' 'else' ('{' block '}' | if)
               | 'match' '?'? '(' expr ')' '{' (pattern '=>' ('{' block '}' | expr) ,)* '}'
               | 'ref' '(' expr ')' | 'ref_read' '(' expr ')' | 'ref_write' '(' expr ',' expr ')'
+              | 'grad' '(' expr ')'
     pattern  := '_' | param | CTOR ('(' pattern,* ')')? | '(' pattern,* ')'
     type     := 'Tensor' '[' (dim | '(' dim,* ')') ',' dtype ']' | DTYPE | '(' type,* ')'
               | 'fn' ('<' tparam,* '>')? '(' type,* ')' '->' type | 'Ref' '[' type ']'
@@ -58,7 +59,7 @@ from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard, TypeData,
 )
 from relaydsl.ir.expr import (
-    Call, Clause, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead,
+    Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var, suggest,
 )
 from relaydsl.ir.module import IRModule
@@ -663,7 +664,7 @@ class _Parser:
         start = self.next()
         self.expect("(", f"after '{start.text}'")
         args = self.comma_list(")", self.expr)
-        node = {"ref": RefCreate, "ref_read": RefRead, "ref_write": RefWrite}[start.text]
+        node = {"ref": RefCreate, "ref_read": RefRead, "ref_write": RefWrite, "grad": Grad}[start.text]
         arity = 2 if node is RefWrite else 1
         if len(args) != arity:
             raise self.error(f"{start.text} takes {arity} argument(s), got {len(args)}", start)
@@ -846,6 +847,7 @@ _KEYWORDS: dict[str, Callable[[_Parser], Expr]] = {
     "ref": _Parser.ref_expr,
     "ref_read": _Parser.ref_expr,
     "ref_write": _Parser.ref_expr,
+    "grad": _Parser.ref_expr,
     "meta": _Parser.meta,
     "True": _Parser.bool_literal,
     "False": _Parser.bool_literal,

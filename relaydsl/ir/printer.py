@@ -41,7 +41,7 @@ from relaydsl.ir.adt import (
 )
 from relaydsl.ir.attrs import Attrs, freeze
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
+    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
     Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
@@ -244,6 +244,8 @@ class _Printer:
             return [e.tuple_value]
         if isinstance(e, RefCreate):
             return [e.value]
+        if isinstance(e, Grad):
+            return [e.fn]
         if isinstance(e, RefRead):
             return [e.ref]
         if isinstance(e, RefWrite):
@@ -299,6 +301,8 @@ class _Printer:
             return f"ref({a(e.value)})"
         if isinstance(e, RefRead):
             return f"ref_read({a(e.ref)})"
+        if isinstance(e, Grad):
+            return f"grad({a(e.fn)})"
         if isinstance(e, RefWrite):
             return f"ref_write({a(e.ref)}, {a(e.value)})"
         if isinstance(e, If):

@@ -37,7 +37,7 @@ from relaydsl.ir.adt import (
 )
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
+    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
     Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
@@ -314,6 +314,8 @@ class _Equal:
             return [(a.value, b.value, p(".value"))]
         if isinstance(a, RefRead):
             return [(a.ref, b.ref, p(".ref"))]
+        if isinstance(a, Grad):
+            return [(a.fn, b.fn, p(".fn"))]
         if isinstance(a, RefWrite):
             return [(a.ref, b.ref, p(".ref")), (a.value, b.value, p(".value"))]
         raise TypeError(f"structural_equal: unknown expression {type(a).__name__}")
@@ -622,6 +624,8 @@ def _children(e: Expr) -> list[Expr]:
         return [e.ref]
     if isinstance(e, RefWrite):
         return [e.ref, e.value]
+    if isinstance(e, Grad):
+        return [e.fn]
     return []
 
 

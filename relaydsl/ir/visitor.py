@@ -21,7 +21,7 @@ from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
 from relaydsl.ir.expr import (
-    Call, Clause, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead,
+    Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.types import (
@@ -34,6 +34,7 @@ _VISIT_NAME = {
     Call: "visit_call", Let: "visit_let", Function: "visit_function", Tuple: "visit_tuple",
     TupleGetItem: "visit_tuple_getitem", If: "visit_if", Match: "visit_match",
     RefCreate: "visit_ref_create", RefRead: "visit_ref_read", RefWrite: "visit_ref_write",
+    Grad: "visit_grad",
     Constructor: "visit_constructor",
 }
 
@@ -124,6 +125,9 @@ class ExprVisitor:
         elif isinstance(p, PatternTuple):
             for sub in p.patterns:
                 self.visit_pattern(sub)
+
+    def visit_grad(self, g: Grad) -> None:
+        self.visit(g.fn)
 
     def visit_ref_create(self, r: RefCreate) -> None:
         self.visit(r.value)
@@ -253,6 +257,10 @@ class ExprMutator:
                 return p
             return PatternTuple(tuple(subs), span=p.span)
         return p
+
+    def visit_grad(self, g: Grad) -> Expr:
+        fn = self.visit(g.fn)
+        return g if fn is g.fn else Grad(fn, span=g.span)
 
     def visit_ref_create(self, r: RefCreate) -> Expr:
         v = self.visit(r.value)

@@ -26,7 +26,7 @@ from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
+    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
     Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
@@ -133,6 +133,8 @@ class _Inferencer:
         if isinstance(expr, RefWrite):
             self.unify(RefType(self.infer(expr.value)), self.infer(expr.ref), expr, "writing a reference")
             return TupleType(())
+        if isinstance(expr, Grad):
+            return self._grad(expr)
         if isinstance(expr, Constructor):
             return self._instantiate(self._constructor_type(expr))
         if isinstance(expr, Op):
@@ -236,6 +238,24 @@ class _Inferencer:
                 rel.name, rel.func, rel.args, rel.out, rel.attrs, call.span, call,
                 inferable=inferable))
         return inst.ret_type
+
+    def _grad(self, expr: Grad) -> Type:
+        """grad(f: fn(t0..tn) -> r) : fn(t0..tn) -> (r, (t0..tn)), r a tensor."""
+        fn_type = self.infer(expr.fn)
+        out = self.solver.fresh(hint="grad")
+
+        def rule(args, attrs, ctx):
+            f = args[0]
+            if not isinstance(f, FuncType):
+                ctx.fail(f"grad takes a function, got {type_to_str(f)}")
+            if not isinstance(f.ret_type, (TensorType, TypeVar)):
+                ctx.fail(f"grad needs a function returning a tensor, got one returning "
+                         f"{type_to_str(f.ret_type)}")
+            return FuncType(f.arg_types, TupleType((f.ret_type, TupleType(f.arg_types))))
+
+        self.solver.add_relation(PendingRelation(
+            "grad", rule, (fn_type,), out, None, expr.span, expr, shallow=True))  # type: ignore[arg-type]
+        return out
 
     def _tuple_getitem(self, expr: TupleGetItem) -> Type:
         tup = self.infer(expr.tuple_value)

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from relaydsl.ir import (
-    Any, Call, Clause, Function, FuncType, GlobalVar, If, IRModule, Kind, Let, Match, Op,
+    Any, Call, Clause, Function, FuncType, GlobalVar, Grad, If, IRModule, Kind, Let, Match, Op,
     PatternConstructor, PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead, RefType,
     RefWrite, TensorType, Tuple, TupleGetItem, TupleType, TypeCall, TypeVar, Var, const,
     define_adt,
@@ -324,9 +324,11 @@ def ir_forms_module() -> IRModule:
     d = TypeVar("d")
     q = Var("q", d)
     local_id = Function((q,), q, d, (d,))
+    y = Var("y", F32)
+    derivative = Grad(Function((y,), op("tanh", y)))
     body = Tuple((Call(prim, (x,)), Call(mapper, (some, xs)), Op.get("negative"), nil,
                   nested_let, Call(mapper, (Op.get("exp"), xs), type_args=(F32, F32)),
-                  Call(use, (local_id,))))
+                  Call(use, (local_id,)), Call(derivative, (x,))))
     mod.add("main", Function((x,), body))
     return mod
 

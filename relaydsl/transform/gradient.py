@@ -1,0 +1,314 @@
+"""Higher-order reverse-mode automatic differentiation (MAPL 2018 §4.2).
+
+Every tensor value ``v`` of the differentiated program becomes a pair
+``(v, ref(zeros_like(v)))``: the value and a reference that accumulates its
+adjoint. A backpropagator ``bp: Ref[fn() -> ()]`` is threaded through the
+program; each operator call extends it with a closure that reads the call's
+output adjoint, applies the op's gradient rule (relaydsl/op/gradients.py)
+and adds the results into its inputs' references, then calls the previous
+backpropagator. Control flow, closures, recursion, tuples, ADTs and
+references are lifted structurally, so the result is ordinary Relay and can
+itself be differentiated again (grad of grad).
+
+Example: ``grad(fn (%x) { tanh(%x) })`` becomes, in outline::
+
+    fn (%x) {
+      let %bp = ref(fn () { () });
+      let %a = (%x, ref(zeros_like(%x)));
+      let %r = <lifted body: (tanh(%a.0), ref(zeros_like(..))), extending %bp>;
+      ref_write(%r.1, ones_like(%r.0));
+      ref_read(%bp)();
+      (%r.0, (ref_read(%a.1),))
+    }
+
+Free variables of the differentiated function are treated as constants
+(their adjoints are dropped); globals it calls are differentiated into
+``@name_grad`` globals that take the backpropagator as their first argument.
+"""
+from __future__ import annotations
+
+from relaydsl.errors import RelayTypeError
+from relaydsl.ir.adt import Pattern, PatternVar, pattern_vars
+from relaydsl.ir.expr import (
+    Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate,
+    RefRead, RefWrite, Tuple, TupleGetItem, Var,
+)
+from relaydsl.ir.adt import Constructor
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import (
+    FuncType, RefType, TensorType, TupleType, Type, TypeCall, is_float, type_to_str,
+)
+from relaydsl.ir.visitor import ExprMutator, post_order
+
+BACKPROP_TYPE = RefType(FuncType((), TupleType(())))
+
+
+def lift_type(t: Type) -> Type:
+    """The type of a value in the differentiated program: tensors carry an adjoint reference."""
+    if isinstance(t, TensorType):
+        return TupleType((t, RefType(t)))
+    if isinstance(t, TupleType):
+        return TupleType(tuple(lift_type(f) for f in t.fields))
+    if isinstance(t, FuncType):
+        return FuncType(tuple(lift_type(a) for a in t.arg_types), lift_type(t.ret_type),
+                        t.type_params)
+    if isinstance(t, TypeCall):
+        return TypeCall(t.func, tuple(lift_type(a) for a in t.args))
+    if isinstance(t, RefType):
+        return RefType(lift_type(t.value))
+    return t  # type variables stand for lifted types already
+
+
+def _op(name: str, *args: Expr) -> Call:
+    return Call(Op.get(name), args)
+
+
+def _seq(effects: list[Expr], result: Expr) -> Expr:
+    """Evaluate `effects` in order, then `result`."""
+    for effect in reversed(effects):
+        result = Let(Var("_"), effect, result)
+    return result
+
+
+def value_of(lifted: Expr, t: Type) -> Expr:
+    """The original value inside a lifted one."""
+    if isinstance(t, TensorType):
+        return TupleGetItem(lifted, 0)
+    if isinstance(t, TupleType):
+        return Tuple([value_of(TupleGetItem(lifted, i), f) for i, f in enumerate(t.fields)])
+    raise RelayTypeError(f"grad: an operator input of type {type_to_str(t)} cannot be differentiated")
+
+
+def lift_constant(value: Expr, t: Type) -> Expr:
+    """A value entering the differentiated program from outside: a fresh zero adjoint."""
+    if isinstance(t, TensorType):
+        return Tuple([value, RefCreate(_op("zeros_like", value))])
+    if isinstance(t, TupleType):
+        v = Var("c")
+        return Let(v, value, Tuple([lift_constant(TupleGetItem(v, i), f)
+                                    for i, f in enumerate(t.fields)]))
+    raise RelayTypeError(f"grad: a value of type {type_to_str(t)} from outside the differentiated "
+                         "function is not supported (pass it as an argument)", value.span)
+
+
+def read_adjoint(lifted: Expr, t: Type) -> Expr:
+    if isinstance(t, TensorType):
+        return RefRead(TupleGetItem(lifted, 1))
+    if isinstance(t, TupleType):
+        return Tuple([read_adjoint(TupleGetItem(lifted, i), f) for i, f in enumerate(t.fields)])
+    raise RelayTypeError(f"grad: cannot take the adjoint of a value of type {type_to_str(t)}")
+
+
+def accumulate(lifted: Expr, grad: Expr, t: Type) -> list[Expr]:
+    """Effects adding `grad` into the adjoint references of `lifted` (floats only)."""
+    if isinstance(t, TensorType):
+        if not is_float(t.dtype):
+            return []
+        ref = TupleGetItem(lifted, 1)
+        return [RefWrite(ref, _op("add", RefRead(ref), grad))]
+    if isinstance(t, TupleType):
+        return [e for i, f in enumerate(t.fields)
+                for e in accumulate(TupleGetItem(lifted, i), TupleGetItem(grad, i), f)]
+    return []
+
+
+class _Lift(ExprMutator):
+    """Lifts one function body; `bp` is the backpropagator reference in scope."""
+
+    def __init__(self, ad: "_ReverseAD", bp: Var):
+        super().__init__()
+        self.ad = ad
+        self.bp = bp
+        self.vars: dict[Var, Var] = {}
+
+    # ---- binders -----------------------------------------------------------------
+    def bind(self, v: Var) -> Var:
+        annotation = lift_type(v.checked_type) if v.has_type else None
+        new = Var(v.name_hint, annotation, span=v.span)
+        self.vars[v] = new
+        return new
+
+    def visit_let_var(self, var: Var) -> Var:
+        return self.vars.get(var) or self.bind(var)
+
+    def visit_var(self, var: Var) -> Expr:
+        mapped = self.vars.get(var)
+        if mapped is not None:
+            return mapped
+        return lift_constant(var, var.checked_type)  # a free variable: a constant here
+
+    def visit_function(self, fn: Function) -> Expr:
+        params = [self.bind(p) for p in fn.params]
+        body = self.visit(fn.body)
+        ret = None
+        if fn.has_type and isinstance(fn.checked_type, FuncType):
+            ret = lift_type(fn.checked_type.ret_type)
+        return Function(params, body, ret, fn.type_params, span=fn.span)
+
+    def visit_pattern(self, p: Pattern) -> Pattern:
+        for v in pattern_vars(p):
+            if v not in self.vars:
+                self.bind(v)
+        return super().visit_pattern(p)
+
+    def visit_let(self, let: Let) -> Expr:
+        # A let-bound function may call itself: bind before the value is lifted.
+        node: Expr = let
+        while isinstance(node, Let):
+            if node.var not in self.vars:
+                self.bind(node.var)
+            node = node.body
+        return super().visit_let(let)
+
+    # ---- values ------------------------------------------------------------------
+    def visit_constant(self, c: Constant) -> Expr:
+        return lift_constant(c, TensorType(c.data.shape, c.data.dtype.name))
+
+    def visit_global_var(self, gv: GlobalVar) -> Expr:
+        """A global used as a value: a closure passing this backpropagator on."""
+        t = gv.checked_type
+        assert isinstance(t, FuncType)
+        params = [Var(f"p{i}", lift_type(a)) for i, a in enumerate(t.arg_types)]
+        return Function(params, Call(self.ad.lifted_global(gv), [self.bp, *params]))
+
+    def visit_if(self, i: If) -> Expr:
+        cond = TupleGetItem(self.visit(i.cond), 0)
+        return If(cond, self.visit(i.true_branch), self.visit(i.false_branch), span=i.span)
+
+    def visit_grad(self, g: Grad) -> Expr:
+        raise AssertionError("inner grad nodes are lowered before outer ones")
+
+    def visit_call(self, call: Call) -> Expr:
+        if isinstance(call.op, Op):
+            return self.op_call(call)
+        args = [self.visit(a) for a in call.args]
+        if isinstance(call.op, GlobalVar):
+            return Call(self.ad.lifted_global(call.op), [self.bp, *args], span=call.span)
+        if isinstance(call.op, Constructor):
+            return Call(call.op, args, span=call.span)
+        return Call(self.visit(call.op), args, span=call.span)
+
+    def op_call(self, call: Call) -> Expr:
+        """let args; let v = op(args.0); let r = (v, ref(0)); bp := fn() { rule; old() }; r"""
+        op = call.op
+        assert isinstance(op, Op)
+        opdef = op.definition
+        arg_types = [a.checked_type for a in call.args]
+        arg_vars = [Var(f"{op.name}_in{i}") for i in range(len(call.args))]
+        values = [value_of(v, t) for v, t in zip(arg_vars, arg_types)]
+        out_type = call.checked_type
+        out = Var(f"{op.name}_out")
+        lifted_out = Var(f"{op.name}_lifted")
+        effects: list[Expr] = []
+        wants_grad = any(_has_float(t) for t in arg_types)
+        if opdef.differentiable and wants_grad:
+            if opdef.gradient is None:
+                raise RelayTypeError(f"grad: the operator {op.name} has no gradient rule", call.span)
+            g = Var("g")
+            grads = opdef.gradient(Call(op, values, call.attrs), g)
+            updates = [e for v, d, t in zip(arg_vars, grads, arg_types) for e in accumulate(v, d, t)]
+            old = Var("bp_old")
+            backprop = Function([], Let(g, read_adjoint(lifted_out, out_type),
+                                        _seq(updates, Call(old, []))))
+            effects = [RefWrite(self.bp, Let(old, RefRead(self.bp), backprop))]
+        body = Let(out, Call(op, values, call.attrs, span=call.span),
+                   Let(lifted_out, lift_constant(out, out_type), _seq(effects, lifted_out)))
+        for v, a in reversed(list(zip(arg_vars, call.args))):
+            body = Let(v, self.visit(a), body)
+        return body
+
+
+def _has_float(t: Type) -> bool:
+    if isinstance(t, TensorType):
+        return is_float(t.dtype)
+    if isinstance(t, TupleType):
+        return any(_has_float(f) for f in t.fields)
+    return False
+
+
+class _ReverseAD:
+    """Lowers grad nodes of one module, making `@g_grad` for each global g they reach."""
+
+    def __init__(self, mod: IRModule):
+        self.mod = mod
+        self.lifted: dict[GlobalVar, GlobalVar] = {}
+
+    def lifted_global(self, gv: GlobalVar) -> GlobalVar:
+        new = self.lifted.get(gv)
+        if new is not None:
+            return new
+        new = GlobalVar(f"{gv.name_hint}_grad")
+        self.lifted[gv] = new
+        fn = self.mod[gv]
+        bp = Var("bp", BACKPROP_TYPE)
+        lifter = _Lift(self, bp)
+        params = [lifter.bind(p) for p in fn.params]
+        t = fn.checked_type
+        assert isinstance(t, FuncType)
+        body = lifter.visit(fn.body)
+        self.mod.add(new, Function([bp, *params], body, lift_type(t.ret_type), fn.type_params,
+                                   span=fn.span))
+        return new
+
+    def grad(self, node: Grad) -> Function:
+        """The function computing (f(args), gradients) for ``grad(f)``."""
+        t = node.fn.checked_type
+        if not isinstance(t, FuncType) or not isinstance(t.ret_type, TensorType):
+            raise RelayTypeError(f"grad needs a function returning a tensor, got "
+                                 f"{type_to_str(t)}", node.span)
+        params = [Var(f"x{i}", a) for i, a in enumerate(t.arg_types)]
+        bp = Var("bp", BACKPROP_TYPE)
+        lifter = _Lift(self, bp)
+        args = [Var(f"x{i}_lifted") for i in range(len(params))]
+        result = Var("result")
+        value = TupleGetItem(result, 0)
+        out = Tuple([value, Tuple([read_adjoint(a, ty) for a, ty in zip(args, t.arg_types)])])
+        body = _seq([RefWrite(TupleGetItem(result, 1), _op("ones_like", value)),
+                     Call(RefRead(bp), [])], out)
+        body = Let(result, Call(lifter.visit(node.fn), args, span=node.span), body)
+        for a, p, ty in reversed(list(zip(args, params, t.arg_types))):
+            body = Let(a, lift_constant(p, ty), body)
+        body = Let(bp, RefCreate(Function([], Tuple([]))), body)
+        return Function(params, body, TupleType((t.ret_type, TupleType(t.arg_types))),
+                        span=node.span)
+
+
+def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
+    for gv, fn in mod.functions.items():
+        found: list[Grad] = []
+
+        def note(e: Expr) -> None:
+            if isinstance(e, Grad) and not found:
+                found.append(e)  # post-order: the first grad seen contains no other
+
+        post_order(fn, note)
+        if found:
+            return gv, found[0]
+    return None
+
+
+def lower_grads(mod: IRModule) -> IRModule:
+    """Replace every grad node of `mod` by ordinary Relay, innermost first; returns a new module.
+
+    The module is re-typed after each replacement, so nested grads see typed programs.
+    """
+    from relaydsl.typing import infer_types
+
+    mod = mod.copy()
+    infer_types(mod)
+    while (found := _innermost_grad(mod)) is not None:
+        gv, node = found
+        replacement = _ReverseAD(mod).grad(node)
+
+        class _Replace(ExprMutator):
+            def visit_grad(self, g: Grad) -> Expr:
+                return replacement if g is node else super().visit_grad(g)
+
+        new_fn = _Replace().visit(mod[gv])
+        assert isinstance(new_fn, Function)
+        mod.add(gv, new_fn)
+        infer_types(mod)
+    return mod
+
+
+__all__ = ["BACKPROP_TYPE", "lift_type", "lower_grads", "Clause", "Match", "PatternVar"]
