@@ -105,3 +105,186 @@ def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
         return shape[0] if shape else 1, shape[0] if shape else 1
     receptive = int(np.prod(shape[2:])) if len(shape) > 2 else 1
     return shape[1] * receptive, shape[0] * receptive
+
+
+# ---- training: optimisers and parameter updates --------------------------------------------
+
+class SGD:
+    """Plain stochastic gradient descent: p -= lr * g."""
+
+    def __init__(self, lr: float = 0.01):
+        self.lr = lr
+
+    def step(self, model: Model, grads: dict[str, np.ndarray]) -> None:
+        for name, g in grads.items():
+            model.params[name] -= np.asarray(self.lr * g, model.params[name].dtype)
+
+
+class Momentum:
+    """SGD with momentum: v = momentum * v + g; p -= lr * v."""
+
+    def __init__(self, lr: float = 0.01, momentum: float = 0.9):
+        self.lr, self.momentum = lr, momentum
+        self._velocity: dict[tuple[int, str], np.ndarray] = {}
+
+    def step(self, model: Model, grads: dict[str, np.ndarray]) -> None:
+        for name, g in grads.items():
+            key = (id(model), name)
+            v = self._velocity.get(key)
+            v = g.copy() if v is None else self.momentum * v + g
+            self._velocity[key] = v
+            model.params[name] -= np.asarray(self.lr * v, model.params[name].dtype)
+
+
+class Adam:
+    """Adam (Kingma & Ba): bias-corrected first and second moment estimates."""
+
+    def __init__(self, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8):
+        self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
+        self._state: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, int]] = {}
+
+    def step(self, model: Model, grads: dict[str, np.ndarray]) -> None:
+        for name, g in grads.items():
+            key = (id(model), name)
+            m, v, t = self._state.get(key, (np.zeros_like(g), np.zeros_like(g), 0))
+            t += 1
+            m = self.beta1 * m + (1 - self.beta1) * g
+            v = self.beta2 * v + (1 - self.beta2) * g * g
+            self._state[key] = (m, v, t)
+            m_hat = m / (1 - self.beta1 ** t)
+            v_hat = v / (1 - self.beta2 ** t)
+            update = self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+            model.params[name] -= np.asarray(update, model.params[name].dtype)
+
+
+_OPTIMISERS = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
+
+
+def update_model_params(model: Model, grads: dict[str, np.ndarray], lr: float = 0.01,
+                        optimizer: "str | SGD | Momentum | Adam" = "sgd") -> None:
+    """Apply gradients to the model's parameters in place.
+
+    `optimizer` is "sgd" (default), "momentum", "adam", or an optimiser object (SGD, Momentum,
+    Adam), which keeps its state (velocities, moments) across calls. A string keeps that state
+    on the model.
+    """
+    unknown = sorted(set(grads) - set(model.params))
+    if unknown:
+        raise KeyError(f"gradients for parameters the model does not have: {unknown}")
+    for name, g in grads.items():
+        if np.shape(g) != model.params[name].shape:
+            raise ValueError(f"the gradient of {name} has shape {np.shape(g)}, the parameter "
+                             f"{model.params[name].shape}")
+    if isinstance(optimizer, str):
+        if optimizer not in _OPTIMISERS:
+            raise ValueError(f"optimizer must be one of {sorted(_OPTIMISERS)} or an optimiser "
+                             f"object, got {optimizer!r}")
+        key = (optimizer, lr)
+        state = model.__dict__.setdefault("_optimisers", {})
+        if key not in state:
+            state[key] = _OPTIMISERS[optimizer](lr=lr)
+        optimizer = state[key]
+    optimizer.step(model, {k: np.asarray(v) for k, v in grads.items()})
+
+
+def export_model(model: Model):
+    """A plain Python callable running the model's forward pass on a snapshot of its parameters."""
+    frozen = Model(model.fn, {k: v.copy() for k, v in model.params.items()})
+
+    def predict(*args: AnyValue) -> AnyValue:
+        return frozen(*args)
+
+    predict.__name__ = f"{model.fn.__name__}_predict"
+    predict.__doc__ = f"The trained {model.fn.__name__}: NumPy arrays in, NumPy arrays out."
+    return predict
+
+
+# ---- saving and loading: .npz with a JSON manifest, no pickle ------------------------------
+
+_MANIFEST_KEY = "__relaydsl_manifest__"
+FORMAT = "relaydsl-model"
+
+
+def save_model(model: Model, path: str) -> str:
+    """Write the parameters and a JSON manifest into one .npz file, atomically.
+
+    The file is written beside its final name and renamed into place, so an interrupted save
+    leaves any earlier file intact. Returns the path written (".npz" is added if missing).
+    """
+    import json
+    import os
+    import tempfile
+
+    path = str(path)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    manifest = {
+        "format": FORMAT, "version": 1, "model": model.fn.__qualname__,
+        "params": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)}
+                   for k, v in model.params.items()],
+    }
+    arrays = {f"param/{k}": v for k, v in model.params.items()}
+    arrays[_MANIFEST_KEY] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".relaydsl-", suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return path
+
+
+def load_model(path: str, fn: "RelayModelFunction | None" = None) -> Model:
+    """Read a model saved by save_model. No code runs: only arrays and JSON are read.
+
+    `fn` is the model function; by default the @relay_model function of the manifest's name
+    that this program has defined. A file that does not match the function's parameters
+    (names, shapes, dtypes) is a clear error.
+    """
+    import json
+    import zipfile
+
+    from frontend.decorators import RelayModelFunction
+
+    try:
+        data = np.load(str(path), allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise ValueError(f"cannot read the model file {path}: {e}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is not a relaydsl model file (not an .npz archive)")
+    with data:
+        if _MANIFEST_KEY not in data.files:
+            raise ValueError(f"{path} is not a relaydsl model file (no manifest)")
+        try:
+            manifest = json.loads(data[_MANIFEST_KEY].tobytes().decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path} has a damaged manifest: {e}") from None
+        arrays = {k.removeprefix("param/"): data[k] for k in data.files if k.startswith("param/")}
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a relaydsl model file")
+    if fn is None:
+        fn = RelayModelFunction.defined.get(manifest["model"])
+        if fn is None:
+            raise ValueError(f"{path} holds parameters of the model {manifest['model']!r}, which "
+                             "this program has not defined: pass it, load_model(path, fn)")
+    expected = {h.name: v for h, v in zip(fn.hidden, create_model(fn).params.values())}
+    problems = []
+    for name, ref in expected.items():
+        got = arrays.get(name)
+        if got is None:
+            problems.append(f"{name} is missing")
+        elif got.shape != ref.shape or got.dtype != ref.dtype:
+            problems.append(f"{name} is {got.dtype}{list(got.shape)}, the model needs "
+                            f"{ref.dtype}{list(ref.shape)}")
+    problems += [f"{name} is not a parameter of {fn.__name__}"
+                 for name in arrays if name not in expected]
+    if problems:
+        raise ValueError(f"{path} does not match the model {fn.__name__}: " + "; ".join(problems))
+    return Model(fn, {name: arrays[name].copy() for name in expected})
