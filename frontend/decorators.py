@@ -28,11 +28,12 @@ from typing import Any as AnyValue, Callable
 import numpy as np
 
 from frontend import annotations
+from frontend.autodiff import grad
 from frontend.layers import LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, is_layer_call
 from frontend.source import Source
 from frontend.translate import Resolver, Translator
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Var
+from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
 from relaydsl.ir.adt import TypeData
@@ -145,6 +146,11 @@ class RelayFunction:
             return self._layer(translator, name, node, args, kwargs)
         if isinstance(target, OpFunction):
             return translator.op_call(target.name, node, args, kwargs)
+        if target is grad:
+            if kwargs or len(args) != 1:
+                raise translator.error(node, "inside decorated code relay.grad takes one function: "
+                                             "relay.grad(f)(args) is (f(args), gradients)")
+            return Grad(translator.materialize(args[0]), span=translator.span(node))
         if isinstance(target, PreludeFunction):
             if kwargs:
                 raise translator.error(node, f"relay.{target.name} takes no keyword arguments")
@@ -285,8 +291,10 @@ class Executable:
     def __init__(self, fn: RelayFunction, target: str, options: dict[str, AnyValue]):
         if target != "interp":
             raise ValueError(f"unknown target {target!r}; available: 'interp'")
+        from relaydsl.transform.gradient import lower_grads
+
         self.fn, self.target, self.options = fn, target, options
-        self.mod = fn.mod
+        self.mod = lower_grads(fn.mod)  # grad nodes become ordinary Relay before running
         self.type = fn.checked_type
 
     def __call__(self, *args: AnyValue) -> AnyValue:
@@ -341,6 +349,11 @@ class RelayModelFunction(RelayFunction):
     """What ``@relay_model`` returns: a function with hidden parameters, run through a Model."""
 
     is_model = True
+    defined: dict[str, "RelayModelFunction"] = {}  # by qualified name, for load_model
+
+    def __init__(self, pyfunc: Callable):
+        super().__init__(pyfunc)
+        RelayModelFunction.defined[pyfunc.__qualname__] = self
 
     def __call__(self, *args: AnyValue) -> AnyValue:
         raise TypeError(f"{self.__name__} is a @relay_model: create its parameters first, "

@@ -156,11 +156,19 @@ def _api() -> dict[str, AnyValue]:
         """Compile a decorated function for `target` ("interp"); returns a callable."""
         return fn.build(target, **options)
 
-    from relaydsl.model import Model, create_model
+    from relaydsl import datasets
+    from relaydsl.model import (
+        SGD, Adam, Model, Momentum, create_model, export_model, load_model, save_model,
+        update_model_params,
+    )
 
     from frontend.adt import adt
+    from frontend.autodiff import grad
 
-    return {"build": build, "create_model": create_model, "Model": Model, "adt": adt,
+    return {"build": build, "create_model": create_model, "Model": Model, "adt": adt, "grad": grad,
+            "update_model_params": update_model_params, "export_model": export_model,
+            "save_model": save_model, "load_model": load_model, "SGD": SGD, "Momentum": Momentum,
+            "Adam": Adam, "datasets": datasets,
             "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError}
 
 

@@ -1,0 +1,120 @@
+"""``relay.grad``: derivatives of decorated functions and of losses under a model.
+
+- ``relay.grad(f)(*args)`` returns ``(f(*args), (df/darg0, df/darg1, ...))``;
+- ``relay.grad(model, loss, (x, y))`` returns the gradients of ``loss(x, y)`` with respect to
+  the model's parameters, as a dict with the keys of ``model.params``;
+- ``relay.grad(model, loss)`` returns a step function: ``step(x, y) -> gradients``.
+
+Each builds a small Relay program around the paper's Grad node, lowers it with
+relaydsl/transform/gradient.py, and runs it. Inside decorated code,
+``relay.grad(f)`` is the Grad node itself (so grad of grad works).
+
+>>> import numpy as np
+>>> from relaydsl import relay, Float
+>>> @relay
+... def cube(x: Float) -> Float:
+...     return x * x * x
+>>> value, (dx,) = relay.grad(cube)(np.float32(2.0))
+>>> float(value), float(dx)
+(8.0, 12.0)
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any as AnyValue
+
+import numpy as np
+
+from frontend import annotations
+from relaydsl.ir.expr import Call, Function, Grad, Var
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import FuncType, TensorType
+
+if TYPE_CHECKING:
+    from frontend.decorators import RelayFunction
+    from relaydsl.model import Model
+
+
+class GradFunction:
+    """``relay.grad(f)``: computes f's value and its gradient with respect to every argument."""
+
+    def __init__(self, fn: "RelayFunction"):
+        if fn.hidden:
+            raise TypeError(f"{fn.__name__} uses a model's parameters: differentiate it with "
+                            f"relay.grad(model, {fn.__name__}, args)")
+        t = fn.checked_type
+        if not isinstance(t.ret_type, TensorType):
+            raise TypeError(f"relay.grad needs a function returning a tensor; {fn.__name__} "
+                            f"returns {t.ret_type}")
+        self.fn = fn
+        params = [Var(p.name_hint, a) for p, a in zip(fn.function.params, t.arg_types)]
+        self._program = _lowered(fn, Function(params, Call(Grad(fn.global_var), params)))
+
+    def __call__(self, *args: AnyValue) -> tuple[np.ndarray, tuple]:
+        return _run(self._program, self.fn, args)
+
+
+def _lowered(fn: "RelayFunction", main: Function) -> IRModule:
+    from relaydsl.transform.gradient import lower_grads
+
+    mod = fn.mod.copy()
+    mod.add("__grad_main", main)
+    return lower_grads(mod)
+
+
+def _run(program: IRModule, fn: "RelayFunction", args: tuple, hidden: list | None = None):
+    from backend.interpreter import evaluate
+
+    main = program["__grad_main"]
+    t = main.checked_type
+    assert isinstance(t, FuncType)
+    all_args = list(args) + list(hidden or [])
+    if len(args) != fn.num_user_params:
+        raise TypeError(f"{fn.__name__}() takes {fn.num_user_params} argument(s), "
+                        f"got {len(args)}")
+    names = [p.name_hint for p in main.params]
+    bindings: dict = {}
+    values = [annotations.check_argument(n, a, v, bindings)
+              for n, a, v in zip(names, t.arg_types, all_args)]
+    return evaluate(program, *values, entry="__grad_main")
+
+
+class ModelGrad:
+    """``relay.grad(model, loss)``: a step function returning the parameters' gradients."""
+
+    def __init__(self, model: "Model", loss: "RelayFunction"):
+        model.values_for(loss)  # loss must use this model
+        self.model, self.loss = model, loss
+        t = loss.checked_type
+        n = loss.num_user_params
+        user = [Var(p.name_hint, a) for p, a in zip(loss.function.params[:n], t.arg_types[:n])]
+        hidden = [Var(h.name, a) for h, a in zip(loss.hidden, t.arg_types[n:])]
+        inner = [Var(h.name, a) for h, a in zip(loss.hidden, t.arg_types[n:])]
+        # grad with respect to the parameters only: the data are constants of the inner function
+        of_params = Function(inner, Call(loss.global_var, [*user, *inner]))
+        main = Function([*user, *hidden], Call(Grad(of_params), hidden))
+        self._program = _lowered(loss, main)
+
+    def __call__(self, *args: AnyValue) -> dict[str, np.ndarray]:
+        value, grads = _run(self._program, self.loss, args, self.model.values_for(self.loss))
+        self.last_loss = value
+        return {h.name: g for h, g in zip(self.loss.hidden, grads)}
+
+
+def grad(*args: AnyValue) -> AnyValue:
+    """``relay.grad(f)`` or ``relay.grad(model, loss[, args])``; see the module docstring."""
+    from frontend.decorators import RelayFunction
+    from relaydsl.model import Model
+
+    if len(args) == 1 and isinstance(args[0], RelayFunction):
+        return GradFunction(args[0])
+    if len(args) in (2, 3) and isinstance(args[0], Model) and isinstance(args[1], RelayFunction):
+        step = ModelGrad(args[0], args[1])
+        if len(args) == 2:
+            return step
+        data = args[2] if isinstance(args[2], tuple) else (args[2],)
+        return step(*data)
+    raise TypeError("relay.grad takes a decorated function, or (model, loss) and optionally the "
+                    "loss's arguments as a tuple")
+
+
+__all__ = ["GradFunction", "ModelGrad", "grad"]
