@@ -3,3 +3,4 @@ import relaydsl.op.nn  # noqa: F401
 import relaydsl.op.reduce  # noqa: F401
 import relaydsl.op.tensor  # noqa: F401
 import relaydsl.op.transform  # noqa: F401
+import relaydsl.op.gradients  # noqa: F401,E402  (the gradient rules, registered onto the ops)

@@ -13,6 +13,8 @@ Conventions (TVM's unless noted):
   number of input elements a window covers; ``count_include_pad`` also counts the explicit
   padding (never ceil_mode's extra padding). The pools are OUT_ELEMWISE_FUSABLE, as in
   TVM: an elementwise consumer fuses into them.
+* ``max_pool2d_grad(out_grad, data)``, the adjoint of ``max_pool2d`` that its gradient rule
+  uses, adds each window's gradient at the window's first maximum (row-major), as JAX does.
 * ``batch_norm`` returns ``(out, mean, var)``: in inference the moving statistics
   unchanged, in training the updated moving statistics
   ``(1 - momentum) * moving + momentum * batch`` (batch variance is biased).
@@ -207,6 +209,13 @@ def _pool_rel(op: str) -> Relation:
         return c.tensor((n, ch, oh, ow)[n is None:])
 
     return rel
+
+
+def _max_pool2d_grad_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    pooled = _pool_rel("max_pool2d_grad")([args[1]], attrs, ctx)
+    ctx.unify_types(args[0], pooled, "max_pool2d_grad: the output gradient must have the type "
+                    f"of max_pool2d(data), {type_to_str(pooled)}")
+    return args[1]
 
 
 def _global_pool_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
@@ -485,6 +494,30 @@ def _max_pool2d_jax(data: jax.Array, **window: AnyValue) -> jax.Array:
     return _reduce_window_jax(data, _pool_window(**window), -jnp.inf, jax.lax.max)
 
 
+def _max_pool2d_grad_np(out_grad: np.ndarray, data: np.ndarray,
+                        **window: AnyValue) -> np.ndarray:
+    """Each window's out_grad added at the window's first maximum in row-major order."""
+    if data.ndim == 3:
+        return _max_pool2d_grad_np(out_grad[None], data[None], **window)[0]
+    win = _pool_window(**window)
+    windows = _windows_np(data, win, -np.inf)  # (n, c, oh, ow, kh, kw)
+    n, c, oh, ow, kh, kw = windows.shape
+    first = windows.reshape(n, c, oh, ow, kh * kw).argmax(axis=-1)
+    rows = np.arange(oh)[:, None] * win.strides[0] + first // kw  # in the padded input
+    cols = np.arange(ow)[None, :] * win.strides[1] + first % kw
+    (top, bottom), (left, right) = win.pad_pairs(data.shape[-2:])
+    h, w = data.shape[-2:]
+    grad = np.zeros((n, c, top + h + bottom, left + w + right), out_grad.dtype)
+    np.add.at(grad, (np.arange(n)[:, None, None, None], np.arange(c)[:, None, None], rows, cols),
+              out_grad)
+    return grad[..., top:top + h, left:left + w]
+
+
+def _max_pool2d_grad_jax(out_grad: jax.Array, data: jax.Array, **window: AnyValue) -> jax.Array:
+    _, pullback = jax.vjp(partial(_max_pool2d_jax, **window), data)
+    return pullback(out_grad)[0]
+
+
 @_single_example
 def _avg_pool2d_np(data: np.ndarray, *, count_include_pad: bool,
                    **window: AnyValue) -> np.ndarray:
@@ -667,6 +700,12 @@ _op("conv2d", ("data", "weight"), _conv2d_rel, _FUSABLE, _conv2d_np, _conv2d_jax
     infers=(1,))
 _op("max_pool2d", ("data",), _pool_rel("max_pool2d"), _FUSABLE, _max_pool2d_np, _max_pool2d_jax,
     "maximum over each pool_size window of NCHW data, padding with -inf", *_POOL)
+register(OpDef(
+    "max_pool2d_grad", ("out_grad", "data"), _max_pool2d_grad_rel, _OPAQUE,
+    _max_pool2d_grad_np, _max_pool2d_grad_jax, attrs=_POOL,
+    doc="zeros shaped like data with each window's out_grad added at the window's first "
+        "maximum (row-major): the adjoint of max_pool2d",
+))
 _op("avg_pool2d", ("data",), _pool_rel("avg_pool2d"), _FUSABLE, _avg_pool2d_np, _avg_pool2d_jax,
     "mean over each pool_size window of NCHW data (padding not counted unless asked)",
     *_POOL, Attr("count_include_pad", "bool", False, doc="count explicit padding in the mean"))

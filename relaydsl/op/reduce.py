@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, max, min, prod over a set of axes; argmax, argmin along one axis.
+"""Reductions: sum, mean, max, min, prod over a set of axes; argmax, argmin along one axis;
+collapse_sum_like, which sums a tensor down to a shape that broadcasts to it.
 
 ``axis=None`` reduces every axis (argmax/argmin: the flattened tensor);
 negative axes count from the end; ``keepdims`` keeps reduced axes with size 1.
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.types import Dim, TensorType, Type
+from relaydsl.ir.types import Dim, TensorType, Type, type_to_str
 from relaydsl.op.registry import Attr, OpDef, OpPattern, register
 from relaydsl.typing.relations import (
     ANY_DTYPE, FLOAT, NUMERIC, DTypeClass, RelationContext, attr_axes, attr_axis, require_dtype, shape_of,
@@ -102,3 +103,45 @@ _arg_reduce("argmax", _arg_numpy(np.argmax), _arg_jax(jnp.argmax),
             "int32 index of the first maximum along the axis")
 _arg_reduce("argmin", _arg_numpy(np.argmin), _arg_jax(jnp.argmin),
             "int32 index of the first minimum along the axis")
+
+
+# ---- collapse_sum_like: the adjoint of broadcasting ------------------------------
+
+
+def _collapse_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    data = tensor_arg(ctx, args[0], "collapse_sum_like: the data")
+    like = tensor_arg(ctx, args[1], "collapse_sum_like: the shape source")
+    require_dtype(ctx, "collapse_sum_like", "the data", data, NUMERIC)
+    shape, target = shape_of(ctx, data), shape_of(ctx, like)
+    fits = len(target) <= len(shape) and all(
+        not (isinstance(t, int) and isinstance(d, int)) or t in (1, d)
+        for t, d in zip(target[::-1], shape[::-1])
+    )
+    if not fits:
+        ctx.fail(f"collapse_sum_like: {type_to_str(like)} does not broadcast to the data "
+                 f"{type_to_str(data)}, so the data cannot be summed down to it")
+    return TensorType(target, data.dtype)
+
+
+def _collapsed_axes(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+    """The axes of `shape` that broadcasting `target` to it added or expanded from 1."""
+    lead = len(shape) - len(target)
+    return tuple(range(lead)) + tuple(
+        lead + i for i, t in enumerate(target) if t == 1 and shape[lead + i] != 1)
+
+
+def _collapse_sum_like(xp):
+    def ref(data: AnyValue, like: AnyValue) -> AnyValue:
+        axes = _collapsed_axes(data.shape, like.shape)
+        out = xp.sum(data, axis=axes, keepdims=True, dtype=data.dtype)
+        return xp.reshape(out, like.shape)
+
+    return ref
+
+
+register(OpDef(
+    "collapse_sum_like", ("data", "like"), _collapse_rel, OpPattern.COMM_REDUCE,
+    _collapse_sum_like(np), _collapse_sum_like(jnp),
+    doc="data summed over the axes that broadcasting `like` to data's shape adds or expands, "
+        "so the result has like's shape (and data's dtype): the adjoint of broadcasting",
+))

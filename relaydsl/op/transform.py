@@ -1,7 +1,8 @@
 """Shape transformations and tensor constructors, with NumPy semantics.
 
 reshape, transpose, expand_dims, squeeze, concatenate, split, stack, take,
-strided_slice, broadcast_to; zeros, ones, full, zeros_like, ones_like.
+strided_slice, broadcast_to; zeros, ones, full, zeros_like, ones_like; and the
+adjoints gradient rules need: reshape_like, take_grad, strided_slice_grad.
 concatenate and stack take one tuple-typed input (a Python tuple of arrays
 at run time); split returns a tuple. Dims that pass through stay symbolic;
 a dim computed from a symbolic one (a concatenated axis, reshape's -1, a
@@ -72,6 +73,23 @@ register(OpDef(
     attrs=(Attr("newshape", "ints", check=_newshape_check,
                 doc="the new shape; one -1 is inferred from the size"),),
     doc="the elements of x, in row-major order, with shape `newshape`",
+))
+
+
+def _reshape_like_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    t = tensor_arg(ctx, args[0], "reshape_like: the data")
+    like = tensor_arg(ctx, args[1], "reshape_like: the shape source")
+    size, want = known_product(shape_of(ctx, t)), known_product(shape_of(ctx, like))
+    if isinstance(size, int) and isinstance(want, int) and size != want:
+        ctx.fail(f"reshape_like: the data {type_to_str(t)} has {size} elements, the shape "
+                 f"source {type_to_str(like)} {want}")
+    return TensorType(shape_of(ctx, like), t.dtype)
+
+
+register(OpDef(
+    "reshape_like", ("data", "like"), _reshape_like_rel, OpPattern.INJECTIVE,
+    lambda x, like: np.reshape(x, like.shape), lambda x, like: jnp.reshape(x, like.shape),
+    doc="the elements of x, in row-major order, with the shape of `like` (symbolic dims too)",
 ))
 
 # ---- transpose -----------------------------------------------------------------
@@ -260,16 +278,55 @@ def _take_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     return TensorType(shape[:axis] + shape_of(ctx, indices) + shape[axis + 1:], data.dtype)
 
 
+_TAKE_ATTRS = (
+    Attr("axis", "optional_int", None, doc="the axis to index; None indexes the flattened x"),
+    Attr("mode", "str", "clip",
+         lambda m: None if m in ("clip", "wrap") else "must be 'clip' or 'wrap'",
+         doc="out-of-range indices: 'clip' clamps (negative to 0), 'wrap' wraps around"),
+)
+
 register(OpDef(
     "take", ("data", "indices"), _take_rel, OpPattern.INJECTIVE,
     lambda x, indices, axis, mode: np.take(x, indices, axis, mode=mode),
     lambda x, indices, axis, mode: jnp.take(x, indices, axis, mode=mode),
-    attrs=(Attr("axis", "optional_int", None,
-                doc="the axis to index; None indexes the flattened x"),
-           Attr("mode", "str", "clip",
-                lambda m: None if m in ("clip", "wrap") else "must be 'clip' or 'wrap'",
-                doc="out-of-range indices: 'clip' clamps (negative to 0), 'wrap' wraps around")),
-    doc="the elements of x at `indices` along `axis`, as numpy.take",
+    attrs=_TAKE_ATTRS, doc="the elements of x at `indices` along `axis`, as numpy.take",
+))
+
+
+def _take_grad_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    like = tensor_arg(ctx, args[2], "take_grad: the shape source")
+    taken = _take_rel([like, args[1]], attrs, ctx)
+    ctx.unify_types(args[0], taken, f"take_grad: the output gradient must have the type of "
+                    f"take(like, indices), {type_to_str(taken)}")
+    return like
+
+
+def _taken_index(shape: tuple[int, ...], indices: AnyValue, axis: int | None, mode: str,
+                 xp: AnyValue) -> tuple:
+    """The index of the elements take reads (of the flattened x when axis is None)."""
+    n = int(np.prod(shape)) if axis is None else shape[axis]
+    i = xp.clip(indices, 0, n - 1) if mode == "clip" else xp.mod(indices, n)
+    return (i,) if axis is None else _along(axis, len(shape), i)
+
+
+def _take_grad_numpy(g: AnyValue, indices: AnyValue, like: AnyValue, axis: int | None,
+                     mode: str) -> AnyValue:
+    out = np.zeros(like.size if axis is None else like.shape, g.dtype)
+    np.add.at(out, _taken_index(like.shape, indices, axis, mode, np), g)
+    return out.reshape(like.shape)
+
+
+def _take_grad_jax(g: AnyValue, indices: AnyValue, like: AnyValue, axis: int | None,
+                   mode: str) -> AnyValue:
+    out = jnp.zeros(like.size if axis is None else like.shape, g.dtype)
+    return out.at[_taken_index(like.shape, indices, axis, mode, jnp)].add(g).reshape(like.shape)
+
+
+register(OpDef(
+    "take_grad", ("out_grad", "indices", "like"), _take_grad_rel, OpPattern.OPAQUE,
+    _take_grad_numpy, _take_grad_jax, attrs=_TAKE_ATTRS,
+    doc="zeros shaped like `like` with out_grad added at the positions take(like, indices) "
+        "reads (repeated indices accumulate): the adjoint of take",
 ))
 
 
@@ -313,16 +370,47 @@ def _strided_slice(x: AnyValue, begin, end, strides, axes) -> AnyValue:
     return x[_slice_index(x.ndim, begin, end, strides, axes)]
 
 
+_SLICE_ATTRS = (
+    Attr("begin", "ints", doc="start of each slice"),
+    Attr("end", "ints", doc="end (exclusive) of each slice; out-of-range values clamp"),
+    Attr("strides", "optional_ints", None,
+         lambda s: "a stride cannot be 0" if s is not None and 0 in _as_tuple(s) else None,
+         doc="step of each slice; None is all 1"),
+    Attr("axes", "optional_ints", None, doc="the sliced axes; None is the leading axes"),
+)
+
 register(OpDef(
     "strided_slice", ("data",), _strided_slice_rel, OpPattern.INJECTIVE,
-    _strided_slice, _strided_slice,
-    attrs=(Attr("begin", "ints", doc="start of each slice"),
-           Attr("end", "ints", doc="end (exclusive) of each slice; out-of-range values clamp"),
-           Attr("strides", "optional_ints", None,
-                lambda s: "a stride cannot be 0" if s is not None and 0 in _as_tuple(s) else None,
-                doc="step of each slice; None is all 1"),
-           Attr("axes", "optional_ints", None, doc="the sliced axes; None is the leading axes")),
+    _strided_slice, _strided_slice, attrs=_SLICE_ATTRS,
     doc="x[begin:end:strides] on each of `axes`, with Python slice semantics",
+))
+
+
+def _strided_slice_grad_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    like = tensor_arg(ctx, args[1], "strided_slice_grad: the shape source")
+    sliced = _strided_slice_rel([like], attrs, ctx)
+    ctx.unify_types(args[0], sliced, f"strided_slice_grad: the output gradient must have the "
+                    f"type of strided_slice(like), {type_to_str(sliced)}")
+    return like
+
+
+def _strided_slice_grad(xp: AnyValue):
+    def ref(g: AnyValue, like: AnyValue, begin, end, strides, axes) -> AnyValue:
+        index = _slice_index(like.ndim, begin, end, strides, axes)
+        if xp is np:
+            out = np.zeros(like.shape, g.dtype)
+            out[index] = g
+            return out
+        return jnp.zeros(like.shape, g.dtype).at[index].set(g)
+
+    return ref
+
+
+register(OpDef(
+    "strided_slice_grad", ("out_grad", "like"), _strided_slice_grad_rel, OpPattern.INJECTIVE,
+    _strided_slice_grad(np), _strided_slice_grad(jnp), attrs=_SLICE_ATTRS,
+    doc="zeros shaped like `like` holding out_grad at like[begin:end:strides]: "
+        "the adjoint of strided_slice",
 ))
 
 

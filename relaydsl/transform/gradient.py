@@ -196,6 +196,8 @@ class _Lift(ExprMutator):
         arg_types = [a.checked_type for a in call.args]
         arg_vars = [Var(f"{op.name}_in{i}") for i in range(len(call.args))]
         values = [value_of(v, t) for v, t in zip(arg_vars, arg_types)]
+        for v, t in zip(values, arg_types):
+            v.set_checked_type(t)  # the rules read their inputs' types (axes, shapes)
         out_type = call.checked_type
         out = Var(f"{op.name}_out")
         lifted_out = Var(f"{op.name}_lifted")

@@ -72,6 +72,11 @@ def max_pool_truth(k, s, pads):
     return truth
 
 
+def pool_adjoint(k, s, pads):
+    """max_pool2d_grad as JAX's vjp of max_pool_truth(k, s, pads)."""
+    return lambda g, x: jax.vjp(max_pool_truth(k, s, pads), x)[1](g)[0]
+
+
 def avg_pool_truth(k, s, pads, counted=((0, 0), (0, 0))):
     """Window sums over `pads` divided by how many ones each window holds of an all-ones input
     padded by `counted` (the part of the padding the mean counts)."""
@@ -312,6 +317,19 @@ CASES = [
            rtol=1e-4, atol=1e-5, name="single-CHW-example"),
     OpCase("max_pool2d", [f32(3, 6, 6)],
            lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2), (1, 2, 2), "VALID"),
+           {"pool_size": 2, "strides": 2}, name="single-CHW-example"),
+    # max_pool2d_grad: the adjoint of max pooling, against JAX's vjp of reduce_window
+    OpCase("max_pool2d_grad", [f32(2, 3, 3, 3), f32(2, 3, 6, 6)],
+           pool_adjoint((2, 2), (2, 2), ((0, 0), (0, 0))), {"pool_size": 2, "strides": 2}),
+    OpCase("max_pool2d_grad", [f64(1, 2, 4, 4), f64(1, 2, 7, 7)],
+           pool_adjoint((3, 3), (2, 2), ((1, 2), (1, 2))),
+           {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True},
+           name="padding, ceil_mode"),
+    OpCase("max_pool2d_grad", [f64(1, 1, 4, 4), np.round(f64(1, 1, 5, 5))],
+           pool_adjoint((2, 2), (1, 1), ((0, 0), (0, 0))), {"pool_size": 2, "strides": 1},
+           name="ties go to the first maximum"),
+    OpCase("max_pool2d_grad", [f32(3, 3, 3), f32(3, 6, 6)],
+           lambda g, x: pool_adjoint((2, 2), (2, 2), ((0, 0), (0, 0)))(g[None], x[None])[0],
            {"pool_size": 2, "strides": 2}, name="single-CHW-example"),
     OpCase("avg_pool2d", [f32(3, 6, 6)],
            lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 3, 3), (1, 1, 1), "VALID") / 9,

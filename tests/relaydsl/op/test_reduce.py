@@ -76,6 +76,12 @@ def arg_truth(extreme):
     return truth
 
 
+def collapsed(x, like):
+    """collapse_sum_like as the adjoint of broadcasting `like` to x's shape."""
+    _, pullback = jax.vjp(lambda v: jnp.broadcast_to(v, x.shape), like.astype(x.dtype))
+    return pullback(x)[0]
+
+
 TIES = np.array([[1, 5, 5, 0], [7, 7, 2, 7], [3, 3, 3, 3]], np.int32)
 
 CASES = [
@@ -97,6 +103,12 @@ CASES = [
            {"axis": -1, "keepdims": True}, name="ties keepdims"),
     OpCase("argmin", [f32(2, 3)], arg_truth(jnp.min)(keepdims=True),
            {"keepdims": True}, name="flattened keepdims"),
+    OpCase("collapse_sum_like", [f32(2, 3, 4), f32(3, 1)], collapsed),
+    OpCase("collapse_sum_like", [f64(3, 4), f64(3, 4)], collapsed, name="same shape"),
+    OpCase("collapse_sum_like", [f64(2, 3), f64()], collapsed, name="to a scalar"),
+    OpCase("collapse_sum_like", [f64(4, 1, 3), f32(1, 1, 3)], collapsed,
+           name="like of another dtype"),
+    OpCase("collapse_sum_like", [i32(2, 3), i32(3)], lambda x, like: SUM(axis=0)(x)),
 ]
 
 

@@ -39,6 +39,16 @@ def filled(value):
     return lambda shape, dtype: (lambda: lax.full(shape, value, jnp.dtype(dtype)))
 
 
+def adjoint_of(forward):
+    """The adjoint of a linear map of x, as a truth for the ops that undo one (vjp at `like`)."""
+
+    def truth(g, *args):
+        *rest, like = args
+        return jax.vjp(lambda x: forward(x, *rest), like)[1](g)[0]
+
+    return truth
+
+
 OUT_OF_RANGE = np.array([[5, -1], [0, -7]], np.int32)
 
 CASES = [
@@ -96,6 +106,18 @@ CASES = [
     OpCase("broadcast_to", [f64()], lambda x: lax.broadcast_in_dim(x, (2,), ()), {"shape": (2,)}),
     OpCase("broadcast_to", [i32(4)], lambda x: lax.broadcast_in_dim(x, (3, 4), (1,)),
            {"shape": (3, 4)}),
+    OpCase("reshape_like", [f32(2, 3, 4), f32(4, 6)], lambda x, like: lax.reshape(x, (4, 6))),
+    OpCase("reshape_like", [i32(6), f64(2, 1, 3)], lambda x, like: lax.reshape(x, (2, 1, 3))),
+    OpCase("take_grad", [f64(4, 2, 2), OUT_OF_RANGE, f64(4, 3)], adjoint_of(taken(1, "clip")),
+           {"axis": 1}, name="clip"),
+    OpCase("take_grad", [f64(4, 2, 2), OUT_OF_RANGE, f64(4, 3)], adjoint_of(taken(-1, "wrap")),
+           {"axis": -1, "mode": "wrap"}, name="wrap"),
+    OpCase("take_grad", [f32(3), np.array([1, 1, 4], np.int32), f32(2, 3)],
+           adjoint_of(taken(None, "clip")), name="flattened, repeated indices"),
+    OpCase("strided_slice_grad", [f32(2, 5), f32(4, 5)], adjoint_of(lambda x: x[1:3]),
+           {"begin": (1,), "end": (3,)}),
+    OpCase("strided_slice_grad", [f64(2, 4), f64(4, 5)], adjoint_of(lambda x: x[0:4:2, 4:0:-1]),
+           {"begin": (0, 4), "end": (4, 0), "strides": (2, -1)}),
     OpCase("zeros", [], filled(0)((2, 3), "float32"), {"shape": (2, 3)}),
     OpCase("zeros", [], filled(0)((), "int32"), {"shape": (), "dtype": "int32"}),
     OpCase("ones", [], filled(1)((4,), "float64"), {"shape": (4,), "dtype": "float64"}),
