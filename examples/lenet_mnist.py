@@ -1,0 +1,122 @@
+"""Figure 4 of the MAPL 2018 paper: LeNet trained on MNIST with relaydsl.
+
+    python examples/lenet_mnist.py            # the full run: 60,000 training images per epoch
+    python examples/lenet_mnist.py --quick    # a short run on a subset
+
+MNIST is read from --data, $RELAYDSL_DATA, ~/.cache/relaydsl/mnist, or the project's
+shared copy (../shared/data/mnist) when present. The model is the paper's, on mini-batches:
+the images carry a leading batch dimension "n", so the same program trains on batches of 64
+and evaluates on batches of 1,000.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from relaydsl import Float, Int, Tensor, relay, relay_model
+
+
+@relay_model
+def lenet(x: Tensor[Float, ("n", 1, 28, 28)]) -> Tensor[Float, ("n", 10)]:
+    conv1 = relay.conv2d(x, num_filter=20, ksize=[1, 5, 5, 1], no_bias=False)
+    tanh1 = relay.tanh(conv1)
+    pool1 = relay.max_pool(tanh1, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1])
+    conv2 = relay.conv2d(pool1, num_filter=50, ksize=[1, 5, 5, 1], no_bias=False)
+    tanh2 = relay.tanh(conv2)
+    pool2 = relay.max_pool(tanh2, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1])
+    flatten = relay.flatten_layer(pool2)
+    fc1 = relay.linear(flatten, num_hidden=500)
+    tanh3 = relay.tanh(fc1)
+    return relay.linear(tanh3, num_hidden=10)
+
+
+@relay
+def loss(x: Tensor[Float, ("n", 1, 28, 28)], y: Tensor[Float, ("n", 10)]) -> Float:
+    return relay.softmax_cross_entropy(lenet(x), y)
+
+
+@relay
+def predict_labels(x: Tensor[Float, ("n", 1, 28, 28)]) -> Tensor[Int, ("n",)]:
+    return relay.argmax(lenet(x), axis=1)
+
+
+def find_mnist(path: str | None):
+    from relaydsl.datasets import mnist
+    from relaydsl.datasets.mnist import DatasetError
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+    try:
+        return mnist(path)
+    except DatasetError:
+        if path is None and shared.is_dir():
+            return mnist(shared)
+        raise
+
+
+def progress(epoch: int, step: int, steps: int, loss_value: float, images_per_s: float) -> None:
+    width = 30
+    done = int(width * step / steps)
+    bar = "#" * done + "." * (width - done)
+    sys.stdout.write(f"\repoch {epoch} [{bar}] {step}/{steps}  loss {loss_value:.4f}  "
+                     f"{images_per_s:,.0f} images/s")
+    sys.stdout.flush()
+
+
+def accuracy_and_confusion(model, images, labels, batch=1000):
+    confusion = np.zeros((10, 10), np.int64)
+    for i in range(0, len(images), batch):
+        predicted = model.apply(predict_labels, images[i:i + batch])
+        np.add.at(confusion, (labels[i:i + batch], predicted), 1)
+    return np.trace(confusion) / confusion.sum(), confusion
+
+
+def main(argv: list[str] | None = None) -> float:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="train on 2,000 images for one epoch")
+    parser.add_argument("--epochs", type=int, default=None, help="default: 4 (1 with --quick)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--data", default=None, help="directory holding the four MNIST files")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    (train_x, train_y), (test_x, test_y) = find_mnist(args.data)
+    epochs = args.epochs or (1 if args.quick else 4)
+    if args.quick:
+        train_x, train_y, test_x, test_y = train_x[:2000], train_y[:2000], test_x[:1000], test_y[:1000]
+    one_hot = np.eye(10, dtype=np.float32)
+
+    model = relay.create_model(lenet, seed=args.seed, init="glorot")
+    step = relay.grad(model, loss)
+    optimizer = relay.Momentum(lr=args.lr, momentum=0.9)
+    rng = np.random.default_rng(args.seed)
+    steps = len(train_x) // args.batch
+    accuracy = 0.0
+    for epoch in range(1, epochs + 1):
+        order = rng.permutation(len(train_x))
+        start, running = time.perf_counter(), None
+        for s in range(steps):
+            idx = order[s * args.batch:(s + 1) * args.batch]
+            grads = step(train_x[idx], one_hot[train_y[idx]])
+            relay.update_model_params(model, grads, optimizer=optimizer)
+            value = float(step.last_loss)
+            running = value if running is None else 0.95 * running + 0.05 * value
+            if s % 10 == 0 or s == steps - 1:
+                rate = (s + 1) * args.batch / (time.perf_counter() - start)
+                progress(epoch, s + 1, steps, running, rate)
+        seconds = time.perf_counter() - start
+        accuracy, confusion = accuracy_and_confusion(model, test_x, test_y)
+        print(f"\nepoch {epoch}: {seconds:.1f} s, test accuracy {accuracy:.2%}")
+    print("confusion matrix (rows: true digit, columns: predicted):")
+    print("     " + " ".join(f"{d:5d}" for d in range(10)))
+    for d in range(10):
+        print(f"{d:3d}  " + " ".join(f"{n:5d}" for n in confusion[d]))
+    return accuracy
+
+
+if __name__ == "__main__":
+    main()
