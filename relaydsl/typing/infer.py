@@ -71,13 +71,17 @@ class _Inferencer:
             message += f"\n  in: {_where(expr)}"
         return RelayTypeError(message, span)
 
-    def unify(self, expected: Type, actual: Type, expr: Expr, what: str) -> Type:
+    def unify(self, expected: Type, actual: Type, expr: Expr, what: str,
+              use: Expr | None = None) -> Type:
+        """Unify or raise at `expr` -- or at `use`, the expression using it, when `expr` is a
+        variable: a Var node is shared by all its uses and carries its binding's span."""
         try:
             return self.solver.unify(expected, actual)
         except UnifyError as e:
             exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
+            where = use if use is not None and isinstance(expr, (Var, GlobalVar)) else expr
             raise self.error(
-                expr, f"{what}: expected {type_to_str(exp)}, got {type_to_str(act)} ({e.detail})"
+                where, f"{what}: expected {type_to_str(exp)}, got {type_to_str(act)} ({e.detail})"
             ) from None
 
     def _relation_failed(self, rel: PendingRelation, message: str) -> None:
@@ -118,7 +122,8 @@ class _Inferencer:
         if isinstance(expr, TupleGetItem):
             return self._tuple_getitem(expr)
         if isinstance(expr, If):
-            self.unify(BOOL_SCALAR, self.infer(expr.cond), expr.cond, "the condition of an if")
+            self.unify(BOOL_SCALAR, self.infer(expr.cond), expr.cond, "the condition of an if",
+                       use=expr)
             then = self.infer(expr.true_branch)
             return self.unify(then, self.infer(expr.false_branch), expr,
                               "the two branches of an if must have the same type")
@@ -181,7 +186,8 @@ class _Inferencer:
             self.nodes.append(p)
             params.append(t)
         ret = fn.ret_type or self.solver.fresh(hint="ret")
-        self.unify(ret, self.infer(fn.body), fn.body, "the function body's type vs its declared result")
+        self.unify(ret, self.infer(fn.body), fn.body,
+                   "the function body's type vs its declared result", use=fn)
         return FuncType(tuple(params), ret, fn.type_params)
 
     def _global(self, gv: GlobalVar) -> Type:
@@ -231,7 +237,7 @@ class _Inferencer:
         if call.type_args:
             raise self.error(call, "explicit type arguments are not supported; annotate the arguments instead")
         for i, (param, arg) in enumerate(zip(inst.arg_types, call.args)):
-            self.unify(param, self.infer(arg), arg, f"argument {i} of {name}")
+            self.unify(param, self.infer(arg), arg, f"argument {i} of {name}", use=call)
         inferable = call.op.definition.infers_inputs if isinstance(call.op, Op) else ()
         for rel in inst.relations:
             self.solver.add_relation(PendingRelation(
@@ -279,7 +285,8 @@ class _Inferencer:
         result = self.solver.fresh(hint="match")
         for clause in m.clauses:
             self._pattern(clause.lhs, data, m)
-            self.unify(result, self.infer(clause.rhs), clause.rhs, "the clauses of a match must have the same type")
+            self.unify(result, self.infer(clause.rhs), clause.rhs,
+                       "the clauses of a match must have the same type", use=m)
         if m.complete:
             missing = missing_case([c.lhs for c in m.clauses], self.mod)
             if missing is not None:

