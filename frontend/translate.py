@@ -42,7 +42,7 @@ from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
 from relaydsl.ir.expr import (
-    Call, Clause, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, Tuple, TupleGetItem,
+    Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, Tuple, TupleGetItem,
     Var, const,
 )
 from relaydsl.ir.span import Span
@@ -365,6 +365,10 @@ class Translator:
             return _kind_of_type(prelude.ret_type) if prelude is not None else None
         if isinstance(e, Function):
             return "func"
+        if isinstance(e, Grad):
+            return "func"
+        if isinstance(e, Call) and isinstance(e.op, Grad):
+            return ("tensor", "tuple")  # (f(args), (d/darg0, ...))
         return None
 
     # ---- the function ------------------------------------------------------

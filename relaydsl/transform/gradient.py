@@ -276,7 +276,12 @@ class _ReverseAD:
 
 
 def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
-    for gv, fn in mod.functions.items():
+    """A grad node containing no other, in a global calling no global that has one."""
+    from relaydsl.typing.infer import call_graph_sccs
+
+    order = [gv for scc in call_graph_sccs(mod, list(mod.functions)) for gv in scc]
+    for gv in order:  # callees first
+        fn = mod[gv]
         found: list[Grad] = []
 
         def note(e: Expr) -> None:

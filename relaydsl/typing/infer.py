@@ -362,7 +362,7 @@ def _generalise(t: FuncType, fn: Function) -> FuncType:
     return FuncType(t.arg_types, t.ret_type, (*fn.type_params, *free))
 
 
-def _call_graph_sccs(mod: IRModule, names: list[GlobalVar]) -> list[list[GlobalVar]]:
+def call_graph_sccs(mod: IRModule, names: list[GlobalVar]) -> list[list[GlobalVar]]:
     """Strongly connected components of the global call graph, callees first (Tarjan)."""
     from relaydsl.ir.visitor import ExprVisitor
 
@@ -420,7 +420,7 @@ def infer_types(mod: IRModule) -> IRModule:
     sys.setrecursionlimit(max(old_limit, 20000))
     try:
         global_types: dict[GlobalVar, FuncType] = {}
-        for scc in _call_graph_sccs(mod, list(mod.functions)):
+        for scc in call_graph_sccs(mod, list(mod.functions)):
             if all(mod.functions[gv].has_type for gv in scc) and all(
                 gv.name_hint in mod.prelude_names for gv in scc
             ):

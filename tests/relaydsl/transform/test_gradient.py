@@ -1,0 +1,225 @@
+"""The higher-order reverse-mode transform against jax.grad: nesting, control flow, closures,
+recursion, data types, and whole networks."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from relaydsl import Float, Int, RelayTypeError, Tensor, relay, relay_model
+from tests.frontend.models import lenet, loss as lenet_loss
+from tests.frontend.test_layers import jax_lenet
+
+jax.config.update("jax_enable_x64", True)
+rng = np.random.default_rng(0)
+
+
+def derivative(f):
+    """d/dx f as a decorated function, written with the Grad node (so it nests)."""
+    @relay
+    def d(x: Float) -> Float:
+        return relay.grad(f)(x)[1][0]
+
+    return d
+
+
+@relay
+def poly(x: Float) -> Float:
+    return 3.0 * x * x * x - 2.0 * x * x + x - 5.0
+
+
+@relay
+def tanh_f(x: Float) -> Float:
+    return relay.tanh(x)
+
+
+@relay
+def exp_f(x: Float) -> Float:
+    return relay.exp(x * 0.5)
+
+
+@relay
+def piecewise(x: Float) -> Float:
+    if x > 0.0:
+        return x * x * x
+    return x * x
+
+
+@relay
+def power(x: Float, n: Int) -> Float:
+    if n == 0:
+        return 1.0
+    return x * power(x, n - 1)
+
+
+@relay
+def cube_by_power(x: Float) -> Float:
+    return power(x, 3)
+
+
+CASES = [
+    (poly, lambda x: 3 * x ** 3 - 2 * x ** 2 + x - 5),
+    (tanh_f, jnp.tanh),
+    (exp_f, lambda x: jnp.exp(x * 0.5)),
+    (piecewise, lambda x: x ** 3 if x > 0 else x ** 2),
+    (cube_by_power, lambda x: x ** 3),
+]
+
+
+@pytest.mark.parametrize("f, jf", CASES, ids=lambda c: getattr(c, "__name__", ""))
+@pytest.mark.parametrize("x", [0.7, -1.3])
+def test_first_second_and_third_derivatives_match_jax(f, jf, x):
+    d1 = derivative(f)
+    d2 = derivative(d1)
+    value, (g,) = relay.grad(f)(np.float32(x))
+    np.testing.assert_allclose(value, jf(x), rtol=1e-5)
+    np.testing.assert_allclose(g, jax.grad(jf)(x), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(relay.grad(d1)(np.float32(x))[1][0], jax.grad(jax.grad(jf))(x),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(relay.grad(d2)(np.float32(x))[1][0],
+                               jax.grad(jax.grad(jax.grad(jf)))(x), rtol=1e-4, atol=1e-4)
+
+
+@relay
+def repeated(x: Tensor[Float, 3], n: Int) -> Float:
+    acc = x
+    for i in range(n):
+        acc = relay.tanh(acc * x + 0.5)
+    return relay.sum(acc)
+
+
+def test_a_loop_whose_trip_count_depends_on_an_argument():
+    x = rng.standard_normal(3).astype(np.float32)
+
+    def jax_repeated(x, n):
+        acc = x
+        for _ in range(n):  # Python control flow, un-jitted
+            acc = jnp.tanh(acc * x + 0.5)
+        return jnp.sum(acc)
+
+    for n in (0, 1, 4):
+        value, (gx, gn) = relay.grad(repeated)(x, np.int32(n))
+        np.testing.assert_allclose(value, jax_repeated(x, n), rtol=1e-5)
+        np.testing.assert_allclose(gx, jax.grad(jax_repeated)(x, n), rtol=1e-4, atol=1e-6)
+        assert gn.dtype == np.int32 and gn == 0
+
+
+@relay
+def branchy(x: Tensor[Float, 4], y: Tensor[Float, 4]) -> Float:
+    if relay.sum(x) > relay.sum(y):
+        z = x * y
+    else:
+        z = relay.exp(x) - y
+    return relay.sum(z * z)
+
+
+def test_an_if_on_a_tensor():
+    def jax_branchy(x, y):
+        z = x * y if jnp.sum(x) > jnp.sum(y) else jnp.exp(x) - y
+        return jnp.sum(z * z)
+
+    for shift in (1.0, -1.0):
+        x = (rng.standard_normal(4) + shift).astype(np.float32)
+        y = rng.standard_normal(4).astype(np.float32)
+        _, (gx, gy) = relay.grad(branchy)(x, y)
+        jx, jy = jax.grad(jax_branchy, argnums=(0, 1))(x, y)
+        np.testing.assert_allclose(gx, jx, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(gy, jy, rtol=1e-4, atol=1e-5)
+
+
+@relay
+def with_closures(x: Tensor[Float, 3], w: Tensor[Float, 3]) -> Float:
+    scale = relay.sigmoid(w)
+
+    def layer(v):
+        return relay.tanh(v * scale)
+
+    twice = lambda v: layer(layer(v))
+    return relay.sum(twice(x) * w)
+
+
+def test_closures_capturing_lets():
+    x, w = (rng.standard_normal(3).astype(np.float32) for _ in range(2))
+
+    def jax_f(x, w):
+        layer = lambda v: jnp.tanh(v * jax.nn.sigmoid(w))
+        return jnp.sum(layer(layer(x)) * w)
+
+    _, (gx, gw) = relay.grad(with_closures)(x, w)
+    jx, jw = jax.grad(jax_f, argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(gx, jx, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(gw, jw, rtol=1e-4, atol=1e-6)
+
+
+@relay
+def fold_list(x: Tensor[Float, 2]) -> Float:
+    xs = [x, x * 2.0, relay.exp(x)]
+    total = relay.foldl(lambda acc, e: acc * relay.tanh(e) + e, relay.zeros_like(x), xs)
+    return relay.sum(total)
+
+
+def test_a_recursive_list_fold():
+    x = rng.standard_normal(2).astype(np.float32)
+
+    def jax_f(x):
+        acc = jnp.zeros_like(x)
+        for e in [x, x * 2.0, jnp.exp(x)]:
+            acc = acc * jnp.tanh(e) + e
+        return jnp.sum(acc)
+
+    _, (gx,) = relay.grad(fold_list)(x)
+    np.testing.assert_allclose(gx, jax.grad(jax_f)(x), rtol=1e-4, atol=1e-6)
+
+
+def test_lenet_gradients_of_every_parameter_match_jax():
+    model = relay.create_model(lenet, seed=2, init="glorot")
+    x = rng.standard_normal((1, 28, 28)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[4]
+    grads = relay.grad(model, lenet_loss, (x, y))
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    expected = jax.grad(lambda p: -jnp.sum(y64 * jax.nn.log_softmax(jax_lenet(p, x64))))(
+        {k: jnp.asarray(v, jnp.float64) for k, v in model.params.items()})
+    assert set(grads) == set(model.params)
+    for k in grads:
+        np.testing.assert_allclose(grads[k], expected[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+@relay_model
+def mlp(x: Tensor[Float, ("n", 20)]) -> Tensor[Float, ("n", 5)]:
+    h = relay.relu(relay.linear(x, num_hidden=16))
+    return relay.linear(relay.tanh(relay.linear(h, num_hidden=8)), num_hidden=5)
+
+
+@relay
+def mlp_loss(x: Tensor[Float, ("n", 20)], y: Tensor[Float, ("n", 5)]) -> Float:
+    return relay.softmax_cross_entropy(mlp(x), y)
+
+
+def test_mlp_gradients_match_jax_and_training_reduces_the_loss():
+    model = relay.create_model(mlp, seed=0, init="glorot")
+    x = rng.standard_normal((32, 20)).astype(np.float32)
+    y = np.eye(5, dtype=np.float32)[rng.integers(0, 5, 32)]
+
+    def jax_loss(p):
+        h = jax.nn.relu(x.astype(np.float64) @ p["linear_0.weight"].T + p["linear_0.bias"])
+        h = jnp.tanh(h @ p["linear_1.weight"].T + p["linear_1.bias"])
+        logits = h @ p["linear_2.weight"].T + p["linear_2.bias"]
+        return jnp.mean(-jnp.sum(y * jax.nn.log_softmax(logits), axis=-1))
+
+    grads = relay.grad(model, mlp_loss, (x, y))
+    expected = jax.grad(jax_loss)({k: jnp.asarray(v, jnp.float64) for k, v in model.params.items()})
+    for k in grads:
+        np.testing.assert_allclose(grads[k], expected[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    step = relay.grad(model, mlp_loss)
+    first = float(model.apply(mlp_loss, x, y))
+    for _ in range(30):
+        relay.update_model_params(model, step(x, y), lr=0.5)
+    assert float(model.apply(mlp_loss, x, y)) < 0.5 * first
+
+
+def test_grad_of_a_function_not_returning_a_tensor_is_a_clear_error():
+    @relay
+    def pair(x: Float) -> tuple[Float, Float]:
+        return x, x
+
+    with pytest.raises(TypeError, match="returning a tensor"):
+        relay.grad(pair)
