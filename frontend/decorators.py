@@ -146,6 +146,9 @@ class RelayFunction:
             return self._layer(translator, name, node, args, kwargs)
         if isinstance(target, OpFunction):
             return translator.op_call(target.name, node, args, kwargs)
+        training = self._training_call(translator, target, node, args, kwargs)
+        if training is not None:
+            return training
         if target is grad:
             if kwargs or len(args) != 1:
                 raise translator.error(node, "inside decorated code relay.grad takes one function: "
@@ -169,6 +172,35 @@ class RelayFunction:
             raise translator.error(node, f"the Python builtin {target.__name__}() cannot run "
                                          "inside decorated code; use relay operators")
         return None
+
+    def _training_call(self, translator: Translator, target: AnyValue, node: ast.Call,
+                       args: list, kwargs: dict[str, ast.expr]) -> Expr | None:
+        """create_model, grad(model, loss, data), update_model_params, export_model."""
+        from frontend import training
+        from relaydsl import model as model_api
+
+        env = translator.current_env
+        if target is model_api.create_model:
+            model_fn = self._python_arg(translator, node, 0)
+            if not isinstance(model_fn, RelayModelFunction) or len(args) != 1:
+                raise translator.error(node, "relay.create_model takes one @relay_model function")
+            static = {k: translator._static(v) for k, v in kwargs.items()}
+            return training.create_model(translator, self, node, model_fn, static)
+        if target is grad and len(args) == 3:
+            loss = self._python_arg(translator, node, 1)
+            return training.grad(translator, self, node, [args[0], loss, args[2]], env)
+        if target is model_api.update_model_params:
+            static = {k: translator._static(v) for k, v in kwargs.items()}
+            return training.update(translator, node, args, static, env)
+        if target is model_api.export_model:
+            return training.export(translator, self, node, args, env)
+        return None
+
+    @staticmethod
+    def _python_arg(translator: Translator, node: ast.Call, i: int) -> AnyValue:
+        if len(node.args) <= i:
+            raise translator.error(node, f"missing argument {i + 1}")
+        return translator.python_value(node.args[i])
 
     def _layer(self, translator: Translator, name: str, node: ast.Call, args: list,
                kwargs: dict[str, ast.expr]) -> Expr:
@@ -321,14 +353,28 @@ class Executable:
         hidden_types = self.type.arg_types[len(params):]
         values += [annotations.check_argument(h.name, t, v, bindings)
                    for h, t, v in zip(self.fn.hidden, hidden_types, hidden_values)]
-        return _to_python(evaluate(self.mod, *values, entry=self.fn.global_var.name_hint))
+        return _to_python(evaluate(self.mod, *values, entry=self.fn.global_var.name_hint),
+                          self.mod)
 
 
-def _to_python(value: AnyValue) -> AnyValue:
+def _to_python(value: AnyValue, mod: IRModule) -> AnyValue:
+    """Results for Python: arrays, tuples, and closures as plain callables (NumPy in and out)."""
+    from backend.interpreter import Closure, Interpreter
+
     if isinstance(value, tuple):
-        return tuple(_to_python(v) for v in value)
-    if isinstance(value, np.ndarray):
-        return value
+        return tuple(_to_python(v, mod) for v in value)
+    if isinstance(value, Closure):
+        params = value.function.params
+
+        def call(*args: AnyValue) -> AnyValue:
+            if len(args) != len(params):
+                raise TypeError(f"the function takes {len(params)} argument(s), got {len(args)}")
+            bindings: dict = {}
+            checked = [annotations.check_argument(p.name_hint, p.checked_type, a, bindings)
+                       for p, a in zip(params, args)]
+            return _to_python(Interpreter(mod).call(value, checked), mod)
+
+        return call
     return value
 
 

@@ -254,6 +254,7 @@ class Translator:
         self.symbols: dict[str, TypeVar] = {}  # symbolic dims of the signature, by name
         self._fresh = 0
         self._kinds: dict[Expr, Kind] = {}  # calls whose callee declares its result type
+        self.current_env: Env = {}
         self._return_kinds: dict[Var, Kind] = {}  # nested defs with a declared result type
         # The local names of the functions being translated, innermost last: a name local to
         # one of them but not bound at a use is used before its assignment (never a global, as
@@ -1151,6 +1152,7 @@ class Translator:
             if target is not None:
                 args = [self.expr(a, env) for a in node.args]
                 kwargs = {k.arg: k.value for k in node.keywords}
+                self.current_env = env  # what a special call may ask kind_of about
                 special = self.resolver.special(self, target, node, args, kwargs)
                 if special is not None:
                     return special

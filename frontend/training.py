@@ -1,0 +1,112 @@
+"""The training API inside decorated code: the training loop of Figure 4 written in Relay.
+
+    @relay
+    def train(data: tuple[Tensor[Float, ("n", 784)], Tensor[Float, ("n", 10)]]):
+        model = relay.create_model(mlp)             # Ref[(p0, ..., pk)], initialised now
+        for x, y in data:
+            g = relay.grad(model, loss, (x, y))      # grad(fn(q..) { loss(x, y, q..) })(!model)
+            relay.update_model_params(model, g)      # model := (p0 - lr * g0, ...)
+        return relay.export_model(model)            # fn(x) { mlp(x, !model...) }
+
+A model is a reference to the tuple of its parameters: ``update_model_params``
+is the one form of mutation, as in the paper. The parameters' initial values
+are made when the function is translated (``relay.create_model``'s seed and
+initialiser apply).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, Grad, Let, Op, RefCreate, RefRead, RefWrite, Tuple,
+    TupleGetItem, Var,
+)
+
+if TYPE_CHECKING:
+    from frontend.decorators import RelayFunction, RelayModelFunction
+    from frontend.translate import Translator
+
+
+class ModelValue:
+    """What the translator knows of a model value: its function and its parameters' dtypes."""
+
+    def __init__(self, fn: "RelayModelFunction", dtypes: list[str]):
+        self.fn, self.dtypes = fn, dtypes
+
+
+def create_model(tr: "Translator", owner: "RelayFunction", node, model_fn, static: dict) -> Expr:
+    from relaydsl.model import create_model as create
+
+    params = create(model_fn, **static).params
+    owner._to_global(model_fn)
+    expr = RefCreate(Tuple([Constant(v) for v in params.values()]), span=tr.span(node))
+    tr._kinds[expr] = ModelValue(model_fn, [str(v.dtype) for v in params.values()])
+    return expr
+
+
+def _model(tr: "Translator", value: Expr, env, node) -> ModelValue:
+    kind = tr.kind_of(value, env)
+    if not isinstance(kind, ModelValue):
+        raise tr.error(node, "the first argument must be a model made by relay.create_model in "
+                             "this function")
+    return kind
+
+
+def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Expr:
+    """relay.grad(model, loss, data): the loss's gradients with respect to the parameters."""
+    from frontend.decorators import RelayFunction
+
+    model_expr, loss, data = args
+    model = _model(tr, model_expr, env, node)
+    if not isinstance(loss, RelayFunction) or not loss.hidden or any(
+            h.model is not model.fn for h in loss.hidden):
+        raise tr.error(node, f"relay.grad(model, loss, data): loss must be a decorated function "
+                             f"using the model {model.fn.__name__}")
+    owner._to_global(loss)
+    names = [h.name for h in model.fn.hidden]
+    qs = [Var(n) for n in names]
+    fields = list(data.fields) if isinstance(data, Tuple) else [data]
+    inner = Function(qs, Call(loss.global_var,
+                              [*fields, *(qs[names.index(h.name)] for h in loss.hidden)]))
+    params = Var("params")
+    result = Call(Grad(inner, span=tr.span(node)),
+                  [TupleGetItem(params, i) for i in range(len(names))], span=tr.span(node))
+    out = Let(params, RefRead(model_expr), TupleGetItem(result, 1), span=tr.span(node))
+    tr._kinds[out] = "tuple"
+    return out
+
+
+def update(tr: "Translator", node, args: list, static: dict, env) -> Expr:
+    """relay.update_model_params(model, grads, lr=0.01): SGD, in place."""
+    model_expr, grads = args
+    model = _model(tr, model_expr, env, node)
+    lr = float(static.pop("lr", 0.01))
+    if static:
+        raise tr.error(node, f"relay.update_model_params inside decorated code takes lr= only "
+                             f"(SGD); got {', '.join(static)}")
+    params, g = Var("params"), Var("grads")
+    new = Tuple([
+        Call(Op.get("subtract"), (TupleGetItem(params, i), Call(Op.get("multiply"), (
+            Constant(np.array(lr, dtype)), TupleGetItem(g, i)))))
+        for i, dtype in enumerate(model.dtypes)])
+    return Let(params, RefRead(model_expr), Let(g, grads, RefWrite(model_expr, new)),
+               span=tr.span(node))
+
+
+def export(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Expr:
+    """relay.export_model(model): a closure running the model on a snapshot of its parameters."""
+    (model_expr,) = args
+    model = _model(tr, model_expr, env, node)
+    owner._to_global(model.fn)
+    fn = model.fn
+    user = [Var(p.name_hint, p.type_annotation) for p in fn.function.params[:fn.num_user_params]]
+    params = Var("params")
+    body = Call(fn.global_var, [*user, *(TupleGetItem(params, i) for i in range(len(fn.hidden)))])
+    out = Let(params, RefRead(model_expr), Function(user, body), span=tr.span(node))
+    tr._kinds[out] = "func"
+    return out
+
+
+__all__ = ["ModelValue", "create_model", "export", "grad", "update"]
