@@ -1,5 +1,7 @@
 """The README's example program runs as written."""
 import re
+
+import numpy as np
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -13,6 +15,8 @@ def test_the_first_program_in_the_readme_runs(tmp_path):
     namespace = {"__name__": "readme_example"}
     exec(compile(block, str(script), "exec"), namespace)
     assert namespace["model"].params["linear_0.weight"].shape == (128, 784)
+    assert set(namespace["grads"]) == set(namespace["model"].params)
+    assert namespace["predict"](np.ones((2, 784), np.float32)).shape == (2, 10)
     assert str(namespace["layer"].checked_type) == (
         "fn<n: Shape>(Tensor[(n, 784), float32], Tensor[(784, 10), float32]) "
         "-> Tensor[(n, 10), float32]")
