@@ -49,9 +49,11 @@ def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
 
 
 class _Builder:
-    def __init__(self, rng: np.random.Generator, dtype: str):
+    def __init__(self, rng: np.random.Generator, dtype: str, control_flow: bool = True):
         self.rng = rng
         self.dtype = dtype
+        self.kinds = ["unary", "binary", "binary", "reduce", "shape", "where", "tuple"] + (
+            ["if"] if control_flow else [])
         self.values: list[_Value] = []
         self.bindings: list[tuple[Var, Expr]] = []
 
@@ -81,7 +83,7 @@ class _Builder:
         return _op(name, a.expr, b.expr)
 
     def step(self) -> None:
-        kind = self.rng.choice(["unary", "binary", "binary", "reduce", "shape", "where", "if", "tuple"])
+        kind = self.rng.choice(self.kinds)
         x = self.pick()
         if kind == "unary":
             self.bind(self.unary(str(self.rng.choice(UNARY)), x), x.shape)
@@ -116,9 +118,9 @@ class _Builder:
         else:
             self.bind(_op("sigmoid", x.expr), x.shape)
 
-    def body(self) -> Expr:
+    def body(self, tuple_result: bool = True) -> Expr:
         result: Expr = self.values[-1].expr
-        if self.rng.integers(4) == 0 and len(self.values) >= 2:
+        if tuple_result and self.rng.integers(4) == 0 and len(self.values) >= 2:
             result = Tuple([self.values[-1].expr, self.values[-2].expr])
         for var, value in reversed(self.bindings):
             result = Let(var, value, result)
@@ -126,15 +128,20 @@ class _Builder:
 
 
 @st.composite
-def random_programs(draw, max_ops: int = 10) -> tuple[Function, list[np.ndarray]]:
-    """A (Function, inputs) pair: a random well-typed first-order program and arguments for it."""
+def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_result: bool = False
+                    ) -> tuple[Function, list[np.ndarray]]:
+    """A (Function, inputs) pair: a random well-typed first-order program and arguments for it.
+
+    `control_flow=False` leaves out `if`; `scalar_result` sums the result to a scalar (and
+    never returns a tuple), as differentiation wants.
+    """
     seed = draw(st.integers(0, 2**32 - 1))
     n_ops = draw(st.integers(1, max_ops))
     rng = np.random.default_rng(seed)
     dtype = "float64" if rng.integers(5) == 0 else "float32"
     rank = int(rng.integers(0, 4))
     base = tuple(int(d) for d in rng.integers(1, 5, size=rank))
-    builder = _Builder(rng, dtype)
+    builder = _Builder(rng, dtype, control_flow)
     params, inputs = [], []
     for i in range(int(rng.integers(1, 4))):
         # Each parameter's shape broadcasts with the base: a suffix of it, some dims set to 1.
@@ -146,4 +153,8 @@ def random_programs(draw, max_ops: int = 10) -> tuple[Function, list[np.ndarray]
         builder.values.append(_Value(var, shape))
     for _ in range(n_ops):
         builder.step()
+    if scalar_result:
+        last = builder.values[-1]
+        builder.bind(_op("sum", last.expr), ())
+        return Function(params, builder.body(tuple_result=False)), inputs
     return Function(params, builder.body()), inputs

@@ -28,10 +28,10 @@ Free variables of the differentiated function are treated as constants
 from __future__ import annotations
 
 from relaydsl.errors import RelayTypeError
-from relaydsl.ir.adt import Pattern, PatternVar, pattern_vars
+from relaydsl.ir.adt import Pattern, pattern_vars
 from relaydsl.ir.expr import (
-    Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate,
-    RefRead, RefWrite, Tuple, TupleGetItem, Var,
+    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Op, RefCreate, RefRead, RefWrite,
+    Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.module import IRModule
@@ -294,18 +294,25 @@ def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
     return None
 
 
-def lower_grads(mod: IRModule) -> IRModule:
+def lower_grads(mod: IRModule, *, first_order: bool = False) -> IRModule:
     """Replace every grad node of `mod` by ordinary Relay, innermost first; returns a new module.
 
-    The module is re-typed after each replacement, so nested grads see typed programs.
+    With `first_order`, a grad of straight-line first-order code (a function literal, or a
+    global) gets the adjoint program of first_order_gradient.py instead: no references, no
+    closures. The module is re-typed after each replacement, so nested grads see typed programs.
     """
+    from relaydsl.transform.first_order_gradient import first_order_gradient, supports
     from relaydsl.typing import infer_types
 
     mod = mod.copy()
     infer_types(mod)
     while (found := _innermost_grad(mod)) is not None:
         gv, node = found
-        replacement = _ReverseAD(mod).grad(node)
+        target = mod[node.fn] if isinstance(node.fn, GlobalVar) else node.fn
+        if first_order and isinstance(target, Function) and supports(target):
+            replacement = first_order_gradient(target)
+        else:
+            replacement = _ReverseAD(mod).grad(node)
 
         class _Replace(ExprMutator):
             def visit_grad(self, g: Grad) -> Expr:
@@ -318,4 +325,4 @@ def lower_grads(mod: IRModule) -> IRModule:
     return mod
 
 
-__all__ = ["BACKPROP_TYPE", "lift_type", "lower_grads", "Clause", "Match", "PatternVar"]
+__all__ = ["BACKPROP_TYPE", "lift_type", "lower_grads"]
