@@ -280,7 +280,10 @@ class Translator:
         return Var(f"{hint}{self._fresh}")
 
     def op(self, name: str, args: list, node: ast.AST | None, **attrs) -> Expr:
-        span = self.span(node) if node is not None else None
+        return self._op_call(name, args, attrs, self.span(node) if node is not None else None)
+
+    def _op_call(self, name: str, args: list, attrs: dict, span: Span | None) -> Expr:
+        """``name(args, attrs)``, literal operands bound first; IR errors at the user's line."""
         lets: list[tuple[Var, Expr]] = []
         exprs = self.op_args(name, args, lets)
         try:
@@ -1196,13 +1199,7 @@ class Translator:
             except DSLSyntaxError:
                 raise self.error(value_node, f"the attribute {key}= of {name} must be a constant "
                                              "known when the function is translated") from None
-        span = self.span(node)
-        lets: list[tuple[Var, Expr]] = []
-        exprs = self.op_args(name, args, lets)
-        try:
-            return _let_all(lets, Call(Op.get(name), exprs, attrs, span=span))
-        except IRError as e:
-            raise DSLSyntaxError(e.raw_message, span) from None
+        return self._op_call(name, args, attrs, self.span(node))
 
     def subscript(self, node: ast.Subscript, env: Env):
         value = self.materialize(self.expr(node.value, env))

@@ -132,17 +132,24 @@ class Solver:
             raise UnifyError(f"cannot use {type_to_str(value)} as a {tv.kind.name}")
 
     # ---- unification -----------------------------------------------------
-    def unify(self, a: Type, b: Type) -> Type:
-        """Make `a` and `b` equal or raise UnifyError; returns the unified type."""
-        a, b = self._head(a), self._head(b)
-        if a is b:
-            return a
+    def _bind_either(self, a: AnyValue, b: AnyValue) -> AnyValue | None:
+        """If either side is an unbound flexible variable, bind it to the other; the result."""
         if isinstance(a, TypeVar) and a in self._flexible:
             self._bind(a, b)
             return b
         if isinstance(b, TypeVar) and b in self._flexible:
             self._bind(b, a)
             return a
+        return None
+
+    def unify(self, a: Type, b: Type) -> Type:
+        """Make `a` and `b` equal or raise UnifyError; returns the unified type."""
+        a, b = self._head(a), self._head(b)
+        if a is b:
+            return a
+        bound = self._bind_either(a, b)
+        if bound is not None:
+            return bound
         if isinstance(a, TensorType) and isinstance(b, TensorType):
             if a.ndim != b.ndim:
                 raise UnifyError(f"rank {a.ndim} vs rank {b.ndim}")
@@ -196,12 +203,9 @@ class Solver:
         a, b = self._head(a), self._head(b)
         if a is b or (isinstance(a, int) and isinstance(b, int) and a == b):
             return a
-        if isinstance(a, TypeVar) and a in self._flexible:
-            self._bind(a, b)
-            return b
-        if isinstance(b, TypeVar) and b in self._flexible:
-            self._bind(b, a)
-            return a
+        bound = self._bind_either(a, b)
+        if bound is not None:
+            return bound
         if isinstance(a, AnyDim):
             return b
         if isinstance(b, AnyDim):
@@ -218,12 +222,9 @@ class Solver:
         a, b = self._head(a), self._head(b)
         if a is b or a == b:
             return a
-        if isinstance(a, TypeVar) and a in self._flexible:
-            self._bind(a, b)
-            return b
-        if isinstance(b, TypeVar) and b in self._flexible:
-            self._bind(b, a)
-            return a
+        bound = self._bind_either(a, b)
+        if bound is not None:
+            return bound
         raise UnifyError(f"dtype {type_to_str(a)} vs {type_to_str(b)}")
 
     # ---- relations -------------------------------------------------------
