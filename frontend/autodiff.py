@@ -27,7 +27,7 @@ import numpy as np
 from frontend import annotations
 from relaydsl.ir.expr import Call, Function, Grad, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import FuncType, TensorType
+from relaydsl.ir.types import FuncType, TensorType, is_float
 
 if TYPE_CHECKING:
     from frontend.decorators import RelayFunction
@@ -42,9 +42,9 @@ class GradFunction:
             raise TypeError(f"{fn.__name__} uses a model's parameters: differentiate it with "
                             f"relay.grad(model, {fn.__name__}, args)")
         t = fn.checked_type
-        if not isinstance(t.ret_type, TensorType):
-            raise TypeError(f"relay.grad needs a function returning a tensor; {fn.__name__} "
-                            f"returns {t.ret_type}")
+        if not isinstance(t.ret_type, TensorType) or not is_float(t.ret_type.dtype):
+            raise TypeError(f"relay.grad needs a function returning a floating-point tensor; "
+                            f"{fn.__name__} returns {t.ret_type}")
         self.fn = fn
         params = [Var(p.name_hint, a) for p, a in zip(fn.function.params, t.arg_types)]
         self._program = _lowered(fn, Function(params, Call(Grad(fn.global_var), params)))

@@ -254,9 +254,12 @@ class _Inferencer:
             f = args[0]
             if not isinstance(f, FuncType):
                 ctx.fail(f"grad takes a function, got {type_to_str(f)}")
-            if not isinstance(f.ret_type, (TensorType, TypeVar)):
-                ctx.fail(f"grad needs a function returning a tensor, got one returning "
-                         f"{type_to_str(f.ret_type)}")
+            ret = f.ret_type
+            if not isinstance(ret, (TensorType, TypeVar)) or (
+                    isinstance(ret, TensorType) and isinstance(ret.dtype, str)
+                    and not ret.dtype.startswith("float")):
+                ctx.fail(f"grad needs a function returning a floating-point tensor, got one "
+                         f"returning {type_to_str(ret)}")
             return FuncType(f.arg_types, TupleType((f.ret_type, TupleType(f.arg_types))))
 
         self.solver.add_relation(PendingRelation(

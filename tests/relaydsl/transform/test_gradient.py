@@ -221,5 +221,72 @@ def test_grad_of_a_function_not_returning_a_tensor_is_a_clear_error():
     def pair(x: Float) -> tuple[Float, Float]:
         return x, x
 
-    with pytest.raises(TypeError, match="returning a tensor"):
+    with pytest.raises(TypeError, match="returning a floating-point tensor"):
         relay.grad(pair)
+
+
+def test_through_references():
+    from backend.interpreter import evaluate
+    from relaydsl.ir import (
+        Call, Function, Grad, IRModule, Let, Op, RefCreate, RefRead, RefWrite, TensorType, Var,
+    )
+    from relaydsl.transform.gradient import lower_grads
+
+    def op(name, *args):
+        return Call(Op.get(name), args)
+
+    # r = ref(x); r := !r * x; r := tanh(!r); sum(!r)
+    x, r = Var("x", TensorType((3,))), Var("r")
+    body = Let(r, RefCreate(x),
+               Let(Var("_"), RefWrite(r, op("multiply", RefRead(r), x)),
+                   Let(Var("_"), RefWrite(r, op("tanh", RefRead(r))), op("sum", RefRead(r)))))
+    mod = IRModule()
+    f = mod.add("f", Function([x], body))
+    y = Var("y", TensorType((3,)))
+    mod["main"] = Function([y], Call(Grad(f), [y]))
+    v = np.array([0.3, -0.2, 0.5], np.float32)
+    np.testing.assert_allclose(evaluate(lower_grads(mod), v)[1][0],
+                               jax.grad(lambda x: jnp.sum(jnp.tanh(x * x)))(v), rtol=1e-5)
+
+
+@relay.adt("a")
+class BTree:
+    Leaf: "a"
+    Node: ("BTree", "BTree")
+
+
+@relay
+def tree_product(t: BTree[Tensor[Float, 2]]) -> Tensor[Float, 2]:
+    match t:
+        case BTree.Leaf(v):
+            return relay.tanh(v)
+        case BTree.Node(l, r):
+            return tree_product(l) * tree_product(r)
+
+
+@relay
+def tree_loss(x: Tensor[Float, 2]) -> Float:
+    t = BTree.Node(BTree.Leaf(x), BTree.Node(BTree.Leaf(x * 2.0), BTree.Leaf(x + 1.0)))
+    return relay.sum(tree_product(t))
+
+
+def test_through_a_user_adt_and_match():
+    x = np.array([0.3, -0.7], np.float32)
+    expected = jax.grad(lambda x: jnp.sum(jnp.tanh(x) * jnp.tanh(2 * x) * jnp.tanh(x + 1)))(x)
+    np.testing.assert_allclose(relay.grad(tree_loss)(x)[1][0], expected, rtol=1e-5)
+
+
+def test_differentiating_a_non_float_result_is_a_clear_error():
+    @relay
+    def index_of_max(x: Tensor[Float, 3]) -> Tensor[Int, ()]:
+        return relay.argmax(x)
+
+    with pytest.raises(TypeError, match="floating-point tensor"):
+        relay.grad(index_of_max)
+
+    @relay
+    def inside(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
+        return relay.grad(index_of_max)(x)[1][0]
+
+    with pytest.raises(RelayTypeError, match="grad needs a function returning a floating-point"):
+        inside.checked_type
