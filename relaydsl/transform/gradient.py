@@ -185,6 +185,7 @@ class _Lift(ExprMutator):
         if isinstance(call.op, GlobalVar):
             return Call(self.ad.lifted_global(call.op), [self.bp, *args], span=call.span)
         if isinstance(call.op, Constructor):
+            _check_liftable(call.op, call)
             return Call(call.op, args, span=call.span)
         return Call(self.visit(call.op), args, span=call.span)
 
@@ -218,6 +219,29 @@ class _Lift(ExprMutator):
         for v, a in reversed(list(zip(arg_vars, call.args))):
             body = Let(v, self.visit(a), body)
         return body
+
+
+def _check_liftable(ctor: Constructor, call: Call) -> None:
+    """Differentiated values are (value, adjoint) pairs: a field declared as a tensor type
+    cannot hold one, a field of a type parameter can."""
+    for t in ctor.inputs:
+        if _mentions_tensor(t):
+            raise RelayTypeError(
+                f"grad: {ctor.belong_to.name}.{ctor.name} declares a field of type "
+                f"{type_to_str(t)}, which cannot carry a gradient; declare the field with a type "
+                f"parameter instead (@relay.adt(\"a\") ... {ctor.name}: \"a\")", call.span)
+
+
+def _mentions_tensor(t: Type) -> bool:
+    if isinstance(t, TensorType):
+        return True
+    if isinstance(t, TupleType):
+        return any(_mentions_tensor(f) for f in t.fields)
+    if isinstance(t, (TypeCall,)):
+        return any(_mentions_tensor(a) for a in t.args)
+    if isinstance(t, (RefType,)):
+        return _mentions_tensor(t.value)
+    return False
 
 
 def _has_float(t: Type) -> bool:
