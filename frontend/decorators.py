@@ -126,6 +126,11 @@ class RelayFunction:
                 value = self._lookup(name)
             except KeyError:
                 raise DSLSyntaxError(f"name {name!r} is not defined", placeholder.span) from None
+            if isinstance(value, RelayFunction) and (value.is_model or value.hidden):
+                raise DSLSyntaxError(
+                    f"{name!r} uses model parameters, so it must be defined before the functions "
+                    "that call it (its hidden parameters are passed at each call)",
+                    placeholder.span)
             gv = self._to_global(value)
             if gv is None:
                 raise DSLSyntaxError(

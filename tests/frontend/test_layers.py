@@ -186,3 +186,17 @@ def test_a_parameter_shape_the_program_does_not_fix_is_a_clear_error():
 
     with pytest.raises(RelayTypeError, match="shape of parameter linear_0.weight is not determined"):
         relay.create_model(loose)
+
+
+def test_a_model_must_be_defined_before_its_callers():
+    @relay
+    def early(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 3)]:
+        return later(x)  # noqa: F821  (defined below)
+
+    @relay_model
+    def later(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 3)]:
+        return relay.linear(x, num_hidden=3)
+
+    with pytest.raises(DSLSyntaxError, match="'later' uses model parameters, so it must be "
+                                             "defined before"):
+        early.mod
