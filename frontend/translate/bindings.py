@@ -1,0 +1,46 @@
+"""What a Python name is bound to, and the lets and block endings that bind them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any as AnyValue, Callable, Iterable
+
+from relaydsl.ir.adt import Constructor
+from relaydsl.ir.expr import Constant, Expr, GlobalVar, Let, Op, Var
+from relaydsl.ir.span import Span
+
+if TYPE_CHECKING:
+    from frontend.translate.kinds import Kind
+
+
+@dataclass
+class Binding:
+    """A Python name bound to a Relay expression; `kind` is what is known of its value."""
+
+    expr: Expr
+    kind: "Kind" = None  # what is known of the value; see `Translator.kind_of`
+    annotation: AnyValue = None
+    captured_by: str | None = None  # "the function 'g' (line 3)" once a closure reads it
+
+
+Env = dict[str, Binding]
+_LetBinding = tuple[Var, Expr, "Span | None"]  # a let, with the span of its statement
+
+
+@dataclass
+class _Context:
+    """What falling off the end of a block means where it is."""
+
+    fallthrough: Callable[[Env], Expr]
+    in_loop: bool = False
+
+
+def _is_atomic(e: Expr) -> bool:
+    """Whether using `e` twice costs nothing (no computation is repeated)."""
+    return isinstance(e, (Var, Constant, GlobalVar, Op, Constructor))
+
+
+def _let_all(lets: Iterable[tuple[Var, Expr] | _LetBinding], body: Expr) -> Expr:
+    """``let var = value; ...; body``; a binding's third item is the span of its statement."""
+    for var, value, *span in reversed(list(lets)):
+        body = Let(var, value, body, span=span[0] if span else None)
+    return body

@@ -1,0 +1,298 @@
+"""Statements: blocks in continuation style, assignments, and the joins of ``if`` and ``match``.
+
+Each assignment becomes a ``let`` whose body is the rest of the block. An ``if`` or ``match``
+without a ``return`` inside joins the names its branches assign into a tuple; with a ``return``
+inside, the rest of the block goes into each branch."""
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from typing import Callable
+
+from frontend.translate.base import TranslatorBase
+from frontend.translate.bindings import Binding, Env, _Context, _let_all, _LetBinding
+from frontend.translate.kinds import Kind, _kind_of_type
+from frontend.translate.literals import _Literal
+from frontend.translate.scoping import (
+    _always_returns, _assigned_names, _contains_return, _free_names, _nested_functions,
+)
+from frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
+from relaydsl.ir.adt import (
+    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+)
+from relaydsl.ir.expr import Clause, Expr, If, Let, Match, Tuple, TupleGetItem, Var, const
+
+
+class Statements(TranslatorBase):
+    """Translates statements; mixed into `Translator`."""
+
+    def block(self, stmts: list[ast.stmt], env: Env, ctx: _Context) -> Expr:
+        """The expression for `stmts` followed by what `ctx` says happens at the end.
+
+        Straight-line statements are iterated (their lets collected, then nested around the
+        tail), so a long function does not nest Python calls; a statement that needs the rest
+        of the block (return, if, match, loops) translates it and ends the iteration."""
+        lets: list[_LetBinding] = []
+        for i, s in enumerate(stmts):
+            bound = self.binding_statement(s, env)
+            if bound is None:
+                return _let_all(lets, self.control_statement(s, stmts[i + 1:], env, ctx))
+            env, new_lets = self._mark_captures(s, *bound)
+            lets.extend(new_lets)
+        return _let_all(lets, ctx.fallthrough(env))
+
+    def _mark_captures(self, s: ast.stmt, env: Env, lets: list[_LetBinding]
+                       ) -> tuple[Env, list[_LetBinding]]:
+        """After `def g` or a lambda, the names it reads from this function may not be
+        rebound: Python's closure would see the new value, the Relay closure keeps the old."""
+        closures = _nested_functions([s])
+        for fn in closures:
+            who = (f"the function {fn.name!r}" if isinstance(fn, ast.FunctionDef) else
+                   "a lambda") + f" (line {self._line(fn)})"
+            own = fn.name if isinstance(fn, ast.FunctionDef) else None
+            for n in sorted(_free_names(fn)):
+                if n in env and n != own and env[n].captured_by is None:
+                    env = {**env, n: replace(env[n], captured_by=who)}
+        return env, lets
+
+    def _check_rebind(self, name: str, env: Env, node: ast.AST) -> None:
+        b = env.get(name)
+        if b is not None and b.captured_by is not None:
+            raise self.error(node, f"{name!r} is assigned after {b.captured_by} captured it; a "
+                                   "Relay closure keeps the value it captured, where Python's "
+                                   "would see the new one: assign to a new name")
+
+    def binding_statement(self, s: ast.stmt, env: Env) -> tuple[Env, list[_LetBinding]] | None:
+        """A statement that binds names (or nothing): the new environment and its lets; None
+        for a statement that is not one."""
+        if isinstance(s, ast.Assign):
+            return self.assign(s.targets, s.value, s, env)
+        if isinstance(s, ast.AnnAssign):
+            if s.value is None:
+                raise self.error(s, "a declaration without a value is not supported; assign a "
+                                    "value")
+            ann = self.annotation(self.python_value(s.annotation), s.annotation)
+            if not isinstance(s.target, ast.Name):
+                raise self.error(s.target, "an annotated assignment must assign a plain name")
+            value = self.materialize(self.expr(s.value, env))
+            self._check_rebind(s.target.id, env, s.target)
+            v = self.var(s.target.id, s.target, ann)
+            return {**env, s.target.id: Binding(v, _kind_of_type(ann))}, [(v, value, self.span(s))]
+        if isinstance(s, ast.AugAssign):
+            if not isinstance(s.target, ast.Name):
+                raise self.error(s.target, "augmented assignment needs a plain name, e.g. "
+                                           "`x += 1`")
+            value = self.binop(s.op, self.expr(s.target, env), self.expr(s.value, env), s)
+            return self._bind_name(s.target, value, s, env)
+        if isinstance(s, ast.Expr):
+            if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+                return env, []  # a docstring
+            value = self.materialize(self.expr(s.value, env))
+            return env, [(self.temp("_"), value, self.span(s))]
+        if isinstance(s, ast.Pass):
+            return env, []
+        if isinstance(s, ast.FunctionDef):
+            if s.decorator_list:
+                raise self.error(s.decorator_list[0], "nested functions cannot be decorated")
+            self._check_rebind(s.name, env, s)
+            f = self.var(s.name, s)
+            env2 = {**env, s.name: Binding(f, "func")}
+            fn = self.function(s, env2, top=False)
+            if fn.ret_type is not None:
+                self._return_kinds[f] = _kind_of_type(fn.ret_type)
+            return env2, [(f, fn, self.span(s))]
+        return None
+
+    def control_statement(self, s: ast.stmt, rest: list[ast.stmt], env: Env, ctx: _Context
+                          ) -> Expr:
+        """A statement whose translation takes the rest of its block."""
+        if isinstance(s, ast.Return):
+            if ctx.in_loop:
+                raise self.error(s, "`return` inside a loop is not supported; assign the result "
+                                    "to a variable and return it after the loop")
+            if rest:
+                raise self.error(rest[0], "unreachable code after `return`")
+            if s.value is None:
+                raise self.error(s, "a decorated function must return a value")
+            return self.materialize(self.expr(s.value, env))
+        if isinstance(s, ast.If):
+            return self.if_statement(s, env, rest, ctx)
+        if isinstance(s, ast.Match):
+            return self.match_statement(s, env, rest, ctx)
+        if isinstance(s, (ast.For, ast.While)):
+            return self.loop(s, env, rest, ctx)
+        raise self.error(s, _UNSUPPORTED_STATEMENTS.get(
+            type(s), f"the {type(s).__name__} statement is not supported"))
+
+    def assign(self, targets: list[ast.expr], value_node: ast.expr, s: ast.stmt, env: Env
+               ) -> tuple[Env, list[_LetBinding]]:
+        if len(targets) != 1:
+            raise self.error(s, "chained assignment `a = b = ...` is not supported; assign once")
+        target = targets[0]
+        value = self.expr(value_node, env)
+        if isinstance(target, ast.Name):
+            return self._bind_name(target, value, s, env)
+        if isinstance(target, (ast.Tuple, ast.List)):
+            tmp = self.temp("tuple")
+            env2 = dict(env)
+            bindings: list[tuple[Var, Expr]] = []
+            self._unpack(target, tmp, self.kind_of(value, env), env2, bindings)
+            return env2, [(tmp, self.materialize(value), self.span(s)),
+                          *((v, item, None) for v, item in bindings)]
+        if isinstance(target, (ast.Subscript, ast.Attribute)):
+            raise self.error(target, "assigning to an element or attribute is not supported: "
+                                     "values are immutable; build a new value instead")
+        raise self.error(target, "unsupported assignment target")
+
+    def _unpack(self, target: ast.Tuple | ast.List, value: Var, kind: Kind, env: Env,
+                bindings: list[tuple[Var, Expr]]) -> None:
+        """The names of `a, (b, c) = value`, each bound to a projection of the tuple."""
+        if kind == "tensor":
+            raise self.error(target, "a tensor cannot be unpacked; index its rows: `x[0]`")
+        if isinstance(kind, tuple) and len(kind) != len(target.elts):
+            raise self.error(target, f"cannot unpack a tuple of {len(kind)} fields into "
+                                     f"{len(target.elts)} names")
+        for i, elt in enumerate(target.elts):
+            item = TupleGetItem(value, i, span=self.span(elt))
+            item_kind = kind[i] if isinstance(kind, tuple) else None
+            if isinstance(elt, ast.Name):
+                self._check_rebind(elt.id, env, elt)
+                v = self.var(elt.id, elt)
+                bindings.append((v, item))
+                env[elt.id] = Binding(v, item_kind)
+            elif isinstance(elt, (ast.Tuple, ast.List)):
+                tmp = self.temp("tuple")
+                bindings.append((tmp, item))
+                self._unpack(elt, tmp, item_kind, env, bindings)
+            else:
+                raise self.error(elt, "tuple unpacking assigns names, or tuples of names")
+
+    def _bind_name(self, target: ast.Name, value, s: ast.stmt, env: Env
+                   ) -> tuple[Env, list[_LetBinding]]:
+        self._check_rebind(target.id, env, target)
+        v = self.var(target.id, target)
+        kind = self.kind_of(value, env)
+        return {**env, target.id: Binding(v, kind)}, [(v, self.materialize(value), self.span(s))]
+
+    # ---- if / match ------------------------------------------------------------
+    def _join(self, branches: list[list[ast.stmt]], env: Env, rest: list[ast.stmt]
+              ) -> list[str]:
+        """Names coming out of branches that fall through: bound before, or in every branch."""
+        assigned = [_assigned_names(b) for b in branches]
+        everywhere = set.intersection(*(set(a) for a in assigned)) if assigned else set()
+        out = []
+        for names in assigned:
+            for n in names:
+                if n not in out and (n in env or n in everywhere):
+                    out.append(n)
+        return out
+
+    def _branching(self, node: ast.stmt, branches: list[list[ast.stmt]], env: Env,
+                   rest: list[ast.stmt], ctx: _Context,
+                   make: Callable[[Callable[[list[ast.stmt], Env, _Context], Expr]], Expr]) -> Expr:
+        """Shared by if and match: `make(translate_branch)` builds the branching expression."""
+        self._note_partial_names(node, branches, env)
+        if rest and all(_always_returns(b) for b in branches):
+            raise self.error(rest[0], "unreachable code: every branch above ends in `return`")
+        if _contains_return([s for b in branches for s in b]):
+            # The rest of the block goes into each branch that falls through.
+            return make(lambda stmts, e, c: self.block(
+                stmts if _always_returns(stmts) else stmts + rest, e, ctx))
+        outs = self._join(branches, env, rest)
+        branch_kinds: list[list[Kind]] = []
+
+        def fall(e: Env) -> Expr:
+            missing = [n for n in outs if n not in e]
+            if missing:
+                raise self.error(node, f"{missing[0]!r} is assigned in some branches only; "
+                                       "assign it before the branch or in every branch")
+            branch_kinds.append([e[n].kind for n in outs])
+            vals = [e[n].expr for n in outs]
+            return vals[0] if len(vals) == 1 else Tuple(vals)
+
+        joined = make(lambda stmts, e, c: self.block(stmts, e, _Context(fall, ctx.in_loop)))
+        self._note_partial_names(node, branches, env)  # again: nested branches noted theirs
+        if not outs:
+            return Let(self.temp("_"), joined, self.block(rest, env, ctx))
+        tmp = self.temp("join")
+        env2 = dict(env)
+        new_vars = []
+        for i, n in enumerate(outs):
+            v = Var(n, span=self.span(node))
+            new_vars.append((v, tmp if len(outs) == 1 else TupleGetItem(tmp, i)))
+            kinds = {k[i] for k in branch_kinds}
+            env2[n] = Binding(v, kinds.pop() if len(kinds) == 1 else None)
+        body = self.block(rest, env2, ctx)
+        for v, item in reversed(new_vars):
+            body = Let(v, item, body)
+        return Let(tmp, joined, body, span=self.span(node))
+
+    def _note_partial_names(self, node: ast.stmt, branches: list[list[ast.stmt]], env: Env
+                            ) -> None:
+        """Names that only some branches assign are not bound after the statement."""
+        keyword = "if" if isinstance(node, ast.If) else "match"
+        assigned = [set(_assigned_names(b)) for b in branches if not _always_returns(b)]
+        everywhere = set.intersection(*assigned) if assigned else set()
+        for n in set().union(*assigned) - everywhere - env.keys():
+            self._note_unbound(n, f"{n!r} is assigned in only some branches of the `{keyword}` "
+                                  f"at line {self._line(node)}; assign it before the `{keyword}` "
+                                  "or in every branch")
+
+    def condition(self, node: ast.expr, env: Env) -> Expr:
+        """The test of an if or while; a Python number there is a bool, as in Python."""
+        test = self.expr(node, env)
+        if isinstance(test, _Literal):
+            return const(bool(test.value), "bool", span=test.span)
+        return test
+
+    def if_statement(self, s: ast.If, env: Env, rest: list[ast.stmt], ctx: _Context) -> Expr:
+        cond = self.condition(s.test, env)
+
+        def make(branch) -> Expr:
+            return If(cond, branch(s.body, env, ctx), branch(s.orelse, env, ctx), span=self.span(s))
+
+        return self._branching(s, [s.body, s.orelse], env, rest, ctx, make)
+
+    def match_statement(self, s: ast.Match, env: Env, rest: list[ast.stmt], ctx: _Context) -> Expr:
+        data = self.materialize(self.expr(s.subject, env))
+
+        def make(branch) -> Expr:
+            clauses = []
+            for case in s.cases:
+                if case.guard is not None:
+                    raise self.error(case.guard, "guards (`case ... if ...`) are not supported; "
+                                                 "use an `if` inside the case")
+                case_env = dict(env)
+                pattern = self.pattern(case.pattern, case_env)
+                clauses.append(Clause(pattern, branch(case.body, case_env, ctx)))
+            return Match(data, clauses, span=self.span(s))
+
+        return self._branching(s, [c.body for c in s.cases], env, rest, ctx, make)
+
+    def pattern(self, p: ast.pattern, env: Env) -> Pattern:
+        if isinstance(p, ast.MatchAs):
+            if p.pattern is not None:
+                raise self.error(p, "`pattern as name` is not supported")
+            if p.name is None:
+                return PatternWildcard(span=self.span(p))
+            self._check_rebind(p.name, env, p)
+            v = self.var(p.name, p)
+            env[p.name] = Binding(v)
+            return PatternVar(v, span=self.span(p))
+        if isinstance(p, ast.MatchSequence):
+            return PatternTuple([self.pattern(q, env) for q in p.patterns], span=self.span(p))
+        if isinstance(p, ast.MatchClass):
+            ctor = self.python_value(p.cls)
+            ctor = getattr(ctor, "constructor", ctor)
+            if not isinstance(ctor, Constructor):
+                raise self.error(p.cls, "a class pattern must name an ADT constructor, e.g. "
+                                        "`case Cons(h, t):`")
+            if p.kwd_patterns:
+                raise self.error(p, "keyword sub-patterns are not supported; use positional ones")
+            subs = [self.pattern(q, env) for q in p.patterns]
+            if len(subs) != len(ctor.inputs):
+                raise self.error(p, f"{ctor.name} has {len(ctor.inputs)} fields, the pattern "
+                                    f"gives {len(subs)}")
+            return PatternConstructor(ctor, subs, span=self.span(p))
+        raise self.error(p, "unsupported pattern; use constructor patterns `Cons(h, t)`, "
+                            "tuples `(a, b)`, names and `_`")
