@@ -1,6 +1,6 @@
 """Reads the Relay text format that printer.py writes (and hand-written variations of it).
 
-A hand-written tokenizer and a recursive-descent parser. Grammar (``?`` optional,
+A recursive-descent parser over the tokens of lexer.py. Grammar (``?`` optional,
 ``*`` repeated, ``|`` alternatives; ``//`` and ``/* */`` comments are skipped)::
 
     module   := header? (typedef | def)* metadata?
@@ -44,13 +44,9 @@ Every error is a ParseError located at ``<source_name>:line:col`` with a caret.
 from __future__ import annotations
 
 import ast
-import bisect
 import contextlib
-import functools
 import gc
-import json
-import re
-from typing import Any as AnyValue, Callable, Iterator, NamedTuple, TypeVar as PyTypeVar
+from typing import Any as AnyValue, Callable, Iterator, TypeVar as PyTypeVar
 
 import numpy as np
 
@@ -62,8 +58,9 @@ from relaydsl.ir.expr import (
     Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var, suggest,
 )
+from relaydsl.ir.lexer import NUMBER, Source, Token, split_metadata, tokenize
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.printer import DTYPE_LIKE, LITERAL_SUFFIX, METADATA, VERSION, decode_constant
+from relaydsl.ir.printer import DTYPE_LIKE, LITERAL_SUFFIX, VERSION
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import (
     DTYPES, Any, FuncType, GlobalTypeVar, Kind, RefType, TensorType, TupleType, Type, TypeCall,
@@ -73,159 +70,14 @@ from relaydsl.ir.types import (
 _SUFFIX_DTYPE = {v: k for k, v in LITERAL_SUFFIX.items()} | {"f32": "float32"}
 _KINDS = {k.name: k for k in Kind}
 _T = PyTypeVar("_T")
-
-
-# ---------------------------------------------------------------------------
-# Tokens
-# ---------------------------------------------------------------------------
-class Token(NamedTuple):
-    """One token: its kind (local, global, ident, number, string, version, punct, eof, error),
-    its text, and its start and end offsets in the source."""
-
-    kind: str
-    text: str
-    start: int
-    end: int
-
-
-# Each match is (skipped spaces and comments, one token); '' for the end of the text.
-_TOKEN = re.compile(r"""((?:[ \t\r\n]+|//[^\n]*|/\*.*?\*/)*)(
-    %[A-Za-z0-9_]+ | @[A-Za-z_][A-Za-z0-9_]*
-  | -?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?:[A-Za-z_][A-Za-z0-9_]*)?
-  | "(?:[^"\\\n]|\\.)*" | '(?:[^'\\\n]|\\.)*'
-  | [A-Za-z_][A-Za-z0-9_]*
-  | => | -> | [()\[\]{}<>,;:=.?\-]
-  | \#\[[ \t]*version[ \t]*=[ \t]*"[^"\n]*"[ \t]*\]
-  | /\* | . | \Z
-)""", re.VERBOSE | re.DOTALL)
-_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)([A-Za-z_][A-Za-z0-9_]*)?\Z")
-_PADDING = 4  # eof tokens at the end, so looking ahead never runs off the list
-
-
-class _Source:
-    """The text being parsed: its name, its lines (for carets) and span construction."""
-
-    def __init__(self, text: str, name: str):
-        self.text = text
-        self.name = name
-        self.lines = text.split("\n")
-        self.line_starts = [0, *(m.end() for m in re.finditer("\n", text))]
-
-    def line_col(self, offset: int) -> tuple[int, int]:
-        """1-based line and column of an offset."""
-        line = bisect.bisect_right(self.line_starts, offset)
-        return line, offset - self.line_starts[line - 1] + 1
-
-    def token_span(self, first: Token, last: Token) -> Span:
-        """From the start of `first` to the end of `last` (tokens never cross lines)."""
-        line, col = self.line_col(first.start)
-        line_end = self.line_starts[line] if line < len(self.line_starts) else len(self.text) + 1
-        if last.start < line_end:  # the usual case: one line
-            end_line, end_col = line, col + last.end - first.start
-        else:
-            end_line, end_col = self.line_col(last.start)
-            end_col += last.end - last.start
-        source_line = self.lines[line - 1] if line <= len(self.lines) else None
-        return Span(self.name, line, col, end_line, end_col, source_line)
-
-    def error(self, message: str, tok: Token) -> ParseError:
-        return ParseError(message, self.token_span(tok, tok))
-
-
-def _tokenize(src: _Source, text: str) -> list[Token]:
-    """The tokens of `text` (the part of the source before any metadata section), ending
-    with eof tokens. Spaces and comments are dropped."""
-    tokens: list[Token] = []
-    pos = 0
-    for skipped, text_ in _TOKEN.findall(text):
-        pos += len(skipped)
-        kind = _kind(text_)
-        tok = Token(kind, text_, pos, pos + len(text_))
-        pos = tok.end
-        if kind == "eof":
-            break
-        if kind == "error":
-            what = {"/*": "unterminated comment", '"': "unterminated string",
-                    "'": "unterminated string"}.get(text_, f"unexpected character {text_!r}")
-            raise src.error(what, tok)
-        if kind == "number" and tokens and tokens[-1].text == "." and "." in text_:
-            tokens.extend(_split_indices(tok))  # `%t.0.1`: two projections, not 0.1
-        else:
-            tokens.append(tok)
-    tokens.extend(Token("eof", "", pos, pos + 1) for _ in range(_PADDING))
-    return tokens
-
-
-@functools.cache
-def _kind(text: str) -> str:
-    """A token's kind, from its text (the token regex has already delimited it)."""
-    if not text:
-        return "eof"
-    first = text[0]
-    if first == "%":
-        return "local"
-    if first == "@":
-        return "global"
-    if first.isdigit() or first == "-" and len(text) > 1 and text[1].isdigit():
-        return "number"
-    if first in "\"'":
-        return "string" if len(text) > 1 and text[-1] == first else "error"
-    if first.isalpha() or first == "_":
-        return "ident"
-    if first == "#" and len(text) > 1:
-        return "version"
-    if text in _PUNCT:
-        return "punct"
-    return "error"
-
-
 _POSTFIX = frozenset("(<.")  # what may follow an expression to extend it
-_PUNCT = frozenset(["=>", "->", *"()[]{}<>,;:=.?-"])
-
-
-def _split_indices(tok: Token) -> list[Token]:
-    out, at = [], tok.start
-    for i, part in enumerate(tok.text.split(".")):
-        if i:
-            out.append(Token("punct", ".", at, at + 1))
-            at += 1
-        out.append(Token("number", part, at, at + len(part)))
-        at += len(part)
-    return out
-
-
-_METADATA_LINE = re.compile(r"^[ \t]*" + re.escape(METADATA) + r"[ \t]*$", re.MULTILINE)
-
-
-def _split_metadata(src: _Source) -> tuple[str, list[Constant]]:
-    """The program text, and the constants of its metadata section."""
-    m = _METADATA_LINE.search(src.text)
-    if m is None:
-        return src.text, []
-    start = m.start() + len(m.group()) - len(m.group().lstrip())
-    marker = Token("punct", METADATA, start, start + len(METADATA))
-    try:
-        pool = json.loads(src.text[m.end():])
-    except json.JSONDecodeError as e:
-        at = Token("error", "", m.end() + e.pos, m.end() + e.pos + 1)
-        raise src.error(f"the metadata section is not valid JSON: {e.msg}", at) from None
-    if not isinstance(pool, dict) or not isinstance(pool.get("Constant", []), list) or \
-            set(pool) - {"Constant"}:
-        raise src.error('the metadata section must be {"Constant": [...]}', marker)
-    constants = []
-    for i, entry in enumerate(pool.get("Constant", [])):
-        try:
-            constants.append(Constant(decode_constant(entry)))
-        except (ValueError, IRError) as e:
-            raise src.error(f"metadata constant {i}: {e}", marker) from None
-    return src.text[:m.start()], constants
 
 
 # ---------------------------------------------------------------------------
 # The parser
 # ---------------------------------------------------------------------------
 class _Parser:
-    def __init__(self, src: _Source, tokens: list[Token], constants: list[Constant],
+    def __init__(self, src: Source, tokens: list[Token], constants: list[Constant],
                  mod: IRModule, *, free_names: bool):
         self.src = src
         self.toks = tokens
@@ -541,7 +393,7 @@ class _Parser:
         return self.build(tok, Constant, value)
 
     def number_value(self, tok: Token) -> np.ndarray:
-        m = _NUMBER.match(tok.text)
+        m = NUMBER.match(tok.text)
         if m is None:
             raise self.error(f"malformed number {tok.text!r}", tok)
         digits, suffix = m.groups()
@@ -722,7 +574,7 @@ class _Parser:
             tok = self.next()
             if tok.kind == "ident" and tok.text == "inf":
                 return float("-inf")
-        if tok.kind == "number" and _NUMBER.match(tok.text) and not _NUMBER.match(tok.text)[2]:
+        if tok.kind == "number" and NUMBER.match(tok.text) and not NUMBER.match(tok.text)[2]:
             value = float(tok.text) if any(c in tok.text for c in ".eE") else int(tok.text)
             return -value if negative else value
         raise self.error(f"expected an attribute value (a number, string, True, False, None "
@@ -876,12 +728,12 @@ def _bulk_allocation() -> Iterator[None]:
             gc.enable()
 
 
-def _prepare(text: str, source_name: str) -> tuple[_Source, list[Token], list[Constant]]:
+def _prepare(text: str, source_name: str) -> tuple[Source, list[Token], list[Constant]]:
     if not isinstance(text, str):
         raise TypeError(f"parse takes a str, got {type(text).__name__}")
-    src = _Source(text, source_name)
-    program, constants = _split_metadata(src)
-    return src, _tokenize(src, program), constants
+    src = Source(text, source_name)
+    program, constants = split_metadata(src)
+    return src, tokenize(src, program), constants
 
 
 def parse(text: str, *, source_name: str = "<string>") -> IRModule:
