@@ -103,7 +103,7 @@ class _Evaluator:
             for var, v in self.bindings.items():
                 env[var] = np.asarray(v, dtype=var.dtype)
             body = self.expr(t.body, _Context(env, rank, None))
-            value = np.ascontiguousarray(np.broadcast_to(body, t.shape))
+            value = np.array(np.broadcast_to(body, t.shape), order="C")  # keeps 0-d shapes
         self.done[id(t)] = value
         return value
 

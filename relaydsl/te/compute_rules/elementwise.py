@@ -1,27 +1,9 @@
-"""Compute rules of the elementwise and broadcasting ops (relaydsl/op/tensor.py), in te.
+"""Compute rules of the elementwise and broadcasting ops (relaydsl/op/tensor.py).
 
-A compute rule is ``rule(attrs, inputs, out_type) -> te.Tensor`` (TVM's
-FTVMCompute): given the call's attributes, one te tensor per argument and the
-inferred output ``TensorType``, it returns the tensor the op computes.
-Importing this module fills ``OpDef.compute`` for the ops below; no stage
-imports it yet (the llvm backend will). Broadcasting is the index mapping of
+Each op's element is ``scalar(attrs, *input elements)``, the inputs read through
 ``broadcast_read``: dimensions are aligned from the right and a dimension of
-extent 1 is read at index 0.
-
->>> import numpy as np
->>> from relaydsl import te
->>> from relaydsl.ir.attrs import Attrs
->>> from relaydsl.ir.types import TensorType
->>> from relaydsl.op import lookup
->>> import relaydsl.te.compute_rules
->>> x = te.placeholder((2, 3), "float32", "x")
->>> y = te.placeholder((3,), "float32", "y")
->>> out = lookup("add").compute(Attrs(), [x, y], TensorType((2, 3), "float32"))
->>> str(out.body)
-'(x[i0, i1] + y[i1])'
->>> te.evaluate(out, {x: np.ones((2, 3), "float32"), y: np.arange(3, dtype="float32")})
-array([[1., 2., 3.],
-       [1., 2., 3.]], dtype=float32)
+extent 1 is read at index 0. ``checked`` wraps any rule with the check that
+the tensor it builds has the shape and dtype the op's type says.
 """
 from __future__ import annotations
 
@@ -30,7 +12,6 @@ from typing import Callable, Sequence
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType
-from relaydsl.op.registry import lookup
 from relaydsl.te import expr as E
 from relaydsl.te.expr import INT_DTYPES, PrimExpr, const
 from relaydsl.te.tensor import Tensor, compute
@@ -46,6 +27,21 @@ def broadcast_read(t: Tensor, out_index: Sequence[PrimExpr]) -> PrimExpr:
         raise IRError(f"{t.name}{list(t.shape)} has more dimensions than the output")
     return t[tuple(const(0) if extent == 1 else out_index[lead + d]
                    for d, extent in enumerate(t.shape))]
+
+
+def checked(op_name: str, rule: ComputeRule) -> ComputeRule:
+    """``rule``, failing when its tensor's shape or dtype differ from ``out_type``'s."""
+
+    def run(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+        out = rule(attrs, list(inputs), out_type)
+        shape = out_type.concrete_shape()
+        if out.dtype != out_type.dtype or out.shape != shape:
+            raise IRError(f"{op_name}: compute rule gave {out.dtype}{list(out.shape)}, "
+                          f"the op's type says {out_type.dtype}{list(shape)}")
+        return out
+
+    run.__name__ = run.__qualname__ = f"{op_name}_compute"
+    return run
 
 
 def elementwise(op_name: str, scalar: Scalar) -> ComputeRule:
@@ -98,6 +94,7 @@ SCALAR_RULES: dict[str, Scalar] = {
     "relu": _relu,                                            # max(x, 0)
     "clip": _clip,                                            # min(max(x, a_min), a_max)
     "cast": _cast,                                            # dtype(x)
+    "cast_like": lambda attrs, x, like: E.cast(like.dtype, x),  # like's dtype(x)
     "logical_not": lambda attrs, x: ~x,
     "where": lambda attrs, c, x, y: E.select(c, x, y),        # x if c else y
     **{name: _unary(name) for name in (
@@ -110,14 +107,3 @@ SCALAR_RULES: dict[str, Scalar] = {
         ("greater", E.GT), ("greater_equal", E.GE),
         ("logical_and", E.And), ("logical_or", E.Or))},
 }
-
-
-def _install() -> None:
-    for name, scalar in SCALAR_RULES.items():
-        opdef = lookup(name)
-        if opdef.compute is not None:
-            raise IRError(f"op {name} already has a compute rule")
-        opdef.compute = elementwise(name, scalar)
-
-
-_install()
