@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any as AnyValue, Callable
 
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.ir.expr import Call, Expr, Op, Tuple, TupleGetItem, Var, const
+from relaydsl.ir.expr import Call, Expr, Op, Tuple, TupleGetItem, Var
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType
 
@@ -191,7 +191,7 @@ def flatten_layer(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     return ctx.op("flatten", x)
 
 
-# name -> (function, whether it owns parameters, how to tell the layer form of an op name)
+# The layer functions by name; PARAMETER_FREE ones own no parameters.
 LAYERS: dict[str, Callable[[LayerContext, list[Expr], dict], Expr]] = {
     "conv2d": conv2d, "linear": linear, "batch_norm": batch_norm, "embedding": embedding,
     "lstm_cell": lstm_cell, "gru_cell": gru_cell, "max_pool": max_pool,
@@ -211,4 +211,4 @@ def is_layer_call(name: str, args: list, kwargs: dict) -> bool:
     return True
 
 
-__all__ = ["LAYERS", "LayerContext", "ParamSpec", "PARAMETER_FREE", "is_layer_call", "const", "Var"]
+__all__ = ["LAYERS", "LayerContext", "ParamSpec", "PARAMETER_FREE", "is_layer_call"]

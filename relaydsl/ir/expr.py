@@ -139,6 +139,11 @@ class Op(Expr):
         return lookup(self.name)
 
 
+def op_call(name: str, *args: Expr, **attrs: AnyValue) -> "Call":
+    """``Call(Op.get(name), args, attrs)``: an operator call, by the operator's name."""
+    return Call(Op.get(name), args, attrs)
+
+
 @final
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Call(Expr):
@@ -345,5 +350,6 @@ def suggest(name: str, candidates: Mapping[str, AnyValue] | list[str]) -> str:
 __all__ = [
     "Expr", "Var", "GlobalVar", "Constant", "const", "Op", "Call", "Let", "Function", "Tuple",
     "TupleGetItem", "If", "Clause", "Match", "RefCreate", "RefRead", "RefWrite", "Grad", "suggest",
+    "op_call",
     "type_to_str",
 ]

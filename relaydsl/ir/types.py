@@ -228,6 +228,13 @@ def is_float(dtype: DType) -> bool:
     return isinstance(dtype, str) and dtype.startswith("float")
 
 
+def has_float(t: Type) -> bool:
+    """Whether a tensor type, or some tensor in a tuple type, has a floating-point dtype."""
+    if isinstance(t, TupleType):
+        return any(has_float(f) for f in t.fields)
+    return isinstance(t, TensorType) and is_float(t.dtype)
+
+
 def is_int(dtype: DType) -> bool:
     return isinstance(dtype, str) and (dtype.startswith("int") or dtype.startswith("uint"))
 

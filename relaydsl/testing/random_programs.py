@@ -22,10 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from relaydsl.ir.expr import Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import (
+    Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var, op_call,
+)
 from relaydsl.ir.types import TensorType
 
-UNARY = ("negative", "tanh", "sigmoid", "abs", "relu", "exp_of_tanh", "sqrt_of_abs", "floor", "sign")
+UNARY = ("negative", "tanh", "sigmoid", "abs", "relu", "exp_of_tanh", "sqrt_of_abs", "floor",
+         "sign")
 BINARY = ("add", "subtract", "multiply", "maximum", "minimum", "safe_divide")
 REDUCE = ("sum", "mean", "max", "min")
 
@@ -34,10 +37,6 @@ REDUCE = ("sum", "mean", "max", "min")
 class _Value:
     expr: Expr
     shape: tuple[int, ...]
-
-
-def _op(name: str, *args: Expr, **attrs) -> Call:
-    return Call(Op.get(name), args, attrs)
 
 
 def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -72,15 +71,16 @@ class _Builder:
 
     def unary(self, name: str, x: _Value) -> Expr:
         if name == "exp_of_tanh":
-            return _op("exp", _op("tanh", x.expr))
+            return op_call("exp", op_call("tanh", x.expr))
         if name == "sqrt_of_abs":
-            return _op("sqrt", _op("abs", x.expr))
-        return _op(name, x.expr)
+            return op_call("sqrt", op_call("abs", x.expr))
+        return op_call(name, x.expr)
 
     def binary(self, name: str, a: _Value, b: _Value) -> Expr:
         if name == "safe_divide":  # a / (|b| + 1): never divides by zero
-            return _op("divide", a.expr, _op("add", _op("abs", b.expr), self.const(1.0)))
-        return _op(name, a.expr, b.expr)
+            denominator = op_call("add", op_call("abs", b.expr), self.const(1.0))
+            return op_call("divide", a.expr, denominator)
+        return op_call(name, a.expr, b.expr)
 
     def step(self) -> None:
         kind = self.rng.choice(self.kinds)
@@ -90,25 +90,27 @@ class _Builder:
         elif kind == "binary":
             partners = [v for v in self.values if _compatible(v.shape, x.shape)]
             y = partners[int(self.rng.integers(len(partners)))]
-            self.bind(self.binary(str(self.rng.choice(BINARY)), x, y), np.broadcast_shapes(x.shape, y.shape))
+            self.bind(self.binary(str(self.rng.choice(BINARY)), x, y),
+                      np.broadcast_shapes(x.shape, y.shape))
         elif kind == "reduce" and x.shape:
             axis = int(self.rng.integers(len(x.shape)))
             keepdims = bool(self.rng.integers(2))
             shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape)) if keepdims else \
                 x.shape[:axis] + x.shape[axis + 1:]
-            self.bind(_op(str(self.rng.choice(REDUCE)), x.expr, axis=(axis,), keepdims=keepdims), shape)
+            reduction = str(self.rng.choice(REDUCE))
+            self.bind(op_call(reduction, x.expr, axis=(axis,), keepdims=keepdims), shape)
         elif kind == "shape" and len(x.shape) >= 2:
             if self.rng.integers(2):
-                self.bind(_op("transpose", x.expr), tuple(reversed(x.shape)))
+                self.bind(op_call("transpose", x.expr), tuple(reversed(x.shape)))
             else:
-                self.bind(_op("reshape", x.expr, newshape=(-1,)), (int(np.prod(x.shape)),))
+                self.bind(op_call("reshape", x.expr, newshape=(-1,)), (int(np.prod(x.shape)),))
         elif kind == "where":
             partners = [v for v in self.values if v.shape == x.shape]
             y = partners[int(self.rng.integers(len(partners)))]
-            self.bind(_op("where", _op("greater", x.expr, y.expr), x.expr, y.expr), x.shape)
+            self.bind(op_call("where", op_call("greater", x.expr, y.expr), x.expr, y.expr), x.shape)
         elif kind == "if":
-            cond = _op("greater", _op("sum", x.expr), self.const(0.0))
-            self.bind(If(cond, _op("tanh", x.expr), _op("negative", x.expr)), x.shape)
+            cond = op_call("greater", op_call("sum", x.expr), self.const(0.0))
+            self.bind(If(cond, op_call("tanh", x.expr), op_call("negative", x.expr)), x.shape)
         elif kind == "tuple":
             y = self.pick()
             pair = self.bind(Tuple([x.expr, y.expr]), ())
@@ -116,7 +118,7 @@ class _Builder:
             index = int(self.rng.integers(2))
             self.bind(TupleGetItem(pair.expr, index), (x, y)[index].shape)
         else:
-            self.bind(_op("sigmoid", x.expr), x.shape)
+            self.bind(op_call("sigmoid", x.expr), x.shape)
 
     def body(self, tuple_result: bool = True) -> Expr:
         result: Expr = self.values[-1].expr
@@ -155,6 +157,6 @@ def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_r
         builder.step()
     if scalar_result:
         last = builder.values[-1]
-        builder.bind(_op("sum", last.expr), ())
+        builder.bind(op_call("sum", last.expr), ())
         return Function(params, builder.body(tuple_result=False)), inputs
     return Function(params, builder.body()), inputs

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var,
+    Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var, op_call,
 )
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, is_float, type_to_str
 from relaydsl.ir.visitor import post_order
@@ -48,10 +48,6 @@ def supports(fn: Function) -> bool:
         isinstance(fn.checked_type.ret_type, TensorType)
 
 
-def _op(name: str, *args: Expr) -> Call:
-    return Call(Op.get(name), args)
-
-
 def _typed(e: Expr, t: Type) -> Expr:
     e.set_checked_type(t)
     return e
@@ -60,14 +56,14 @@ def _typed(e: Expr, t: Type) -> Expr:
 def _zeros(value: Expr, t: Type) -> Expr:
     if isinstance(t, TupleType):
         return Tuple([_zeros(TupleGetItem(value, i), f) for i, f in enumerate(t.fields)])
-    return _op("zeros_like", value)
+    return op_call("zeros_like", value)
 
 
 def _add(a: Expr, b: Expr, t: Type) -> Expr:
     if isinstance(t, TupleType):
         return Tuple([_add(TupleGetItem(a, i), TupleGetItem(b, i), f)
                       for i, f in enumerate(t.fields)])
-    return _op("add", a, b)
+    return op_call("add", a, b)
 
 
 class _Adjoint:
@@ -127,7 +123,7 @@ class _Adjoint:
             adjoints[target] = grad if old is None else _add(old, grad, target.checked_type)
 
         seed = Var("d_result")
-        backward.append((seed, _op("ones_like", result)))
+        backward.append((seed, op_call("ones_like", result)))
         if isinstance(result, Var):
             adjoints[result] = seed
         for var, value in reversed(self.bindings):

@@ -31,12 +31,12 @@ from relaydsl.errors import RelayTypeError
 from relaydsl.ir.adt import Pattern, pattern_vars
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Op, RefCreate, RefRead, RefWrite,
-    Tuple, TupleGetItem, Var,
+    Tuple, TupleGetItem, Var, op_call,
 )
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
-    FuncType, RefType, TensorType, TupleType, Type, TypeCall, is_float, type_to_str,
+    FuncType, RefType, TensorType, TupleType, Type, TypeCall, has_float, is_float, type_to_str,
 )
 from relaydsl.ir.visitor import ExprMutator, post_order
 
@@ -59,10 +59,6 @@ def lift_type(t: Type) -> Type:
     return t  # type variables stand for lifted types already
 
 
-def _op(name: str, *args: Expr) -> Call:
-    return Call(Op.get(name), args)
-
-
 def _seq(effects: list[Expr], result: Expr) -> Expr:
     """Evaluate `effects` in order, then `result`."""
     for effect in reversed(effects):
@@ -76,13 +72,14 @@ def value_of(lifted: Expr, t: Type) -> Expr:
         return TupleGetItem(lifted, 0)
     if isinstance(t, TupleType):
         return Tuple([value_of(TupleGetItem(lifted, i), f) for i, f in enumerate(t.fields)])
-    raise RelayTypeError(f"grad: an operator input of type {type_to_str(t)} cannot be differentiated")
+    raise RelayTypeError(
+        f"grad: an operator input of type {type_to_str(t)} cannot be differentiated")
 
 
 def lift_constant(value: Expr, t: Type) -> Expr:
     """A value entering the differentiated program from outside: a fresh zero adjoint."""
     if isinstance(t, TensorType):
-        return Tuple([value, RefCreate(_op("zeros_like", value))])
+        return Tuple([value, RefCreate(op_call("zeros_like", value))])
     if isinstance(t, TupleType):
         v = Var("c")
         return Let(v, value, Tuple([lift_constant(TupleGetItem(v, i), f)
@@ -105,7 +102,7 @@ def accumulate(lifted: Expr, grad: Expr, t: Type) -> list[Expr]:
         if not is_float(t.dtype):
             return []
         ref = TupleGetItem(lifted, 1)
-        return [RefWrite(ref, _op("add", RefRead(ref), grad))]
+        return [RefWrite(ref, op_call("add", RefRead(ref), grad))]
     if isinstance(t, TupleType):
         return [e for i, f in enumerate(t.fields)
                 for e in accumulate(TupleGetItem(lifted, i), TupleGetItem(grad, i), f)]
@@ -203,13 +200,15 @@ class _Lift(ExprMutator):
         out = Var(f"{op.name}_out")
         lifted_out = Var(f"{op.name}_lifted")
         effects: list[Expr] = []
-        wants_grad = any(_has_float(t) for t in arg_types)
+        wants_grad = any(has_float(t) for t in arg_types)
         if opdef.differentiable and wants_grad:
             if opdef.gradient is None:
-                raise RelayTypeError(f"grad: the operator {op.name} has no gradient rule", call.span)
+                raise RelayTypeError(f"grad: the operator {op.name} has no gradient rule",
+                                     call.span)
             g = Var("g")
             grads = opdef.gradient(Call(op, values, call.attrs), g)
-            updates = [e for v, d, t in zip(arg_vars, grads, arg_types) for e in accumulate(v, d, t)]
+            updates = [e for v, d, t in zip(arg_vars, grads, arg_types)
+                       for e in accumulate(v, d, t)]
             old = Var("bp_old")
             backprop = Function([], Let(g, read_adjoint(lifted_out, out_type),
                                         _seq(updates, Call(old, []))))
@@ -241,14 +240,6 @@ def _mentions_tensor(t: Type) -> bool:
         return any(_mentions_tensor(a) for a in t.args)
     if isinstance(t, (RefType,)):
         return _mentions_tensor(t.value)
-    return False
-
-
-def _has_float(t: Type) -> bool:
-    if isinstance(t, TensorType):
-        return is_float(t.dtype)
-    if isinstance(t, TupleType):
-        return any(_has_float(f) for f in t.fields)
     return False
 
 
@@ -289,7 +280,7 @@ class _ReverseAD:
         result = Var("result")
         value = TupleGetItem(result, 0)
         out = Tuple([value, Tuple([read_adjoint(a, ty) for a, ty in zip(args, t.arg_types)])])
-        body = _seq([RefWrite(TupleGetItem(result, 1), _op("ones_like", value)),
+        body = _seq([RefWrite(TupleGetItem(result, 1), op_call("ones_like", value)),
                      Call(RefRead(bp), [])], out)
         body = Let(result, Call(lifter.visit(node.fn), args, span=node.span), body)
         for a, p, ty in reversed(list(zip(args, params, t.arg_types))):

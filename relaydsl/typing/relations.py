@@ -171,13 +171,6 @@ def is_known(d: AnyValue) -> bool:
     return isinstance(d, int)
 
 
-__all__ = [
-    "RelationContext", "ConcreteContext", "check_relation", "is_unknown", "tensor_arg",
-    "tensor_tuple_arg",
-    "normalize_axis", "broadcast_dims", "broadcast_shapes", "same_dtype", "identity_rel",
-    "broadcast_rel", "broadcast_to_bool_rel", "is_known", "TypeVar",
-]
-
 
 # ---- helpers for dtype classes and rank-dependent attributes -----------------
 
@@ -268,7 +261,10 @@ def slice_dim(n: Dim, begin: int | None, end: int | None, step: int | None = Non
     return len(range(n)[begin:end:step]) if isinstance(n, int) else AnyDim()
 
 
-__all__ += [
-    "DTypeClass", "FLOAT", "INTEGER", "NUMERIC", "BOOL", "ANY_DTYPE", "require_dtype", "shape_of", "attr_axis",
+__all__ = [
+    "RelationContext", "ConcreteContext", "check_relation", "is_unknown", "tensor_arg",
+    "tensor_tuple_arg", "normalize_axis", "broadcast_dims", "broadcast_shapes", "same_dtype",
+    "identity_rel", "broadcast_rel", "broadcast_to_bool_rel", "is_known", "DTypeClass", "FLOAT",
+    "INTEGER", "NUMERIC", "BOOL", "ANY_DTYPE", "require_dtype", "shape_of", "attr_axis",
     "attr_axes", "known_product", "known_sum", "slice_dim",
 ]

@@ -11,43 +11,38 @@ from typing import Any as AnyValue, Callable, Sequence
 import numpy as np
 
 from relaydsl.errors import IRError
-from relaydsl.ir.expr import Call, Constant, Expr, Op, Tuple, TupleGetItem, Var, const
-from relaydsl.ir.types import TensorType, TupleType, Type, is_float, type_to_str
+from relaydsl.ir.expr import Call, Constant, Expr, Tuple, TupleGetItem, Var, const, op_call
+from relaydsl.ir.types import TensorType, TupleType, Type, has_float, is_float, type_to_str
 from relaydsl.op.registry import lookup
 
 Rule = Callable[[Call, Expr], list[Expr]]
 
 # ---- building Relay ---------------------------------------------------------------------------
 
-
-def _call(name: str, *args: Expr, **attrs: AnyValue) -> Call:
-    return Call(Op.get(name), args, attrs)
-
-
-_add = functools.partial(_call, "add")
-_sub = functools.partial(_call, "subtract")
-_mul = functools.partial(_call, "multiply")
-_div = functools.partial(_call, "divide")
-_where = functools.partial(_call, "where")
+_add = functools.partial(op_call, "add")
+_sub = functools.partial(op_call, "subtract")
+_mul = functools.partial(op_call, "multiply")
+_div = functools.partial(op_call, "divide")
+_where = functools.partial(op_call, "where")
 _END = 2**31 - 1  # a strided_slice end past any axis
 
 
 def _sum(x: Expr, axis: AnyValue, keepdims: bool = False) -> Expr:
-    return _call("sum", x, axis=axis, keepdims=keepdims)
+    return op_call("sum", x, axis=axis, keepdims=keepdims)
 
 
 def _mean(x: Expr, axis: AnyValue) -> Expr:
-    return _call("mean", x, axis=axis, keepdims=True)
+    return op_call("mean", x, axis=axis, keepdims=True)
 
 
 def _collapse(d: Expr, x: Expr) -> Expr:
     """d summed down to x's shape: undoes the broadcasting of x into d."""
-    return _call("collapse_sum_like", d, x)
+    return op_call("collapse_sum_like", d, x)
 
 
 def _broadcast_like(d: Expr, x: Expr) -> Expr:
     """d broadcast to x's shape (d's dims are 1 or x's), as d + zeros_like(x)."""
-    return _add(d, _call("zeros_like", x))
+    return _add(d, op_call("zeros_like", x))
 
 
 # ---- reading the inputs' types ------------------------------------------------------------------
@@ -103,13 +98,9 @@ def _zeros(x: Expr) -> Expr:
     t = _type(x)
     if isinstance(t, TupleType):
         return Tuple([_zeros(TupleGetItem(x, i)) for i in range(len(t.fields))])
-    return _call("zeros_like", x)
+    return op_call("zeros_like", x)
 
 
-def _has_float(t: Type) -> bool:
-    if isinstance(t, TupleType):
-        return any(_has_float(f) for f in t.fields)
-    return isinstance(t, TensorType) and is_float(t.dtype)
 
 
 def _axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
@@ -128,8 +119,8 @@ def _count(x: Expr, axes: Sequence[int]) -> Expr:
     dims = [_tensor(x).shape[a] for a in axes]
     if all(isinstance(d, int) for d in dims):
         return _scalar(math.prod(dims), x)  # type: ignore[arg-type]
-    sizes = _call("take", _call("shape_of", x), const(np.array(axes, np.int32)), axis=0)
-    return _call("cast_like", _call("prod", sizes), x)
+    sizes = op_call("take", op_call("shape_of", x), const(np.array(axes, np.int32)), axis=0)
+    return op_call("cast_like", op_call("prod", sizes), x)
 
 
 def _unreduce(g: Expr, x: Expr, axis: int | Sequence[int] | None, keepdims: bool) -> Expr:
@@ -137,21 +128,21 @@ def _unreduce(g: Expr, x: Expr, axis: int | Sequence[int] | None, keepdims: bool
     if keepdims or axis is None:  # without keepdims, a full reduction's g is a scalar
         return g
     for a in sorted(_axes(axis, _tensor(x).ndim)):
-        g = _call("expand_dims", g, axis=a)
+        g = op_call("expand_dims", g, axis=a)
     return g
 
 
 def _along(v: Expr, axis: int, ndim: int) -> Expr:
     """A 1-D v broadcastable along `axis` of a rank-ndim tensor: (n, 1, ..., 1)."""
     trailing = ndim - 1 - axis % ndim
-    return _call("expand_dims", v, axis=1, num_newaxis=trailing) if trailing else v
+    return op_call("expand_dims", v, axis=1, num_newaxis=trailing) if trailing else v
 
 
 def _through_cast(d: Expr, x: Expr, out_dtype: str) -> Expr:
     """d carried back through a cast of x to out_dtype: zero unless both dtypes are float."""
     if is_float(out_dtype) and is_float(_tensor(x).dtype):
-        return _call("cast_like", d, x)
-    return _call("zeros_like", x)
+        return op_call("cast_like", d, x)
+    return op_call("zeros_like", x)
 
 
 # ---- registration -------------------------------------------------------------------------------
@@ -165,7 +156,7 @@ def _rule(*names: str) -> Callable[[Rule], Rule]:
     def register(rule: Rule) -> Rule:
         @functools.wraps(rule)
         def guarded(call: Call, g: Expr) -> list[Expr]:
-            if not any(_has_float(_type(a)) for a in call.args):
+            if not any(has_float(_type(a)) for a in call.args):
                 return [_zeros(a) for a in call.args]
             return rule(call, g)
 

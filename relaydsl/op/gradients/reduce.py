@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from relaydsl.ir.expr import Call, Expr, Op
 from relaydsl.op.gradients.common import (
-    _axes, _broadcast_like, _call, _count, _div, _mul, _rule, _scalar, _sum, _tensor, _unreduce,
+    _axes, _broadcast_like, op_call, _count, _div, _mul, _rule, _scalar, _sum, _tensor, _unreduce,
     _where, _zeros,
 )
 
@@ -29,8 +29,8 @@ def _extreme_grad(call: Call, g: Expr) -> list[Expr]:
     """d max(x, axes) = g * [x == max] / (number of ties), broadcast back (min alike)."""
     x, a = call.args[0], call.attrs
     assert isinstance(call.op, Op)
-    extreme = _call(call.op.name, x, axis=a.axis, keepdims=True)
-    hit = _call("cast_like", _call("equal", x, extreme), x)
+    extreme = op_call(call.op.name, x, axis=a.axis, keepdims=True)
+    hit = op_call("cast_like", op_call("equal", x, extreme), x)
     ties = _sum(hit, a.axis, keepdims=True)
     return [_mul(hit, _div(_unreduce(g, x, a.axis, a.keepdims), ties))]
 
@@ -40,12 +40,12 @@ def _prod_grad(call: Call, g: Expr) -> list[Expr]:
     """d prod(x) = g * prod(x) / x; where a group has one zero, the others' product there."""
     x, a = call.args[0], call.attrs
     zero, one = _scalar(0, x), _scalar(1, x)
-    is_zero = _call("equal", x, zero)
+    is_zero = op_call("equal", x, zero)
     nonzero = _where(is_zero, one, x)
-    rest = _call("prod", nonzero, axis=a.axis, keepdims=True)  # the product of the non-zeros
-    zeros = _sum(_call("cast_like", is_zero, x), a.axis, keepdims=True)
-    lone_zero = _call("logical_and", is_zero, _call("equal", zeros, one))
-    dx = _where(_call("equal", zeros, zero), _div(rest, nonzero), _where(lone_zero, rest, zero))
+    rest = op_call("prod", nonzero, axis=a.axis, keepdims=True)  # the product of the non-zeros
+    zeros = _sum(op_call("cast_like", is_zero, x), a.axis, keepdims=True)
+    lone_zero = op_call("logical_and", is_zero, op_call("equal", zeros, one))
+    dx = _where(op_call("equal", zeros, zero), _div(rest, nonzero), _where(lone_zero, rest, zero))
     return [_mul(_unreduce(g, x, a.axis, a.keepdims), dx)]
 
 

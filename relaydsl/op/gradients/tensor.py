@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from relaydsl.ir.expr import Call, Expr
 from relaydsl.op.gradients.common import (
-    _call, _collapse, _div, _elementwise, _mul, _rule, _scalar, _sub, _tensor, _through_cast,
+    op_call, _collapse, _div, _elementwise, _mul, _rule, _scalar, _sub, _tensor, _through_cast,
     _where, _zeros,
 )
 
 # ---- elementwise --------------------------------------------------------------------------------
 
-_elementwise("negative", "d(-x) = -g.", lambda g, x, y: _call("negative", g))
+_elementwise("negative", "d(-x) = -g.", lambda g, x, y: op_call("negative", g))
 _elementwise("exp", "d exp(x) = g * exp(x).", lambda g, x, y: _mul(g, y))
 _elementwise("log", "d log(x) = g / x.", lambda g, x, y: _div(g, x))
 _elementwise("sqrt", "d sqrt(x) = g * 0.5 / sqrt(x).",
@@ -21,18 +21,18 @@ _elementwise("tanh", "d tanh(x) = g * (1 - tanh(x)**2).",
 _elementwise("sigmoid", "d sigmoid(x) = g * s * (1 - s), s = sigmoid(x).",
              lambda g, x, y: _mul(_mul(g, y), _sub(_scalar(1, x), y)))
 _elementwise("relu", "d relu(x) = g where x > 0, else 0.",
-             lambda g, x, y: _where(_call("greater", x, _scalar(0, x)), g, _scalar(0, x)))
+             lambda g, x, y: _where(op_call("greater", x, _scalar(0, x)), g, _scalar(0, x)))
 _elementwise("abs", "d|x| = g where x >= 0, else -g (JAX's choice at 0).",
-             lambda g, x, y: _where(_call("greater_equal", x, _scalar(0, x)), g,
-                                    _call("negative", g)))
+             lambda g, x, y: _where(op_call("greater_equal", x, _scalar(0, x)), g,
+                                    op_call("negative", g)))
 
 
 @_rule("clip")
 def _clip_grad(call: Call, g: Expr) -> list[Expr]:
     """d clip(x, lo, hi) = g where lo <= x <= hi, else 0."""
     x, a = call.args[0], call.attrs
-    inside = _call("logical_and", _call("greater_equal", x, _scalar(a.a_min, x)),
-                   _call("less_equal", x, _scalar(a.a_max, x)))
+    inside = op_call("logical_and", op_call("greater_equal", x, _scalar(a.a_min, x)),
+                   op_call("less_equal", x, _scalar(a.a_max, x)))
     return [_where(inside, g, _scalar(0, x))]
 
 
@@ -62,7 +62,7 @@ def _add_grad(call: Call, g: Expr) -> list[Expr]:
 def _subtract_grad(call: Call, g: Expr) -> list[Expr]:
     """d(x - y) = (sum_b(g, x), sum_b(-g, y))."""
     x, y = call.args
-    return [_collapse(g, x), _collapse(_call("negative", g), y)]
+    return [_collapse(g, x), _collapse(op_call("negative", g), y)]
 
 
 @_rule("multiply")
@@ -77,7 +77,7 @@ def _divide_grad(call: Call, g: Expr) -> list[Expr]:
     """d(x / y) = (sum_b(g / y, x), sum_b(-g * (x / y) / y, y))."""
     x, y = call.args
     return [_collapse(_div(g, y), x),
-            _collapse(_div(_mul(_call("negative", g), call), y), y)]
+            _collapse(_div(_mul(op_call("negative", g), call), y), y)]
 
 
 @_rule("power")
@@ -85,9 +85,9 @@ def _power_grad(call: Call, g: Expr) -> list[Expr]:
     """d x**y = (sum_b(g * y * x**(y-1), x), sum_b(g * x**y * log x, y)); 0 at y == 0 / x == 0."""
     x, y = call.args
     zero, one = _scalar(0, x), _scalar(1, x)
-    dx = _where(_call("equal", y, zero), zero,
-                _mul(y, _call("power", x, _sub(y, one))))
-    log_x = _call("log", _where(_call("equal", x, zero), one, x))
+    dx = _where(op_call("equal", y, zero), zero,
+                _mul(y, op_call("power", x, _sub(y, one))))
+    log_x = op_call("log", _where(op_call("equal", x, zero), one, x))
     return [_collapse(_mul(g, dx), x), _collapse(_mul(g, _mul(call, log_x)), y)]
 
 
@@ -95,10 +95,10 @@ def _chooser_grad(call: Call, g: Expr, wins: str) -> list[Expr]:
     """Each input of maximum/minimum gets g where it wins (`wins` compares), half of g at ties."""
     x, y = call.args
     half = _mul(g, _scalar(0.5, x))
-    tie = _call("equal", x, y)
+    tie = op_call("equal", x, y)
 
     def share(a: Expr, b: Expr) -> Expr:
-        return _collapse(_where(_call(wins, a, b), g, _where(tie, half, _scalar(0, x))), a)
+        return _collapse(_where(op_call(wins, a, b), g, _where(tie, half, _scalar(0, x))), a)
 
     return [share(x, y), share(y, x)]
 

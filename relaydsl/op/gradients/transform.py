@@ -11,7 +11,7 @@ import numpy as np
 from relaydsl.ir.expr import Call, Expr, Tuple, TupleGetItem
 from relaydsl.ir.types import TupleType
 from relaydsl.op.gradients.common import (
-    _END, _add, _axes, _call, _collapse, _dims, _rule, _sum, _tensor, _through_cast, _type,
+    _END, _add, _axes, op_call, _collapse, _dims, _rule, _sum, _tensor, _through_cast, _type,
     _zeros,
 )
 
@@ -20,14 +20,14 @@ from relaydsl.op.gradients.common import (
 @_rule("reshape", "squeeze", "flatten")
 def _reshape_grad(call: Call, g: Expr) -> list[Expr]:
     """d reshape(x) = reshape_like(g, x) (squeeze and flatten are reshapes too)."""
-    return [_call("reshape_like", g, call.args[0])]
+    return [op_call("reshape_like", g, call.args[0])]
 
 
 @_rule("reshape_like")
 def _reshape_like_grad(call: Call, g: Expr) -> list[Expr]:
     """d reshape_like(x, t) = (reshape_like(g, x), 0)."""
     x, like = call.args
-    return [_call("reshape_like", g, x), _zeros(like)]
+    return [op_call("reshape_like", g, x), _zeros(like)]
 
 
 @_rule("transpose")
@@ -35,10 +35,10 @@ def _transpose_grad(call: Call, g: Expr) -> list[Expr]:
     """d transpose(x, axes) = transpose(g, inverse permutation of axes)."""
     x, axes = call.args[0], call.attrs.axes
     if axes is None:
-        return [_call("transpose", g)]
+        return [op_call("transpose", g)]
     ndim = _tensor(x).ndim
     inverse = np.argsort(_axes(axes, ndim))
-    return [_call("transpose", g, axes=tuple(int(i) for i in inverse))]
+    return [op_call("transpose", g, axes=tuple(int(i) for i in inverse))]
 
 
 @_rule("expand_dims")
@@ -48,7 +48,7 @@ def _expand_dims_grad(call: Call, g: Expr) -> list[Expr]:
     if a.num_newaxis == 0:
         return [g]
     at = a.axis % (_tensor(x).ndim + 1)
-    return [_call("squeeze", g, axis=tuple(range(at, at + a.num_newaxis)))]
+    return [op_call("squeeze", g, axis=tuple(range(at, at + a.num_newaxis)))]
 
 
 @_rule("concatenate")
@@ -59,7 +59,7 @@ def _concatenate_grad(call: Call, g: Expr) -> list[Expr]:
     assert isinstance(t, TupleType)
     axis %= _tensor(TupleGetItem(xs, 0)).ndim
     sizes = [_dims(TupleGetItem(xs, i), "concatenate")[axis] for i in range(len(t.fields))]
-    pieces = _call("split", g, indices_or_sections=tuple(np.cumsum(sizes[:-1]).tolist()),
+    pieces = op_call("split", g, indices_or_sections=tuple(np.cumsum(sizes[:-1]).tolist()),
                    axis=axis)
     return [Tuple([TupleGetItem(pieces, i) for i in range(len(sizes))])]
 
@@ -69,9 +69,9 @@ def _split_grad(call: Call, g: Expr) -> list[Expr]:
     """d split(x) = concatenate(g); if pieces overlap, the sum of each g[i] put in its place."""
     x, how, axis = call.args[0], call.attrs.indices_or_sections, call.attrs.axis
     if isinstance(how, int) or (min(how, default=0) >= 0 and list(how) == sorted(how)):
-        return [_call("concatenate", g, axis=axis)]
+        return [op_call("concatenate", g, axis=axis)]
     cuts = (0, *how, _END)  # cuts out of order (or from the end): pieces may overlap
-    placed = [_call("strided_slice_grad", TupleGetItem(g, i), x, begin=(lo,), end=(hi,),
+    placed = [op_call("strided_slice_grad", TupleGetItem(g, i), x, begin=(lo,), end=(hi,),
                     axes=(axis,)) for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
     return [functools.reduce(_add, placed)]
 
@@ -83,34 +83,34 @@ def _stack_grad(call: Call, g: Expr) -> list[Expr]:
     t = _type(xs)
     assert isinstance(t, TupleType)
     n = len(t.fields)
-    pieces = _call("split", g, indices_or_sections=n, axis=axis)
-    return [Tuple([_call("squeeze", TupleGetItem(pieces, i), axis=(axis,)) for i in range(n)])]
+    pieces = op_call("split", g, indices_or_sections=n, axis=axis)
+    return [Tuple([op_call("squeeze", TupleGetItem(pieces, i), axis=(axis,)) for i in range(n)])]
 
 
 @_rule("take")
 def _take_grad(call: Call, g: Expr) -> list[Expr]:
     """d take(x, i) = (take_grad(g, i, x): g added at the positions read, 0)."""
     x, indices = call.args
-    return [_call("take_grad", g, indices, x, **call.attrs), _zeros(indices)]
+    return [op_call("take_grad", g, indices, x, **call.attrs), _zeros(indices)]
 
 
 @_rule("take_grad")
 def _take_grad_grad(call: Call, g: Expr) -> list[Expr]:
     """d take_grad(d, i, t) = (take(g, i), 0, 0): take_grad is linear in d, the adjoint of take."""
     _, indices, like = call.args
-    return [_call("take", g, indices, **call.attrs), _zeros(indices), _zeros(like)]
+    return [op_call("take", g, indices, **call.attrs), _zeros(indices), _zeros(like)]
 
 
 @_rule("strided_slice")
 def _strided_slice_grad(call: Call, g: Expr) -> list[Expr]:
     """d x[begin:end:strides] = zeros like x holding g at the sliced positions."""
-    return [_call("strided_slice_grad", g, call.args[0], **call.attrs)]
+    return [op_call("strided_slice_grad", g, call.args[0], **call.attrs)]
 
 
 @_rule("strided_slice_grad")
 def _strided_slice_grad_grad(call: Call, g: Expr) -> list[Expr]:
     """d strided_slice_grad(d, t) = (g[begin:end:strides], 0)."""
-    return [_call("strided_slice", g, **call.attrs), _zeros(call.args[1])]
+    return [op_call("strided_slice", g, **call.attrs), _zeros(call.args[1])]
 
 
 @_rule("broadcast_to")
