@@ -421,19 +421,20 @@ def _stack_room() -> Iterator[None]:
 # ---- entry points ---------------------------------------------------------------------------
 
 def evaluate(program: Expr | IRModule, *args: AnyValue, mod: IRModule | None = None,
-             entry: str = "main") -> Value:
+             entry: str = "main", interpreter: Interpreter | None = None) -> Value:
     """Runs a program and returns its value.
 
     For an IRModule, calls its global `entry` with `args`. For an Expr, evaluates it in
     `mod` (a fresh module with the prelude by default); a Function, or any expression when
     `args` are given, is then called with `args`. Python numbers and lists become arrays of
     the parameter's annotated dtype (float32/int32/bool without one); arrays must agree
-    with the annotation.
+    with the annotation. An `interpreter` of the module (e.g. a backend's subclass) may
+    be given to run a module's entry.
     """
     if isinstance(program, IRModule):
         if mod is not None and mod is not program:
             raise InterpreterError("evaluate(mod, ...) takes no second module")
-        interp = Interpreter(program)
+        interp = interpreter if interpreter is not None else Interpreter(program)
         fn: Value = interp._global_var(program.get_global_var(entry), {})
         with _stack_room():
             return _export(interp._invoke(fn, _arguments(fn, args), None))

@@ -30,6 +30,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, is_float
 
 if TYPE_CHECKING:
+    from backend.target import Program
     from frontend.decorators import RelayFunction
     from relaydsl.model import Model
 
@@ -53,20 +54,21 @@ class GradFunction:
         return _run(self._program, self.fn, args)
 
 
-def _lowered(fn: "RelayFunction", main: Function) -> IRModule:
-    from relaydsl.transform.gradient import lower_grads
+def _lowered(fn: "RelayFunction", main: Function) -> tuple["Program", Function]:
+    """The program computing `main` compiled for the default target, and `main` typed."""
+    from backend.target import get_target
+    from relaydsl.typing import infer_types
 
     mod = fn.mod.copy()
     mod.add("__grad_main", main)
-    return lower_grads(mod)
+    infer_types(mod)
+    return get_target().build(mod, "__grad_main", {}), mod["__grad_main"]
 
 
-def _run(program: IRModule, fn: "RelayFunction", args: tuple, hidden: list | None = None):
-    from backend.interpreter import evaluate
-
-    main = program["__grad_main"]
+def _run(lowered: tuple["Program", Function], fn: "RelayFunction", args: tuple,
+         hidden: list | None = None):
+    program, main = lowered
     t = main.checked_type
-    assert isinstance(t, FuncType)
     all_args = list(args) + list(hidden or [])
     if len(args) != fn.num_user_params:
         raise TypeError(f"{fn.__name__}() takes {fn.num_user_params} argument(s), "
@@ -75,7 +77,7 @@ def _run(program: IRModule, fn: "RelayFunction", args: tuple, hidden: list | Non
     bindings: dict = {}
     values = [annotations.check_argument(n, a, v, bindings)
               for n, a, v in zip(names, t.arg_types, all_args)]
-    return evaluate(program, *values, entry="__grad_main")
+    return program(*values)
 
 
 class ModelGrad:

@@ -23,7 +23,7 @@ import functools
 import itertools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any as AnyValue, Callable
+from typing import TYPE_CHECKING, Any as AnyValue, Callable
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from relaydsl.ir.printer import astext
 from relaydsl.ir.adt import TypeData
 from relaydsl.ir.types import FuncType, GlobalTypeVar, TensorType, Type, TypeCall
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator
+
+if TYPE_CHECKING:
+    from backend.target import Program
 
 _used_global_names: set[str] = set()
 
@@ -307,7 +310,10 @@ class RelayFunction:
         return astext(self.mod, show_types=show_types)
 
     # ---- running -------------------------------------------------------------
-    def build(self, target: str = "interp", **options: AnyValue) -> "Executable":
+    def build(self, target: str | None = None, **options: AnyValue) -> "Executable":
+        from backend.target import get_target
+
+        target = get_target(target).name
         key = (target, tuple(sorted(options.items())))
         exe = self._executables.get(key)
         if exe is None:
@@ -326,12 +332,10 @@ class Executable:
     """A compiled function for one target: checks its arguments, runs, returns NumPy values."""
 
     def __init__(self, fn: RelayFunction, target: str, options: dict[str, AnyValue]):
-        if target != "interp":
-            raise ValueError(f"unknown target {target!r}; available: 'interp'")
-        from relaydsl.transform.gradient import lower_grads
+        from backend.target import get_target
 
         self.fn, self.target, self.options = fn, target, options
-        self.mod = lower_grads(fn.mod)  # grad nodes become ordinary Relay before running
+        self.program = get_target(target).build(fn.mod, fn.global_var.name_hint, options)
         self.type = fn.checked_type
 
     def __call__(self, *args: AnyValue) -> AnyValue:
@@ -346,8 +350,6 @@ class Executable:
 
     def run(self, args: tuple, hidden_values: list[AnyValue]) -> AnyValue:
         """Check the user's arguments, then run with the hidden parameters' values appended."""
-        from backend.interpreter import evaluate
-
         params = self.fn.function.params[:self.fn.num_user_params]
         if len(args) != len(params):
             raise TypeError(f"{self.fn.__name__}() takes {len(params)} argument(s) "
@@ -358,16 +360,15 @@ class Executable:
         hidden_types = self.type.arg_types[len(params):]
         values += [annotations.check_argument(h.name, t, v, bindings)
                    for h, t, v in zip(self.fn.hidden, hidden_types, hidden_values)]
-        return _to_python(evaluate(self.mod, *values, entry=self.fn.global_var.name_hint),
-                          self.mod)
+        return to_python(self.program(*values), self.program)
 
 
-def _to_python(value: AnyValue, mod: IRModule) -> AnyValue:
+def to_python(value: AnyValue, program: "Program") -> AnyValue:
     """Results for Python: arrays, tuples, and closures as plain callables (NumPy in and out)."""
-    from backend.interpreter import Closure, Interpreter
+    from backend.interpreter import Closure
 
     if isinstance(value, tuple):
-        return tuple(_to_python(v, mod) for v in value)
+        return tuple(to_python(v, program) for v in value)
     if isinstance(value, Closure):
         params = value.function.params
 
@@ -377,7 +378,7 @@ def _to_python(value: AnyValue, mod: IRModule) -> AnyValue:
             bindings: dict = {}
             checked = [annotations.check_argument(p.name_hint, p.checked_type, a, bindings)
                        for p, a in zip(params, args)]
-            return _to_python(Interpreter(mod).call(value, checked), mod)
+            return to_python(program.call_closure(value, checked), program)
 
         return call
     return value

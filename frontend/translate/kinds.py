@@ -15,7 +15,9 @@ from relaydsl.ir.types import TensorType, Type
 if TYPE_CHECKING:
     from frontend.translate.bindings import Env
 
-Kind = AnyValue  # "tensor", "list", "func", "tuple" (fields unknown), a tuple of kinds, or None
+# "tensor", "list", "func", "grad" (a grad function: its calls give (value, gradients)),
+# "tuple" (fields unknown), a tuple of kinds, or None
+Kind = AnyValue
 
 
 def _is_tuple_kind(kind: Kind) -> bool:
@@ -63,7 +65,7 @@ class ValueKinds(TranslatorBase):
 
     def kind_of(self, e: Expr | _Literal, env: Env) -> Kind:
         """What is known statically of a translated value, from annotations and constructions:
-        "tensor", "list", "func", "tuple" (fields unknown), a tuple of kinds, or None."""
+        "tensor", "list", "func", "grad", "tuple" (fields unknown), a tuple of kinds, or None."""
         if isinstance(e, (_Literal, Constant)):
             return "tensor"
         known = self._kinds.get(e)
@@ -96,7 +98,7 @@ class ValueKinds(TranslatorBase):
         if isinstance(e, Function):
             return "func"
         if isinstance(e, Grad):
-            return "func"
-        if isinstance(e, Call) and isinstance(e.op, Grad):
+            return "grad"
+        if isinstance(e, Call) and (isinstance(e.op, Grad) or self.kind_of(e.op, env) == "grad"):
             return ("tensor", "tuple")  # (f(args), (d/darg0, ...))
         return None

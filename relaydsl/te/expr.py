@@ -176,7 +176,11 @@ class Var(PrimExpr):
 @final
 @dataclass(frozen=True, slots=True, eq=False)
 class IterVar(PrimExpr):
-    """An index ranging over ``0 .. extent-1``: an output axis of a compute, or a reduce axis."""
+    """An index ranging over ``0 .. extent-1``: an output axis of a compute, or a reduce axis.
+
+    An output axis may be empty (extent 0: an empty tensor, as an empty split piece);
+    a reduce axis may not (a reduction starts from its first value).
+    """
 
     name: str
     extent: int
@@ -184,8 +188,11 @@ class IterVar(PrimExpr):
     dtype: str = field(default=INDEX_DTYPE, init=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.extent, bool) or not isinstance(self.extent, int) or self.extent < 1:
-            raise IRError(f"axis {self.name}: extent must be a positive int, got {self.extent!r}")
+        least = 1 if self.is_reduce else 0
+        if (isinstance(self.extent, bool) or not isinstance(self.extent, int)
+                or self.extent < least):
+            what = "a positive int" if self.is_reduce else "a non-negative int"
+            raise IRError(f"axis {self.name}: extent must be {what}, got {self.extent!r}")
 
 
 # ---- arithmetic, comparison, logic --------------------------------------------------

@@ -100,14 +100,18 @@ def assert_matches_jax(program: IRModule | Function, args: Sequence[AnyValue], *
 
     Returns our result.
     """
-    from backend.interpreter import evaluate
+    from backend.interpreter import to_value
+    from backend.target import get_target
     from relaydsl.typing import infer_types
 
     mod = program if isinstance(program, IRModule) else IRModule.from_expr(program)
     infer_types(mod)
-    if target != "interp":
-        raise OracleError(f"unknown target {target!r}; available: interp")
-    ours = evaluate(mod, *args, entry=entry)
+    try:
+        compiled = get_target(target).build(mod, entry, {})
+    except ValueError as e:
+        raise OracleError(str(e)) from None
+    params = mod[entry].params
+    ours = compiled(*[to_value(a, p.checked_type) for a, p in zip(args, params)])
     expected = to_jax(mod, entry)(*args)
     ours_leaves, expected_leaves = _leaves(ours), _leaves(expected)
     assert len(ours_leaves) == len(expected_leaves), (

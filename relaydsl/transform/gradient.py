@@ -312,15 +312,16 @@ def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
 def lower_grads(mod: IRModule, *, first_order: bool = False) -> IRModule:
     """Replace every grad node of `mod` by ordinary Relay, innermost first; returns a new module.
 
+    Dead pure code is removed first (it contributes nothing to a gradient, as in JAX).
     With `first_order`, a grad of straight-line first-order code (a function literal, or a
     global) gets the adjoint program of first_order_gradient.py instead: no references, no
     closures. The module is re-typed after each replacement, so nested grads see typed programs.
     """
+    from relaydsl.transform.dead_code import eliminate_dead_code
     from relaydsl.transform.first_order_gradient import first_order_gradient, supports
     from relaydsl.typing import infer_types
 
-    mod = mod.copy()
-    infer_types(mod)
+    mod = eliminate_dead_code(mod)  # dead code would send nan adjoints (0 * inf) back
     while (found := _innermost_grad(mod)) is not None:
         gv, node = found
         target = mod[node.fn] if isinstance(node.fn, GlobalVar) else node.fn

@@ -3,7 +3,8 @@
 Each op's element is ``scalar(attrs, *input elements)``, the inputs read through
 ``broadcast_read``: dimensions are aligned from the right and a dimension of
 extent 1 is read at index 0. ``checked`` wraps any rule with the check that
-the tensor it builds has the shape and dtype the op's type says.
+the tensor it builds (each tensor, for a tuple-typed result) has the shape and
+dtype the op's type says.
 """
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Callable, Sequence
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.types import TensorType
+from relaydsl.ir.types import TensorType, TupleType
 from relaydsl.te import expr as E
 from relaydsl.te.expr import INT_DTYPES, PrimExpr, const
 from relaydsl.te.tensor import Tensor, compute
 
-ComputeRule = Callable[[Attrs, list[Tensor], TensorType], Tensor]
+# (attrs, inputs, out_type) -> the result: one tensor, or a tuple of them for a TupleType
+ComputeRule = Callable[[Attrs, list[Tensor], TensorType | TupleType],
+                       Tensor | tuple[Tensor, ...]]
 Scalar = Callable[..., PrimExpr]
 
 
@@ -30,18 +33,40 @@ def broadcast_read(t: Tensor, out_index: Sequence[PrimExpr]) -> PrimExpr:
 
 
 def checked(op_name: str, rule: ComputeRule) -> ComputeRule:
-    """``rule``, failing when its tensor's shape or dtype differ from ``out_type``'s."""
+    """``rule``, failing when its tensor's shape or dtype differ from ``out_type``'s.
 
-    def run(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    For a ``TupleType`` result the rule must give a tuple of tensors, one per field,
+    each with its field's shape and dtype.
+    """
+
+    def run(attrs: Attrs, inputs: list[Tensor],
+            out_type: TensorType | TupleType) -> Tensor | tuple[Tensor, ...]:
         out = rule(attrs, list(inputs), out_type)
-        shape = out_type.concrete_shape()
-        if out.dtype != out_type.dtype or out.shape != shape:
-            raise IRError(f"{op_name}: compute rule gave {out.dtype}{list(out.shape)}, "
-                          f"the op's type says {out_type.dtype}{list(shape)}")
+        if isinstance(out_type, TupleType):
+            if not isinstance(out, tuple) or len(out) != len(out_type.fields):
+                got = f"{len(out)} tensors" if isinstance(out, tuple) else "one tensor"
+                raise IRError(f"{op_name}: compute rule gave {got}, the op's type says a "
+                              f"tuple of {len(out_type.fields)}")
+            for n, (t, field) in enumerate(zip(out, out_type.fields)):
+                _check_tensor(f"{op_name} (result {n})", t, field)
+            return out
+        if isinstance(out, tuple):
+            raise IRError(f"{op_name}: compute rule gave a tuple of {len(out)} tensors, the "
+                          f"op's type says one tensor")
+        _check_tensor(op_name, out, out_type)
         return out
 
     run.__name__ = run.__qualname__ = f"{op_name}_compute"
     return run
+
+
+def _check_tensor(what: str, out: Tensor, out_type: TensorType) -> None:
+    if not isinstance(out_type, TensorType):
+        raise IRError(f"{what}: the op's type {out_type} is not a tensor type")
+    shape = out_type.concrete_shape()
+    if out.dtype != out_type.dtype or out.shape != shape:
+        raise IRError(f"{what}: compute rule gave {out.dtype}{list(out.shape)}, "
+                      f"the op's type says {out_type.dtype}{list(shape)}")
 
 
 def elementwise(op_name: str, scalar: Scalar) -> ComputeRule:
@@ -94,7 +119,6 @@ SCALAR_RULES: dict[str, Scalar] = {
     "relu": _relu,                                            # max(x, 0)
     "clip": _clip,                                            # min(max(x, a_min), a_max)
     "cast": _cast,                                            # dtype(x)
-    "cast_like": lambda attrs, x, like: E.cast(like.dtype, x),  # like's dtype(x)
     "logical_not": lambda attrs, x: ~x,
     "where": lambda attrs, c, x, y: E.select(c, x, y),        # x if c else y
     **{name: _unary(name) for name in (

@@ -3,7 +3,9 @@
 Products reduce over the contraction axis; conv2d and the pools read their
 input at ``out * stride + tap * dilation - pad_before``, guarded by
 ``select`` where a window may leave the input (padding, ceil_mode), which
-reads 0 (conv2d, avg_pool2d) or -inf (max_pool2d) there. softmax and
+reads 0 (conv2d, avg_pool2d) or -inf (max_pool2d) there. max_pool2d_grad
+sums, at each input position, the out_grad of the windows whose first maximum
+it is, over just the windows that contain it. softmax and
 log_softmax are written as their references are: the maximum along the axis,
 the shifted exponentials and their sum.
 """
@@ -20,7 +22,9 @@ from relaydsl.te import tensor as T
 from relaydsl.te.compute_rules.elementwise import ComputeRule
 from relaydsl.te.compute_rules.indexing import right_aligned
 from relaydsl.te.compute_rules.transform import reshape_rule
-from relaydsl.te.expr import PrimExpr, cast, const, exp, log, maximum, minimum, select
+from relaydsl.te.expr import (
+    PrimExpr, cast, const, equal, exp, log, maximum, minimum, not_equal, select,
+)
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
 
 
@@ -147,6 +151,60 @@ def _pool(op: str):
     return rule
 
 
+def _max_pool2d_grad(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """Each window's out_grad added at its first maximum (row-major), as the reference does.
+
+    ``first`` is each window's first tap holding the recomputed maximum (or a NaN, as
+    argmax picks); an input position sums out_grad over only the windows that contain
+    it (at most ceil(k / stride) per axis), in the reference's (row-major) order.
+    """
+    out_grad, data = inputs
+    kh, kw = _pair(attrs.pool_size)
+    oh, ow = out_grad.shape[-2:]
+    if oh == 0 or ow == 0:
+        return compute(data.shape, lambda *o: const(0, data.dtype), "T_max_pool2d_grad")
+    win = _Window(data, attrs, (1, 1), guard=attrs.ceil_mode)
+    pooled = _pool("max_pool2d")(attrs, [data], TensorType(out_grad.shape, data.dtype))
+
+    def first_tap(*o: PrimExpr) -> PrimExpr:
+        *lead, y, x = o
+        ry, rx = reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+        v = win.read(tuple(lead), *win.rows_cols(y, x, ry, rx), -np.inf)
+        hit = equal(v, pooled[o]) | not_equal(v, v)
+        return T.min(select(hit, ry * kw + rx, kh * kw), [ry, rx])
+
+    first = compute(out_grad.shape, first_tap, "T_max_pool2d_first")
+    (sh, sw), (top, left) = win.strides, win.pads[:2]
+    spans = [(top, sh, kh, oh, data.shape[-2]), (left, sw, kw, ow, data.shape[-1])]
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        *lead, iy, ix = o
+        valid, out_at, tap = [], [], []
+        for i, (before, stride, k, extent, size) in zip((iy, ix), spans):
+            # i (at p in the padded input) is in windows (p - k) / stride < w <= p / stride
+            count = min(-(-k // stride), extent)
+            r = reduce_axis(count, "wy" if not out_at else "wx")
+            p = i + before if before else i
+            last = p // stride if stride > 1 else p
+            if (size - 1 + before) // stride > extent - 1:
+                last = minimum(last, extent - 1)
+            w = last - (count - 1) + r if count > 1 else last
+            t = p - w * stride if stride > 1 else p - w  # the tap of i in window w, >= 0
+            valid += ([w >= 0] if count > 1 else []) + [t < k]
+            out_at.append((w, r))
+            tap.append(t)
+        (wy, ry), (wx, rx) = out_at
+        at = (*lead, wy, wx)
+        inside = valid[0]
+        for c in valid[1:]:
+            inside = inside & c
+        zero = const(0, data.dtype)
+        mine = select(equal(first[at], tap[0] * kw + tap[1]), out_grad[at], zero)
+        return T.sum(select(inside, mine, zero), [ry, rx])
+
+    return compute(data.shape, f, "T_max_pool2d_grad")
+
+
 def _avg_divisor(win: _Window, attrs: Attrs, y: PrimExpr, x: PrimExpr,
                  kernel: tuple[int, int]) -> PrimExpr:
     """How many input (or, with count_include_pad, explicitly padded) elements a window covers."""
@@ -253,7 +311,8 @@ def _pad(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
 
 RULES: dict[str, ComputeRule] = {
     "matmul": _matmul, "dense": _dense, "batch_matmul": _batch_matmul, "bias_add": _bias_add,
-    "conv2d": _conv2d, "max_pool2d": _pool("max_pool2d"), "avg_pool2d": _pool("avg_pool2d"),
+    "conv2d": _conv2d, "max_pool2d": _pool("max_pool2d"), "max_pool2d_grad": _max_pool2d_grad,
+    "avg_pool2d": _pool("avg_pool2d"),
     "global_avg_pool2d": _global_avg_pool2d, "softmax": _softmax, "log_softmax": _log_softmax,
     "softmax_cross_entropy": _softmax_cross_entropy, "pad": _pad, "flatten": reshape_rule,
 }

@@ -5,6 +5,8 @@ input dtype (bool max/min, NumPy's any/all, fold int8 0/1 values); mean divides
 the sum by the count (float16 through float32, as NumPy does). argmax/argmin
 take two passes: the extreme value, then the least flat position (over the
 reduced axes, row-major) holding it, or holding a NaN, as NumPy's first NaN.
+collapse_sum_like (the adjoint of broadcasting) sums over the axes broadcasting
+added or expanded.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from relaydsl.te import tensor as T
 from relaydsl.te.compute_rules.elementwise import ComputeRule
 from relaydsl.te.compute_rules.indexing import norm_axes, over_axes, ravel
 from relaydsl.te.expr import PrimExpr, cast, const, equal, not_equal, select
-from relaydsl.te.tensor import Reducer, Tensor, compute
+from relaydsl.te.tensor import Reducer, Tensor, compute, reduce_axis
 
 
 def _copy(x: Tensor, shape: tuple[int, ...], name: str) -> Tensor:
@@ -82,7 +84,28 @@ def _arg(op: str, extreme: Reducer):
     return rule
 
 
+def _collapse_sum_like(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """data summed over the axes broadcasting like's shape to data's adds (the leading ones)
+    or expands (like has 1, data more), in data's dtype; like gives only the shape."""
+    data, like = inputs
+    target, lead = like.shape, data.ndim - like.ndim
+    axes = tuple(range(lead)) + tuple(lead + i for i, t in enumerate(target)
+                                      if t == 1 and data.shape[lead + i] != 1)
+    if not axes:  # like has data's shape
+        return _copy(data, target, "T_collapse_sum_like")
+    if math.prod(data.shape[a] for a in axes) == 0:  # an empty sum
+        return compute(target, lambda *o: const(0, data.dtype), "T_collapse_sum_like")
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        r = [reduce_axis(data.shape[a], f"r{a}") for a in axes]
+        index = [r[axes.index(d)] if d in axes else o[d - lead] for d in range(data.ndim)]
+        return T.sum(data[tuple(index)], r)
+
+    return compute(target, f, "T_collapse_sum_like")
+
+
 RULES: dict[str, ComputeRule] = {
     "sum": _fold(T.sum), "prod": _fold(T.prod), "max": _fold(T.max), "min": _fold(T.min),
     "mean": _mean, "argmax": _arg("argmax", T.max), "argmin": _arg("argmin", T.min),
+    "collapse_sum_like": _collapse_sum_like,
 }

@@ -24,6 +24,7 @@ def test_op_definition_is_complete(name):
     assert callable(d.numpy_ref), f"{name}: no NumPy reference"
     assert callable(d.jax_lower), f"{name}: no JAX lowering"
     assert isinstance(d.pattern, OpPattern), f"{name}: no fusion pattern kind"
+    assert callable(d.compute), f"{name}: no compute rule (relaydsl/te/compute_rules)"
     assert d.doc.strip(), f"{name}: no doc"
     assert len({a.name for a in d.attrs}) == len(d.attrs), f"{name}: duplicate attribute names"
 

@@ -1,5 +1,8 @@
-"""Compute rules of the elementwise ops, evaluated in te, against each op's NumPy reference."""
+"""Every op's compute rule, evaluated in te, against the op's NumPy reference."""
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,8 +11,8 @@ import relaydsl.te.compute_rules as rules
 from relaydsl import te
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.types import TensorType
-from relaydsl.op import lookup
+from relaydsl.ir.types import TensorType, TupleType
+from relaydsl.op import all_ops, lookup
 
 RNG = np.random.default_rng(1)
 BINARY_SHAPES = [((3, 1), (4,)), ((2, 3, 4), (3, 1)), ((5,), (5,)), ((), (2, 2))]
@@ -26,18 +29,26 @@ def ints(shape: tuple[int, ...], nonzero: bool = False) -> np.ndarray:
 
 def check(op: str, arrays: list, tol: float = 1e-6, **attrs: object) -> None:
     """The op's rule, evaluated in te, against its NumPy reference; a tuple argument (a
-    Python tuple of arrays) reaches the rule as its fields, flattened."""
+    Python tuple of arrays) reaches the rule as its fields, flattened, and a tuple result
+    (a TupleType) is a tuple of tensors, compared field by field."""
     opdef = lookup(op)
     full = opdef.check_call(tuple(arrays), Attrs(attrs))
-    expected = np.asarray(opdef.numpy_ref(*arrays, **full))
+    ref = opdef.numpy_ref(*arrays, **full)
+    expected = [np.asarray(r) for r in ref] if isinstance(ref, tuple) else [np.asarray(ref)]
+    types = [TensorType(e.shape, e.dtype.name) for e in expected]
     flat = [a for arg in arrays for a in (arg if isinstance(arg, tuple) else (arg,))]
     holders = [te.placeholder(a.shape, a.dtype.name, f"in{n}") for n, a in enumerate(flat)]
     assert opdef.compute is not None
-    out = opdef.compute(full, holders, TensorType(expected.shape, expected.dtype.name))
-    actual = te.evaluate(out, dict(zip(holders, flat)))
-    assert actual.dtype == expected.dtype, op
-    assert actual.shape == expected.shape, op
-    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol, err_msg=f"{op} {attrs}")
+    out = opdef.compute(full, holders, TupleType(tuple(types)) if isinstance(ref, tuple)
+                        else types[0])
+    outs = out if isinstance(ref, tuple) else (out,)
+    assert isinstance(outs, tuple) and len(outs) == len(expected), op
+    for field, (t, want) in enumerate(zip(outs, expected)):
+        actual = te.evaluate(t, dict(zip(holders, flat)))
+        assert actual.dtype == want.dtype, (op, field)
+        assert actual.shape == want.shape, (op, field)
+        np.testing.assert_allclose(actual, want, rtol=tol, atol=tol,
+                                   err_msg=f"{op} {attrs} result {field}")
 
 
 UNARY_INPUTS = {
@@ -286,12 +297,12 @@ def test_global_avg_pool2d_rule() -> None:
     check("global_avg_pool2d", [floats((1, 1, 1, 1))])
 
 
-def test_softmax_rules() -> None:
-    for op in ("softmax", "log_softmax"):
-        check(op, [floats((3, 5), -9, 9)], tol=1e-5)
-        check(op, [floats((2, 3, 4), -9, 9)], tol=1e-5, axis=1)
-        check(op, [floats((2, 3, 4), -9, 9)], tol=1e-5, axis=0)
-        check(op, [floats((6,), -50, 50)], tol=1e-5)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_rules(op: str) -> None:
+    check(op, [floats((3, 5), -9, 9)], tol=1e-5)
+    check(op, [floats((2, 3, 4), -9, 9)], tol=1e-5, axis=1)
+    check(op, [floats((2, 3, 4), -9, 9)], tol=1e-5, axis=0)
+    check(op, [floats((6,), -50, 50)], tol=1e-5)
 
 
 def test_softmax_cross_entropy_rule() -> None:
@@ -305,3 +316,187 @@ def test_pad_rule() -> None:
     check("pad", [floats((2, 3))], pad_width=(1, 2, 0, 3))
     check("pad", [floats((2, 3, 2))], pad_width=(0, 0, 2, 0, 1, 1), pad_value=-1.5)
     check("pad", [floats((4,))], pad_width=(0, 0))
+
+
+def test_max_pool2d_grad_rule() -> None:
+    for data, attrs in POOL_CASES:
+        x = floats(data)
+        g = lookup("max_pool2d").numpy_ref(x, **lookup("max_pool2d").check_call((x,), Attrs(
+            attrs)))
+        check("max_pool2d_grad", [floats(g.shape), x], **attrs)
+
+
+@pytest.mark.parametrize("data,attrs", [
+    ((1, 1, 6, 6), {"pool_size": 3, "strides": 1}),  # overlapping windows share a maximum
+    ((1, 2, 5, 7), {"pool_size": (2, 3), "strides": (1, 2), "padding": 1}),
+    ((2, 1, 7, 7), {"pool_size": 2, "strides": 3}),  # gaps between windows
+    ((1, 1, 3, 3), {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True}),
+    ((1, 1, 4, 4), {"pool_size": 1, "strides": 2}),
+    ((1, 1, 2, 2), {"pool_size": 2, "strides": 1, "padding": 2}),  # windows in the padding
+])
+def test_max_pool2d_grad_ties_and_windows(data: tuple, attrs: dict) -> None:
+    x = np.round(floats(data))  # rounded: ties, broken toward the first in row-major order
+    x.flat[::5] = np.nan if data[-1] == 7 else x.flat[::5]  # a NaN is the maximum
+    x.flat[1::7] = -np.inf  # a window of -inf only picks its first element
+    full = lookup("max_pool2d").check_call((x,), Attrs(attrs))
+    g = np.round(floats(lookup("max_pool2d").numpy_ref(x, **full).shape) * 4)  # exact sums
+    check("max_pool2d_grad", [g, x], tol=0, **attrs)
+    check("max_pool2d_grad", [g, np.full(data, -np.inf, "float32")], tol=0, **attrs)
+
+
+def test_batch_norm_rule() -> None:
+    for shape, axis in [((2, 3, 4, 5), 1), ((6, 4), 1), ((3, 4, 2), -1), ((5,), 0),
+                        ((4, 3), 0)]:
+        c = shape[axis]
+        x, mm, mv = floats(shape, -3, 3), floats((c,)), floats((c,), 0.5, 2)
+        gamma, beta = floats((c,)), floats((c,))
+        for training in (False, True):
+            for center, scale in [(True, True), (False, True), (True, False), (False, False)]:
+                check("batch_norm", [x, gamma, beta, mm, mv], tol=1e-5, axis=axis,
+                      training=training, center=center, scale=scale, epsilon=1e-3,
+                      momentum=0.25)
+    x64 = RNG.normal(size=(4, 2, 3))
+    c64 = [RNG.normal(size=2), RNG.normal(size=2), RNG.normal(size=2), RNG.uniform(1, 2, 2)]
+    check("batch_norm", [x64, *c64], tol=1e-12, training=True)
+    check("batch_norm", [x64, *c64], tol=1e-12)
+
+
+def test_layer_norm_rule() -> None:
+    for shape, axis in [((3, 5), -1), ((2, 3, 4), 1), ((2, 3, 4), 0), ((6,), 0)]:
+        c = shape[axis]
+        for center, scale in [(True, True), (False, True), (True, False), (False, False)]:
+            check("layer_norm", [floats(shape, -3, 3), floats((c,)), floats((c,))], tol=1e-5,
+                  axis=axis, center=center, scale=scale)
+    check("layer_norm", [floats((4, 3), -3, 3).astype("float16"), floats((3,)).astype("float16"),
+                         floats((3,)).astype("float16")], tol=1e-2)
+
+
+def test_dropout_rule_is_bit_exact() -> None:
+    x = floats((3, 4, 5))
+    check("dropout", [x], tol=0)  # inference: the identity
+    check("dropout", [x], tol=0, rate=0.9, seed=3)
+    for rate, seed in [(0.5, 0), (0.1, 7), (0.9, -1), (0.0, 12345), (0.3, 2**40 + 5)]:
+        check("dropout", [x], tol=0, rate=rate, training=True, seed=seed)
+    check("dropout", [RNG.normal(size=(1000,))], tol=0, rate=0.5, training=True, seed=99)
+    check("dropout", [floats(())], tol=0, rate=0.5, training=True, seed=1)
+    check("dropout", [floats((2, 3)).astype("float16")], tol=0, rate=0.3, training=True)
+
+
+def test_dropout_hash_matches_the_reference_mix() -> None:
+    from relaydsl.op.nn import _mix32
+    from relaydsl.te.compute_rules.dropout import U32, mix32
+
+    values = np.array([0, 1, 2, 65535, 65536, 2**31 - 1, 2**31, 2**32 - 1, 123456789],
+                      "uint32")
+    v = te.placeholder(values.shape, U32, "v")
+    out = te.compute(values.shape, lambda i: mix32(v[i]), "mixed")
+    got = te.evaluate(out, {v: values.astype(U32)})
+    np.testing.assert_array_equal(got, _mix32(values).astype(U32))
+
+
+def test_collapse_sum_like_rule() -> None:
+    for data, like in [((2, 3, 4), (3, 1)), ((2, 3, 4), (4,)), ((2, 3), (2, 3)),
+                       ((2, 3), ()), ((3, 1, 4), (1, 1, 1)), ((5, 2), (1, 2))]:
+        check("collapse_sum_like", [floats(data), floats(like)], tol=1e-5)
+        check("collapse_sum_like", [ints(data), floats(like)])
+
+
+def test_stack_rule() -> None:
+    a, b, c = floats((2, 3)), floats((2, 3)), floats((2, 3))
+    for axis in (0, 1, 2, -1, -3):
+        check("stack", [(a, b, c)], axis=axis)
+    check("stack", [(ints((4,)),)])
+    check("stack", [(floats(()), floats(()))])
+    check("stack", [(floats((0, 2)), floats((0, 2)))], axis=1)
+
+
+def test_split_rule() -> None:
+    x = floats((6, 4, 3))
+    for how, axis in [(1, 0), (3, 0), (2, 1), (3, -1), (6, 0)]:
+        check("split", [x], indices_or_sections=how, axis=axis)
+    for cuts, axis in [((2,), 0), ((1, 4), 0), ((1, 3), 1), ((-1,), 2), ((2, 2, 5), 0),
+                       ((4, 2), 0), ((0, 10), 0)]:  # empty and clamped pieces too
+        check("split", [x], indices_or_sections=cuts, axis=axis)
+    check("split", [ints((5,))], indices_or_sections=(3,))
+
+
+def test_take_grad_rule() -> None:
+    like = floats((3, 4, 5))
+    repeated = np.array([[1, 1, 2], [0, 1, 1]], "int32")
+    wild = np.array([[-7, 0, 2], [3, 11, -1]], "int32")
+    for mode in ("clip", "wrap"):
+        for indices in (repeated, wild, wild.astype("int64"), np.array(2, "int8"),
+                        np.array([200, 3, 1], "uint8")):
+            take = lookup("take")
+            for axis in (None, 0, 1, -1):
+                full = take.check_call((like, indices), Attrs({"axis": axis, "mode": mode}))
+                g = floats(take.numpy_ref(like, indices, **full).shape)
+                check("take_grad", [g, indices, like], tol=1e-6, axis=axis, mode=mode)
+    g = np.round(floats((2, 3, 4, 5)) * 4)
+    check("take_grad", [g, repeated, like], tol=0, axis=0)  # exact: sums in the same order
+    check("take_grad", [ints((2, 3)), repeated, ints((6,))], tol=0)
+    check("take_grad", [floats((3, 0, 5)), np.zeros((0,), "int32"), like], axis=1)
+
+
+def test_strided_slice_grad_rule() -> None:
+    like = floats((5, 6, 4))
+    for attrs in [dict(begin=(1,), end=(4,)), dict(begin=(0, 5), end=(5, 0), strides=(2, -2)),
+                  dict(begin=(-1, -100), end=(-4, 100), strides=(-1, 3), axes=(2, 1)),
+                  dict(begin=(4, 1), end=(-100, 5), strides=(-3, 2)),
+                  dict(begin=(3,), end=(3,)),  # empty
+                  dict(begin=(0, 0, 0), end=(5, 6, 4)),
+                  dict(begin=(1, 1), end=(5, 6), strides=(4, 5), axes=(0, -2))]:
+        full = lookup("strided_slice").check_call((like,), Attrs(attrs))
+        g = floats(lookup("strided_slice").numpy_ref(like, **full).shape)
+        check("strided_slice_grad", [g, like], tol=0, **attrs)
+    check("strided_slice_grad", [ints((3,)), ints((7,))], tol=0, begin=(10,), end=(-10,),
+          strides=(-3,))
+
+
+def test_shape_of_rule() -> None:
+    for shape in [(2, 3, 4), (5,), (), (1, 0, 7)]:
+        check("shape_of", [floats(shape)], tol=0)
+
+
+def test_tuple_results_are_checked() -> None:
+    x = te.placeholder((4, 2), "float32", "x")
+    split = lookup("split")
+    attrs = split.check_call((x,), Attrs({"indices_or_sections": 2}))
+    pieces = TupleType((TensorType((2, 2), "float32"), TensorType((2, 2), "float32")))
+    assert len(split.compute(attrs, [x], pieces)) == 2
+    with pytest.raises(IRError, match=r"split: compute rule gave 2 tensors, the op's type "
+                       r"says a tuple of 3"):
+        split.compute(attrs, [x], TupleType((*pieces.fields, pieces.fields[0])))
+    with pytest.raises(IRError, match=r"split \(result 1\): compute rule gave float32\[2, 2\], "
+                       r"the op's type says float32\[3, 2\]"):
+        split.compute(attrs, [x], TupleType((pieces.fields[0], TensorType((3, 2), "float32"))))
+    with pytest.raises(IRError, match="split: compute rule gave a tuple of 2 tensors, the op's "
+                       "type says one tensor"):
+        split.compute(attrs, [x], TensorType((2, 2), "float32"))
+
+
+def test_empty_computes() -> None:
+    A = te.placeholder((0, 3), "float32", "A")
+    k = te.reduce_axis(3, "k")
+    B = te.compute((0,), lambda i: te.sum(A[i, k], k), "B")
+    assert te.evaluate(B, {A: np.zeros((0, 3), "float32")}).shape == (0,)
+    with pytest.raises(IRError, match="extent must be a positive int, got 0"):
+        te.reduce_axis(0)
+
+
+def test_every_op_rule_is_checked_here() -> None:
+    """Every registered op appears in a ``check`` call of this file (directly, or through a
+    parametrized ``op``), so no rule goes untested against its reference."""
+    tree = ast.parse(Path(__file__).read_text())
+    checked: set[str] = set(UNARY_INPUTS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "check" and \
+                node.args and isinstance(node.args[0], ast.Constant):
+            checked.add(node.args[0].value)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "parametrize" \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "op":
+            values = node.args[1]  # a list of names (or sorted(UNARY_INPUTS), counted above)
+            if isinstance(values, (ast.List, ast.Tuple)):
+                checked.update(e.value for e in values.elts if isinstance(e, ast.Constant))
+    missing = sorted(set(all_ops()) - checked)
+    assert not missing, f"ops whose compute rule no test checks: {missing}"

@@ -1,4 +1,4 @@
-"""Random well-typed programs: the interpreter and the JAX oracle agree on every one."""
+"""Random well-typed programs: every target and the JAX oracle agree on every one."""
 from hypothesis import HealthCheck, given, settings
 
 from relaydsl.ir import IRModule
@@ -16,6 +16,20 @@ EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[Heal
 def test_interpreter_matches_jax_on_random_programs(program_and_inputs):
     fn, inputs = program_and_inputs
     assert_matches_jax(fn, inputs, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs())
+def test_llvm_matches_jax_on_random_programs(program_and_inputs):
+    fn, inputs = program_and_inputs
+    assert_matches_jax(fn, inputs, rtol=1e-5, atol=1e-5, target="llvm")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(control_flow=False))
+def test_llvm_static_plans_match_jax_on_random_straight_line_programs(program_and_inputs):
+    fn, inputs = program_and_inputs
+    assert_matches_jax(fn, inputs, rtol=1e-5, atol=1e-5, target="llvm")
 
 
 @settings(max_examples=50, deadline=None)

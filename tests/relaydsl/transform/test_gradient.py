@@ -314,3 +314,20 @@ def test_an_adt_field_declared_as_a_tensor_is_a_located_error_under_grad():
                                              r"Tensor\[\(2,\), float32\].*type parameter") as info:
         relay.grad(unbox)(np.ones(2, np.float32))
     assert "b = Box.Full(x * 2.0)" in str(info.value)
+
+
+@relay
+def sum_of_squares(x: Tensor[Float, 3]) -> Float:
+    return relay.sum(x * x)
+
+
+@relay
+def gradient_through_a_local_name(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
+    d = relay.grad(sum_of_squares)  # a grad function bound to a name, then called
+    return d(x)[1][0]
+
+
+def test_a_grad_function_bound_to_a_name_returns_value_and_gradients():
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    expected = jax.grad(lambda v: jnp.sum(v * v))(x)
+    np.testing.assert_allclose(gradient_through_a_local_name(x), expected, rtol=1e-6)

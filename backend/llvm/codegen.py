@@ -1,0 +1,609 @@
+"""LLVM IR for a scheduled primitive function: one function per materialised stage.
+
+A stage computing ``T`` (shape ``(A, B, C)``, the first axis parallel) from
+buffers ``X`` and ``Y`` becomes::
+
+    define void @<prefix>_s0(float* noalias %T, float* noalias %X, float* noalias %Y,
+                             i64 %begin, i64 %end) {
+    outer.cond:  %o = phi i64 [%begin, ...]   ; for o in [begin, end): the parallel loop
+      b.cond:    %b = phi i64 [0, ...]         ;   for b in [0, B)   constant trip counts
+        c.cond:  %c = phi i64 [0, ...]         ;     for c in [0, C) the vectorised axis
+                 ... the body, inlined producers substituted, reads clamped ...
+                 store float %v, float* (T + (o*B + b)*C + c)
+    }
+
+and ``@<prefix>_entry(i8** %buffers)`` runs every stage over its whole range,
+in order (one ctypes call for a kernel none of whose stages runs in parallel).
+
+Expressions: index arithmetic (integer expressions of axes and constants) is
+computed in i64 with ``nsw`` so addresses stay simple affine forms; data
+arithmetic follows NumPy (integers wrap; integer division floors and gives 0
+for a zero divisor, never trapping; float max/min propagate NaN; float->int
+casts saturate instead of producing poison). bool is i1 in registers, i8 in
+memory. Every read's index is checked by interval analysis over the loop
+ranges and clamped where it is not provably in range, so no input -- not even
+a guarded read in a padding region, which ``select`` still evaluates, or a
+data-dependent index -- reads out of bounds. Reductions accumulate with
+reassociation allowed (``fadd reassoc nsz``) so the vectoriser can split them.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+from llvmlite import ir
+
+from backend.llvm import intrinsics as M
+from backend.llvm.schedule import PARALLEL_WORK, Schedule, Stage
+from relaydsl.te.expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Call, Cast, Div, FloatImm, FloorDiv, FloorMod,
+    IntImm, IterVar, Max, Min, Mul, Not, Or, PrimExpr, Reduce, Select, Sub, TensorRead, Var,
+    children, post_order,
+)
+from relaydsl.te.tensor import Tensor
+
+I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
+VOID = ir.VoidType()
+_VALUE_TYPES = {
+    "bool": I1, "int8": I8, "uint8": I8, "int16": ir.IntType(16), "int32": ir.IntType(32),
+    "int64": I64, "float16": M.F16, "float32": M.F32, "float64": M.F64,
+}
+FAST = ("reassoc", "nsz", "contract")
+Interval = tuple[int, int] | None
+
+
+def value_type(dtype: str) -> ir.Type:
+    return _VALUE_TYPES[dtype]
+
+
+def memory_type(dtype: str) -> ir.Type:
+    return I8 if dtype == "bool" else _VALUE_TYPES[dtype]
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def dtype_range(dtype: str) -> tuple[int, int]:
+    if dtype == "bool":
+        return (0, 1)
+    info = np.iinfo(dtype)
+    return (int(info.min), int(info.max))
+
+
+def strides(shape: tuple[int, ...]) -> list[int]:
+    return [math.prod(shape[d + 1:]) for d in range(len(shape))]
+
+
+@dataclass
+class StageCode:
+    """A stage's function: its symbol and the buffer slots it takes after the output."""
+
+    stage: Stage
+    out_slot: int
+    read_slots: list[int]
+
+
+def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[StageCode], str]:
+    """Adds every stage of ``sched`` and ``@<prefix>_entry`` to ``module``."""
+    slot = {t: i for i, t in enumerate(sched.buffers)}
+    codes: list[StageCode] = []
+    for stage in sched.stages:
+        if stage.template is not None:
+            info = stage.template.emit(module, stage.symbol)
+            stage.extent = int(info.parallel_extent)
+            stage.work = float(info.flops)
+            stage.parallel = stage.work >= PARALLEL_WORK and stage.extent >= 2
+        else:
+            _StageEmitter(module, stage, sched).emit()
+        codes.append(StageCode(stage, slot[stage.tensor], [slot[r] for r in stage.reads]))
+    entry = f"{prefix}_entry"
+    fn = ir.Function(module, ir.FunctionType(VOID, [I8.as_pointer().as_pointer()]), entry)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    for code in codes:
+        if math.prod(code.stage.tensor.shape) == 0:
+            continue
+        callee = module.globals[code.stage.symbol]
+        args = []
+        for s, param in zip([code.out_slot, *code.read_slots], callee.args):
+            raw = b.load(b.gep(fn.args[0], [ir.Constant(I64, s)], inbounds=True))
+            args.append(b.bitcast(raw, param.type))
+        b.call(callee, [*args, ir.Constant(I64, 0), ir.Constant(I64, code.stage.extent)])
+    b.ret_void()
+    return codes, entry
+
+
+class _Ctx:
+    """Where an expression is emitted: values and ranges of its axes/variables, and a memo."""
+
+    def __init__(self, env: dict[PrimExpr, ir.Value], ranges: dict[PrimExpr, Interval],
+                 parent: "_Ctx | None" = None, fast: bool = False):
+        self.env, self.ranges, self.parent, self.fast = env, ranges, parent, fast
+        self.memo: dict[tuple[int, str], ir.Value] = {}
+        self.intervals: dict[int, Interval] = {}
+
+    def child(self, env: dict[PrimExpr, ir.Value], ranges: dict[PrimExpr, Interval]) -> "_Ctx":
+        return _Ctx({**self.env, **env}, {**self.ranges, **ranges}, self, self.fast)
+
+    def lookup(self, key: tuple[int, str]) -> ir.Value | None:
+        ctx: _Ctx | None = self
+        while ctx is not None:
+            v = ctx.memo.get(key)
+            if v is not None:
+                return v
+            ctx = ctx.parent
+        return None
+
+
+class _StageEmitter:
+    def __init__(self, module: ir.Module, stage: Stage, sched: Schedule):
+        self.module, self.stage, self.inlined = module, stage, sched.inlined
+        t = stage.tensor
+        tensors = [t, *stage.reads]
+        ptrs = [memory_type(x.dtype).as_pointer() for x in tensors]
+        self.fn = ir.Function(module, ir.FunctionType(VOID, [*ptrs, I64, I64]), stage.symbol)
+        self.fn.attributes.add("noinline")  # the entry calls it; one copy of the code
+        self.fn.attributes.add("nounwind")
+        for arg, x in zip(self.fn.args, tensors):
+            arg.add_attribute("noalias")
+            arg.name = x.name
+        self.fn.args[-2].name, self.fn.args[-1].name = "begin", "end"
+        self.ptr = dict(zip(tensors, self.fn.args))
+        entry = self.fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(entry)
+        self.b = ir.IRBuilder(self.fn.append_basic_block("start"))
+        self._pure: dict[int, bool] = {}
+
+    # ---- loops -----------------------------------------------------------------------
+    @contextmanager
+    def loop(self, start: ir.Value, stop: ir.Value, name: str) -> Iterator[ir.Value]:
+        """``for (i = start; i < stop; i++)``; blocks ``name.cond``, ``name.body``, ``name.end``."""
+        b = self.b
+        pre = b.block
+        cond = self.fn.append_basic_block(f"{name}.cond")
+        body = self.fn.append_basic_block(f"{name}.body")
+        end = self.fn.append_basic_block(f"{name}.end")
+        b.branch(cond)
+        b.position_at_end(cond)
+        i = b.phi(I64, name)
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", i, stop), body, end)
+        b.position_at_end(body)
+        yield i
+        nxt = b.add(i, ir.Constant(I64, 1), name=f"{name}.next", flags=["nsw", "nuw"])
+        i.add_incoming(nxt, b.block)
+        b.branch(cond)
+        b.position_at_end(end)
+
+    def alloca(self, t: ir.Type, name: str) -> ir.Value:
+        return self.alloca_builder.alloca(t, name=name)
+
+    def emit(self) -> None:
+        stage, t, b = self.stage, self.stage.tensor, self.b
+        body = t.body
+        assert body is not None
+        axes, shape = t.axes, t.shape
+        outer = stage.outer
+        with self.loop(self.fn.args[-2], self.fn.args[-1], "outer") as o:
+            env: dict[PrimExpr, ir.Value] = {}
+            rem = o
+            for d in range(outer - 1, -1, -1):  # unravel o over the leading axes
+                if d == 0:
+                    env[axes[d]] = rem
+                else:
+                    ext = ir.Constant(I64, shape[d])
+                    env[axes[d]] = b.urem(rem, ext)
+                    rem = b.udiv(rem, ext)
+            ranges: dict[PrimExpr, Interval] = {a: (0, a.extent - 1) for a in axes}
+            if stage.row_reduce:
+                self._nest_rows(axes, shape, outer, env, ranges, body)
+            else:
+                self._nest(axes, shape, outer, env, ranges, body)
+        b.ret_void()
+        self.alloca_builder.branch(self.fn.blocks[1])
+
+    def _nest(self, axes, shape, d, env, ranges, body) -> None:
+        if d == len(axes):
+            ctx = _Ctx(dict(env), ranges)
+            self.store(axes, env, self.value(body, ctx))
+            return
+        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, shape[d]), axes[d].name) as i:
+            env[axes[d]] = i
+            self._nest(axes, shape, d + 1, env, ranges, body)
+
+    def store(self, axes, env, v: ir.Value) -> None:
+        t = self.stage.tensor
+        off = ir.Constant(I64, 0)
+        for a, s in zip(axes, strides(t.shape)):
+            term = env[a] if s == 1 else self.b.mul(env[a], ir.Constant(I64, s), flags=["nsw"])
+            off = self.b.add(off, term, flags=["nsw"])
+        if t.dtype == "bool":
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.b.gep(self.ptr[t], [off], inbounds=True))
+
+    def _nest_rows(self, axes, shape, d, env, ranges, body) -> None:
+        """Row-wise reduction: ``row[:] = init; for r: row[j] = f(row[j], src); out = epi(row)``."""
+        if d < len(axes) - 1:
+            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, shape[d]), axes[d].name) as i:
+                env[axes[d]] = i
+                self._nest_rows(axes, shape, d + 1, env, ranges, body)
+            return
+        b = self.b
+        (red,) = [n for n in post_order(body) if isinstance(n, Reduce)]
+        last = axes[-1]
+        n = shape[-1]
+        acc_t = value_type(red.dtype)
+        row = self.alloca(ir.ArrayType(memory_type(red.dtype), n), "row")
+
+        def slot(j: ir.Value) -> ir.Value:
+            return b.gep(row, [ir.Constant(I64, 0), j], inbounds=True)
+
+        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), "init") as j:
+            ctx = _Ctx({**env, last: j}, ranges)
+            self._store_val(slot(j), self.value(red.init, ctx), red.dtype)
+
+        def over(k: int, renv: dict) -> None:
+            if k == len(red.axes):
+                with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), last.name) as j:
+                    rranges = {**ranges, **{a: (0, a.extent - 1) for a in red.axes}}
+                    ctx = _Ctx({**env, **renv, last: j}, rranges)
+                    src = self.value(red.source, ctx)
+                    acc = self._load_val(slot(j), red.dtype)
+                    self._store_val(slot(j), self.combine(red, acc, src), red.dtype)
+                return
+            ax = red.axes[k]
+            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, ax.extent), ax.name) as r:
+                over(k + 1, {**renv, ax: r})
+
+        over(0, {})
+        del acc_t
+        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), "epilogue") as j:
+            ctx = _Ctx({**env, last: j}, ranges)
+            ctx.memo[(id(red), "v")] = self._load_val(slot(j), red.dtype)
+            self.store(axes, {**env, last: j}, self.value(body, ctx))
+
+    def _store_val(self, ptr: ir.Value, v: ir.Value, dtype: str) -> None:
+        self.b.store(self.b.zext(v, I8) if dtype == "bool" else v, ptr)
+
+    def _load_val(self, ptr: ir.Value, dtype: str) -> ir.Value:
+        v = self.b.load(ptr)
+        return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dtype == "bool" else v
+
+    def combine(self, red: Reduce, acc: ir.Value, src: ir.Value) -> ir.Value:
+        ctx = _Ctx({red.lhs: acc, red.rhs: src}, {}, fast=True)
+        return self.value(red.combined, ctx)
+
+    # ---- intervals ---------------------------------------------------------------------
+    def interval(self, e: PrimExpr, ctx: _Ctx) -> Interval:
+        """Bounds of an integer expression over the loop ranges (None for floats)."""
+        if is_float(e.dtype):
+            return None
+        key = id(e)
+        c: _Ctx | None = ctx
+        while c is not None:
+            if key in c.intervals:
+                return c.intervals[key]
+            c = c.parent
+        r = self._interval(e, ctx)
+        full = dtype_range(e.dtype)
+        if r is None or r[0] < full[0] or r[1] > full[1]:
+            r = full  # could wrap: anything
+        ctx.intervals[key] = r
+        return r
+
+    def _interval(self, e: PrimExpr, ctx: _Ctx) -> Interval:
+        match e:
+            case IntImm(value=v):
+                return (v, v)
+            case IterVar() | Var():
+                return ctx.ranges.get(e)
+            case Add(a=a, b=x) | Sub(a=a, b=x) | Mul(a=a, b=x) | Min(a=a, b=x) | Max(a=a, b=x):
+                p, q = self.interval(a, ctx), self.interval(x, ctx)
+                if p is None or q is None:
+                    return None
+                if isinstance(e, Add):
+                    return (p[0] + q[0], p[1] + q[1])
+                if isinstance(e, Sub):
+                    return (p[0] - q[1], p[1] - q[0])
+                if isinstance(e, Min):
+                    return (min(p[0], q[0]), min(p[1], q[1]))
+                if isinstance(e, Max):
+                    return (max(p[0], q[0]), max(p[1], q[1]))
+                prods = [x1 * x2 for x1 in p for x2 in q]
+                return (min(prods), max(prods))
+            case FloorDiv(a=a, b=x) | Div(a=a, b=x) | FloorMod(a=a, b=x):
+                p, q = self.interval(a, ctx), self.interval(x, ctx)
+                if p is None or q is None or q[0] <= 0:
+                    return None
+                if isinstance(e, FloorMod):
+                    return p if 0 <= p[0] and p[1] < q[0] else (0, q[1] - 1)
+                return (min(p[0] // q[0], p[0] // q[1]), max(p[1] // q[0], p[1] // q[1]))
+            case Select(true_value=tv, false_value=fv):
+                p, q = self.interval(tv, ctx), self.interval(fv, ctx)
+                if p is None or q is None:
+                    return None
+                return (min(p[0], q[0]), max(p[1], q[1]))
+            case Cast(value=v):
+                if is_float(v.dtype):
+                    return None
+                return self.interval(v, ctx)
+            case TensorRead(tensor=t, indices=idx) if t in self.inlined:
+                assert t.body is not None
+                ranges = {a: self._clamped(self.interval(i, ctx), a.extent)
+                          for a, i in zip(t.axes, idx)}
+                return self.interval(t.body, _Ctx({}, ranges))
+            case Reduce(init=init, source=src, combined=comb, axes=axes):
+                if isinstance(comb, (Min, Max)):
+                    rctx = ctx.child({}, {a: (0, a.extent - 1) for a in axes})
+                    p, q = self.interval(init, ctx), self.interval(src, rctx)
+                    if p is None or q is None:
+                        return None
+                    return (min(p[0], q[0]), max(p[1], q[1]))
+                return None
+        return None
+
+    @staticmethod
+    def _clamped(r: Interval, extent: int) -> tuple[int, int]:
+        if r is None:
+            return (0, extent - 1)
+        return (min(max(r[0], 0), extent - 1), max(min(r[1], extent - 1), 0))
+
+    # ---- index arithmetic (i64) -----------------------------------------------------------
+    def pure(self, e: PrimExpr) -> bool:
+        """An integer (or bool) expression of axes and constants only: computed in i64."""
+        key = id(e)
+        if key not in self._pure:
+            self._pure[key] = all(
+                not is_float(n.dtype) and not isinstance(n, (TensorRead, Var, Reduce, Call, Cast))
+                for n in post_order(e))
+        return self._pure[key]
+
+    def index(self, e: PrimExpr, ctx: _Ctx) -> ir.Value:
+        """``e`` (an integer expression) as i64."""
+        key = (id(e), "i")
+        v = ctx.lookup(key)
+        if v is None:
+            v = self._index(e, ctx)
+            ctx.memo[key] = v
+        return v
+
+    def _index(self, e: PrimExpr, ctx: _Ctx) -> ir.Value:
+        b = self.b
+        if not self.pure(e) or e.dtype == "bool":
+            v = self.value(e, ctx)
+            if v.type == I64:
+                return v
+            return b.zext(v, I64) if e.dtype in ("uint8", "bool") else b.sext(v, I64)
+        match e:
+            case IntImm(value=v):
+                return ir.Constant(I64, v)
+            case IterVar():
+                return ctx.env[e]
+            case Add(a=a, b=x):
+                return b.add(self.index(a, ctx), self.index(x, ctx), flags=["nsw"])
+            case Sub(a=a, b=x):
+                return b.sub(self.index(a, ctx), self.index(x, ctx), flags=["nsw"])
+            case Mul(a=a, b=x):
+                return b.mul(self.index(a, ctx), self.index(x, ctx), flags=["nsw"])
+            case Min(a=a, b=x) | Max(a=a, b=x):
+                p, q = self.index(a, ctx), self.index(x, ctx)
+                op = "<" if isinstance(e, Min) else ">"
+                return b.select(b.icmp_signed(op, p, q), p, q)
+            case FloorDiv(a=a, b=x) | Div(a=a, b=x) | FloorMod(a=a, b=x):
+                p, q = self.interval(a, ctx), self.interval(x, ctx)
+                mod = isinstance(e, FloorMod)
+                if p is not None and q is not None and p[0] >= 0 and q[0] > 0:
+                    u, w = self.index(a, ctx), self.index(x, ctx)
+                    return b.urem(u, w) if mod else b.udiv(u, w)
+                return self.int_divide(self.index(a, ctx), self.index(x, ctx), False, mod)
+            case Select(condition=c, true_value=tv, false_value=fv):
+                return b.select(self.value(c, ctx), self.index(tv, ctx), self.index(fv, ctx))
+        raise TypeError(f"not an index expression: {e}")
+
+    # ---- values --------------------------------------------------------------------------
+    def value(self, e: PrimExpr, ctx: _Ctx) -> ir.Value:
+        key = (id(e), "v")
+        v = ctx.lookup(key)
+        if v is None:
+            v = self._value(e, ctx)
+            ctx.memo[key] = v
+        return v
+
+    def _value(self, e: PrimExpr, ctx: _Ctx) -> ir.Value:
+        b = self.b
+        t = value_type(e.dtype)
+        if self.pure(e) and e.dtype != "bool" and not isinstance(e, IntImm):
+            v = self.index(e, ctx)
+            return v if t == I64 else b.trunc(v, t)
+        match e:
+            case IntImm(value=v):
+                return ir.Constant(t, v)
+            case FloatImm(value=v):
+                return ir.Constant(t, v)
+            case IterVar() | Var():
+                v = ctx.env[e]
+                return b.trunc(v, t) if v.type != t and v.type == I64 else v
+            case Not(a=a):
+                return b.xor(self.value(a, ctx), ir.Constant(I1, 1))
+            case Select(condition=c, true_value=tv, false_value=fv):
+                return b.select(self.value(c, ctx), self.value(tv, ctx), self.value(fv, ctx))
+            case Cast(dtype=d, value=v):
+                return self.cast(self.value(v, ctx), v.dtype, d)
+            case Call(name=n, args=args):
+                vals = [self.value(a, ctx) for a in args]
+                if is_float(e.dtype):
+                    return M.float_call(b, n, vals)
+                return M.int_call(b, n, vals, e.dtype == "uint8")
+            case TensorRead():
+                return self.read(e, ctx)
+            case Reduce():
+                return self.reduce(e, ctx)
+            case BinaryOp():
+                return self.binary(e, ctx)
+        raise TypeError(f"cannot emit {e!r}")
+
+    def binary(self, e: BinaryOp, ctx: _Ctx) -> ir.Value:
+        b = self.b
+        dt = e.a.dtype
+        if e.kind == "compare" and self.pure(e.a) and self.pure(e.b) and dt != "bool":
+            x, y = self.index(e.a, ctx), self.index(e.b, ctx)
+            return b.icmp_signed(_ICMP[type(e)], x, y)
+        x, y = self.value(e.a, ctx), self.value(e.b, ctx)
+        if e.kind == "logic":
+            return b.and_(x, y) if isinstance(e, And) else b.or_(x, y)
+        if e.kind == "compare":
+            if is_float(dt):
+                op = _ICMP[type(e)]
+                return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)
+            if dt in ("uint8", "bool"):
+                return b.icmp_unsigned(_ICMP[type(e)], x, y)
+            return b.icmp_signed(_ICMP[type(e)], x, y)
+        if is_float(dt):
+            flags = FAST if ctx.fast else ()
+            match e:
+                case Add():
+                    return b.fadd(x, y, flags=flags)
+                case Sub():
+                    return b.fsub(x, y, flags=flags)
+                case Mul():
+                    return b.fmul(x, y, flags=flags)
+                case Div():
+                    return b.fdiv(x, y)
+                case FloorDiv():
+                    return M.call1(b, "floor", b.fdiv(x, y))
+                case FloorMod():  # x - floor(x / y) * y
+                    return b.fsub(x, b.fmul(M.call1(b, "floor", b.fdiv(x, y)), y))
+                case Max():
+                    return M.call2(b, "maximum", x, y)
+                case Min():
+                    return M.call2(b, "minimum", x, y)
+        unsigned = dt == "uint8"
+        match e:
+            case Add():
+                return b.add(x, y)
+            case Sub():
+                return b.sub(x, y)
+            case Mul():
+                return b.mul(x, y)
+            case Div() | FloorDiv():
+                return self.int_divide(x, y, unsigned, False)
+            case FloorMod():
+                return self.int_divide(x, y, unsigned, True)
+            case Max():
+                cmp = b.icmp_unsigned(">", x, y) if unsigned else b.icmp_signed(">", x, y)
+                return b.select(cmp, x, y)
+            case Min():
+                cmp = b.icmp_unsigned("<", x, y) if unsigned else b.icmp_signed("<", x, y)
+                return b.select(cmp, x, y)
+        raise TypeError(f"cannot emit {e}")
+
+    def int_divide(self, x: ir.Value, y: ir.Value, unsigned: bool, mod: bool) -> ir.Value:
+        """NumPy's floor division / modulo; 0 for a zero divisor; MIN // -1 wraps. No traps."""
+        b = self.b
+        t = x.type
+        zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+        by_zero = b.icmp_unsigned("==", y, zero)
+        if unsigned:
+            safe = b.select(by_zero, one, y)
+            r = b.urem(x, safe) if mod else b.udiv(x, safe)
+            return b.select(by_zero, zero, r)
+        minimum = ir.Constant(t, -(1 << (t.width - 1)))
+        overflow = b.and_(b.icmp_signed("==", x, minimum),
+                          b.icmp_signed("==", y, ir.Constant(t, -1)))
+        safe = b.select(b.or_(by_zero, overflow), one, y)  # MIN / 1 = MIN, MIN % 1 = 0
+        q, r = b.sdiv(x, safe), b.srem(x, safe)
+        adjust = b.and_(b.icmp_signed("!=", r, zero),
+                        b.icmp_signed("<", b.xor(r, safe), zero))  # signs differ
+        if mod:
+            out = b.select(adjust, b.add(r, safe), r)
+        else:
+            out = b.select(adjust, b.sub(q, one), q)
+        return b.select(by_zero, zero, out)
+
+    def cast(self, v: ir.Value, src: str, dst: str) -> ir.Value:
+        b = self.b
+        st, dt = value_type(src), value_type(dst)
+        if src == dst:
+            return v
+        if dst == "bool":
+            if is_float(src):
+                return b.fcmp_unordered("!=", v, ir.Constant(st, 0.0))
+            return b.icmp_unsigned("!=", v, ir.Constant(st, 0))
+        if is_float(dst):
+            if is_float(src):
+                return b.fpext(v, dt) if _fbits(st) < _fbits(dt) else b.fptrunc(v, dt)
+            if src in ("uint8", "bool"):
+                return b.uitofp(v, dt)
+            return b.sitofp(v, dt)
+        if is_float(src):  # saturating: NaN -> 0, no poison (C's cast is undefined there)
+            wide = I64 if dst == "int64" else ir.IntType(32)
+            fn = M.intrinsic(self.module, f"llvm.fptosi.sat.{M.type_suffix(wide)}."
+                             f"{M.type_suffix(st)}", wide, [st])
+            r = b.call(fn, [v])
+            return r if wide == dt else b.trunc(r, dt)
+        if st.width == dt.width:
+            return v
+        if st.width > dt.width:
+            return b.trunc(v, dt)
+        return b.zext(v, dt) if src in ("uint8", "bool") else b.sext(v, dt)
+
+    def read(self, e: TensorRead, ctx: _Ctx) -> ir.Value:
+        t = e.tensor
+        b = self.b
+        idx = []
+        ranges = {}
+        for i, extent in zip(e.indices, t.shape):
+            v = self.index(i, ctx)
+            r = self.interval(i, ctx)
+            if r is None or r[0] < 0:
+                v = b.select(b.icmp_signed("<", v, ir.Constant(I64, 0)), ir.Constant(I64, 0), v)
+            if r is None or r[1] > extent - 1:
+                top = ir.Constant(I64, max(extent - 1, 0))
+                v = b.select(b.icmp_signed(">", v, top), top, v)
+            idx.append(v)
+            ranges[i] = self._clamped(r, extent)
+        if t in self.inlined:
+            assert t.body is not None
+            env = dict(zip(t.axes, idx))
+            rng = {a: self._clamped(self.interval(i, ctx), a.extent)
+                   for a, i in zip(t.axes, e.indices)}
+            return self.value(t.body, _Ctx(env, rng))
+        off = ir.Constant(I64, 0)
+        for v, s in zip(idx, strides(t.shape)):
+            term = v if s == 1 else b.mul(v, ir.Constant(I64, s), flags=["nsw"])
+            off = b.add(off, term, flags=["nsw"])
+        x = b.load(b.gep(self.ptr[t], [off], inbounds=True))
+        return b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) if t.dtype == "bool" else x
+
+    def reduce(self, red: Reduce, ctx: _Ctx) -> ir.Value:
+        """``acc = init; for r...: acc = combine(acc, source)``, the accumulator in a register."""
+        b = self.b
+        acc = self.alloca(memory_type(red.dtype), "acc")
+        self._store_val(acc, self.value(red.init, ctx), red.dtype)
+
+        def over(k: int, env: dict) -> None:
+            if k == len(red.axes):
+                inner = ctx.child(env, {a: (0, a.extent - 1) for a in red.axes})
+                src = self.value(red.source, inner)
+                cur = self._load_val(acc, red.dtype)
+                self._store_val(acc, self.combine(red, cur, src), red.dtype)
+                return
+            ax = red.axes[k]
+            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, ax.extent), ax.name) as r:
+                over(k + 1, {**env, ax: r})
+
+        over(0, {})
+        return self._load_val(acc, red.dtype)
+
+
+_ICMP = {EQ: "==", NE: "!=", LT: "<", LE: "<=", GT: ">", GE: ">="}
+
+
+def _fbits(t: ir.Type) -> int:
+    return {"f16": 16, "f32": 32, "f64": 64}[M.type_suffix(t)]
+
+
+__all__ = ["StageCode", "emit_module", "memory_type", "value_type", "children", "Tensor"]

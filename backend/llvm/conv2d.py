@@ -1,0 +1,143 @@
+"""conv2d (NCHW data, OIHW weight) as an implicit GEMM on gemm.py's micro-kernel.
+
+Per image ``n`` and group ``g`` the convolution is one GEMM
+
+    out[n, g*Og:(g+1)*Og, :, :] (Og x OH*OW) = weight[g] (Og x Cg*KH*KW) . col (Cg*KH*KW x OH*OW)
+
+with ``col[(c, ky, kx), (oy, ox)] = data[n, g*Cg + c, oy*sh + ky*dh - top, ox*sw + kx*dw - left]``
+(0 outside the image). The output block is contiguous in NCHW, so C needs no copy.
+``col`` is never materialised: the B packer builds each NR-wide micro-panel straight
+from the image with ``llvm.masked.gather`` whose mask drops columns past the end and
+taps in the padding, so padding reads as 0 and no load leaves the image.
+
+The GEMM batch is (N, groups) (just groups for a single CHW example): the weight
+broadcasts over N, data and output advance by whole group blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from backend.llvm.gemm import (F32, I1, I32, I64, PF, Blocking, Gen, GemmSpec, VectorGEP, c32, c64,
+                               get_function, new_function)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    batch: int | None  # None: a single CHW example
+    cin: int
+    h: int
+    w: int
+    cout: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    strides: tuple[int, int]
+    pads: tuple[int, int, int, int]  # top, left, bottom, right
+    dilation: tuple[int, int]
+    groups: int
+
+    @property
+    def cg(self) -> int:
+        return self.cin // self.groups
+
+    @property
+    def og(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def padded(self) -> bool:
+        """Whether some tap can fall outside the image (then the packer checks bounds)."""
+        (sh, sw), (dh, dw) = self.strides, self.dilation
+        top, left = self.pads[:2]
+        return (top > 0 or left > 0
+                or (self.oh - 1) * sh + (self.kh - 1) * dh - top >= self.h
+                or (self.ow - 1) * sw + (self.kw - 1) * dw - left >= self.w)
+
+    def gemm_spec(self) -> GemmSpec:
+        kg = self.cg * self.kh * self.kw
+        p = self.oh * self.ow
+        hw = self.h * self.w
+        if self.batch is None:
+            batch = (self.groups,)
+            a_bs, b_bs, c_bs = (self.og * kg,), (self.cg * hw,), (self.og * p,)
+        else:
+            batch = (self.batch, self.groups)
+            a_bs = (0, self.og * kg)
+            b_bs = (self.cin * hw, self.cg * hw)
+            c_bs = (self.cout * p, self.og * p)
+        return GemmSpec(m=self.og, n=p, k=kg, a_strides=(kg, 1), b_strides=(p, 1), ldc=p,
+                        batch=batch, a_batch_strides=a_bs, b_batch_strides=b_bs,
+                        c_batch_strides=c_bs, a_input=1, b_input=0)
+
+
+def emit_im2col_packer(geo: ConvGeometry):
+    """A gemm.emit_gemm `pack_b` hook building col micro-panels from one image group."""
+
+    def emit(module: ir.Module, name: str, bl: Blocking) -> ir.Function:
+        vl, nr = bl.vl, bl.nr
+        vi = ir.VectorType(I32, vl)
+        vf = ir.VectorType(F32, vl)
+        vm = ir.VectorType(I1, vl)
+        vp = ir.VectorType(PF, vl)
+        gather = get_function(module, f"llvm.masked.gather.v{vl}f32.v{vl}p0",
+                              ir.FunctionType(vf, [vp, I32, vm, vf]))
+        fn = new_function(module, name, [PF, PF, I64, I64, I64, I64], noalias=(0, 1))
+        dst, src, x0, nx, k0, kc = fn.args
+        g = Gen(module, fn)
+        b = g.b
+        (sh, sw), (dh, dw) = geo.strides, geo.dilation
+        top, left = geo.pads[:2]
+        khw = geo.kh * geo.kw
+        check = geo.padded
+        zero = ir.Constant(vf, [0.0] * vl)
+
+        def splat(x: ir.Value) -> ir.Value:
+            return g.splat(x, vl)
+
+        def vconst(v: int) -> ir.Constant:
+            return ir.Constant(vi, [v] * vl)
+
+        x1 = b.trunc(b.add(x0, nx), I32)
+        with g.loop(0, nx, nr, "t") as t:
+            d = g.at(dst, b.mul(t, kc))
+            p_start = b.trunc(b.add(x0, t), I32)
+            lanes = []
+            for v in range(nr // vl):
+                p = b.add(splat(b.add(p_start, c32(v * vl))), ir.Constant(vi, list(range(vl))))
+                valid = b.icmp_signed("<", p, splat(x1))
+                pc = b.select(valid, p, vconst(0))
+                oy = b.udiv(pc, vconst(geo.ow))
+                ox = b.sub(pc, b.mul(oy, vconst(geo.ow)))
+                iy0 = b.sub(b.mul(oy, vconst(sh)), vconst(top))
+                ix0 = b.sub(b.mul(ox, vconst(sw)), vconst(left))
+                base = b.add(b.mul(iy0, vconst(geo.w)), ix0)
+                lanes.append((valid, iy0, ix0, base))
+            with g.loop(0, kc, name="k") as k:
+                kk = b.trunc(b.add(k0, k), I32)
+                c = b.udiv(kk, c32(khw))
+                r = b.sub(kk, b.mul(c, c32(khw)))
+                ky = b.udiv(r, c32(geo.kw))
+                kx = b.sub(r, b.mul(ky, c32(geo.kw)))
+                dy, dx = b.mul(ky, c32(dh)), b.mul(kx, c32(dw))
+                off = b.add(b.add(b.mul(c, c32(geo.h * geo.w)), b.mul(dy, c32(geo.w))), dx)
+                drow = g.at(d, b.mul(k, c64(nr)))
+                for v, (valid, iy0, ix0, base) in enumerate(lanes):
+                    mask = valid
+                    if check:
+                        iy = b.add(iy0, splat(dy))
+                        ix = b.add(ix0, splat(dx))
+                        inside = b.and_(b.icmp_unsigned("<", iy, vconst(geo.h)),
+                                        b.icmp_unsigned("<", ix, vconst(geo.w)))
+                        mask = b.and_(mask, inside)
+                    idx = b.add(base, splat(off))  # masked-off lanes are never read
+                    ptrs = VectorGEP(b.block, src, idx)
+                    b._insert(ptrs)
+                    val = b.call(gather, [ptrs, c32(4), mask, zero])
+                    b.store(val, g.vptr(g.at(drow, v * vl), vl), align=64)
+        b.ret_void()
+        return fn
+
+    return emit

@@ -1,0 +1,361 @@
+"""Running whole programs on compiled kernels: a static plan, or a dispatching executor.
+
+``compile_program(mod, entry, opt_level)`` prepares the module (inlining, the
+first-order gradient where it applies, fusion into primitive functions,
+A-normal form; see ``prepare``) and picks how to run the entry function:
+
+* ``StaticPlan`` for a first-order program with static shapes (a chain of
+  calls of primitive functions, tuples and projections): all its kernels are
+  compiled up front in one LLVM module, and its intermediate tensors live in
+  one arena, allocated once, where buffers whose lifetimes do not overlap share
+  memory (``plan_memory``). A call is a loop over bound kernels.
+* ``Dispatcher`` for everything else (control flow, closures, recursion, data
+  types, references): the reference interpreter's evaluation, where every call
+  of a primitive function runs a compiled kernel instead of NumPy; kernels are
+  compiled on first use, per argument shapes.
+
+Arguments are checked before any kernel runs (the frontend checks them against
+the function's type; kernels check shapes, dtypes and layout again), so no input
+can make compiled code touch memory out of bounds.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any as AnyValue, Callable, Sequence
+
+import numpy as np
+
+from backend.interpreter import Closure, Interpreter, TailCall, Value, evaluate
+from backend.llvm.kernel import Kernel, compile_primitive, compile_primitives
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, GlobalVar, Let, Tuple, TupleGetItem, Var,
+)
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import FuncType, TensorType, TupleType, Type
+from relaydsl.ir.visitor import ExprMutator
+
+_ALIGN = 64
+
+
+def is_primitive(fn: Expr) -> bool:
+    return isinstance(fn, Function) and bool(fn.attrs.get("Primitive", 0))
+
+
+def prepare(mod: IRModule, opt_level: int = 3) -> IRModule:
+    """The module as the llvm target runs it: every op call inside a primitive function.
+
+    Calls of non-recursive globals are inlined; grad nodes are lowered (to the
+    reference-free first-order adjoint where the differentiated code is
+    straight-line); ops are fused into primitive functions (opt_level >= 1; at 0
+    each op is its own primitive function); every call is let-bound (A-normal form).
+    """
+    from relaydsl.transform.a_normal_form import to_a_normal_form
+    from relaydsl.transform.fuse_ops import fuse_ops
+    from relaydsl.transform.gradient import lower_grads
+    from relaydsl.transform.graph_normal_form import to_graph_normal_form
+    from relaydsl.transform.inline import inline_globals
+
+    mod = inline_globals(mod)
+    mod = lower_grads(mod, first_order=True)
+    mod = to_graph_normal_form(mod)
+    mod = fuse_ops(mod, fuse_opt_level=2 if opt_level >= 1 else 0)
+    return to_a_normal_form(mod)
+
+
+def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Program":
+    """The runnable form of global `entry` of `mod` (typed, possibly with grad nodes)."""
+    prepared = prepare(mod, opt_level)
+    fn = prepared[entry]
+    plan = StaticPlan.build(fn, opt_level) if StaticPlan.applies(fn) else None
+    return Program(prepared, entry, plan, opt_level)
+
+
+class Program:
+    """A compiled entry point: ``program(*values)``; values checked against its type."""
+
+    def __init__(self, mod: IRModule, entry: str, plan: "StaticPlan | None", opt_level: int):
+        self.mod, self.entry, self.plan = mod, entry, plan
+        self._dispatcher = Dispatcher(mod, opt_level)
+
+    @property
+    def uses_static_plan(self) -> bool:
+        return self.plan is not None
+
+    def __call__(self, *values: Value) -> Value:
+        if self.plan is not None:
+            return self.plan(*values)
+        return evaluate(self.mod, *values, entry=self.entry, interpreter=self._dispatcher)
+
+    def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
+        return self._dispatcher.call(closure, args)
+
+
+# ---- the dispatching executor -------------------------------------------------------------
+
+class Dispatcher(Interpreter):
+    """The interpreter, with calls of primitive functions running compiled kernels."""
+
+    def __init__(self, mod: IRModule, opt_level: int = 3):
+        super().__init__(mod)
+        self.opt_level = opt_level
+        self._kernels: dict[tuple, Kernel] = {}
+        self._held: list[Function] = []  # keeps the ids in the kernel keys valid
+
+    def _call(self, call: Call, env: dict[Var, Value], tail: bool) -> Value | TailCall:
+        if type(call.op) is not Function or not call.op.attrs.get("Primitive", 0):
+            return super()._call(call, env, tail)
+        args = [self._value(a, env) for a in call.args]
+        arrays = [contiguous(a) for a in args]
+        key = (id(call.op), *[(a.shape, a.dtype.str) for a in arrays])
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = compile_primitive(specialize(call.op, arrays), opt_level=self.opt_level)
+            self._kernels[key] = kernel
+            self._held.append(call.op)
+        return kernel(*arrays)
+
+
+def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
+    """`fn` with parameters typed by the concrete arguments' shapes (for symbolic / Any dims)."""
+    concrete = [TensorType(a.shape, a.dtype.name) for a in args]
+    if all(p.checked_type == t for p, t in zip(fn.params, concrete)):
+        return fn
+    from relaydsl.typing import infer_type
+
+    params = [Var(p.name_hint, t) for p, t in zip(fn.params, concrete)]
+    mapping = dict(zip(fn.params, params))
+
+    class _Rebind(ExprMutator):
+        def visit_var(self, v: Var) -> Expr:
+            return mapping.get(v, v)
+
+    body = _Rebind().visit(fn.body)
+    out = infer_type(Function(params, body, None, (), fn.attrs))
+    assert isinstance(out, Function)
+    return out
+
+
+# ---- the static plan ----------------------------------------------------------------------
+
+@dataclass
+class Buffer:
+    """One tensor of the plan: an input, a constant, an intermediate or an output."""
+
+    type: TensorType
+    kind: str  # "input" | "constant" | "temp" | "output"
+    value: np.ndarray | None = None  # constants' data; temps' arena views
+    first_use: int = 0  # step that writes it
+    last_use: int = -1  # last step that reads it
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.type.shape, dtype=np.int64)) * np.dtype(self.type.dtype).itemsize
+
+
+@dataclass
+class Step:
+    kernel: Kernel
+    inputs: list[int]
+    outputs: list[int]
+    run: Callable[[], None] | None = field(default=None, repr=False)
+
+
+Structure = AnyValue  # a buffer index, or a tuple of structures
+
+
+class StaticPlan:
+    """A first-order, static-shape program as a list of kernel calls over planned buffers."""
+
+    def __init__(self, buffers: list[Buffer], steps: list[Step], params: list[Structure],
+                 result: Structure):
+        self.buffers, self.steps, self.params, self.result = buffers, steps, params, result
+        self.arena_bytes = plan_memory(buffers, steps)
+        self._lock = threading.Lock()
+        self._bound_inputs: tuple = ()
+
+    # Which functions it applies to
+    @staticmethod
+    def applies(fn: Function) -> bool:
+        if not all(_static(p.checked_type) for p in fn.params):
+            return False
+        if not _static(fn.checked_type.ret_type if isinstance(fn.checked_type, FuncType) else None):
+            return False
+        node: Expr = fn.body
+        while isinstance(node, Let):
+            if not _plan_value(node.value):
+                return False
+            node = node.body
+        return _plan_atom(node)
+
+    @classmethod
+    def build(cls, fn: Function, opt_level: int = 3) -> "StaticPlan":
+        buffers: list[Buffer] = []
+        env: dict[Var, Structure] = {}
+
+        def new(t: TensorType, kind: str, value: np.ndarray | None = None) -> int:
+            buffers.append(Buffer(t, kind, value))
+            return len(buffers) - 1
+
+        def structure_of_type(t: Type, kind: str) -> Structure:
+            if isinstance(t, TupleType):
+                return tuple(structure_of_type(f, kind) for f in t.fields)
+            assert isinstance(t, TensorType)
+            return new(t, kind)
+
+        params = [structure_of_type(p.checked_type, "input") for p in fn.params]
+        env.update(zip(fn.params, params))
+
+        def atom(e: Expr) -> Structure:
+            if isinstance(e, Var):
+                return env[e]
+            if isinstance(e, Constant):
+                return new(e.checked_type, "constant", e.data)
+            if isinstance(e, Tuple):
+                return tuple(atom(f) for f in e.fields)
+            if isinstance(e, TupleGetItem):
+                return atom(e.tuple_value)[e.index]
+            raise AssertionError(f"not an atom: {type(e).__name__}")
+
+        calls: list[tuple[Function, list[int], Structure]] = []
+        node: Expr = fn.body
+        while isinstance(node, Let):
+            value = node.value
+            if isinstance(value, Call):
+                args = _flatten([atom(a) for a in value.args])
+                out = structure_of_type(value.checked_type, "temp")
+                calls.append((value.op, args, out))
+                env[node.var] = out
+            else:
+                env[node.var] = atom(value)
+            node = node.body
+        result = atom(node)
+
+        kernels = compile_primitives([c[0] for c in calls], opt_level=opt_level)
+        steps = [Step(k, args, _flatten(out)) for k, (_, args, out) in zip(kernels, calls)]
+        for b in _flatten(result):
+            if buffers[b].kind == "temp":
+                buffers[b].kind = "output"
+        return cls(buffers, steps, params, result)
+
+    def __call__(self, *values: Value) -> Value:
+        with self._lock:  # the arena is shared: one call at a time
+            inputs = _flatten([_leaves(p, v) for p, v in zip(self.params, values)])
+            for index, array in zip(_flatten(self.params), inputs):
+                self.buffers[index].value = contiguous(array)
+            outputs = [b for b in self.buffers if b.kind == "output"]
+            for b in outputs:
+                b.value = np.empty(b.type.shape, b.type.dtype)
+            self._bind(external_changed=True)
+            for step in self.steps:
+                step.run()
+            return _rebuild(self.result, self.buffers)
+
+    def _bind(self, external_changed: bool) -> None:
+        for step in self.steps:
+            touches_external = any(self.buffers[i].kind in ("input", "output")
+                                   for i in step.inputs + step.outputs)
+            if step.run is None or (external_changed and touches_external):
+                step.run = step.kernel.bind([self.buffers[i].value for i in step.inputs],
+                                            [self.buffers[i].value for i in step.outputs])
+
+
+def plan_memory(buffers: list[Buffer], steps: list[Step]) -> int:
+    """Places the temporaries in one arena, sharing memory between disjoint lifetimes.
+
+    Greedy best fit over the steps in order: a step's outputs take the smallest free
+    slot that holds them (or a new slot), and a temporary's slot is freed after the
+    last step that reads it. Returns the arena size in bytes.
+    """
+    for i, step in enumerate(steps):
+        for b in step.outputs:
+            buffers[b].first_use = i
+        for b in step.inputs:
+            buffers[b].last_use = max(buffers[b].last_use, i)
+    slots: list[int] = []  # slot sizes
+    free: set[int] = set()
+    slot_of: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        for b in step.outputs:
+            if buffers[b].kind != "temp":
+                continue
+            need = _round_up(max(buffers[b].nbytes, 1))
+            fits = [s for s in free if slots[s] >= need]
+            if fits:
+                s = min(fits, key=lambda s: slots[s])
+            elif free:  # grow the largest free slot rather than add one
+                s = max(free, key=lambda s: slots[s])
+                slots[s] = need
+            else:
+                slots.append(need)
+                s = len(slots) - 1
+            free.discard(s)
+            slot_of[b] = s
+        for b in set(step.inputs + step.outputs):
+            if b in slot_of and buffers[b].last_use <= i:
+                free.add(slot_of[b])
+    offsets, total = [], 0
+    for size in slots:
+        offsets.append(total)
+        total += size
+    arena = np.empty(total + _ALIGN, np.uint8)
+    base = (-arena.ctypes.data) % _ALIGN
+    for b, s in slot_of.items():
+        t = buffers[b].type
+        count = int(np.prod(t.shape, dtype=np.int64))
+        buffers[b].value = np.frombuffer(arena, t.dtype, count, base + offsets[s]).reshape(t.shape)
+    return total
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """`a` itself when C-contiguous and aligned, else a copy (0-d arrays stay 0-d)."""
+    if a.flags.c_contiguous and a.flags.aligned:
+        return a
+    return np.require(a, requirements=("C", "A"))
+
+
+def _round_up(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _static(t: Type | None) -> bool:
+    if isinstance(t, TupleType):
+        return all(_static(f) for f in t.fields)
+    return isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape) and \
+        isinstance(t.dtype, str)
+
+
+def _plan_atom(e: Expr) -> bool:
+    if isinstance(e, (Var, Constant)):
+        return True
+    if isinstance(e, Tuple):
+        return all(_plan_atom(f) for f in e.fields)
+    if isinstance(e, TupleGetItem):
+        return _plan_atom(e.tuple_value)
+    return False
+
+
+def _plan_value(e: Expr) -> bool:
+    if isinstance(e, Call):
+        return is_primitive(e.op) and all(_plan_atom(a) for a in e.args) and \
+            _static(e.checked_type)
+    return _plan_atom(e)
+
+
+def _flatten(s: Structure) -> list:
+    if isinstance(s, (tuple, list)):
+        return [leaf for x in s for leaf in _flatten(x)]
+    return [s]
+
+
+def _leaves(structure: Structure, value: Value) -> list:
+    if isinstance(structure, tuple):
+        return [_leaves(s, v) for s, v in zip(structure, value)]
+    return [value]
+
+
+def _rebuild(s: Structure, buffers: list[Buffer]) -> Value:
+    if isinstance(s, tuple):
+        return tuple(_rebuild(x, buffers) for x in s)
+    b = buffers[s]
+    return b.value if b.kind == "output" else np.array(b.value)  # inputs/constants: a copy

@@ -1,0 +1,224 @@
+"""Vectorisable math for the code generator: te's ``Call`` intrinsics as LLVM IR.
+
+libm's ``expf``/``tanhf`` and LLVM's ``llvm.exp`` stay scalar calls inside a
+vectorised loop (see shared/PERFORMANCE.md), so float32 ``exp``, ``log``,
+``tanh`` and ``sigmoid`` are written inline, branch-free, from arithmetic,
+``select`` and bit casts that the loop vectoriser widens:
+
+* exp: Cephes ``expf``: n = round(x log2 e), r = x - n ln 2 (two-part ln 2),
+  a degree-6 polynomial, times 2^n built from two exponent-field halves so that
+  denormal results round once; NaN passes through.  ~1 ulp.
+* log: Cephes ``logf``: x = m 2^e with m in [sqrt(1/2), sqrt(2)), a degree-8
+  polynomial in m - 1; denormals rescaled by 2^23 first.  ~1 ulp.
+* tanh: the Eigen/XLA rational approximation (odd degree-13 / even degree-6) on
+  x clamped to [-7.905, 7.905], x itself where |x| < 4e-4.  a few ulp.
+* sigmoid: e / (1 + e) or 1 / (1 + e) with e = exp(-|x|) (keeps the relative
+  accuracy of tiny results, which 0.5 + 0.5 tanh(x/2) loses for x << 0).
+
+float16 goes through the float32 code; float64 uses LLVM intrinsics and libm
+(scalar, accurate). ``sqrt``, ``floor``, ``ceil``, ``round`` (to even) and
+``abs`` are LLVM intrinsics with vector instructions; ``sin``, ``cos`` and
+``pow`` are ``llvm.*`` calls (scalar libm).
+
+Every routine takes the IR builder and returns the value, e.g.::
+
+    %n  = call float @llvm.roundeven.f32(float %t)      ; t = x * log2(e)
+    %r  = call float @llvm.fmuladd.f32(float %n, float -0.693359375, float %x)
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from llvmlite import ir
+
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+I32 = ir.IntType(32)
+
+
+def type_suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.HalfType):
+        return "f16"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    raise TypeError(f"no intrinsic suffix for {t}")
+
+
+def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    """The declaration of ``name`` (e.g. ``llvm.fmuladd.f32``), added once per module."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), name)
+    return fn
+
+
+def call1(b: ir.IRBuilder, base: str, x: ir.Value) -> ir.Value:
+    """``llvm.<base>.<type>(x)``."""
+    fn = intrinsic(b.module, f"llvm.{base}.{type_suffix(x.type)}", x.type, [x.type])
+    return b.call(fn, [x])
+
+
+def call2(b: ir.IRBuilder, base: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    fn = intrinsic(b.module, f"llvm.{base}.{type_suffix(x.type)}", x.type, [x.type, x.type])
+    return b.call(fn, [x, y])
+
+
+def fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+    """x * y + z, fused where the target has FMA (``llvm.fmuladd``)."""
+    fn = intrinsic(b.module, f"llvm.fmuladd.{type_suffix(x.type)}", x.type, [x.type] * 3)
+    return b.call(fn, [x, y, z])
+
+
+def const(t: ir.Type, v: float) -> ir.Constant:
+    return ir.Constant(t, v)
+
+
+def _horner(b: ir.IRBuilder, x: ir.Value, coeffs: list[float]) -> ir.Value:
+    """coeffs[0] x^(n-1) + ... + coeffs[-1], by Horner's rule with fmuladd."""
+    t = x.type
+    acc = const(t, coeffs[0])
+    for c in coeffs[1:]:
+        acc = fma(b, acc, x, const(t, c))
+    return acc
+
+
+def _is_nan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.fcmp_unordered("uno", x, x)
+
+
+# ---- float32 -----------------------------------------------------------------------------
+
+_EXP_P = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+          1.6666665459e-1, 5.0000001201e-1]
+
+
+def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    xc = call2(b, "minnum", call2(b, "maxnum", x, const(F32, -104.0)), const(F32, 89.0))
+    n = call1(b, "roundeven", b.fmul(xc, const(F32, 1.44269504088896341)))
+    r = fma(b, n, const(F32, -0.693359375), xc)          # exact: C1 has 9 significant bits
+    r = fma(b, n, const(F32, 2.12194440e-4), r)
+    z = b.fmul(r, r)
+    p = fma(b, _horner(b, r, _EXP_P), z, b.fadd(r, const(F32, 1.0)))
+    ni = b.fptosi(n, I32)                                 # in [-150, 129]: no poison
+    n1 = b.ashr(ni, ir.Constant(I32, 1))
+    n2 = b.sub(ni, n1)
+    s1 = b.bitcast(b.shl(b.add(n1, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
+    s2 = b.bitcast(b.shl(b.add(n2, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
+    y = b.fmul(b.fmul(p, s1), s2)
+    return b.select(_is_nan(b, x), x, y)
+
+
+_LOG_P = [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+          1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+          3.3333331174e-1]
+
+
+def log_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    small = b.fcmp_ordered("olt", x, const(F32, 1.1754943508222875e-38))
+    xs = b.select(small, b.fmul(x, const(F32, 8388608.0)), x)
+    bits = b.bitcast(xs, I32)
+    e_int = b.sub(b.and_(b.lshr(bits, ir.Constant(I32, 23)), ir.Constant(I32, 0xFF)),
+                  ir.Constant(I32, 126))
+    e_int = b.sub(e_int, b.select(small, ir.Constant(I32, 23), ir.Constant(I32, 0)))
+    m = b.bitcast(b.or_(b.and_(bits, ir.Constant(I32, 0x807FFFFF)), ir.Constant(I32, 0x3F000000)),
+                  F32)                                     # in [0.5, 1)
+    lt = b.fcmp_ordered("olt", m, const(F32, 0.707106781186547524))
+    e = b.sitofp(b.sub(e_int, b.zext(lt, I32)), F32)
+    m = b.fsub(b.select(lt, b.fadd(m, m), m), const(F32, 1.0))
+    z = b.fmul(m, m)
+    y = b.fmul(b.fmul(_horner(b, m, _LOG_P), m), z)
+    y = fma(b, e, const(F32, -2.12194440e-4), y)
+    y = fma(b, z, const(F32, -0.5), y)
+    r = b.fadd(m, y)
+    r = fma(b, e, const(F32, 0.693359375), r)
+    inf = const(F32, float("inf"))
+    r = b.select(b.fcmp_ordered("oeq", x, inf), inf, r)
+    r = b.select(b.fcmp_ordered("oeq", x, const(F32, 0.0)), const(F32, float("-inf")), r)
+    bad = b.or_(b.fcmp_ordered("olt", x, const(F32, 0.0)), _is_nan(b, x))
+    return b.select(bad, const(F32, float("nan")), r)
+
+
+_TANH_ALPHA = [-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+               5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+               4.89352455891786e-03]
+_TANH_BETA = [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+              4.89352518554385e-03]
+
+
+def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    clamp = 7.90531110763549805
+    xc = call2(b, "minnum", call2(b, "maxnum", x, const(F32, -clamp)), const(F32, clamp))
+    x2 = b.fmul(xc, xc)
+    p = b.fmul(xc, _horner(b, x2, _TANH_ALPHA))
+    q = _horner(b, x2, _TANH_BETA)
+    y = b.fdiv(p, q)
+    tiny = b.fcmp_ordered("olt", call1(b, "fabs", x), const(F32, 0.0004))
+    return b.select(b.or_(tiny, _is_nan(b, x)), x, y)
+
+
+def sigmoid_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """e = exp(-|x|); (x < 0 ? e : 1) / (1 + e): no overflow, tiny results keep their digits."""
+    e = exp_f32(b, b.fsub(const(F32, -0.0), call1(b, "fabs", x)))
+    num = b.select(b.fcmp_ordered("olt", x, const(F32, 0.0)), e, const(F32, 1.0))
+    return b.fdiv(num, b.fadd(const(F32, 1.0), e))
+
+
+# ---- dispatch ------------------------------------------------------------------------------
+
+_F32_INLINE: dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
+    "exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "sigmoid": sigmoid_f32,
+}
+_LLVM_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "round": "roundeven",
+               "sin": "sin", "cos": "cos", "exp": "exp", "log": "log", "abs": "fabs"}
+
+
+def _libm(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
+    fn = intrinsic(b.module, name, x.type, [x.type])
+    return b.call(fn, [x])
+
+
+def float_call(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+    """The float intrinsic ``name`` on operands of one float type."""
+    x = args[0]
+    t = x.type
+    if isinstance(t, ir.HalfType) and name not in ("abs", "sign"):
+        wide = [b.fpext(a, F32) for a in args]
+        return b.fptrunc(float_call(b, name, wide), F16)
+    if name in _F32_INLINE and isinstance(t, ir.FloatType):
+        return _F32_INLINE[name](b, x)
+    if name == "tanh":  # float64: libm (scalar, accurate)
+        return _libm(b, "tanh", x)
+    if name == "sigmoid":
+        e = call1(b, "exp", b.fsub(const(t, -0.0), call1(b, "fabs", x)))
+        num = b.select(b.fcmp_ordered("olt", x, const(t, 0.0)), e, const(t, 1.0))
+        return b.fdiv(num, b.fadd(const(t, 1.0), e))
+    if name == "rsqrt":
+        return b.fdiv(const(t, 1.0), call1(b, "sqrt", x))
+    if name == "pow":
+        return call2(b, "pow", x, args[1])
+    if name == "sign":  # -1, 0 or 1; NaN stays NaN (NumPy)
+        one = const(t, 1.0)
+        pos = b.select(b.fcmp_ordered("ogt", x, const(t, 0.0)), one, const(t, 0.0))
+        s = b.select(b.fcmp_ordered("olt", x, const(t, 0.0)), const(t, -1.0), pos)
+        return b.select(_is_nan(b, x), x, s)
+    return call1(b, _LLVM_UNARY[name], x)
+
+
+def int_call(b: ir.IRBuilder, name: str, args: list[ir.Value], unsigned: bool) -> ir.Value:
+    """``abs`` and ``sign`` on integers (abs of the minimum wraps, as NumPy's does)."""
+    x = args[0]
+    zero = ir.Constant(x.type, 0)
+    if name == "abs":
+        if unsigned:
+            return x
+        return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+    if name == "sign":
+        gt = b.zext(b.icmp_unsigned("!=", x, zero) if unsigned else b.icmp_signed(">", x, zero),
+                    x.type)
+        if unsigned:
+            return gt
+        return b.sub(gt, b.zext(b.icmp_signed("<", x, zero), x.type))
+    raise TypeError(f"intrinsic {name} is not defined on integers")

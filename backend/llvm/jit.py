@@ -1,0 +1,195 @@
+"""JIT compilation of LLVM IR for the host CPU, with an on-disk object cache.
+
+One process-wide MCJIT engine holds every compiled object. ``compile_ir`` takes
+LLVM IR text and a cache key, optimises it at ``speed_level`` 3 with LLVM's new
+pass builder (loop and SLP vectorisation on, see ../shared/PERFORMANCE.md),
+emits a native object for the host CPU and loads it. The object is also written
+to the cache directory (``$RELAYDSL_CACHE_DIR``, else ``~/.cache/relaydsl``)
+under a name derived from the key, the host target and the backend's source
+fingerprint, so a second process loads it without recompiling and a change to
+the code generator never reuses a stale object.
+
+>>> lib = compile_ir('define i64 @twice(i64 %x) {\\n  %y = add i64 %x, %x\\n  ret i64 %y\\n}',
+...                  key="doc-twice")
+>>> import ctypes
+>>> lib.function("twice", ctypes.c_int64, [ctypes.c_int64])(21)
+42
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import pathlib
+import re
+import tempfile
+import threading
+from dataclasses import dataclass
+
+import llvmlite
+import llvmlite.binding as llvm
+
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """The CPU the JIT compiles for; ``key`` names it in cache keys."""
+
+    triple: str
+    cpu: str
+    features: str
+
+    @property
+    def key(self) -> str:
+        text = f"{self.triple}|{self.cpu}|{self.features}|llvmlite {llvmlite.__version__}"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def vector_bits(self) -> int:
+        """Width of the widest vector registers the CPU offers."""
+        if "+avx512f" in self.features:
+            return 512
+        return 256 if "+avx" in self.features else 128
+
+
+@functools.cache
+def host_target() -> HostTarget:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                      llvm.get_host_cpu_features().flatten())
+
+
+@functools.cache
+def _machine() -> llvm.TargetMachine:
+    host = host_target()
+    target = llvm.Target.from_triple(host.triple)
+    return target.create_target_machine(cpu=host.cpu, features=host.features, opt=3,
+                                        codemodel="jitdefault")
+
+
+@functools.cache
+def _engine() -> llvm.ExecutionEngine:
+    return llvm.create_mcjit_compiler(llvm.parse_assembly(""), _machine())
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """A hash of the code that decides what a kernel computes (lowering, te, ops)."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for folder in ("backend/llvm", "relaydsl/te", "relaydsl/op"):
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> pathlib.Path:
+    configured = os.environ.get("RELAYDSL_CACHE_DIR")
+    base = pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "relaydsl"
+    return base / "kernels"
+
+
+class Library:
+    """Compiled code loaded into the process: function addresses by symbol name."""
+
+    def __init__(self, symbols: dict[str, int]):
+        self._symbols = symbols
+
+    def address(self, name: str) -> int:
+        return self._symbols[name]
+
+    def function(self, name: str, restype: type | None, argtypes: list) -> ctypes._CFuncPtr:
+        """A ctypes callable; ctypes releases the GIL for the duration of each call."""
+        return ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
+
+
+def data_layout() -> str:
+    """The host target's data layout string, for modules built with llvmlite.ir."""
+    return str(_machine().target_data)
+
+
+# Counters tests read: how many modules went through LLVM, how many came from the disk cache.
+stats = {"compiled": 0, "disk_hits": 0}
+# A hook for tests and debugging: called with (optimised LLVM IR, assembly) of every module
+# that is compiled (not of those loaded from the cache).
+inspect_hook = None
+
+
+def object_path(key: str) -> pathlib.Path:
+    name = hashlib.sha256(f"{key}|{host_target().key}|{source_fingerprint()}".encode())
+    return cache_dir() / f"{name.hexdigest()[:32]}.o"
+
+
+def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, use_disk_cache: bool = True
+               ) -> Library:
+    """Optimises, compiles and loads `ir_text`; its defined functions are looked up by name.
+
+    `key` must identify what `ir_text` computes (its symbols are unique per key).
+    """
+    path = object_path(key)
+    obj = _read_cached(path) if use_disk_cache else None
+    if obj is not None:
+        stats["disk_hits"] += 1
+    else:
+        obj = _compile_object(ir_text, speed_level)
+        stats["compiled"] += 1
+        if use_disk_cache:
+            _write_cached(path, obj)
+    names = _defined_functions(ir_text)
+    with _LOCK:
+        engine = _engine()
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        symbols = {n: engine.get_function_address(n) for n in names}
+    missing = [n for n, a in symbols.items() if not a]
+    if missing:
+        raise RuntimeError(f"compiled object lacks {missing} (cache file {path})")
+    return Library(symbols)
+
+
+def _compile_object(ir_text: str, speed_level: int) -> bytes:
+    module = llvm.parse_assembly(ir_text)
+    module.verify()
+    options = llvm.create_pipeline_tuning_options(speed_level=speed_level)
+    options.loop_vectorization = speed_level >= 2
+    options.slp_vectorization = speed_level >= 2
+    options.loop_unrolling = speed_level >= 2
+    builder = llvm.create_pass_builder(_machine(), options)
+    builder.getModulePassManager().run(module, builder)
+    if inspect_hook is not None:
+        inspect_hook(str(module), _machine().emit_assembly(module))
+    return _machine().emit_object(module)
+
+
+def _defined_functions(ir_text: str) -> list[str]:
+    names = []
+    for line in ir_text.splitlines():
+        if line.startswith("define") and not re.match(r"define\s+(internal|private)\b", line):
+            at = line.index("@")
+            end = line.index("(", at)
+            names.append(line[at + 1:end].strip('"'))
+    return names
+
+
+def _read_cached(path: pathlib.Path) -> bytes | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if data[:4] == b"\x7fELF" else None
+
+
+def _write_cached(path: pathlib.Path, obj: bytes) -> None:
+    """Atomic: a concurrent reader sees the whole object or none."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(obj)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only or full cache directory only costs recompilation

@@ -1,0 +1,256 @@
+"""Scheduling a lowered primitive function: what to inline, what to materialise, how to loop.
+
+The rules (TVM's schedule primitives, decided automatically):
+
+* **inline** (``compute_inline``): a stage without a reduction is substituted
+  into its consumers, unless it is a kernel output, an input of a template op,
+  or *expensive* (its inlined cost, counting transcendental calls, is high) and
+  would be evaluated more than once per element (several consumers, a
+  broadcasting read, a read inside a reduction that does not depend on the
+  reduction's axes).
+* **materialise**: reductions, kernel outputs, template ops (a hand-written
+  kernel from ``backend.llvm.templates``, e.g. dense or conv2d) and their
+  inputs, and the expensive shared stages above. Intermediates live in scratch
+  buffers that a kernel binding allocates once.
+* **loop order**: the output axes in order, the reduction inside (a reduction
+  over the innermost contiguous axis vectorises with reassociation), except
+  that a reduction whose reads are contiguous along the *output's* innermost
+  axis and strided along its own (``sum(x, axis=0)``, ``matmul``'s ``B[k, j]``)
+  accumulates whole rows: ``for r: for j: row[j] += x[r, j]``.
+* **parallel**: the leading output axes are flattened into one loop, of at
+  least ``4 * cores`` iterations where the shape allows, that the kernel
+  splits across threads when the stage's work exceeds ``PARALLEL_WORK``
+  scalar operations; the innermost axis keeps a constant trip count and is the
+  one the loop vectoriser widens.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any as AnyValue
+
+from relaydsl.errors import IRError
+from relaydsl.te.expr import (
+    Call, Div, FloorDiv, FloorMod, IterVar, PrimExpr, Reduce, TensorRead, post_order,
+)
+from relaydsl.te.tensor import Tensor
+from backend.llvm.lower import Lowered
+from backend.llvm.runtime import num_threads
+
+PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
+EXPENSIVE = 12  # inlined cost at which recomputation is avoided
+ROW_BYTES = 64 * 1024  # largest accumulator row kept on the stack
+_CALL_COST = {"exp": 16, "log": 16, "tanh": 16, "sigmoid": 18, "pow": 40, "sin": 30,
+              "cos": 30, "sqrt": 4, "rsqrt": 5}
+
+
+@dataclass(eq=False)
+class Stage:
+    """One materialised tensor and how its loop nest runs."""
+
+    tensor: Tensor
+    reads: list[Tensor]  # the buffers it reads, in its function's argument order
+    template: AnyValue = None  # a template object (``.emit``), or None: a te loop nest
+    outer: int = 0  # leading output axes flattened into the parallel loop
+    row_reduce: bool = False
+    extent: int = 1  # parallel units
+    work: float = 0.0
+    parallel: bool = False
+    symbol: str = ""
+
+
+@dataclass(eq=False)
+class Schedule:
+    lowered: Lowered
+    stages: list[Stage]
+    inlined: set[Tensor]
+    buffers: list[Tensor]  # params, outputs, constants, scratch: the kernel's argument slots
+    scratch: list[Tensor] = field(default_factory=list)
+
+
+def size(t: Tensor) -> int:
+    return math.prod(t.shape)
+
+
+def node_cost(e: PrimExpr) -> int:
+    if isinstance(e, Call):
+        return _CALL_COST.get(e.name, 1)
+    if isinstance(e, (Div, FloorDiv, FloorMod)):
+        return 3 if e.dtype.startswith("float") else 6
+    return 1
+
+
+def template_for(lowered: Lowered, t: Tensor) -> AnyValue:
+    """The template kernel for the op that made ``t``, if one exists."""
+    origin = lowered.origin.get(t)
+    if origin is None or not origin.is_result:
+        return None
+    try:
+        from backend.llvm.templates import template_for as find  # written separately
+    except ImportError:
+        return None
+    return find(origin.op_name, origin.attrs, origin.arg_types, origin.out_type)
+
+
+def schedule(lowered: Lowered, prefix: str) -> Schedule:
+    templates: dict[Tensor, AnyValue] = {}
+
+    def producers(t: Tensor) -> list[Tensor]:
+        if t in templates:
+            return list(lowered.origin[t].args)
+        return [] if t.body is None else t.inputs
+
+    # Topological order of the computed tensors the outputs need.
+    order: list[Tensor] = []
+    seen: set[Tensor] = set()
+    for out in lowered.outputs:
+        stack: list[tuple[Tensor, bool]] = [(out, False)]
+        while stack:
+            t, expanded = stack.pop()
+            if expanded:
+                order.append(t)
+                continue
+            if t in seen or t.body is None:
+                continue
+            seen.add(t)
+            tpl = template_for(lowered, t)
+            if tpl is not None:
+                templates[t] = tpl
+            stack.append((t, True))
+            stack.extend((p, False) for p in reversed(producers(t)))
+
+    consumers: dict[Tensor, list[Tensor]] = {t: [] for t in order}
+    for t in order:
+        for p in producers(t):
+            if p in consumers:
+                consumers[p].append(t)
+
+    outputs = set(lowered.outputs)
+    forced = {p for t in templates for p in producers(t)}
+    inlined: set[Tensor] = set()
+    cost: dict[Tensor, int] = {}
+    for t in order:  # producers first, so an inlined producer's cost is known
+        if t in templates:
+            continue
+        body = t.body
+        assert body is not None
+        has_reduce = False
+        c = 0
+        for node in post_order(body):
+            c += node_cost(node)
+            if isinstance(node, Reduce):
+                has_reduce = True
+            elif isinstance(node, TensorRead) and node.tensor in inlined:
+                c += cost[node.tensor]
+        cost[t] = c
+        for p in producers(t):
+            if p in lowered.empty and size(t) > 0:
+                raise IRError(f"llvm backend: {t.name} reads the empty tensor {p.name}")
+        if t in outputs or t in forced or has_reduce:
+            continue
+        if c < EXPENSIVE or _evaluations(t, consumers[t]) <= 1.5 * size(t):
+            inlined.add(t)
+
+    stages: list[Stage] = []
+    for t in order:
+        if t in inlined:
+            continue
+        stage = Stage(t, list(producers(t)) if t in templates else _buffer_reads(t, inlined),
+                      templates.get(t))
+        stage.symbol = f"{prefix}_s{len(stages)}"
+        _plan_loops(stage, inlined)
+        stages.append(stage)
+
+    scratch = [s.tensor for s in stages if s.tensor not in outputs]
+    constants = [c for c, _ in lowered.constants]
+    buffers = [*lowered.params, *lowered.outputs, *constants, *scratch]
+    return Schedule(lowered, stages, inlined, buffers, scratch)
+
+
+def _evaluations(t: Tensor, consumers: list[Tensor]) -> float:
+    """How often ``t``'s elements would be computed if it were inlined into ``consumers``."""
+    total = 0.0
+    for c in consumers:
+        assert c.body is not None
+        total += size(c) * _reads_inside(c.body, t, 1)
+    return total
+
+
+def _reads_inside(e: PrimExpr, t: Tensor, repeat: int) -> int:
+    """Reads of ``t`` in ``e``, each weighted by the trip count of the reductions around it."""
+    if isinstance(e, TensorRead) and e.tensor is t:
+        return repeat
+    if isinstance(e, Reduce):
+        inner = repeat * math.prod(a.extent for a in e.axes)
+        return _reads_inside(e.source, t, inner) + _reads_inside(e.init, t, repeat)
+    from relaydsl.te.expr import children
+
+    return sum(_reads_inside(c, t, repeat) for c in children(e))
+
+
+def _buffer_reads(t: Tensor, inlined: set[Tensor]) -> list[Tensor]:
+    """The materialised tensors ``t``'s body reads, through inlined producers."""
+    found: dict[Tensor, None] = {}
+    visited: set[Tensor] = set()
+    stack = [t]
+    while stack:
+        u = stack.pop()
+        if u in visited:
+            continue
+        visited.add(u)
+        assert u.body is not None
+        for node in post_order(u.body):
+            if isinstance(node, TensorRead):
+                if node.tensor in inlined:
+                    stack.append(node.tensor)
+                else:
+                    found.setdefault(node.tensor, None)
+    return list(found)
+
+
+def _plan_loops(stage: Stage, inlined: set[Tensor]) -> None:
+    t = stage.tensor
+    n = t.ndim
+    threads = num_threads()
+    if stage.template is not None:  # extent and work come from the template's StageInfo
+        return
+    body = t.body
+    assert body is not None
+    reduces = [node for node in post_order(body) if isinstance(node, Reduce)]
+    reduce_trips = math.prod(math.prod(a.extent for a in r.axes) for r in reduces) or 1
+    per_point = sum(node_cost(node) for node in post_order(body))
+    stage.work = float(size(t)) * max(1, reduce_trips) * max(1, per_point // 2)
+    if len(reduces) == 1 and n >= 1 and _row_better(reduces[0], t.axes[-1]):
+        itemsize = 8
+        stage.row_reduce = t.shape[-1] * itemsize <= ROW_BYTES
+    limit = n - 1 if (n >= 2 or stage.row_reduce) else n
+    outer = limit
+    for k in range(1, limit + 1):
+        if math.prod(t.shape[:k]) >= 4 * threads:
+            outer = k
+            break
+    stage.outer = outer
+    stage.extent = math.prod(t.shape[:outer])
+    stage.parallel = stage.work >= PARALLEL_WORK and stage.extent >= 2 and threads > 1
+
+
+def _row_better(r: Reduce, last: IterVar) -> bool:
+    inner = r.axes[-1]
+    return _contiguity(r.source, last) > _contiguity(r.source, inner)
+
+
+def _contiguity(e: PrimExpr, v: IterVar) -> int:
+    """+1 per read whose last index moves with ``v``, -1 per read that ``v`` strides."""
+    score = 0
+    for node in post_order(e):
+        if isinstance(node, TensorRead) and node.indices:
+            *lead, last = node.indices
+            if _uses(last, v):
+                score += 1
+            elif any(_uses(i, v) for i in lead):
+                score -= 1
+    return score
+
+
+def _uses(e: PrimExpr, v: IterVar) -> bool:
+    return any(node is v for node in post_order(e))

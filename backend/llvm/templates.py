@@ -1,0 +1,219 @@
+"""Hand-written LLVM IR templates for the contraction ops (dense, matmul, batch_matmul, conv2d).
+
+The generic code generator asks ``template_for(op, attrs, input_types, out_type)``; a
+Template's ``emit(module, name)`` defines
+
+    void @name(float* noalias %out, float* noalias %in0, float* noalias %in1, i64 %begin, i64 %end)
+
+(inputs in the op's argument order, C-contiguous, pointers to element 0) computing what
+the op's NumPy reference computes for the parallel units ``[begin, end)`` of
+``StageInfo.parallel_extent``. Any split of the units into chunks, run in any order or
+concurrently, gives the same result (every unit writes its own part of ``out``).
+Helper functions are internal and named ``name.<helper>``; intrinsic declarations are
+shared through the module.
+
+Supported (float32, static, non-empty shapes): dense with any data rank; matmul with
+1-D operands and broadcast batch dims; batch_matmul with both transposes and a batch
+of 1 broadcasting; conv2d NCHW/OIHW or CHW with strides, any padding form, dilation and
+groups. Anything else gives None.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import llvmlite.ir as ir
+
+from backend.llvm.conv2d import ConvGeometry, emit_im2col_packer
+from backend.llvm.gemm import Blocking, GemmSpec, emit_gemm
+from relaydsl.ir.types import TensorType
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    name: str
+    parallel_extent: int  # the emitted function computes units [begin, end) of this many
+    flops: float
+
+
+@dataclass(frozen=True)
+class Template:
+    """A GEMM (optionally with conv2d's implicit-im2col B operand) ready to be emitted."""
+
+    op_name: str
+    spec: GemmSpec
+    conv: ConvGeometry | None = None
+    blocking: Blocking | None = None
+
+    def emit(self, module: ir.Module, name: str) -> StageInfo:
+        packer = emit_im2col_packer(self.conv) if self.conv is not None else None
+        kernel = emit_gemm(module, name, self.spec, self.blocking, pack_b=packer)
+        return StageInfo(name, kernel.parallel_extent, kernel.flops)
+
+
+def template_for(op_name: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
+                 out_type: TensorType) -> Template | None:
+    """The template computing this op call, or None where there is none."""
+    build = _BUILDERS.get(op_name)
+    if build is None or len(input_types) != 2:
+        return None
+    types = [*input_types, out_type]
+    if not all(isinstance(t, TensorType) and t.dtype == "float32" and t.is_static
+               for t in types):
+        return None
+    shapes = [t.concrete_shape() for t in input_types]
+    out = out_type.concrete_shape()
+    if any(0 in s for s in (*shapes, out)):
+        return None
+    try:
+        return build(attrs, shapes[0], shapes[1], out)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+# ---- the ops --------------------------------------------------------------------------------
+
+
+def _dense(attrs: Mapping[str, Any], data: tuple, weight: tuple, out: tuple) -> Template | None:
+    if len(data) < 1 or len(weight) != 2 or data[-1] != weight[1]:
+        return None
+    units, k = weight
+    m = math.prod(data[:-1])
+    if out != (*data[:-1], units):
+        return None
+    spec = GemmSpec(m=m, n=units, k=k, a_strides=(k, 1), b_strides=(1, k), ldc=units)
+    return Template("dense", spec)
+
+
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return strides[::-1]
+
+
+def _batch_strides(batch: Sequence[int], own: Sequence[int], matrix: int) -> tuple[int, ...]:
+    """Element strides per output batch axis of an operand with batch dims `own` (right-aligned,
+    size-1 dims broadcast) and `matrix` elements per batch entry."""
+    own_strides = [s * matrix for s in _contiguous_strides(own)]
+    pad = len(batch) - len(own)
+    return tuple(0 if i < pad or own[i - pad] == 1 else own_strides[i - pad]
+                 for i in range(len(batch)))
+
+
+def _gemm(op: str, m: int, n: int, k: int, a_strides: tuple[int, int], b_strides: tuple[int, int],
+          batch: tuple[int, ...], a_bs: tuple[int, ...], b_bs: tuple[int, ...],
+          a_plain: bool) -> Template:
+    """A batched GEMM with contiguous C; folds the batch into M where B broadcasts over it
+    and A's batch entries are contiguous row blocks."""
+    if batch and all(s == 0 for s in b_bs) and a_plain and \
+            list(a_bs) == [s * m * k for s in _contiguous_strides(batch)]:
+        return Template(op, GemmSpec(m=m * math.prod(batch), n=n, k=k, a_strides=a_strides,
+                                     b_strides=b_strides, ldc=n))
+    c_bs = tuple(s * m * n for s in _contiguous_strides(batch))
+    return Template(op, GemmSpec(m=m, n=n, k=k, a_strides=a_strides, b_strides=b_strides, ldc=n,
+                                 batch=tuple(batch), a_batch_strides=a_bs, b_batch_strides=b_bs,
+                                 c_batch_strides=c_bs))
+
+
+def _matmul(attrs: Mapping[str, Any], a: tuple, b: tuple, out: tuple) -> Template | None:
+    if not a or not b:
+        return None
+    m, k = (1, a[0]) if len(a) == 1 else a[-2:]
+    kb, n = (b[0], 1) if len(b) == 1 else b[-2:]
+    if k != kb:
+        return None
+    a_batch, b_batch = a[:-2], b[:-2]
+    nb = max(len(a_batch), len(b_batch))
+    batch = []
+    for i in range(nb):
+        da = a_batch[i - nb + len(a_batch)] if i >= nb - len(a_batch) else 1
+        db = b_batch[i - nb + len(b_batch)] if i >= nb - len(b_batch) else 1
+        if da != db and 1 not in (da, db):
+            return None
+        batch.append(max(da, db))
+    expect = (*batch, *([m] if len(a) > 1 else []), *([n] if len(b) > 1 else []))
+    if tuple(out) != expect:
+        return None
+    a_bs = _batch_strides(batch, a_batch, m * k)
+    b_bs = _batch_strides(batch, b_batch, k * n)
+    a_plain = len(a) > 1 and tuple(a_batch) == tuple(batch)
+    return _gemm("matmul", m, n, k, (k, 1), (n, 1), tuple(batch), a_bs, b_bs, a_plain)
+
+
+def _batch_matmul(attrs: Mapping[str, Any], x: tuple, y: tuple, out: tuple) -> Template | None:
+    if len(x) != 3 or len(y) != 3:
+        return None
+    ta, tb = bool(attrs.get("transpose_a", False)), bool(attrs.get("transpose_b", False))
+    bx, *xm = x
+    by, *ym = y
+    m, k = reversed(xm) if ta else xm
+    k2, n = reversed(ym) if tb else ym
+    if k != k2 or (bx != by and 1 not in (bx, by)):
+        return None
+    batch = max(bx, by)
+    if tuple(out) != (batch, m, n):
+        return None
+    a_strides = (1, m) if ta else (k, 1)
+    b_strides = (1, k) if tb else (n, 1)
+    a_bs = (0 if bx == 1 else m * k,)
+    b_bs = (0 if by == 1 else k * n,)
+    return _gemm("batch_matmul", m, n, k, a_strides, b_strides, (batch,), a_bs, b_bs,
+                 a_plain=not ta and bx == batch)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(v)
+    if len(v) != 2:
+        raise ValueError(v)
+    return (int(v[0]), int(v[1]))
+
+
+def _padding(v: Any) -> tuple[int, int, int, int]:
+    if isinstance(v, int):
+        return (v, v, v, v)
+    v = tuple(int(x) for x in v)
+    if len(v) == 2:
+        return (v[0], v[1], v[0], v[1])
+    if len(v) == 4:
+        return v  # type: ignore[return-value]
+    raise ValueError(v)
+
+
+def _conv2d(attrs: Mapping[str, Any], data: tuple, weight: tuple, out: tuple) -> Template | None:
+    if len(data) not in (3, 4) or len(weight) != 4:
+        return None
+    strides = _pair(attrs.get("strides", 1))
+    pads = _padding(attrs.get("padding", 0))
+    dilation = _pair(attrs.get("dilation", 1))
+    groups = int(attrs.get("groups", 1))
+    if min(strides) < 1 or min(dilation) < 1 or min(pads) < 0 or groups < 1:
+        return None
+    batch = data[0] if len(data) == 4 else None
+    cin, h, w = data[-3:]
+    cout, cg, kh, kw = weight
+    if cin != cg * groups or cout % groups:
+        return None
+    oh = (h + pads[0] + pads[2] - dilation[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - dilation[1] * (kw - 1) - 1) // strides[1] + 1
+    if oh < 1 or ow < 1:
+        return None
+    expect = ((batch,) if batch is not None else ()) + (cout, oh, ow)
+    if tuple(out) != expect:
+        return None
+    if max(cin * h * w, cg * kh * kw, oh * ow) >= 2 ** 31 // 2:
+        return None  # the im2col packer indexes with i32
+    geo = ConvGeometry(batch, cin, h, w, cout, kh, kw, oh, ow, strides, pads, dilation, groups)
+    return Template("conv2d", geo.gemm_spec(), conv=geo)
+
+
+_BUILDERS: dict[str, Callable[..., Template | None]] = {
+    "dense": _dense,
+    "matmul": _matmul,
+    "batch_matmul": _batch_matmul,
+    "conv2d": _conv2d,
+}

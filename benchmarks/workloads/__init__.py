@@ -1,0 +1,48 @@
+"""The benchmark rows, one module per workload group; ``GROUPS`` maps a --rows name to its cases."""
+from __future__ import annotations
+
+from typing import Callable
+
+from benchmarks.harness import Case
+
+
+def _gemm() -> list[Case]:
+    from benchmarks.workloads import gemm
+    return gemm.cases()
+
+
+def _mlp() -> list[Case]:
+    from benchmarks.workloads import mlp
+    return mlp.cases()
+
+
+def _lenet() -> list[Case]:
+    from benchmarks.workloads import cnn
+    return [cnn.lenet_case(1), cnn.lenet_case(64)]
+
+
+def _resnet() -> list[Case]:
+    from benchmarks.workloads import cnn
+    return [cnn.resnet_case()]
+
+
+def _lstm() -> list[Case]:
+    from benchmarks.workloads import lstm
+    return lstm.cases()
+
+
+def _elementwise() -> list[Case]:
+    from benchmarks.workloads import elementwise
+    return elementwise.cases()
+
+
+def _compile() -> list[Case]:
+    from benchmarks.workloads import compile_time
+    return compile_time.cases()
+
+
+# in the order of the table
+GROUPS: dict[str, Callable[[], list[Case]]] = {
+    "gemm": _gemm, "mlp": _mlp, "lenet": _lenet, "resnet": _resnet, "lstm": _lstm,
+    "elementwise": _elementwise, "compile": _compile,
+}

@@ -1,0 +1,69 @@
+"""What the workload modules share: the relaydsl build, optional PyTorch, random inputs."""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+import numpy as np
+
+from relaydsl import relay
+
+# set by run.py from --target before any Case is set up
+RELAY_TARGET = {"target": "llvm"}
+
+
+def specialize(template: Callable, **constants: Any):
+    """``@relay`` applied to `template` with shape constants (``N=512``) bound in its globals.
+
+    The DSL resolves the names in a function's annotations in its module globals (or its
+    closure), so one template written with ``Tensor[Float, (N, N)]`` gives a statically shaped
+    function per size; static shapes are what a compiler specialises best. The workload modules
+    use ``from __future__ import annotations`` so that the templates' annotations are not
+    evaluated by Python itself.
+    """
+    fn = types.FunctionType(template.__code__, {**template.__globals__, **constants},
+                            template.__name__, template.__defaults__, template.__closure__)
+    fn.__qualname__ = template.__qualname__
+    return relay(fn)
+
+
+def build(fn, target: str | None = None):
+    """``relay.build(fn, target=..., opt_level=3)``; the interpreter takes no options, so a
+    target that rejects ``opt_level`` is built with its defaults."""
+    target = target or RELAY_TARGET["target"]
+    try:
+        return relay.build(fn, target=target, opt_level=3)
+    except TypeError as e:
+        if "no option opt_level" not in str(e):
+            raise
+        return relay.build(fn, target=target)
+
+
+def relaydsl_runner(fn, *args: Any) -> Callable[[], Any]:
+    """The public API only: ``exe = relay.build(fn, target=..., opt_level=3)``; ``exe(*args)``."""
+    exe = build(fn)
+    return lambda: exe(*args)
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def normal(r: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+    return (r.standard_normal(shape) * scale).astype(np.float32)
+
+
+def torch_module():
+    """``torch`` with two threads, or an ImportError (the harness prints "—" and a footnote)."""
+    import torch
+
+    if torch.get_num_threads() != 2:
+        torch.set_num_threads(2)
+    return torch
+
+
+def jax_modules():
+    import jax
+    import jax.numpy as jnp
+
+    return jax, jnp

@@ -1,0 +1,46 @@
+"""GEMM: C = A @ B on square float32 matrices; GFLOP/s = 2 n^3 / time."""
+from __future__ import annotations
+
+from benchmarks.harness import Case
+from benchmarks.workloads.common import (jax_modules, normal, relaydsl_runner, rng, specialize,
+                                         torch_module)
+from relaydsl import Float, Tensor, relay
+
+
+def gemm(a: Tensor[Float, (N, N)], b: Tensor[Float, (N, N)]) -> Tensor[Float, (N, N)]:  # noqa: F821
+    return relay.matmul(a, b)
+
+
+def case(n: int) -> Case:
+    r = rng(n)
+    a, b = normal(r, (n, n)), normal(r, (n, n))
+
+    def relaydsl_setup():
+        return relaydsl_runner(specialize(gemm, N=n), a, b)
+
+    def jax_setup():
+        jax, jnp = jax_modules()
+        f = jax.jit(lambda x, y: x @ y)
+        ja, jb = jnp.asarray(a), jnp.asarray(b)
+        return lambda: f(ja, jb)
+
+    def numpy_setup():
+        return lambda: a @ b
+
+    def torch_setup():
+        torch = torch_module()
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+
+        def run():
+            with torch.no_grad():
+                return ta @ tb
+        return run
+
+    return Case(f"GEMM {n}", "gemm",
+                {"relaydsl": relaydsl_setup, "jax": jax_setup, "numpy": numpy_setup,
+                 "torch": torch_setup},
+                flops=2.0 * n ** 3, target=("numpy_gflops", 0.5))
+
+
+def cases() -> list[Case]:
+    return [case(512), case(1024)]

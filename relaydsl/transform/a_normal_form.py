@@ -1,0 +1,264 @@
+"""To A-normal form: bind every computation to a variable, once, in evaluation order.
+
+In graph form a node referenced twice stands for one value, but the interpreter evaluates
+it once per reference. This pass binds each call (primitive calls included), tuple,
+projection, ``if``, ``match`` and reference operation to a ``let``, so that it is evaluated
+exactly once, before its first use, and every argument becomes a variable, constant or
+global. Example input (graph form; ``%0`` is one node, shared by both branches)::
+
+    fn (%x) {
+      %0 = fn (%p0, Primitive=1) { exp(%p0) }(%x);
+      if (%c) { add(%0, %0) } else { %0 }
+    }
+
+Output::
+
+    fn (%x) {
+      let %t1 = fn (%p0, Primitive=1) { exp(%p0) }(%x);
+      if (%c) { let %t2 = add(%t1, %t1); %t2 } else { %t1 }
+    }
+
+Scoping. Each node is bound in the innermost scope (function body, ``if`` branch, ``match``
+clause) enclosing all its uses -- their least common ancestor in the scope tree: a node used
+only inside a branch is bound inside that branch, one used in both branches before the
+``if``. A block ends with an atom (a variable), as in TVM, except that a call of a
+non-primitive function, an ``if`` or a ``match`` ending a block stays there unbound, so tail
+calls remain tail calls and loops written as recursion run in constant stack. Existing lets
+keep their variables; a let-bound function is still bound directly (so it may call itself). Function
+literals are values and are not bound; primitive function literals stay in the callee
+position of their calls, and their bodies (graph form, as fuse_ops builds them) are left
+alone. The result is re-typed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relaydsl.ir.adt import Constructor
+from relaydsl.ir.expr import (
+    Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate,
+    RefRead, RefWrite, Tuple, TupleGetItem, Var,
+)
+from relaydsl.ir.module import IRModule
+from relaydsl.transform._util import deep_recursion, is_primitive
+from relaydsl.transform.pass_infra import module_pass
+from relaydsl.typing.infer import infer_types
+
+_ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
+
+
+@dataclass(eq=False)
+class _Scope:
+    parent: "_Scope | None"
+    depth: int
+
+
+def _lca(a: _Scope, b: _Scope) -> _Scope:
+    while a is not b:
+        if a.depth < b.depth:
+            b = b.parent  # type: ignore[assignment]
+        elif b.depth < a.depth:
+            a = a.parent  # type: ignore[assignment]
+        else:
+            a, b = a.parent, b.parent  # type: ignore[assignment]
+    return a
+
+
+def _edges(e: Expr) -> list[tuple[Expr, int | None]]:
+    """Children of `e` in evaluation order; the int numbers a child that opens a new scope."""
+    match e:
+        case Call(op=op, args=args):
+            return [*((a, None) for a in args), (op, None)]
+        case Tuple(fields=fields):
+            return [(f, None) for f in fields]
+        case TupleGetItem(tuple_value=t):
+            return [(t, None)]
+        case Let(value=value, body=body):
+            return [(value, None), (body, None)]
+        case If(cond=c, true_branch=a, false_branch=b):
+            return [(c, None), (a, 0), (b, 1)]
+        case Match(data=data, clauses=clauses):
+            return [(data, None), *((c.rhs, i) for i, c in enumerate(clauses))]
+        case Function(body=body):
+            return [] if is_primitive(e) else [(body, 0)]
+        case RefCreate(value=v) | RefRead(ref=v) | Grad(fn=v):
+            return [(v, None)]
+        case RefWrite(ref=r, value=v):
+            return [(r, None), (v, None)]
+    return []
+
+
+class _Analysis:
+    """Use counts of every node and the scope each is bound in (LCA of its uses' scopes)."""
+
+    def __init__(self, body: Expr, root_scope: _Scope):
+        self.uses: dict[int, list[tuple[Expr, int | None]]] = {}
+        order: list[Expr] = []
+        seen: set[int] = set()
+        stack: list[tuple[Expr, bool]] = [(body, False)]
+        while stack:  # iterative post-order over the DAG
+            e, expanded = stack.pop()
+            if expanded:
+                order.append(e)
+                continue
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            stack.append((e, True))
+            for child, key in reversed(_edges(e)):
+                if isinstance(child, _ATOMS):
+                    continue
+                self.uses.setdefault(id(child), []).append((e, key))
+                stack.append((child, False))
+        self.scope: dict[int, _Scope] = {id(body): root_scope}
+        self.child_scope: dict[tuple[int, int], _Scope] = {}
+        for e in reversed(order):  # users before the nodes they use
+            if e is not body:
+                scopes = [self._use_scope(user, key) for user, key in self.uses[id(e)]]
+                s = scopes[0]
+                for other in scopes[1:]:
+                    s = _lca(s, other)
+                self.scope[id(e)] = s
+            for i, (_, key) in enumerate(_edges(e)):
+                if key is not None:
+                    self._use_scope(e, key)
+
+    def _use_scope(self, user: Expr, key: int | None) -> _Scope:
+        parent = self.scope[id(user)]
+        if key is None:
+            return parent
+        s = self.child_scope.get((id(user), key))
+        if s is None:
+            s = self.child_scope[(id(user), key)] = _Scope(parent, parent.depth + 1)
+        return s
+
+    def count(self, e: Expr) -> int:
+        return len(self.uses.get(id(e), ()))
+
+
+def _stays_in_tail_position(e: Expr) -> bool:
+    """A call of a (non-primitive) function, an if or a match ending a block stays unbound:
+    tail calls remain tail calls. Everything else there is bound like any other value."""
+    if isinstance(e, (If, Match)):
+        return True
+    return isinstance(e, Call) and not isinstance(e.op, (Op, Constructor)) and \
+        not is_primitive(e.op)
+
+
+class _ToANF:
+    def __init__(self, analysis: _Analysis):
+        self.a = analysis
+        self.done: dict[int, Expr] = {}
+        self.blocks: dict[int, list[tuple[Var, Expr]]] = {}  # by id(scope), the open blocks
+        self.counter = 0
+
+    def block(self, root: Expr, scope: _Scope) -> Expr:
+        """`root` as a block of scope `scope`: its bindings as lets around its value."""
+        self.blocks[id(scope)] = bindings = []
+        result = self.convert(root, self.direct(root, scope), tail=True)
+        del self.blocks[id(scope)]
+        for var, value in reversed(bindings):
+            result = Let(var, value, result)
+        return result
+
+    def direct(self, e: Expr, scope: _Scope) -> bool:
+        """Whether `e` may stay unbound where it is: used once, and bound in this scope."""
+        return self.a.count(e) <= 1 and self.a.scope.get(id(e)) is scope
+
+    def emit(self, e: Expr, value: Expr) -> Var:
+        self.counter += 1
+        var = Var(f"t{self.counter}")
+        self.blocks[id(self.a.scope[id(e)])].append((var, value))
+        self.done[id(e)] = var
+        return var
+
+    def convert(self, e: Expr, direct: bool = False, tail: bool = False) -> Expr:
+        """`e` with its sub-computations bound; itself bound unless `direct` (the caller
+        places it: a let's value, or a block's result when `tail` and `e` is a tail call,
+        an ``if`` or a ``match``)."""
+        if isinstance(e, _ATOMS) or is_primitive(e):
+            return e
+        hit = self.done.get(id(e))
+        if hit is not None:
+            return hit
+        if isinstance(e, Let):
+            return self.convert_lets(e, direct, tail)
+        if isinstance(e, Function):
+            new = Function(e.params, self.block(e.body, self.a.child_scope[(id(e), 0)]),
+                           e.ret_type, e.type_params, e.attrs, span=e.span)
+            self.done[id(e)] = new  # a function literal is a value: not bound
+            return new
+        new = self.rebuild(e)
+        if direct and (not tail or _stays_in_tail_position(e)):
+            return new
+        return self.emit(e, new)
+
+    def convert_lets(self, let: Let, direct: bool, tail: bool) -> Expr:
+        scope = self.a.scope[id(let)]
+        node: Expr = let
+        while isinstance(node, Let) and (node is let or (
+                self.a.count(node) <= 1 and id(node) not in self.done)):
+            value = self.convert(node.value, self.direct(node.value, scope))
+            self.blocks[id(scope)].append((node.var, value))
+            node = node.body
+        result = self.convert(node, direct and self.direct(node, scope), tail)
+        if not direct:
+            self.done[id(let)] = result
+        return result
+
+    def rebuild(self, e: Expr) -> Expr:
+        c = self.convert
+        match e:
+            case Call(op=op, args=args):
+                new_args = tuple(c(a) for a in args)  # arguments first, then the callee
+                return Call(c(op), new_args, e.attrs, e.type_args, span=e.span)
+            case Tuple(fields=fields):
+                return Tuple(tuple(c(f) for f in fields), span=e.span)
+            case TupleGetItem(tuple_value=t, index=i):
+                return TupleGetItem(c(t), i, span=e.span)
+            case If(cond=cond, true_branch=a, false_branch=b):
+                new_cond = c(cond)
+                return If(new_cond, self.block(a, self.a.child_scope[(id(e), 0)]),
+                          self.block(b, self.a.child_scope[(id(e), 1)]), span=e.span)
+            case Match(data=data, clauses=clauses, complete=complete):
+                new_data = c(data)
+                return Match(new_data, tuple(
+                    Clause(cl.lhs, self.block(cl.rhs, self.a.child_scope[(id(e), i)]))
+                    for i, cl in enumerate(clauses)), complete, span=e.span)
+            case RefCreate(value=v):
+                return RefCreate(c(v), span=e.span)
+            case RefRead(ref=v):
+                return RefRead(c(v), span=e.span)
+            case RefWrite(ref=ref, value=v):
+                new_ref = c(ref)
+                return RefWrite(new_ref, c(v), span=e.span)
+            case Grad(fn=fn):
+                return Grad(c(fn), span=e.span)
+        raise AssertionError(f"to_a_normal_form: unexpected node {type(e).__name__}")
+
+
+def a_normal_form_function(fn: Function) -> Function:
+    """The A-normal form of one function (nested functions included)."""
+    if is_primitive(fn):
+        return fn
+    with deep_recursion():
+        root = _Scope(None, 1)
+        analysis = _Analysis(fn.body, root)
+        body = _ToANF(analysis).block(fn.body, root)
+    return Function(fn.params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
+
+
+def _transform(mod: IRModule) -> IRModule:
+    out = mod.copy()
+    for gv, fn in mod.functions.items():
+        out.add(gv, a_normal_form_function(fn))
+    return out
+
+
+def to_a_normal_form(mod: IRModule) -> IRModule:
+    """Every global function of `mod` in A-normal form; the result is re-typed."""
+    return infer_types(_transform(mod))
+
+
+ToANormalForm = module_pass(_transform, opt_level=1, name="ToANormalForm")
+
+__all__ = ["to_a_normal_form", "a_normal_form_function", "ToANormalForm"]

@@ -1,0 +1,196 @@
+"""To graph normal form: inline let-bound pure dataflow so that it forms a DAG.
+
+A let whose value is pure dataflow -- operator calls, tuples, projections, constants,
+variables and calls of primitive functions, built only from such -- is removed, and its
+uses refer to the value's node itself: a value used twice becomes one shared node, not two
+copies of a tree. This is the form operator fusion (fuse_ops.py) reads: producers and
+consumers are linked directly.
+
+Example input::
+
+    fn (%x) {
+      let %a = exp(%x);
+      let %b = add(%a, %a);
+      let %f = fn (%y) { multiply(%y, %a) };
+      %f(%b)
+    }
+
+Output (``%a`` is used inside the closure, so it stays bound; ``%f`` is a closure, so it
+stays bound; ``%b`` is inlined into its one use)::
+
+    fn (%x) {
+      let %a = exp(%x);
+      let %f = fn (%y) { multiply(%y, %a) };
+      %f(add(%a, %a))
+    }
+
+and ``let %a = exp(%x); add(%a, %a)`` becomes ``add(%0, %0)`` where both arguments are
+the one node ``%0 = exp(%x)``.
+
+Contract. Lets whose value has effects (references), builds a closure, a constructor value
+or calls a non-primitive function stay, in order. A computation is only inlined into uses in
+the same scope as its let (not inside a nested function, an ``if`` branch or a ``match``
+clause), so it is never moved into a loop body, a branch or a closure it was not in; a let
+of a variable, constant, global or operator (no computation) is inlined everywhere. A pure
+let with no use disappears. The result is re-typed. In graph form a node shared by two uses
+means one value: the interpreter still evaluates it once per reference, which
+to_a_normal_form (a_normal_form.py) fixes by binding each node once.
+"""
+from __future__ import annotations
+
+from relaydsl.ir.adt import Constructor, pattern_vars
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
+    RefWrite, Tuple, TupleGetItem, Var,
+)
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.visitor import ExprMutator
+from relaydsl.transform._util import deep_recursion, is_primitive
+from relaydsl.transform.pass_infra import module_pass
+from relaydsl.typing.infer import infer_types
+
+ATOMS = (Var, Constant, GlobalVar, Op, Constructor)
+
+
+def is_dataflow(expr: Expr, memo: dict[int, bool] | None = None) -> bool:
+    """Whether `expr` is pure dataflow: atoms, op calls, primitive calls, tuples, projections."""
+    memo = {} if memo is None else memo
+    key = id(expr)
+    if key in memo:
+        return memo[key]
+    if isinstance(expr, ATOMS):
+        result = True
+    elif isinstance(expr, Call):
+        callee_ok = isinstance(expr.op, Op) or is_primitive(expr.op)
+        result = callee_ok and all(is_dataflow(a, memo) for a in expr.args)
+    elif isinstance(expr, Tuple):
+        result = all(is_dataflow(f, memo) for f in expr.fields)
+    elif isinstance(expr, TupleGetItem):
+        result = is_dataflow(expr.tuple_value, memo)
+    else:
+        result = False
+    memo[key] = result
+    return result
+
+
+def _same_scope_lets(body: Expr) -> set[Var]:
+    """The let-bound variables all of whose uses are in the scope of their let.
+
+    A scope is a function body, an if branch or a match clause; everything else (let values
+    and bodies, call arguments, an if's condition) is in its parent's scope.
+    """
+    let_scope: dict[Var, int] = {}
+    use_scopes: dict[Var, set[int]] = {}
+    seen: set[tuple[int, int]] = set()
+    counter = [0]
+
+    def new_scope() -> int:
+        counter[0] += 1
+        return counter[0]
+
+    stack: list[tuple[Expr, int]] = [(body, 0)]
+    while stack:
+        expr, scope = stack.pop()
+        if (id(expr), scope) in seen:
+            continue
+        seen.add((id(expr), scope))
+        if isinstance(expr, Var):
+            use_scopes.setdefault(expr, set()).add(scope)
+        elif isinstance(expr, Let):
+            let_scope[expr.var] = scope
+            stack += [(expr.value, scope), (expr.body, scope)]
+        elif isinstance(expr, Function):
+            if not is_primitive(expr):
+                stack.append((expr.body, new_scope()))
+        elif isinstance(expr, If):
+            stack += [(expr.cond, scope), (expr.true_branch, new_scope()),
+                      (expr.false_branch, new_scope())]
+        elif isinstance(expr, Match):
+            stack.append((expr.data, scope))
+            stack += [(c.rhs, new_scope()) for c in expr.clauses]
+        else:
+            stack += [(child, scope) for child in children(expr)]
+    return {v for v, s in let_scope.items() if use_scopes.get(v, set()) <= {s}}
+
+
+def children(expr: Expr) -> list[Expr]:
+    """The direct sub-expressions of `expr` (for Let/If/Match/Function: all of them)."""
+    match expr:
+        case Call(op=op, args=args):
+            return [op, *args]
+        case Tuple(fields=fields):
+            return list(fields)
+        case TupleGetItem(tuple_value=t):
+            return [t]
+        case Let(var=var, value=value, body=body):
+            return [var, value, body]
+        case Function(body=body):
+            return [body]
+        case If(cond=c, true_branch=a, false_branch=b):
+            return [c, a, b]
+        case Match(data=data, clauses=clauses):
+            return [data, *[v for c in clauses for v in pattern_vars(c.lhs)],
+                    *[c.rhs for c in clauses]]
+        case RefCreate(value=v) | RefRead(ref=v) | Grad(fn=v):
+            return [v]
+        case RefWrite(ref=r, value=v):
+            return [r, v]
+    return []
+
+
+class _ToGraph(ExprMutator):
+    def __init__(self, inlinable: set[Var]):
+        super().__init__()
+        self.inlinable = inlinable
+        self.subst: dict[Var, Expr] = {}
+        self.pure_memo: dict[int, bool] = {}
+
+    def visit_var(self, var: Var) -> Expr:
+        return self.subst.get(var, var)
+
+    def visit_let(self, let: Let) -> Expr:
+        kept: list[tuple[Let, Expr]] = []
+        node: Expr = let
+        while isinstance(node, Let):
+            value = self.visit(node.value)
+            if isinstance(value, ATOMS) or (
+                    node.var in self.inlinable and is_dataflow(value, self.pure_memo)):
+                self.subst[node.var] = value
+            else:
+                kept.append((node, value))
+            node = node.body
+        body = self.visit(node)
+        for old, value in reversed(kept):
+            if value is old.value and body is old.body:
+                body = old
+            else:
+                body = Let(old.var, value, body, span=old.span)
+        return body
+
+
+def graph_normal_form_function(fn: Function) -> Function:
+    """The graph normal form of one function (nested functions included)."""
+    with deep_recursion():
+        result = _ToGraph(_same_scope_lets(fn)).visit(fn)
+    assert isinstance(result, Function)
+    return result
+
+
+def _transform(mod: IRModule) -> IRModule:
+    out = mod.copy()
+    for gv, fn in mod.functions.items():
+        new = graph_normal_form_function(fn)
+        if new is not fn:
+            out.add(gv, new)
+    return out
+
+
+def to_graph_normal_form(mod: IRModule) -> IRModule:
+    """Every global function of `mod` in graph normal form; the result is re-typed."""
+    return infer_types(_transform(mod))
+
+
+ToGraphNormalForm = module_pass(_transform, opt_level=1, name="ToGraphNormalForm")
+
+__all__ = ["to_graph_normal_form", "graph_normal_form_function", "is_dataflow", "children",
+           "ToGraphNormalForm"]

@@ -1,0 +1,228 @@
+"""Fused groups written by hand as primitive functions, against JAX; safety of the emitted code;
+vectorisation of elementwise kernels (and the speed of the PERFORMANCE.md chain, printed)."""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from backend.llvm import jit
+from backend.llvm.kernel import compile_primitives
+from relaydsl.ir import Let, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import const
+from tests.backend.llvm.helpers import call, primitive, randn
+
+jax.config.update("jax_enable_x64", True)
+F = "float32"
+
+
+def _groups():
+    """(name, function, inputs, jax truth, rtol)."""
+    x34, y4 = randn(3, 4), randn(4, seed=1)
+    big = randn(64, 300, seed=2)
+    data, w, bias = randn(8, 16), randn(10, 16, seed=3), randn(10, seed=4)
+    img, ker, cb = randn(2, 3, 9, 9), randn(4, 3, 3, 3, seed=5), randn(4, seed=6)
+    g = []
+
+    def add(name, types, body, inputs, truth, rtol=1e-5):
+        g.append((name, primitive(types, body), inputs, truth, rtol))
+
+    add("chain", [((3, 4), F)],
+        lambda x: call("relu", call("add", call("multiply", call("exp", x), const(2.0)),
+                                    const(-1.0))),
+        [x34], lambda x: jnp.maximum(jnp.exp(x) * 2 - 1, 0))
+    add("diamond", [((3, 4), F), ((4,), F)],
+        lambda x, y: (lambda a: call("add", a, call("multiply", a, a)))(
+            call("tanh", call("add", x, y))),
+        [x34, y4], lambda x, y: jnp.tanh(x + y) + jnp.tanh(x + y) ** 2)
+    add("dense+bias_add+relu", [((8, 16), F), ((10, 16), F), ((10,), F)],
+        lambda d, w_, b: call("relu", call("bias_add", call("dense", d, w_), b, axis=-1)),
+        [data, w, bias], lambda d, w_, b: jnp.maximum(d @ w_.T + b, 0), 1e-4)
+    add("conv2d+bias_add+tanh", [((2, 3, 9, 9), F), ((4, 3, 3, 3), F), ((4,), F)],
+        lambda x, k, b: call("tanh", call("bias_add", call("conv2d", x, k, padding=1), b)),
+        [img, ker, cb],
+        lambda x, k, b: jnp.tanh(jax.lax.conv_general_dilated(
+            x, k, (1, 1), ((1, 1), (1, 1)), precision=jax.lax.Precision.HIGHEST)
+            + b[None, :, None, None]), 1e-4)
+    add("sum of elementwise, last axis", [((64, 300), F)],
+        lambda x: call("sum", call("multiply", call("exp", x), x), axis=1),
+        [big], lambda x: jnp.sum(jnp.exp(x) * x, axis=1), 1e-4)
+    add("mean over axis 0 (row reduction)", [((64, 300), F)],
+        lambda x: call("mean", call("multiply", x, x), axis=0),
+        [big], lambda x: jnp.mean(x * x, axis=0), 1e-4)
+    add("max over axis 0 with NaN", [((5, 7), F)],
+        lambda x: call("max", x, axis=0),
+        [np.where(np.arange(35).reshape(5, 7) == 9, np.nan, randn(5, 7)).astype(F)],
+        lambda x: jnp.max(x, axis=0))
+    add("softmax then scale", [((6, 33), F)],
+        lambda x: call("multiply", call("softmax", x), const(3.0)),
+        [randn(6, 33)], lambda x: jax.nn.softmax(x) * 3)
+    add("matmul (row order)", [((20, 30), F), ((30, 40), F)],
+        lambda a, b: call("matmul", a, b), [randn(20, 30), randn(30, 40, seed=7)],
+        lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST), 1e-4)
+    add("multi-output tuple", [((3, 4), F)],
+        lambda x: Tuple([call("add", x, const(1.0)), call("exp", x), call("sum", x)]),
+        [x34], lambda x: (x + 1, jnp.exp(x), jnp.sum(x)))
+    add("shared subexpression in two outputs", [((3, 4), F)],
+        lambda x: (lambda s: Tuple([s, call("multiply", s, s), s]))(call("sigmoid", x)),
+        [x34], lambda x: (jax.nn.sigmoid(x), jax.nn.sigmoid(x) ** 2, jax.nn.sigmoid(x)))
+    add("tuple projection", [((3, 4), F)],
+        lambda x: TupleGetItem(Tuple([call("negative", x), call("exp", x)]), 1),
+        [x34], lambda x: jnp.exp(x))
+    add("let-bound body", [((3, 4), F)],
+        lambda x: (lambda v: Let(v, call("exp", x), call("add", v, v)))(Var("v")),
+        [x34], lambda x: 2 * jnp.exp(x))
+    add("identity returns a copy", [((3, 4), F)], lambda x: x, [x34], lambda x: x)
+    add("constants: array and immediate", [((3, 4), F)],
+        lambda x: call("add", call("multiply", x, const(np.arange(4, dtype=F))), const(0.5)),
+        [x34], lambda x: x * jnp.arange(4, dtype=F) + 0.5)
+    add("0-d tensors", [((), F), ((), F)],
+        lambda a, b: call("sum", call("multiply", call("add", a, b), a)),
+        [np.array(1.5, F), np.array(-0.25, F)], lambda a, b: (a + b) * a)
+    add("empty output", [((3, 4), F)],
+        lambda x: Tuple([call("strided_slice", x, begin=(3,), end=(1,), axes=(1,)),
+                         call("exp", x)]),
+        [x34], lambda x: (x[:, 3:1], jnp.exp(x)))
+    add("int floor division and modulo", [((6,), "int32"), ((6,), "int32")],
+        lambda a, b: Tuple([call("divide", a, b), call("subtract", a, call(
+            "multiply", call("divide", a, b), b))]),
+        [np.array([7, -7, 7, -7, 0, 5], "int32"), np.array([2, 2, -2, -2, 3, 1], "int32")],
+        lambda a, b: (a // b, a % b))
+    add("casts float64 -> int8 -> float16", [((5,), "float64")],
+        lambda x: call("cast", call("cast", x, dtype="int8"), dtype="float16"),
+        [np.array([-3.7, 0.2, 100.9, 2.5, -0.5])],
+        lambda x: x.astype(jnp.int8).astype(jnp.float16))
+    add("bool logic and where", [((3, 4), F), ((3, 4), F)],
+        lambda x, y: call("where", call("logical_and", call("greater", x, y),
+                                        call("logical_not", call("less", x, const(-1.0)))),
+                          x, y),
+        [x34, randn(3, 4, seed=9)], lambda x, y: jnp.where((x > y) & ~(x < -1), x, y))
+    add("uint8 arithmetic wraps", [((4,), "uint8"), ((4,), "uint8")],
+        lambda a, b: call("add", call("multiply", a, b), a),
+        [np.array([200, 3, 255, 0], "uint8"), np.array([2, 5, 255, 7], "uint8")],
+        lambda a, b: a * b + a)
+    add("float16 chain", [((7,), "float16")],
+        lambda x: call("tanh", call("add", x, x)), [randn(7, dtype="float16")],
+        lambda x: jnp.tanh(x + x), 2e-3)
+    return g
+
+
+GROUPS = _groups()
+
+
+@pytest.fixture(scope="module")
+def group_kernels():
+    return compile_primitives([g[1] for g in GROUPS])
+
+
+@pytest.mark.parametrize("index", range(len(GROUPS)), ids=[g[0] for g in GROUPS])
+def test_fused_group_matches_jax(index, group_kernels):
+    name, fn, inputs, truth, rtol = GROUPS[index]
+    got = group_kernels[index](*inputs)
+    want = truth(*[jnp.asarray(x) for x in inputs])
+    got_t = got if isinstance(got, tuple) else (got,)
+    want_t = want if isinstance(want, tuple) else (want,)
+    assert len(got_t) == len(want_t)
+    for a, e in zip(got_t, want_t):
+        e = np.asarray(e)
+        assert a.shape == e.shape and a.dtype == e.dtype, (name, a.dtype, e.dtype)
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=1e-6, err_msg=name)
+
+
+# ---- safety ------------------------------------------------------------------------------
+
+def test_take_out_of_range_indices_match_numpy_and_do_not_crash():
+    x = randn(5, 3)
+    idx = np.array([[-10**9, -1, 0], [4, 5, 10**9]], "int64")
+    clip = primitive([((5, 3), F), ((2, 3), "int64")], lambda a, i: call("take", a, i, axis=0))
+    wrap = primitive([((5, 3), F), ((2, 3), "int64")],
+                     lambda a, i: call("take", a, i, axis=0, mode="wrap"))
+    flat = primitive([((5, 3), F), ((2, 3), "int64")], lambda a, i: call("take", a, i))
+    k1, k2, k3 = compile_primitives([clip, wrap, flat])
+    np.testing.assert_array_equal(k1(x, idx), np.take(x, idx, axis=0, mode="clip"))
+    np.testing.assert_array_equal(k2(x, idx), np.take(x, idx, axis=0, mode="wrap"))
+    np.testing.assert_array_equal(k3(x, idx), np.take(x, idx, mode="clip"))
+
+
+def test_integer_division_by_zero_and_overflow_do_not_trap():
+    a = np.array([5, -5, 0, -2**31, -2**31, 7], "int32")
+    b = np.array([0, 0, 0, -1, 0, 3], "int32")
+    fn = primitive([((6,), "int32"), ((6,), "int32")],
+                   lambda x, y: Tuple([call("divide", x, y),
+                                       call("subtract", x, call("multiply",
+                                                                call("divide", x, y), y))]))
+    (k,) = compile_primitives([fn])
+    q, r = k(a, b)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(q, np.floor_divide(a, b))
+    assert q[3] == -2**31 and q[0] == 0
+
+
+def test_padded_reads_stay_in_bounds_for_large_padding():
+    x = randn(1, 1, 2, 2)
+    fn = primitive([((1, 1, 2, 2), F)], lambda a: call("pad", a, pad_width=(0, 0, 0, 0, 50, 50,
+                                                                            50, 50)))
+    (k,) = compile_primitives([fn])
+    np.testing.assert_array_equal(k(x), np.pad(x, ((0, 0), (0, 0), (50, 50), (50, 50))))
+
+
+def test_nan_semantics_of_maximum_minimum_and_casts_follow_jax():
+    x = np.array([np.nan, 1.0, -np.inf, np.inf, 3e9, -3e9], F)
+    y = np.array([0.0, np.nan, 1.0, 2.0, 0.0, 0.0], F)
+    fn = primitive([((6,), F), ((6,), F)],
+                   lambda a, b: Tuple([call("maximum", a, b), call("minimum", a, b),
+                                       call("cast", a, dtype="int32")]))
+    (k,) = compile_primitives([fn])
+    mx, mn, ci = k(x, y)
+    np.testing.assert_array_equal(mx, np.maximum(x, y))
+    np.testing.assert_array_equal(mn, np.minimum(x, y))
+    np.testing.assert_array_equal(ci, np.asarray(jnp.asarray(x).astype(jnp.int32)))
+
+
+# ---- vectorisation and speed -----------------------------------------------------------------
+
+def _chain(n):
+    return primitive([((n,), F), ((), F), ((), F)],
+                     lambda x, a, b: call("multiply", call("tanh", call("add", call(
+                         "multiply", a, x), b)), call("sigmoid", x)))
+
+
+def test_elementwise_kernel_is_vectorised(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    seen = []
+    monkeypatch.setattr(jit, "inspect_hook", lambda ir_text, asm: seen.append((ir_text, asm)))
+    compile_primitives([_chain(1000)])
+    (ir_text, asm), = seen
+    vec = {512: "zmm", 256: "ymm", 128: "xmm"}[jit.host_target().vector_bits]
+    assert f"x float>" in ir_text, "the optimised IR has no float vectors"
+    assert vec in asm
+    assert not any(f in asm for f in ("tanhf", "expf", "logf"))  # no scalar libm calls
+
+
+def test_speed_of_the_performance_chain_is_printed():
+    n = 1 << 20
+    (k,) = compile_primitives([_chain(n)])
+    x = randn(n)
+    a, b = np.array(0.7, F), np.array(0.1, F)
+    out = np.empty(n, F)
+    run = k.bind([x, a, b], [out])
+    jf = jax.jit(lambda x, a, b: jnp.tanh(a * x + b) * jax.nn.sigmoid(x))
+    xj = jnp.asarray(x)
+    jf(xj, a, b).block_until_ready()
+    ours, theirs = [], []
+    for _ in range(30):  # interleaved, medians
+        t = time.perf_counter()
+        run()
+        ours.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        jf(xj, a, b).block_until_ready()
+        theirs.append(time.perf_counter() - t)
+    o, j = np.median(ours) * 1e3, np.median(theirs) * 1e3
+    print(f"\ntanh(a*x+b)*sigmoid(x), 2^20 float32: llvm {o:.3f} ms, jax.jit {j:.3f} ms "
+          f"({o / j:.2f}x)")
+    y = (np.float32(0.7) * x + np.float32(0.1)).astype(np.float64)
+    ref = np.tanh(y) / (1 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-7)
