@@ -18,7 +18,7 @@ from typing import Any as AnyValue, Callable, Protocol, Sequence
 
 from relaydsl.ir.module import IRModule
 
-DEFAULT_TARGET = "interp"  # becomes "llvm" once every test passes on it
+DEFAULT_TARGET = "llvm"
 
 
 class Program(Protocol):

@@ -57,7 +57,7 @@ def prepare(mod: IRModule, opt_level: int = 3) -> IRModule:
     from relaydsl.transform.inline import inline_globals
 
     mod = inline_globals(mod)
-    mod = lower_grads(mod, first_order=True)
+    mod = inline_globals(lower_grads(mod, first_order=True))  # adjoints are applied literals
     mod = to_graph_normal_form(mod)
     mod = fuse_ops(mod, fuse_opt_level=2 if opt_level >= 1 else 0)
     return to_a_normal_form(mod)
@@ -65,27 +65,47 @@ def prepare(mod: IRModule, opt_level: int = 3) -> IRModule:
 
 def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Program":
     """The runnable form of global `entry` of `mod` (typed, possibly with grad nodes)."""
-    prepared = prepare(mod, opt_level)
-    fn = prepared[entry]
-    plan = StaticPlan.build(fn, opt_level) if StaticPlan.applies(fn) else None
-    return Program(prepared, entry, plan, opt_level)
+    return Program(mod, entry, opt_level)
 
 
 class Program:
-    """A compiled entry point: ``program(*values)``; values checked against its type."""
+    """A compiled entry point: ``program(*values)``; values checked against its type.
 
-    def __init__(self, mod: IRModule, entry: str, plan: "StaticPlan | None", opt_level: int):
-        self.mod, self.entry, self.plan = mod, entry, plan
-        self._dispatcher = Dispatcher(mod, opt_level)
+    A first-order entry with symbolic dimensions (``Tensor[Float, ("n", 784)]``) gets a
+    static plan per call signature: on a call with new shapes the entry is re-typed with
+    those shapes and planned; other programs run on the dispatcher.
+    """
+
+    def __init__(self, source: IRModule, entry: str, opt_level: int):
+        self.source, self.entry, self.opt_level = source, entry, opt_level
+        self.mod = prepare(source, opt_level)
+        fn = self.mod[entry]
+        self.plan = StaticPlan.build(fn, opt_level) if StaticPlan.applies(fn) else None
+        self._per_signature = self.plan is None and StaticPlan.applies(fn, static=False) and \
+            all(isinstance(p.checked_type, TensorType) for p in fn.params)
+        self._plans: dict[tuple, StaticPlan | None] = {}
+        self._dispatcher = Dispatcher(self.mod, opt_level)
 
     @property
     def uses_static_plan(self) -> bool:
         return self.plan is not None
 
     def __call__(self, *values: Value) -> Value:
-        if self.plan is not None:
-            return self.plan(*values)
+        plan = self.plan or (self._plan_for(values) if self._per_signature else None)
+        if plan is not None:
+            return plan(*values)
         return evaluate(self.mod, *values, entry=self.entry, interpreter=self._dispatcher)
+
+    def _plan_for(self, values: Sequence[Value]) -> "StaticPlan | None":
+        if not all(isinstance(v, np.ndarray) for v in values):
+            return None
+        key = tuple((v.shape, v.dtype.str) for v in values)
+        if key not in self._plans:
+            fn = prepare(specialize_entry(self.source, self.entry, values),
+                         self.opt_level)[self.entry]
+            self._plans[key] = StaticPlan.build(fn, self.opt_level) \
+                if StaticPlan.applies(fn) else None
+        return self._plans[key]
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
         return self._dispatcher.call(closure, args)
@@ -113,7 +133,8 @@ class Dispatcher(Interpreter):
             kernel = compile_primitive(specialize(call.op, arrays), opt_level=self.opt_level)
             self._kernels[key] = kernel
             self._held.append(call.op)
-        return kernel(*arrays)
+        outputs = kernel.call_trusted(arrays)
+        return tuple(outputs) if kernel.returns_tuple else outputs[0]
 
 
 def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
@@ -134,6 +155,23 @@ def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
     out = infer_type(Function(params, body, None, (), fn.attrs))
     assert isinstance(out, Function)
     return out
+
+
+def specialize_entry(mod: IRModule, entry: str, args: Sequence[np.ndarray]) -> IRModule:
+    """A copy of `mod` whose `entry` takes exactly the arguments' shapes, re-typed."""
+    from relaydsl.typing import infer_types
+
+    fn = mod[entry]
+    params = [Var(p.name_hint, TensorType(a.shape, a.dtype.name)) for p, a in zip(fn.params, args)]
+    mapping = dict(zip(fn.params, params))
+
+    class _Rebind(ExprMutator):
+        def visit_var(self, v: Var) -> Expr:
+            return mapping.get(v, v)
+
+    out = mod.copy()
+    out.add(entry, Function(params, _Rebind().visit(fn.body), None, (), fn.attrs, span=fn.span))
+    return infer_types(out)
 
 
 # ---- the static plan ----------------------------------------------------------------------
@@ -172,14 +210,15 @@ class StaticPlan:
         self.buffers, self.steps, self.params, self.result = buffers, steps, params, result
         self.arena_bytes = plan_memory(buffers, steps)
         self._lock = threading.Lock()
-        self._bound_inputs: tuple = ()
+        self._uses: dict[int, list] | None = None  # buffer -> [(bound kernel, position)]
+        self._outputs: list[int] = []
 
     # Which functions it applies to
     @staticmethod
-    def applies(fn: Function) -> bool:
-        if not all(_static(p.checked_type) for p in fn.params):
-            return False
-        if not _static(fn.checked_type.ret_type if isinstance(fn.checked_type, FuncType) else None):
+    def applies(fn: Function, static: bool = True) -> bool:
+        """Whether `fn` is a chain of primitive calls (with static shapes, if `static`)."""
+        ret = fn.checked_type.ret_type if isinstance(fn.checked_type, FuncType) else None
+        if static and not all(_static(t) for t in [ret, *(p.checked_type for p in fn.params)]):
             return False
         node: Expr = fn.body
         while isinstance(node, Let):
@@ -240,24 +279,38 @@ class StaticPlan:
 
     def __call__(self, *values: Value) -> Value:
         with self._lock:  # the arena is shared: one call at a time
+            if self._uses is None:
+                self._bind()
             inputs = _flatten([_leaves(p, v) for p, v in zip(self.params, values)])
             for index, array in zip(_flatten(self.params), inputs):
-                self.buffers[index].value = contiguous(array)
-            outputs = [b for b in self.buffers if b.kind == "output"]
-            for b in outputs:
-                b.value = np.empty(b.type.shape, b.type.dtype)
-            self._bind(external_changed=True)
+                self._point(index, contiguous(array))
+            for index in self._outputs:
+                t = self.buffers[index].type
+                self._point(index, np.empty(t.shape, t.dtype))
             for step in self.steps:
                 step.run()
             return _rebuild(self.result, self.buffers)
 
-    def _bind(self, external_changed: bool) -> None:
+    def _point(self, index: int, array: np.ndarray) -> None:
+        """Makes every kernel that reads or writes buffer `index` use `array`."""
+        self.buffers[index].value = array
+        for bound, position in self._uses[index]:
+            bound.retarget(position, array)
+
+    def _bind(self) -> None:
+        """Binds each step once (checked); calls then only retarget inputs and outputs."""
+        self._outputs = [i for i, b in enumerate(self.buffers) if b.kind == "output"]
+        self._uses: dict[int, list] = {i: [] for i, b in enumerate(self.buffers)
+                                       if b.kind in ("input", "output")}
+        for b in self.buffers:
+            if b.value is None:  # inputs and outputs: placeholders until the first call
+                b.value = np.empty(b.type.shape, b.type.dtype)
         for step in self.steps:
-            touches_external = any(self.buffers[i].kind in ("input", "output")
-                                   for i in step.inputs + step.outputs)
-            if step.run is None or (external_changed and touches_external):
-                step.run = step.kernel.bind([self.buffers[i].value for i in step.inputs],
-                                            [self.buffers[i].value for i in step.outputs])
+            arrays = [self.buffers[i].value for i in step.inputs + step.outputs]
+            step.run = step.kernel.bind(arrays[:len(step.inputs)], arrays[len(step.inputs):])
+            for position, index in enumerate(step.inputs + step.outputs):
+                if index in self._uses:
+                    self._uses[index].append((step.run, position))
 
 
 def plan_memory(buffers: list[Buffer], steps: list[Step]) -> int:
@@ -337,8 +390,7 @@ def _plan_atom(e: Expr) -> bool:
 
 def _plan_value(e: Expr) -> bool:
     if isinstance(e, Call):
-        return is_primitive(e.op) and all(_plan_atom(a) for a in e.args) and \
-            _static(e.checked_type)
+        return is_primitive(e.op) and all(_plan_atom(a) for a in e.args)
     return _plan_atom(e)
 
 

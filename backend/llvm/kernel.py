@@ -82,44 +82,69 @@ class Kernel:
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         self.bind(inputs, outputs)()
 
-    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
-             ) -> Callable[[], None]:
+    def call_trusted(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Runs on `inputs` into fresh outputs, skipping the checks of ``bind``.
+
+        For executors that have already matched the inputs' shapes, dtypes and layout
+        against this kernel's input types (the dispatcher keys its kernels by them).
+        """
+        outputs = [np.empty(t.shape, t.dtype) for t in self.output_types]
+        if self._scratch or self._parallel or self._constants:
+            self.bind(inputs, outputs)()
+        elif self._steps:
+            arrays = [*inputs, *outputs]
+            self._entry((ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays]))
+        return outputs
+
+    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> "Bound":
         """Checks once; returns a zero-argument callable that runs the kernel on these arrays."""
         _check(inputs, self.input_types, "input", writeable=False)
         _check(outputs, self.output_types, "output", writeable=True)
         _check_disjoint(inputs, outputs)
         scratch = [_aligned_empty(shape, dtype) for shape, dtype in self._scratch]
-        arrays = [*inputs, *outputs, *self._constants, *scratch]
-        addresses = [a.ctypes.data for a in arrays]
-        if not self._steps:
-            return _nothing
-        if not self._parallel:
-            table = (ctypes.c_void_p * len(addresses))(*addresses)
-            entry = self._entry
-
-            def run() -> None:
-                entry(table)
-
-            run.keep = arrays  # type: ignore[attr-defined]
-            return run
-        calls = []
-        for fn, slots, extent, parallel in self._steps:
-            args = [addresses[s] for s in slots]
-            if parallel:
-                calls.append(functools.partial(parallel_for, functools.partial(fn, *args), extent))
-            else:
-                calls.append(functools.partial(fn, *args, 0, extent))
-
-        def run_steps() -> None:
-            for call in calls:
-                call()
-
-        run_steps.keep = arrays  # type: ignore[attr-defined]
-        return run_steps
+        return Bound(self, [*inputs, *outputs, *self._constants, *scratch])
 
 
-def _nothing() -> None:
-    return None
+class Bound:
+    """A kernel bound to its arrays (inputs, outputs, constants, scratch): ``bound()`` runs it.
+
+    ``retarget(position, array)`` points input or output `position` (inputs first) at
+    another array without re-checking: static plans use it to run on each call's
+    arguments. The caller guarantees the array has the type the kernel was checked with.
+    """
+
+    def __init__(self, kernel: Kernel, arrays: list[np.ndarray]):
+        self._kernel = kernel
+        self._arrays = arrays  # keeps the memory alive while bound
+        self._addresses = [a.ctypes.data for a in arrays]
+        self._table = (ctypes.c_void_p * max(1, len(arrays)))(*self._addresses)
+        self._calls: list[Callable[[], None]] | None = None
+
+    def retarget(self, position: int, array: np.ndarray) -> None:
+        self._arrays[position] = array
+        address = array.ctypes.data
+        self._addresses[position] = address
+        self._table[position] = address
+        self._calls = None
+
+    def __call__(self) -> None:
+        kernel = self._kernel
+        if not kernel._steps:
+            return
+        if not kernel._parallel:
+            kernel._entry(self._table)
+            return
+        if self._calls is None:
+            self._calls = []
+            for fn, slots, extent, parallel in kernel._steps:
+                args = [self._addresses[s] for s in slots]
+                if parallel:
+                    self._calls.append(functools.partial(
+                        parallel_for, functools.partial(fn, *args), extent))
+                else:
+                    self._calls.append(functools.partial(fn, *args, 0, extent))
+        for call in self._calls:
+            call()
 
 
 def _describe(a: object) -> str:

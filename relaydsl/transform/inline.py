@@ -5,7 +5,9 @@ part of a recursive cycle and is not polymorphic (no type parameters) by
 ``let %x' = a; let %y' = b; <body of f, with fresh variables>``. In the
 copy, annotations that mention the callee's shape variables (``("n", 784)``)
 are dropped: they would tie the caller to the callee's variables; inference
-gives the inlined body its types at this call. A whole
+gives the inlined body its types at this call. A function literal applied on
+the spot, ``(fn (%x) {...})(a)`` (what a grad of a lambda becomes), is inlined
+the same way. A whole
 program then becomes one function, which lets the first-order gradient, fusion
 and the static execution plan see through calls between decorated functions
 (a loss calling its model, Figure 4). Callees are inlined bottom-up, so a chain
@@ -67,7 +69,12 @@ class _Inline(ExprMutator):
         self.inlinable = inlinable
 
     def visit_call(self, call: Call) -> Expr:
-        callee = self.inlinable.get(call.op) if isinstance(call.op, GlobalVar) else None
+        if isinstance(call.op, GlobalVar):
+            callee = self.inlinable.get(call.op)
+        elif isinstance(call.op, Function) and not call.op.attrs.get("Primitive", 0):
+            callee = self.visit(call.op)  # a literal applied on the spot: (fn (x) ...)(a)
+        else:
+            callee = None
         if callee is None:
             return super().visit_call(call)
         args = [self.visit(a) for a in call.args]
