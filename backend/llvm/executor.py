@@ -8,15 +8,18 @@ A-normal form; see ``prepare``) and picks how to run the entry function:
   calls of primitive functions, tuples and projections): all its kernels are
   compiled up front in one LLVM module, and its intermediate tensors live in
   one arena, allocated once, where buffers whose lifetimes do not overlap share
-  memory (``plan_memory``). A call is a loop over bound kernels.
+  memory (``plan_memory``). A call is a loop over bound kernels. A program
+  whose dimensions are symbolic (``("n", 784)``) gets a plan per call signature.
 * ``Dispatcher`` for everything else (control flow, closures, recursion, data
   types, references): the reference interpreter's evaluation, where every call
   of a primitive function runs a compiled kernel instead of NumPy; kernels are
   compiled on first use, per argument shapes.
 
-Arguments are checked before any kernel runs (the frontend checks them against
-the function's type; kernels check shapes, dtypes and layout again), so no input
-can make compiled code touch memory out of bounds.
+Arguments are checked against the entry's type by the frontend before any kernel
+runs; the executors then hand each kernel only C-contiguous, aligned arrays of
+exactly the shapes and dtypes it was compiled for (a plan binds and checks its
+kernels once; the dispatcher keys its kernels by the arguments' shapes), so no
+input can make compiled code touch memory out of bounds.
 """
 from __future__ import annotations
 
@@ -29,17 +32,14 @@ import numpy as np
 from backend.interpreter import Closure, Interpreter, TailCall, Value, evaluate
 from backend.llvm.kernel import Kernel, compile_primitive, compile_primitives
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, Let, Tuple, TupleGetItem, Var,
+    Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type
 from relaydsl.ir.visitor import ExprMutator
+from relaydsl.transform.fuse_ops import is_primitive
 
 _ALIGN = 64
-
-
-def is_primitive(fn: Expr) -> bool:
-    return isinstance(fn, Function) and bool(fn.attrs.get("Primitive", 0))
 
 
 def prepare(mod: IRModule, opt_level: int = 3) -> IRModule:
@@ -47,10 +47,11 @@ def prepare(mod: IRModule, opt_level: int = 3) -> IRModule:
 
     Calls of non-recursive globals are inlined; grad nodes are lowered (to the
     reference-free first-order adjoint where the differentiated code is
-    straight-line); ops are fused into primitive functions (opt_level >= 1; at 0
+    straight-line); constant op calls are folded; ops are fused into primitive functions (opt_level >= 1; at 0
     each op is its own primitive function); every call is let-bound (A-normal form).
     """
     from relaydsl.transform.a_normal_form import to_a_normal_form
+    from relaydsl.transform.fold_constant import fold_constants
     from relaydsl.transform.fuse_ops import fuse_ops
     from relaydsl.transform.gradient import lower_grads
     from relaydsl.transform.graph_normal_form import to_graph_normal_form
@@ -58,6 +59,7 @@ def prepare(mod: IRModule, opt_level: int = 3) -> IRModule:
 
     mod = inline_globals(mod)
     mod = inline_globals(lower_grads(mod, first_order=True))  # adjoints are applied literals
+    mod = fold_constants(mod)
     mod = to_graph_normal_form(mod)
     mod = fuse_ops(mod, fuse_opt_level=2 if opt_level >= 1 else 0)
     return to_a_normal_form(mod)
@@ -123,7 +125,7 @@ class Dispatcher(Interpreter):
         self._held: list[Function] = []  # keeps the ids in the kernel keys valid
 
     def _call(self, call: Call, env: dict[Var, Value], tail: bool) -> Value | TailCall:
-        if type(call.op) is not Function or not call.op.attrs.get("Primitive", 0):
+        if not is_primitive(call.op):
             return super()._call(call, env, tail)
         args = [self._value(a, env) for a in call.args]
         arrays = [contiguous(a) for a in args]
@@ -144,15 +146,7 @@ def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
         return fn
     from relaydsl.typing import infer_type
 
-    params = [Var(p.name_hint, t) for p, t in zip(fn.params, concrete)]
-    mapping = dict(zip(fn.params, params))
-
-    class _Rebind(ExprMutator):
-        def visit_var(self, v: Var) -> Expr:
-            return mapping.get(v, v)
-
-    body = _Rebind().visit(fn.body)
-    out = infer_type(Function(params, body, None, (), fn.attrs))
+    out = infer_type(_retyped(fn, concrete))
     assert isinstance(out, Function)
     return out
 
@@ -161,17 +155,21 @@ def specialize_entry(mod: IRModule, entry: str, args: Sequence[np.ndarray]) -> I
     """A copy of `mod` whose `entry` takes exactly the arguments' shapes, re-typed."""
     from relaydsl.typing import infer_types
 
-    fn = mod[entry]
-    params = [Var(p.name_hint, TensorType(a.shape, a.dtype.name)) for p, a in zip(fn.params, args)]
+    out = mod.copy()
+    out.add(entry, _retyped(mod[entry], [TensorType(a.shape, a.dtype.name) for a in args]))
+    return infer_types(out)
+
+
+def _retyped(fn: Function, types: Sequence[TensorType]) -> Function:
+    """`fn` with fresh parameters of `types` (the body's types are left to inference)."""
+    params = [Var(p.name_hint, t) for p, t in zip(fn.params, types)]
     mapping = dict(zip(fn.params, params))
 
     class _Rebind(ExprMutator):
         def visit_var(self, v: Var) -> Expr:
             return mapping.get(v, v)
 
-    out = mod.copy()
-    out.add(entry, Function(params, _Rebind().visit(fn.body), None, (), fn.attrs, span=fn.span))
-    return infer_types(out)
+    return Function(params, _Rebind().visit(fn.body), None, (), fn.attrs, span=fn.span)
 
 
 # ---- the static plan ----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from relaydsl.ir.adt import PatternVar
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Let, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, type_vars_of
+from relaydsl.transform._util import is_primitive
 
 
 def inline_globals(mod: IRModule) -> IRModule:
@@ -71,7 +72,7 @@ class _Inline(ExprMutator):
     def visit_call(self, call: Call) -> Expr:
         if isinstance(call.op, GlobalVar):
             callee = self.inlinable.get(call.op)
-        elif isinstance(call.op, Function) and not call.op.attrs.get("Primitive", 0):
+        elif isinstance(call.op, Function) and not is_primitive(call.op):
             callee = self.visit(call.op)  # a literal applied on the spot: (fn (x) ...)(a)
         else:
             callee = None

@@ -213,3 +213,19 @@ def test_model_gradients_on_llvm_match_jax_grad(monkeypatch):
     expected = jax.grad(loss)([jnp.asarray(model.params[n]) for n in names])
     for n, e in zip(names, expected):
         np.testing.assert_allclose(grads[n], e, rtol=1e-4, atol=1e-6, err_msg=n)
+
+
+@relay
+def poly_mlp(x: Tensor[Float, ("n", 16)], w: Tensor[Float, (16, 4)]) -> Tensor[Float, ("n", 4)]:
+    return relay.tanh(relay.matmul(x, w)) * 2.0
+
+
+def test_shape_polymorphic_first_order_programs_get_a_plan_per_signature():
+    exe = relay.build(poly_mlp, target="llvm")
+    w = rand(16, 4)
+    for n in (1, 5, 5, 9):
+        x = rand(n, 16)
+        np.testing.assert_allclose(exe(x, w), np.tanh(x @ w) * 2.0, rtol=1e-5, atol=1e-6)
+    plans = exe.program._plans
+    assert sorted(key[0][0][0] for key in plans) == [1, 5, 9]
+    assert all(plan is not None for plan in plans.values())

@@ -1,0 +1,61 @@
+"""Constant folding: op calls whose arguments are all constants become constants.
+
+Each such call is evaluated once, at compile time, with the op's NumPy reference
+(the interpreter's semantics), and ``shape_of`` of a statically shaped tensor is
+its shape. What a program computes is unchanged; the llvm target then runs fewer
+kernels (a loop over the rows of a tensor tests ``i < shape_of(data)[0]`` on every
+iteration: after folding, ``i < 50``).
+
+>>> from relaydsl.ir.parser import parse
+>>> from relaydsl.typing import infer_types
+>>> mod = infer_types(parse('''
+... def @main(%x: Tensor[(50, 3), float32], %i: int32) {
+...   less(%i, take(shape_of(%x), 0, axis=0))
+... }'''))
+>>> print(fold_constants(mod)["main"].body)
+less(%i: Tensor[(), int32], 50i32)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from relaydsl.ir.expr import Call, Constant, Expr, Op
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import TensorType
+from relaydsl.ir.visitor import ExprMutator
+
+# Ops whose result is not a function of their arguments' values alone.
+_NOT_FOLDED = {"dropout"}
+
+
+def fold_constants(mod: IRModule) -> IRModule:
+    """A copy of `mod` with constant op calls evaluated (in every user function)."""
+    from relaydsl.typing import infer_types
+
+    out = mod.copy()
+    for gv, fn in list(out.user_functions().items()):
+        folded = _Fold().visit(fn)
+        if folded is not fn:
+            out.add(gv, folded)
+    return infer_types(out)
+
+
+class _Fold(ExprMutator):
+    def visit_call(self, call: Call) -> Expr:
+        new = super().visit_call(call)
+        if not isinstance(new, Call) or not isinstance(new.op, Op) or new.op.name in _NOT_FOLDED:
+            return new
+        if new.op.name == "shape_of":
+            t = call.args[0].checked_type if call.args else None
+            if isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape):
+                return Constant(np.array(t.shape, np.int32), span=call.span)
+            return new
+        if not all(isinstance(a, Constant) for a in new.args):  # zeros(), ones(): constants
+            return new
+        try:
+            value = new.op.definition.numpy_ref(*[a.data for a in new.args], **new.attrs)
+        except Exception:  # left for run time, where the error is reported with its location
+            return new
+        if not isinstance(value, np.ndarray | np.generic):
+            return new  # tuple results stay calls
+        return Constant(np.asarray(value), span=call.span)

@@ -1,0 +1,42 @@
+"""Constant folding: constant op calls become constants; values are unchanged."""
+import numpy as np
+
+from backend.interpreter import evaluate
+from relaydsl.ir.expr import Call, Op
+from relaydsl.ir.parser import parse
+from relaydsl.ir.visitor import post_order
+from relaydsl.transform.fold_constant import fold_constants
+from relaydsl.typing import infer_types
+
+
+def op_names(fn):
+    names = []
+    post_order(fn.body, lambda e: names.append(e.op.name)
+               if isinstance(e, Call) and isinstance(e.op, Op) else None)
+    return sorted(names)
+
+
+def test_constant_subexpressions_fold_and_the_rest_stays():
+    mod = infer_types(parse('''
+    def @main(%x: Tensor[(4, 3), float32]) {
+      %0 = exp(ones(shape=[3], dtype="float32"));
+      %1 = multiply(%0, 2f);
+      %2 = take(shape_of(%x), 1, axis=0);
+      %3 = cast(%2, dtype="float32");
+      add(multiply(%x, %1), %3)
+    }'''))
+    folded = fold_constants(mod)
+    assert op_names(folded["main"]) == ["add", "multiply"]
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_allclose(evaluate(folded, x), x * 2 * np.e + 3, rtol=1e-6)
+    np.testing.assert_allclose(evaluate(folded, x), evaluate(mod, x), rtol=1e-6)
+
+
+def test_shape_of_a_symbolic_shape_is_left_for_run_time():
+    mod = infer_types(parse('''
+    def @main(%x: Tensor[(?, 3), float32]) {
+      take(shape_of(%x), 0, axis=0)
+    }'''))
+    folded = fold_constants(mod)
+    assert op_names(folded["main"]) == ["shape_of", "take"]
+    assert evaluate(folded, np.zeros((7, 3), np.float32)) == 7
