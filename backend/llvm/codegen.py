@@ -12,8 +12,8 @@ buffers ``X`` and ``Y`` becomes::
                  store float %v, float* (T + (o*B + b)*C + c)
     }
 
-and ``@<prefix>_entry(i8** %buffers)`` runs every stage over its whole range,
-in order (one ctypes call for a kernel none of whose stages runs in parallel).
+and ``@<prefix>_entry(i8** %buffers)`` runs every stage in order, the parallel
+ones on the native thread pool (``runtime.py``): a kernel is one ctypes call.
 
 Expressions: index arithmetic (integer expressions of axes and constants) is
 computed in i64 with ``nsw`` so addresses stay simple affine forms; data
@@ -88,7 +88,18 @@ class StageCode:
 
 
 def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[StageCode], str]:
-    """Adds every stage of ``sched`` and ``@<prefix>_entry`` to ``module``."""
+    """Adds every stage of ``sched`` and ``@<prefix>_entry`` to ``module``.
+
+    The entry takes the kernel's buffer table and runs the stages in order; a parallel
+    stage goes through the native thread pool (runtime.py) with a task that unpacks the
+    table::
+
+        define void @<prefix>_entry(ptr %buffers) {
+          call void @<stage>(ptr %out, ptr %in0, ..., i64 0, i64 <extent>)        ; serial
+          call void @relaydsl_parallel_for(ptr @<stage>.task, ptr %buffers, i64 <extent>)
+        }
+        define internal void @<stage>.task(ptr %buffers, i64 %begin, i64 %end)  ; parallel
+    """
     slot = {t: i for i, t in enumerate(sched.buffers)}
     codes: list[StageCode] = []
     for stage in sched.stages:
@@ -101,19 +112,57 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
             _StageEmitter(module, stage, sched).emit()
         codes.append(StageCode(stage, slot[stage.tensor], [slot[r] for r in stage.reads]))
     entry = f"{prefix}_entry"
-    fn = ir.Function(module, ir.FunctionType(VOID, [I8.as_pointer().as_pointer()]), entry)
+    fn = ir.Function(module, ir.FunctionType(VOID, [TABLE]), entry)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     for code in codes:
         if math.prod(code.stage.tensor.shape) == 0:
             continue
-        callee = module.globals[code.stage.symbol]
-        args = []
-        for s, param in zip([code.out_slot, *code.read_slots], callee.args):
-            raw = b.load(b.gep(fn.args[0], [ir.Constant(I64, s)], inbounds=True))
-            args.append(b.bitcast(raw, param.type))
-        b.call(callee, [*args, ir.Constant(I64, 0), ir.Constant(I64, code.stage.extent)])
+        extent = ir.Constant(I64, code.stage.extent)
+        if code.stage.parallel:
+            b.call(_parallel_for(module), [_task(module, code), b.bitcast(fn.args[0], I8P),
+                                           extent])
+        else:
+            b.call(module.globals[code.stage.symbol],
+                   [*_stage_args(b, module, code, fn.args[0]), ir.Constant(I64, 0), extent])
     b.ret_void()
     return codes, entry
+
+
+I8P = I8.as_pointer()
+TABLE = I8P.as_pointer()  # the kernel's buffers: one pointer per slot
+
+
+def _stage_args(b: ir.IRBuilder, module: ir.Module, code: StageCode, table: ir.Value
+                ) -> list[ir.Value]:
+    """The stage's buffer pointers, loaded from the table."""
+    callee = module.globals[code.stage.symbol]
+    args = []
+    for s, param in zip([code.out_slot, *code.read_slots], callee.args):
+        raw = b.load(b.gep(table, [ir.Constant(I64, s)], inbounds=True))
+        args.append(b.bitcast(raw, param.type))
+    return args
+
+
+def _task(module: ir.Module, code: StageCode) -> ir.Function:
+    """``void @<stage>.task(ptr %table, i64 %begin, i64 %end)``: the stage on a chunk."""
+    task = ir.Function(module, ir.FunctionType(VOID, [I8P, I64, I64]), f"{code.stage.symbol}.task")
+    task.linkage = "internal"
+    b = ir.IRBuilder(task.append_basic_block("entry"))
+    table = b.bitcast(task.args[0], TABLE)
+    b.call(module.globals[code.stage.symbol],
+           [*_stage_args(b, module, code, table), task.args[1], task.args[2]])
+    b.ret_void()
+    return task
+
+
+def _parallel_for(module: ir.Module) -> ir.Function:
+    """The runtime's ``void @relaydsl_parallel_for(ptr task, ptr ctx, i64 extent)``."""
+    fn = module.globals.get("relaydsl_parallel_for")
+    if fn is None:
+        task_type = ir.FunctionType(VOID, [I8P, I64, I64]).as_pointer()
+        fn = ir.Function(module, ir.FunctionType(VOID, [task_type, I8P, I64]),
+                         "relaydsl_parallel_for")
+    return fn
 
 
 class _Ctx:

@@ -23,6 +23,7 @@ input can make compiled code touch memory out of bounds.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from dataclasses import dataclass, field
 from typing import Any as AnyValue, Callable, Sequence
@@ -30,6 +31,7 @@ from typing import Any as AnyValue, Callable, Sequence
 import numpy as np
 
 from backend.interpreter import Closure, Interpreter, TailCall, Value, evaluate
+from backend.llvm.jit import runtime_function
 from backend.llvm.kernel import Kernel, compile_primitive, compile_primitives
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var,
@@ -285,8 +287,7 @@ class StaticPlan:
             for index in self._outputs:
                 t = self.buffers[index].type
                 self._point(index, np.empty(t.shape, t.dtype))
-            for step in self.steps:
-                step.run()
+            self._run_sequence(self._sequence, len(self.steps))
             return _rebuild(self.result, self.buffers)
 
     def _point(self, index: int, array: np.ndarray) -> None:
@@ -296,7 +297,11 @@ class StaticPlan:
             bound.retarget(position, array)
 
     def _bind(self) -> None:
-        """Binds each step once (checked); calls then only retarget inputs and outputs."""
+        """Binds each step once (checked); calls then only retarget inputs and outputs.
+
+        The bound steps become one array of ``{entry, table}`` pairs that the native
+        runtime runs in order: a call of the plan is one call into compiled code.
+        """
         self._outputs = [i for i, b in enumerate(self.buffers) if b.kind == "output"]
         self._uses: dict[int, list] = {i: [] for i, b in enumerate(self.buffers)
                                        if b.kind in ("input", "output")}
@@ -309,6 +314,11 @@ class StaticPlan:
             for position, index in enumerate(step.inputs + step.outputs):
                 if index in self._uses:
                     self._uses[index].append((step.run, position))
+        pairs = [(s.kernel.entry_address, s.run.table_address) for s in self.steps]
+        self._sequence = (ctypes.c_void_p * max(1, 2 * len(pairs)))(
+            *[address for pair in pairs for address in pair])
+        self._run_sequence = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+            runtime_function("relaydsl_run_sequence"))
 
 
 def plan_memory(buffers: list[Buffer], steps: list[Step]) -> int:

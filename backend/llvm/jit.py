@@ -72,7 +72,50 @@ def _machine() -> llvm.TargetMachine:
 
 @functools.cache
 def _engine() -> llvm.ExecutionEngine:
-    return llvm.create_mcjit_compiler(llvm.parse_assembly(""), _machine())
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _machine())
+    _load_runtime(engine)
+    return engine
+
+
+def _load_runtime(engine: llvm.ExecutionEngine) -> None:
+    """Loads the native runtime (runtime.py) and makes its functions linkable by kernels.
+
+    Kernel objects declare ``relaydsl_parallel_for`` etc.; ``add_symbol`` puts the loaded
+    addresses in the process's symbol table, which the engine consults when it links an
+    object. Starts the worker threads.
+    """
+    from backend.llvm import runtime
+
+    text = runtime.runtime_ir()
+    path = object_path("runtime|" + hashlib.sha256(text.encode()).hexdigest())
+    obj = _read_cached(path)
+    if obj is None:
+        obj = _compile_object(text, 3)
+        _write_cached(path, obj)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    for name in runtime.EXPORTS:
+        address = engine.get_function_address(name)
+        if not address:
+            raise RuntimeError(f"the native runtime lacks {name} (cache file {path})")
+        llvm.add_symbol(name, address)
+    start = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(
+        engine.get_function_address("relaydsl_pool_start"))
+    start(runtime.num_threads() - 1)
+
+
+def runtime_threads() -> int:
+    """Threads a parallel loop of compiled code runs on (the caller and the workers)."""
+    with _LOCK:
+        engine = _engine()
+    count = ctypes.CFUNCTYPE(ctypes.c_int64)(engine.get_function_address("relaydsl_pool_threads"))
+    return int(count())
+
+
+def runtime_function(name: str) -> int:
+    """The address of one of the native runtime's functions (runtime.EXPORTS)."""
+    with _LOCK:
+        return _engine().get_function_address(name)
 
 
 @functools.cache

@@ -22,7 +22,6 @@ type.
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import math
 import threading
@@ -34,7 +33,6 @@ from llvmlite import ir
 from backend.llvm import jit
 from backend.llvm.codegen import StageCode, emit_module
 from backend.llvm.lower import Lowered, lower, stable_digest
-from backend.llvm.runtime import parallel_for
 from backend.llvm.schedule import Schedule, schedule
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Function
@@ -54,18 +52,9 @@ class Kernel:
         self.returns_tuple = lowered.returns_tuple
         self._constants = [data for _, data in lowered.constants]
         self._scratch = [(t.shape, t.dtype) for t in sched.scratch]
-        self._n_buffers = len(sched.buffers)
+        self.entry_address = lib.address(entry)
         self._entry = lib.function(entry, None, [ctypes.c_void_p])
-        self._steps: list[tuple[Callable, list[int], int, bool]] = []
-        for code in codes:
-            if math.prod(code.stage.tensor.shape) == 0:
-                continue
-            nargs = 1 + len(code.read_slots)
-            fn = lib.function(code.stage.symbol, None,
-                              [ctypes.c_void_p] * nargs + [ctypes.c_int64, ctypes.c_int64])
-            self._steps.append((fn, [code.out_slot, *code.read_slots], code.stage.extent,
-                                code.stage.parallel))
-        self._parallel = any(p for *_, p in self._steps)
+        self._empty = all(math.prod(c.stage.tensor.shape) == 0 for c in codes)
         self.stages = [(c.stage.symbol, c.stage.extent, c.stage.parallel, c.stage.work)
                        for c in codes]
 
@@ -89,11 +78,11 @@ class Kernel:
         against this kernel's input types (the dispatcher keys its kernels by them).
         """
         outputs = [np.empty(t.shape, t.dtype) for t in self.output_types]
-        if self._scratch or self._parallel or self._constants:
+        if self._scratch:
             self.bind(inputs, outputs)()
-        elif self._steps:
-            arrays = [*inputs, *outputs]
-            self._entry((ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays]))
+        elif not self._empty:
+            arrays = [*inputs, *outputs, *self._constants]
+            self._entry((ctypes.c_void_p * len(arrays))(*[address(a) for a in arrays]))
         return outputs
 
     def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> "Bound":
@@ -105,46 +94,34 @@ class Kernel:
         return Bound(self, [*inputs, *outputs, *self._constants, *scratch])
 
 
+def address(a: np.ndarray) -> int:
+    """The address of `a`'s first element (faster than ``a.ctypes.data``)."""
+    return a.__array_interface__["data"][0]
+
+
 class Bound:
     """A kernel bound to its arrays (inputs, outputs, constants, scratch): ``bound()`` runs it.
 
+    ``table_address`` is the address of its buffer table, so that a static plan can run
+    bound kernels natively (``relaydsl_run_sequence``) with no call through Python.
     ``retarget(position, array)`` points input or output `position` (inputs first) at
     another array without re-checking: static plans use it to run on each call's
     arguments. The caller guarantees the array has the type the kernel was checked with.
     """
 
     def __init__(self, kernel: Kernel, arrays: list[np.ndarray]):
-        self._kernel = kernel
+        self.kernel = kernel
         self._arrays = arrays  # keeps the memory alive while bound
-        self._addresses = [a.ctypes.data for a in arrays]
-        self._table = (ctypes.c_void_p * max(1, len(arrays)))(*self._addresses)
-        self._calls: list[Callable[[], None]] | None = None
+        self._table = (ctypes.c_void_p * max(1, len(arrays)))(*[address(a) for a in arrays])
+        self.table_address = ctypes.addressof(self._table)
 
     def retarget(self, position: int, array: np.ndarray) -> None:
         self._arrays[position] = array
-        address = array.ctypes.data
-        self._addresses[position] = address
-        self._table[position] = address
-        self._calls = None
+        self._table[position] = address(array)
 
     def __call__(self) -> None:
-        kernel = self._kernel
-        if not kernel._steps:
-            return
-        if not kernel._parallel:
-            kernel._entry(self._table)
-            return
-        if self._calls is None:
-            self._calls = []
-            for fn, slots, extent, parallel in kernel._steps:
-                args = [self._addresses[s] for s in slots]
-                if parallel:
-                    self._calls.append(functools.partial(
-                        parallel_for, functools.partial(fn, *args), extent))
-                else:
-                    self._calls.append(functools.partial(fn, *args, 0, extent))
-        for call in self._calls:
-            call()
+        if not self.kernel._empty:
+            self.kernel._entry(self._table)
 
 
 def _describe(a: object) -> str:

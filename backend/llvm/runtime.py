@@ -1,78 +1,53 @@
-"""The parallel runtime: a small thread pool that runs compiled kernels on every core.
+"""The native runtime: a thread pool and a sequence runner, written in LLVM IR.
 
-Kernels are called through ctypes, which releases the GIL for the length of the
-call, so the chunks of one parallel loop really run at the same time. The pool
-is created on first use, with one worker per extra core (``RELAYDSL_NUM_THREADS``
-overrides the count); the calling thread runs the first chunk itself.
+Compiled kernels run their parallel stages, and static plans run their kernels,
+without returning to Python: a kernel's entry calls
 
->>> seen = []
->>> parallel_for(lambda begin, end: seen.append((begin, end)), 10)
->>> sorted(seen) == [(0, 10)] or sum(e - b for b, e in seen) == 10
+    void @relaydsl_parallel_for(ptr %task, ptr %ctx, i64 %extent)
+
+which runs ``task(ctx, begin, end)`` over chunks covering ``[0, extent)`` on
+every core, and a plan is one call of
+
+    void @relaydsl_run_sequence(ptr %calls, i64 %n)    ; calls: n pairs {entry, table}
+
+This module's IR is compiled once (and cached on disk like every kernel) when
+the JIT engine is created; ``jit`` registers its functions in the process's
+symbol table, so kernel objects, freshly compiled or loaded from the cache,
+link against them.
+
+How the pool works. ``RELAYDSL_NUM_THREADS`` (default: the usable cores) minus
+one worker threads are started with pthreads. A job is published in one 64-bit
+word ``{generation:32, chunks:16, next:16}``: workers (and the calling thread)
+claim chunk ``next`` with a compare-and-swap, so a worker still busy with an
+old job can never claim a chunk of a new one, and the job's other fields
+(task, ctx, extent), written before the word, are consistent with any word a
+claim succeeds on. The caller waits, spinning, until every chunk is done.
+Idle workers spin for ~30 microseconds (the gap between two kernels of a
+dispatched program) and then sleep on a condition variable. Calls that find
+the pool busy (nested, or from a second Python thread) and calls in a forked
+child run inline on the calling thread.
+
+>>> import ctypes
+>>> from backend.llvm import jit
+>>> jit.runtime_threads() >= 1
 True
 """
 from __future__ import annotations
 
 import os
-import queue
+import platform
 import threading
 from typing import Callable
 
-Chunk = Callable[[int, int], None]
-
 
 def num_threads() -> int:
+    """Threads that run a parallel loop: ``$RELAYDSL_NUM_THREADS``, else the usable cores."""
     configured = os.environ.get("RELAYDSL_NUM_THREADS")
     if configured:
         return max(1, int(configured))
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-               else os.cpu_count() or 1)
-
-
-class _Pool:
-    def __init__(self, workers: int):
-        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self.workers = workers
-        for i in range(workers):
-            threading.Thread(target=self._work, name=f"relaydsl-worker-{i}", daemon=True).start()
-
-    def _work(self) -> None:
-        _IN_WORKER.active = True
-        while True:
-            fn, begin, end, done = self._tasks.get()
-            try:
-                fn(begin, end)
-                done.put(None)
-            except BaseException as e:  # reported to the caller, never lost in the worker
-                done.put(e)
-
-    def run(self, fn: Chunk, bounds: list[tuple[int, int]]) -> None:
-        done: queue.SimpleQueue = queue.SimpleQueue()
-        for begin, end in bounds[1:]:
-            self._tasks.put((fn, begin, end, done))
-        error: BaseException | None = None
-        try:
-            fn(*bounds[0])
-        except BaseException as e:
-            error = e
-        for _ in bounds[1:]:
-            outcome = done.get()
-            error = error or outcome
-        if error is not None:
-            raise error
-
-
-_POOL: _Pool | None = None
-_POOL_LOCK = threading.Lock()
-_IN_WORKER = threading.local()
-
-
-def _pool() -> _Pool | None:
-    global _POOL
-    if _POOL is None:
-        with _POOL_LOCK:
-            if _POOL is None and num_threads() > 1:
-                _POOL = _Pool(num_threads() - 1)
-    return _POOL
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
 
 
 def split(extent: int, parts: int) -> list[tuple[int, int]]:
@@ -87,14 +62,275 @@ def split(extent: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def parallel_for(fn: Chunk, extent: int, parallel: bool = True) -> None:
-    """Runs ``fn(begin, end)`` over chunks covering ``range(extent)``, on all cores.
+def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool = True) -> None:
+    """Runs the Python callable ``chunk(begin, end)`` over ``range(extent)`` on every core.
 
-    With `parallel` false, or a single core, or when called from a worker (no
-    nesting), it is one call ``fn(0, extent)``.
+    For callers outside compiled code (tests and tools that call one stage function through
+    ctypes, which releases the GIL): one thread per extra chunk, the first chunk on the
+    caller. Compiled kernels use the native pool instead.
     """
-    pool = _pool() if parallel and extent > 1 else None
-    if pool is None or getattr(_IN_WORKER, "active", False):
-        fn(0, extent)
-        return
-    pool.run(fn, split(extent, pool.workers + 1))
+    bounds = split(extent, num_threads() if parallel else 1)
+    errors: list[BaseException] = []
+
+    def run(begin: int, end: int) -> None:
+        try:
+            chunk(begin, end)
+        except BaseException as e:  # reported to the caller, never lost in the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=b) for b in bounds[1:]]
+    for t in threads:
+        t.start()
+    run(*bounds[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_sequence", "relaydsl_pool_start",
+           "relaydsl_pool_threads")
+
+# Iterations a waiting thread spins (load + pause, ~60 cycles each) before it sleeps.
+SPIN_ITERATIONS = 2000
+
+# pthread objects are opaque here: 128 bytes covers glibc's and musl's mutex and condition
+# variable on 64-bit targets; they are initialised by pthread_*_init, never by layout.
+_RUNTIME_IR = r"""
+@job       = internal global i64 0          ; {generation:32 | chunks:16 | next:16}
+@job_task  = internal global ptr null
+@job_ctx   = internal global ptr null
+@job_extent = internal global i64 0
+@done      = internal global i64 0          ; chunks finished in the current job
+@busy      = internal global i32 0          ; 1 while a job is running
+@sleepers  = internal global i64 0          ; workers waiting on @wake
+@workers   = internal global i64 0          ; worker threads started
+@owner_pid = internal global i32 0          ; the process that started them
+@mutex     = internal global [128 x i8] zeroinitializer, align 64
+@wake      = internal global [128 x i8] zeroinitializer, align 64
+
+declare i32 @pthread_create(ptr, ptr, ptr, ptr)
+declare i32 @pthread_mutex_init(ptr, ptr)
+declare i32 @pthread_mutex_lock(ptr)
+declare i32 @pthread_mutex_unlock(ptr)
+declare i32 @pthread_cond_init(ptr, ptr)
+declare i32 @pthread_cond_wait(ptr, ptr)
+declare i32 @pthread_cond_broadcast(ptr)
+declare i32 @getpid()
+
+define internal void @relax() {
+  PAUSE
+  ret void
+}
+
+; Runs chunks of the job whose word is %w until none is left: claim with a CAS, run, count.
+define internal void @claim_and_run(i64 %w0) {
+entry:
+  br label %claim
+claim:
+  %w = phi i64 [%w0, %entry], [%seen, %retry], [%again, %run]
+  %chunks = and i64 %w, 4294901760          ; bits 16-31
+  %nchunks = lshr i64 %chunks, 16
+  %next = and i64 %w, 65535
+  %left = icmp ult i64 %next, %nchunks
+  br i1 %left, label %try, label %out
+try:
+  %task = load ptr, ptr @job_task
+  %ctx = load ptr, ptr @job_ctx
+  %extent = load i64, ptr @job_extent
+  %w1 = add i64 %w, 1
+  %pair = cmpxchg ptr @job, i64 %w, i64 %w1 seq_cst seq_cst
+  %ok = extractvalue { i64, i1 } %pair, 1
+  %seen = extractvalue { i64, i1 } %pair, 0
+  br i1 %ok, label %run, label %retry
+retry:
+  br label %claim
+run:
+  %lo.m = mul i64 %next, %extent
+  %begin = udiv i64 %lo.m, %nchunks
+  %n1 = add i64 %next, 1
+  %hi.m = mul i64 %n1, %extent
+  %end = udiv i64 %hi.m, %nchunks
+  call void %task(ptr %ctx, i64 %begin, i64 %end)
+  %d = atomicrmw add ptr @done, i64 1 release
+  %again = load atomic i64, ptr @job acquire, align 8
+  br label %claim
+out:
+  ret void
+}
+
+define internal ptr @worker(ptr %arg) {
+entry:
+  %w0 = load atomic i64, ptr @job acquire, align 8
+  %g0 = lshr i64 %w0, 32
+  br label %wait
+wait:                                        ; spin until the generation moves on
+  %gen = phi i64 [%g0, %entry], [%gen, %spin], [%gen, %asleep], [%g.new, %worked]
+  %i = phi i64 [0, %entry], [%i.next, %spin], [0, %asleep], [0, %worked]
+  %w = load atomic i64, ptr @job acquire, align 8
+  %g = lshr i64 %w, 32
+  %new = icmp ne i64 %g, %gen
+  br i1 %new, label %work, label %idle
+work:
+  call void @claim_and_run(i64 %w)
+  br label %worked
+worked:
+  %g.new = phi i64 [%g, %work]
+  br label %wait
+idle:
+  %more = icmp ult i64 %i, SPIN
+  br i1 %more, label %spin, label %sleep
+spin:
+  call void @relax()
+  %i.next = add i64 %i, 1
+  br label %wait
+sleep:                                       ; Dekker with the publisher: sleepers, then job
+  %l = call i32 @pthread_mutex_lock(ptr @mutex)
+  %s = atomicrmw add ptr @sleepers, i64 1 seq_cst
+  br label %check
+check:
+  %w2 = load atomic i64, ptr @job seq_cst, align 8
+  %g2 = lshr i64 %w2, 32
+  %same = icmp eq i64 %g2, %gen
+  br i1 %same, label %block, label %awake
+block:
+  %c = call i32 @pthread_cond_wait(ptr @wake, ptr @mutex)
+  br label %check
+awake:
+  %s2 = atomicrmw sub ptr @sleepers, i64 1 seq_cst
+  %u = call i32 @pthread_mutex_unlock(ptr @mutex)
+  br label %asleep
+asleep:
+  br label %wait
+}
+
+; Starts %n workers (once); returns the number of threads a parallel loop uses.
+define i64 @relaydsl_pool_start(i64 %n) {
+entry:
+  %have = load i64, ptr @workers
+  %started = icmp ne i64 %have, 0
+  br i1 %started, label %done, label %init
+init:
+  %pid = call i32 @getpid()
+  store i32 %pid, ptr @owner_pid
+  %a = call i32 @pthread_mutex_init(ptr @mutex, ptr null)
+  %b = call i32 @pthread_cond_init(ptr @wake, ptr null)
+  %tid = alloca i64
+  br label %loop
+loop:
+  %i = phi i64 [0, %init], [%i.next, %next]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %spawn, label %fin
+spawn:
+  %r = call i32 @pthread_create(ptr %tid, ptr null, ptr @worker, ptr null)
+  %ok = icmp eq i32 %r, 0
+  br i1 %ok, label %next, label %fin
+next:
+  %i.next = add i64 %i, 1
+  store i64 %i.next, ptr @workers
+  br label %loop
+fin:
+  br label %done
+done:
+  %w = load i64, ptr @workers
+  %t = add i64 %w, 1
+  ret i64 %t
+}
+
+define i64 @relaydsl_pool_threads() {
+  %w = load i64, ptr @workers
+  %t = add i64 %w, 1
+  ret i64 %t
+}
+
+define void @relaydsl_parallel_for(ptr %task, ptr %ctx, i64 %extent) {
+entry:
+  %w = load i64, ptr @workers
+  %none = icmp eq i64 %w, 0
+  %small = icmp slt i64 %extent, 2
+  %serial0 = or i1 %none, %small
+  br i1 %serial0, label %inline, label %claim_pool
+claim_pool:
+  %pair = cmpxchg ptr @busy, i32 0, i32 1 acquire monotonic
+  %got = extractvalue { i32, i1 } %pair, 1
+  br i1 %got, label %check_pid, label %inline
+check_pid:
+  %pid = call i32 @getpid()
+  %owner = load i32, ptr @owner_pid
+  %same = icmp eq i32 %pid, %owner
+  br i1 %same, label %publish, label %release_inline
+release_inline:
+  store atomic i32 0, ptr @busy release, align 4
+  br label %inline
+inline:
+  call void %task(ptr %ctx, i64 0, i64 %extent)
+  ret void
+publish:
+  %threads = add i64 %w, 1
+  %few = icmp ult i64 %extent, %threads
+  %nchunks = select i1 %few, i64 %extent, i64 %threads
+  store ptr %task, ptr @job_task
+  store ptr %ctx, ptr @job_ctx
+  store i64 %extent, ptr @job_extent
+  store i64 0, ptr @done
+  %old = load i64, ptr @job
+  %gen = lshr i64 %old, 32
+  %gen1 = add i64 %gen, 1
+  %genbits = shl i64 %gen1, 32
+  %chunkbits = shl i64 %nchunks, 16
+  %word = or i64 %genbits, %chunkbits
+  store atomic i64 %word, ptr @job seq_cst, align 8
+  %sleeping = load atomic i64, ptr @sleepers seq_cst, align 8
+  %anyone = icmp ne i64 %sleeping, 0
+  br i1 %anyone, label %wake_all, label %work
+wake_all:
+  %l = call i32 @pthread_mutex_lock(ptr @mutex)
+  %bc = call i32 @pthread_cond_broadcast(ptr @wake)
+  %u = call i32 @pthread_mutex_unlock(ptr @mutex)
+  br label %work
+work:
+  call void @claim_and_run(i64 %word)
+  br label %join
+join:
+  %d = load atomic i64, ptr @done acquire, align 8
+  %all = icmp uge i64 %d, %nchunks
+  br i1 %all, label %finish, label %pause
+pause:
+  call void @relax()
+  br label %join
+finish:
+  store atomic i32 0, ptr @busy release, align 4
+  ret void
+}
+
+; Calls entry(table) for each of the %n pairs {entry, table} at %calls, in order.
+define void @relaydsl_run_sequence(ptr %calls, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i.next, %body]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %body, label %done
+body:
+  %pair = getelementptr inbounds [2 x ptr], ptr %calls, i64 %i
+  %fn = load ptr, ptr %pair
+  %slot = getelementptr inbounds [2 x ptr], ptr %calls, i64 %i, i64 1
+  %table = load ptr, ptr %slot
+  call void %fn(ptr %table)
+  %i.next = add i64 %i, 1
+  br label %loop
+done:
+  ret void
+}
+"""
+
+
+def runtime_ir() -> str:
+    """The runtime's LLVM IR for the host (the spin-wait hint is the CPU's own)."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64", "i686", "x86"):
+        pause = "call void @llvm.x86.sse2.pause()"
+        declare = "declare void @llvm.x86.sse2.pause()\n"
+    else:
+        pause, declare = "", ""  # a plain reload loop: correct, slightly hungrier
+    return declare + _RUNTIME_IR.replace("PAUSE", pause).replace("SPIN", str(SPIN_ITERATIONS))
