@@ -19,6 +19,14 @@ import sys
 import time
 from pathlib import Path
 
+# Idle worker threads of one system must not keep spinning on the cores while the next system
+# is timed (the rows interleave the systems). Measured here: PyTorch's OpenMP threads slowed
+# the following system by 19-45%, OpenBLAS's (which spin for ~2^28 cycles) by up to 2x.
+# Both settings must be in place before NumPy or PyTorch loads its thread pool.
+WAIT_POLICIES = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
+for _name, _value in WAIT_POLICIES.items():
+    os.environ.setdefault(_name, _value)
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python benchmarks/run.py` from anywhere
     sys.path.insert(0, str(ROOT))
@@ -124,7 +132,8 @@ def blas_description() -> str:
                 break
     except Exception:
         pass
-    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                *WAIT_POLICIES):
         parts.append(f"{var}={os.environ.get(var, 'unset')}")
     return "; ".join(parts)
 
