@@ -92,12 +92,36 @@ def template_for(lowered: Lowered, t: Tensor) -> AnyValue:
     return find(origin.op_name, origin.attrs, origin.arg_types, origin.out_type)
 
 
+def read_in_place(lowered: Lowered, template: AnyValue, args: list[Tensor]
+                  ) -> tuple[AnyValue, list[Tensor]]:
+    """The template reading, through strides, each operand that is a 2-D transpose of a
+    kernel input (fusion puts such transposes with their contraction); the transpose is then
+    never computed."""
+    from backend.llvm.templates import read_transposed
+
+    args = list(args)
+    for i, x in enumerate(args):
+        origin = lowered.origin.get(x)
+        if origin is None or origin.op_name != "transpose" or not origin.is_result:
+            continue
+        axes = origin.attrs.axes
+        source = origin.args[0]
+        if (axes is not None and tuple(axes) not in ((1, 0), (-1, -2))) or \
+                source not in lowered.params:
+            continue
+        swapped = read_transposed(template, i, tuple(x.shape))
+        if swapped is not None:
+            template, args[i] = swapped, source
+    return template, args
+
+
 def schedule(lowered: Lowered, prefix: str) -> Schedule:
     templates: dict[Tensor, AnyValue] = {}
+    operands: dict[Tensor, list[Tensor]] = {}  # what each template reads
 
     def producers(t: Tensor) -> list[Tensor]:
         if t in templates:
-            return list(lowered.origin[t].args)
+            return operands[t]
         return [] if t.body is None else t.inputs
 
     # Topological order of the computed tensors the outputs need.
@@ -115,7 +139,7 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
             seen.add(t)
             tpl = template_for(lowered, t)
             if tpl is not None:
-                templates[t] = tpl
+                templates[t], operands[t] = read_in_place(lowered, tpl, lowered.origin[t].args)
             stack.append((t, True))
             stack.extend((p, False) for p in reversed(producers(t)))
 

@@ -20,7 +20,7 @@ groups. Anything else gives None.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import llvmlite.ir as ir
@@ -50,6 +50,33 @@ class Template:
         packer = emit_im2col_packer(self.conv) if self.conv is not None else None
         kernel = emit_gemm(module, name, self.spec, self.blocking, pack_b=packer)
         return StageInfo(name, kernel.parallel_extent, kernel.flops)
+
+
+def read_transposed(template: Template, operand: int, shape: tuple[int, ...]
+                    ) -> Template | None:
+    """`template` reading its 2-D operand `operand` (of `shape`) as the transpose of a buffer.
+
+    The operand is ``Pᵀ`` with ``P`` contiguous, so its element (r, c) is at ``c * rows + r``
+    rather than ``r * cols + c``: the spec's strides for it change from cols to 1 and from 1
+    to rows, and the template is handed ``P``. None where that does not apply (batched or
+    conv2d templates, degenerate shapes).
+    """
+    spec = template.spec
+    if template.conv is not None or spec.batch or len(shape) != 2 or min(shape) < 2:
+        return None
+    rows, cols = shape
+    swap = {cols: 1, 1: rows}
+
+    def remap(strides: tuple[int, int]) -> tuple[int, int] | None:
+        if strides[0] == strides[1] or any(s not in swap for s in strides):
+            return None
+        return (swap[strides[0]], swap[strides[1]])
+
+    if spec.a_input == operand and (a := remap(spec.a_strides)) is not None:
+        return replace(template, spec=replace(spec, a_strides=a))
+    if spec.b_input == operand and (b := remap(spec.b_strides)) is not None:
+        return replace(template, spec=replace(spec, b_strides=b))
+    return None
 
 
 def template_for(op_name: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],

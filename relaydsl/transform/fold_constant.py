@@ -1,8 +1,8 @@
 """Constant folding: op calls whose arguments are all constants become constants.
 
 Each such call is evaluated once, at compile time, with the op's NumPy reference
-(the interpreter's semantics), and ``shape_of`` of a statically shaped tensor is
-its shape. What a program computes is unchanged; the llvm target then runs fewer
+(the interpreter's semantics); ``shape_of`` of a statically shaped tensor is its
+shape, and ``cast_like(c, x)`` of a constant is ``c`` in ``x``'s dtype. What a program computes is unchanged; the llvm target then runs fewer
 kernels (a loop over the rows of a tensor tests ``i < shape_of(data)[0]`` on every
 iteration: after folding, ``i < 50``).
 
@@ -49,6 +49,13 @@ class _Fold(ExprMutator):
             t = call.args[0].checked_type if call.args else None
             if isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape):
                 return Constant(np.array(t.shape, np.int32), span=call.span)
+            return new
+        if new.op.name == "cast_like" and isinstance(new.args[0], Constant):
+            # a Python literal meeting a tensor (``x + 1.0``): only the tensor's dtype matters,
+            # and left as a call it would read the tensor, keeping `+` out of x's group
+            t = call.args[1].checked_type
+            if isinstance(t, TensorType) and isinstance(t.dtype, str):
+                return Constant(np.asarray(new.args[0].data).astype(t.dtype), span=call.span)
             return new
         if not all(isinstance(a, Constant) for a in new.args):  # zeros(), ones(): constants
             return new

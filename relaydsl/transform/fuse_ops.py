@@ -40,7 +40,9 @@ opaque, so fusion never crosses them):
      an elementwise prologue joins a reduction -- which then ends its group, as reductions
      never fuse forward -- and a residual add joins a conv group);
    - phase 1: ``INJECTIVE`` and ``TUPLE`` nodes when every node on the paths, P included,
-     is at most ``INJECTIVE`` (after phase 0, so anchors finish fusing first);
+     is at most ``INJECTIVE`` (after phase 0, so anchors finish fusing first); and a 2-D
+     ``transpose`` consumed only by a contraction (matmul, dense, batch_matmul), which
+     reads it in place (``_transpose_into_contraction``);
    - phase 2: ``INJECTIVE``-or-lower nodes into a Tuple P that phase 1 fused into an
      injective consumer (``concatenate((relu(a), relu(b)))``: multi-input, one group).
 
@@ -365,7 +367,27 @@ class _Partitioner:
             elif group.pattern in (INJECTIVE, TUPLE):
                 if phase == 1 and self.check_path(node, sink, lambda k, is_sink: k <= INJECTIVE):
                     self.commit_fuse(node, sink)
+                elif phase == 1 and _transpose_into_contraction(node, sink):
+                    self.commit_fuse(node, sink)
             # COMM_REDUCE: a reduction never fuses into its consumers; it ends its group.
+
+
+CONTRACTIONS = frozenset({"matmul", "dense", "batch_matmul"})
+
+
+def _transpose_into_contraction(node: _Node, sink: _Node) -> bool:
+    """A 2-D transpose whose only consumer is a contraction joins the contraction's group.
+
+    A GEMM packs its operands anyway, so it can read the untransposed tensor through swapped
+    strides (backend/llvm/schedule.py) where a transpose kernel would copy it -- and a
+    transpose of a (64, 512) gradient is as slow as the GEMM it feeds. This is how the
+    gradients of dense, ``matmul(transpose(g), x)``, run as one kernel.
+    """
+    e, s = node.expr, sink.expr
+    return (isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "transpose"
+            and isinstance(s, Call) and isinstance(s.op, Op) and s.op.name in CONTRACTIONS
+            and len(node.outputs) == 1 and node.outputs[0][0] is sink
+            and isinstance(e.checked_type, TensorType) and len(e.checked_type.shape) == 2)
 
 
 # ---- 4. rewrite ----------------------------------------------------------------------------

@@ -229,3 +229,28 @@ def test_shape_polymorphic_first_order_programs_get_a_plan_per_signature():
     plans = exe.program._plans
     assert sorted(key[0][0][0] for key in plans) == [1, 5, 9]
     assert all(plan is not None for plan in plans.values())
+
+
+# ---- transposed operands read in place ----------------------------------------------------
+
+@relay
+def transposed_operands(g: Tensor[Float, (24, 40)], x: Tensor[Float, (24, 56)],
+                        w: Tensor[Float, (56, 40)], s: Tensor[Float, (40, 40)]):
+    return (relay.matmul(relay.transpose(g), x),        # A = gᵀ (the dense weight gradient)
+            relay.dense(x, relay.transpose(w)),          # B = (wᵀ)ᵀ
+            relay.matmul(s, relay.transpose(s)),         # square, B transposed
+            relay.matmul(relay.transpose(x), g) + 1.0)   # with an epilogue
+
+
+def test_a_transposed_operand_is_read_in_place_by_the_gemm():
+    exe = relay.build(transposed_operands, target="llvm")
+    g, x, w, s = rand(24, 40), rand(24, 56), rand(56, 40), rand(40, 40)
+    got = exe(g, x, w, s)
+    want = (g.T @ x, x @ w, s @ s.T, x.T @ g + 1.0)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    plan = exe.program.plan
+    assert len(plan.steps) == 4
+    # each kernel is the GEMM alone (plus an epilogue stage): no transpose is ever computed
+    assert all(len(step.kernel.stages) <= 2 for step in plan.steps)
+    assert [len(step.kernel.stages) for step in plan.steps].count(1) == 3

@@ -125,6 +125,7 @@ def test_calls_from_two_python_threads_at_once(lib, parallel_for):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:os.fork")  # JAX warns of its threads; the child never uses JAX
 def test_a_forked_child_runs_parallel_loops_on_its_own_thread(lib, parallel_for):
     parallel_for(lib.address("count"), np.zeros(8, np.int64).ctypes.data, 8)  # pool started
     pid = os.fork()

@@ -40,3 +40,18 @@ def test_shape_of_a_symbolic_shape_is_left_for_run_time():
     folded = fold_constants(mod)
     assert op_names(folded["main"]) == ["shape_of", "take"]
     assert evaluate(folded, np.zeros((7, 3), np.float32)) == 7
+
+
+def test_a_literal_cast_like_a_tensor_folds_to_a_constant_of_its_dtype():
+    # what the frontend makes of `x + 1.5` and `n * 2` (a Python number meets a tensor)
+    mod = infer_types(parse('''
+    def @main(%x: Tensor[(2, 3), float16], %n: Tensor[(2,), int32]) {
+      (add(%x, cast_like(1.5f64, %x)), multiply(%n, cast_like(2i64, %n)))
+    }'''))
+    folded = fold_constants(mod)
+    assert op_names(folded["main"]) == ["add", "multiply"]
+    x, n = np.ones((2, 3), np.float16), np.array([3, -4], np.int32)
+    got = evaluate(folded, x, n)
+    assert got[0].dtype == np.float16 and got[1].dtype == np.int32
+    np.testing.assert_array_equal(got[0], x + np.float16(1.5))
+    np.testing.assert_array_equal(got[1], n * 2)

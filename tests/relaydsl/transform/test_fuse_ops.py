@@ -104,6 +104,27 @@ def test_a_matmul_epilogue_and_a_pool_after_it():
     assert got == [["matmul", "tanh"], ["max_pool2d", "sigmoid"]]
 
 
+def test_a_transpose_feeding_a_contraction_joins_its_group():
+    # the gradient of dense w.r.t. its weight: matmul(transpose(g), x)
+    src = """def @main(%g: Tensor[(4, 3), float32], %x: Tensor[(4, 5), float32],
+                    %w: Tensor[(5, 6), float32]) {
+      (matmul(transpose(%g), %x), dense(%x, transpose(%w, axes=[1, 0])))
+    }"""
+    assert fused_groups(src, rand(4, 3), rand(4, 5), rand(5, 6)) == [
+        ["dense", "transpose"], ["matmul", "transpose"]]
+
+
+def test_a_transpose_with_another_consumer_or_of_rank_three_stays_alone():
+    shared = """def @main(%g: Tensor[(4, 3), float32], %x: Tensor[(4, 5), float32]) {
+      %0 = transpose(%g); (matmul(%0, %x), exp(%0))
+    }"""
+    assert fused_groups(shared, rand(4, 3), rand(4, 5)) == [["exp"], ["matmul"], ["transpose"]]
+    rank3 = """def @main(%g: Tensor[(2, 4, 3), float32], %x: Tensor[(2, 4, 5), float32]) {
+      matmul(transpose(%g, axes=[0, 2, 1]), %x)
+    }"""
+    assert fused_groups(rank3, rand(2, 4, 3), rand(2, 4, 5)) == [["matmul"], ["transpose"]]
+
+
 def test_an_anchor_does_not_take_a_reduction_epilogue():
     src = """def @main(%x: Tensor[(2, 8), float32], %w: Tensor[(4, 8), float32]) {
       sum(dense(%x, %w), axis=[1])
