@@ -6,9 +6,15 @@ without returning to Python: a kernel's entry calls
     void @relaydsl_parallel_for(ptr %task, ptr %ctx, i64 %extent)
 
 which runs ``task(ctx, begin, end)`` over chunks covering ``[0, extent)`` on
-every core, and a plan is one call of
+every core, a static plan is one call of
 
     void @relaydsl_run_sequence(ptr %calls, i64 %n)    ; calls: n pairs {entry, table}
+
+and a plan with control flow (``flow_plan.py``) one call of
+
+    void @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers)
+
+which interprets a few instructions (call a kernel, branch on a bool, jump, copy).
 
 This module's IR is compiled once (and cached on disk like every kernel) when
 the JIT engine is created; ``jit`` registers its functions in the process's
@@ -88,8 +94,8 @@ def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool 
         raise errors[0]
 
 
-EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_sequence", "relaydsl_pool_start",
-           "relaydsl_pool_threads")
+EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_sequence", "relaydsl_run_program",
+           "relaydsl_pool_start", "relaydsl_pool_threads")
 
 # Iterations a waiting thread spins (load + pause, ~60 cycles each) before it sleeps.
 SPIN_ITERATIONS = 2000
@@ -302,6 +308,74 @@ finish:
   store atomic i32 0, ptr @busy release, align 4
   ret void
 }
+
+; Runs a flow program (flow_plan.py): i64 words at %code, over kernels {entry, table} at
+; %calls and buffer addresses at %buffers. Instructions:
+;   0 k          CALL   calls[k].entry(calls[k].table)
+;   1 b target   BRANCH to target if the bool (i8) in buffer b is 0
+;   2 target     JUMP
+;   3 d s n      COPY   n bytes from buffer s to buffer d (memmove)
+;   4            HALT
+define void @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers) {
+entry:
+  %pc.slot = alloca i64
+  store i64 0, ptr %pc.slot
+  br label %dispatch
+dispatch:
+  %pc = load i64, ptr %pc.slot
+  %op.p = getelementptr inbounds i64, ptr %code, i64 %pc
+  %op = load i64, ptr %op.p
+  %a.i = add i64 %pc, 1
+  %a.p = getelementptr inbounds i64, ptr %code, i64 %a.i
+  %a = load i64, ptr %a.p
+  switch i64 %op, label %halt [ i64 0, label %call
+                                i64 1, label %branch
+                                i64 2, label %jump
+                                i64 3, label %copy ]
+call:
+  %fn.p = getelementptr inbounds [2 x ptr], ptr %calls, i64 %a
+  %fn = load ptr, ptr %fn.p
+  %tb.p = getelementptr inbounds [2 x ptr], ptr %calls, i64 %a, i64 1
+  %tb = load ptr, ptr %tb.p
+  call void %fn(ptr %tb)
+  %pc.call = add i64 %pc, 2
+  store i64 %pc.call, ptr %pc.slot
+  br label %dispatch
+branch:
+  %cond.pp = getelementptr inbounds ptr, ptr %buffers, i64 %a
+  %cond.p = load ptr, ptr %cond.pp
+  %cond = load i8, ptr %cond.p
+  %t.i = add i64 %pc, 2
+  %t.p = getelementptr inbounds i64, ptr %code, i64 %t.i
+  %target = load i64, ptr %t.p
+  %false = icmp eq i8 %cond, 0
+  %pc.next = add i64 %pc, 3
+  %pc.branch = select i1 %false, i64 %target, i64 %pc.next
+  store i64 %pc.branch, ptr %pc.slot
+  br label %dispatch
+jump:
+  store i64 %a, ptr %pc.slot
+  br label %dispatch
+copy:
+  %dst.pp = getelementptr inbounds ptr, ptr %buffers, i64 %a
+  %dst = load ptr, ptr %dst.pp
+  %s.i = add i64 %pc, 2
+  %s.p = getelementptr inbounds i64, ptr %code, i64 %s.i
+  %s = load i64, ptr %s.p
+  %src.pp = getelementptr inbounds ptr, ptr %buffers, i64 %s
+  %src = load ptr, ptr %src.pp
+  %n.i = add i64 %pc, 3
+  %n.p = getelementptr inbounds i64, ptr %code, i64 %n.i
+  %n = load i64, ptr %n.p
+  call void @llvm.memmove.p0.p0.i64(ptr %dst, ptr %src, i64 %n, i1 false)
+  %pc.copy = add i64 %pc, 4
+  store i64 %pc.copy, ptr %pc.slot
+  br label %dispatch
+halt:
+  ret void
+}
+
+declare void @llvm.memmove.p0.p0.i64(ptr, ptr, i64, i1)
 
 ; Calls entry(table) for each of the %n pairs {entry, table} at %calls, in order.
 define void @relaydsl_run_sequence(ptr %calls, i64 %n) {

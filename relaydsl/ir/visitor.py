@@ -15,6 +15,10 @@ Python's stack. The mutator returns the very same node when no child changed.
 """
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
+
 from typing import Callable
 
 from relaydsl.ir.adt import (
@@ -397,3 +401,18 @@ __all__ = [
     "ExprVisitor", "ExprMutator", "post_order", "free_vars", "TypeMutator", "substitute_types",
     "type_vars_of", "AnyDim", "GlobalTypeVar",
 ]
+
+
+@contextlib.contextmanager
+def deep_recursion(limit: int = 20000) -> Iterator[None]:
+    """Raises Python's recursion limit while code recurses over a deep expression.
+
+    (Python 3.11 does not use the C stack for Python-to-Python calls, so the limit only
+    guards against runaway recursion.)
+    """
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from backend.llvm.executor import Buffer, Step, StaticPlan, compile_program, plan_memory
+from backend.llvm.executor import compile_program
+from backend.llvm.static_plan import Buffer, StaticPlan, Step, plan_memory
 from relaydsl import Float, Int, Tensor, relay, relay_model
 from relaydsl.ir.parser import parse
 from relaydsl.ir.types import TensorType
@@ -143,9 +144,9 @@ def power_loop(x: Tensor[Float, (3, 3)], n: Int) -> Tensor[Float, (3, 3)]:
     return acc
 
 
-def test_control_flow_runs_on_the_dispatching_executor():
+def test_a_while_loop_runs_as_one_flow_plan():
     exe = relay.build(power_loop, target="llvm")
-    assert not exe.program.uses_static_plan
+    assert exe.program.uses_flow_plan
     x = rand(3, 3)
     expected = jnp.ones((3, 3), jnp.float32)
     for _ in range(5):
