@@ -73,10 +73,10 @@ class Program:
     """A compiled entry point: ``program(*values)``; values checked against its type.
 
     A first-order entry with static shapes runs as a static plan; one with ``if`` and
-    loops as a flow plan (flow_plan.py). A first-order entry with symbolic dimensions
-    (``Tensor[Float, ("n", 784)]``) gets a static plan per call signature: on a call with
-    new shapes the entry is re-typed with those shapes and planned. Other programs run on
-    the dispatcher.
+    loops as a flow plan (flow_plan.py). An entry with symbolic dimensions
+    (``Tensor[Float, ("n", 784)]``) that would be either gets a plan per call signature:
+    on a call with new shapes the entry is re-typed with those shapes and planned. Other
+    programs run on the dispatcher.
     """
 
     def __init__(self, source: IRModule, entry: str, opt_level: int):
@@ -88,9 +88,10 @@ class Program:
             self.plan = StaticPlan.build(fn, opt_level)
         elif all(static_type(p.checked_type) for p in fn.params):
             self.plan = FlowPlan.build(fn, opt_level)
-        self._per_signature = self.plan is None and StaticPlan.applies(fn, static=False) and \
-            all(isinstance(p.checked_type, TensorType) for p in fn.params)
-        self._plans: dict[tuple, StaticPlan | None] = {}
+        self._per_signature = self.plan is None and \
+            all(isinstance(p.checked_type, TensorType) for p in fn.params) and \
+            (StaticPlan.applies(fn, static=False) or FlowPlan.applies(fn, static=False))
+        self._plans: dict[tuple, StaticPlan | FlowPlan | None] = {}
         self._dispatcher = Dispatcher(self.mod, opt_level)
 
     @property
@@ -107,7 +108,7 @@ class Program:
             return plan(*values)
         return evaluate(self.mod, *values, entry=self.entry, interpreter=self._dispatcher)
 
-    def _plan_for(self, values: Sequence[Value]) -> "StaticPlan | None":
+    def _plan_for(self, values: Sequence[Value]) -> "StaticPlan | FlowPlan | None":
         if not all(isinstance(v, np.ndarray) for v in values):
             return None
         key = tuple((v.shape, v.dtype.str) for v in values)
@@ -115,7 +116,7 @@ class Program:
             fn = prepare(specialize_entry(self.source, self.entry, values),
                          self.opt_level)[self.entry]
             self._plans[key] = StaticPlan.build(fn, self.opt_level) \
-                if StaticPlan.applies(fn) else None
+                if StaticPlan.applies(fn) else FlowPlan.build(fn, self.opt_level)
         return self._plans[key]
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:

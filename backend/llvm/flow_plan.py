@@ -89,8 +89,8 @@ class _Into:
 
 
 class _Compiler:
-    def __init__(self, fn: Function):
-        self.fn = fn
+    def __init__(self, fn: Function, static: bool = True):
+        self.fn, self.static = fn, static
         self.buffers: list[Buffer] = []
         self.code: list[int] = []
         self.calls: list[tuple[Function, list[int], list[int]]] = []
@@ -101,15 +101,15 @@ class _Compiler:
     def new(self, t: Type, kind: str, value: np.ndarray | None = None) -> Structure:
         if isinstance(t, TupleType):
             return tuple(self.new(f, kind) for f in t.fields)
-        if not isinstance(t, TensorType) or not static_type(t):
+        if not isinstance(t, TensorType) or (self.static and not static_type(t)):
             raise Unsupported(f"a value of type {t}")
         self.buffers.append(Buffer(t, kind, value))
         return len(self.buffers) - 1
 
     def copy(self, dest: Structure, src: Structure) -> None:
         for d, s in zip(flatten(dest), flatten(src)):
-            if d != s:
-                self.code += [COPY, d, s, self.buffers[d].nbytes]
+            if d != s:  # (a check of the structure alone has no sizes to give)
+                self.code += [COPY, d, s, self.buffers[d].nbytes if self.static else 0]
 
     # ---- expressions -----------------------------------------------------------------------
     def compile(self) -> Structure:
@@ -184,7 +184,7 @@ class _Compiler:
     def branch(self, e: If, env: dict, k: _Return | _Into | None) -> Structure:
         cond = self.atom(e.cond, env)
         t = self.buffers[cond].type if isinstance(cond, int) else None
-        if t is None or t.dtype != "bool" or tuple(t.shape) != ():
+        if t is None or t.dtype != "bool" or len(t.shape) != 0:
             raise Unsupported("an if whose condition is not a bool scalar")
         if k is None:  # the program's result comes from an if: give it buffers
             k = _Into(self.new(e.checked_type, "temp"))
@@ -289,6 +289,15 @@ class FlowPlan:
         self._arena = _place(self.buffers)
         self._lock = threading.Lock()
         self._bound = False
+
+    @staticmethod
+    def applies(fn: Function, static: bool = True) -> bool:
+        """Whether `fn` has a flow plan (with static shapes, if `static`)."""
+        try:
+            _Compiler(fn, static).compile()
+        except Unsupported:
+            return False
+        return True
 
     @staticmethod
     def build(fn: Function, opt_level: int = 3) -> "FlowPlan | None":

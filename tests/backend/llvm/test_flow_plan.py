@@ -141,3 +141,22 @@ def test_programs_with_closures_or_lists_run_on_the_dispatcher():
     assert not exe.program.uses_flow_plan and not exe.program.uses_static_plan
     xs = rand(3, 2)
     np.testing.assert_allclose(exe(xs), xs[0] + xs[1], rtol=1e-6)
+
+
+@relay
+def running_sum(xs: Tensor[Float, ("n", 4)]) -> Tensor[Float, 4]:
+    total = relay.zeros(shape=(4,))
+    for row in xs:
+        total = total + relay.sigmoid(row)
+    return total
+
+
+def test_a_shape_polymorphic_loop_gets_a_flow_plan_per_signature():
+    exe = relay.build(running_sum, target="llvm")
+    for n in (1, 5, 2, 5):
+        xs = rand(n, 4)
+        np.testing.assert_allclose(exe(xs), np.asarray(jax.nn.sigmoid(xs)).sum(0),
+                                   rtol=1e-5, atol=1e-6)
+    plans = exe.program._plans
+    assert sorted(k[0][0][0] for k in plans) == [1, 2, 5]
+    assert all(type(p).__name__ == "FlowPlan" for p in plans.values())
