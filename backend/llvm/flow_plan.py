@@ -43,7 +43,7 @@ from backend.interpreter import Value
 from backend.llvm.jit import runtime_function
 from backend.llvm.kernel import compile_primitives
 from backend.llvm.static_plan import (
-    Buffer, Step, contiguous, flatten, leaves, round_up, static_type,
+    Buffer, Step, bind_steps, contiguous, flatten, leaves, round_up, static_type,
 )
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var,
@@ -326,18 +326,7 @@ class FlowPlan:
             bound.retarget(position, array)
 
     def _bind(self) -> None:
-        for b in self.buffers:
-            if b.value is None:  # inputs: placeholders until the first call
-                b.value = np.empty(b.type.shape, b.type.dtype)
-        self._uses: dict[int, list] = {i: [] for i in flatten(self.params)}
-        for step in self.steps:
-            arrays = [self.buffers[i].value for i in step.inputs + step.outputs]
-            step.run = step.kernel.bind(arrays[:len(step.inputs)], arrays[len(step.inputs):])
-            for position, index in enumerate(step.inputs + step.outputs):
-                if index in self._uses:
-                    self._uses[index].append((step.run, position))
-        self._calls = (ctypes.c_void_p * max(1, 2 * len(self.steps)))(
-            *[a for s in self.steps for a in (s.kernel.entry_address, s.run.table_address)])
+        self._uses, self._calls = bind_steps(self.steps, self.buffers, flatten(self.params))
         self._addresses = (ctypes.c_void_p * max(1, len(self.buffers)))(
             *[b.value.__array_interface__["data"][0] for b in self.buffers])
         self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(

@@ -25,7 +25,7 @@ import ctypes
 import hashlib
 import math
 import threading
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 from llvmlite import ir

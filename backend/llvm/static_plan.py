@@ -147,28 +147,36 @@ class StaticPlan:
             bound.retarget(position, array)
 
     def _bind(self) -> None:
-        """Binds each step once (checked); calls then only retarget inputs and outputs.
-
-        The bound steps become one array of ``{entry, table}`` pairs that the native
-        runtime runs in order: a call of the plan is one call into compiled code.
-        """
+        """Binds each step once (checked); calls then only retarget inputs and outputs."""
         self._outputs = [i for i, b in enumerate(self.buffers) if b.kind == "output"]
-        self._uses: dict[int, list] = {i: [] for i, b in enumerate(self.buffers)
-                                       if b.kind in ("input", "output")}
-        for b in self.buffers:
-            if b.value is None:  # inputs and outputs: placeholders until the first call
-                b.value = np.empty(b.type.shape, b.type.dtype)
-        for step in self.steps:
-            arrays = [self.buffers[i].value for i in step.inputs + step.outputs]
-            step.run = step.kernel.bind(arrays[:len(step.inputs)], arrays[len(step.inputs):])
-            for position, index in enumerate(step.inputs + step.outputs):
-                if index in self._uses:
-                    self._uses[index].append((step.run, position))
-        pairs = [(s.kernel.entry_address, s.run.table_address) for s in self.steps]
-        self._sequence = (ctypes.c_void_p * max(1, 2 * len(pairs)))(
-            *[address for pair in pairs for address in pair])
+        self._uses, self._sequence = bind_steps(
+            self.steps, self.buffers, [i for i, b in enumerate(self.buffers)
+                                       if b.kind in ("input", "output")])
         self._run_sequence = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
             runtime_function("relaydsl_run_sequence"))
+
+
+def bind_steps(steps: list[Step], buffers: list[Buffer], changing: list[int]
+               ) -> tuple[dict[int, list], ctypes.Array]:
+    """Binds every step's kernel to its buffers (checked once, here).
+
+    Buffers without a value yet (inputs, outputs) get placeholders. Returns, for each buffer
+    in `changing` (those each call points elsewhere), the ``(bound kernel, position)`` pairs
+    to retarget, and the ``{entry, table}`` array the native runtime runs the steps from.
+    """
+    for b in buffers:
+        if b.value is None:
+            b.value = np.empty(b.type.shape, b.type.dtype)
+    uses: dict[int, list] = {i: [] for i in changing}
+    for step in steps:
+        arrays = [buffers[i].value for i in step.inputs + step.outputs]
+        step.run = step.kernel.bind(arrays[:len(step.inputs)], arrays[len(step.inputs):])
+        for position, index in enumerate(step.inputs + step.outputs):
+            if index in uses:
+                uses[index].append((step.run, position))
+    calls = (ctypes.c_void_p * max(1, 2 * len(steps)))(
+        *[a for s in steps for a in (s.kernel.entry_address, s.run.table_address)])
+    return uses, calls
 
 
 def plan_memory(buffers: list[Buffer], steps: list[Step]) -> int:

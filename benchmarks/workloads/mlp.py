@@ -41,9 +41,7 @@ def mlp_gradients(x: Tensor[Float, (B, I)], y: Tensor[Float, (B, O)],  # noqa: F
                   w2: Tensor[Float, (H, H)], b2: Tensor[Float, H],  # noqa: F821
                   w3: Tensor[Float, (O, H)], b3: Tensor[Float, O]):  # noqa: F821
     # relay.grad of a lambda that closes over the data: gradients w.r.t. the parameters only
-    # ([0] would be the loss, [1] the tuple of gradients). Written as one expression: indexing
-    # the result of a call through a local name (g = relay.grad(...); g(...)[1]) is translated
-    # as a tensor slice, not a tuple projection, by the current frontend.
+    # ([0] would be the loss, [1] the tuple of gradients).
     return relay.grad(lambda v1, c1, v2, c2, v3, c3:
                       loss(x, y, v1, c1, v2, c2, v3, c3))(w1, b1, w2, b2, w3, b3)[1]  # noqa: F821
 
