@@ -82,7 +82,7 @@ def _load_runtime(engine: llvm.ExecutionEngine) -> None:
 
     Kernel objects declare ``relaydsl_parallel_for`` etc.; ``add_symbol`` puts the loaded
     addresses in the process's symbol table, which the engine consults when it links an
-    object. Starts the worker threads.
+    object. Starts the worker threads (forgotten in a forked child).
     """
     from backend.llvm import runtime
 
@@ -102,6 +102,9 @@ def _load_runtime(engine: llvm.ExecutionEngine) -> None:
     start = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(
         engine.get_function_address("relaydsl_pool_start"))
     start(runtime.num_threads() - 1)
+    forget = ctypes.CFUNCTYPE(None)(engine.get_function_address("relaydsl_pool_forget"))
+    if hasattr(os, "register_at_fork"):  # a child has no workers: loops run on its thread
+        os.register_at_fork(after_in_child=forget)
 
 
 def runtime_threads() -> int:

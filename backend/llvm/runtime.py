@@ -30,8 +30,9 @@ old job can never claim a chunk of a new one, and the job's other fields
 claim succeeds on. The caller waits, spinning, until every chunk is done.
 Idle workers spin for ~30 microseconds (the gap between two kernels of a
 dispatched program) and then sleep on a condition variable. Calls that find
-the pool busy (nested, or from a second Python thread) and calls in a forked
-child run inline on the calling thread.
+the pool busy (nested, or from a second Python thread) run inline on the
+calling thread, and so does every call in a forked child (``jit`` registers
+``relaydsl_pool_forget`` with ``os.register_at_fork``).
 
 >>> import ctypes
 >>> from backend.llvm import jit
@@ -95,7 +96,7 @@ def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool 
 
 
 EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_sequence", "relaydsl_run_program",
-           "relaydsl_pool_start", "relaydsl_pool_threads")
+           "relaydsl_pool_start", "relaydsl_pool_threads", "relaydsl_pool_forget")
 
 # Iterations a waiting thread spins (load + pause, ~60 cycles each) before it sleeps.
 SPIN_ITERATIONS = 2000
@@ -110,8 +111,7 @@ _RUNTIME_IR = r"""
 @done      = internal global i64 0          ; chunks finished in the current job
 @busy      = internal global i32 0          ; 1 while a job is running
 @sleepers  = internal global i64 0          ; workers waiting on @wake
-@workers   = internal global i64 0          ; worker threads started
-@owner_pid = internal global i32 0          ; the process that started them
+@workers   = internal global i64 0          ; worker threads started (0 in a forked child)
 @mutex     = internal global [128 x i8] zeroinitializer, align 64
 @wake      = internal global [128 x i8] zeroinitializer, align 64
 
@@ -122,7 +122,6 @@ declare i32 @pthread_mutex_unlock(ptr)
 declare i32 @pthread_cond_init(ptr, ptr)
 declare i32 @pthread_cond_wait(ptr, ptr)
 declare i32 @pthread_cond_broadcast(ptr)
-declare i32 @getpid()
 
 define internal void @relax() {
   PAUSE
@@ -141,9 +140,9 @@ claim:
   %left = icmp ult i64 %next, %nchunks
   br i1 %left, label %try, label %out
 try:
-  %task = load ptr, ptr @job_task
-  %ctx = load ptr, ptr @job_ctx
-  %extent = load i64, ptr @job_extent
+  %task = load atomic ptr, ptr @job_task monotonic, align 8
+  %ctx = load atomic ptr, ptr @job_ctx monotonic, align 8
+  %extent = load atomic i64, ptr @job_extent monotonic, align 8
   %w1 = add i64 %w, 1
   %pair = cmpxchg ptr @job, i64 %w, i64 %w1 seq_cst seq_cst
   %ok = extractvalue { i64, i1 } %pair, 1
@@ -217,8 +216,6 @@ entry:
   %started = icmp ne i64 %have, 0
   br i1 %started, label %done, label %init
 init:
-  %pid = call i32 @getpid()
-  store i32 %pid, ptr @owner_pid
   %a = call i32 @pthread_mutex_init(ptr @mutex, ptr null)
   %b = call i32 @pthread_cond_init(ptr @wake, ptr null)
   %tid = alloca i64
@@ -243,6 +240,14 @@ done:
   ret i64 %t
 }
 
+; In a forked child the workers are gone: every loop runs on the calling thread.
+define void @relaydsl_pool_forget() {
+  store i64 0, ptr @workers
+  store i64 0, ptr @sleepers
+  store i32 0, ptr @busy
+  ret void
+}
+
 define i64 @relaydsl_pool_threads() {
   %w = load i64, ptr @workers
   %t = add i64 %w, 1
@@ -259,15 +264,7 @@ entry:
 claim_pool:
   %pair = cmpxchg ptr @busy, i32 0, i32 1 acquire monotonic
   %got = extractvalue { i32, i1 } %pair, 1
-  br i1 %got, label %check_pid, label %inline
-check_pid:
-  %pid = call i32 @getpid()
-  %owner = load i32, ptr @owner_pid
-  %same = icmp eq i32 %pid, %owner
-  br i1 %same, label %publish, label %release_inline
-release_inline:
-  store atomic i32 0, ptr @busy release, align 4
-  br label %inline
+  br i1 %got, label %publish, label %inline
 inline:
   call void %task(ptr %ctx, i64 0, i64 %extent)
   ret void
@@ -275,10 +272,10 @@ publish:
   %threads = add i64 %w, 1
   %few = icmp ult i64 %extent, %threads
   %nchunks = select i1 %few, i64 %extent, i64 %threads
-  store ptr %task, ptr @job_task
-  store ptr %ctx, ptr @job_ctx
-  store i64 %extent, ptr @job_extent
-  store i64 0, ptr @done
+  store atomic ptr %task, ptr @job_task monotonic, align 8
+  store atomic ptr %ctx, ptr @job_ctx monotonic, align 8
+  store atomic i64 %extent, ptr @job_extent monotonic, align 8
+  store atomic i64 0, ptr @done monotonic, align 8
   %old = load i64, ptr @job
   %gen = lshr i64 %old, 32
   %gen1 = add i64 %gen, 1
