@@ -124,22 +124,42 @@ def object_path(key: str) -> pathlib.Path:
     return cache_dir() / f"{name.hexdigest()[:32]}.o"
 
 
-def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, use_disk_cache: bool = True
-               ) -> Library:
+def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool = True,
+               unroll: bool = True, use_disk_cache: bool = True) -> Library:
     """Optimises, compiles and loads `ir_text`; its defined functions are looked up by name.
 
-    `key` must identify what `ir_text` computes (its symbols are unique per key).
+    `key` must identify what `ir_text` computes (its symbols are unique per key) and how
+    it is compiled. `vectorize=False` leaves out LLVM's loop and SLP vectorisers and
+    `unroll=False` its loop unroller (for IR written with explicit vectors and unrolled
+    by hand, where they only cost compile time).
     """
     path = object_path(key)
+    names = _defined_functions(ir_text)
     obj = _read_cached(path) if use_disk_cache else None
     if obj is not None:
         stats["disk_hits"] += 1
     else:
-        obj = _compile_object(ir_text, speed_level)
+        obj = _compile_object(ir_text, speed_level, vectorize, unroll)
         stats["compiled"] += 1
         if use_disk_cache:
             _write_cached(path, obj)
-    names = _defined_functions(ir_text)
+    return _load(obj, names, path)
+
+
+def load_cached(key: str, names: list[str]) -> Library | None:
+    """The object cached on disk under `key` (by ``compile_ir``), loaded; None if absent.
+
+    For callers that know the symbols they need and can then skip building the IR.
+    """
+    path = object_path(key)
+    obj = _read_cached(path)
+    if obj is None:
+        return None
+    stats["disk_hits"] += 1
+    return _load(obj, names, path)
+
+
+def _load(obj: bytes, names: list[str], path: pathlib.Path) -> Library:
     with _LOCK:
         engine = _engine()
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -151,13 +171,14 @@ def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, use_disk_cache: 
     return Library(symbols)
 
 
-def _compile_object(ir_text: str, speed_level: int) -> bytes:
+def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = True
+                    ) -> bytes:
     module = llvm.parse_assembly(ir_text)
     module.verify()
     options = llvm.create_pipeline_tuning_options(speed_level=speed_level)
-    options.loop_vectorization = speed_level >= 2
-    options.slp_vectorization = speed_level >= 2
-    options.loop_unrolling = speed_level >= 2
+    options.loop_vectorization = vectorize and speed_level >= 2
+    options.slp_vectorization = vectorize and speed_level >= 2
+    options.loop_unrolling = unroll and speed_level >= 2
     builder = llvm.create_pass_builder(_machine(), options)
     builder.getModulePassManager().run(module, builder)
     if inspect_hook is not None:
