@@ -2,7 +2,8 @@
 
 One process-wide MCJIT engine holds every compiled object. ``compile_ir`` takes
 LLVM IR text and a cache key, optimises it at ``speed_level`` 3 with LLVM's new
-pass builder (loop and SLP vectorisation on, see ../shared/PERFORMANCE.md),
+pass builder (loop and SLP vectorisation on, loop unrolling off; see
+../shared/PERFORMANCE.md and ``compile_ir``),
 emits a native object for the host CPU and loads it. The object is also written
 to the cache directory (``$RELAYDSL_CACHE_DIR``, else ``~/.cache/relaydsl``)
 under a name derived from the key, the host target and the backend's source
@@ -125,13 +126,15 @@ def object_path(key: str) -> pathlib.Path:
 
 
 def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool = True,
-               unroll: bool = True, use_disk_cache: bool = True) -> Library:
+               unroll: bool = False, use_disk_cache: bool = True) -> Library:
     """Optimises, compiles and loads `ir_text`; its defined functions are looked up by name.
 
     `key` must identify what `ir_text` computes (its symbols are unique per key) and how
-    it is compiled. `vectorize=False` leaves out LLVM's loop and SLP vectorisers and
-    `unroll=False` its loop unroller (for IR written with explicit vectors and unrolled
-    by hand, where they only cost compile time).
+    it is compiled. `vectorize=False` leaves out LLVM's loop and SLP vectorisers (for IR
+    written with explicit vectors, where they only cost compile time). LLVM's loop
+    unroller is off unless `unroll`: on the generated kernels (already vectorised and
+    interleaved by the loop vectoriser) it doubled the compile time of a module and
+    quadrupled its code without making the MLP or the elementwise benchmark faster.
     """
     path = object_path(key)
     names = _defined_functions(ir_text)
@@ -171,7 +174,7 @@ def _load(obj: bytes, names: list[str], path: pathlib.Path) -> Library:
     return Library(symbols)
 
 
-def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = True
+def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = False
                     ) -> bytes:
     module = llvm.parse_assembly(ir_text)
     module.verify()
