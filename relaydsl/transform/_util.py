@@ -1,4 +1,4 @@
-"""Small helpers shared by the normal-form and fusion passes."""
+"""Small helpers shared by the passes."""
 from __future__ import annotations
 
 import contextlib
@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Expr, Function
+from relaydsl.ir.module import IRModule
 
 PRIMITIVE = Attrs({"Primitive": 1})
 
@@ -25,3 +26,14 @@ def deep_recursion(limit: int = 20000) -> Iterator[None]:
         yield
     finally:
         sys.setrecursionlimit(old)
+
+
+def retyped(out: IRModule, changed: bool) -> IRModule:
+    """A pass's result `out`, re-typed -- unless the pass changed no function of a module
+    that was typed already: then every node is one of the input's, with its checked type,
+    and inference would only find the same types again."""
+    from relaydsl.typing.infer import infer_types
+
+    if not changed and all(fn.has_type for fn in out.functions.values()):
+        return out
+    return infer_types(out)

@@ -23,6 +23,7 @@ from relaydsl.ir.expr import Call, Constant, Expr, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator
+from relaydsl.transform._util import retyped
 
 # Ops whose result is not a function of their arguments' values alone.
 _NOT_FOLDED = {"dropout"}
@@ -30,14 +31,14 @@ _NOT_FOLDED = {"dropout"}
 
 def fold_constants(mod: IRModule) -> IRModule:
     """A copy of `mod` with constant op calls evaluated (in every user function)."""
-    from relaydsl.typing import infer_types
-
     out = mod.copy()
+    changed = False
     for gv, fn in list(out.user_functions().items()):
         folded = _Fold().visit(fn)
         if folded is not fn:
             out.add(gv, folded)
-    return infer_types(out)
+            changed = True
+    return retyped(out, changed)
 
 
 class _Fold(ExprMutator):

@@ -40,3 +40,21 @@ def test_shape_of_a_symbolic_shape_is_left_for_run_time():
     folded = fold_constants(mod)
     assert op_names(folded["main"]) == ["shape_of", "take"]
     assert evaluate(folded, np.zeros((7, 3), np.float32)) == 7
+
+
+def test_nothing_to_fold_keeps_the_typed_functions_and_an_untyped_input_gets_typed(monkeypatch):
+    import relaydsl.typing.infer as infer
+
+    source = '''
+    def @main(%x: Tensor[(4, 3), float32]) {
+      add(%x, %x)
+    }'''
+    calls = []
+    real = infer.infer_types
+    monkeypatch.setattr(infer, "infer_types", lambda m: calls.append(m) or real(m))
+    typed = real(parse(source))
+    out = fold_constants(typed)
+    assert out is not typed and out["main"] is typed["main"] and not calls  # not re-inferred
+    untyped = parse(source)
+    out = fold_constants(untyped)
+    assert len(calls) == 1 and out["main"].checked_type == typed["main"].checked_type
