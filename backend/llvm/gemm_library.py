@@ -37,8 +37,10 @@ The modules are written already vectorised, unrolled and scheduled, so LLVM comp
 at speed level 1 without its loop and SLP vectorisers and its loop unroller: a third of
 the compile time of level 3, and the same GFLOP/s (measured on GEMM 512/1024 and the
 MLP's shapes).
-The MCJIT engine links a caller's calls to these symbols by name: a caller must load
-what it uses (``load_core``, ``load_ukernel``) before its own module is loaded.
+The MCJIT engine links a caller's calls to these symbols by name: a caller requests what
+it uses (``load_core``, ``load_ukernel``) before its own module is loaded. The library is
+compiled in the background (``jit.compile_ir_async``) while the caller goes on emitting
+and compiling its kernels; ``jit`` loads it before any module requested after it.
 """
 from __future__ import annotations
 
@@ -106,25 +108,34 @@ def declare_ukernel(module: ir.Module, tile: MicroTile, direct: bool = False) ->
 # ---- loading ----------------------------------------------------------------------------------
 
 _LOCK = threading.Lock()
-_LOADED: dict[str, jit.Library] = {}
+_LOADED: dict[str, jit.Library | jit.Pending] = {}
 _OPTIONS = "speed1|vectorize=False|unroll=False"
 
 
-def _load(name: str, emit: Callable[[ir.Module], None]) -> jit.Library:
-    """The module defining the one exported function `name`, compiled on first use."""
+def _load(name: str, emit: Callable[[ir.Module], None]) -> None:
+    """Makes sure the module defining the one exported function `name` is loaded, or being
+    compiled (by the compile worker, while the caller goes on) and loaded before the next
+    module that is."""
     with _LOCK:
-        lib = _LOADED.get(name)
+        if name in _LOADED:
+            return
+        key = f"gemm-library|{name}|{_OPTIONS}"
+        lib = jit.load_cached(key, [name])
         if lib is None:
-            key = f"gemm-library|{name}|{_OPTIONS}"
-            lib = jit.load_cached(key, [name])
-            if lib is None:
-                module = ir.Module(name=name)
-                module.triple = jit.host_target().triple
-                module.data_layout = jit.data_layout()
-                emit(module)
-                lib = jit.compile_ir(str(module), key, speed_level=1, vectorize=False)
+            module = ir.Module(name=name)
+            module.triple = jit.host_target().triple
+            module.data_layout = jit.data_layout()
+            emit(module)
+            _LOADED[name] = jit.compile_ir_async(str(module), key, speed_level=1,
+                                                 vectorize=False)
+        else:
             _LOADED[name] = lib
-        return lib
+
+
+def library(name: str) -> jit.Library:
+    """The loaded library module defining `name` (after ``load_core`` or ``load_ukernel``)."""
+    lib = _LOADED[name]
+    return lib.result() if isinstance(lib, jit.Pending) else lib
 
 
 def load_core(vl: int) -> None:

@@ -8,7 +8,9 @@ emits a native object for the host CPU and loads it. The object is also written
 to the cache directory (``$RELAYDSL_CACHE_DIR``, else ``~/.cache/relaydsl``)
 under a name derived from the key, the host target and the backend's source
 fingerprint, so a second process loads it without recompiling and a change to
-the code generator never reuses a stale object.
+the code generator never reuses a stale object. ``compile_ir_async`` does the same
+for a module needed only later, possibly in a helper process (compile_worker.py)
+while this one goes on; objects are loaded in the order they were requested.
 
 >>> lib = compile_ir('define i64 @twice(i64 %x) {\\n  %y = add i64 %x, %x\\n  ret i64 %y\\n}',
 ...                  key="doc-twice")
@@ -18,6 +20,7 @@ the code generator never reuses a stale object.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -30,6 +33,8 @@ from dataclasses import dataclass
 
 import llvmlite
 import llvmlite.binding as llvm
+
+from backend.llvm import compile_worker
 
 _LOCK = threading.Lock()
 
@@ -162,7 +167,89 @@ def load_cached(key: str, names: list[str]) -> Library | None:
     return _load(obj, names, path)
 
 
+class Pending:
+    """A module ``compile_ir_async`` is compiling: ``result()`` loads it, returns its Library."""
+
+    def __init__(self, ir_text: str, key: str, options: tuple[int, bool, bool]):
+        self.ir_text, self.key, self.options = ir_text, key, options
+        self.path = object_path(key)
+        self.object: bytes | None = None  # from the disk cache
+        self.worker: compile_worker.Worker | None = None  # compiling it as `job`
+        self.job = 0
+        self.library: Library | None = None
+
+    def result(self) -> Library:
+        _finish_pending(self)
+        assert self.library is not None
+        return self.library
+
+
+_PENDING_LOCK = threading.RLock()
+_PENDING: list[Pending] = []
+_worker: "compile_worker.Worker | None" = None
+_worker_failed = False
+
+
+def compile_ir_async(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool = True,
+                     unroll: bool = False) -> Pending:
+    """``compile_ir``, but LLVM may run in a helper process (compile_worker.py) meanwhile.
+
+    For a module whose code is needed only later, by modules compiled after it. Objects
+    are loaded in the order they were requested: ``result()``, or the loading of any
+    later module (``compile_ir``, ``load_cached``), first loads every earlier pending one,
+    so a module may call the functions of any module requested before it.
+    """
+    pending = Pending(ir_text, key, (speed_level, vectorize, unroll))
+    pending.object = _read_cached(pending.path)
+    if pending.object is not None:
+        stats["disk_hits"] += 1
+    else:
+        pending.worker = _compile_worker()
+        if pending.worker is not None:
+            pending.job = pending.worker.submit(ir_text, speed_level, vectorize, unroll)
+    with _PENDING_LOCK:
+        _PENDING.append(pending)
+    return pending
+
+
+def _compile_worker() -> "compile_worker.Worker | None":
+    """The helper process, started (once) on a request made while a core is idle for it."""
+    global _worker, _worker_failed
+    with _PENDING_LOCK:
+        if _worker is None and not _worker_failed and compile_worker.wanted():
+            host = host_target()
+            try:
+                _worker = compile_worker.Worker(host.triple, host.cpu, host.features)
+                atexit.register(_worker.close)
+            except OSError:
+                _worker_failed = True
+        return _worker if _worker is not None and _worker.alive else None
+
+
+def _finish_pending(upto: Pending | None = None) -> None:
+    """Loads the pending modules in request order (all of them, or up to `upto`)."""
+    with _PENDING_LOCK:
+        while _PENDING and (upto is None or upto.library is None):
+            pending = _PENDING[0]
+            obj = pending.object
+            if obj is None:
+                if pending.worker is not None:
+                    obj = pending.worker.take(pending.job)
+                if obj is None:  # not started by the helper (or no helper): compile it here
+                    obj = _compile_object(pending.ir_text, *pending.options)
+                stats["compiled"] += 1
+                _write_cached(pending.path, obj)
+            pending.library = _add_object(obj, _defined_functions(pending.ir_text),
+                                          pending.path)
+            _PENDING.pop(0)
+
+
 def _load(obj: bytes, names: list[str], path: pathlib.Path) -> Library:
+    _finish_pending()  # the modules requested earlier first: this one may call them
+    return _add_object(obj, names, path)
+
+
+def _add_object(obj: bytes, names: list[str], path: pathlib.Path) -> Library:
     with _LOCK:
         engine = _engine()
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))

@@ -70,7 +70,7 @@ def test_packer_any_strides_and_widths(strides):
     vl = 8
     gemm_library.load_core(vl)
     name = gemm_library.core_symbol(vl, "pack")
-    fn = gemm_library._LOADED[name].function(name, None,
+    fn = gemm_library.library(name).function(name, None,
                                              [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 7)
     rng = np.random.default_rng(0)
     nx_total, k_total = 45, 37
