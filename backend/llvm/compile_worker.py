@@ -7,7 +7,8 @@ sends it the modules whose code is not needed at once: ``jit.compile_ir_async``,
 the GEMM library (gemm_library.py) uses while the kernels that call it are still being
 emitted and compiled here. The protocol, over the helper's stdin and stdout:
 
-    request   b"Q" job:u64 speed:u8 vectorize:u8 unroll:u8 length:u64 ir_text
+    request   b"Q" job:u64 speed:u8 vectorize:u8 unroll:u8 length:u64 pickle(IR text or a
+              function building it, which the helper then calls)
     started   b"S" job:u64                        the helper took the job
     result    b"R" job:u64 ok:u8 length:u64 the object file (ok) or the error text
 
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pickle
 import queue
 import struct
 import subprocess
 import sys
 import threading
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 _REQUEST = struct.Struct("<QBBBQ")  # job, speed, vectorize, unroll, length
 _JOB = struct.Struct("<Q")
@@ -91,11 +93,12 @@ class Worker:
     def alive(self) -> bool:
         return not self._dead
 
-    def submit(self, ir_text: str, speed_level: int, vectorize: bool, unroll: bool) -> int:
+    def submit(self, ir: str | Callable[[], str], speed_level: int, vectorize: bool,
+               unroll: bool) -> int:
         with self._cond:
             job = self._next_job
             self._next_job += 1
-        payload = ir_text.encode()
+        payload = pickle.dumps(ir)
         self._outbox.put(b"Q" + _REQUEST.pack(job, speed_level, vectorize, unroll, len(payload))
                          + payload)
         return job
@@ -171,7 +174,7 @@ def serve(triple: str, cpu: str, features: str) -> int:
         return 2  # another target than the parent's: the parent compiles everything itself
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (LLVM's or Python's) must not corrupt the protocol
-    requests: queue.SimpleQueue[tuple[int, int, bool, bool, str] | None] = queue.SimpleQueue()
+    requests: queue.SimpleQueue[tuple[int, int, bool, bool, bytes] | None] = queue.SimpleQueue()
 
     def read_requests() -> None:  # eagerly, so that the parent's writes never wait for us
         stdin = sys.stdin.buffer
@@ -179,18 +182,20 @@ def serve(triple: str, cpu: str, features: str) -> int:
             while stdin.read(1) == b"Q":
                 job, speed, vectorize, unroll, length = _REQUEST.unpack(
                     _read_exactly(stdin, _REQUEST.size))
-                text = _read_exactly(stdin, length).decode()
-                requests.put((job, speed, bool(vectorize), bool(unroll), text))
+                payload = _read_exactly(stdin, length)
+                requests.put((job, speed, bool(vectorize), bool(unroll), payload))
         except (EOFError, OSError, struct.error):
             pass
         requests.put(None)
 
     threading.Thread(target=read_requests, daemon=True).start()
     while (request := requests.get()) is not None:
-        job, speed, vectorize, unroll, text = request
+        job, speed, vectorize, unroll, payload = request
         out.write(b"S" + _JOB.pack(job))
         out.flush()
         try:
+            ir = pickle.loads(payload)  # from our parent, over our own pipe
+            text = ir if isinstance(ir, str) else ir()
             data, ok = jit._compile_object(text, speed, vectorize, unroll), 1
         except Exception as e:  # reported to the parent, which compiles the module itself
             data, ok = f"{type(e).__name__}: {e}".encode(), 0

@@ -44,9 +44,9 @@ and compiling its kernels; ``jit`` loads it before any module requested after it
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
-from typing import Callable
 
 import llvmlite.ir as ir
 
@@ -112,24 +112,37 @@ _LOADED: dict[str, jit.Library | jit.Pending] = {}
 _OPTIONS = "speed1|vectorize=False|unroll=False"
 
 
-def _load(name: str, emit: Callable[[ir.Module], None]) -> None:
+def _load(name: str, part: str, vl: int, tile: MicroTile | None = None) -> None:
     """Makes sure the module defining the one exported function `name` is loaded, or being
-    compiled (by the compile worker, while the caller goes on) and loaded before the next
-    module that is."""
+    compiled (in the compile worker, which also builds its IR, while the caller goes on)
+    and loaded before the next module that is."""
     with _LOCK:
         if name in _LOADED:
             return
         key = f"gemm-library|{name}|{_OPTIONS}"
         lib = jit.load_cached(key, [name])
         if lib is None:
-            module = ir.Module(name=name)
-            module.triple = jit.host_target().triple
-            module.data_layout = jit.data_layout()
-            emit(module)
-            _LOADED[name] = jit.compile_ir_async(str(module), key, speed_level=1,
+            build = functools.partial(library_ir, name, part, vl, tile)
+            _LOADED[name] = jit.compile_ir_async(build, key, names=[name], speed_level=1,
                                                  vectorize=False)
         else:
             _LOADED[name] = lib
+
+
+def library_ir(name: str, part: str, vl: int, tile: MicroTile | None) -> str:
+    """The LLVM IR of the module defining `name`: the core's ``pack`` or ``block``, or a
+    micro-kernel (``ukernel``, ``ukernel_direct``) of `tile`."""
+    module = ir.Module(name=name)
+    module.triple = jit.host_target().triple
+    module.data_layout = jit.data_layout()
+    if part == "pack":
+        emit_pack(module, name, vl)
+    elif part == "block":
+        emit_block(module, vl)
+    else:
+        assert tile is not None and part in ("ukernel", "ukernel_direct")
+        emit_microkernel(module, name, tile, direct=part == "ukernel_direct")
+    return str(module)
 
 
 def library(name: str) -> jit.Library:
@@ -140,16 +153,14 @@ def library(name: str) -> jit.Library:
 
 def load_core(vl: int) -> None:
     """Loads the packer and the blocked sub-GEMM for vectors of `vl` floats."""
-    pack = core_symbol(vl, "pack")
-    _load(pack, lambda m: emit_pack(m, pack, vl))
-    block = core_symbol(vl, "block")
-    _load(block, lambda m: emit_block(m, vl))
+    for part in ("pack", "block"):
+        _load(core_symbol(vl, part), part, vl)
 
 
 def load_ukernel(tile: MicroTile, direct: bool = False) -> None:
     """Loads the micro-kernel of `tile` (the variant reading A in place with `direct`)."""
-    name = tile.symbol("ukernel_direct" if direct else "ukernel")
-    _load(name, lambda m: emit_microkernel(m, name, tile, direct))
+    part = "ukernel_direct" if direct else "ukernel"
+    _load(tile.symbol(part), part, tile.vl, tile)
 
 
 # ---- the micro-kernel -------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import re
 import tempfile
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -170,8 +171,10 @@ def load_cached(key: str, names: list[str]) -> Library | None:
 class Pending:
     """A module ``compile_ir_async`` is compiling: ``result()`` loads it, returns its Library."""
 
-    def __init__(self, ir_text: str, key: str, options: tuple[int, bool, bool]):
-        self.ir_text, self.key, self.options = ir_text, key, options
+    def __init__(self, ir: str | Callable[[], str], key: str, names: list[str] | None,
+                 options: tuple[int, bool, bool]):
+        self.ir, self.key, self.options = ir, key, options
+        self.names = names if names is not None else _defined_functions(self.ir_text())
         self.path = object_path(key)
         self.object: bytes | None = None  # from the disk cache
         self.worker: compile_worker.Worker | None = None  # compiling it as `job`
@@ -183,6 +186,11 @@ class Pending:
         assert self.library is not None
         return self.library
 
+    def ir_text(self) -> str:
+        if not isinstance(self.ir, str):
+            self.ir = self.ir()
+        return self.ir
+
 
 _PENDING_LOCK = threading.RLock()
 _PENDING: list[Pending] = []
@@ -190,23 +198,29 @@ _worker: "compile_worker.Worker | None" = None
 _worker_failed = False
 
 
-def compile_ir_async(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool = True,
-                     unroll: bool = False) -> Pending:
+def compile_ir_async(ir: str | Callable[[], str], key: str, *, names: list[str] | None = None,
+                     speed_level: int = 3, vectorize: bool = True, unroll: bool = False
+                     ) -> Pending:
     """``compile_ir``, but LLVM may run in a helper process (compile_worker.py) meanwhile.
 
-    For a module whose code is needed only later, by modules compiled after it. Objects
-    are loaded in the order they were requested: ``result()``, or the loading of any
-    later module (``compile_ir``, ``load_cached``), first loads every earlier pending one,
-    so a module may call the functions of any module requested before it.
+    For a module whose code is needed only later, by modules compiled after it. `ir` is
+    the IR text or a picklable function building it (a module-level function or a
+    functools.partial of one), which the helper then calls itself; with a function,
+    `names` lists the functions to look up. Objects are loaded in the order they were
+    requested: ``result()``, or the loading of any later module (``compile_ir``,
+    ``load_cached``), first loads every earlier pending one, so a module may call the
+    functions of any module requested before it.
     """
-    pending = Pending(ir_text, key, (speed_level, vectorize, unroll))
+    if names is None and not isinstance(ir, str):
+        raise TypeError("compile_ir_async: give the names of the functions a builder defines")
+    pending = Pending(ir, key, names, (speed_level, vectorize, unroll))
     pending.object = _read_cached(pending.path)
     if pending.object is not None:
         stats["disk_hits"] += 1
     else:
         pending.worker = _compile_worker()
         if pending.worker is not None:
-            pending.job = pending.worker.submit(ir_text, speed_level, vectorize, unroll)
+            pending.job = pending.worker.submit(ir, speed_level, vectorize, unroll)
     with _PENDING_LOCK:
         _PENDING.append(pending)
     return pending
@@ -236,11 +250,10 @@ def _finish_pending(upto: Pending | None = None) -> None:
                 if pending.worker is not None:
                     obj = pending.worker.take(pending.job)
                 if obj is None:  # not started by the helper (or no helper): compile it here
-                    obj = _compile_object(pending.ir_text, *pending.options)
+                    obj = _compile_object(pending.ir_text(), *pending.options)
                 stats["compiled"] += 1
                 _write_cached(pending.path, obj)
-            pending.library = _add_object(obj, _defined_functions(pending.ir_text),
-                                          pending.path)
+            pending.library = _add_object(obj, pending.names, pending.path)
             _PENDING.pop(0)
 
 

@@ -96,3 +96,20 @@ def test_switched_off_the_process_compiles_everything_itself(tmp_path, monkeypat
     pending = jit.compile_ir_async(_twice("off_twice"), key="test-off")
     assert pending.worker is None and jit._worker is None
     assert pending.result().function("off_twice", I64, [I64])(4) == 8
+
+
+def test_the_helper_builds_the_ir_itself_from_a_builder(tmp_path, monkeypatch):
+    import functools
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RELAYDSL_COMPILE_WORKER", "1")
+    worker = jit._compile_worker()
+    assert worker is not None
+    build = functools.partial(_twice, "built_twice")
+    pending = jit.compile_ir_async(build, key="test-builder", names=["built_twice"])
+    assert pending.worker is worker
+    _wait_started(worker, pending.job)
+    assert pending.result().function("built_twice", I64, [I64])(21) == 42
+    assert pending.ir is build  # the text was built in the helper only
+    with pytest.raises(TypeError, match="names"):
+        jit.compile_ir_async(build, key="test-builder-2")
