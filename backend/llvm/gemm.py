@@ -197,13 +197,8 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
     b.position_at_end(skip)
     b.ret_void()
     b.position_at_end(work)
-    rr = c64(units)
-    b_first = b.sdiv(begin, rr)
-    b_stop = b.add(b.sdiv(b.sub(end, c64(1)), rr), c64(1))
-    with g.loop(b_first, b_stop, name="batch") as bi:
-        first_unit = b.mul(bi, rr)
-        lo = g.max(b.sub(begin, first_unit), 0)
-        hi = g.min(b.sub(end, first_unit), units)
+    def call_block(bi: ir.Value | None, lo: ir.Value, hi: ir.Value) -> None:
+        """Units [lo, hi) of batch entry `bi` (units [begin, end) of the only entry if None)."""
         offs = [c64(0), c64(0), c64(0)]
         rest = bi
         for d in reversed(range(len(spec.batch))):
@@ -229,5 +224,16 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
             "nr": c64(bl.nr), "pack_b": packer, "ukernel": ukernel, "direct": direct_kernel,
         }
         b.call(block, [args[n] for n, _ in gemm_library.BLOCK_PARAMS])
+
+    if not spec.batch:  # straight-line code: a loop of one trip still costs LLVM time
+        call_block(None, begin, end)
+    else:
+        rr = c64(units)
+        b_first = b.sdiv(begin, rr)
+        b_stop = b.add(b.sdiv(b.sub(end, c64(1)), rr), c64(1))
+        with g.loop(b_first, b_stop, name="batch") as bi:
+            first_unit = b.mul(bi, rr)
+            call_block(bi, g.max(b.sub(begin, first_unit), 0),
+                       g.min(b.sub(end, first_unit), units))
     b.ret_void()
     return GemmKernel(fn, extent, spec.flops)
