@@ -28,12 +28,13 @@ def deep_recursion(limit: int = 20000) -> Iterator[None]:
         sys.setrecursionlimit(old)
 
 
-def retyped(out: IRModule, changed: bool) -> IRModule:
-    """A pass's result `out`, re-typed -- unless the pass changed no function of a module
-    that was typed already: then every node is one of the input's, with its checked type,
-    and inference would only find the same types again."""
+def retyped(out: IRModule, types_kept: bool) -> IRModule:
+    """A pass's result `out`, re-typed -- unless the pass kept the types of a typed input:
+    changed no function (every node is one of the input's, with its checked type), or
+    gave every node it built the type of the node it stands for. Inference would then
+    only find the same types again."""
     from relaydsl.typing.infer import infer_types
 
-    if not changed and all(fn.has_type for fn in out.functions.values()):
+    if types_kept and all(fn.has_type for fn in out.functions.values()):
         return out
     return infer_types(out)

@@ -42,7 +42,7 @@ def eliminate_dead_code(mod: IRModule) -> IRModule:
             assert isinstance(new, Function)
             out.add(gv, new)
             changed = True
-    return retyped(out, changed)
+    return retyped(out, types_kept=not changed)
 
 
 def remove_dead_lets(expr: Expr) -> Expr:

@@ -38,7 +38,7 @@ def fold_constants(mod: IRModule) -> IRModule:
         if folded is not fn:
             out.add(gv, folded)
             changed = True
-    return retyped(out, changed)
+    return retyped(out, types_kept=not changed)
 
 
 class _Fold(ExprMutator):

@@ -51,7 +51,7 @@ def inline_globals(mod: IRModule) -> IRModule:
             changed = True
         if len(scc) == 1 and not fn.type_params and not _calls(fn, gv):
             inlinable[gv] = fn
-    return retyped(out, changed)
+    return retyped(out, types_kept=not changed)
 
 
 def _calls(fn: Function, gv: GlobalVar) -> bool:
