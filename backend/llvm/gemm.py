@@ -117,7 +117,7 @@ class GemmSpec:
 
 
 # A B packer hook: (module, fn_name, blocking) -> a gemm_library packer (PACK_TYPE)
-#   void (float* dst, float* src, i64 x0, i64 nx, i64 k0, i64 kc, i64 s_x, i64 s_k)
+#   void (float* dst, float* src, i64 x0, i64 nx, i64 k0, i64 kc, i64 s_x, i64 s_k, i64 width)
 # writing ceil(nx / NR) micro-panels of kc x NR floats (columns past nx: any finite value
 # or zero; they are never stored) from the operand at src (this batch entry's B).
 Packer = Callable[[ir.Module, str, "Blocking"], ir.Function]
