@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from backend.llvm.gemm import (F32, I1, I32, I64, PF, Blocking, Gen, GemmSpec, VectorGEP, c32, c64,
-                               get_function, new_function)
+from backend.llvm.gemm import Blocking, GemmSpec
+from backend.llvm.gemm_library import PACK_ARGS
+from backend.llvm.irgen import (F32, I1, I32, PF, Gen, VectorGEP, c32, c64, get_function,
+                                new_function)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class ConvGeometry:
 
 
 def emit_im2col_packer(geo: ConvGeometry):
-    """A gemm.emit_gemm `pack_b` hook building col micro-panels from one image group."""
+    """A gemm.emit_gemm `pack_b` hook building col micro-panels from one image group; the
+    GEMM library's sub-GEMM calls it through a pointer."""
 
     def emit(module: ir.Module, name: str, bl: Blocking) -> ir.Function:
         vl, nr = bl.vl, bl.nr
@@ -84,8 +87,8 @@ def emit_im2col_packer(geo: ConvGeometry):
         vp = ir.VectorType(PF, vl)
         gather = get_function(module, f"llvm.masked.gather.v{vl}f32.v{vl}p0",
                               ir.FunctionType(vf, [vp, I32, vm, vf]))
-        fn = new_function(module, name, [PF, PF, I64, I64, I64, I64], noalias=(0, 1))
-        dst, src, x0, nx, k0, kc = fn.args
+        fn = new_function(module, name, PACK_ARGS, noalias=(0, 1))
+        dst, src, x0, nx, k0, kc = fn.args[:6]  # the strides (s_x, s_k) do not apply
         g = Gen(module, fn)
         b = g.b
         (sh, sw), (dh, dw) = geo.strides, geo.dilation

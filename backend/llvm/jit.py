@@ -2,12 +2,15 @@
 
 One process-wide MCJIT engine holds every compiled object. ``compile_ir`` takes
 LLVM IR text and a cache key, optimises it at ``speed_level`` 3 with LLVM's new
-pass builder (loop and SLP vectorisation on, see ../shared/PERFORMANCE.md),
+pass builder (loop and SLP vectorisation on, loop unrolling off; see
+../shared/PERFORMANCE.md and ``compile_ir``),
 emits a native object for the host CPU and loads it. The object is also written
 to the cache directory (``$RELAYDSL_CACHE_DIR``, else ``~/.cache/relaydsl``)
 under a name derived from the key, the host target and the backend's source
 fingerprint, so a second process loads it without recompiling and a change to
-the code generator never reuses a stale object.
+the code generator never reuses a stale object. ``compile_ir_async`` does the same
+for a module needed only later, possibly in a helper process (compile_worker.py)
+while this one goes on; objects are loaded in the order they were requested.
 
 >>> lib = compile_ir('define i64 @twice(i64 %x) {\\n  %y = add i64 %x, %x\\n  ret i64 %y\\n}',
 ...                  key="doc-twice")
@@ -17,6 +20,7 @@ the code generator never reuses a stale object.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -26,9 +30,12 @@ import re
 import tempfile
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import llvmlite
 import llvmlite.binding as llvm
+
+from backend.llvm import compile_worker
 
 _LOCK = threading.Lock()
 
@@ -170,22 +177,138 @@ def object_path(key: str) -> pathlib.Path:
     return cache_dir() / f"{name.hexdigest()[:32]}.o"
 
 
-def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, use_disk_cache: bool = True
-               ) -> Library:
+def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool = True,
+               unroll: bool = False, use_disk_cache: bool = True) -> Library:
     """Optimises, compiles and loads `ir_text`; its defined functions are looked up by name.
 
-    `key` must identify what `ir_text` computes (its symbols are unique per key).
+    `key` must identify what `ir_text` computes (its symbols are unique per key) and how
+    it is compiled. `vectorize=False` leaves out LLVM's loop and SLP vectorisers (for IR
+    written with explicit vectors, where they only cost compile time). LLVM's loop
+    unroller is off unless `unroll`: on the generated kernels (already vectorised and
+    interleaved by the loop vectoriser) it doubled the compile time of a module and
+    quadrupled its code without making the MLP or the elementwise benchmark faster.
     """
     path = object_path(key)
+    names = _defined_functions(ir_text)
     obj = _read_cached(path) if use_disk_cache else None
     if obj is not None:
         stats["disk_hits"] += 1
     else:
-        obj = _compile_object(ir_text, speed_level)
+        obj = _compile_object(ir_text, speed_level, vectorize, unroll)
         stats["compiled"] += 1
         if use_disk_cache:
             _write_cached(path, obj)
-    names = _defined_functions(ir_text)
+    return _load(obj, names, path)
+
+
+def load_cached(key: str, names: list[str]) -> Library | None:
+    """The object cached on disk under `key` (by ``compile_ir``), loaded; None if absent.
+
+    For callers that know the symbols they need and can then skip building the IR.
+    """
+    path = object_path(key)
+    obj = _read_cached(path)
+    if obj is None:
+        return None
+    stats["disk_hits"] += 1
+    return _load(obj, names, path)
+
+
+class Pending:
+    """A module ``compile_ir_async`` is compiling: ``result()`` loads it, returns its Library."""
+
+    def __init__(self, ir: str | Callable[[], str], key: str, names: list[str] | None,
+                 options: tuple[int, bool, bool]):
+        self.ir, self.key, self.options = ir, key, options
+        self.names = names if names is not None else _defined_functions(self.ir_text())
+        self.path = object_path(key)
+        self.object: bytes | None = None  # from the disk cache
+        self.worker: compile_worker.Worker | None = None  # compiling it as `job`
+        self.job = 0
+        self.library: Library | None = None
+
+    def result(self) -> Library:
+        _finish_pending(self)
+        assert self.library is not None
+        return self.library
+
+    def ir_text(self) -> str:
+        if not isinstance(self.ir, str):
+            self.ir = self.ir()
+        return self.ir
+
+
+_PENDING_LOCK = threading.RLock()
+_PENDING: list[Pending] = []
+_worker: "compile_worker.Worker | None" = None
+_worker_failed = False
+
+
+def compile_ir_async(ir: str | Callable[[], str], key: str, *, names: list[str] | None = None,
+                     speed_level: int = 3, vectorize: bool = True, unroll: bool = False
+                     ) -> Pending:
+    """``compile_ir``, but LLVM may run in a helper process (compile_worker.py) meanwhile.
+
+    For a module whose code is needed only later, by modules compiled after it. `ir` is
+    the IR text or a picklable function building it (a module-level function or a
+    functools.partial of one), which the helper then calls itself; with a function,
+    `names` lists the functions to look up. Objects are loaded in the order they were
+    requested: ``result()``, or the loading of any later module (``compile_ir``,
+    ``load_cached``), first loads every earlier pending one, so a module may call the
+    functions of any module requested before it.
+    """
+    if names is None and not isinstance(ir, str):
+        raise TypeError("compile_ir_async: give the names of the functions a builder defines")
+    pending = Pending(ir, key, names, (speed_level, vectorize, unroll))
+    pending.object = _read_cached(pending.path)
+    if pending.object is not None:
+        stats["disk_hits"] += 1
+    else:
+        pending.worker = _compile_worker()
+        if pending.worker is not None:
+            pending.job = pending.worker.submit(ir, speed_level, vectorize, unroll)
+    with _PENDING_LOCK:
+        _PENDING.append(pending)
+    return pending
+
+
+def _compile_worker() -> "compile_worker.Worker | None":
+    """The helper process, started (once) on a request made while a core is idle for it."""
+    global _worker, _worker_failed
+    with _PENDING_LOCK:
+        if _worker is None and not _worker_failed and compile_worker.wanted():
+            host = host_target()
+            try:
+                _worker = compile_worker.Worker(host.triple, host.cpu, host.features)
+                atexit.register(_worker.close)
+            except OSError:
+                _worker_failed = True
+        return _worker if _worker is not None and _worker.alive else None
+
+
+def _finish_pending(upto: Pending | None = None) -> None:
+    """Loads the pending modules in request order (all of them, or up to `upto`)."""
+    with _PENDING_LOCK:
+        while _PENDING and (upto is None or upto.library is None):
+            pending = _PENDING[0]
+            obj = pending.object
+            if obj is None:
+                if pending.worker is not None:
+                    obj = pending.worker.take(pending.job)
+                if obj is None:  # not started by the helper (or no helper): compile it here
+                    obj = _compile_object(pending.ir_text(), *pending.options)
+                stats["compiled"] += 1
+                _write_cached(pending.path, obj)
+            pending.library = _add_object(obj, pending.names, pending.path)
+            _PENDING.pop(0)
+
+
+def _load(obj: bytes, names: list[str], path: pathlib.Path) -> Library:
+    _finish_pending()  # the modules requested earlier first: this one may call them
+    return _add_object(obj, names, path)
+
+
+def _add_object(obj: bytes, names: list[str], path: pathlib.Path) -> Library:
     with _LOCK:
         engine = _engine()
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -197,13 +320,14 @@ def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, use_disk_cache: 
     return Library(symbols)
 
 
-def _compile_object(ir_text: str, speed_level: int) -> bytes:
+def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = False
+                    ) -> bytes:
     module = llvm.parse_assembly(ir_text)
     module.verify()
     options = llvm.create_pipeline_tuning_options(speed_level=speed_level)
-    options.loop_vectorization = speed_level >= 2
-    options.slp_vectorization = speed_level >= 2
-    options.loop_unrolling = speed_level >= 2
+    options.loop_vectorization = vectorize and speed_level >= 2
+    options.slp_vectorization = vectorize and speed_level >= 2
+    options.loop_unrolling = unroll and speed_level >= 2
     builder = llvm.create_pass_builder(_machine(), options)
     builder.getModulePassManager().run(module, builder)
     if inspect_hook is not None:

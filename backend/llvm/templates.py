@@ -10,7 +10,8 @@ the op's NumPy reference computes for the parallel units ``[begin, end)`` of
 ``StageInfo.parallel_extent``. Any split of the units into chunks, run in any order or
 concurrently, gives the same result (every unit writes its own part of ``out``).
 Helper functions are internal and named ``name.<helper>``; intrinsic declarations are
-shared through the module.
+shared through the module, and so are declarations of the shape-independent GEMM
+library (gemm_library.py), which ``emit`` loads into the process beforehand.
 
 Supported (float32, static, non-empty shapes): dense with any data rank; matmul with
 1-D operands and broadcast batch dims; batch_matmul with both transposes and a batch

@@ -373,28 +373,33 @@ class TypeMutator:
         return d
 
 
+class _SubstituteTypes(TypeMutator):
+    def __init__(self, mapping: dict[TypeVar, object]):
+        self.mapping = mapping
+
+    def visit_type_var(self, tv: TypeVar):
+        return self.mapping.get(tv, tv)
+
+
+class _CollectTypeVars(TypeMutator):
+    def __init__(self) -> None:
+        self.found: dict[TypeVar, None] = {}  # ordered, without duplicates
+
+    def visit_type_var(self, tv: TypeVar) -> Type:
+        self.found[tv] = None
+        return tv
+
+
 def substitute_types(t: Type, mapping: dict[TypeVar, object]) -> Type:
     """Replace type variables (of any kind) by the mapped types/dims/dtypes."""
-
-    class _Subst(TypeMutator):
-        def visit_type_var(self, tv: TypeVar):
-            return mapping.get(tv, tv)
-
-    return _Subst().visit(t)
+    return _SubstituteTypes(mapping).visit(t)
 
 
 def type_vars_of(t: Type) -> list[TypeVar]:
     """All type variables occurring in `t`, in order, without duplicates."""
-    out: list[TypeVar] = []
-
-    class _Collect(TypeMutator):
-        def visit_type_var(self, tv: TypeVar) -> Type:
-            if tv not in out:
-                out.append(tv)
-            return tv
-
-    _Collect().visit(t)
-    return out
+    collect = _CollectTypeVars()
+    collect.visit(t)
+    return list(collect.found)
 
 
 __all__ = [

@@ -27,7 +27,8 @@ calls remain tail calls and loops written as recursion run in constant stack. Ex
 keep their variables; a let-bound function is still bound directly (so it may call itself). Function
 literals are values and are not bound; primitive function literals stay in the callee
 position of their calls, and their bodies (graph form, as fuse_ops builds them) are left
-alone. The result is re-typed.
+alone. The result is typed: every node it builds takes the type of the node it stands for
+(binding a value does not change its type), so a typed input is not inferred again.
 """
 from __future__ import annotations
 
@@ -39,9 +40,8 @@ from relaydsl.ir.expr import (
     RefRead, RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
-from relaydsl.transform._util import deep_recursion, is_primitive
+from relaydsl.transform._util import deep_recursion, is_primitive, retyped
 from relaydsl.transform.pass_infra import module_pass
-from relaydsl.typing.infer import infer_types
 
 _ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
 
@@ -135,6 +135,13 @@ class _Analysis:
         return len(self.uses.get(id(e), ()))
 
 
+def _typed(new: Expr, like: Expr) -> Expr:
+    """`new`, which stands for `like`, with `like`'s type (if it has one yet)."""
+    if like.has_type and not new.has_type:
+        new.set_checked_type(like.checked_type)
+    return new
+
+
 def _stays_in_tail_position(e: Expr) -> bool:
     """A call of a (non-primitive) function, an if or a match ending a block stays unbound:
     tail calls remain tail calls. Everything else there is bound like any other value."""
@@ -157,7 +164,7 @@ class _ToANF:
         result = self.convert(root, self.direct(root, scope), tail=True)
         del self.blocks[id(scope)]
         for var, value in reversed(bindings):
-            result = Let(var, value, result)
+            result = _typed(Let(var, value, result), result)
         return result
 
     def direct(self, e: Expr, scope: _Scope) -> bool:
@@ -166,7 +173,8 @@ class _ToANF:
 
     def emit(self, e: Expr, value: Expr) -> Var:
         self.counter += 1
-        var = Var(f"t{self.counter}")
+        var = _typed(Var(f"t{self.counter}"), e)
+        assert isinstance(var, Var)
         self.blocks[id(self.a.scope[id(e)])].append((var, value))
         self.done[id(e)] = var
         return var
@@ -183,11 +191,11 @@ class _ToANF:
         if isinstance(e, Let):
             return self.convert_lets(e, direct, tail)
         if isinstance(e, Function):
-            new = Function(e.params, self.block(e.body, self.a.child_scope[(id(e), 0)]),
-                           e.ret_type, e.type_params, e.attrs, span=e.span)
+            new = _typed(Function(e.params, self.block(e.body, self.a.child_scope[(id(e), 0)]),
+                                  e.ret_type, e.type_params, e.attrs, span=e.span), e)
             self.done[id(e)] = new  # a function literal is a value: not bound
             return new
-        new = self.rebuild(e)
+        new = _typed(self.rebuild(e), e)
         if direct and (not tail or _stays_in_tail_position(e)):
             return new
         return self.emit(e, new)
@@ -244,7 +252,8 @@ def a_normal_form_function(fn: Function) -> Function:
         root = _Scope(None, 1)
         analysis = _Analysis(fn.body, root)
         body = _ToANF(analysis).block(fn.body, root)
-    return Function(fn.params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
+    new = Function(fn.params, body, fn.ret_type, fn.type_params, fn.attrs, span=fn.span)
+    return _typed(new, fn)  # type: ignore[return-value]
 
 
 def _transform(mod: IRModule) -> IRModule:
@@ -255,8 +264,10 @@ def _transform(mod: IRModule) -> IRModule:
 
 
 def to_a_normal_form(mod: IRModule) -> IRModule:
-    """Every global function of `mod` in A-normal form; the result is re-typed."""
-    return infer_types(_transform(mod))
+    """Every global function of `mod` in A-normal form, typed (inferred only where the
+    input was not)."""
+    typed = all(fn.has_type for fn in mod.functions.values())
+    return retyped(_transform(mod), types_kept=typed)
 
 
 ToANormalForm = module_pass(_transform, opt_level=1, name="ToANormalForm")

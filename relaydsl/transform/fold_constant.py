@@ -2,8 +2,8 @@
 
 Each such call is evaluated once, at compile time, with the op's NumPy reference
 (the interpreter's semantics); ``shape_of`` of a statically shaped tensor is its
-shape, and ``cast_like(c, x)`` of a constant is ``c`` in ``x``'s dtype. What a program computes is unchanged; the llvm target then runs fewer
-kernels (a loop over the rows of a tensor tests ``i < shape_of(data)[0]`` on every
+shape, and ``cast_like(c, x)`` of a constant is ``c`` in ``x``'s dtype. What a
+program computes is unchanged; the llvm target then runs fewer kernels (a loop over the rows of a tensor tests ``i < shape_of(data)[0]`` on every
 iteration: after folding, ``i < 50``).
 
 >>> from relaydsl.ir.parser import parse
@@ -23,6 +23,7 @@ from relaydsl.ir.expr import Call, Constant, Expr, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator
+from relaydsl.transform._util import retyped
 
 # Ops whose result is not a function of their arguments' values alone.
 _NOT_FOLDED = {"dropout"}
@@ -30,14 +31,14 @@ _NOT_FOLDED = {"dropout"}
 
 def fold_constants(mod: IRModule) -> IRModule:
     """A copy of `mod` with constant op calls evaluated (in every user function)."""
-    from relaydsl.typing import infer_types
-
     out = mod.copy()
+    changed = False
     for gv, fn in list(out.user_functions().items()):
         folded = _Fold().visit(fn)
         if folded is not fn:
             out.add(gv, folded)
-    return infer_types(out)
+            changed = True
+    return retyped(out, types_kept=not changed)
 
 
 class _Fold(ExprMutator):

@@ -31,25 +31,27 @@ from relaydsl.ir.adt import PatternVar
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Let, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, type_vars_of
-from relaydsl.transform._util import is_primitive
+from relaydsl.transform._util import is_primitive, retyped
 
 
 def inline_globals(mod: IRModule) -> IRModule:
     """A copy of `mod` where calls of non-recursive, monomorphic globals are inlined."""
-    from relaydsl.typing import infer_types
     from relaydsl.typing.infer import call_graph_sccs
 
     out = mod.copy()
     user = list(out.user_functions())
     inlinable: dict[GlobalVar, Function] = {}
+    changed = False
     for scc in call_graph_sccs(out, user):  # callees first
         gv = scc[0]
         fn = _Inline(inlinable).visit(out[gv])
         assert isinstance(fn, Function)
-        out.add(gv, fn)
+        if fn is not out[gv]:
+            out.add(gv, fn)
+            changed = True
         if len(scc) == 1 and not fn.type_params and not _calls(fn, gv):
             inlinable[gv] = fn
-    return infer_types(out)
+    return retyped(out, types_kept=not changed)
 
 
 def _calls(fn: Function, gv: GlobalVar) -> bool:

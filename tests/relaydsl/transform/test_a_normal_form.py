@@ -189,3 +189,37 @@ def test_random_programs_keep_their_values(program_and_inputs):
     out = to_a_normal_form(mod)
     check_anf(out["main"])
     assert_same_values(evaluate(mod, *inputs), evaluate(out, *inputs))
+
+
+def _types_after_anf_and_after_inference(mod):
+    """(type ANF gave, type inference gives) for every node of the A-normal form of `mod`."""
+    from relaydsl.ir.visitor import post_order, type_vars_of
+
+    out = to_a_normal_form(mod)
+    nodes = []
+    for fn in out.functions.values():
+        post_order(fn, nodes.append)
+    kept = [(e, e.checked_type if e.has_type else None) for e in nodes]
+    infer_types(out)
+    return [(str(t), str(e.checked_type)) for e, t in kept  # what inference types, ANF did
+            if e.has_type and not type_vars_of(e.checked_type)]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(max_ops=12))
+def test_a_typed_input_gives_a_typed_output_without_inference(program_and_inputs):
+    fn, _ = program_and_inputs
+    pairs = _types_after_anf_and_after_inference(infer_types(IRModule.from_expr(fn)))
+    assert pairs and all(kept == inferred for kept, inferred in pairs)
+
+
+def test_types_kept_through_closures_branches_and_matches():
+    from relaydsl.ir.parser import parse
+
+    for source in (SHARED, """def @main(%c: bool, %x: Tensor[(3,), float32]) {
+      %0 = exp(%x);
+      let %f = fn (%y: Tensor[(3,), float32]) { multiply(%y, %0) };
+      if (%c) { %f(add(%0, %0)) } else { %0 }
+    }"""):
+        pairs = _types_after_anf_and_after_inference(infer_types(parse(source)))
+        assert pairs and all(kept == inferred for kept, inferred in pairs)

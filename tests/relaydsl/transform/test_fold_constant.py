@@ -55,3 +55,21 @@ def test_a_literal_cast_like_a_tensor_folds_to_a_constant_of_its_dtype():
     assert got[0].dtype == np.float16 and got[1].dtype == np.int32
     np.testing.assert_array_equal(got[0], x + np.float16(1.5))
     np.testing.assert_array_equal(got[1], n * 2)
+
+
+def test_nothing_to_fold_keeps_the_typed_functions_and_an_untyped_input_gets_typed(monkeypatch):
+    import relaydsl.typing.infer as infer
+
+    source = '''
+    def @main(%x: Tensor[(4, 3), float32]) {
+      add(%x, %x)
+    }'''
+    calls = []
+    real = infer.infer_types
+    monkeypatch.setattr(infer, "infer_types", lambda m: calls.append(m) or real(m))
+    typed = real(parse(source))
+    out = fold_constants(typed)
+    assert out is not typed and out["main"] is typed["main"] and not calls  # not re-inferred
+    untyped = parse(source)
+    out = fold_constants(untyped)
+    assert len(calls) == 1 and out["main"].checked_type == typed["main"].checked_type

@@ -1,0 +1,402 @@
+"""The shape-independent half of the GEMM: compiled once per vector width and micro-tile.
+
+Everything here takes sizes and strides at run time, so every GEMM shape shares it; the
+shape-specific driver (gemm.py) only walks the batch and the parallel units. Three kinds
+of LLVM module, each compiled (or read from the disk cache) on first use in a process:
+
+* the core, per vector width VL: ``@relaydsl_gemm_v<VL>_pack`` and ``@..._block``;
+* the micro-kernel of each tile (VL, MR, NR): ``@relaydsl_gemm_v<VL>m<MR>n<NR>_ukernel``;
+* its "direct" variant reading A in place: ``@..._ukernel_direct`` (only where a shape
+  uses it).
+
+The block function is the BLIS loop nest (C(i, j) at C[i*ldc + j], A(i, p) at
+A[i*a_rs + p*a_ks], B(p, j) at B[p*b_ks + j*b_xs]):
+
+    void @relaydsl_gemm_v16_block(A, B, C, r0, r1, c0, c1, Ap, Bp, k, ldc, a_rs, a_ks,
+                                  b_ks, b_xs, kc, mc, nc, mr, nr, pack_b, ukernel, direct)
+      for jc in [c0, c1) step nc:               # B panel, kept in L2
+        for pc in [0, k) step kc:               # one rank-kc update
+          pack_b(Bp, B, jc, nc', pc, kc', b_xs, b_ks, nr)  # NR-wide micro-panels, zero padded
+          for ic in [r0, r1) step mc:           # A block, kept in L2
+            pack(Ap, A, ic, mc', pc, kc', a_rs, a_ks, mr)  # MR-tall micro-panels, zero padded
+            for jr in nc' step NR:              # B micro-panel, kept in L1
+              for ir in mc' step MR:
+                ukernel: C[MR x NR] (+)= Ap[ir] . Bp[jr]   (accumulators in registers)
+
+``pack_b``, ``ukernel`` and ``direct`` are function pointers (conv2d passes its im2col
+packer as ``pack_b``); a call moves a whole panel or micro-tile, so calling through a
+pointer costs nothing measurable. The micro-kernel keeps MR x NR/VL vector accumulators
+(``<VL x float>``) in registers and issues ``llvm.fma`` on a broadcast element of A and a
+vector of B per k. Edge tiles (M, N not multiples of MR, NR) run the same kernel on
+zero-padded panels and write back only the valid part with masked stores, so no load or
+store ever leaves an operand. With a non-null ``direct``, full MR-row tiles read A in
+place and only a partial last row tile is packed: with few column tiles an A element
+feeds few FMAs, and packing it would cost more than it saves.
+
+The modules are written already vectorised, unrolled and scheduled, so LLVM compiles them
+at speed level 1 without its loop and SLP vectorisers and its loop unroller: a third of
+the compile time of level 3, and the same GFLOP/s (measured on GEMM 512/1024 and the
+MLP's shapes).
+The MCJIT engine links a caller's calls to these symbols by name: a caller requests what
+it uses (``load_core``, ``load_ukernel``) before its own module is loaded. The library is
+compiled in the background (``jit.compile_ir_async``) while the caller goes on emitting
+and compiling its kernels; ``jit`` loads it before any module requested after it.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from backend.llvm import jit
+from backend.llvm.irgen import F32, I1, I32, I64, PF, VOID, Gen, c64, get_function, new_function
+
+
+@dataclass(frozen=True)
+class MicroTile:
+    """Register blocking: an MR x NR tile of C in MR * NR/VL vector registers of VL floats."""
+
+    vl: int
+    mr: int
+    nr: int
+
+    def __post_init__(self) -> None:
+        if min(self.vl, self.mr, self.nr) < 1 or self.nr % self.vl:
+            raise ValueError(f"bad micro-tile {self}: NR must be a multiple of VL")
+
+    def symbol(self, part: str) -> str:
+        return f"relaydsl_gemm_v{self.vl}m{self.mr}n{self.nr}_{part}"
+
+
+def core_symbol(vl: int, part: str) -> str:
+    return f"relaydsl_gemm_v{vl}_{part}"
+
+
+# A packer: void (float* dst, float* src, i64 x0, i64 nx, i64 k0, i64 kc, i64 s_x, i64 s_k,
+# i64 width) writes ceil(nx / width) micro-panels of kc x width floats, element (k, w) of
+# panel t being src[(x0 + t*width + w)*s_x + (k0 + k)*s_k]; columns past nx are 0.
+PACK_ARGS = [PF, PF, I64, I64, I64, I64, I64, I64, I64]
+PACK_TYPE = ir.FunctionType(VOID, PACK_ARGS)
+# The micro-kernels: void (A, Bp, kc, C, ldc, mv, nv, first) and, direct, (..., a_rs, a_ks).
+UKERNEL_TYPE = ir.FunctionType(VOID, [PF, PF, I64, PF, I64, I64, I64, I1])
+DIRECT_TYPE = ir.FunctionType(VOID, [PF, PF, I64, PF, I64, I64, I64, I1, I64, I64])
+
+# The sub-GEMM's parameters, in order, with their types.
+BLOCK_PARAMS: tuple[tuple[str, ir.Type], ...] = (
+    ("a", PF), ("b", PF), ("c", PF), ("r0", I64), ("r1", I64), ("c0", I64), ("c1", I64),
+    ("ap", PF), ("bp", PF), ("k", I64), ("ldc", I64), ("a_rs", I64), ("a_ks", I64),
+    ("b_ks", I64), ("b_xs", I64), ("kc", I64), ("mc", I64), ("nc", I64), ("mr", I64),
+    ("nr", I64), ("pack_b", PACK_TYPE.as_pointer()), ("ukernel", UKERNEL_TYPE.as_pointer()),
+    ("direct", DIRECT_TYPE.as_pointer()),
+)
+BLOCK_TYPE = ir.FunctionType(VOID, [t for _, t in BLOCK_PARAMS])
+
+
+def declare_core(module: ir.Module, vl: int, part: str) -> ir.Function:
+    """The declaration of the core's ``block`` or ``pack`` in a caller's module."""
+    fnty = {"block": BLOCK_TYPE, "pack": PACK_TYPE}[part]
+    return get_function(module, core_symbol(vl, part), fnty)
+
+
+def declare_ukernel(module: ir.Module, tile: MicroTile, direct: bool = False) -> ir.Function:
+    part = "ukernel_direct" if direct else "ukernel"
+    return get_function(module, tile.symbol(part), DIRECT_TYPE if direct else UKERNEL_TYPE)
+
+
+# ---- loading ----------------------------------------------------------------------------------
+
+_LOCK = threading.Lock()
+_LOADED: dict[str, jit.Library | jit.Pending] = {}
+_OPTIONS = "speed1|vectorize=False|unroll=False"
+
+
+def _load(name: str, part: str, vl: int, tile: MicroTile | None = None) -> None:
+    """Makes sure the module defining the one exported function `name` is loaded, or being
+    compiled (in the compile worker, which also builds its IR, while the caller goes on)
+    and loaded before the next module that is."""
+    with _LOCK:
+        if name in _LOADED:
+            return
+        key = f"gemm-library|{name}|{_OPTIONS}"
+        lib = jit.load_cached(key, [name])
+        if lib is None:
+            build = functools.partial(library_ir, name, part, vl, tile)
+            _LOADED[name] = jit.compile_ir_async(build, key, names=[name], speed_level=1,
+                                                 vectorize=False)
+        else:
+            _LOADED[name] = lib
+
+
+def library_ir(name: str, part: str, vl: int, tile: MicroTile | None) -> str:
+    """The LLVM IR of the module defining `name`: the core's ``pack`` or ``block``, or a
+    micro-kernel (``ukernel``, ``ukernel_direct``) of `tile`."""
+    module = ir.Module(name=name)
+    module.triple = jit.host_target().triple
+    module.data_layout = jit.data_layout()
+    if part == "pack":
+        emit_pack(module, name, vl)
+    elif part == "block":
+        emit_block(module, vl)
+    else:
+        assert tile is not None and part in ("ukernel", "ukernel_direct")
+        emit_microkernel(module, name, tile, direct=part == "ukernel_direct")
+    return str(module)
+
+
+def library(name: str) -> jit.Library:
+    """The loaded library module defining `name` (after ``load_core`` or ``load_ukernel``)."""
+    lib = _LOADED[name]
+    return lib.result() if isinstance(lib, jit.Pending) else lib
+
+
+def load_core(vl: int) -> None:
+    """Loads the packer and the blocked sub-GEMM for vectors of `vl` floats."""
+    for part in ("pack", "block"):
+        _load(core_symbol(vl, part), part, vl)
+
+
+def load_ukernel(tile: MicroTile, direct: bool = False) -> None:
+    """Loads the micro-kernel of `tile` (the variant reading A in place with `direct`)."""
+    part = "ukernel_direct" if direct else "ukernel"
+    _load(tile.symbol(part), part, tile.vl, tile)
+
+
+# ---- the micro-kernel -------------------------------------------------------------------------
+
+
+def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool = False
+                     ) -> ir.Function:
+    """``void (A, Bp, kc, C, ldc, mv, nv, first[, a_rs, a_ks])``: C[:mv, :nv] = (or +=) A . Bp.
+
+    A is a packed micro-panel (element (i, k) at k*MR + i), or with `direct` A itself with
+    run-time strides (then every call has mv == MR).
+    """
+    mr, nr, vl = tile.mr, tile.nr, tile.vl
+    nvec = nr // vl
+    vec = ir.VectorType(F32, vl)
+    fnty = DIRECT_TYPE if direct else UKERNEL_TYPE
+    fn = new_function(module, name, fnty.args, internal=False, noalias=(0, 1, 3))
+    a, bp, kc, c, ldc, mv, nv, first = fn.args[:8]
+    a_rs, a_ks = fn.args[8:] if direct else (1, mr)
+    fma = get_function(module, f"llvm.fma.v{vl}f32", ir.FunctionType(vec, [vec] * 3))
+    g = Gen(module, fn)
+    b = g.b
+    tmp = g.stack(mr * nr, "tile")
+    rows = [g.mul(a_rs, i) for i in range(mr)]  # A's row offsets, loop invariant
+    entry = b.block
+    body, done = g.block("k.body"), g.block("k.end")
+    b.branch(body)
+
+    # k.body: acc[i][v] = fma(splat(A[i, k]), Bp[k, v*VL : (v+1)*VL], acc[i][v])
+    b.position_at_end(body)
+    k = b.phi(I64, "k")
+    k.add_incoming(c64(0), entry)
+    zero = ir.Constant(vec, [0.0] * vl)
+    accs = [[b.phi(vec, f"acc{i}_{v}") for v in range(nvec)] for i in range(mr)]
+    for row in accs:
+        for acc in row:
+            acc.add_incoming(zero, entry)
+    pa = g.at(a, g.mul(k, a_ks))
+    pb = g.at(bp, g.mul(k, nr))
+    bvs = [b.load(g.vptr(g.at(pb, v * vl), vl), align=64) for v in range(nvec)]
+    new = []
+    for i in range(mr):
+        s = g.splat(b.load(g.at(pa, rows[i]), align=4), vl)
+        new.append([b.call(fma, [s, bvs[v], accs[i][v]]) for v in range(nvec)])
+    k1 = b.add(k, c64(1), flags=["nsw"])
+    k.add_incoming(k1, b.block)
+    for i in range(mr):
+        for v in range(nvec):
+            accs[i][v].add_incoming(new[i][v], b.block)
+    b.cbranch(b.icmp_signed("<", k1, kc), body, done)
+
+    # k.end: a full tile is stored (or added) straight from the registers
+    b.position_at_end(done)
+    full = b.and_(b.icmp_signed("==", mv, c64(mr)), b.icmp_signed("==", nv, c64(nr)))
+    fullb, edge = g.block("full"), g.block("edge")
+    b.cbranch(full, fullb, edge)
+
+    b.position_at_end(fullb)
+    setb, addb = g.block("set"), g.block("accumulate")
+    b.cbranch(first, setb, addb)
+    for blk, accumulate in ((setb, False), (addb, True)):
+        b.position_at_end(blk)
+        for i in range(mr):
+            row = g.at(c, b.mul(ldc, c64(i))) if i else c
+            for v in range(nvec):
+                p = g.vptr(g.at(row, v * vl), vl)
+                val = new[i][v]
+                if accumulate:
+                    val = b.fadd(b.load(p, align=4), val)
+                b.store(val, p, align=4)
+        b.ret_void()
+
+    # edge: through a stack tile, rows < mv with masked stores of the columns < nv
+    b.position_at_end(edge)
+    for i in range(mr):
+        for v in range(nvec):
+            b.store(new[i][v], g.vptr(g.at(tmp, i * nr + v * vl), vl), align=64)
+    masks = [g.lane_mask(nv, vl, v * vl) for v in range(nvec)]
+    with b.if_else(first) as (then, otherwise):
+        for blk, accumulate in ((then, False), (otherwise, True)):
+            with blk:
+                with g.loop(0, mv, name="ei" + "a" * accumulate) as i:
+                    row = g.at(c, b.mul(i, ldc))
+                    trow = g.at(tmp, g.mul(i, nr))
+                    for v in range(nvec):
+                        val = b.load(g.vptr(g.at(trow, v * vl), vl), align=64)
+                        p = g.at(row, v * vl)
+                        if accumulate:
+                            val = b.fadd(g.masked_load(p, masks[v], vl), val)
+                        g.masked_store(val, p, masks[v], vl)
+    b.ret_void()
+    return fn
+
+
+# ---- packing ------------------------------------------------------------------------------------
+
+
+def emit_pack(module: ir.Module, name: str, vl: int) -> ir.Function:
+    """The packer (PACK_TYPE) for any panel width at most VL or a multiple of VL.
+
+    A full panel whose source runs along x (s_x == 1) is copied as vectors along x; one
+    whose source runs along k (s_k == 1) is moved VL x VL at a time through registers
+    (``_pack_transposed``). Any other panel (the last, partial one, or an operand with no
+    unit stride) is zeroed and then filled element by element.
+    """
+    fn = new_function(module, name, PACK_ARGS, internal=False, noalias=(0, 1))
+    dst, src, x0, nx, k0, kc, s_x, s_k, width = fn.args
+    g = Gen(module, fn)
+    b = g.b
+    with g.loop(0, nx, width, "t") as t:
+        d = g.at(dst, b.mul(t, kc))
+        base = g.at(src, g.add(g.mul(g.add(x0, t), s_x), g.mul(k0, s_k)))
+        nvalid = g.min(b.sub(nx, t), width)
+        full = b.icmp_signed("==", nvalid, width)
+        along_x, not_x = g.block("along_x"), g.block("not_x")
+        along_k, other = g.block("along_k"), g.block("other")
+        join = g.block("join")
+        b.cbranch(b.and_(full, b.icmp_signed("==", s_x, c64(1))), along_x, not_x)
+
+        b.position_at_end(along_x)  # d[k*W + w] = base[k*s_k + w], VL columns at a time
+        with g.loop(0, kc, name="k") as k:
+            row = g.at(base, g.mul(k, s_k))
+            drow = g.at(d, g.mul(k, width))
+            with g.loop(0, width, vl, "wx") as w0:
+                mask = g.lane_mask(b.sub(width, w0), vl)
+                g.masked_store(g.masked_load(g.at(row, w0), mask, vl), g.at(drow, w0), mask, vl)
+        b.branch(join)
+
+        b.position_at_end(not_x)
+        b.cbranch(b.and_(full, b.icmp_signed("==", s_k, c64(1))), along_k, other)
+        b.position_at_end(along_k)
+        _pack_transposed(g, d, base, kc, width, s_x, vl)
+        b.branch(join)
+
+        b.position_at_end(other)
+        with g.loop(0, b.mul(kc, width), name="z") as z:
+            b.store(ir.Constant(F32, 0.0), g.at(d, z), align=4)
+        with g.loop(0, kc, name="ke") as k:
+            row = g.at(base, g.mul(k, s_k))
+            drow = g.at(d, g.mul(k, width))
+            with g.loop(0, nvalid, name="we") as w:
+                b.store(b.load(g.at(row, g.mul(w, s_x)), align=4), g.at(drow, w), align=4)
+        b.branch(join)
+        b.position_at_end(join)
+    b.ret_void()
+    return fn
+
+
+def transpose_square(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The transpose of an n x n block held as n vectors of n lanes (n a power of 2):
+    log2(n) rounds of n two-source shuffles (each one vpermt2ps on AVX-512)."""
+    n = len(rows)
+    rows = list(rows)
+    h = n // 2
+    while h:
+        lo = ir.Constant(ir.VectorType(I32, n), [j if not j & h else n + j - h for j in range(n)])
+        hi = ir.Constant(ir.VectorType(I32, n), [j + h if not j & h else n + j for j in range(n)])
+        for i in range(n):
+            if i & h:
+                continue
+            x, y = rows[i], rows[i + h]
+            rows[i] = b.shuffle_vector(x, y, lo)
+            rows[i + h] = b.shuffle_vector(x, y, hi)
+        h //= 2
+    return rows
+
+
+def _pack_transposed(g: Gen, d: ir.Value, base: ir.Value, kc: ir.Value, width: ir.Value,
+                     s_x: ir.Value, vl: int) -> None:
+    """d[k*W + w] = base[w*s_x + k] for a full panel, VL x VL blocks transposed in registers.
+
+    A block holds VL k's by min(VL, W - w0) columns: rows past the columns, and lanes past
+    the k's of the last block, are masked off (read as 0, never loaded) and the stores
+    masked to match, so every block runs the same code.
+    """
+    b = g.b
+    with g.loop(0, kc, vl, "kk") as kk:
+        krem = b.sub(kc, kk)
+        k_lanes = g.lane_mask(krem, vl)
+        k_rows = [b.icmp_signed("<", c64(j), krem) for j in range(vl)]
+        with g.loop(0, width, vl, "wt") as w0:
+            wn = b.sub(width, w0)
+            w_lanes = g.lane_mask(wn, vl)
+            corner = b.gep(base, [b.add(kk, b.mul(w0, s_x))])  # may point past A: see masks
+            rows = []
+            for w in range(vl):
+                mask = b.and_(k_lanes, g.splat(b.icmp_signed("<", c64(w), wn), vl))
+                rows.append(g.masked_load(b.gep(corner, [b.mul(s_x, c64(w))]), mask, vl))
+            drow = g.at(d, b.add(b.mul(kk, width), w0))
+            for j, col in enumerate(transpose_square(b, rows)):
+                mask = b.and_(w_lanes, g.splat(k_rows[j], vl))
+                g.masked_store(col, b.gep(drow, [b.mul(width, c64(j))]), mask, vl)
+
+
+# ---- the blocked sub-GEMM -------------------------------------------------------------------
+
+
+def emit_block(module: ir.Module, vl: int) -> ir.Function:
+    """``@relaydsl_gemm_v<VL>_block`` (BLOCK_PARAMS): C[r0:r1, c0:c1] = A[r0:r1] . B[:, c0:c1]."""
+    pack = declare_core(module, vl, "pack")
+    fn = new_function(module, core_symbol(vl, "block"), [t for _, t in BLOCK_PARAMS],
+                      internal=False, noalias=(7, 8))
+    p = dict(zip((n for n, _ in BLOCK_PARAMS), fn.args))
+    a, c, ap, bp, ldc, mr, nr = p["a"], p["c"], p["ap"], p["bp"], p["ldc"], p["mr"], p["nr"]
+    g = Gen(module, fn)
+    b = g.b
+    # all ones with a direct micro-kernel, else 0: an `and` rather than a select or a branch,
+    # which LLVM would unswitch, duplicating the loop nest for nothing
+    direct = b.sext(b.icmp_unsigned("!=", p["direct"], ir.Constant(DIRECT_TYPE.as_pointer(), None)),
+                    I64)
+    with g.loop(p["c0"], p["c1"], p["nc"], "jc") as jc:
+        nc = g.min(b.sub(p["c1"], jc), p["nc"])
+        with g.loop(0, p["k"], p["kc"], "pc") as pc:
+            kc = g.min(b.sub(p["k"], pc), p["kc"])
+            first = b.icmp_signed("==", pc, c64(0))
+            b.call(p["pack_b"], [bp, p["b"], jc, nc, pc, kc, p["b_xs"], p["b_ks"], nr])
+            with g.loop(p["r0"], p["r1"], p["mc"], "ic") as ic:
+                mc = g.min(b.sub(p["r1"], ic), p["mc"])
+                # direct: full row tiles read A in place; only the partial one is packed
+                mfull = b.and_(b.mul(b.sdiv(mc, mr), mr), direct)
+                with b.if_then(b.icmp_signed("<", mfull, mc)):
+                    b.call(pack, [ap, a, b.add(ic, mfull), b.sub(mc, mfull), pc, kc,
+                                  p["a_rs"], p["a_ks"], mr])
+                with g.loop(0, nc, nr, "jr") as jr:
+                    nv = g.min(b.sub(nc, jr), nr)
+                    bpanel = g.at(bp, b.mul(jr, kc))
+                    ccol = g.at(c, b.add(jc, jr))
+                    with g.loop(0, mfull, mr, "id") as id_:
+                        row = b.add(ic, id_)
+                        a_in = g.at(a, g.add(g.mul(row, p["a_rs"]), g.mul(pc, p["a_ks"])))
+                        b.call(p["direct"], [a_in, bpanel, kc, g.at(ccol, g.mul(row, ldc)), ldc,
+                                             mr, nv, first, p["a_rs"], p["a_ks"]])
+                    with g.loop(mfull, mc, mr, "ir") as ir_:
+                        mv = g.min(b.sub(mc, ir_), mr)
+                        crow = g.at(ccol, g.mul(b.add(ic, ir_), ldc))
+                        b.call(p["ukernel"], [g.at(ap, b.mul(b.sub(ir_, mfull), kc)), bpanel, kc,
+                                              crow, ldc, mv, nv, first])
+    b.ret_void()
+    return fn

@@ -1,0 +1,177 @@
+"""Small helpers for hand-written LLVM IR (llvmlite.ir), shared by the GEMM and conv2d templates.
+
+``Gen`` wraps an IRBuilder over one function with counted loops, e.g.::
+
+    with g.loop(0, n, 4, "t") as t:      ; t.head: %t = phi i64 [0, %entry], [%t.next, %t.body]
+        ...                              ;         br (icmp slt %t, %n), %t.body, %t.end
+
+and i64 arithmetic that folds constant operands (``g.mul(x, 1)`` is ``x``).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+import llvmlite.ir as ir
+
+F32 = ir.FloatType()
+I1 = ir.IntType(1)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PF = F32.as_pointer()
+VOID = ir.VoidType()
+
+
+def c64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+def c32(v: int) -> ir.Constant:
+    return ir.Constant(I32, v)
+
+
+class VectorGEP(ir.Instruction):
+    """``getelementptr float, float* %base, <n x iK> %idx`` (llvmlite lacks vector GEPs).
+
+    Not ``inbounds``: lanes a masked gather leaves off may point anywhere."""
+
+    def __init__(self, parent: ir.Block, ptr: ir.Value, index: ir.Value, name: str = ""):
+        super().__init__(parent, ir.VectorType(ptr.type, index.type.count), "getelementptr",
+                         [ptr, index], name)
+
+    def descr(self, buf: list) -> None:
+        ptr, idx = self.operands
+        buf.append(f"getelementptr {ptr.type.pointee}, {ptr.type} {ptr.get_reference()}, "
+                   f"{idx.type} {idx.get_reference()}\n")
+
+
+def get_function(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
+    """The module's function `name` (an intrinsic shared by several templates), declared once."""
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, fnty, name)
+
+
+def new_function(module: ir.Module, name: str, args: Sequence[ir.Type], internal: bool = True,
+                 noalias: Sequence[int] = ()) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(VOID, list(args)), name)
+    if internal:
+        fn.linkage = "internal"
+    for i in noalias:
+        fn.args[i].add_attribute("noalias")
+    fn.attributes.add("nounwind")
+    return fn
+
+
+class Gen:
+    """An IRBuilder over one function, with counted loops and small arithmetic helpers."""
+
+    def __init__(self, module: ir.Module, fn: ir.Function):
+        self.module, self.fn = module, fn
+        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self._n = 0
+
+    def block(self, hint: str) -> ir.Block:
+        self._n += 1
+        return self.fn.append_basic_block(f"{hint}{self._n}")
+
+    @contextmanager
+    def loop(self, start: ir.Value | int, stop: ir.Value | int, step: ir.Value | int = 1,
+             name: str = "i") -> Iterator[ir.Value]:
+        """``for (i = start; i < stop; i += step)`` (signed; a run-time step must be > 0)."""
+        b = self.b
+        start, stop = self.val(start), self.val(stop)
+        pre = b.block
+        header, body = self.block(name + ".head"), self.block(name + ".body")
+        done = self.block(name + ".end")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(I64, name)
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", i, stop), body, done)
+        b.position_at_end(body)
+        yield i
+        nxt = b.add(i, self.val(step), name=name + ".next", flags=["nsw"])
+        i.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(done)
+
+    @staticmethod
+    def val(v: ir.Value | int) -> ir.Value:
+        return c64(v) if isinstance(v, int) else v
+
+    def min(self, x: ir.Value | int, y: ir.Value | int) -> ir.Value:
+        x, y = self.val(x), self.val(y)
+        return self.b.select(self.b.icmp_signed("<", x, y), x, y)
+
+    def max(self, x: ir.Value | int, y: ir.Value | int) -> ir.Value:
+        x, y = self.val(x), self.val(y)
+        return self.b.select(self.b.icmp_signed(">", x, y), x, y)
+
+    def mul(self, x: ir.Value | int, k: ir.Value | int) -> ir.Value:
+        if isinstance(x, int) and isinstance(k, int):
+            return c64(x * k)
+        if isinstance(x, int):
+            x, k = k, x
+        if isinstance(k, int):
+            if k == 0:
+                return c64(0)
+            if k == 1:
+                return self.val(x)
+        return self.b.mul(self.val(x), self.val(k), flags=["nsw"])
+
+    def add(self, x: ir.Value | int, y: ir.Value | int) -> ir.Value:
+        if isinstance(y, int) and y == 0:
+            return self.val(x)
+        if isinstance(x, int) and x == 0:
+            return self.val(y)
+        return self.b.add(self.val(x), self.val(y), flags=["nsw"])
+
+    def at(self, ptr: ir.Value, offset: ir.Value | int) -> ir.Value:
+        if isinstance(offset, int) and offset == 0:
+            return ptr
+        return self.b.gep(ptr, [self.val(offset)], inbounds=True)
+
+    def vptr(self, ptr: ir.Value, vl: int) -> ir.Value:
+        return self.b.bitcast(ptr, ir.VectorType(F32, vl).as_pointer())
+
+    def splat(self, x: ir.Value, n: int) -> ir.Value:
+        vt = ir.VectorType(x.type, n)
+        v = self.b.insert_element(ir.Constant(vt, ir.Undefined), x, c32(0))
+        mask = ir.Constant(ir.VectorType(I32, n), [0] * n)
+        return self.b.shuffle_vector(v, ir.Constant(vt, ir.Undefined), mask)
+
+    def stack(self, n_floats: int, name: str) -> ir.Value:
+        """A 64-byte aligned stack buffer of `n_floats` floats, allocated in the entry block."""
+        b = self.b
+        here = b.block
+        with b.goto_entry_block():
+            b.position_at_start(self.fn.entry_basic_block)
+            buf = b.alloca(ir.ArrayType(F32, max(1, n_floats)), name=name)
+            buf.align = 64
+            ptr = b.bitcast(buf, PF)
+        assert here is b.block
+        return ptr
+
+    def lane_mask(self, count: ir.Value | int, vl: int, first_lane: int = 0) -> ir.Value:
+        """``<vl x i1>``: lane l is on where ``first_lane + l < count``."""
+        lanes = ir.Constant(ir.VectorType(I32, vl), [first_lane + lane for lane in range(vl)])
+        count32 = self.b.trunc(self.min(self.max(count, 0), 1 << 30), I32)
+        return self.b.icmp_signed("<", lanes, self.splat(count32, vl))
+
+    def masked_load(self, ptr: ir.Value, mask: ir.Value, vl: int) -> ir.Value:
+        """``llvm.masked.load``: the lanes of `mask` from `ptr`, 0.0 in the others (never read)."""
+        vec = ir.VectorType(F32, vl)
+        mask_t = ir.VectorType(I1, vl)
+        fn = get_function(self.module, f"llvm.masked.load.v{vl}f32.p0",
+                          ir.FunctionType(vec, [vec.as_pointer(), I32, mask_t, vec]))
+        return self.b.call(fn, [self.vptr(ptr, vl), c32(4), mask, ir.Constant(vec, [0.0] * vl)])
+
+    def masked_store(self, value: ir.Value, ptr: ir.Value, mask: ir.Value, vl: int) -> None:
+        """``llvm.masked.store``: writes only the lanes of `mask`."""
+        vec = ir.VectorType(F32, vl)
+        mask_t = ir.VectorType(I1, vl)
+        fn = get_function(self.module, f"llvm.masked.store.v{vl}f32.p0",
+                          ir.FunctionType(VOID, [vec, vec.as_pointer(), I32, mask_t]))
+        self.b.call(fn, [value, self.vptr(ptr, vl), c32(4), mask])

@@ -1,0 +1,121 @@
+"""backend/llvm/gemm_library.py: the GEMM parts every shape shares, compiled once.
+
+Each test uses a micro-tile no other test uses, so that it sees the library's modules
+being compiled (or not) in this process whatever ran before.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from backend.llvm import gemm_library, jit
+from backend.llvm.gemm import Blocking, GemmSpec, fit_blocking
+from backend.llvm.gemm_library import MicroTile
+from tests.backend.llvm.test_templates import build, check
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def _compiled() -> int:
+    return jit.stats["compiled"]
+
+
+def test_two_shapes_share_one_compiled_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    bl = Blocking(vl=8, mr=5, nr=24, kc=32, mc=15, nc=48)
+    before = _compiled()
+    first = build([("matmul", {}, (37, 29), (29, 70))], bl)
+    # the kernel module, the tile's micro-kernel and (unless another test loaded them) the core
+    assert before + 2 <= _compiled() <= before + 4
+    before = _compiled()
+    second = build([("dense", {}, (23, 100), (61, 100)),
+                    ("batch_matmul", {"transpose_a": True}, (2, 40, 9), (2, 40, 50))], bl)
+    assert _compiled() == before + 1  # only the new shapes' module: drivers over the library
+    check(first + second)
+
+
+def test_direct_variant_is_compiled_only_for_shapes_that_use_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    bl = Blocking(vl=8, mr=3, nr=8, kc=16, mc=9, nc=32)
+    tile = MicroTile(8, 3, 8)
+    build([("matmul", {}, (20, 17), (17, 40))], bl)  # 5 column tiles: A is packed
+    assert tile.symbol("ukernel") in gemm_library._LOADED
+    assert tile.symbol("ukernel_direct") not in gemm_library._LOADED
+    before = _compiled()
+    kernels = build([("matmul", {}, (20, 17), (17, 9)), ("dense", {}, (31, 70), (5, 70))], bl)
+    assert tile.symbol("ukernel_direct") in gemm_library._LOADED
+    assert _compiled() == before + 2  # the shapes' module and the direct micro-kernel
+    check(kernels)
+
+
+def test_micro_tile_heights_come_from_a_short_ladder():
+    bl = Blocking()  # MR = 14
+    heights = {fit_blocking(bl, GemmSpec(m=m, n=64, k=8, a_strides=(8, 1), b_strides=(64, 1),
+                                         ldc=64)).mr for m in range(1, 40)}
+    assert heights == {1, 2, 4, 8, 14}
+    assert fit_blocking(bl, GemmSpec(m=10, n=9, k=3, a_strides=(3, 1), b_strides=(9, 1),
+                                     ldc=9)) == Blocking(16, 14, 16, 256, 126, 512)
+
+
+@pytest.mark.parametrize("strides", ["rows", "columns", "neither"])
+def test_packer_any_strides_and_widths(strides):
+    """The shared packer against a NumPy model, for widths below, at and above VL."""
+    import ctypes
+
+    vl = 8
+    gemm_library.load_core(vl)
+    name = gemm_library.core_symbol(vl, "pack")
+    fn = gemm_library.library(name).function(name, None,
+                                             [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 7)
+    rng = np.random.default_rng(0)
+    nx_total, k_total = 45, 37
+    src = rng.standard_normal((nx_total, k_total)).astype(np.float32)  # (x, k), row-major
+    s_x, s_k = {"rows": (k_total, 1), "columns": (1, nx_total),
+                "neither": (4 * k_total, 2)}[strides]
+    if strides == "columns":
+        src = np.ascontiguousarray(src.T)  # (k, x): x runs along memory
+        view = src.T
+    elif strides == "neither":
+        src = np.repeat(np.repeat(src, 2, axis=0), 2, axis=1)  # every other element
+        view = src[::2, ::2]
+    else:
+        view = src
+    for width in (3, 8, 16, 24):
+        for x0, nx, k0, kc in ((0, 45, 0, 37), (5, 17, 3, 9), (2, width, 20, 17)):
+            panels = -(-nx // width)
+            dst = np.full((panels, kc, width), np.nan, np.float32)
+            fn(dst.ctypes.data, src.ctypes.data, x0, nx, k0, kc, s_x, s_k, width)
+            want = np.zeros((panels * width, kc), np.float32)
+            want[:nx] = view[x0:x0 + nx, k0:k0 + kc]
+            want = want.reshape(panels, width, kc).transpose(0, 2, 1)
+            np.testing.assert_array_equal(dst, want, err_msg=f"{strides} {width} {x0, nx, k0}")
+
+
+def test_fresh_process_loads_the_library_from_disk(tmp_path):
+    script = (
+        "import numpy as np\n"
+        "from backend.llvm import jit\n"
+        "from backend.llvm.gemm import Blocking\n"
+        "from tests.backend.llvm.test_templates import build, check\n"
+        "bl = Blocking(vl=8, mr=7, nr=16, kc=64, mc=21, nc=64)\n"
+        "check(build([('matmul', {}, (30, 20), (20, 40)),\n"
+        "             ('matmul', {}, (9, 20), (20, 20))], bl))\n"
+        "print(jit.stats['compiled'], jit.stats['disk_hits'])\n"
+    )
+    env = {**os.environ, "RELAYDSL_CACHE_DIR": str(tmp_path)}
+
+    def run() -> list[str]:
+        out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    compiled, hits = run()
+    # the test module (never cached), pack, block, the micro-kernel and its direct variant
+    assert (compiled, hits) == ("5", "0")
+    assert run() == ["1", "4"]  # the library comes from the disk
