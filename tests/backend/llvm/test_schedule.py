@@ -59,3 +59,19 @@ def test_large_elementwise_stage_is_parallel_small_one_is_not():
     from backend.llvm.runtime import num_threads
 
     assert big.parallel == (num_threads() > 1)
+
+
+def test_a_one_row_dense_is_generic_code_and_a_batch_is_the_gemm():
+    import numpy as np
+
+    from backend.llvm.kernel import compile_primitive
+
+    row = primitive([((1, 128), F), ((512, 128), F)], lambda x, w: call("dense", x, w))
+    batch = primitive([((8, 128), F), ((512, 128), F)], lambda x, w: call("dense", x, w))
+    (s_row,), (s_batch,) = _stages(row), _stages(batch)
+    assert s_row.template is None and s_batch.template is not None
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((512, 128)).astype(np.float32)
+    for fn, rows in ((row, 1), (batch, 8)):
+        x = rng.standard_normal((rows, 128)).astype(np.float32)
+        np.testing.assert_allclose(compile_primitive(fn)(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
