@@ -50,7 +50,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType, TupleType, Type, type_to_str
-from relaydsl.ir.visitor import free_vars
+from relaydsl.ir.visitor import deep_recursion, free_vars
 
 
 class InterpreterError(RelayError, RuntimeError):
@@ -404,18 +404,16 @@ RECURSION_LIMIT = 200_000
 @contextlib.contextmanager
 def _stack_room() -> Iterator[None]:
     """Raises Python's recursion limit while the interpreter runs; too deep is an error."""
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, RECURSION_LIMIT))
-    try:
-        yield
-    except RecursionError:
-        raise InterpreterError(
-            "the program's non-tail recursion is too deep for the interpreter (Python's "
-            f"recursion limit of {sys.getrecursionlimit()} was reached); write the recursion "
-            "in tail position (e.g. foldl rather than foldr) so that it runs as a loop"
-        ) from None
-    finally:
-        sys.setrecursionlimit(old)
+    with deep_recursion(RECURSION_LIMIT):
+        try:
+            yield
+        except RecursionError:
+            raise InterpreterError(
+                "the program's non-tail recursion is too deep for the interpreter (Python's "
+                f"recursion limit of {sys.getrecursionlimit()} was reached); write the "
+                "recursion in tail position (e.g. foldl rather than foldr) so that it runs "
+                "as a loop"
+            ) from None
 
 
 # ---- entry points ---------------------------------------------------------------------------

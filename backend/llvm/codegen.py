@@ -157,12 +157,8 @@ def _task(module: ir.Module, code: StageCode) -> ir.Function:
 
 def _parallel_for(module: ir.Module) -> ir.Function:
     """The runtime's ``void @relaydsl_parallel_for(ptr task, ptr ctx, i64 extent)``."""
-    fn = module.globals.get("relaydsl_parallel_for")
-    if fn is None:
-        task_type = ir.FunctionType(VOID, [I8P, I64, I64]).as_pointer()
-        fn = ir.Function(module, ir.FunctionType(VOID, [task_type, I8P, I64]),
-                         "relaydsl_parallel_for")
-    return fn
+    task_type = ir.FunctionType(VOID, [I8P, I64, I64]).as_pointer()
+    return M.intrinsic(module, "relaydsl_parallel_for", VOID, [task_type, I8P, I64])
 
 
 class _Ctx:

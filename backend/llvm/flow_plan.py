@@ -41,9 +41,10 @@ import numpy as np
 
 from backend.interpreter import Value
 from backend.llvm.jit import runtime_function
-from backend.llvm.kernel import compile_primitives
+from backend.llvm.kernel import address, compile_primitives
 from backend.llvm.static_plan import (
-    Buffer, Step, bind_steps, contiguous, flatten, leaves, round_up, static_type,
+    Buffer, Step, Structure, arena_views, bind_steps, contiguous, flatten, leaves, round_up,
+    static_type,
 )
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var,
@@ -53,9 +54,6 @@ from relaydsl.ir.visitor import post_order
 from relaydsl.transform.fuse_ops import is_primitive
 
 CALL, BRANCH, JUMP, COPY, HALT = range(5)
-_ALIGN = 64
-
-Structure = AnyValue  # a buffer index, or a tuple of structures
 
 
 class Unsupported(Exception):
@@ -66,6 +64,7 @@ class Unsupported(Exception):
 class _Loop:
     """A local function run in place: its parameters, result and first instruction."""
 
+    var: Var  # the let-bound name the body calls itself by
     fn: Function
     params: list[Structure] = field(default_factory=list)
     result: Structure = None
@@ -94,7 +93,7 @@ class _Compiler:
         self.buffers: list[Buffer] = []
         self.code: list[int] = []
         self.calls: list[tuple[Function, list[int], list[int]]] = []
-        self.loops: dict[Var, _Loop] = {}
+        self.params: list[Structure] = []
         self.sites = _call_sites(fn)
 
     # ---- buffers ---------------------------------------------------------------------------
@@ -163,7 +162,7 @@ class _Compiler:
         if isinstance(e, Function) and not is_primitive(e):
             if self.sites.get(var, 0) != 1:
                 raise Unsupported(f"{var.name_hint} is not called from exactly one place")
-            return _Loop(e)
+            return _Loop(var, e)
         if isinstance(e, If):
             return self.branch(e, env, _Into(self.new(var.checked_type, "temp")))
         return self.evaluate(e, env)
@@ -205,7 +204,7 @@ class _Compiler:
             raise Unsupported("a loop entered twice")
         fn = loop.fn
         args = [self.atom(a, env) for a in call.args]
-        loop.invariant = _invariant_params(fn, self.loops_var(loop, env))
+        loop.invariant = _invariant_params(fn, loop.var)
         loop.params = [a if inv else self.new(p.checked_type, "temp")
                        for p, a, inv in zip(fn.params, args, loop.invariant)]
         for p, a, inv in zip(loop.params, args, loop.invariant):
@@ -218,9 +217,6 @@ class _Compiler:
         for at in loop.exits:
             self.code[at] = len(self.code)
         return loop.result
-
-    def loops_var(self, loop: _Loop, env: dict) -> Var:
-        return next(v for v, x in env.items() if x is loop)
 
     def tail_call(self, loop: _Loop, args: list[Structure]) -> None:
         """``loop(args)`` in tail position: new parameter values, then back to the start."""
@@ -321,14 +317,14 @@ class FlowPlan:
 
     def _point(self, index: int, array: np.ndarray) -> None:
         self.buffers[index].value = array
-        self._addresses[index] = array.__array_interface__["data"][0]
+        self._addresses[index] = address(array)
         for bound, position in self._uses[index]:
             bound.retarget(position, array)
 
     def _bind(self) -> None:
         self._uses, self._calls = bind_steps(self.steps, self.buffers, flatten(self.params))
         self._addresses = (ctypes.c_void_p * max(1, len(self.buffers)))(
-            *[b.value.__array_interface__["data"][0] for b in self.buffers])
+            *[address(b.value) for b in self.buffers])
         self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
             runtime_function("relaydsl_run_program"))
         self._bound = True
@@ -336,14 +332,12 @@ class FlowPlan:
 
 def _place(buffers: list[Buffer]) -> np.ndarray:
     """One arena for the temporaries; each gets its own slot (see the module docstring)."""
-    temps = [b for b in buffers if b.kind == "temp"]
-    sizes = [round_up(max(b.nbytes, 1)) for b in temps]
-    arena = np.zeros(sum(sizes) + _ALIGN, np.uint8)
-    offset = (-arena.ctypes.data) % _ALIGN
-    for b, size in zip(temps, sizes):
-        count = int(np.prod(b.type.shape, dtype=np.int64))
-        b.value = np.frombuffer(arena, b.type.dtype, count, offset).reshape(b.type.shape)
-        offset += size
+    placed, offset = [], 0
+    for b in buffers:
+        if b.kind == "temp":
+            placed.append((b, offset))
+            offset += round_up(max(b.nbytes, 1))
+    arena = arena_views(placed, offset)
     for b in buffers:
         if b.kind == "constant":
             b.value = np.require(b.value, b.type.dtype, ("C", "A"))

@@ -217,13 +217,19 @@ def plan_memory(buffers: list[Buffer], steps: list[Step]) -> int:
     for size in slots:
         offsets.append(total)
         total += size
-    arena = np.empty(total + _ALIGN, np.uint8)
-    base = (-arena.ctypes.data) % _ALIGN
-    for b, s in slot_of.items():
-        t = buffers[b].type
-        count = int(np.prod(t.shape, dtype=np.int64))
-        buffers[b].value = np.frombuffer(arena, t.dtype, count, base + offsets[s]).reshape(t.shape)
+    arena_views([(buffers[b], offsets[s]) for b, s in slot_of.items()], total)
     return total
+
+
+def arena_views(placed: list[tuple[Buffer, int]], size: int) -> np.ndarray:
+    """Allocates one 64-byte aligned arena of `size` bytes; each buffer's value becomes the
+    view at its byte offset. The views keep the arena alive; it is also returned."""
+    arena = np.empty(size + _ALIGN, np.uint8)
+    base = (-arena.ctypes.data) % _ALIGN
+    for b, offset in placed:
+        count = int(np.prod(b.type.shape, dtype=np.int64))
+        b.value = np.frombuffer(arena, b.type.dtype, count, base + offset).reshape(b.type.shape)
+    return arena
 
 
 def contiguous(a: np.ndarray) -> np.ndarray:

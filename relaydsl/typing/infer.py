@@ -20,7 +20,6 @@ Tensor[(2, 3), float32]
 """
 from __future__ import annotations
 
-import sys
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
@@ -33,7 +32,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
     FuncType, RefType, TensorType, TupleType, Type, TypeCall, TypeVar, type_to_str,
 )
-from relaydsl.ir.visitor import substitute_types, type_vars_of
+from relaydsl.ir.visitor import deep_recursion, substitute_types, type_vars_of
 from relaydsl.typing.exhaustive import missing_case
 from relaydsl.typing.solver import PendingRelation, Solver, UnifyError
 
@@ -419,9 +418,7 @@ def infer_types(mod: IRModule) -> IRModule:
     Raises RelayTypeError naming the location and both disagreeing types.
     Returns `mod` (the nodes are annotated in place; a pass may rely on it).
     """
-    old_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old_limit, 20000))
-    try:
+    with deep_recursion():
         global_types: dict[GlobalVar, FuncType] = {}
         for scc in call_graph_sccs(mod, list(mod.functions)):
             if all(mod.functions[gv].has_type for gv in scc) and all(
@@ -453,8 +450,6 @@ def infer_types(mod: IRModule) -> IRModule:
                 gv.set_checked_type(general)
                 global_types[gv] = general
         return mod
-    finally:
-        sys.setrecursionlimit(old_limit)
 
 
 def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:
