@@ -74,14 +74,14 @@ class InterpreterProgram:
     """The reference interpreter running the module's entry (grad nodes lowered first)."""
 
     def __init__(self, mod: IRModule, entry: str):
-        from backend.interpreter import Interpreter
+        from relaydsl.backend.interpreter import Interpreter
         from relaydsl.transform.gradient import lower_grads
 
         self.mod, self.entry = lower_grads(mod), entry
         self._interpreter = Interpreter(self.mod)
 
     def __call__(self, *values: AnyValue) -> AnyValue:
-        from backend.interpreter import evaluate
+        from relaydsl.backend.interpreter import evaluate
 
         return evaluate(self.mod, *values, entry=self.entry)
 
@@ -94,7 +94,7 @@ def _interp(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
 
 
 def _llvm(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
-    from backend.llvm.executor import compile_program
+    from relaydsl.backend.llvm.executor import compile_program
 
     level = options["opt_level"]
     if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= 3:

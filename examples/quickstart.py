@@ -8,7 +8,7 @@ shape-polymorphic layer used at two batch sizes.
 """
 import numpy as np
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir import (
     Call, Function, GlobalVar, If, IRModule, Kind, Op, TensorType, Tuple, TypeVar, Var, const,
 )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any as AnyValue, Callable
 
-from frontend.annotations import AdtAnnotation, annotation_to_type
+from relaydsl.frontend.annotations import AdtAnnotation, annotation_to_type
 from relaydsl.ir.adt import Constructor, TypeData
 from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall, TypeVar
 

@@ -631,7 +631,8 @@ def _typeguard_lookup(origin_type: object, args: tuple, extras: tuple):
 # annotation as a forward reference and rewrites it into a name ("n" -> n, a NameError at call
 # time); it leaves typing.Literal[...] alone, and so it must leave Tensor[...] alone.
 _TENSOR_PATHS = (
-    "relaydsl.Tensor", "relaydsl.relay.Tensor", "frontend.Tensor", "frontend.annotations.Tensor",
+    "relaydsl.Tensor", "relaydsl.relay.Tensor", "relaydsl.frontend.Tensor",
+    "relaydsl.frontend.annotations.Tensor",
 )
 
 

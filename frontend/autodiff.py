@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any as AnyValue
 
 import numpy as np
 
-from frontend import annotations
+from relaydsl.frontend import annotations
 from relaydsl.ir.expr import Call, Function, Grad, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, is_float
 
 if TYPE_CHECKING:
-    from backend.target import Program
-    from frontend.decorators import RelayFunction
+    from relaydsl.backend.target import Program
+    from relaydsl.frontend.decorators import RelayFunction
     from relaydsl.model import Model
 
 
@@ -56,7 +56,7 @@ class GradFunction:
 
 def _lowered(fn: "RelayFunction", main: Function) -> tuple["Program", Function]:
     """The program computing `main` compiled for the default target, and `main` typed."""
-    from backend.target import get_target
+    from relaydsl.backend.target import get_target
     from relaydsl.typing import infer_types
 
     mod = fn.mod.copy()
@@ -104,7 +104,7 @@ class ModelGrad:
 
 def grad(*args: AnyValue) -> AnyValue:
     """``relay.grad(f)`` or ``relay.grad(model, loss[, args])``; see the module docstring."""
-    from frontend.decorators import RelayFunction
+    from relaydsl.frontend.decorators import RelayFunction
     from relaydsl.model import Model
 
     if len(args) == 1 and isinstance(args[0], RelayFunction):

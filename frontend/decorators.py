@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any as AnyValue, Callable
 
 import numpy as np
 
-from frontend import annotations
-from frontend.autodiff import grad
-from frontend.layers import LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, is_layer_call
-from frontend.source import Source
-from frontend.translate import Resolver, Translator
+from relaydsl.frontend import annotations
+from relaydsl.frontend.autodiff import grad
+from relaydsl.frontend.layers import LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, is_layer_call
+from relaydsl.frontend.source import Source
+from relaydsl.frontend.translate import Resolver, Translator
 from relaydsl.errors import DSLSyntaxError
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var
 from relaydsl.ir.module import IRModule
@@ -41,7 +41,7 @@ from relaydsl.ir.types import FuncType, GlobalTypeVar, TensorType, Type, TypeCal
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator
 
 if TYPE_CHECKING:
-    from backend.target import Program
+    from relaydsl.backend.target import Program
 
 _used_global_names: set[str] = set()
 
@@ -147,7 +147,7 @@ class RelayFunction:
     def _special_call(self, translator: Translator, target: AnyValue, node: ast.Call, args: list,
                       kwargs: dict[str, ast.expr]) -> Expr | None:
         """Relay operators and layers, prelude functions, models, and Python builtins."""
-        from frontend.namespace import LayerFunction, OpFunction, PreludeFunction
+        from relaydsl.frontend.namespace import LayerFunction, OpFunction, PreludeFunction
 
         name = getattr(target, "name", None)
         if isinstance(target, (OpFunction, LayerFunction)) and is_layer_call(name, args, kwargs):
@@ -184,7 +184,7 @@ class RelayFunction:
     def _training_call(self, translator: Translator, target: AnyValue, node: ast.Call,
                        args: list, kwargs: dict[str, ast.expr]) -> Expr | None:
         """create_model, grad(model, loss, data), update_model_params, export_model."""
-        from frontend import training
+        from relaydsl.frontend import training
         from relaydsl import model as model_api
 
         env = translator.current_env
@@ -311,7 +311,7 @@ class RelayFunction:
 
     # ---- running -------------------------------------------------------------
     def build(self, target: str | None = None, **options: AnyValue) -> "Executable":
-        from backend.target import get_target
+        from relaydsl.backend.target import get_target
 
         target = get_target(target).name
         key = (target, tuple(sorted(options.items())))
@@ -332,7 +332,7 @@ class Executable:
     """A compiled function for one target: checks its arguments, runs, returns NumPy values."""
 
     def __init__(self, fn: RelayFunction, target: str, options: dict[str, AnyValue]):
-        from backend.target import get_target
+        from relaydsl.backend.target import get_target
 
         self.fn, self.target, self.options = fn, target, options
         self.program = get_target(target).build(fn.mod, fn.global_var.name_hint, options)
@@ -365,7 +365,7 @@ class Executable:
 
 def to_python(value: AnyValue, program: "Program") -> AnyValue:
     """Results for Python: arrays, tuples, and closures as plain callables (NumPy in and out)."""
-    from backend.interpreter import Closure
+    from relaydsl.backend.interpreter import Closure
 
     if isinstance(value, tuple):
         return tuple(to_python(v, program) for v in value)
@@ -417,7 +417,7 @@ class RelayModelFunction(RelayFunction):
 
 def _user_types_in(fn: Function) -> list[TypeData]:
     """The ADTs declared in Python that `fn` constructs, matches or mentions in annotations."""
-    from frontend.adt import USER_TYPES
+    from relaydsl.frontend.adt import USER_TYPES
 
     found: list[TypeData] = []
 

@@ -20,8 +20,8 @@ from typing import Any as AnyValue, Callable
 
 import numpy as np
 
-from frontend import annotations
-from frontend.layers import LAYERS
+from relaydsl.frontend import annotations
+from relaydsl.frontend.layers import LAYERS
 
 
 class OpFunction:
@@ -112,7 +112,7 @@ class RelayNamespace:
     Tree = annotations.Tree
 
     def __call__(self, pyfunc: Callable):
-        from frontend.decorators import relay_decorator
+        from relaydsl.frontend.decorators import relay_decorator
 
         return relay_decorator(pyfunc)
 
@@ -162,8 +162,8 @@ def _api() -> dict[str, AnyValue]:
         update_model_params,
     )
 
-    from frontend.adt import adt
-    from frontend.autodiff import grad
+    from relaydsl.frontend.adt import adt
+    from relaydsl.frontend.autodiff import grad
 
     return {"build": build, "create_model": create_model, "Model": Model, "adt": adt, "grad": grad,
             "update_model_params": update_model_params, "export_model": export_model,

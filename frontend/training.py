@@ -25,8 +25,8 @@ from relaydsl.ir.expr import (
 )
 
 if TYPE_CHECKING:
-    from frontend.decorators import RelayFunction, RelayModelFunction
-    from frontend.translate import Translator
+    from relaydsl.frontend.decorators import RelayFunction, RelayModelFunction
+    from relaydsl.frontend.translate import Translator
 
 
 class ModelValue:
@@ -56,7 +56,7 @@ def _model(tr: "Translator", value: Expr, env, node) -> ModelValue:
 
 def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Expr:
     """relay.grad(model, loss, data): the loss's gradients with respect to the parameters."""
-    from frontend.decorators import RelayFunction
+    from relaydsl.frontend.decorators import RelayFunction
 
     model_expr, loss, data = args
     model = _model(tr, model_expr, env, node)

@@ -9,13 +9,14 @@
 (3, 2)
 """
 from relaydsl.errors import DSLSyntaxError, IRError, ParseError, RelayError, RelayTypeError
+import relaydsl.op  # noqa: E402,F401,I001  (defines every op before anything builds Relay)
 
 # The user-facing names live in the frontend package; imported last (it builds on relaydsl).
-from frontend.annotations import (  # noqa: E402
+from relaydsl.frontend.annotations import (  # noqa: E402
     Bool, Float, Float16, Float32, Float64, Fn, Int, Int8, Int16, Int32, Int64, Tensor, UInt8,
 )
-from frontend.decorators import relay_model_decorator as relay_model  # noqa: E402
-from frontend.namespace import relay  # noqa: E402
+from relaydsl.frontend.decorators import relay_model_decorator as relay_model  # noqa: E402
+from relaydsl.frontend.namespace import relay  # noqa: E402
 
 __all__ = [
     "Bool", "DSLSyntaxError", "Float", "Float16", "Float32", "Float64", "Fn", "IRError", "Int",

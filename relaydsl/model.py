@@ -27,7 +27,7 @@ from relaydsl.errors import RelayTypeError
 from relaydsl.ir.types import TensorType, type_to_str
 
 if TYPE_CHECKING:
-    from frontend.decorators import RelayFunction, RelayModelFunction
+    from relaydsl.frontend.decorators import RelayFunction, RelayModelFunction
 
 INITIALISERS = ("normal", "glorot")
 
@@ -69,7 +69,7 @@ def create_model(fn: "RelayModelFunction", *, seed: int = 0, init: str = "normal
 
     init: "normal" (mean 0, standard deviation `sigma`) or "glorot" (uniform, Glorot & Bengio).
     """
-    from frontend.decorators import RelayModelFunction
+    from relaydsl.frontend.decorators import RelayModelFunction
 
     if not isinstance(fn, RelayModelFunction):
         raise TypeError(f"create_model takes a @relay_model function, got {fn!r}")
@@ -251,7 +251,7 @@ def load_model(path: str, fn: "RelayModelFunction | None" = None) -> Model:
     import json
     import zipfile
 
-    from frontend.decorators import RelayModelFunction
+    from relaydsl.frontend.decorators import RelayModelFunction
 
     try:
         data = np.load(str(path), allow_pickle=False)

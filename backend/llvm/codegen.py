@@ -36,8 +36,8 @@ from typing import Iterator
 import numpy as np
 from llvmlite import ir
 
-from backend.llvm import intrinsics as M
-from backend.llvm.schedule import PARALLEL_WORK, Schedule, Stage
+from relaydsl.backend.llvm import intrinsics as M
+from relaydsl.backend.llvm.schedule import PARALLEL_WORK, Schedule, Stage
 from relaydsl.te.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Call, Cast, Div, FloatImm, FloorDiv, FloorMod,
     IntImm, IterVar, Max, Min, Mul, Not, Or, PrimExpr, Reduce, Select, Sub, TensorRead, Var,

@@ -2,7 +2,7 @@
 
 llvmlite serialises every call into LLVM behind one process-wide lock, so two threads
 cannot compile two modules at once; two processes can. ``Worker`` starts
-``python -m backend.llvm.compile_worker`` on first use (~70 ms, in the background) and
+``python -m relaydsl.backend.llvm.compile_worker`` on first use (~70 ms, in the background) and
 sends it the modules whose code is not needed at once: ``jit.compile_ir_async``, which
 the GEMM library (gemm_library.py) uses while the kernels that call it are still being
 emitted and compiled here. The protocol, over the helper's stdin and stdout:
@@ -33,10 +33,12 @@ import sys
 import threading
 from typing import BinaryIO, Callable
 
+import relaydsl
+
 _REQUEST = struct.Struct("<QBBBQ")  # job, speed, vectorize, unroll, length
 _JOB = struct.Struct("<Q")
 _RESULT = struct.Struct("<BQ")  # ok, length
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE_PARENT = pathlib.Path(relaydsl.__file__).resolve().parents[1]
 
 
 def wanted() -> bool:
@@ -73,9 +75,11 @@ class Worker:
 
     def __init__(self, triple: str, cpu: str, features: str):
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        # the helper imports relaydsl from wherever this process did
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_PARENT), env.get("PYTHONPATH"))
+                                            if p)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "backend.llvm.compile_worker", triple, cpu, features],
+            [sys.executable, "-m", "relaydsl.backend.llvm.compile_worker", triple, cpu, features],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self._cond = threading.Condition()
         self._started: set[int] = set()
@@ -167,7 +171,7 @@ class Worker:
 
 def serve(triple: str, cpu: str, features: str) -> int:
     """Compiles requests from stdin, in order, until stdin closes."""
-    from backend.llvm import jit
+    from relaydsl.backend.llvm import jit
 
     host = jit.host_target()
     if (host.triple, host.cpu, host.features) != (triple, cpu, features):

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from backend.llvm.gemm import Blocking, GemmSpec
-from backend.llvm.gemm_library import PACK_ARGS
-from backend.llvm.irgen import (F32, I1, I32, PF, Gen, VectorGEP, c32, c64, get_function,
+from relaydsl.backend.llvm.gemm import Blocking, GemmSpec
+from relaydsl.backend.llvm.gemm_library import PACK_ARGS
+from relaydsl.backend.llvm.irgen import (F32, I1, I32, PF, Gen, VectorGEP, c32, c64, get_function,
                                 new_function)
 
 

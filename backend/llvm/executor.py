@@ -29,10 +29,10 @@ from typing import Sequence
 
 import numpy as np
 
-from backend.interpreter import Closure, Interpreter, TailCall, Value, evaluate
-from backend.llvm.kernel import Kernel, compile_primitive
-from backend.llvm.flow_plan import FlowPlan
-from backend.llvm.static_plan import StaticPlan, contiguous, static_type
+from relaydsl.backend.interpreter import Closure, Interpreter, TailCall, Value, evaluate
+from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
+from relaydsl.backend.llvm.flow_plan import FlowPlan
+from relaydsl.backend.llvm.static_plan import StaticPlan, contiguous, static_type
 from relaydsl.ir.expr import Call, Expr, Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType

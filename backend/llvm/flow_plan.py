@@ -39,10 +39,10 @@ from typing import Any as AnyValue
 
 import numpy as np
 
-from backend.interpreter import Value
-from backend.llvm.jit import runtime_function
-from backend.llvm.kernel import address, compile_primitives
-from backend.llvm.static_plan import (
+from relaydsl.backend.interpreter import Value
+from relaydsl.backend.llvm.jit import runtime_function
+from relaydsl.backend.llvm.kernel import address, compile_primitives
+from relaydsl.backend.llvm.static_plan import (
     Buffer, Step, Structure, arena_views, bind_steps, contiguous, flatten, leaves, round_up,
     static_type,
 )

@@ -45,9 +45,9 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
-from backend.llvm import gemm_library
-from backend.llvm.gemm_library import MicroTile
-from backend.llvm.irgen import I64, PF, Gen, c64, new_function
+from relaydsl.backend.llvm import gemm_library
+from relaydsl.backend.llvm.gemm_library import MicroTile
+from relaydsl.backend.llvm.irgen import I64, PF, Gen, c64, new_function
 
 
 # ---- blocking -----------------------------------------------------------------------------
@@ -67,7 +67,7 @@ class Blocking:
 
 def default_blocking(vector_bits: int | None = None) -> Blocking:
     if vector_bits is None:
-        from backend.llvm.jit import host_target
+        from relaydsl.backend.llvm.jit import host_target
         vector_bits = host_target().vector_bits
     if vector_bits >= 512:
         # 14 x 32: 28 zmm accumulators + 2 B vectors + 1 broadcast of the 32 registers.

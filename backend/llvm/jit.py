@@ -35,7 +35,10 @@ from typing import Callable
 import llvmlite
 import llvmlite.binding as llvm
 
-from backend.llvm import compile_worker
+import relaydsl.backend.llvm
+import relaydsl.op
+import relaydsl.te
+from relaydsl.backend.llvm import compile_worker
 
 _LOCK = threading.Lock()
 
@@ -91,7 +94,7 @@ def _load_runtime(engine: llvm.ExecutionEngine) -> None:
     addresses in the process's symbol table, which the engine consults when it links an
     object. Starts the worker threads (forgotten in a forked child).
     """
-    from backend.llvm import runtime
+    from relaydsl.backend.llvm import runtime
 
     text = runtime.runtime_ir()
     path = object_path("runtime|" + hashlib.sha256(text.encode()).hexdigest())
@@ -131,11 +134,11 @@ def runtime_function(name: str) -> int:
 @functools.cache
 def source_fingerprint() -> str:
     """A hash of the code that decides what a kernel computes (lowering, te, ops)."""
-    root = pathlib.Path(__file__).resolve().parents[2]
     digest = hashlib.sha256()
-    for folder in ("backend/llvm", "relaydsl/te", "relaydsl/op"):
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode())
+    for package in (relaydsl.backend.llvm, relaydsl.te, relaydsl.op):
+        folder = pathlib.Path(package.__file__).parent
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(f"{package.__name__}/{path.relative_to(folder).as_posix()}".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

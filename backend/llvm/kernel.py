@@ -30,10 +30,10 @@ from typing import Sequence
 import numpy as np
 from llvmlite import ir
 
-from backend.llvm import jit
-from backend.llvm.codegen import StageCode, emit_module
-from backend.llvm.lower import Lowered, lower, stable_digest
-from backend.llvm.schedule import Schedule, schedule
+from relaydsl.backend.llvm import jit
+from relaydsl.backend.llvm.codegen import StageCode, emit_module
+from relaydsl.backend.llvm.lower import Lowered, lower, stable_digest
+from relaydsl.backend.llvm.schedule import Schedule, schedule
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Function
 from relaydsl.ir.structural import structural_equal, structural_hash

@@ -35,7 +35,7 @@ calling thread, and so does every call in a forked child (``jit`` registers
 ``relaydsl_pool_forget`` with ``os.register_at_fork``).
 
 >>> import ctypes
->>> from backend.llvm import jit
+>>> from relaydsl.backend.llvm import jit
 >>> jit.runtime_threads() >= 1
 True
 """

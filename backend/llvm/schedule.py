@@ -34,8 +34,8 @@ from relaydsl.te.expr import (
     Call, Div, FloorDiv, FloorMod, IterVar, PrimExpr, Reduce, TensorRead, post_order,
 )
 from relaydsl.te.tensor import Tensor
-from backend.llvm.lower import Lowered
-from backend.llvm.runtime import num_threads
+from relaydsl.backend.llvm.lower import Lowered
+from relaydsl.backend.llvm.runtime import num_threads
 
 PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
 EXPENSIVE = 12  # inlined cost at which recomputation is avoided
@@ -86,7 +86,7 @@ def template_for(lowered: Lowered, t: Tensor) -> AnyValue:
     if origin is None or not origin.is_result:
         return None
     try:
-        from backend.llvm.templates import template_for as find  # written separately
+        from relaydsl.backend.llvm.templates import template_for as find  # written separately
     except ImportError:
         return None
     if origin.op_name == "dense" and math.prod(origin.out_type.shape[:-1]) == 1:
@@ -102,7 +102,7 @@ def read_in_place(lowered: Lowered, template: AnyValue, args: list[Tensor]
     """The template reading, through strides, each operand that is a 2-D transpose of a
     kernel input (fusion puts such transposes with their contraction); the transpose is then
     never computed."""
-    from backend.llvm.templates import read_transposed
+    from relaydsl.backend.llvm.templates import read_transposed
 
     args = list(args)
     for i, x in enumerate(args):

@@ -16,9 +16,9 @@ from typing import Any as AnyValue, Callable
 
 import numpy as np
 
-from backend.interpreter import Value
-from backend.llvm.jit import runtime_function
-from backend.llvm.kernel import Kernel, compile_primitives
+from relaydsl.backend.interpreter import Value
+from relaydsl.backend.llvm.jit import runtime_function
+from relaydsl.backend.llvm.kernel import Kernel, compile_primitives
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type
 from relaydsl.transform.fuse_ops import is_primitive

@@ -26,8 +26,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import llvmlite.ir as ir
 
-from backend.llvm.conv2d import ConvGeometry, emit_im2col_packer
-from backend.llvm.gemm import Blocking, GemmSpec, emit_gemm
+from relaydsl.backend.llvm.conv2d import ConvGeometry, emit_im2col_packer
+from relaydsl.backend.llvm.gemm import Blocking, GemmSpec, emit_gemm
 from relaydsl.ir.types import TensorType
 
 

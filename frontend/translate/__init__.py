@@ -27,9 +27,9 @@ Every node gets the span of the Python node it comes from, so type errors
 point at the user's line. Anything outside the subset is a DSLSyntaxError
 located at the construct, saying what to write instead where that is clear.
 """
-from frontend.translate.bindings import Binding
-from frontend.translate.python_values import Resolver
-from frontend.translate.translator import Translator
-from frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
+from relaydsl.frontend.translate.bindings import Binding
+from relaydsl.frontend.translate.python_values import Resolver
+from relaydsl.frontend.translate.translator import Translator
+from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
 
 __all__ = ["Binding", "Resolver", "Translator"]

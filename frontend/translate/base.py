@@ -6,17 +6,17 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from frontend.source import Source
-from frontend.translate.bindings import Env, _is_atomic, _let_all
-from frontend.translate.literals import _Literal
+from relaydsl.frontend.source import Source
+from relaydsl.frontend.translate.bindings import Env, _is_atomic, _let_all
+from relaydsl.frontend.translate.literals import _Literal
 from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.ir.expr import Call, Expr, Op, Var
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import Type, TypeVar
 
 if TYPE_CHECKING:
-    from frontend.translate.kinds import Kind
-    from frontend.translate.python_values import Resolver
+    from relaydsl.frontend.translate.kinds import Kind
+    from relaydsl.frontend.translate.python_values import Resolver
 
 
 class TranslatorBase:

@@ -9,7 +9,7 @@ from relaydsl.ir.expr import Constant, Expr, GlobalVar, Let, Op, Var
 from relaydsl.ir.span import Span
 
 if TYPE_CHECKING:
-    from frontend.translate.kinds import Kind
+    from relaydsl.frontend.translate.kinds import Kind
 
 
 @dataclass

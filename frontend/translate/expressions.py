@@ -4,11 +4,11 @@ from __future__ import annotations
 import ast
 import operator
 
-from frontend.translate.base import TranslatorBase
-from frontend.translate.bindings import Env, _is_atomic, _let_all
-from frontend.translate.kinds import _declared_result_kind, _is_tuple_kind
-from frontend.translate.literals import _PYTHON_BINOPS, _Literal
-from frontend.translate.unsupported import _UNSUPPORTED_EXPRESSIONS
+from relaydsl.frontend.translate.base import TranslatorBase
+from relaydsl.frontend.translate.bindings import Env, _is_atomic, _let_all
+from relaydsl.frontend.translate.kinds import _declared_result_kind, _is_tuple_kind
+from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
+from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_EXPRESSIONS
 from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.ir.expr import Call, Expr, GlobalVar, If, Op, Tuple, TupleGetItem, Var
 

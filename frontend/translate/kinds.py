@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any as AnyValue
 
-from frontend.translate.base import TranslatorBase
-from frontend.translate.literals import _Literal
+from relaydsl.frontend.translate.base import TranslatorBase
+from relaydsl.frontend.translate.literals import _Literal
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Op, Tuple, TupleGetItem, Var,
@@ -13,7 +13,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.types import TensorType, Type
 
 if TYPE_CHECKING:
-    from frontend.translate.bindings import Env
+    from relaydsl.frontend.translate.bindings import Env
 
 # "tensor", "list", "func", "grad" (a grad function: its calls give (value, gradients)),
 # "tuple" (fields unknown), a tuple of kinds, or None

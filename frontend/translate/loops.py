@@ -9,11 +9,11 @@ import ast
 from dataclasses import replace
 from typing import Callable, Iterable
 
-from frontend.translate.base import TranslatorBase
-from frontend.translate.bindings import Binding, Env, _Context, _is_atomic, _let_all
-from frontend.translate.kinds import _is_tuple_kind
-from frontend.translate.literals import _INT32, _Literal
-from frontend.translate.scoping import _assigned_names, _target_names
+from relaydsl.frontend.translate.base import TranslatorBase
+from relaydsl.frontend.translate.bindings import Binding, Env, _Context, _is_atomic, _let_all
+from relaydsl.frontend.translate.kinds import _is_tuple_kind
+from relaydsl.frontend.translate.literals import _INT32, _Literal
+from relaydsl.frontend.translate.scoping import _assigned_names, _target_names
 from relaydsl.ir.adt import PatternConstructor, PatternVar
 from relaydsl.ir.expr import (
     Call, Clause, Expr, Function, If, Let, Match, Op, Tuple, TupleGetItem, Var, const,

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any as AnyValue, Callable
 
 import numpy as np
 
-from frontend.translate.base import TranslatorBase
-from frontend.translate.literals import _PYTHON_BINOPS, _Literal
+from relaydsl.frontend.translate.base import TranslatorBase
+from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
 from relaydsl.errors import IRError
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Var
 from relaydsl.ir.types import Type, TypeVar
 
 if TYPE_CHECKING:
-    from frontend.translate.translator import Translator
+    from relaydsl.frontend.translate.translator import Translator
 
 
 @dataclass
@@ -49,7 +49,7 @@ class PythonValues(TranslatorBase):
         gv = self.resolver.to_global(value)
         if gv is not None:
             return gv
-        from frontend.namespace import OpFunction
+        from relaydsl.frontend.namespace import OpFunction
 
         if isinstance(value, OpFunction):
             return self._op_as_function(value.name, node)

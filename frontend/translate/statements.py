@@ -9,14 +9,14 @@ import ast
 from dataclasses import replace
 from typing import Callable
 
-from frontend.translate.base import TranslatorBase
-from frontend.translate.bindings import Binding, Env, _Context, _let_all, _LetBinding
-from frontend.translate.kinds import Kind, _kind_of_type
-from frontend.translate.literals import _Literal
-from frontend.translate.scoping import (
+from relaydsl.frontend.translate.base import TranslatorBase
+from relaydsl.frontend.translate.bindings import Binding, Env, _Context, _let_all, _LetBinding
+from relaydsl.frontend.translate.kinds import Kind, _kind_of_type
+from relaydsl.frontend.translate.literals import _Literal
+from relaydsl.frontend.translate.scoping import (
     _always_returns, _assigned_names, _contains_return, _free_names, _nested_functions,
 )
-from frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
+from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )

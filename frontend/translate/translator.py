@@ -1,12 +1,12 @@
 """`Translator`: the translation of one function definition, composed of its parts."""
 from __future__ import annotations
 
-from frontend.translate.expressions import Expressions
-from frontend.translate.functions import Functions
-from frontend.translate.kinds import ValueKinds
-from frontend.translate.loops import Loops
-from frontend.translate.python_values import PythonValues
-from frontend.translate.statements import Statements
+from relaydsl.frontend.translate.expressions import Expressions
+from relaydsl.frontend.translate.functions import Functions
+from relaydsl.frontend.translate.kinds import ValueKinds
+from relaydsl.frontend.translate.loops import Loops
+from relaydsl.frontend.translate.python_values import PythonValues
+from relaydsl.frontend.translate.statements import Statements
 
 
 class Translator(Functions, Statements, Loops, Expressions, PythonValues, ValueKinds):

@@ -21,6 +21,7 @@ from relaydsl.ir.types import DTYPES, Type, TypeVar, type_to_str
 
 if TYPE_CHECKING:
     from relaydsl.ir.adt import Pattern
+    from relaydsl.op.registry import OpDef
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -117,30 +118,45 @@ def const(value: AnyValue, dtype: str | None = None, *, span: Span | None = None
 @final
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Op(Expr):
-    """A primitive operator, defined once in the registry (relaydsl/op)."""
+    """A primitive operator. Its definition (relaydsl/op) declares it with ``declare_op``;
+    ``Op.get(name)`` is that one node, ``op.definition`` the definition."""
 
     name: str
 
     def __post_init__(self) -> None:
-        from relaydsl.op.registry import lookup
-
-        lookup(self.name)  # raises IRError with suggestions for an unknown name
+        if self.name not in _OP_DEFINITIONS:
+            raise IRError(f"unknown operator {self.name!r}.{suggest(self.name, _OP_DEFINITIONS)}")
 
     @staticmethod
     def get(name: str) -> "Op":
-        from relaydsl.op.registry import lookup
-
-        return lookup(name).op
+        node = _OP_NODES.get(name)
+        if node is None:
+            raise IRError(f"unknown operator {name!r}.{suggest(name, _OP_DEFINITIONS)}")
+        return node
 
     @property
-    def definition(self):  # -> relaydsl.op.registry.OpDef
-        from relaydsl.op.registry import lookup
+    def definition(self) -> "OpDef":
+        return _OP_DEFINITIONS[self.name]
 
-        return lookup(self.name)
+
+# The ops' definitions by name, filled by relaydsl.op.registry.register (the IR knows ops only
+# through this table, so it imports nothing of relaydsl.op).
+_OP_DEFINITIONS: dict[str, AnyValue] = {}
+_OP_NODES: dict[str, Op] = {}
+
+
+def declare_op(name: str, definition: AnyValue) -> Op:
+    """The IR node of a newly defined op (called once per op, by the op registry)."""
+    if name in _OP_DEFINITIONS:
+        raise IRError(f"op {name} is declared twice")
+    _OP_DEFINITIONS[name] = definition
+    node = _OP_NODES[name] = Op(name)
+    return node
 
 
 def op_call(name: str, *args: Expr, **attrs: AnyValue) -> "Call":
-    """``Call(Op.get(name), args, attrs)``: an operator call, by the operator's name."""
+    """``Call(Op.get(name), args, attrs)``: a call of an op named at run time (a user's
+    ``relay.<name>``, the text format); code that knows its op calls the OpDef instead."""
     return Call(Op.get(name), args, attrs)
 
 
@@ -350,6 +366,6 @@ def suggest(name: str, candidates: Mapping[str, AnyValue] | list[str]) -> str:
 __all__ = [
     "Expr", "Var", "GlobalVar", "Constant", "const", "Op", "Call", "Let", "Function", "Tuple",
     "TupleGetItem", "If", "Clause", "Match", "RefCreate", "RefRead", "RefWrite", "Grad", "suggest",
-    "op_call",
+    "op_call", "declare_op",
     "type_to_str",
 ]

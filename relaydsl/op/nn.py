@@ -45,7 +45,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import Any, Dim, DType, TensorType, TupleType, Type, type_to_str
-from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, register
+from relaydsl.op._legacy import OpDef, register
+from relaydsl.op.registry import REQUIRED, Attr, OpPattern
 from relaydsl.typing.relations import (
     FLOAT, RelationContext, attr_axis, broadcast_shapes, is_unknown, known_product, require_dtype,
     same_dtype, tensor_arg,

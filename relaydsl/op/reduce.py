@@ -15,7 +15,8 @@ import numpy as np
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import Dim, TensorType, Type, type_to_str
-from relaydsl.op.registry import Attr, OpDef, OpPattern, register
+from relaydsl.op._legacy import OpDef, register
+from relaydsl.op.registry import Attr, OpPattern
 from relaydsl.typing.relations import (
     ANY_DTYPE, FLOAT, NUMERIC, DTypeClass, RelationContext, attr_axes, attr_axis, require_dtype, shape_of,
     tensor_arg,

@@ -1,15 +1,31 @@
-"""The operator registry: one entry per op, read by every stage (DESIGN.md §3).
+"""The operator registry: one definition per op, read by every stage (DESIGN.md §3).
 
-An ``OpDef`` holds, for one operator: its name and inputs, the attribute
-schema (defaults, validation), the type relation, the fusion pattern kind,
-the NumPy reference (the interpreter's semantics), the JAX lowering (the
-test oracle's), and -- filled by later stages -- the gradient rule and the
-tensor-expression compute rule. Families of ops live one file each
-(tensor.py, reduce.py, transform.py, nn.py) and call ``register``.
+An ``OpDef`` holds every facet of one operator, written together in one block of one
+family file (tensor.py, reduce.py, transform.py, nn/...), as JAX's lax.py keeps a
+primitive's impl, JVP and lowerings side by side:
 
->>> from relaydsl.op import lookup
->>> lookup("add").pattern.name
+* name, inputs and the attribute schema (defaults, validation, docs);
+* the type relation (shapes and dtypes in, result type out);
+* the fusion pattern kind;
+* the NumPy reference (the interpreter's semantics) and the JAX lowering (the oracle's;
+  JAX is imported lazily, see lazy_jax.py);
+* the gradient rule, written in Relay, with its one-line math as its docstring (or
+  ``differentiable=False``);
+* the compute rule, written in ``relaydsl.te``, that backends lower;
+* ``Traits``: what other stages ask of an op instead of checking its name.
+
+An OpDef is complete and frozen once defined: ``register`` checks every facet. It is
+also how Relay code is built: calling it makes a ``Call`` (attributes by keyword, or
+positionally in the schema's order), and ``ops.<name>`` reaches any op without importing
+its family (what gradient rules of one family use to call another's ops).
+
+>>> from relaydsl.ir import TensorType, Var
+>>> from relaydsl.op import ops
+>>> ops.add.pattern.name
 'BROADCAST'
+>>> x = Var("x", TensorType((2, 3)))
+>>> ops.sum(x, 1).attrs.axis                 # attributes positionally, in schema order
+(1,)
 """
 from __future__ import annotations
 
@@ -20,7 +36,9 @@ from typing import Any as AnyValue, Callable
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs, freeze
 from relaydsl.ir.span import Span
+from relaydsl.ir.expr import Call, Expr, Op, declare_op, suggest
 from relaydsl.ir.types import DTYPES, FuncType, Kind, TypeRelation, TypeVar
+from relaydsl.te.rules import ComputeRule, checked
 
 
 class OpPattern(enum.IntEnum):
@@ -101,30 +119,77 @@ class Attr:
         return value
 
 
-@dataclass
+Relation = Callable[..., AnyValue]  # (arg types, attrs, RelationContext) -> result type
+GradientRule = Callable[[Call, Expr], list[Expr]]  # (call, output adjoint) -> input adjoints
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What stages other than the op's own definition may ask of it (never its name).
+
+    - ``result_arity(attrs)``: for an op whose result is a tuple, its number of fields
+      (None when the attributes do not fix it); None for an op with one tensor result.
+    - ``contraction``: a matrix product the backends run as a GEMM; fusion lets a 2-D
+      transpose feeding it join its group, and the GEMM reads that operand transposed.
+    - ``transpose``: a pure axis permutation (what a contraction can read through strides).
+    - ``foldable``: the result is a function of the argument values alone, so calls with
+      constant arguments may be evaluated at compile time (not dropout: its mask is random).
+    - ``fold_from_types(call)``: an expression equal to the call computed from its
+      arguments' types alone (shape_of of a static shape), or None.
+    - ``infers_inputs``: inputs whose type the relation works out from the others and the
+      attributes (TVM's dense with ``units``): a model's hidden parameters, left unannotated.
+    """
+
+    result_arity: Callable[[Attrs], int | None] | None = None
+    contraction: bool = False
+    transpose: bool = False
+    foldable: bool = True
+    fold_from_types: Callable[[Call], Expr | None] | None = None
+    infers_inputs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
 class OpDef:
     """Everything about one operator. See the module docstring."""
 
     name: str
     inputs: tuple[str, ...]
-    type_relation: Callable[..., AnyValue]
+    type_relation: Relation
     pattern: OpPattern
     numpy_ref: Callable[..., AnyValue]
     jax_lower: Callable[..., AnyValue]
+    compute: ComputeRule
+    gradient: GradientRule | None = None
+    differentiable: bool = True
     attrs: tuple[Attr, ...] = ()
     doc: str = ""
-    differentiable: bool = True
-    # Inputs whose type the relation can work out from the other inputs and the attributes
-    # (TVM's dense with `units`, conv2d with `channels`): left unannotated, as a model's hidden
-    # parameters are, they do not hold the relation back; the relation assigns their types.
-    infers_inputs: tuple[int, ...] = ()
-    gradient: Callable[..., AnyValue] | None = None  # filled by the differentiation issue
-    compute: Callable[..., AnyValue] | None = None  # filled by the te/llvm issue
-    op: AnyValue = field(default=None, repr=False)  # the IR Op node, set by register()
+    traits: Traits = Traits()
+    op: Op = field(init=False, repr=False)  # the IR node, made by register()
 
     @property
     def num_inputs(self) -> int:
         return len(self.inputs)
+
+    def __repr__(self) -> str:
+        return f"<op {self.name}>"
+
+    @property
+    def infers_inputs(self) -> tuple[int, ...]:
+        return self.traits.infers_inputs
+
+    def __call__(self, *args: AnyValue, span: Span | None = None, **attrs: AnyValue) -> Call:
+        """A call of this op: ``ops.sum(x, 1)`` or ``ops.sum(x, axis=1)``."""
+        if len(args) > self.num_inputs:
+            extra = args[self.num_inputs:]
+            if len(extra) > len(self.attrs):
+                raise IRError(f"{self.name} takes {self.num_inputs} input(s) and "
+                              f"{len(self.attrs)} attribute(s), got {len(args)} arguments", span)
+            for a, value in zip(self.attrs, extra):
+                if a.name in attrs:
+                    raise IRError(f"{self.name}: attribute {a.name!r} given twice", span)
+                attrs[a.name] = value
+            args = args[:self.num_inputs]
+        return Call(self.op, args, attrs, span=span)
 
     def check_call(self, args: tuple, attrs: Attrs, span: Span | None = None) -> Attrs:
         """Arity and attributes of a call; returns the attributes with defaults filled in."""
@@ -160,36 +225,44 @@ _REGISTRY: dict[str, OpDef] = {}
 
 
 def register(opdef: OpDef) -> OpDef:
-    """Add an op; each name is defined exactly once."""
-    from relaydsl.ir.expr import Op
-
-    if opdef.name in _REGISTRY:
-        raise ValueError(f"op {opdef.name} is registered twice")
-    _REGISTRY[opdef.name] = opdef
-    opdef.op = Op(opdef.name)
+    """Add a complete op (each name defined exactly once) and return it, frozen."""
+    name = opdef.name
+    if name in _REGISTRY:
+        raise ValueError(f"op {name} is registered twice")
+    missing = [facet for facet in ("type_relation", "numpy_ref", "jax_lower", "compute")
+               if not callable(getattr(opdef, facet))]
+    if opdef.differentiable != (opdef.gradient is not None):
+        missing.append("gradient" if opdef.differentiable else "differentiable=True")
+    if missing:
+        raise ValueError(f"op {name} is incomplete: {', '.join(missing)}")
+    object.__setattr__(opdef, "compute", checked(name, opdef.compute))
+    object.__setattr__(opdef, "op", declare_op(name, opdef))
+    _REGISTRY[name] = opdef
     return opdef
 
 
 def lookup(name: str) -> OpDef:
-    _ensure_loaded()
+    """The op called `name` (an IRError with suggestions for an unknown name)."""
     try:
         return _REGISTRY[name]
     except KeyError:
-        from relaydsl.ir.expr import suggest
-
         raise IRError(f"unknown operator {name!r}.{suggest(name, _REGISTRY)}") from None
 
 
 def all_ops() -> dict[str, OpDef]:
-    _ensure_loaded()
     return dict(_REGISTRY)
 
 
-_loaded = False
+class _Ops:
+    """``ops.<name>``: every registered op by its name, for code that builds Relay."""
+
+    def __getattr__(self, name: str) -> OpDef:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lookup(name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(_REGISTRY)
 
 
-def _ensure_loaded() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import relaydsl.op.families  # noqa: F401  (registers every family)
+ops = _Ops()

@@ -17,7 +17,8 @@ import numpy as np
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType, Type
-from relaydsl.op.registry import Attr, OpDef, OpPattern, register
+from relaydsl.op._legacy import OpDef, register
+from relaydsl.op.registry import Attr, OpPattern
 from relaydsl.typing.relations import (
     BOOL, FLOAT, NUMERIC, DTypeClass, RelationContext, broadcast_shapes, require_dtype, same_dtype,
     tensor_arg,

@@ -18,7 +18,8 @@ import numpy as np
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import AnyDim, Dim, TensorType, TupleType, Type, type_to_str
-from relaydsl.op.registry import Attr, OpDef, OpPattern, register
+from relaydsl.op._legacy import OpDef, register
+from relaydsl.op.registry import Attr, OpPattern
 from relaydsl.typing.relations import (
     INTEGER, RelationContext, attr_axes, attr_axis, identity_rel, known_product, known_sum,
     require_dtype, same_dtype, shape_of, slice_dim, tensor_arg, tensor_tuple_arg,

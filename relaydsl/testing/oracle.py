@@ -100,8 +100,8 @@ def assert_matches_jax(program: IRModule | Function, args: Sequence[AnyValue], *
 
     Returns our result.
     """
-    from backend.interpreter import to_value
-    from backend.target import get_target
+    from relaydsl.backend.interpreter import to_value
+    from relaydsl.backend.target import get_target
     from relaydsl.typing import infer_types
 
     mod = program if isinstance(program, IRModule) else IRModule.from_expr(program)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import backend.interpreter as interpreter
-from backend.interpreter import (
+import relaydsl.backend.interpreter as interpreter
+from relaydsl.backend.interpreter import (
     Closure, ConstructorValue, Interpreter, InterpreterError, RefValue, evaluate, list_items,
     list_value, to_value,
 )

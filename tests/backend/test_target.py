@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from backend.target import available_targets, get_target
+from relaydsl.backend.target import available_targets, get_target
 from relaydsl import Float, Tensor, relay
 
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from typeguard import TypeCheckError, check_type, typechecked
 
 import relaydsl  # first: relaydsl/__init__ imports frontend.annotations (an import cycle)
-import frontend.annotations as annotations
-from frontend.annotations import (
+import relaydsl.frontend.annotations as annotations
+from relaydsl.frontend.annotations import (
     AdtAnnotation, Any, Bool, Float, Float16, Float32, Float64, Fn, Int, Int8, Int16, Int32,
     Int64, List, Option, Tensor, Tree, UInt8, annotation_to_type, check_argument,
 )

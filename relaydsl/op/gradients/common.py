@@ -13,6 +13,7 @@ import numpy as np
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Call, Constant, Expr, Tuple, TupleGetItem, Var, const, op_call
 from relaydsl.ir.types import TensorType, TupleType, Type, has_float, is_float, type_to_str
+from relaydsl.op._legacy import attach
 from relaydsl.op.registry import lookup
 
 Rule = Callable[[Call, Expr], list[Expr]]
@@ -161,7 +162,7 @@ def _rule(*names: str) -> Callable[[Rule], Rule]:
             return rule(call, g)
 
         for name in names:
-            lookup(name).gradient = guarded
+            attach(name, "gradient", guarded)
         return rule
 
     return register

@@ -52,7 +52,8 @@ array([2., 3.], dtype=float32)
 from __future__ import annotations
 
 from relaydsl.errors import IRError
-from relaydsl.op.registry import lookup  # relaydsl.op imports this package in turn
+from relaydsl.op._legacy import attach  # relaydsl.op imports this package in turn
+from relaydsl.op.registry import lookup
 from relaydsl.te.compute_rules import dropout, nn, norm, reduce, transform
 from relaydsl.te.compute_rules.elementwise import (
     SCALAR_RULES, ComputeRule, Scalar, broadcast_read, checked, elementwise,
@@ -70,10 +71,7 @@ def _install() -> None:
     rules = {**{name: elementwise(name, s) for name, s in SCALAR_RULES.items()},
              **{name: checked(name, rule) for name, rule in RULES.items()}}
     for name, rule in rules.items():
-        opdef = lookup(name)
-        if opdef.compute is not None:
-            raise IRError(f"op {name} already has a compute rule")
-        opdef.compute = rule
+        attach(name, "compute", rule)
 
 
 _install()

@@ -17,71 +17,7 @@ from relaydsl.te import expr as E
 from relaydsl.te.expr import INT_DTYPES, PrimExpr, const
 from relaydsl.te.tensor import Tensor, compute
 
-# (attrs, inputs, out_type) -> the result: one tensor, or a tuple of them for a TupleType
-ComputeRule = Callable[[Attrs, list[Tensor], TensorType | TupleType],
-                       Tensor | tuple[Tensor, ...]]
-Scalar = Callable[..., PrimExpr]
-
-
-def broadcast_read(t: Tensor, out_index: Sequence[PrimExpr]) -> PrimExpr:
-    """``t`` read at the output index, NumPy-broadcast: right-aligned, extent-1 dims at 0."""
-    lead = len(out_index) - t.ndim
-    if lead < 0:
-        raise IRError(f"{t.name}{list(t.shape)} has more dimensions than the output")
-    return t[tuple(const(0) if extent == 1 else out_index[lead + d]
-                   for d, extent in enumerate(t.shape))]
-
-
-def checked(op_name: str, rule: ComputeRule) -> ComputeRule:
-    """``rule``, failing when its tensor's shape or dtype differ from ``out_type``'s.
-
-    For a ``TupleType`` result the rule must give a tuple of tensors, one per field,
-    each with its field's shape and dtype.
-    """
-
-    def run(attrs: Attrs, inputs: list[Tensor],
-            out_type: TensorType | TupleType) -> Tensor | tuple[Tensor, ...]:
-        out = rule(attrs, list(inputs), out_type)
-        if isinstance(out_type, TupleType):
-            if not isinstance(out, tuple) or len(out) != len(out_type.fields):
-                got = f"{len(out)} tensors" if isinstance(out, tuple) else "one tensor"
-                raise IRError(f"{op_name}: compute rule gave {got}, the op's type says a "
-                              f"tuple of {len(out_type.fields)}")
-            for n, (t, field) in enumerate(zip(out, out_type.fields)):
-                _check_tensor(f"{op_name} (result {n})", t, field)
-            return out
-        if isinstance(out, tuple):
-            raise IRError(f"{op_name}: compute rule gave a tuple of {len(out)} tensors, the "
-                          f"op's type says one tensor")
-        _check_tensor(op_name, out, out_type)
-        return out
-
-    run.__name__ = run.__qualname__ = f"{op_name}_compute"
-    return run
-
-
-def _check_tensor(what: str, out: Tensor, out_type: TensorType) -> None:
-    if not isinstance(out_type, TensorType):
-        raise IRError(f"{what}: the op's type {out_type} is not a tensor type")
-    shape = out_type.concrete_shape()
-    if out.dtype != out_type.dtype or out.shape != shape:
-        raise IRError(f"{what}: compute rule gave {out.dtype}{list(out.shape)}, "
-                      f"the op's type says {out_type.dtype}{list(shape)}")
-
-
-def elementwise(op_name: str, scalar: Scalar) -> ComputeRule:
-    """The rule of an op whose output element is ``scalar(attrs, *input elements)``."""
-
-    def rule(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
-        shape = out_type.concrete_shape()
-        out = compute(shape, lambda *idx: scalar(attrs, *(broadcast_read(t, idx) for t in inputs)),
-                      "T_" + op_name)
-        if out.dtype != out_type.dtype:
-            raise IRError(f"{op_name}: compute rule gave {out.dtype}, "
-                          f"the op's type says {out_type.dtype}")
-        return out
-
-    return rule
+from relaydsl.te.rules import ComputeRule, Scalar, broadcast_read, checked, elementwise  # noqa: F401
 
 
 def _relu(attrs: Attrs, x: PrimExpr) -> PrimExpr:

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from backend.llvm import jit
-from backend.llvm.kernel import compile_primitives
+from relaydsl.backend.llvm import jit
+from relaydsl.backend.llvm.kernel import compile_primitives
 from relaydsl.ir import Let, Tuple, TupleGetItem, Var
 from relaydsl.ir.expr import const
 from tests.backend.llvm.helpers import call, primitive, randn

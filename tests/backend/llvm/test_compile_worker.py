@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from backend.llvm import compile_worker, jit
+from relaydsl.backend.llvm import compile_worker, jit
 
 I64 = ctypes.c_int64
 

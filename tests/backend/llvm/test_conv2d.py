@@ -60,7 +60,7 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from backend.llvm import runtime
+    from relaydsl.backend.llvm import runtime
     from relaydsl.op.registry import lookup
     from tests.backend.llvm.test_gemm import _bench
 

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from backend.llvm.executor import compile_program
-from backend.llvm.static_plan import Buffer, StaticPlan, Step, plan_memory
+from relaydsl.backend.llvm.executor import compile_program
+from relaydsl.backend.llvm.static_plan import Buffer, StaticPlan, Step, plan_memory
 from relaydsl import Float, Int, Tensor, relay, relay_model
 from relaydsl.ir.parser import parse
 from relaydsl.ir.types import TensorType
@@ -196,9 +196,9 @@ def small_loss(x: Tensor[Float, (16, 20)], y: Tensor[Float, (16, 5)]) -> Float:
 
 
 def test_model_gradients_on_llvm_match_jax_grad(monkeypatch):
-    import backend.target
+    import relaydsl.backend.target
 
-    monkeypatch.setattr(backend.target, "DEFAULT_TARGET", "llvm")
+    monkeypatch.setattr(relaydsl.backend.target, "DEFAULT_TARGET", "llvm")
     model = relay.create_model(small_mlp, seed=3, init="glorot")
     x = rand(16, 20)
     y = np.eye(5, dtype=np.float32)[RNG.integers(0, 5, 16)]

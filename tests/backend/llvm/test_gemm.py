@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.llvm.gemm import Blocking
+from relaydsl.backend.llvm.gemm import Blocking
 from tests.backend.llvm.test_templates import build, check
 
 SIZES = [1, 2, 3, 7, 13, 16, 17, 31, 33, 64, 97]
@@ -95,7 +95,7 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from backend.llvm import runtime
+    from relaydsl.backend.llvm import runtime
 
     print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')} "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} "

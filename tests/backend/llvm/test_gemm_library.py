@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from backend.llvm import gemm_library, jit
-from backend.llvm.gemm import Blocking, GemmSpec, fit_blocking
-from backend.llvm.gemm_library import MicroTile
+from relaydsl.backend.llvm import gemm_library, jit
+from relaydsl.backend.llvm.gemm import Blocking, GemmSpec, fit_blocking
+from relaydsl.backend.llvm.gemm_library import MicroTile
 from tests.backend.llvm.test_templates import build, check
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -99,8 +99,8 @@ def test_packer_any_strides_and_widths(strides):
 def test_fresh_process_loads_the_library_from_disk(tmp_path):
     script = (
         "import numpy as np\n"
-        "from backend.llvm import jit\n"
-        "from backend.llvm.gemm import Blocking\n"
+        "from relaydsl.backend.llvm import jit\n"
+        "from relaydsl.backend.llvm.gemm import Blocking\n"
         "from tests.backend.llvm.test_templates import build, check\n"
         "bl = Blocking(vl=8, mr=7, nr=16, kc=64, mc=21, nc=64)\n"
         "check(build([('matmul', {}, (30, 20), (20, 40)),\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.llvm.kernel import compile_primitives
+from relaydsl.backend.llvm.kernel import compile_primitives
 from tests.backend.llvm.helpers import call, primitive
 
 F = "float32"

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from backend.llvm import jit, kernel as K
-from backend.llvm.kernel import compile_primitive, compile_primitives
+from relaydsl.backend.llvm import jit, kernel as K
+from relaydsl.backend.llvm.kernel import compile_primitive, compile_primitives
 from relaydsl.ir import Tuple
 from relaydsl.ir.expr import const
 from tests.backend.llvm.helpers import call, primitive, randn
@@ -110,8 +110,8 @@ def test_fresh_process_loads_from_disk_without_llvm(tmp_path, monkeypatch):
     assert list((tmp_path / "kernels").glob("*.o"))
     script = (
         "import numpy as np\n"
-        "from backend.llvm import jit\n"
-        "from backend.llvm.kernel import compile_primitive\n"
+        "from relaydsl.backend.llvm import jit\n"
+        "from relaydsl.backend.llvm.kernel import compile_primitive\n"
         "from tests.backend.llvm.test_kernel import _fn\n"
         "k = compile_primitive(_fn(7))\n"
         "x, y = np.ones((3, 7), 'float32'), np.arange(7, dtype='float32')\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.llvm.lower import lower, stable_digest
+from relaydsl.backend.llvm.lower import lower, stable_digest
 from relaydsl.errors import IRError
 from relaydsl.ir import Let, Tuple, TupleGetItem, Var
 from relaydsl.ir.expr import const
@@ -27,7 +27,7 @@ def test_scalar_constants_become_immediates_and_arrays_become_buffers():
     imm = [n.tensor for t in low.origin for n in post_order(t.body)
            if isinstance(n, TensorRead) and n.tensor.name == "T_const"]
     assert imm and isinstance(imm[0].body, FloatImm) and imm[0].body.value == 0.5
-    from backend.llvm.schedule import schedule
+    from relaydsl.backend.llvm.schedule import schedule
 
     assert [s.tensor.name for s in schedule(low, "t").stages] == ["T_add"]  # 0.5 inlined
 

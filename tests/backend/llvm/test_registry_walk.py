@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.llvm.kernel import compile_primitives
+from relaydsl.backend.llvm.kernel import compile_primitives
 from relaydsl.ir import Call, Function, Op, TensorType, Tuple, Var
 from relaydsl.op import lookup
 from relaydsl.typing import infer_type

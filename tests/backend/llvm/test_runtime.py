@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from backend.llvm import jit, runtime
+from relaydsl.backend.llvm import jit, runtime
 
 # count(ctx, begin, end): ctx[i] += 1 for i in [begin, end).
 # nested(ctx, begin, end): for each i, a parallel loop of count over the 8 counters at ctx + 8i.

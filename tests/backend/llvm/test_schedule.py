@@ -1,8 +1,8 @@
 """Schedule decisions: inlining, materialisation, loop order, parallelism."""
 from __future__ import annotations
 
-from backend.llvm.lower import lower
-from backend.llvm.schedule import schedule
+from relaydsl.backend.llvm.lower import lower
+from relaydsl.backend.llvm.schedule import schedule
 from relaydsl.ir import Tuple
 from relaydsl.ir.expr import const
 from tests.backend.llvm.helpers import call, primitive
@@ -56,7 +56,7 @@ def test_large_elementwise_stage_is_parallel_small_one_is_not():
     (big,) = _stages(primitive([((1 << 20,), F)], lambda x: call("tanh", x)))
     (small,) = _stages(primitive([((100,), F)], lambda x: call("tanh", x)))
     assert big.extent == 1 << 20 and not small.parallel
-    from backend.llvm.runtime import num_threads
+    from relaydsl.backend.llvm.runtime import num_threads
 
     assert big.parallel == (num_threads() > 1)
 
@@ -64,7 +64,7 @@ def test_large_elementwise_stage_is_parallel_small_one_is_not():
 def test_a_one_row_dense_is_generic_code_and_a_batch_is_the_gemm():
     import numpy as np
 
-    from backend.llvm.kernel import compile_primitive
+    from relaydsl.backend.llvm.kernel import compile_primitive
 
     row = primitive([((1, 128), F), ((512, 128), F)], lambda x, w: call("dense", x, w))
     batch = primitive([((8, 128), F), ((512, 128), F)], lambda x, w: call("dense", x, w))

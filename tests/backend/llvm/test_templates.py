@@ -13,8 +13,8 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from backend.llvm import jit, runtime
-from backend.llvm.templates import StageInfo, template_for
+from relaydsl.backend.llvm import jit, runtime
+from relaydsl.backend.llvm.templates import StageInfo, template_for
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType
 from relaydsl.op.registry import lookup

@@ -213,7 +213,7 @@ def test_typed_programs_print_with_types_and_round_trip(name, build):
 
 @pytest.mark.parametrize("start", [(1, 1, 5), (1, 1, 1), (1, 2, 1)])
 def test_figure2_printed_parsed_typed_and_run_like_the_python_loop(start):
-    from backend.interpreter import evaluate
+    from relaydsl.backend.interpreter import evaluate
 
     mod = infer_types(parse(astext(figure2_while_loop_module(start))))
     i32 = TensorType((1,), "int32")

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from backend.interpreter import Interpreter
+from relaydsl.backend.interpreter import Interpreter
 from relaydsl.ir import Call, Expr, Let, Op, TensorType, Tuple, TupleType, Var
 from relaydsl.ir.types import Kind, TypeVar
 from relaydsl.op import all_ops, lookup

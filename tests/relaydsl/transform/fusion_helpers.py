@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir import Call, Function, IRModule, Let, Op, TensorType
 from relaydsl.ir.parser import parse
 from relaydsl.ir.visitor import post_order

@@ -5,12 +5,13 @@ import doctest
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir import (
     Call, Constant, Function, GlobalVar, If, IRModule, Let, Match, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.adt import Constructor
 from relaydsl.op import lookup
+from relaydsl.testing.patching import patch_op
 from relaydsl.testing.random_programs import random_programs
 from relaydsl.transform import a_normal_form
 from relaydsl.transform._util import is_primitive
@@ -56,7 +57,7 @@ def count_calls(monkeypatch, op_name: str) -> list[int]:
         counter[0] += 1
         return original(*args, **attrs)
 
-    monkeypatch.setattr(definition, "numpy_ref", counting)
+    patch_op(monkeypatch, op_name, numpy_ref=counting)
     return counter
 
 

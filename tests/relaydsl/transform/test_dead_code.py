@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir.expr import Let
 from relaydsl.ir.parser import parse
 from relaydsl.transform.dead_code import eliminate_dead_code

@@ -3,7 +3,7 @@ import jax
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir import Call, Function, Grad, IRModule, Var
 from relaydsl.ir.expr import RefCreate
 from relaydsl.ir.visitor import post_order

@@ -1,7 +1,7 @@
 """Constant folding: constant op calls become constants; values are unchanged."""
 import numpy as np
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir.expr import Call, Op
 from relaydsl.ir.parser import parse
 from relaydsl.ir.visitor import post_order

@@ -226,7 +226,7 @@ def test_grad_of_a_function_not_returning_a_tensor_is_a_clear_error():
 
 
 def test_through_references():
-    from backend.interpreter import evaluate
+    from relaydsl.backend.interpreter import evaluate
     from relaydsl.ir import (
         Call, Function, Grad, IRModule, Let, Op, RefCreate, RefRead, RefWrite, TensorType, Var,
     )

@@ -4,7 +4,7 @@ import doctest
 
 from hypothesis import HealthCheck, given, settings
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir import Call, Function, If, IRModule, Let, Op, Tuple, TupleGetItem
 from relaydsl.testing.random_programs import random_programs
 from relaydsl.transform import graph_normal_form

@@ -1,7 +1,7 @@
 """inline_globals: calls of non-recursive globals are replaced by their bodies."""
 import numpy as np
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir.expr import Call, GlobalVar
 from relaydsl.ir.parser import parse
 from relaydsl.ir.visitor import post_order

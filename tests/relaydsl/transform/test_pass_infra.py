@@ -4,7 +4,7 @@ import doctest
 
 import pytest
 
-from backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate
 from relaydsl.errors import IRError
 from relaydsl.ir import Call, Function, Op, TensorType, Var
 from relaydsl.transform import pass_infra
