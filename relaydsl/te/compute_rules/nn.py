@@ -20,7 +20,7 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType
 from relaydsl.te import tensor as T
 from relaydsl.te.compute_rules.elementwise import ComputeRule
-from relaydsl.te.compute_rules.indexing import right_aligned
+from relaydsl.te.indexing import right_aligned
 from relaydsl.te.compute_rules.transform import reshape_rule
 from relaydsl.te.expr import (
     PrimExpr, cast, const, equal, exp, log, maximum, minimum, not_equal, select,

@@ -16,7 +16,7 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType
 from relaydsl.te import tensor as T
 from relaydsl.te.compute_rules.elementwise import ComputeRule
-from relaydsl.te.compute_rules.indexing import norm_axes, over_axes, ravel
+from relaydsl.te.indexing import norm_axes, over_axes, ravel
 from relaydsl.te.expr import PrimExpr, cast, const, equal, not_equal, select
 from relaydsl.te.tensor import Reducer, Tensor, compute, reduce_axis
 

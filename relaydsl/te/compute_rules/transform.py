@@ -19,7 +19,7 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType, TupleType
 from relaydsl.te import tensor as T
 from relaydsl.te.compute_rules.elementwise import ComputeRule, broadcast_read
-from relaydsl.te.compute_rules.indexing import norm_axes, ravel, unravel
+from relaydsl.te.indexing import norm_axes, ravel, unravel
 from relaydsl.te.expr import PrimExpr, cast, const, equal, maximum, minimum, select
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
 
