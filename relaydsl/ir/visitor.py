@@ -43,6 +43,52 @@ _VISIT_NAME = {
 }
 
 
+def pattern_vars(p: Pattern) -> list[Var]:
+    """The variables a pattern binds, left to right."""
+    if isinstance(p, PatternVar):
+        return [p.var]
+    if isinstance(p, (PatternConstructor, PatternTuple)):
+        return [v for sub in p.patterns for v in pattern_vars(sub)]
+    return []
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """The direct subexpressions of `expr`, in evaluation order: what every walk visits.
+
+    Binding occurrences are included (a let's variable, a function's parameters, the
+    variables a match clause binds) before the expressions in their scope. Ops,
+    constructors, globals, constants and variables have none.
+
+    >>> from relaydsl.ir.expr import If, Let, Var, const
+    >>> x = Var("x")
+    >>> [type(c).__name__ for c in children(Let(x, const(1.0), x))]
+    ['Var', 'Constant', 'Var']
+    """
+    if isinstance(expr, Call):
+        return (expr.op, *expr.args)
+    if isinstance(expr, Let):
+        return (expr.var, expr.value, expr.body)
+    if isinstance(expr, Function):
+        return (*expr.params, expr.body)
+    if isinstance(expr, Tuple):
+        return expr.fields
+    if isinstance(expr, TupleGetItem):
+        return (expr.tuple_value,)
+    if isinstance(expr, If):
+        return (expr.cond, expr.true_branch, expr.false_branch)
+    if isinstance(expr, Match):
+        return (expr.data, *(e for c in expr.clauses for e in (*pattern_vars(c.lhs), c.rhs)))
+    if isinstance(expr, Grad):
+        return (expr.fn,)
+    if isinstance(expr, RefCreate):
+        return (expr.value,)
+    if isinstance(expr, RefRead):
+        return (expr.ref,)
+    if isinstance(expr, RefWrite):
+        return (expr.ref, expr.value)
+    return ()
+
+
 class ExprVisitor:
     """Visits every node once. Override ``visit_*``; call the base method to recurse."""
 
@@ -403,7 +449,8 @@ def type_vars_of(t: Type) -> list[TypeVar]:
 
 
 __all__ = [
-    "ExprVisitor", "ExprMutator", "post_order", "free_vars", "TypeMutator", "substitute_types",
+    "ExprVisitor", "ExprMutator", "children", "pattern_vars", "post_order", "free_vars",
+    "TypeMutator", "substitute_types",
     "type_vars_of", "AnyDim", "GlobalTypeVar",
 ]
 
