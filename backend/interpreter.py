@@ -51,6 +51,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType, TupleType, Type, type_to_str
 from relaydsl.ir.visitor import deep_recursion, free_vars
+from relaydsl.prelude import prelude_definitions
 
 
 class InterpreterError(RelayError, RuntimeError):
@@ -541,8 +542,6 @@ def list_items(value: Value) -> list[Value]:
 
 def _list_constructors(mod: IRModule | None) -> tuple[Constructor, Constructor]:
     if mod is None:
-        from relaydsl.ir.prelude import prelude_definitions
-
         list_type = prelude_definitions()[0][0]
     else:
         list_type = mod.get_type("List")

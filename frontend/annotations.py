@@ -39,6 +39,7 @@ from relaydsl.ir.types import (
     Any, AnyDim, FuncType, Kind, RefType, TensorType, TupleType, Type, TypeCall, TypeVar,
     type_to_str,
 )
+from relaydsl.prelude import prelude_definitions
 
 __all__ = [
     "Any", "AdtAnnotation", "Bool", "DTypeMarker", "Float", "Float16", "Float32", "Float64",
@@ -245,8 +246,6 @@ class AdtAnnotation:
 
 
 def _prelude_adt(name: str) -> AdtAnnotation:
-    from relaydsl.ir.prelude import prelude_definitions
-
     types, _ = prelude_definitions()
     return AdtAnnotation(next(td for td in types if td.header.name == name))
 

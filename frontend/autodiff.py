@@ -24,15 +24,16 @@ from typing import TYPE_CHECKING, Any as AnyValue
 
 import numpy as np
 
+from relaydsl.backend.target import Program, get_target
 from relaydsl.frontend import annotations
 from relaydsl.ir.expr import Call, Function, Grad, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, is_float
+from relaydsl.typing import infer_types
 
 if TYPE_CHECKING:
-    from relaydsl.backend.target import Program
     from relaydsl.frontend.decorators import RelayFunction
-    from relaydsl.model import Model
+    from relaydsl.frontend.model import Model
 
 
 class GradFunction:
@@ -56,9 +57,6 @@ class GradFunction:
 
 def _lowered(fn: "RelayFunction", main: Function) -> tuple["Program", Function]:
     """The program computing `main` compiled for the default target, and `main` typed."""
-    from relaydsl.backend.target import get_target
-    from relaydsl.typing import infer_types
-
     mod = fn.mod.copy()
     mod.add("__grad_main", main)
     infer_types(mod)
@@ -105,7 +103,7 @@ class ModelGrad:
 def grad(*args: AnyValue) -> AnyValue:
     """``relay.grad(f)`` or ``relay.grad(model, loss[, args])``; see the module docstring."""
     from relaydsl.frontend.decorators import RelayFunction
-    from relaydsl.model import Model
+    from relaydsl.frontend.model import Model
 
     if len(args) == 1 and isinstance(args[0], RelayFunction):
         return GradFunction(args[0])

@@ -23,32 +23,32 @@ import functools
 import itertools
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any as AnyValue, Callable
+from typing import Any as AnyValue, Callable
 
 import numpy as np
 
+from relaydsl.backend.interpreter import Closure
+from relaydsl.backend.target import Program, get_target
+from relaydsl.errors import DSLSyntaxError
 from relaydsl.frontend import annotations
+from relaydsl.frontend.adt import USER_TYPES
 from relaydsl.frontend.autodiff import grad
 from relaydsl.frontend.layers import LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, is_layer_call
 from relaydsl.frontend.source import Source
 from relaydsl.frontend.translate import Resolver, Translator
-from relaydsl.errors import DSLSyntaxError
+from relaydsl.ir.adt import TypeData
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
-from relaydsl.ir.adt import TypeData
 from relaydsl.ir.types import FuncType, GlobalTypeVar, TensorType, Type, TypeCall
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator
-
-if TYPE_CHECKING:
-    from relaydsl.backend.target import Program
+from relaydsl.prelude import prelude_definitions
+from relaydsl.typing import infer_types
 
 _used_global_names: set[str] = set()
 
 
 def _unique_global_name(name: str) -> str:
-    from relaydsl.ir.prelude import prelude_definitions
-
     taken = _used_global_names | {gv.name_hint for gv in prelude_definitions()[1]}
     candidate = name
     for i in itertools.count(2):
@@ -185,7 +185,7 @@ class RelayFunction:
                        args: list, kwargs: dict[str, ast.expr]) -> Expr | None:
         """create_model, grad(model, loss, data), update_model_params, export_model."""
         from relaydsl.frontend import training
-        from relaydsl import model as model_api
+        from relaydsl.frontend import model as model_api
 
         env = translator.current_env
         if target is model_api.create_model:
@@ -279,8 +279,6 @@ class RelayFunction:
     def mod(self) -> IRModule:
         """The typed module: this function and every decorated function it reaches."""
         if self._module is None:
-            from relaydsl.typing import infer_types
-
             mod = IRModule()
             pending, seen = [self], set()
             while pending:
@@ -311,8 +309,6 @@ class RelayFunction:
 
     # ---- running -------------------------------------------------------------
     def build(self, target: str | None = None, **options: AnyValue) -> "Executable":
-        from relaydsl.backend.target import get_target
-
         target = get_target(target).name
         key = (target, tuple(sorted(options.items())))
         exe = self._executables.get(key)
@@ -332,8 +328,6 @@ class Executable:
     """A compiled function for one target: checks its arguments, runs, returns NumPy values."""
 
     def __init__(self, fn: RelayFunction, target: str, options: dict[str, AnyValue]):
-        from relaydsl.backend.target import get_target
-
         self.fn, self.target, self.options = fn, target, options
         self.program = get_target(target).build(fn.mod, fn.global_var.name_hint, options)
         self.type = fn.checked_type
@@ -365,8 +359,6 @@ class Executable:
 
 def to_python(value: AnyValue, program: "Program") -> AnyValue:
     """Results for Python: arrays, tuples, and closures as plain callables (NumPy in and out)."""
-    from relaydsl.backend.interpreter import Closure
-
     if isinstance(value, tuple):
         return tuple(to_python(v, program) for v in value)
     if isinstance(value, Closure):
@@ -388,13 +380,18 @@ def _replace_globals(fn: Function, mapping: dict[GlobalVar, GlobalVar]) -> Funct
     if not mapping:
         return fn
 
-    class _Replace(ExprMutator):
-        def visit_global_var(self, gv: GlobalVar) -> Expr:
-            return mapping.get(gv, gv)
-
-    out = _Replace().visit(fn)
+    out = _ReplaceGlobals(mapping).visit(fn)
     assert isinstance(out, Function)
     return out
+
+
+class _ReplaceGlobals(ExprMutator):
+    def __init__(self, mapping: dict[GlobalVar, GlobalVar]) -> None:
+        super().__init__()
+        self.mapping = mapping
+
+    def visit_global_var(self, gv: GlobalVar) -> Expr:
+        return self.mapping.get(gv, gv)
 
 
 class RelayModelFunction(RelayFunction):
@@ -417,50 +414,59 @@ class RelayModelFunction(RelayFunction):
 
 def _user_types_in(fn: Function) -> list[TypeData]:
     """The ADTs declared in Python that `fn` constructs, matches or mentions in annotations."""
-    from relaydsl.frontend.adt import USER_TYPES
+    collect = _CollectUserTypes(USER_TYPES)
+    collect.visit(fn)
+    return collect.found
 
-    found: list[TypeData] = []
 
-    def note_header(header: GlobalTypeVar) -> None:
-        td = USER_TYPES.get(header)
-        if td is not None and td not in found:
-            found.append(td)
+class _CollectUserTypes(ExprVisitor):
+    """The user ADTs an expression mentions, and those their constructors' fields mention."""
+
+    def __init__(self, user_types: dict[GlobalTypeVar, TypeData]) -> None:
+        super().__init__()
+        self.user_types = user_types
+        self.found: list[TypeData] = []
+
+    def note_header(self, header: GlobalTypeVar) -> None:
+        td = self.user_types.get(header)
+        if td is not None and td not in self.found:
+            self.found.append(td)
             for c in td.constructors:
                 for t in c.inputs:
-                    note_type(t)
+                    self.note_type(t)
 
-    def note_type(t: Type | None) -> None:
+    def note_type(self, t: Type | None) -> None:
         if t is None:
             return
         for sub in _type_calls(t):
-            note_header(sub.func)
+            self.note_header(sub.func)
 
-    class _Collect(ExprVisitor):
-        def visit_constructor(self, c) -> None:
-            note_header(c.belong_to)
+    def visit_constructor(self, c) -> None:
+        self.note_header(c.belong_to)
 
-        def visit_var(self, v: Var) -> None:
-            note_type(v.type_annotation)
+    def visit_var(self, v: Var) -> None:
+        self.note_type(v.type_annotation)
 
-        def visit_function(self, f: Function) -> None:
-            note_type(f.ret_type)
-            super().visit_function(f)
-
-    _Collect().visit(fn)
-    return found
+    def visit_function(self, f: Function) -> None:
+        self.note_type(f.ret_type)
+        super().visit_function(f)
 
 
 def _type_calls(t: Type) -> list[TypeCall]:
-    out: list[TypeCall] = []
+    find = _FindTypeCalls()
+    find.visit(t)
+    return find.found
 
-    class _Find(TypeMutator):
-        def visit(self, x: Type) -> Type:
-            if isinstance(x, TypeCall):
-                out.append(x)
-            return super().visit(x)
 
-    _Find().visit(t)
-    return out
+class _FindTypeCalls(TypeMutator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[TypeCall] = []
+
+    def visit(self, x: Type) -> Type:
+        if isinstance(x, TypeCall):
+            self.found.append(x)
+        return super().visit(x)
 
 
 def _closure_dict(pyfunc: Callable) -> dict[str, AnyValue]:

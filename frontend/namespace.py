@@ -20,8 +20,15 @@ from typing import Any as AnyValue, Callable
 
 import numpy as np
 
+from relaydsl.errors import DSLSyntaxError, RelayTypeError
 from relaydsl.frontend import annotations
 from relaydsl.frontend.layers import LAYERS
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import suggest
+from relaydsl.ir.types import TensorType, TupleType
+from relaydsl.op import all_ops, lookup
+from relaydsl.prelude import prelude_definitions
+from relaydsl.typing.relations import check_relation
 
 
 class OpFunction:
@@ -31,10 +38,6 @@ class OpFunction:
         self.name = name
 
     def __call__(self, *args: AnyValue, **attrs: AnyValue) -> AnyValue:
-        from relaydsl.ir.attrs import Attrs
-        from relaydsl.op import lookup
-        from relaydsl.typing.relations import check_relation
-
         opdef = lookup(self.name)
         values = [_array(a) for a in args]
         attrs = opdef.check_call(tuple(values), Attrs(attrs))
@@ -59,8 +62,6 @@ class PreludeFunction:
     """``relay.map``, ``relay.foldl``, ...: a global function of the prelude."""
 
     def __init__(self, name: str):
-        from relaydsl.ir.prelude import prelude_definitions
-
         self.name = name
         self.global_var = next(gv for gv in prelude_definitions()[1] if gv.name_hint == name)
 
@@ -92,8 +93,6 @@ def _array(value: AnyValue) -> AnyValue:
 
 
 def _type_of(value: AnyValue):
-    from relaydsl.ir.types import TensorType, TupleType
-
     if isinstance(value, tuple):
         return TupleType(tuple(_type_of(v) for v in value))
     return TensorType(value.shape, value.dtype.name)
@@ -117,9 +116,6 @@ class RelayNamespace:
         return relay_decorator(pyfunc)
 
     def __getattr__(self, name: str) -> AnyValue:
-        from relaydsl.ir.prelude import prelude_definitions
-        from relaydsl.op import all_ops
-
         if name in all_ops():
             return OpFunction(name)
         if name in _PRELUDE_FUNCTIONS:
@@ -133,14 +129,10 @@ class RelayNamespace:
         api = _api()
         if name in api:
             return api[name]
-        from relaydsl.ir.expr import suggest
-
         known = [*all_ops(), *_PRELUDE_FUNCTIONS, *LAYERS, *api]
         raise AttributeError(f"relay has no operator or function {name!r}.{suggest(name, known)}")
 
     def __dir__(self) -> list[str]:
-        from relaydsl.op import all_ops
-
         return sorted({*all_ops(), *_PRELUDE_FUNCTIONS, *LAYERS, *_api(), "Any", "Fn", "List",
                        "Option", "Tree"})
 
@@ -150,14 +142,12 @@ class RelayNamespace:
 
 def _api() -> dict[str, AnyValue]:
     """The non-operator functions of the namespace."""
-    from relaydsl.errors import DSLSyntaxError, RelayTypeError
-
     def build(fn, target: str = "interp", **options):
         """Compile a decorated function for `target` ("interp"); returns a callable."""
         return fn.build(target, **options)
 
     from relaydsl import datasets
-    from relaydsl.model import (
+    from relaydsl.frontend.model import (
         SGD, Adam, Model, Momentum, create_model, export_model, load_model, save_model,
         update_model_params,
     )

@@ -37,7 +37,7 @@ class ModelValue:
 
 
 def create_model(tr: "Translator", owner: "RelayFunction", node, model_fn, static: dict) -> Expr:
-    from relaydsl.model import create_model as create
+    from relaydsl.frontend.model import create_model as create
 
     params = create(model_fn, **static).params
     owner._to_global(model_fn)

@@ -10,6 +10,7 @@
 """
 from relaydsl.errors import DSLSyntaxError, IRError, ParseError, RelayError, RelayTypeError
 import relaydsl.op  # noqa: E402,F401,I001  (defines every op before anything builds Relay)
+import relaydsl.prelude  # noqa: E402,F401,I001  (installs the prelude every IRModule starts with)
 
 # The user-facing names live in the frontend package; imported last (it builds on relaydsl).
 from relaydsl.frontend.annotations import (  # noqa: E402

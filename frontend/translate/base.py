@@ -6,13 +6,14 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.frontend.source import Source
 from relaydsl.frontend.translate.bindings import Env, _is_atomic, _let_all
 from relaydsl.frontend.translate.literals import _Literal
-from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.ir.expr import Call, Expr, Op, Var
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import Type, TypeVar
+from relaydsl.op.registry import OpPattern, lookup
 
 if TYPE_CHECKING:
     from relaydsl.frontend.translate.kinds import Kind
@@ -97,8 +98,6 @@ class TranslatorBase:
         """An operator's arguments. A number meeting a tensor in an elementwise operator takes
         its dtype (``x * 2``, ``relay.where(c, x, 0.0)``); elsewhere it keeps its own
         (``relay.take(x, 0)``)."""
-        from relaydsl.op.registry import OpPattern, lookup
-
         try:
             broadcast = lookup(name).pattern is OpPattern.BROADCAST
         except IRError:

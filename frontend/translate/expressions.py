@@ -4,13 +4,14 @@ from __future__ import annotations
 import ast
 import operator
 
+from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.frontend.translate.base import TranslatorBase
 from relaydsl.frontend.translate.bindings import Env, _is_atomic, _let_all
 from relaydsl.frontend.translate.kinds import _declared_result_kind, _is_tuple_kind
 from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
 from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_EXPRESSIONS
-from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.ir.expr import Call, Expr, GlobalVar, If, Op, Tuple, TupleGetItem, Var
+from relaydsl.prelude import prelude_definitions
 
 _BINOPS = {
     ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
@@ -287,8 +288,6 @@ class Expressions(TranslatorBase):
         return value.value
 
     def list_literal(self, node: ast.List, env: Env) -> Expr:
-        from relaydsl.ir.prelude import prelude_definitions
-
         cons, nil = prelude_definitions()[0][0].constructors
         out: Expr = Call(nil, (), span=self.span(node))
         lets: list[tuple[Var, Expr]] = []

@@ -10,7 +10,8 @@ from relaydsl.ir.adt import Constructor
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Op, Tuple, TupleGetItem, Var,
 )
-from relaydsl.ir.types import TensorType, Type
+from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
+from relaydsl.prelude import prelude_definitions
 
 if TYPE_CHECKING:
     from relaydsl.frontend.translate.bindings import Env
@@ -26,8 +27,6 @@ def _is_tuple_kind(kind: Kind) -> bool:
 
 def _kind_of_type(t: Type | None) -> Kind:
     """What a declared type says of a value: a tuple type gives the kinds of its fields."""
-    from relaydsl.ir.types import FuncType, TupleType, TypeCall
-
     if isinstance(t, TensorType):
         return "tensor"
     if isinstance(t, TupleType):
@@ -91,8 +90,6 @@ class ValueKinds(TranslatorBase):
         if isinstance(e, Call) and isinstance(e.op, Constructor) and e.op.belong_to.name == "List":
             return "list"
         if isinstance(e, Call) and isinstance(e.op, GlobalVar):
-            from relaydsl.ir.prelude import prelude_definitions
-
             prelude = prelude_definitions()[1].get(e.op)  # relay.map, relay.zip, ...
             return _kind_of_type(prelude.ret_type) if prelude is not None else None
         if isinstance(e, Function):

@@ -18,6 +18,7 @@ from relaydsl.ir.adt import PatternConstructor, PatternVar
 from relaydsl.ir.expr import (
     Call, Clause, Expr, Function, If, Let, Match, Op, Tuple, TupleGetItem, Var, const,
 )
+from relaydsl.prelude import prelude_definitions
 
 
 class Loops(TranslatorBase):
@@ -170,8 +171,6 @@ class Loops(TranslatorBase):
 
     def _list_function(self, s: ast.For, loop_var: Var, params: list[Var], env: Env,
                        state: list[str], iterable, result: Callable[[Env], Expr]) -> Function:
-        from relaydsl.ir.prelude import prelude_definitions
-
         list_t = prelude_definitions()[0][0]
         cons, nil = list_t.constructors
         xs, head, tail = Var("xs"), Var("x"), Var("rest")

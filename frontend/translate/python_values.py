@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any as AnyValue, Callable
 
 import numpy as np
 
+from relaydsl.errors import IRError
 from relaydsl.frontend.translate.base import TranslatorBase
 from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
-from relaydsl.errors import IRError
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Var
 from relaydsl.ir.types import Type, TypeVar
+from relaydsl.op import lookup
 
 if TYPE_CHECKING:
     from relaydsl.frontend.translate.translator import Translator
@@ -62,8 +63,6 @@ class PythonValues(TranslatorBase):
 
     def _op_as_function(self, name: str, node: ast.AST) -> Function:
         """``relay.tanh`` passed as a value: ``fn (%data) { tanh(%data) }``."""
-        from relaydsl.op import lookup
-
         span = self.span(node)
         params = [Var(p, span=span) for p in lookup(name).inputs]
         try:

@@ -154,6 +154,11 @@ def declare_op(name: str, definition: AnyValue) -> Op:
     return node
 
 
+def op_names() -> list[str]:
+    """The names of every declared op."""
+    return list(_OP_DEFINITIONS)
+
+
 def op_call(name: str, *args: Expr, **attrs: AnyValue) -> "Call":
     """``Call(Op.get(name), args, attrs)``: a call of an op named at run time (a user's
     ``relay.<name>``, the text format); code that knows its op calls the OpDef instead."""
@@ -366,6 +371,6 @@ def suggest(name: str, candidates: Mapping[str, AnyValue] | list[str]) -> str:
 __all__ = [
     "Expr", "Var", "GlobalVar", "Constant", "const", "Op", "Call", "Let", "Function", "Tuple",
     "TupleGetItem", "If", "Clause", "Match", "RefCreate", "RefRead", "RefWrite", "Grad", "suggest",
-    "op_call", "declare_op",
+    "op_call", "op_names", "declare_op",
     "type_to_str",
 ]

@@ -9,12 +9,33 @@ True
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from relaydsl.errors import IRError
 from relaydsl.ir.adt import Constructor, TypeData
 from relaydsl.ir.expr import Expr, Function, GlobalVar, suggest
 from relaydsl.ir.types import GlobalTypeVar
+
+Prelude = tuple[tuple[TypeData, ...], dict[GlobalVar, Function]]
+"""The prelude's ADTs and global functions."""
+
+# The prelude calls ops, so it is defined above the op layer (relaydsl/prelude.py) and installs
+# itself here: the IR knows it only through this slot, as it knows ops only through Op's table.
+_prelude: Callable[[], Prelude] | None = None
+
+
+def install_prelude(definitions: Callable[[], Prelude]) -> None:
+    """Make `definitions()` the prelude every ``IRModule()`` starts with (relaydsl.prelude calls
+    this once, when imported; ``import relaydsl`` imports it)."""
+    global _prelude
+    _prelude = definitions
+
+
+def installed_prelude() -> Prelude:
+    """The installed prelude's ADTs and global functions (the same nodes for every module)."""
+    if _prelude is None:
+        raise IRError("the prelude is not installed: import relaydsl (relaydsl.prelude) first")
+    return _prelude()
 
 
 class IRModule:
@@ -30,9 +51,7 @@ class IRModule:
         self._constructors: dict[str, Constructor] = {}
         self.prelude_names: frozenset[str] = frozenset()
         if prelude:
-            from relaydsl.ir.prelude import prelude_definitions
-
-            types, funcs = prelude_definitions()
+            types, funcs = installed_prelude()
             for td in types:
                 self.add_type(td)
             for gv, fn in funcs.items():

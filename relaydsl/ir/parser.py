@@ -56,7 +56,7 @@ from relaydsl.ir.adt import (
 )
 from relaydsl.ir.expr import (
     Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
-    RefWrite, Tuple, TupleGetItem, Var, suggest,
+    RefWrite, Tuple, TupleGetItem, Var, op_names, suggest,
 )
 from relaydsl.ir.lexer import NUMBER, Source, Token, split_metadata, tokenize
 from relaydsl.ir.module import IRModule
@@ -381,9 +381,7 @@ class _Parser:
         try:
             return Op.get(tok.text)
         except IRError:
-            from relaydsl.op.registry import all_ops
-
-            hint = suggest(tok.text, [*all_ops(), *self.ctors])
+            hint = suggest(tok.text, [*op_names(), *self.ctors])
             raise self.error(f"unknown operator or constructor {tok.text!r}.{hint}", tok) from None
 
     def number(self, tok: Token) -> Constant:

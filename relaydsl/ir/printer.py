@@ -44,7 +44,7 @@ from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
     Tuple, TupleGetItem, Var,
 )
-from relaydsl.ir.module import IRModule
+from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import DTYPES, Type, TypeVar, type_param_to_str, type_to_str
 
 VERSION = "0.0.5"
@@ -94,9 +94,7 @@ def _module_type_names(mod: IRModule | None) -> frozenset[str]:
     """Names a type variable must not take: keywords, dtypes and ADT names (the prelude's
     when there is no module)."""
     if mod is None:
-        from relaydsl.ir.prelude import prelude_definitions
-
-        return RESERVED_TYPE_NAMES | {td.header.name for td in prelude_definitions()[0]}
+        return RESERVED_TYPE_NAMES | {td.header.name for td in installed_prelude()[0]}
     return RESERVED_TYPE_NAMES | {h.name for h in mod.type_definitions}
 
 

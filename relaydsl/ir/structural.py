@@ -41,6 +41,8 @@ from relaydsl.ir.expr import (
     Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.printer import astext
+from relaydsl.ir.visitor import children
 from relaydsl.ir.types import (
     AnyDim, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, TypeVar,
 )
@@ -448,8 +450,6 @@ def assert_structural_equal(a: Node, b: Node, map_free_vars: bool = False) -> No
 
 
 def _text(x: AnyValue) -> str:
-    from relaydsl.ir.printer import astext
-
     if isinstance(x, (Expr, Type, IRModule)):
         try:
             return astext(x)
@@ -561,7 +561,7 @@ class _Hasher:
                 continue
             self.label_binders(e)
             todo.append((_EXIT, e))
-            todo.extend((_ENTER, c) for c in reversed(_children(e)))
+            todo.extend((_ENTER, c) for c in reversed(children(e)))
         return values[-1]
 
     def label_binders(self, e: Expr) -> None:
@@ -577,7 +577,7 @@ class _Hasher:
 
     def combine(self, e: Expr, values: list[int]) -> int:
         """The hash of `e` from its children's hashes (popped from `values`)."""
-        n = len(_children(e))
+        n = len(children(e))
         kids = tuple(values[len(values) - n:])
         del values[len(values) - n:]
         if isinstance(e, Constant):
@@ -600,33 +600,6 @@ class _Hasher:
         if isinstance(e, Match):
             return hash(("match", e.complete, self.patterns.pop(id(e)), kids))
         return hash((type(e).__name__, kids))
-
-
-def _children(e: Expr) -> list[Expr]:
-    """The sub-expressions of `e`, in evaluation order."""
-    if isinstance(e, Call):
-        return [e.op, *e.args]
-    if isinstance(e, Let):
-        return [e.value, e.body]
-    if isinstance(e, Function):
-        return [e.body]
-    if isinstance(e, Tuple):
-        return list(e.fields)
-    if isinstance(e, TupleGetItem):
-        return [e.tuple_value]
-    if isinstance(e, If):
-        return [e.cond, e.true_branch, e.false_branch]
-    if isinstance(e, Match):
-        return [e.data, *(c.rhs for c in e.clauses)]
-    if isinstance(e, RefCreate):
-        return [e.value]
-    if isinstance(e, RefRead):
-        return [e.ref]
-    if isinstance(e, RefWrite):
-        return [e.ref, e.value]
-    if isinstance(e, Grad):
-        return [e.fn]
-    return []
 
 
 def _shallow(e: Expr) -> tuple:

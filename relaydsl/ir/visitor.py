@@ -24,6 +24,7 @@ from typing import Callable
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
+from relaydsl.ir.adt import pattern_vars
 from relaydsl.ir.expr import (
     Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var,
@@ -87,6 +88,33 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     if isinstance(expr, RefWrite):
         return (expr.ref, expr.value)
     return ()
+
+
+def scoped_children(expr: Expr) -> list[tuple[Expr, int | None]]:
+    """``children(expr)``, each with the number of the scope it opens, or None in `expr`'s own.
+
+    A function's body (0), an if's branches (0: then, 1: else) and a match's clauses (by
+    position) open scopes; everything else -- binding occurrences, a let's value and body, a
+    call's arguments, an if's condition -- is in `expr`'s scope. Passes that bind values per
+    scope (A-normal form, fusion regions) walk with this.
+
+    >>> from relaydsl.ir.expr import If, Var
+    >>> c, a, b = Var("c"), Var("a"), Var("b")
+    >>> [(v.name_hint, scope) for v, scope in scoped_children(If(c, a, b))]
+    [('c', None), ('a', 0), ('b', 1)]
+    """
+    kids = children(expr)
+    if isinstance(expr, Function):
+        scopes: list[int | None] = [*(None for _ in expr.params), 0]
+    elif isinstance(expr, If):
+        scopes = [None, 0, 1]
+    elif isinstance(expr, Match):
+        scopes = [None]
+        for i, clause in enumerate(expr.clauses):
+            scopes += [*(None for _ in pattern_vars(clause.lhs)), i]
+    else:
+        scopes = [None] * len(kids)
+    return list(zip(kids, scopes, strict=True))
 
 
 class ExprVisitor:
@@ -327,52 +355,58 @@ class ExprMutator:
 
 def post_order(expr: Expr, fn: Callable[[Expr], None]) -> None:
     """Call `fn` on every sub-expression once, children before parents."""
+    _PostOrder(fn).visit(expr)
 
-    class _PostOrder(ExprVisitor):
-        def visit(self, e: Expr) -> None:
-            if id(e) in self.memo:
-                return
-            super().visit(e)
-            fn(e)
 
-        def visit_let_binding(self, let: Let) -> None:
-            pass
+class _PostOrder(ExprVisitor):
+    def __init__(self, fn: Callable[[Expr], None]) -> None:
+        super().__init__()
+        self.fn = fn
 
-    _PostOrder().visit(expr)
+    def visit(self, e: Expr) -> None:
+        if id(e) in self.memo:
+            return
+        super().visit(e)
+        self.fn(e)
+
+    def visit_let_binding(self, let: Let) -> None:
+        pass
 
 
 def free_vars(expr: Expr) -> list[Var]:
     """Free local variables of `expr`, in order of first occurrence."""
-    bound: set[int] = set()
-    seen: set[int] = set()
-    out: list[Var] = []
-
-    class _Free(ExprVisitor):
-        def visit_var(self, v: Var) -> None:
-            if id(v) not in bound and id(v) not in seen:
-                seen.add(id(v))
-                out.append(v)
-
-        def visit_let(self, let: Let) -> None:
-            node: Expr = let
-            while isinstance(node, Let):
-                bound.add(id(node.var))
-                self.visit(node.value)
-                node = node.body
-            self.visit(node)
-
-        def visit_function(self, fn: Function) -> None:
-            bound.update(id(p) for p in fn.params)
-            self.visit(fn.body)
-
-        def visit_pattern(self, p: Pattern) -> None:
-            from relaydsl.ir.adt import pattern_vars
-
-            bound.update(id(v) for v in pattern_vars(p))
-
     # Bound-before-use holds in well-scoped IR, so one pass suffices.
-    _Free().visit(expr)
-    return out
+    finder = _FreeVars()
+    finder.visit(expr)
+    return finder.free
+
+
+class _FreeVars(ExprVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bound: set[int] = set()
+        self.seen: set[int] = set()
+        self.free: list[Var] = []
+
+    def visit_var(self, v: Var) -> None:
+        if id(v) not in self.bound and id(v) not in self.seen:
+            self.seen.add(id(v))
+            self.free.append(v)
+
+    def visit_let(self, let: Let) -> None:
+        node: Expr = let
+        while isinstance(node, Let):
+            self.bound.add(id(node.var))
+            self.visit(node.value)
+            node = node.body
+        self.visit(node)
+
+    def visit_function(self, fn: Function) -> None:
+        self.bound.update(id(p) for p in fn.params)
+        self.visit(fn.body)
+
+    def visit_pattern(self, p: Pattern) -> None:
+        self.bound.update(id(v) for v in pattern_vars(p))
 
 
 class TypeMutator:

@@ -18,11 +18,15 @@ from typing import Any as AnyValue, Callable, Sequence
 
 import numpy as np
 
+from relaydsl.backend.interpreter import to_value
+from relaydsl.backend.target import get_target
 from relaydsl.errors import RelayError
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, If, Let, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
+from relaydsl.op.lazy_jax import jax, jnp  # JAX loads on first use: it is the oracle, not a runtime
+from relaydsl.typing import infer_types
 
 
 class OracleError(RelayError):
@@ -35,8 +39,6 @@ def to_jax(program: IRModule | Function, entry: str = "main") -> Callable[..., A
     fn = mod[entry]
 
     def run(*args: AnyValue) -> AnyValue:
-        import jax
-
         with jax.enable_x64(True):  # float64/int64 programs stay 64-bit, as in NumPy
             return _Translator(mod).call(fn, list(args))
 
@@ -48,8 +50,6 @@ class _Translator:
         self.mod = mod
 
     def call(self, fn: Function, args: list[AnyValue]) -> AnyValue:
-        import jax.numpy as jnp
-
         if len(args) != len(fn.params):
             raise OracleError(f"the function takes {len(fn.params)} arguments, got {len(args)}")
         env: dict[Var, AnyValue] = {}
@@ -58,8 +58,6 @@ class _Translator:
         return self.eval(fn.body, env)
 
     def eval(self, expr: Expr, env: dict[Var, AnyValue]) -> AnyValue:
-        import jax.numpy as jnp
-
         while isinstance(expr, Let):  # iterative over let chains
             env[expr.var] = self.eval(expr.value, env)
             expr = expr.body
@@ -100,10 +98,6 @@ def assert_matches_jax(program: IRModule | Function, args: Sequence[AnyValue], *
 
     Returns our result.
     """
-    from relaydsl.backend.interpreter import to_value
-    from relaydsl.backend.target import get_target
-    from relaydsl.typing import infer_types
-
     mod = program if isinstance(program, IRModule) else IRModule.from_expr(program)
     infer_types(mod)
     try:

@@ -5,6 +5,7 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Expr, Function
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
+from relaydsl.typing.infer import infer_types
 
 PRIMITIVE = Attrs({"Primitive": 1})
 
@@ -19,8 +20,6 @@ def retyped(out: IRModule, types_kept: bool) -> IRModule:
     changed no function (every node is one of the input's, with its checked type), or
     gave every node it built the type of the node it stands for. Inference would then
     only find the same types again."""
-    from relaydsl.typing.infer import infer_types
-
     if types_kept and all(fn.has_type for fn in out.functions.values()):
         return out
     return infer_types(out)

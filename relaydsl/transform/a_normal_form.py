@@ -40,6 +40,7 @@ from relaydsl.ir.expr import (
     RefRead, RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.visitor import scoped_children
 from relaydsl.transform._util import deep_recursion, is_primitive, retyped
 from relaydsl.transform.pass_infra import module_pass
 
@@ -64,27 +65,8 @@ def _lca(a: _Scope, b: _Scope) -> _Scope:
 
 
 def _edges(e: Expr) -> list[tuple[Expr, int | None]]:
-    """Children of `e` in evaluation order; the int numbers a child that opens a new scope."""
-    match e:
-        case Call(op=op, args=args):
-            return [*((a, None) for a in args), (op, None)]
-        case Tuple(fields=fields):
-            return [(f, None) for f in fields]
-        case TupleGetItem(tuple_value=t):
-            return [(t, None)]
-        case Let(value=value, body=body):
-            return [(value, None), (body, None)]
-        case If(cond=c, true_branch=a, false_branch=b):
-            return [(c, None), (a, 0), (b, 1)]
-        case Match(data=data, clauses=clauses):
-            return [(data, None), *((c.rhs, i) for i, c in enumerate(clauses))]
-        case Function(body=body):
-            return [] if is_primitive(e) else [(body, 0)]
-        case RefCreate(value=v) | RefRead(ref=v) | Grad(fn=v):
-            return [(v, None)]
-        case RefWrite(ref=r, value=v):
-            return [(r, None), (v, None)]
-    return []
+    """Children of `e` with the scope each opens (a primitive function's body is left alone)."""
+    return [] if is_primitive(e) else scoped_children(e)
 
 
 class _Analysis:

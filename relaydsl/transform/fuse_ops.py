@@ -70,7 +70,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, TupleType, Type
-from relaydsl.ir.visitor import type_vars_of
+from relaydsl.ir.visitor import children, post_order, scoped_children, type_vars_of
 from relaydsl.op.registry import OpPattern
 from relaydsl.transform._util import PRIMITIVE, deep_recursion, is_primitive
 from relaydsl.transform.graph_normal_form import ToGraphNormalForm
@@ -107,30 +107,12 @@ def _is_tensor(t: Type) -> bool:
 
 
 def _region_children(e: Expr, nested: list[Expr]) -> list[Expr]:
-    """Sub-expressions in the same region as `e`; roots of nested regions go to `nested`."""
-    match e:
-        case Call(op=op, args=args):
-            return [op, *args]
-        case Tuple(fields=fields):
-            return list(fields)
-        case TupleGetItem(tuple_value=t):
-            return [t]
-        case Let(value=value, body=body):
-            return [value, body]
-        case If(cond=cond, true_branch=a, false_branch=b):
-            nested += [a, b]
-            return [cond]
-        case Match(data=data, clauses=clauses):
-            nested += [c.rhs for c in clauses]
-            return [data]
-        case Function(body=body):
-            nested.append(body)
-            return []
-        case RefCreate(value=v) | RefRead(ref=v) | Grad(fn=v):
-            return [v]
-        case RefWrite(ref=r, value=v):
-            return [r, v]
-    return []
+    """Sub-expressions in the same region as `e`; roots of nested regions (a function's body,
+    an if's branches, a match's clauses) go to `nested`."""
+    same: list[Expr] = []
+    for child, scope in scoped_children(e):
+        (same if scope is None else nested).append(child)
+    return same
 
 
 def _links(e: Expr) -> tuple[OpPattern, list[tuple[Expr, OpPattern | None]]]:
@@ -196,8 +178,6 @@ def _build_graph(root: Expr, is_outer: Callable[[Expr], bool]) -> _Graph:
 
 def _mark_nested_uses(graph: _Graph) -> None:
     """A value of this region used inside a nested region must exist on its own: extern."""
-    from relaydsl.transform.graph_normal_form import children
-
     seen: set[int] = set()
     stack = list(graph.nested)
     while stack:
@@ -582,8 +562,6 @@ def fuse_ops(mod: IRModule, fuse_opt_level: int | None = 2,
 
 def primitive_functions(expr: Expr | IRModule) -> list[Function]:
     """The primitive functions in `expr` (every global for a module), in post-order."""
-    from relaydsl.ir.visitor import post_order
-
     found: list[Function] = []
 
     def collect(e: Expr) -> None:

@@ -28,17 +28,20 @@ Free variables of the differentiated function are treated as constants
 from __future__ import annotations
 
 from relaydsl.errors import RelayTypeError
-from relaydsl.ir.adt import Pattern, pattern_vars
+from relaydsl.ir.adt import Constructor, Pattern, pattern_vars
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Op, RefCreate, RefRead, RefWrite,
     Tuple, TupleGetItem, Var, op_call,
 )
-from relaydsl.ir.adt import Constructor
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
     FuncType, RefType, TensorType, TupleType, Type, TypeCall, has_float, is_float, type_to_str,
 )
 from relaydsl.ir.visitor import ExprMutator, post_order
+from relaydsl.transform.dead_code import eliminate_dead_code
+from relaydsl.transform.first_order_gradient import first_order_gradient, supports
+from relaydsl.typing import infer_types
+from relaydsl.typing.infer import call_graph_sccs
 
 BACKPROP_TYPE = RefType(FuncType((), TupleType(())))
 
@@ -292,8 +295,6 @@ class _ReverseAD:
 
 def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
     """A grad node containing no other, in a global calling no global that has one."""
-    from relaydsl.typing.infer import call_graph_sccs
-
     order = [gv for scc in call_graph_sccs(mod, list(mod.functions)) for gv in scc]
     for gv in order:  # callees first
         fn = mod[gv]
@@ -317,10 +318,6 @@ def lower_grads(mod: IRModule, *, first_order: bool = False) -> IRModule:
     global) gets the adjoint program of first_order_gradient.py instead: no references, no
     closures. The module is re-typed after each replacement, so nested grads see typed programs.
     """
-    from relaydsl.transform.dead_code import eliminate_dead_code
-    from relaydsl.transform.first_order_gradient import first_order_gradient, supports
-    from relaydsl.typing import infer_types
-
     mod = eliminate_dead_code(mod)  # dead code would send nan adjoints (0 * inf) back
     while (found := _innermost_grad(mod)) is not None:
         gv, node = found
@@ -329,16 +326,22 @@ def lower_grads(mod: IRModule, *, first_order: bool = False) -> IRModule:
             replacement = first_order_gradient(target)
         else:
             replacement = _ReverseAD(mod).grad(node)
-
-        class _Replace(ExprMutator):
-            def visit_grad(self, g: Grad) -> Expr:
-                return replacement if g is node else super().visit_grad(g)
-
-        new_fn = _Replace().visit(mod[gv])
+        new_fn = _ReplaceGrad(node, replacement).visit(mod[gv])
         assert isinstance(new_fn, Function)
         mod.add(gv, new_fn)
         infer_types(mod)
     return mod
+
+
+class _ReplaceGrad(ExprMutator):
+    """Replaces one grad node (by identity) with its lowered form."""
+
+    def __init__(self, node: Grad, replacement: Expr) -> None:
+        super().__init__()
+        self.node, self.replacement = node, replacement
+
+    def visit_grad(self, g: Grad) -> Expr:
+        return self.replacement if g is self.node else super().visit_grad(g)
 
 
 __all__ = ["BACKPROP_TYPE", "lift_type", "lower_grads"]

@@ -38,13 +38,12 @@ to_a_normal_form (a_normal_form.py) fixes by binding each node once.
 """
 from __future__ import annotations
 
-from relaydsl.ir.adt import Constructor, pattern_vars
+from relaydsl.ir.adt import Constructor
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
-    RefWrite, Tuple, TupleGetItem, Var,
+    Call, Constant, Expr, Function, GlobalVar, Let, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator
+from relaydsl.ir.visitor import ExprMutator, scoped_children
 from relaydsl.transform._util import deep_recursion, is_primitive
 from relaydsl.transform.pass_infra import module_pass
 from relaydsl.typing.infer import infer_types
@@ -95,47 +94,13 @@ def _same_scope_lets(body: Expr) -> set[Var]:
             continue
         seen.add((id(expr), scope))
         if isinstance(expr, Var):
-            use_scopes.setdefault(expr, set()).add(scope)
-        elif isinstance(expr, Let):
-            let_scope[expr.var] = scope
-            stack += [(expr.value, scope), (expr.body, scope)]
-        elif isinstance(expr, Function):
-            if not is_primitive(expr):
-                stack.append((expr.body, new_scope()))
-        elif isinstance(expr, If):
-            stack += [(expr.cond, scope), (expr.true_branch, new_scope()),
-                      (expr.false_branch, new_scope())]
-        elif isinstance(expr, Match):
-            stack.append((expr.data, scope))
-            stack += [(c.rhs, new_scope()) for c in expr.clauses]
-        else:
-            stack += [(child, scope) for child in children(expr)]
+            use_scopes.setdefault(expr, set()).add(scope)  # a let's own variable is in its scope
+        elif not is_primitive(expr):
+            if isinstance(expr, Let):
+                let_scope[expr.var] = scope
+            stack += [(child, scope if opens is None else new_scope())
+                      for child, opens in scoped_children(expr)]
     return {v for v, s in let_scope.items() if use_scopes.get(v, set()) <= {s}}
-
-
-def children(expr: Expr) -> list[Expr]:
-    """The direct sub-expressions of `expr` (for Let/If/Match/Function: all of them)."""
-    match expr:
-        case Call(op=op, args=args):
-            return [op, *args]
-        case Tuple(fields=fields):
-            return list(fields)
-        case TupleGetItem(tuple_value=t):
-            return [t]
-        case Let(var=var, value=value, body=body):
-            return [var, value, body]
-        case Function(body=body):
-            return [body]
-        case If(cond=c, true_branch=a, false_branch=b):
-            return [c, a, b]
-        case Match(data=data, clauses=clauses):
-            return [data, *[v for c in clauses for v in pattern_vars(c.lhs)],
-                    *[c.rhs for c in clauses]]
-        case RefCreate(value=v) | RefRead(ref=v) | Grad(fn=v):
-            return [v]
-        case RefWrite(ref=r, value=v):
-            return [r, v]
-    return []
 
 
 class _ToGraph(ExprMutator):

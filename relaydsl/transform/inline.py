@@ -30,14 +30,13 @@ from __future__ import annotations
 from relaydsl.ir.adt import PatternVar
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Let, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator, type_vars_of
+from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
 from relaydsl.transform._util import is_primitive, retyped
+from relaydsl.typing.infer import call_graph_sccs
 
 
 def inline_globals(mod: IRModule) -> IRModule:
     """A copy of `mod` where calls of non-recursive, monomorphic globals are inlined."""
-    from relaydsl.typing.infer import call_graph_sccs
-
     out = mod.copy()
     user = list(out.user_functions())
     inlinable: dict[GlobalVar, Function] = {}
@@ -55,8 +54,6 @@ def inline_globals(mod: IRModule) -> IRModule:
 
 
 def _calls(fn: Function, gv: GlobalVar) -> bool:
-    from relaydsl.ir.visitor import post_order
-
     found = [False]
 
     def note(e: Expr) -> None:
@@ -90,36 +87,38 @@ class _Inline(ExprMutator):
 
 def fresh_copy(fn: Function) -> Function:
     """`fn` with every variable it binds replaced by a new one (same name and annotation)."""
-
-    class _Fresh(ExprMutator):
-        def __init__(self) -> None:
-            super().__init__()
-            self.renamed: dict[Var, Var] = {}
-
-        def bind(self, v: Var) -> Var:
-            annotation = v.type_annotation
-            if annotation is not None and type_vars_of(annotation):
-                annotation = None
-            new = Var(v.name_hint, annotation, span=v.span)
-            self.renamed[v] = new
-            return new
-
-        def visit_var(self, v: Var) -> Expr:
-            return self.renamed.get(v, v)
-
-        def visit_let_var(self, v: Var) -> Var:
-            return self.bind(v) if v not in self.renamed else self.renamed[v]
-
-        def visit_function(self, f: Function) -> Expr:
-            for p in f.params:
-                self.bind(p)
-            return super().visit_function(f)
-
-        def visit_pattern(self, p):
-            if isinstance(p, PatternVar):
-                self.bind(p.var)
-            return super().visit_pattern(p)
-
     out = _Fresh().visit_function(fn)
     assert isinstance(out, Function)
     return out
+
+
+class _Fresh(ExprMutator):
+    """Copies a function, binding a new variable wherever the original binds one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renamed: dict[Var, Var] = {}
+
+    def bind(self, v: Var) -> Var:
+        annotation = v.type_annotation
+        if annotation is not None and type_vars_of(annotation):
+            annotation = None
+        new = Var(v.name_hint, annotation, span=v.span)
+        self.renamed[v] = new
+        return new
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.renamed.get(v, v)
+
+    def visit_let_var(self, v: Var) -> Var:
+        return self.bind(v) if v not in self.renamed else self.renamed[v]
+
+    def visit_function(self, f: Function) -> Expr:
+        for p in f.params:
+            self.bind(p)
+        return super().visit_function(f)
+
+    def visit_pattern(self, p):
+        if isinstance(p, PatternVar):
+            self.bind(p.var)
+        return super().visit_pattern(p)

@@ -32,7 +32,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
     FuncType, RefType, TensorType, TupleType, Type, TypeCall, TypeVar, type_to_str,
 )
-from relaydsl.ir.visitor import deep_recursion, substitute_types, type_vars_of
+from relaydsl.ir.visitor import ExprVisitor, deep_recursion, substitute_types, type_vars_of
 from relaydsl.typing.exhaustive import missing_case
 from relaydsl.typing.solver import PendingRelation, Solver, UnifyError
 
@@ -364,21 +364,26 @@ def _generalise(t: FuncType, fn: Function) -> FuncType:
     return FuncType(t.arg_types, t.ret_type, (*fn.type_params, *free))
 
 
+class _GlobalRefs(ExprVisitor):
+    """The globals of `mod` an expression calls or mentions, in order of first occurrence."""
+
+    def __init__(self, mod: IRModule) -> None:
+        super().__init__()
+        self.mod = mod
+        self.found: list[GlobalVar] = []
+
+    def visit_global_var(self, g: GlobalVar) -> None:
+        if g in self.mod.functions and g not in self.found:
+            self.found.append(g)
+
+
 def call_graph_sccs(mod: IRModule, names: list[GlobalVar]) -> list[list[GlobalVar]]:
     """Strongly connected components of the global call graph, callees first (Tarjan)."""
-    from relaydsl.ir.visitor import ExprVisitor
-
     deps: dict[GlobalVar, list[GlobalVar]] = {}
     for gv in names:
-        found: list[GlobalVar] = []
-
-        class _Refs(ExprVisitor):
-            def visit_global_var(self, g: GlobalVar) -> None:
-                if g in mod.functions and g not in found:
-                    found.append(g)
-
-        _Refs().visit(mod.functions[gv])
-        deps[gv] = found
+        refs = _GlobalRefs(mod)
+        refs.visit(mod.functions[gv])
+        deps[gv] = refs.found
 
     index: dict[GlobalVar, int] = {}
     low: dict[GlobalVar, int] = {}

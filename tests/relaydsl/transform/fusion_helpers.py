@@ -6,7 +6,8 @@ import numpy as np
 from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir import Call, Function, IRModule, Let, Op, TensorType
 from relaydsl.ir.parser import parse
-from relaydsl.ir.visitor import post_order
+from relaydsl.ir.visitor import children, post_order
+from relaydsl.transform._util import is_primitive
 from relaydsl.transform.a_normal_form import to_a_normal_form
 from relaydsl.transform.fuse_ops import fuse_ops, primitive_functions
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
@@ -62,9 +63,6 @@ def check_fused(mod: IRModule) -> None:
 
 
 def _walk_outside_primitives(expr, fn) -> None:
-    from relaydsl.transform._util import is_primitive
-    from relaydsl.transform.graph_normal_form import children
-
     seen: set[int] = set()
     stack = [expr]
     while stack:

@@ -10,13 +10,13 @@ from relaydsl.ir import (
     Call, Constant, Function, GlobalVar, If, IRModule, Let, Match, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.adt import Constructor
+from relaydsl.ir.visitor import children
 from relaydsl.op import lookup
 from relaydsl.testing.patching import patch_op
 from relaydsl.testing.random_programs import random_programs
 from relaydsl.transform import a_normal_form
 from relaydsl.transform._util import is_primitive
 from relaydsl.transform.a_normal_form import to_a_normal_form
-from relaydsl.transform.graph_normal_form import children
 from relaydsl.typing.infer import infer_types
 from tests.relaydsl.transform.fusion_helpers import assert_same_values, pipeline, rand, typed
 

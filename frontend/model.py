@@ -18,7 +18,11 @@ and initialises it: weights from a Gaussian with mean 0 and a small sigma
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import tempfile
+import zipfile
 from typing import TYPE_CHECKING, Any as AnyValue
 
 import numpy as np
@@ -212,10 +216,6 @@ def save_model(model: Model, path: str) -> str:
     The file is written beside its final name and renamed into place, so an interrupted save
     leaves any earlier file intact. Returns the path written (".npz" is added if missing).
     """
-    import json
-    import os
-    import tempfile
-
     path = str(path)
     if not path.endswith(".npz"):
         path += ".npz"
@@ -248,9 +248,6 @@ def load_model(path: str, fn: "RelayModelFunction | None" = None) -> Model:
     that this program has defined. A file that does not match the function's parameters
     (names, shapes, dtypes) is a clear error.
     """
-    import json
-    import zipfile
-
     from relaydsl.frontend.decorators import RelayModelFunction
 
     try:

@@ -1,5 +1,9 @@
 """The prelude every IRModule starts with: List, Option, Tree and their combinators.
 
+It sits above the op layer (``length`` and ``nth`` call add, equal and subtract) and installs
+itself into relaydsl.ir.module when imported, as an op declares itself into the IR's op table;
+``import relaydsl`` imports it, so ``IRModule()`` always starts with it.
+
 In the text format::
 
     type List[a] { Cons(a, List[a]), Nil }
@@ -18,11 +22,11 @@ import functools
 
 import numpy as np
 
-from relaydsl.ir.adt import PatternConstructor, PatternVar, PatternWildcard, TypeData, define_adt
-from relaydsl.ir.expr import (
-    Call, Clause, Constant, Function, GlobalVar, If, Match, Op, Tuple, Var,
-)
+from relaydsl.ir.adt import PatternConstructor, PatternVar, PatternWildcard, define_adt
+from relaydsl.ir.expr import Call, Clause, Constant, Function, GlobalVar, If, Match, Tuple, Var
+from relaydsl.ir.module import Prelude, install_prelude
 from relaydsl.ir.types import FuncType, TensorType, TupleType, TypeCall, TypeVar
+from relaydsl.op.registry import ops
 
 _INT = TensorType((), "int32")
 
@@ -32,7 +36,7 @@ def _int(v: int) -> Constant:
 
 
 @functools.cache
-def prelude_definitions() -> tuple[tuple[TypeData, ...], dict[GlobalVar, Function]]:
+def prelude_definitions() -> Prelude:
     """The prelude's ADTs and global functions (built once; nodes are shared by every module)."""
     list_t = define_adt("List", ["a"], [("Cons", [lambda s, tv: tv[0], lambda s, tv: s]), ("Nil", [])])
     option_t = define_adt("Option", ["a"], [("Some", [lambda s, tv: tv[0]]), ("None", [])])
@@ -98,7 +102,7 @@ def prelude_definitions() -> tuple[tuple[TypeData, ...], dict[GlobalVar, Functio
     xs, t = Var("xs", List(a)), Var("t")
     body = Match(xs, (
         Clause(PatternConstructor(cons, (PatternWildcard(), PatternVar(t))),
-               Call(Op.get("add"), (_int(1), Call(gv["length"], (t,))))),
+               ops.add(_int(1), Call(gv["length"], (t,)))),
         Clause(PatternConstructor(nil), _int(0)),
     ))
     funcs[gv["length"]] = Function((xs,), body, _INT, (a,))
@@ -108,9 +112,11 @@ def prelude_definitions() -> tuple[tuple[TypeData, ...], dict[GlobalVar, Functio
     xs, n, h, t = Var("xs", List(a)), Var("n", _INT), Var("h"), Var("t")
     body = Match(xs, (
         Clause(PatternConstructor(cons, (PatternVar(h), PatternVar(t))),
-               If(Call(Op.get("equal"), (n, _int(0))), h,
-                  Call(gv["nth"], (t, Call(Op.get("subtract"), (n, _int(1))))))),
+               If(ops.equal(n, _int(0)), h, Call(gv["nth"], (t, ops.subtract(n, _int(1)))))),
     ), complete=False)
     funcs[gv["nth"]] = Function((xs, n), body, a, (a,))
 
     return (list_t, option_t, tree_t), funcs
+
+
+install_prelude(prelude_definitions)

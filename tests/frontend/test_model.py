@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from relaydsl import Float, Tensor, relay, relay_model
-from relaydsl.model import Adam, Momentum, SGD, load_model, save_model, update_model_params
+from relaydsl.frontend.model import Adam, Momentum, SGD, load_model, save_model, update_model_params
 
 
 @relay_model
