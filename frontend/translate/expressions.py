@@ -10,7 +10,7 @@ from relaydsl.frontend.translate.kinds import _declared_result_kind, _is_tuple_k
 from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
 from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_EXPRESSIONS
 from relaydsl.errors import DSLSyntaxError, IRError
-from relaydsl.ir.expr import Call, Expr, GlobalVar, If, Op, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import Call, Expr, GlobalVar, If, Tuple, TupleGetItem, Var
 from relaydsl.op.registry import ops
 
 _BINOPS = {
