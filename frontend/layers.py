@@ -26,6 +26,7 @@ from relaydsl.errors import DSLSyntaxError
 from relaydsl.ir.expr import Call, Expr, Op, Tuple, TupleGetItem, Var
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType
+from relaydsl.op.registry import ops
 
 
 @dataclass
@@ -125,7 +126,7 @@ def embedding(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     dim = int(_required(kwargs, "dim", "embedding", ctx))
     _no_extra(kwargs, "embedding", ctx)
     table = ctx.param("embedding", "weight", annotation=TensorType((vocab, dim)))
-    return ctx.op("take", table, ids, axis=0)
+    return ops.take(table, ids, axis=0, span=ctx.span)
 
 
 def _gates(ctx: LayerContext, layer: str, x: Expr, h: Expr, units: int, prefix: str) -> Expr:
@@ -143,8 +144,8 @@ def lstm_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     hidden = int(_required(kwargs, "num_hidden", "lstm_cell", ctx))
     _no_extra(kwargs, "lstm_cell", ctx)
     h, c = TupleGetItem(state, 0), TupleGetItem(state, 1)
-    parts = ctx.op("split", _gates(ctx, "lstm_cell", x, h, 4 * hidden, ""),
-                   indices_or_sections=4, axis=-1)
+    parts = ops.split(_gates(ctx, "lstm_cell", x, h, 4 * hidden, ""),
+                      indices_or_sections=4, axis=-1, span=ctx.span)
     i, f, g, o = (TupleGetItem(parts, k) for k in range(4))
     sig = lambda e: ctx.op("sigmoid", e)  # noqa: E731
     c_new = ctx.op("add", ctx.op("multiply", sig(f), c),
@@ -159,7 +160,7 @@ def gru_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     hidden = int(_required(kwargs, "num_hidden", "gru_cell", ctx))
     _no_extra(kwargs, "gru_cell", ctx)
     rz = ctx.op("sigmoid", _gates(ctx, "gru_cell", x, h, 2 * hidden, "rz_"))
-    parts = ctx.op("split", rz, indices_or_sections=2, axis=-1)
+    parts = ops.split(rz, indices_or_sections=2, axis=-1, span=ctx.span)
     r, z = TupleGetItem(parts, 0), TupleGetItem(parts, 1)
     wn = ctx.param("gru_cell", "n_weight_ih")
     un = ctx.param("gru_cell", "n_weight_hh")
@@ -168,7 +169,7 @@ def gru_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
                                                  ctx.op("multiply", r,
                                                         ctx.op("dense", h, un, units=hidden))),
                               bn, axis=-1))
-    one = ctx.op("ones_like", z)
+    one = ops.ones_like(z, span=ctx.span)
     return ctx.op("add", ctx.op("multiply", ctx.op("subtract", one, z), n),
                   ctx.op("multiply", z, h))
 
@@ -187,7 +188,7 @@ def flatten_layer(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     (x,) = args
     _no_extra(kwargs, "flatten_layer", ctx)
     if ctx.unbatched:
-        return ctx.op("reshape", x, newshape=(-1,))
+        return ops.reshape(x, newshape=(-1,), span=ctx.span)
     return ctx.op("flatten", x)
 
 

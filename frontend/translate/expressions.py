@@ -10,8 +10,9 @@ from relaydsl.frontend.translate.bindings import Env, _is_atomic, _let_all
 from relaydsl.frontend.translate.kinds import _declared_result_kind, _is_tuple_kind
 from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
 from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_EXPRESSIONS
-from relaydsl.ir.expr import Call, Expr, GlobalVar, If, Op, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import Call, Expr, GlobalVar, If, Tuple, TupleGetItem, Var
 from relaydsl.prelude import prelude_definitions
+from relaydsl.op.registry import ops
 
 _BINOPS = {
     ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
@@ -267,15 +268,13 @@ class Expressions(TranslatorBase):
                 dynamic.append((axis, self.materialize(idx)))
         out = value
         if begin:
-            out = Call(Op.get("strided_slice"), (out,),
-                       {"begin": begin, "end": end, "strides": strides, "axes": axes},
-                       span=self.span(node))
+            out = ops.strided_slice(out, begin=begin, end=end, strides=strides, axes=axes,
+                                    span=self.span(node))
             if squeeze:
-                out = Call(Op.get("squeeze"), (out,), {"axis": squeeze}, span=self.span(node))
+                out = ops.squeeze(out, axis=squeeze, span=self.span(node))
         for removed, (axis, idx) in enumerate(dynamic):
             shift = sum(1 for s in squeeze if s < axis)
-            out = Call(Op.get("take"), (out, idx), {"axis": axis - shift - removed},
-                       span=self.span(node))
+            out = ops.take(out, idx, axis=axis - shift - removed, span=self.span(node))
         return out
 
     def _slice_bound(self, node: ast.expr | None, env: Env) -> int | None:

@@ -19,6 +19,7 @@ from relaydsl.ir.expr import (
     Call, Clause, Expr, Function, If, Let, Match, Op, Tuple, TupleGetItem, Var, const,
 )
 from relaydsl.prelude import prelude_definitions
+from relaydsl.op.registry import ops
 
 
 class Loops(TranslatorBase):
@@ -129,21 +130,19 @@ class Loops(TranslatorBase):
                 raise self.error(s.target, f"the loop unpacks {len(s.target.elts)} names from a "
                                            f"tuple of {len(kind)} tensors")
             first = TupleGetItem(data_var, 0, span=self.span(it))
-            items = [Call(Op.get("take"), (TupleGetItem(data_var, i, span=self.span(it)),
-                                           counter), {"axis": 0}, span=self.span(t))
+            items = [ops.take(TupleGetItem(data_var, i, span=self.span(it)), counter, axis=0,
+                              span=self.span(t))
                      for i, t in enumerate(s.target.elts)]
             targets = s.target.elts
         else:
             first = data_var
-            items = [Call(Op.get("take"), (data_var, counter), {"axis": 0},
-                          span=self.span(s.target))]
+            items = [ops.take(data_var, counter, axis=0, span=self.span(s.target))]
             targets = [s.target]
         body_env = dict(env)
         for t in targets:
             if not isinstance(t, ast.Name):
                 raise self.error(t, "a loop target must be a name or a tuple of names")
-        n = Call(Op.get("take"), (Call(Op.get("shape_of"), (first,)), const(0, "int32")),
-                 {"axis": 0})
+        n = ops.take(ops.shape_of(first), const(0, "int32"), axis=0)
         cond = Call(Op.get("less"), (counter, n), span=self.span(it))
         nxt = Call(Op.get("add"), (counter, const(1, "int32")))
         item_vars = []

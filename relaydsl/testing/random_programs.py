@@ -26,6 +26,7 @@ from relaydsl.ir.expr import (
     Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var, op_call,
 )
 from relaydsl.ir.types import TensorType
+from relaydsl.op.registry import ops
 
 UNARY = ("negative", "tanh", "sigmoid", "abs", "relu", "exp_of_tanh", "sqrt_of_abs", "floor",
          "sign")
@@ -101,9 +102,9 @@ class _Builder:
             self.bind(op_call(reduction, x.expr, axis=(axis,), keepdims=keepdims), shape)
         elif kind == "shape" and len(x.shape) >= 2:
             if self.rng.integers(2):
-                self.bind(op_call("transpose", x.expr), tuple(reversed(x.shape)))
+                self.bind(ops.transpose(x.expr), tuple(reversed(x.shape)))
             else:
-                self.bind(op_call("reshape", x.expr, newshape=(-1,)), (int(np.prod(x.shape)),))
+                self.bind(ops.reshape(x.expr, newshape=(-1,)), (int(np.prod(x.shape)),))
         elif kind == "where":
             partners = [v for v in self.values if v.shape == x.shape]
             y = partners[int(self.rng.integers(len(partners)))]

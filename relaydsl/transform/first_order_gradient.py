@@ -28,6 +28,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, is_float, type_to_str
 from relaydsl.ir.visitor import post_order
+from relaydsl.op.registry import ops
 
 _STRAIGHT_LINE = (Var, Constant, Let, Tuple, TupleGetItem, Call)
 
@@ -56,7 +57,7 @@ def _typed(e: Expr, t: Type) -> Expr:
 def _zeros(value: Expr, t: Type) -> Expr:
     if isinstance(t, TupleType):
         return Tuple([_zeros(TupleGetItem(value, i), f) for i, f in enumerate(t.fields)])
-    return op_call("zeros_like", value)
+    return ops.zeros_like(value)
 
 
 def _add(a: Expr, b: Expr, t: Type) -> Expr:
@@ -123,7 +124,7 @@ class _Adjoint:
             adjoints[target] = grad if old is None else _add(old, grad, target.checked_type)
 
         seed = Var("d_result")
-        backward.append((seed, op_call("ones_like", result)))
+        backward.append((seed, ops.ones_like(result)))
         if isinstance(result, Var):
             adjoints[result] = seed
         for var, value in reversed(self.bindings):

@@ -42,6 +42,7 @@ from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.first_order_gradient import first_order_gradient, supports
 from relaydsl.typing import infer_types
 from relaydsl.typing.infer import call_graph_sccs
+from relaydsl.op.registry import ops
 
 BACKPROP_TYPE = RefType(FuncType((), TupleType(())))
 
@@ -82,7 +83,7 @@ def value_of(lifted: Expr, t: Type) -> Expr:
 def lift_constant(value: Expr, t: Type) -> Expr:
     """A value entering the differentiated program from outside: a fresh zero adjoint."""
     if isinstance(t, TensorType):
-        return Tuple([value, RefCreate(op_call("zeros_like", value))])
+        return Tuple([value, RefCreate(ops.zeros_like(value))])
     if isinstance(t, TupleType):
         v = Var("c")
         return Let(v, value, Tuple([lift_constant(TupleGetItem(v, i), f)
@@ -283,7 +284,7 @@ class _ReverseAD:
         result = Var("result")
         value = TupleGetItem(result, 0)
         out = Tuple([value, Tuple([read_adjoint(a, ty) for a, ty in zip(args, t.arg_types)])])
-        body = _seq([RefWrite(TupleGetItem(result, 1), op_call("ones_like", value)),
+        body = _seq([RefWrite(TupleGetItem(result, 1), ops.ones_like(value)),
                      Call(RefRead(bp), [])], out)
         body = Let(result, Call(lifter.visit(node.fn), args, span=node.span), body)
         for a, p, ty in reversed(list(zip(args, params, t.arg_types))):

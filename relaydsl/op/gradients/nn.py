@@ -12,6 +12,7 @@ from relaydsl.op.gradients.common import (
     _END, _add, _along, _broadcast_like, op_call, _collapse, _count, _dims, _div, _image_hw,
     _mean, _mul, _others, _rule, _scalar, _sub, _sum, _tensor, _where, _zeros,
 )
+from relaydsl.op.registry import ops
 from relaydsl.op.nn import _Window, _avg_divisor, _out_size, _padding, _pair, _pool_window
 
 # ---- products -----------------------------------------------------------------------------------
@@ -316,7 +317,7 @@ def _softmax_cross_entropy_grad(call: Call, g: Expr) -> list[Expr]:
     return [d_logits, d_labels]
 
 
-# ---- padding ------------------------------------------------------------------------------------
+# ---- padding and flattening ------------------------------------------------------------------------------------
 
 @_rule("pad")
 def _pad_grad(call: Call, g: Expr) -> list[Expr]:
@@ -324,3 +325,9 @@ def _pad_grad(call: Call, g: Expr) -> list[Expr]:
     widths = call.attrs.pad_width
     ends = tuple(-after if after else _END for after in widths[1::2])
     return [op_call("strided_slice", g, begin=widths[0::2], end=ends)]
+
+
+@_rule("flatten")
+def _flatten_grad(call: Call, g: Expr) -> list[Expr]:
+    """d flatten(x) = reshape_like(g, x)."""
+    return [ops.reshape_like(g, call.args[0])]

@@ -17,9 +17,6 @@ evaluate the rules with ``te.evaluate`` against each op's NumPy reference.
 
 * elementwise.py: the elementwise and broadcasting ops of relaydsl/op/tensor.py
 * reduce.py: sum, mean, max, min, prod, argmax, argmin, collapse_sum_like
-* transform.py: reshape, transpose, concatenate, stack, split, take, strided_slice,
-  their adjoints take_grad and strided_slice_grad, shape_of, and the constructors
-  zeros, ones, full, ...
 * nn.py: matmul, dense, batch_matmul, conv2d, pools and max_pool2d_grad, softmax, pad,
   flatten, ...
 * norm.py: batch_norm, layer_norm
@@ -42,7 +39,8 @@ array([[1., 2., 3.],
 A tuple result, one tensor per field:
 
 >>> from relaydsl.ir.types import TupleType
->>> split = lookup("split")
+>>> from relaydsl.op import ops
+>>> split = ops.split
 >>> z = te.placeholder((4,), "float32", "z")
 >>> attrs = split.check_call((z,), Attrs({"indices_or_sections": 2}))
 >>> first, second = split.compute(attrs, [z], TupleType((TensorType((2,), "float32"),) * 2))
@@ -54,13 +52,14 @@ from __future__ import annotations
 from relaydsl.errors import IRError
 from relaydsl.op._legacy import attach  # relaydsl.op imports this package in turn
 from relaydsl.op.registry import lookup
-from relaydsl.te.compute_rules import dropout, nn, norm, reduce, transform
+from relaydsl.te.compute_rules import dropout, nn, norm, reduce
 from relaydsl.te.compute_rules.elementwise import (
     SCALAR_RULES, ComputeRule, Scalar, broadcast_read, checked, elementwise,
 )
+from relaydsl.te.compute_rules.elementwise import RULES as TENSOR_RULES
 
 # op name -> rule, for the ops that are not elementwise
-RULES: dict[str, ComputeRule] = {**reduce.RULES, **transform.RULES, **nn.RULES, **norm.RULES,
+RULES: dict[str, ComputeRule] = {**TENSOR_RULES, **reduce.RULES, **nn.RULES, **norm.RULES,
                                  **dropout.RULES}
 
 __all__ = ["RULES", "SCALAR_RULES", "ComputeRule", "Scalar", "broadcast_read", "checked",

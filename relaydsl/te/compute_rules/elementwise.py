@@ -67,3 +67,14 @@ SCALAR_RULES: dict[str, Scalar] = {
         ("greater", E.GT), ("greater_equal", E.GE),
         ("logical_and", E.And), ("logical_or", E.Or))},
 }
+
+
+def _cast_like(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """x in like's dtype; like (any shape) gives only the dtype, so it is never read."""
+    x, like = inputs
+    shape = out_type.concrete_shape()
+    return compute(shape, lambda *i: E.cast(like.dtype, broadcast_read(x, i)), "T_cast_like")
+
+
+# op name -> rule, for the ops of relaydsl/op/tensor.py that are not scalar functions
+RULES: dict[str, ComputeRule] = {"cast_like": _cast_like}

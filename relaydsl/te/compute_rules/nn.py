@@ -21,7 +21,7 @@ from relaydsl.ir.types import TensorType
 from relaydsl.te import tensor as T
 from relaydsl.te.compute_rules.elementwise import ComputeRule
 from relaydsl.te.indexing import right_aligned
-from relaydsl.te.compute_rules.transform import reshape_rule
+from relaydsl.op.transform.shape import reshape_compute
 from relaydsl.te.expr import (
     PrimExpr, cast, const, equal, exp, log, maximum, minimum, not_equal, select,
 )
@@ -314,5 +314,5 @@ RULES: dict[str, ComputeRule] = {
     "conv2d": _conv2d, "max_pool2d": _pool("max_pool2d"), "max_pool2d_grad": _max_pool2d_grad,
     "avg_pool2d": _pool("avg_pool2d"),
     "global_avg_pool2d": _global_avg_pool2d, "softmax": _softmax, "log_softmax": _log_softmax,
-    "softmax_cross_entropy": _softmax_cross_entropy, "pad": _pad, "flatten": reshape_rule,
+    "softmax_cross_entropy": _softmax_cross_entropy, "pad": _pad, "flatten": reshape_compute,
 }

@@ -6,8 +6,11 @@ import pytest
 
 from relaydsl.errors import IRError, RelayTypeError
 from relaydsl.ir import Call, Op, TensorType, TupleType, Var
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Constant
 from relaydsl.ir.types import Any, Kind, TypeVar
-from relaydsl.op import lookup
+from relaydsl.op import lookup, ops
+from relaydsl.typing.infer import infer_type
 from relaydsl.typing.relations import check_relation
 from tests.relaydsl.op.harness import OpCase, check_case
 from tests.relaydsl.op.test_tensor import bools, f32, f64, i32
@@ -246,3 +249,20 @@ def test_symbolic_dims_that_must_agree():
         rel("concatenate", TupleType([T((n, 3)), T((m, 3))]), axis=1)
     with pytest.raises(RelayTypeError, match="squeeze: attribute 'axis' = 0 names axis 0"):
         rel("squeeze", T((n, 3)), axis=0)  # a rigid symbolic dim cannot be assumed to be 1
+
+
+def test_traits():
+    """What other stages ask of these ops instead of their names."""
+    arity = ops.split.traits.result_arity
+    assert arity(Attrs({"indices_or_sections": 3})) == 3
+    assert arity(Attrs({"indices_or_sections": (1, 4)})) == 3
+    assert arity(Attrs({})) is None
+    assert ops.transpose.traits.transpose and not ops.reshape.traits.transpose
+    assert ops.reshape.traits.result_arity is None  # one tensor
+
+    fold = ops.shape_of.traits.fold_from_types
+    static = infer_type(ops.shape_of(Var("x", T((2, 3)))))
+    folded = fold(static)
+    assert isinstance(folded, Constant) and folded.data.dtype == np.int32
+    assert folded.data.tolist() == [2, 3]
+    assert fold(infer_type(ops.shape_of(Var("x", T((TypeVar("n", Kind.Shape), 3)))))) is None
