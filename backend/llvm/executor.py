@@ -1,21 +1,19 @@
-"""Running whole programs on compiled kernels: a static plan, a flow plan, or a dispatcher.
+"""Running whole programs on compiled kernels: a plan, or the dispatcher.
 
 ``compile_program(mod, entry, opt_level)`` prepares the module (inlining, the
 first-order gradient where it applies, fusion into primitive functions,
 A-normal form; see ``prepare``) and picks how to run the entry function:
 
-* ``StaticPlan`` (static_plan.py) for a first-order program with static shapes (a
-  chain of calls of primitive functions, tuples and projections): kernels compiled
-  together, intermediates in one arena shared by disjoint lifetimes, a call is one
-  call into compiled code. A program whose dimensions are symbolic
+* a ``Plan`` (plan.py) for a first-order program with static shapes: a chain of calls
+  of primitive functions, tuples and projections, with ``if`` and loops (local
+  tail-recursive functions, which is what ``for`` and ``while`` become). Its kernels
+  are compiled together, its intermediates share one arena by liveness, and a call is
+  one call into compiled code. A program whose dimensions are symbolic
   (``("n", 784)``) gets a plan per call signature.
-* ``FlowPlan`` (flow_plan.py) for a static program with ``if`` and loops (local
-  tail-recursive functions, which is what ``for`` and ``while`` become): a few
-  instructions the native runtime interprets, again one call into compiled code.
-* ``Dispatcher`` for everything else (closures, general recursion, data types,
-  references): the reference interpreter's evaluation, where every call of a
-  primitive function runs a compiled kernel instead of NumPy; kernels are
-  compiled on first use, per argument shapes.
+* the dispatcher for everything else (closures, general recursion, data types,
+  references): the reference interpreter, whose ``call_primitive`` hook runs each call
+  of a primitive function as a compiled kernel instead of NumPy; kernels are compiled on
+  first use, per function and argument shapes.
 
 Arguments are checked against the entry's type by the frontend before any kernel
 runs; the executors then hand each kernel only C-contiguous, aligned arrays of
@@ -31,8 +29,7 @@ import numpy as np
 
 from relaydsl.backend.interpreter import Closure, Interpreter, TailCall, Value, evaluate
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
-from relaydsl.backend.llvm.flow_plan import FlowPlan
-from relaydsl.backend.llvm.static_plan import StaticPlan, contiguous, static_type
+from relaydsl.backend.llvm.plan import Plan, contiguous, static_type
 from relaydsl.ir.expr import Call, Expr, Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
@@ -72,9 +69,8 @@ def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Progra
 class Program:
     """A compiled entry point: ``program(*values)``; values checked against its type.
 
-    A first-order entry with static shapes runs as a static plan; one with ``if`` and
-    loops as a flow plan (flow_plan.py). An entry with symbolic dimensions
-    (``Tensor[Float, ("n", 784)]``) that would be either gets a plan per call signature:
+    An entry a plan applies to runs as one (plan.py). An entry with symbolic dimensions
+    (``Tensor[Float, ("n", 784)]``) that would have a plan gets one per call signature:
     on a call with new shapes the entry is re-typed with those shapes and planned. Other
     programs run on the dispatcher.
     """
@@ -83,24 +79,20 @@ class Program:
         self.source, self.entry, self.opt_level = source, entry, opt_level
         self.mod = prepare(source, opt_level)
         fn = self.mod[entry]
-        self.plan: StaticPlan | FlowPlan | None = None
-        if StaticPlan.applies(fn):
-            self.plan = StaticPlan.build(fn, opt_level)
-        elif all(static_type(p.checked_type) for p in fn.params):
-            self.plan = FlowPlan.build(fn, opt_level)
+        self.plan: Plan | None = None
+        if all(static_type(p.checked_type) for p in fn.params):
+            self.plan = Plan.build(fn, opt_level)
         self._per_signature = self.plan is None and \
             all(isinstance(p.checked_type, TensorType) for p in fn.params) and \
-            (StaticPlan.applies(fn, static=False) or FlowPlan.applies(fn, static=False))
-        self._plans: dict[tuple, StaticPlan | FlowPlan | None] = {}
+            Plan.applies(fn, static=False)
+        self._plans: dict[tuple, Plan | None] = {}
         self._dispatcher = Dispatcher(self.mod, opt_level)
 
     @property
-    def uses_static_plan(self) -> bool:
-        return isinstance(self.plan, StaticPlan)
-
-    @property
-    def uses_flow_plan(self) -> bool:
-        return isinstance(self.plan, FlowPlan)
+    def uses_plan(self) -> bool:
+        """Whether calls run as a plan (one per call signature, for symbolic shapes) rather
+        than on the dispatcher."""
+        return self.plan is not None or self._per_signature
 
     def __call__(self, *values: Value) -> Value:
         plan = self.plan or (self._plan_for(values) if self._per_signature else None)
@@ -108,15 +100,14 @@ class Program:
             return plan(*values)
         return evaluate(self.mod, *values, entry=self.entry, interpreter=self._dispatcher)
 
-    def _plan_for(self, values: Sequence[Value]) -> "StaticPlan | FlowPlan | None":
+    def _plan_for(self, values: Sequence[Value]) -> Plan | None:
         if not all(isinstance(v, np.ndarray) for v in values):
             return None
         key = tuple((v.shape, v.dtype.str) for v in values)
         if key not in self._plans:
             fn = prepare(specialize_entry(self.source, self.entry, values),
                          self.opt_level)[self.entry]
-            self._plans[key] = StaticPlan.build(fn, self.opt_level) \
-                if StaticPlan.applies(fn) else FlowPlan.build(fn, self.opt_level)
+            self._plans[key] = Plan.build(fn, self.opt_level)
         return self._plans[key]
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
