@@ -27,14 +27,13 @@ from typing import Sequence
 
 import numpy as np
 
-from relaydsl.backend.interpreter import Closure, Interpreter, TailCall, Value, evaluate
+from relaydsl.backend.interpreter import Closure, Interpreter, Value, evaluate
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
 from relaydsl.backend.llvm.plan import Plan, contiguous, static_type
-from relaydsl.ir.expr import Call, Expr, Function, Var
+from relaydsl.ir.expr import Expr, Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform.fuse_ops import is_primitive
 
 
 
@@ -86,7 +85,10 @@ class Program:
             all(isinstance(p.checked_type, TensorType) for p in fn.params) and \
             Plan.applies(fn, static=False)
         self._plans: dict[tuple, Plan | None] = {}
-        self._dispatcher = Dispatcher(self.mod, opt_level)
+        # the dispatcher: kernels by primitive function (held, so never confused with a
+        # later one) and argument shapes
+        self._kernels: dict[tuple, Kernel] = {}
+        self._interpreter = Interpreter(self.mod, call_primitive=self._run_kernel)
 
     @property
     def uses_plan(self) -> bool:
@@ -98,7 +100,7 @@ class Program:
         plan = self.plan or (self._plan_for(values) if self._per_signature else None)
         if plan is not None:
             return plan(*values)
-        return evaluate(self.mod, *values, entry=self.entry, interpreter=self._dispatcher)
+        return evaluate(self.mod, *values, entry=self.entry, interpreter=self._interpreter)
 
     def _plan_for(self, values: Sequence[Value]) -> Plan | None:
         if not all(isinstance(v, np.ndarray) for v in values):
@@ -111,31 +113,16 @@ class Program:
         return self._plans[key]
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
-        return self._dispatcher.call(closure, args)
+        return self._interpreter.call(closure, args)
 
-
-# ---- the dispatching executor -------------------------------------------------------------
-
-class Dispatcher(Interpreter):
-    """The interpreter, with calls of primitive functions running compiled kernels."""
-
-    def __init__(self, mod: IRModule, opt_level: int = 3):
-        super().__init__(mod)
-        self.opt_level = opt_level
-        self._kernels: dict[tuple, Kernel] = {}
-        self._held: list[Function] = []  # keeps the ids in the kernel keys valid
-
-    def _call(self, call: Call, env: dict[Var, Value], tail: bool) -> Value | TailCall:
-        if not is_primitive(call.op):
-            return super()._call(call, env, tail)
-        args = [self._value(a, env) for a in call.args]
+    def _run_kernel(self, fn: Function, args: list[Value]) -> Value:
+        """The dispatcher's ``call_primitive``: `fn` on `args` as a compiled kernel."""
         arrays = [contiguous(a) for a in args]
-        key = (id(call.op), *[(a.shape, a.dtype.str) for a in arrays])
+        key = (fn, *[(a.shape, a.dtype.str) for a in arrays])
         kernel = self._kernels.get(key)
         if kernel is None:
-            kernel = compile_primitive(specialize(call.op, arrays), opt_level=self.opt_level)
+            kernel = compile_primitive(specialize(fn, arrays), opt_level=self.opt_level)
             self._kernels[key] = kernel
-            self._held.append(call.op)
         outputs = kernel.call_trusted(arrays)
         return tuple(outputs) if kernel.returns_tuple else outputs[0]
 
