@@ -51,7 +51,9 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from relaydsl.backend.llvm import jit
-from relaydsl.backend.llvm.irgen import F32, I1, I32, I64, PF, VOID, Gen, c64, get_function, new_function
+from relaydsl.backend.llvm.templates.irgen import (
+    F32, I1, I32, I64, PF, VOID, Gen, c64, get_function, new_function,
+)
 
 
 @dataclass(frozen=True)
