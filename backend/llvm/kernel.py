@@ -103,10 +103,10 @@ def address(a: np.ndarray) -> int:
 class Bound:
     """A kernel bound to its arrays (inputs, outputs, constants, scratch): ``bound()`` runs it.
 
-    ``table_address`` is the address of its buffer table, so that a static plan can run
-    bound kernels natively (``relaydsl_run_sequence``) with no call through Python.
+    ``table_address`` is the address of its buffer table, so that a plan can run bound
+    kernels natively (``relaydsl_run_program``) with no call through Python.
     ``retarget(position, array)`` points input or output `position` (inputs first) at
-    another array without re-checking: static plans use it to run on each call's
+    another array without re-checking: plans use it to run on each call's
     arguments. The caller guarantees the array has the type the kernel was checked with.
     """
 
