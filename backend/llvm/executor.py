@@ -151,10 +151,16 @@ def specialize_entry(mod: IRModule, entry: str, args: Sequence[np.ndarray]) -> I
 def _retyped(fn: Function, types: Sequence[TensorType]) -> Function:
     """`fn` with fresh parameters of `types` (the body's types are left to inference)."""
     params = [Var(p.name_hint, t) for p, t in zip(fn.params, types)]
-    mapping = dict(zip(fn.params, params))
+    body = _Rebind(dict(zip(fn.params, params))).visit(fn.body)
+    return Function(params, body, None, (), fn.attrs, span=fn.span)
 
-    class _Rebind(ExprMutator):
-        def visit_var(self, v: Var) -> Expr:
-            return mapping.get(v, v)
 
-    return Function(params, _Rebind().visit(fn.body), None, (), fn.attrs, span=fn.span)
+class _Rebind(ExprMutator):
+    """Replaces variables by others (`mapping`), everywhere in an expression."""
+
+    def __init__(self, mapping: dict[Var, Var]):
+        super().__init__()
+        self.mapping = mapping
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.mapping.get(v, v)
