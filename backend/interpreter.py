@@ -22,6 +22,11 @@ InterpreterError, never a crash, when even that is too little.
 Type inference need not have run: annotations are read only to turn Python numbers passed
 as arguments into arrays of the annotated dtype, and to check the arrays passed.
 
+A backend runs programs on this evaluator through one public hook: ``call_primitive(fn,
+args)``, given to the constructor, makes each call of a primitive function (the fused
+groups of ops that ``fuse_ops`` makes) instead of evaluating its body op by op; the llvm
+backend runs a compiled kernel there (backend/llvm/executor.py).
+
 >>> import numpy as np
 >>> from relaydsl.ir import Call, Function, Op, TensorType, Var
 >>> x = Var("x", TensorType((2,), "float32"))
@@ -52,6 +57,7 @@ from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType, TupleType, Type, type_to_str
 from relaydsl.ir.visitor import deep_recursion, free_vars
 from relaydsl.prelude import prelude_definitions
+from relaydsl.transform.fuse_ops import is_primitive
 
 
 class InterpreterError(RelayError, RuntimeError):
@@ -133,10 +139,28 @@ class Interpreter:
     >>> swap = Interpreter().eval(Function([x], Tuple([TupleGetItem(x, 1), TupleGetItem(x, 0)])))
     >>> Interpreter().call(swap, [(np.array(1, "int32"), np.array(2.0, "float32"))])
     (array(2., dtype=float32), array(1, dtype=int32))
+
+    `call_primitive(fn, args) -> value`, when given, makes every call whose callee is a
+    primitive function literal (``is_primitive``, made by fuse_ops): `fn` is that Function
+    (the same object each time the call runs), `args` the argument values, evaluated left to
+    right. The result must be what evaluating `fn`'s body would give.
+
+    >>> from relaydsl.ir import Call, Op
+    >>> from relaydsl.transform.fuse_ops import PRIMITIVE
+    >>> y = Var("y")
+    >>> double = Function([y], Call(Op.get("add"), (y, y)), attrs=PRIMITIVE)
+    >>> def traced(fn, args):
+    ...     print("primitive called")
+    ...     return Interpreter().call(Interpreter().eval(fn), args)
+    >>> Interpreter(call_primitive=traced).eval(Call(double, (const(1.5),)))
+    primitive called
+    array(3., dtype=float32)
     """
 
-    def __init__(self, mod: IRModule | None = None):
+    def __init__(self, mod: IRModule | None = None, *,
+                 call_primitive: Callable[[Function, list[Value]], Value] | None = None):
         self.mod = mod if mod is not None else IRModule()
+        self.call_primitive = call_primitive
         self._globals: dict[GlobalVar, Closure] = {}
         self._free_vars: dict[Function, tuple[Var, ...]] = {}
 
@@ -249,11 +273,14 @@ class Interpreter:
         )
 
     def _call(self, call: Call, env: dict[Var, Value], tail: bool) -> Value | TailCall:
-        """Ops run their NumPy reference with the call's attributes; a closure is entered, or,
-        in tail position, handed back to the trampoline."""
+        """Ops run their NumPy reference with the call's attributes; a primitive function
+        goes to the `call_primitive` hook if there is one; a closure is entered, or, in tail
+        position, handed back to the trampoline."""
         args = [self._value(a, env) for a in call.args]
         if type(call.op) is Op:
             return self._apply_op(call.op, args, call.attrs, call)
+        if self.call_primitive is not None and is_primitive(call.op):
+            return self.call_primitive(call.op, args)
         fn = self._value(call.op, env)
         if tail and isinstance(fn, Closure):
             return TailCall(fn, args, call)
@@ -427,8 +454,8 @@ def evaluate(program: Expr | IRModule, *args: AnyValue, mod: IRModule | None = N
     `mod` (a fresh module with the prelude by default); a Function, or any expression when
     `args` are given, is then called with `args`. Python numbers and lists become arrays of
     the parameter's annotated dtype (float32/int32/bool without one); arrays must agree
-    with the annotation. An `interpreter` of the module (e.g. a backend's subclass) may
-    be given to run a module's entry.
+    with the annotation. An `interpreter` of the module (e.g. one with a `call_primitive`
+    hook) may be given to run a module's entry.
     """
     if isinstance(program, IRModule):
         if mod is not None and mod is not program:

@@ -20,8 +20,8 @@ computed in i64 with ``nsw`` so addresses stay simple affine forms; data
 arithmetic follows NumPy (integers wrap; integer division floors and gives 0
 for a zero divisor, never trapping; float max/min propagate NaN; float->int
 casts saturate instead of producing poison). bool is i1 in registers, i8 in
-memory. Every read's index is checked by interval analysis over the loop
-ranges and clamped where it is not provably in range, so no input -- not even
+memory. Every read's index is checked by interval analysis (intervals.py) over the
+loop ranges and clamped where it is not provably in range, so no input -- not even
 a guarded read in a padding region, which ``select`` still evaluates, or a
 data-dependent index -- reads out of bounds. Reductions accumulate with
 reassociation allowed (``fadd reassoc nsz``) so the vectoriser can split them.
@@ -33,10 +33,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-import numpy as np
 from llvmlite import ir
 
 from relaydsl.backend.llvm import intrinsics as M
+from relaydsl.backend.llvm.intervals import Interval, Scope, clamped, interval, is_float
 from relaydsl.backend.llvm.schedule import PARALLEL_WORK, Schedule, Stage
 from relaydsl.te.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Call, Cast, Div, FloatImm, FloorDiv, FloorMod,
@@ -52,7 +52,6 @@ _VALUE_TYPES = {
     "int64": I64, "float16": M.F16, "float32": M.F32, "float64": M.F64,
 }
 FAST = ("reassoc", "nsz", "contract")
-Interval = tuple[int, int] | None
 
 
 def value_type(dtype: str) -> ir.Type:
@@ -61,17 +60,6 @@ def value_type(dtype: str) -> ir.Type:
 
 def memory_type(dtype: str) -> ir.Type:
     return I8 if dtype == "bool" else _VALUE_TYPES[dtype]
-
-
-def is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
-
-
-def dtype_range(dtype: str) -> tuple[int, int]:
-    if dtype == "bool":
-        return (0, 1)
-    info = np.iinfo(dtype)
-    return (int(info.min), int(info.max))
 
 
 def strides(shape: tuple[int, ...]) -> list[int]:
@@ -161,14 +149,14 @@ def _parallel_for(module: ir.Module) -> ir.Function:
     return M.intrinsic(module, "relaydsl_parallel_for", VOID, [task_type, I8P, I64])
 
 
-class _Ctx:
+class _Ctx(Scope):
     """Where an expression is emitted: values and ranges of its axes/variables, and a memo."""
 
     def __init__(self, env: dict[PrimExpr, ir.Value], ranges: dict[PrimExpr, Interval],
                  parent: "_Ctx | None" = None, fast: bool = False):
-        self.env, self.ranges, self.parent, self.fast = env, ranges, parent, fast
+        super().__init__(ranges, parent)
+        self.env, self.fast = env, fast
         self.memo: dict[tuple[int, str], ir.Value] = {}
-        self.intervals: dict[int, Interval] = {}
 
     def child(self, env: dict[PrimExpr, ir.Value], ranges: dict[PrimExpr, Interval]) -> "_Ctx":
         return _Ctx({**self.env, **env}, {**self.ranges, **ranges}, self, self.fast)
@@ -321,80 +309,9 @@ class _StageEmitter:
         ctx = _Ctx({red.lhs: acc, red.rhs: src}, {}, fast=True)
         return self.value(red.combined, ctx)
 
-    # ---- intervals ---------------------------------------------------------------------
     def interval(self, e: PrimExpr, ctx: _Ctx) -> Interval:
-        """Bounds of an integer expression over the loop ranges (None for floats)."""
-        if is_float(e.dtype):
-            return None
-        key = id(e)
-        c: _Ctx | None = ctx
-        while c is not None:
-            if key in c.intervals:
-                return c.intervals[key]
-            c = c.parent
-        r = self._interval(e, ctx)
-        full = dtype_range(e.dtype)
-        if r is None or r[0] < full[0] or r[1] > full[1]:
-            r = full  # could wrap: anything
-        ctx.intervals[key] = r
-        return r
-
-    def _interval(self, e: PrimExpr, ctx: _Ctx) -> Interval:
-        match e:
-            case IntImm(value=v):
-                return (v, v)
-            case IterVar() | Var():
-                return ctx.ranges.get(e)
-            case Add(a=a, b=x) | Sub(a=a, b=x) | Mul(a=a, b=x) | Min(a=a, b=x) | Max(a=a, b=x):
-                p, q = self.interval(a, ctx), self.interval(x, ctx)
-                if p is None or q is None:
-                    return None
-                if isinstance(e, Add):
-                    return (p[0] + q[0], p[1] + q[1])
-                if isinstance(e, Sub):
-                    return (p[0] - q[1], p[1] - q[0])
-                if isinstance(e, Min):
-                    return (min(p[0], q[0]), min(p[1], q[1]))
-                if isinstance(e, Max):
-                    return (max(p[0], q[0]), max(p[1], q[1]))
-                prods = [x1 * x2 for x1 in p for x2 in q]
-                return (min(prods), max(prods))
-            case FloorDiv(a=a, b=x) | Div(a=a, b=x) | FloorMod(a=a, b=x):
-                p, q = self.interval(a, ctx), self.interval(x, ctx)
-                if p is None or q is None or q[0] <= 0:
-                    return None
-                if isinstance(e, FloorMod):
-                    return p if 0 <= p[0] and p[1] < q[0] else (0, q[1] - 1)
-                return (min(p[0] // q[0], p[0] // q[1]), max(p[1] // q[0], p[1] // q[1]))
-            case Select(true_value=tv, false_value=fv):
-                p, q = self.interval(tv, ctx), self.interval(fv, ctx)
-                if p is None or q is None:
-                    return None
-                return (min(p[0], q[0]), max(p[1], q[1]))
-            case Cast(value=v):
-                if is_float(v.dtype):
-                    return None
-                return self.interval(v, ctx)
-            case TensorRead(tensor=t, indices=idx) if t in self.inlined:
-                assert t.body is not None
-                ranges = {a: self._clamped(self.interval(i, ctx), a.extent)
-                          for a, i in zip(t.axes, idx)}
-                return self.interval(t.body, _Ctx({}, ranges))
-            case Reduce(init=init, source=src, combined=comb, axes=axes):
-                if isinstance(comb, (Min, Max)):
-                    rctx = ctx.child({}, {a: (0, a.extent - 1) for a in axes})
-                    p, q = self.interval(init, ctx), self.interval(src, rctx)
-                    if p is None or q is None:
-                        return None
-                    return (min(p[0], q[0]), max(p[1], q[1]))
-                return None
-        return None
-
-    @staticmethod
-    def _clamped(r: Interval, extent: int) -> tuple[int, int]:
-        if r is None:
-            return (0, extent - 1)
-        return (min(max(r[0], 0), extent - 1), max(min(r[1], extent - 1), 0))
+        """Bounds of an integer expression over the loop ranges (intervals.py)."""
+        return interval(e, ctx, self.inlined)
 
     # ---- index arithmetic (i64) -----------------------------------------------------------
     def pure(self, e: PrimExpr) -> bool:
@@ -609,11 +526,11 @@ class _StageEmitter:
                 top = ir.Constant(I64, max(extent - 1, 0))
                 v = b.select(b.icmp_signed(">", v, top), top, v)
             idx.append(v)
-            ranges[i] = self._clamped(r, extent)
+            ranges[i] = clamped(r, extent)
         if t in self.inlined:
             assert t.body is not None
             env = dict(zip(t.axes, idx))
-            rng = {a: self._clamped(self.interval(i, ctx), a.extent)
+            rng = {a: clamped(self.interval(i, ctx), a.extent)
                    for a, i in zip(t.axes, e.indices)}
             return self.value(t.body, _Ctx(env, rng))
         off = ir.Constant(I64, 0)

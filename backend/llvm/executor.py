@@ -1,21 +1,19 @@
-"""Running whole programs on compiled kernels: a static plan, a flow plan, or a dispatcher.
+"""Running whole programs on compiled kernels: a plan, or the dispatcher.
 
 ``compile_program(mod, entry, opt_level)`` prepares the module (inlining, the
 first-order gradient where it applies, fusion into primitive functions,
 A-normal form; see ``prepare``) and picks how to run the entry function:
 
-* ``StaticPlan`` (static_plan.py) for a first-order program with static shapes (a
-  chain of calls of primitive functions, tuples and projections): kernels compiled
-  together, intermediates in one arena shared by disjoint lifetimes, a call is one
-  call into compiled code. A program whose dimensions are symbolic
+* a ``Plan`` (plan.py) for a first-order program with static shapes: a chain of calls
+  of primitive functions, tuples and projections, with ``if`` and loops (local
+  tail-recursive functions, which is what ``for`` and ``while`` become). Its kernels
+  are compiled together, its intermediates share one arena by liveness, and a call is
+  one call into compiled code. A program whose dimensions are symbolic
   (``("n", 784)``) gets a plan per call signature.
-* ``FlowPlan`` (flow_plan.py) for a static program with ``if`` and loops (local
-  tail-recursive functions, which is what ``for`` and ``while`` become): a few
-  instructions the native runtime interprets, again one call into compiled code.
-* ``Dispatcher`` for everything else (closures, general recursion, data types,
-  references): the reference interpreter's evaluation, where every call of a
-  primitive function runs a compiled kernel instead of NumPy; kernels are
-  compiled on first use, per argument shapes.
+* the dispatcher for everything else (closures, general recursion, data types,
+  references): the reference interpreter, whose ``call_primitive`` hook runs each call
+  of a primitive function as a compiled kernel instead of NumPy; kernels are compiled on
+  first use, per function and argument shapes.
 
 Arguments are checked against the entry's type by the frontend before any kernel
 runs; the executors then hand each kernel only C-contiguous, aligned arrays of
@@ -29,15 +27,13 @@ from typing import Sequence
 
 import numpy as np
 
-from relaydsl.backend.interpreter import Closure, Interpreter, TailCall, Value, evaluate
+from relaydsl.backend.interpreter import Closure, Interpreter, Value, evaluate
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
-from relaydsl.backend.llvm.flow_plan import FlowPlan
-from relaydsl.backend.llvm.static_plan import StaticPlan, contiguous, static_type
-from relaydsl.ir.expr import Call, Expr, Function, Var
+from relaydsl.backend.llvm.plan import Plan, contiguous, static_type
+from relaydsl.ir.expr import Expr, Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform.fuse_ops import is_primitive
 
 
 
@@ -72,9 +68,8 @@ def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Progra
 class Program:
     """A compiled entry point: ``program(*values)``; values checked against its type.
 
-    A first-order entry with static shapes runs as a static plan; one with ``if`` and
-    loops as a flow plan (flow_plan.py). An entry with symbolic dimensions
-    (``Tensor[Float, ("n", 784)]``) that would be either gets a plan per call signature:
+    An entry a plan applies to runs as one (plan.py). An entry with symbolic dimensions
+    (``Tensor[Float, ("n", 784)]``) that would have a plan gets one per call signature:
     on a call with new shapes the entry is re-typed with those shapes and planned. Other
     programs run on the dispatcher.
     """
@@ -83,68 +78,51 @@ class Program:
         self.source, self.entry, self.opt_level = source, entry, opt_level
         self.mod = prepare(source, opt_level)
         fn = self.mod[entry]
-        self.plan: StaticPlan | FlowPlan | None = None
-        if StaticPlan.applies(fn):
-            self.plan = StaticPlan.build(fn, opt_level)
-        elif all(static_type(p.checked_type) for p in fn.params):
-            self.plan = FlowPlan.build(fn, opt_level)
+        self.plan: Plan | None = None
+        if all(static_type(p.checked_type) for p in fn.params):
+            self.plan = Plan.build(fn, opt_level)
         self._per_signature = self.plan is None and \
             all(isinstance(p.checked_type, TensorType) for p in fn.params) and \
-            (StaticPlan.applies(fn, static=False) or FlowPlan.applies(fn, static=False))
-        self._plans: dict[tuple, StaticPlan | FlowPlan | None] = {}
-        self._dispatcher = Dispatcher(self.mod, opt_level)
+            Plan.applies(fn, static=False)
+        self._plans: dict[tuple, Plan | None] = {}
+        # the dispatcher: kernels by primitive function (held, so never confused with a
+        # later one) and argument shapes
+        self._kernels: dict[tuple, Kernel] = {}
+        self._interpreter = Interpreter(self.mod, call_primitive=self._run_kernel)
 
     @property
-    def uses_static_plan(self) -> bool:
-        return isinstance(self.plan, StaticPlan)
-
-    @property
-    def uses_flow_plan(self) -> bool:
-        return isinstance(self.plan, FlowPlan)
+    def uses_plan(self) -> bool:
+        """Whether calls run as a plan (one per call signature, for symbolic shapes) rather
+        than on the dispatcher."""
+        return self.plan is not None or self._per_signature
 
     def __call__(self, *values: Value) -> Value:
         plan = self.plan or (self._plan_for(values) if self._per_signature else None)
         if plan is not None:
             return plan(*values)
-        return evaluate(self.mod, *values, entry=self.entry, interpreter=self._dispatcher)
+        return evaluate(self.mod, *values, entry=self.entry, interpreter=self._interpreter)
 
-    def _plan_for(self, values: Sequence[Value]) -> "StaticPlan | FlowPlan | None":
+    def _plan_for(self, values: Sequence[Value]) -> Plan | None:
         if not all(isinstance(v, np.ndarray) for v in values):
             return None
         key = tuple((v.shape, v.dtype.str) for v in values)
         if key not in self._plans:
             fn = prepare(specialize_entry(self.source, self.entry, values),
                          self.opt_level)[self.entry]
-            self._plans[key] = StaticPlan.build(fn, self.opt_level) \
-                if StaticPlan.applies(fn) else FlowPlan.build(fn, self.opt_level)
+            self._plans[key] = Plan.build(fn, self.opt_level)
         return self._plans[key]
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
-        return self._dispatcher.call(closure, args)
+        return self._interpreter.call(closure, args)
 
-
-# ---- the dispatching executor -------------------------------------------------------------
-
-class Dispatcher(Interpreter):
-    """The interpreter, with calls of primitive functions running compiled kernels."""
-
-    def __init__(self, mod: IRModule, opt_level: int = 3):
-        super().__init__(mod)
-        self.opt_level = opt_level
-        self._kernels: dict[tuple, Kernel] = {}
-        self._held: list[Function] = []  # keeps the ids in the kernel keys valid
-
-    def _call(self, call: Call, env: dict[Var, Value], tail: bool) -> Value | TailCall:
-        if not is_primitive(call.op):
-            return super()._call(call, env, tail)
-        args = [self._value(a, env) for a in call.args]
+    def _run_kernel(self, fn: Function, args: list[Value]) -> Value:
+        """The dispatcher's ``call_primitive``: `fn` on `args` as a compiled kernel."""
         arrays = [contiguous(a) for a in args]
-        key = (id(call.op), *[(a.shape, a.dtype.str) for a in arrays])
+        key = (fn, *[(a.shape, a.dtype.str) for a in arrays])
         kernel = self._kernels.get(key)
         if kernel is None:
-            kernel = compile_primitive(specialize(call.op, arrays), opt_level=self.opt_level)
+            kernel = compile_primitive(specialize(fn, arrays), opt_level=self.opt_level)
             self._kernels[key] = kernel
-            self._held.append(call.op)
         outputs = kernel.call_trusted(arrays)
         return tuple(outputs) if kernel.returns_tuple else outputs[0]
 
@@ -173,10 +151,16 @@ def specialize_entry(mod: IRModule, entry: str, args: Sequence[np.ndarray]) -> I
 def _retyped(fn: Function, types: Sequence[TensorType]) -> Function:
     """`fn` with fresh parameters of `types` (the body's types are left to inference)."""
     params = [Var(p.name_hint, t) for p, t in zip(fn.params, types)]
-    mapping = dict(zip(fn.params, params))
+    body = _Rebind(dict(zip(fn.params, params))).visit(fn.body)
+    return Function(params, body, None, (), fn.attrs, span=fn.span)
 
-    class _Rebind(ExprMutator):
-        def visit_var(self, v: Var) -> Expr:
-            return mapping.get(v, v)
 
-    return Function(params, _Rebind().visit(fn.body), None, (), fn.attrs, span=fn.span)
+class _Rebind(ExprMutator):
+    """Replaces variables by others (`mapping`), everywhere in an expression."""
+
+    def __init__(self, mapping: dict[Var, Var]):
+        super().__init__()
+        self.mapping = mapping
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.mapping.get(v, v)

@@ -8,9 +8,7 @@ emits a native object for the host CPU and loads it. The object is also written
 to the cache directory (``$RELAYDSL_CACHE_DIR``, else ``~/.cache/relaydsl``)
 under a name derived from the key, the host target and the backend's source
 fingerprint, so a second process loads it without recompiling and a change to
-the code generator never reuses a stale object. ``compile_ir_async`` does the same
-for a module needed only later, possibly in a helper process (compile_worker.py)
-while this one goes on; objects are loaded in the order they were requested.
+the code generator never reuses a stale object.
 
 >>> lib = compile_ir('define i64 @twice(i64 %x) {\\n  %y = add i64 %x, %x\\n  ret i64 %y\\n}',
 ...                  key="doc-twice")
@@ -20,7 +18,6 @@ while this one goes on; objects are loaded in the order they were requested.
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
 import functools
 import hashlib
@@ -30,7 +27,6 @@ import re
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -38,7 +34,6 @@ import llvmlite.binding as llvm
 import relaydsl.backend.llvm
 import relaydsl.op
 import relaydsl.te
-from relaydsl.backend.llvm import compile_worker
 
 _LOCK = threading.Lock()
 
@@ -201,7 +196,7 @@ def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool 
         stats["compiled"] += 1
         if use_disk_cache:
             _write_cached(path, obj)
-    return _load(obj, names, path)
+    return _add_object(obj, names, path)
 
 
 def load_cached(key: str, names: list[str]) -> Library | None:
@@ -214,100 +209,6 @@ def load_cached(key: str, names: list[str]) -> Library | None:
     if obj is None:
         return None
     stats["disk_hits"] += 1
-    return _load(obj, names, path)
-
-
-class Pending:
-    """A module ``compile_ir_async`` is compiling: ``result()`` loads it, returns its Library."""
-
-    def __init__(self, ir: str | Callable[[], str], key: str, names: list[str] | None,
-                 options: tuple[int, bool, bool]):
-        self.ir, self.key, self.options = ir, key, options
-        self.names = names if names is not None else _defined_functions(self.ir_text())
-        self.path = object_path(key)
-        self.object: bytes | None = None  # from the disk cache
-        self.worker: compile_worker.Worker | None = None  # compiling it as `job`
-        self.job = 0
-        self.library: Library | None = None
-
-    def result(self) -> Library:
-        _finish_pending(self)
-        assert self.library is not None
-        return self.library
-
-    def ir_text(self) -> str:
-        if not isinstance(self.ir, str):
-            self.ir = self.ir()
-        return self.ir
-
-
-_PENDING_LOCK = threading.RLock()
-_PENDING: list[Pending] = []
-_worker: "compile_worker.Worker | None" = None
-_worker_failed = False
-
-
-def compile_ir_async(ir: str | Callable[[], str], key: str, *, names: list[str] | None = None,
-                     speed_level: int = 3, vectorize: bool = True, unroll: bool = False
-                     ) -> Pending:
-    """``compile_ir``, but LLVM may run in a helper process (compile_worker.py) meanwhile.
-
-    For a module whose code is needed only later, by modules compiled after it. `ir` is
-    the IR text or a picklable function building it (a module-level function or a
-    functools.partial of one), which the helper then calls itself; with a function,
-    `names` lists the functions to look up. Objects are loaded in the order they were
-    requested: ``result()``, or the loading of any later module (``compile_ir``,
-    ``load_cached``), first loads every earlier pending one, so a module may call the
-    functions of any module requested before it.
-    """
-    if names is None and not isinstance(ir, str):
-        raise TypeError("compile_ir_async: give the names of the functions a builder defines")
-    pending = Pending(ir, key, names, (speed_level, vectorize, unroll))
-    pending.object = _read_cached(pending.path)
-    if pending.object is not None:
-        stats["disk_hits"] += 1
-    else:
-        pending.worker = _compile_worker()
-        if pending.worker is not None:
-            pending.job = pending.worker.submit(ir, speed_level, vectorize, unroll)
-    with _PENDING_LOCK:
-        _PENDING.append(pending)
-    return pending
-
-
-def _compile_worker() -> "compile_worker.Worker | None":
-    """The helper process, started (once) on a request made while a core is idle for it."""
-    global _worker, _worker_failed
-    with _PENDING_LOCK:
-        if _worker is None and not _worker_failed and compile_worker.wanted():
-            host = host_target()
-            try:
-                _worker = compile_worker.Worker(host.triple, host.cpu, host.features)
-                atexit.register(_worker.close)
-            except OSError:
-                _worker_failed = True
-        return _worker if _worker is not None and _worker.alive else None
-
-
-def _finish_pending(upto: Pending | None = None) -> None:
-    """Loads the pending modules in request order (all of them, or up to `upto`)."""
-    with _PENDING_LOCK:
-        while _PENDING and (upto is None or upto.library is None):
-            pending = _PENDING[0]
-            obj = pending.object
-            if obj is None:
-                if pending.worker is not None:
-                    obj = pending.worker.take(pending.job)
-                if obj is None:  # not started by the helper (or no helper): compile it here
-                    obj = _compile_object(pending.ir_text(), *pending.options)
-                stats["compiled"] += 1
-                _write_cached(pending.path, obj)
-            pending.library = _add_object(obj, pending.names, pending.path)
-            _PENDING.pop(0)
-
-
-def _load(obj: bytes, names: list[str], path: pathlib.Path) -> Library:
-    _finish_pending()  # the modules requested earlier first: this one may call them
     return _add_object(obj, names, path)
 
 

@@ -8,11 +8,27 @@ The pipeline for each function reads in one place (``_build``):
     jit       (jit.py)       one LLVM optimisation + code generation per batch
 
 All functions of one ``compile_primitives`` call share one LLVM module (the
-optimiser and code generator run once: 15-35 ms). A function structurally
-equal to one compiled before in the process is never recompiled (in-memory
-cache keyed by ``structural_hash``, confirmed by ``structural_equal``); the
-object file is cached on disk under a key made of the functions' stable
-digests (``lower.stable_digest``: ``structural_hash`` is salted per process).
+optimiser and code generator run once: 15-35 ms).
+
+Caches: four layers, each for a reason.
+
+1. ``_BY_HASH``, in memory: ``structural_hash`` -> (function, kernel), confirmed by
+   ``structural_equal``. The cheap lookup: a function seen before in the process (the
+   same object, or an equal one: a plan per call signature, the dispatcher) costs a hash,
+   not a digest.
+2. ``_BY_DIGEST``, in memory: the stable digest (``lower.stable_digest``, which is not
+   salted per process as ``structural_hash`` is) -> kernel. Needed for correctness: the
+   digest names the kernel's symbols, and loading its object twice would define them twice
+   in the one JIT engine. It also joins functions that compute the same but are not
+   structurally equal (a let-bound body and its graph form).
+3. On disk (jit.py): object files keyed by the digests, the host CPU and the backend's
+   sources, so a second process does not recompile (the compile benchmark's "warm disk
+   cache" row against its cold one).
+4. The GEMM library's modules (templates/gemm_library.py), loaded once per process and
+   read from disk without building their IR (``jit.load_cached``).
+
+The executors only keep what they built (a plan per call signature, the dispatcher's
+kernels per primitive function and shapes) in front of these.
 
 A ``Kernel`` checks its arguments before any compiled code runs: exact dtype,
 shape, C-contiguity, alignment, writeable and non-overlapping outputs; a
@@ -103,10 +119,10 @@ def address(a: np.ndarray) -> int:
 class Bound:
     """A kernel bound to its arrays (inputs, outputs, constants, scratch): ``bound()`` runs it.
 
-    ``table_address`` is the address of its buffer table, so that a static plan can run
-    bound kernels natively (``relaydsl_run_sequence``) with no call through Python.
+    ``table_address`` is the address of its buffer table, so that a plan can run bound
+    kernels natively (``relaydsl_run_program``) with no call through Python.
     ``retarget(position, array)`` points input or output `position` (inputs first) at
-    another array without re-checking: static plans use it to run on each call's
+    another array without re-checking: plans use it to run on each call's
     arguments. The caller guarantees the array has the type the kernel was checked with.
     """
 

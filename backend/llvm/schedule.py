@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any as AnyValue
 
 from relaydsl.errors import IRError
 from relaydsl.te.expr import (
     Call, Div, FloorDiv, FloorMod, IterVar, PrimExpr, Reduce, TensorRead, post_order,
 )
 from relaydsl.te.tensor import Tensor
+from relaydsl.backend.llvm import templates
 from relaydsl.backend.llvm.lower import Lowered
+from relaydsl.backend.llvm.templates import Template
 from relaydsl.backend.llvm.runtime import num_threads
 
 PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
@@ -50,7 +51,7 @@ class Stage:
 
     tensor: Tensor
     reads: list[Tensor]  # the buffers it reads, in its function's argument order
-    template: AnyValue = None  # a template object (``.emit``), or None: a te loop nest
+    template: Template | None = None  # a hand-written kernel, or None: a te loop nest
     outer: int = 0  # leading output axes flattened into the parallel loop
     row_reduce: bool = False
     extent: int = 1  # parallel units
@@ -80,52 +81,50 @@ def node_cost(e: PrimExpr) -> int:
     return 1
 
 
-def template_for(lowered: Lowered, t: Tensor) -> AnyValue:
-    """The template kernel for the op that made ``t``, if one exists."""
+def template_for(lowered: Lowered, t: Tensor) -> tuple[Template, list[Tensor]] | None:
+    """The template kernel for the op that made ``t``, if one exists, and what it reads.
+
+    An operand that is a 2-D transpose of a kernel input (fusion puts such transposes with
+    their contraction) is read in place through strides where the template can: it then
+    reads the input, and the transpose is never computed.
+    """
     origin = lowered.origin.get(t)
     if origin is None or not origin.is_result:
-        return None
-    try:
-        from relaydsl.backend.llvm.templates import template_for as find  # written separately
-    except ImportError:
         return None
     if origin.op_name == "dense" and math.prod(origin.out_type.shape[:-1]) == 1:
         # one row (a matrix-vector product: an RNN step at batch 1) reads each weight once;
         # the generic code's vectorised row reductions beat packing the weight for the GEMM
         # (4.5 us against 13 us for 1x128 . 512x128^T)
         return None
-    return find(origin.op_name, origin.attrs, origin.arg_types, origin.out_type)
-
-
-def read_in_place(lowered: Lowered, template: AnyValue, args: list[Tensor]
-                  ) -> tuple[AnyValue, list[Tensor]]:
-    """The template reading, through strides, each operand that is a 2-D transpose of a
-    kernel input (fusion puts such transposes with their contraction); the transpose is then
-    never computed."""
-    from relaydsl.backend.llvm.templates import read_transposed
-
-    args = list(args)
-    for i, x in enumerate(args):
-        origin = lowered.origin.get(x)
-        if origin is None or origin.op_name != "transpose" or not origin.is_result:
-            continue
-        axes = origin.attrs.axes
-        source = origin.args[0]
-        if (axes is not None and tuple(axes) not in ((1, 0), (-1, -2))) or \
-                source not in lowered.params:
-            continue
-        swapped = read_transposed(template, i, tuple(x.shape))
-        if swapped is not None:
-            template, args[i] = swapped, source
+    sources = {i: s for i, x in enumerate(origin.args)
+               if (s := _transposed_input(lowered, x)) is not None}
+    template = templates.template_for(origin.op_name, origin.attrs, origin.arg_types,
+                                      origin.out_type, transposable=sorted(sources))
+    if template is None:
+        return None
+    args = [sources[i] if i in template.transposed else x for i, x in enumerate(origin.args)]
     return template, args
 
 
+def _transposed_input(lowered: Lowered, x: Tensor) -> Tensor | None:
+    """The kernel input `x` is the 2-D transpose of, if it is one."""
+    origin = lowered.origin.get(x)
+    if origin is None or origin.op_name != "transpose" or not origin.is_result:
+        return None
+    axes = origin.attrs.axes
+    source = origin.args[0]
+    if (axes is not None and tuple(axes) not in ((1, 0), (-1, -2))) or \
+            source not in lowered.params:
+        return None
+    return source
+
+
 def schedule(lowered: Lowered, prefix: str) -> Schedule:
-    templates: dict[Tensor, AnyValue] = {}
+    chosen: dict[Tensor, Template] = {}
     operands: dict[Tensor, list[Tensor]] = {}  # what each template reads
 
     def producers(t: Tensor) -> list[Tensor]:
-        if t in templates:
+        if t in chosen:
             return operands[t]
         return [] if t.body is None else t.inputs
 
@@ -142,9 +141,9 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
             if t in seen or t.body is None:
                 continue
             seen.add(t)
-            tpl = template_for(lowered, t)
-            if tpl is not None:
-                templates[t], operands[t] = read_in_place(lowered, tpl, lowered.origin[t].args)
+            found = template_for(lowered, t)
+            if found is not None:
+                chosen[t], operands[t] = found
             stack.append((t, True))
             stack.extend((p, False) for p in reversed(producers(t)))
 
@@ -155,11 +154,11 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
                 consumers[p].append(t)
 
     outputs = set(lowered.outputs)
-    forced = {p for t in templates for p in producers(t)}
+    forced = {p for t in chosen for p in producers(t)}
     inlined: set[Tensor] = set()
     cost: dict[Tensor, int] = {}
     for t in order:  # producers first, so an inlined producer's cost is known
-        if t in templates:
+        if t in chosen:
             continue
         body = t.body
         assert body is not None
@@ -184,8 +183,8 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
     for t in order:
         if t in inlined:
             continue
-        stage = Stage(t, list(producers(t)) if t in templates else _buffer_reads(t, inlined),
-                      templates.get(t))
+        stage = Stage(t, list(producers(t)) if t in chosen else _buffer_reads(t, inlined),
+                      chosen.get(t))
         stage.symbol = f"{prefix}_s{len(stages)}"
         _plan_loops(stage, inlined)
         stages.append(stage)

@@ -153,7 +153,7 @@ RESNET_PARAMS = _resnet_params_type()
 # Written out flat, one line per convolution, with the parameters as one tuple argument
 # (p[0] .. p[41], in the order of resnet_layers()). A basic block could be a nested `def`
 # (a closure) or a @relay helper with symbolic shapes, but the flat first-order program is
-# the form every backend is sure to compile as one static plan.
+# the form every backend is sure to compile as one plan.
 def resnet18(x: Tensor[Float, (1, 3, 32, 32)], p: RESNET_PARAMS) -> Tensor[Float, (1, 10)]:
     h = relay.relu(relay.bias_add(relay.conv2d(x, p[0], padding=1), p[1]))
     # stage 1: 64 channels, 32x32

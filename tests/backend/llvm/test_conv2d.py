@@ -1,4 +1,4 @@
-"""The conv2d template (backend/llvm/conv2d.py): implicit-im2col GEMM against the op's
+"""The conv2d template (backend/llvm/templates/conv2d.py): implicit-im2col GEMM against the op's
 references (NumPy in float64, and jax.lax.conv_general_dilated), every attribute form.
 
 Run as a script for timings of the LeNet and ResNet-18 (CIFAR) shapes against jax.jit

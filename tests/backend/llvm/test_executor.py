@@ -1,4 +1,4 @@
-"""The llvm executor: static plans with a memory plan, and the dispatching executor.
+"""The llvm executor: plans with a memory plan, and the dispatching executor.
 
 Every result is compared with JAX (forward with jax.numpy, gradients with jax.grad).
 """
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from relaydsl.backend.llvm.executor import compile_program
-from relaydsl.backend.llvm.static_plan import Buffer, StaticPlan, Step, plan_memory
+from relaydsl.backend.llvm.plan import CALL, HALT, Buffer, Step, place_temporaries
 from relaydsl import Float, Int, Tensor, relay, relay_model
 from relaydsl.ir.parser import parse
 from relaydsl.ir.types import TensorType
@@ -21,7 +21,7 @@ def rand(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-# ---- static plans ----------------------------------------------------------------------------
+# ---- plans ----------------------------------------------------------------------------
 
 @relay
 def mlp(x: Tensor[Float, (8, 16)], w1: Tensor[Float, (16, 32)], b1: Tensor[Float, 32],
@@ -34,9 +34,9 @@ def mlp_jax(x, w1, b1, w2):
     return jax.nn.softmax(jnp.maximum(x @ w1 + b1, 0) @ w2, axis=-1)
 
 
-def test_a_first_order_program_runs_as_one_static_plan():
+def test_a_first_order_program_runs_as_one_plan():
     exe = relay.build(mlp, target="llvm")
-    assert exe.program.uses_static_plan
+    assert exe.program.plan is not None
     args = (rand(8, 16), rand(16, 32), rand(32), rand(32, 4))
     np.testing.assert_allclose(exe(*args), mlp_jax(*args), rtol=1e-5, atol=1e-6)
     # the arena is reused; results are fresh arrays each call
@@ -98,12 +98,16 @@ def _chain_plan(n):
     return infer_types(parse(text))
 
 
+def _straight(steps):
+    return [w for i in range(len(steps)) for w in (CALL, i)] + [HALT]
+
+
 def test_memory_planning_reuses_buffers_with_disjoint_lifetimes():
     t = TensorType((1000,), "float32")
     buffers = [Buffer(t, "input")] + [Buffer(t, "temp") for _ in range(6)]
     buffers[6].kind = "output"
     steps = [Step(None, [i], [i + 1]) for i in range(6)]  # a chain: 0 -> 1 -> ... -> 6
-    total = plan_memory(buffers, steps)
+    total = place_temporaries(buffers, _straight(steps), steps)
     assert total == 2 * 4032  # two slots of 4000 bytes rounded up to 64, alternating
     views = [b.value for b in buffers[1:6]]
     for i in range(4):  # neighbours (live at the same time) never share memory
@@ -116,13 +120,12 @@ def test_memory_planning_keeps_values_alive_while_read():
     buffers = [Buffer(t, "input")] + [Buffer(t, "temp") for _ in range(3)]
     buffers[3].kind = "output"
     steps = [Step(None, [0], [1]), Step(None, [0], [2]), Step(None, [1, 2], [3])]
-    plan_memory(buffers, steps)
+    place_temporaries(buffers, _straight(steps), steps)
     assert not np.shares_memory(buffers[1].value, buffers[2].value)
 
 
 def test_a_long_chain_runs_in_a_small_arena():
     program = compile_program(_chain_plan(40), "main", opt_level=0)  # no fusion: 40 kernels
-    assert program.uses_static_plan
     assert len(program.plan.steps) == 40
     assert program.plan.arena_bytes <= 2 * 64 * 64 * 4
     x = rand(64, 64)
@@ -144,9 +147,9 @@ def power_loop(x: Tensor[Float, (3, 3)], n: Int) -> Tensor[Float, (3, 3)]:
     return acc
 
 
-def test_a_while_loop_runs_as_one_flow_plan():
+def test_a_while_loop_runs_as_one_plan():
     exe = relay.build(power_loop, target="llvm")
-    assert exe.program.uses_flow_plan
+    assert exe.program.plan is not None
     x = rand(3, 3)
     expected = jnp.ones((3, 3), jnp.float32)
     for _ in range(5):

@@ -1,4 +1,4 @@
-"""The GEMM templates (backend/llvm/gemm.py via templates.py): dense, matmul, batch_matmul.
+"""The GEMM templates (templates/gemm.py via contraction.py): dense, matmul, batch_matmul.
 
 Correctness against the ops' NumPy references (in float64) over tiny, odd, prime and
 model shapes, every transpose and broadcast form, and a second blocking. Run as a
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relaydsl.backend.llvm.gemm import Blocking
+from relaydsl.backend.llvm.templates.gemm import Blocking
 from tests.backend.llvm.test_templates import build, check
 
 SIZES = [1, 2, 3, 7, 13, 16, 17, 31, 33, 64, 97]

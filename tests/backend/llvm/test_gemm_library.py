@@ -1,4 +1,4 @@
-"""backend/llvm/gemm_library.py: the GEMM parts every shape shares, compiled once.
+"""backend/llvm/templates/gemm_library.py: the GEMM parts every shape shares, compiled once.
 
 Each test uses a micro-tile no other test uses, so that it sees the library's modules
 being compiled (or not) in this process whatever ran before.
@@ -13,9 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from relaydsl.backend.llvm import gemm_library, jit
-from relaydsl.backend.llvm.gemm import Blocking, GemmSpec, fit_blocking
-from relaydsl.backend.llvm.gemm_library import MicroTile
+from relaydsl.backend.llvm import jit
+from relaydsl.backend.llvm.templates import gemm_library
+from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, fit_blocking
+from relaydsl.backend.llvm.templates.gemm_library import MicroTile
 from tests.backend.llvm.test_templates import build, check
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -100,7 +101,7 @@ def test_fresh_process_loads_the_library_from_disk(tmp_path):
     script = (
         "import numpy as np\n"
         "from relaydsl.backend.llvm import jit\n"
-        "from relaydsl.backend.llvm.gemm import Blocking\n"
+        "from relaydsl.backend.llvm.templates.gemm import Blocking\n"
         "from tests.backend.llvm.test_templates import build, check\n"
         "bl = Blocking(vl=8, mr=7, nr=16, kc=64, mc=21, nc=64)\n"
         "check(build([('matmul', {}, (30, 20), (20, 40)),\n"

@@ -1,4 +1,4 @@
-"""backend/llvm/templates.py: which op calls get a template, and running emitted templates.
+"""backend/llvm/templates/contraction.py: which op calls get a template; running templates.
 
 The helpers here (``build``, ``run``, ``reference``) are shared by test_gemm.py and
 test_conv2d.py: several templates go into one module (as the code generator puts them)

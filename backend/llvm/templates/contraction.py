@@ -1,6 +1,6 @@
-"""Hand-written LLVM IR templates for the contraction ops (dense, matmul, batch_matmul, conv2d).
+"""Which contraction op calls (dense, matmul, batch_matmul, conv2d) get a template, and how.
 
-The generic code generator asks ``template_for(op, attrs, input_types, out_type)``; a
+The scheduler asks ``template_for(op, attrs, input_types, out_type, transposable)``; a
 Template's ``emit(module, name)`` defines
 
     void @name(float* noalias %out, float* noalias %in0, float* noalias %in1, i64 %begin, i64 %end)
@@ -26,8 +26,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import llvmlite.ir as ir
 
-from relaydsl.backend.llvm.conv2d import ConvGeometry, emit_im2col_packer
-from relaydsl.backend.llvm.gemm import Blocking, GemmSpec, emit_gemm
+from relaydsl.backend.llvm.templates.conv2d import ConvGeometry, emit_im2col_packer
+from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, emit_gemm
 from relaydsl.ir.types import TensorType
 
 
@@ -46,6 +46,7 @@ class Template:
     spec: GemmSpec
     conv: ConvGeometry | None = None
     blocking: Blocking | None = None
+    transposed: frozenset[int] = frozenset()  # operands handed as the buffer they transpose
 
     def emit(self, module: ir.Module, name: str) -> StageInfo:
         packer = emit_im2col_packer(self.conv) if self.conv is not None else None
@@ -53,8 +54,8 @@ class Template:
         return StageInfo(name, kernel.parallel_extent, kernel.flops)
 
 
-def read_transposed(template: Template, operand: int, shape: tuple[int, ...]
-                    ) -> Template | None:
+def _read_transposed(template: Template, operand: int, shape: tuple[int, ...]
+                     ) -> Template | None:
     """`template` reading its 2-D operand `operand` (of `shape`) as the transpose of a buffer.
 
     The operand is ``Pᵀ`` with ``P`` contiguous, so its element (r, c) is at ``c * rows + r``
@@ -73,16 +74,33 @@ def read_transposed(template: Template, operand: int, shape: tuple[int, ...]
             return None
         return (swap[strides[0]], swap[strides[1]])
 
+    transposed = template.transposed | {operand}
     if spec.a_input == operand and (a := remap(spec.a_strides)) is not None:
-        return replace(template, spec=replace(spec, a_strides=a))
+        return replace(template, spec=replace(spec, a_strides=a), transposed=transposed)
     if spec.b_input == operand and (b := remap(spec.b_strides)) is not None:
-        return replace(template, spec=replace(spec, b_strides=b))
+        return replace(template, spec=replace(spec, b_strides=b), transposed=transposed)
     return None
 
 
 def template_for(op_name: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
-                 out_type: TensorType) -> Template | None:
-    """The template computing this op call, or None where there is none."""
+                 out_type: TensorType, transposable: Sequence[int] = ()) -> Template | None:
+    """The template computing this op call, or None where there is none.
+
+    `transposable` lists the operands that are 2-D transposes of a buffer; the template
+    reads those it can in place (``Template.transposed``: the caller then hands it the
+    buffer, and the transpose is never computed).
+    """
+    template = _template_for(op_name, attrs, input_types, out_type)
+    for operand in transposable:
+        if template is None:
+            break
+        shape = input_types[operand].concrete_shape()
+        template = _read_transposed(template, operand, shape) or template
+    return template
+
+
+def _template_for(op_name: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
+                  out_type: TensorType) -> Template | None:
     build = _BUILDERS.get(op_name)
     if build is None or len(input_types) != 2:
         return None

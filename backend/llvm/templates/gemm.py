@@ -45,9 +45,9 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
-from relaydsl.backend.llvm import gemm_library
-from relaydsl.backend.llvm.gemm_library import MicroTile
-from relaydsl.backend.llvm.irgen import I64, PF, Gen, c64, new_function
+from relaydsl.backend.llvm.templates import gemm_library
+from relaydsl.backend.llvm.templates.gemm_library import MicroTile
+from relaydsl.backend.llvm.templates.irgen import I64, PF, Gen, c64, new_function
 
 
 # ---- blocking -----------------------------------------------------------------------------

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from relaydsl.backend.llvm.gemm import Blocking, GemmSpec
-from relaydsl.backend.llvm.gemm_library import PACK_ARGS
-from relaydsl.backend.llvm.irgen import (F32, I1, I32, PF, Gen, VectorGEP, c32, c64, get_function,
-                                new_function)
+from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec
+from relaydsl.backend.llvm.templates.gemm_library import PACK_ARGS
+from relaydsl.backend.llvm.templates.irgen import (
+    F32, I1, I32, PF, Gen, VectorGEP, c32, c64, get_function,
+    new_function,
+)
 
 
 @dataclass(frozen=True)

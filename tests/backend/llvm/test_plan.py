@@ -1,11 +1,18 @@
-"""Flow plans: static programs with if and loops run as one native program, against JAX."""
+"""Plans: static programs, with if and loops, run as one native program, against JAX."""
 from __future__ import annotations
+
+import os
+import signal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from relaydsl import Float, Int, Tensor, relay
+from relaydsl.backend.llvm.plan import BRANCH, CALL, COPY, HALT, JUMP, Buffer, Plan, Step
+from relaydsl.backend.llvm.plan import place_temporaries
+from relaydsl.ir.types import TensorType
 
 RNG = np.random.default_rng(1)
 
@@ -16,7 +23,7 @@ def rand(*shape):
 
 def build(fn):
     exe = relay.build(fn, target="llvm")
-    assert exe.program.uses_flow_plan, "expected a flow plan"
+    assert exe.program.plan is not None, "expected a plan"
     return exe
 
 
@@ -138,7 +145,7 @@ def test_programs_with_closures_or_lists_run_on_the_dispatcher():
                            relay.Cons(xs[0], relay.Cons(xs[1], relay.Nil())))
 
     exe = relay.build(total, target="llvm")
-    assert not exe.program.uses_flow_plan and not exe.program.uses_static_plan
+    assert not exe.program.uses_plan
     xs = rand(3, 2)
     np.testing.assert_allclose(exe(xs), xs[0] + xs[1], rtol=1e-6)
 
@@ -151,7 +158,7 @@ def running_sum(xs: Tensor[Float, ("n", 4)]) -> Tensor[Float, 4]:
     return total
 
 
-def test_a_shape_polymorphic_loop_gets_a_flow_plan_per_signature():
+def test_a_shape_polymorphic_loop_gets_a_plan_per_signature():
     exe = relay.build(running_sum, target="llvm")
     for n in (1, 5, 2, 5):
         xs = rand(n, 4)
@@ -159,4 +166,54 @@ def test_a_shape_polymorphic_loop_gets_a_flow_plan_per_signature():
                                    rtol=1e-5, atol=1e-6)
     plans = exe.program._plans
     assert sorted(k[0][0][0] for k in plans) == [1, 2, 5]
-    assert all(type(p).__name__ == "FlowPlan" for p in plans.values())
+    assert exe.program.uses_plan and all(isinstance(p, Plan) for p in plans.values())
+
+
+# ---- memory: liveness over the instructions --------------------------------------------------
+
+def test_an_lstm_shares_its_arena_between_values_of_disjoint_lifetimes():
+    plan = build(lstm).program.plan
+    temps = sum(b.nbytes for b in plan.buffers if b.kind == "temp")
+    assert plan.arena_bytes < temps
+
+
+def test_a_value_carried_around_a_loop_stays_live_across_the_back_edge():
+    t = TensorType((100,), "float32")
+    # 0: input, 1: bool input; 2 = f(0) before the loop, read after it; 3, 4 in the loop
+    buffers = [Buffer(t, "input"), Buffer(TensorType((), "bool"), "input")] + \
+        [Buffer(t, "temp") for _ in range(3)] + [Buffer(t, "output")]
+    steps = [Step(None, [0], [2]), Step(None, [0], [3]), Step(None, [3], [4]),
+             Step(None, [2, 4], [5])]
+    code = [CALL, 0,                    # 0: t2 = f(x)
+            BRANCH, 1, 11,              # 2: loop while the flag is set
+            CALL, 1, CALL, 2,           # 5: t3 = g(x); t4 = h(t3)
+            JUMP, 2,                    # 9: back edge
+            CALL, 3, HALT]              # 11: out = k(t2, t4)
+    place_temporaries(buffers, code, steps)
+    t2, t3, t4 = (buffers[i].value for i in (2, 3, 4))
+    assert not np.shares_memory(t2, t3) and not np.shares_memory(t2, t4)
+    assert not np.shares_memory(t3, t4)  # a kernel never writes over what it reads
+
+
+def test_a_copy_from_a_dying_value_may_share_its_memory():
+    t = TensorType((10,), "float32")
+    buffers = [Buffer(t, "input")] + [Buffer(t, "temp") for _ in range(2)] + \
+        [Buffer(t, "output")]
+    steps = [Step(None, [0], [1]), Step(None, [2], [3])]
+    total = place_temporaries(buffers, [CALL, 0, COPY, 2, 1, 40, CALL, 1, HALT], steps)
+    assert total == 64 and np.shares_memory(buffers[1].value, buffers[2].value)
+
+
+@pytest.mark.filterwarnings("ignore:os.fork")
+def test_a_lock_held_at_a_fork_does_not_deadlock_the_child():
+    exe = build(pick)
+    x = rand(4)
+    plan = exe.program.plan
+    with plan._lock:  # as if another thread were inside the plan
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)  # a deadlock ends the child with SIGALRM
+            ok = np.allclose(exe(x, np.float32(1.0)), np.exp(x), rtol=1e-6)
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

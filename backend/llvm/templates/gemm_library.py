@@ -38,20 +38,19 @@ at speed level 1 without its loop and SLP vectorisers and its loop unroller: a t
 the compile time of level 3, and the same GFLOP/s (measured on GEMM 512/1024 and the
 MLP's shapes).
 The MCJIT engine links a caller's calls to these symbols by name: a caller requests what
-it uses (``load_core``, ``load_ukernel``) before its own module is loaded. The library is
-compiled in the background (``jit.compile_ir_async``) while the caller goes on emitting
-and compiling its kernels; ``jit`` loads it before any module requested after it.
+it uses (``load_core``, ``load_ukernel``) before its own module is loaded.
 """
 from __future__ import annotations
 
-import functools
 import threading
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
 from relaydsl.backend.llvm import jit
-from relaydsl.backend.llvm.irgen import F32, I1, I32, I64, PF, VOID, Gen, c64, get_function, new_function
+from relaydsl.backend.llvm.templates.irgen import (
+    F32, I1, I32, I64, PF, VOID, Gen, c64, get_function, new_function,
+)
 
 
 @dataclass(frozen=True)
@@ -108,25 +107,22 @@ def declare_ukernel(module: ir.Module, tile: MicroTile, direct: bool = False) ->
 # ---- loading ----------------------------------------------------------------------------------
 
 _LOCK = threading.Lock()
-_LOADED: dict[str, jit.Library | jit.Pending] = {}
+_LOADED: dict[str, jit.Library] = {}
 _OPTIONS = "speed1|vectorize=False|unroll=False"
 
 
 def _load(name: str, part: str, vl: int, tile: MicroTile | None = None) -> None:
-    """Makes sure the module defining the one exported function `name` is loaded, or being
-    compiled (in the compile worker, which also builds its IR, while the caller goes on)
-    and loaded before the next module that is."""
+    """Makes sure the module defining the one exported function `name` is loaded (from the
+    disk cache without building its IR, else compiled)."""
     with _LOCK:
         if name in _LOADED:
             return
         key = f"gemm-library|{name}|{_OPTIONS}"
         lib = jit.load_cached(key, [name])
         if lib is None:
-            build = functools.partial(library_ir, name, part, vl, tile)
-            _LOADED[name] = jit.compile_ir_async(build, key, names=[name], speed_level=1,
-                                                 vectorize=False)
-        else:
-            _LOADED[name] = lib
+            lib = jit.compile_ir(library_ir(name, part, vl, tile), key, speed_level=1,
+                                 vectorize=False)
+        _LOADED[name] = lib
 
 
 def library_ir(name: str, part: str, vl: int, tile: MicroTile | None) -> str:
@@ -147,8 +143,7 @@ def library_ir(name: str, part: str, vl: int, tile: MicroTile | None) -> str:
 
 def library(name: str) -> jit.Library:
     """The loaded library module defining `name` (after ``load_core`` or ``load_ukernel``)."""
-    lib = _LOADED[name]
-    return lib.result() if isinstance(lib, jit.Pending) else lib
+    return _LOADED[name]
 
 
 def load_core(vl: int) -> None:

@@ -1,0 +1,273 @@
+; The native runtime (see runtime.py): a thread pool for the parallel stages of kernels,
+; and the interpreter of plans' instructions. Parsed and linked with the host's spin-wait
+; hint by runtime.runtime_ir(); tests/backend/llvm/test_runtime.py parses and verifies it.
+;
+; pthread objects are opaque here: 128 bytes covers glibc's and musl's mutex and condition
+; variable on 64-bit targets; they are initialised by pthread_*_init, never by layout.
+@job       = internal global i64 0          ; {generation:32 | chunks:16 | next:16}
+@job_task  = internal global ptr null
+@job_ctx   = internal global ptr null
+@job_extent = internal global i64 0
+@done      = internal global i64 0          ; chunks finished in the current job
+@busy      = internal global i32 0          ; 1 while a job is running
+@sleepers  = internal global i64 0          ; workers waiting on @wake
+@workers   = internal global i64 0          ; worker threads started (0 in a forked child)
+@mutex     = internal global [128 x i8] zeroinitializer, align 64
+@wake      = internal global [128 x i8] zeroinitializer, align 64
+
+declare i32 @pthread_create(ptr, ptr, ptr, ptr)
+declare i32 @pthread_mutex_init(ptr, ptr)
+declare i32 @pthread_mutex_lock(ptr)
+declare i32 @pthread_mutex_unlock(ptr)
+declare i32 @pthread_cond_init(ptr, ptr)
+declare i32 @pthread_cond_wait(ptr, ptr)
+declare i32 @pthread_cond_broadcast(ptr)
+
+; The CPU's spin-wait hint (x86's pause), defined for the host by runtime.py.
+declare void @relaydsl_spin_hint()
+
+; Runs chunks of the job whose word is %w until none is left: claim with a CAS, run, count.
+define internal void @claim_and_run(i64 %w0) {
+entry:
+  br label %claim
+claim:
+  %w = phi i64 [%w0, %entry], [%seen, %retry], [%again, %run]
+  %chunks = and i64 %w, 4294901760          ; bits 16-31
+  %nchunks = lshr i64 %chunks, 16
+  %next = and i64 %w, 65535
+  %left = icmp ult i64 %next, %nchunks
+  br i1 %left, label %try, label %out
+try:
+  %task = load atomic ptr, ptr @job_task monotonic, align 8
+  %ctx = load atomic ptr, ptr @job_ctx monotonic, align 8
+  %extent = load atomic i64, ptr @job_extent monotonic, align 8
+  %w1 = add i64 %w, 1
+  %pair = cmpxchg ptr @job, i64 %w, i64 %w1 seq_cst seq_cst
+  %ok = extractvalue { i64, i1 } %pair, 1
+  %seen = extractvalue { i64, i1 } %pair, 0
+  br i1 %ok, label %run, label %retry
+retry:
+  br label %claim
+run:
+  %lo.m = mul i64 %next, %extent
+  %begin = udiv i64 %lo.m, %nchunks
+  %n1 = add i64 %next, 1
+  %hi.m = mul i64 %n1, %extent
+  %end = udiv i64 %hi.m, %nchunks
+  call void %task(ptr %ctx, i64 %begin, i64 %end)
+  %d = atomicrmw add ptr @done, i64 1 release
+  %again = load atomic i64, ptr @job acquire, align 8
+  br label %claim
+out:
+  ret void
+}
+
+define internal ptr @worker(ptr %arg) {
+entry:
+  %w0 = load atomic i64, ptr @job acquire, align 8
+  %g0 = lshr i64 %w0, 32
+  br label %wait
+wait:                                        ; spin until the generation moves on
+  %gen = phi i64 [%g0, %entry], [%gen, %spin], [%gen, %asleep], [%g.new, %worked]
+  %i = phi i64 [0, %entry], [%i.next, %spin], [0, %asleep], [0, %worked]
+  %w = load atomic i64, ptr @job acquire, align 8
+  %g = lshr i64 %w, 32
+  %new = icmp ne i64 %g, %gen
+  br i1 %new, label %work, label %idle
+work:
+  call void @claim_and_run(i64 %w)
+  br label %worked
+worked:
+  %g.new = phi i64 [%g, %work]
+  br label %wait
+idle:
+  %more = icmp ult i64 %i, 2000         ; spins (~60 cycles each) before sleeping
+  br i1 %more, label %spin, label %sleep
+spin:
+  call void @relaydsl_spin_hint()
+  %i.next = add i64 %i, 1
+  br label %wait
+sleep:                                       ; Dekker with the publisher: sleepers, then job
+  %l = call i32 @pthread_mutex_lock(ptr @mutex)
+  %s = atomicrmw add ptr @sleepers, i64 1 seq_cst
+  br label %check
+check:
+  %w2 = load atomic i64, ptr @job seq_cst, align 8
+  %g2 = lshr i64 %w2, 32
+  %same = icmp eq i64 %g2, %gen
+  br i1 %same, label %block, label %awake
+block:
+  %c = call i32 @pthread_cond_wait(ptr @wake, ptr @mutex)
+  br label %check
+awake:
+  %s2 = atomicrmw sub ptr @sleepers, i64 1 seq_cst
+  %u = call i32 @pthread_mutex_unlock(ptr @mutex)
+  br label %asleep
+asleep:
+  br label %wait
+}
+
+; Starts %n workers (once); returns the number of threads a parallel loop uses.
+define i64 @relaydsl_pool_start(i64 %n) {
+entry:
+  %have = load i64, ptr @workers
+  %started = icmp ne i64 %have, 0
+  br i1 %started, label %done, label %init
+init:
+  %a = call i32 @pthread_mutex_init(ptr @mutex, ptr null)
+  %b = call i32 @pthread_cond_init(ptr @wake, ptr null)
+  %tid = alloca i64
+  br label %loop
+loop:
+  %i = phi i64 [0, %init], [%i.next, %next]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %spawn, label %fin
+spawn:
+  %r = call i32 @pthread_create(ptr %tid, ptr null, ptr @worker, ptr null)
+  %ok = icmp eq i32 %r, 0
+  br i1 %ok, label %next, label %fin
+next:
+  %i.next = add i64 %i, 1
+  store i64 %i.next, ptr @workers
+  br label %loop
+fin:
+  br label %done
+done:
+  %w = load i64, ptr @workers
+  %t = add i64 %w, 1
+  ret i64 %t
+}
+
+; In a forked child the workers are gone: every loop runs on the calling thread.
+define void @relaydsl_pool_forget() {
+  store i64 0, ptr @workers
+  store i64 0, ptr @sleepers
+  store i32 0, ptr @busy
+  ret void
+}
+
+define i64 @relaydsl_pool_threads() {
+  %w = load i64, ptr @workers
+  %t = add i64 %w, 1
+  ret i64 %t
+}
+
+define void @relaydsl_parallel_for(ptr %task, ptr %ctx, i64 %extent) {
+entry:
+  %w = load i64, ptr @workers
+  %none = icmp eq i64 %w, 0
+  %small = icmp slt i64 %extent, 2
+  %serial0 = or i1 %none, %small
+  br i1 %serial0, label %inline, label %claim_pool
+claim_pool:
+  %pair = cmpxchg ptr @busy, i32 0, i32 1 acquire monotonic
+  %got = extractvalue { i32, i1 } %pair, 1
+  br i1 %got, label %publish, label %inline
+inline:
+  call void %task(ptr %ctx, i64 0, i64 %extent)
+  ret void
+publish:
+  %threads = add i64 %w, 1
+  %few = icmp ult i64 %extent, %threads
+  %nchunks = select i1 %few, i64 %extent, i64 %threads
+  store atomic ptr %task, ptr @job_task monotonic, align 8
+  store atomic ptr %ctx, ptr @job_ctx monotonic, align 8
+  store atomic i64 %extent, ptr @job_extent monotonic, align 8
+  store atomic i64 0, ptr @done monotonic, align 8
+  %old = load i64, ptr @job
+  %gen = lshr i64 %old, 32
+  %gen1 = add i64 %gen, 1
+  %genbits = shl i64 %gen1, 32
+  %chunkbits = shl i64 %nchunks, 16
+  %word = or i64 %genbits, %chunkbits
+  store atomic i64 %word, ptr @job seq_cst, align 8
+  %sleeping = load atomic i64, ptr @sleepers seq_cst, align 8
+  %anyone = icmp ne i64 %sleeping, 0
+  br i1 %anyone, label %wake_all, label %work
+wake_all:
+  %l = call i32 @pthread_mutex_lock(ptr @mutex)
+  %bc = call i32 @pthread_cond_broadcast(ptr @wake)
+  %u = call i32 @pthread_mutex_unlock(ptr @mutex)
+  br label %work
+work:
+  call void @claim_and_run(i64 %word)
+  br label %join
+join:
+  %d = load atomic i64, ptr @done acquire, align 8
+  %all = icmp uge i64 %d, %nchunks
+  br i1 %all, label %finish, label %pause
+pause:
+  call void @relaydsl_spin_hint()
+  br label %join
+finish:
+  store atomic i32 0, ptr @busy release, align 4
+  ret void
+}
+
+; Runs a plan (plan.py): i64 words at %code, over kernels {entry, table} at
+; %calls and buffer addresses at %buffers. Instructions:
+;   0 k          CALL   calls[k].entry(calls[k].table)
+;   1 b target   BRANCH to target if the bool (i8) in buffer b is 0
+;   2 target     JUMP
+;   3 d s n      COPY   n bytes from buffer s to buffer d (memmove)
+;   4            HALT
+define void @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers) {
+entry:
+  %pc.slot = alloca i64
+  store i64 0, ptr %pc.slot
+  br label %dispatch
+dispatch:
+  %pc = load i64, ptr %pc.slot
+  %op.p = getelementptr inbounds i64, ptr %code, i64 %pc
+  %op = load i64, ptr %op.p
+  %a.i = add i64 %pc, 1
+  %a.p = getelementptr inbounds i64, ptr %code, i64 %a.i
+  %a = load i64, ptr %a.p
+  switch i64 %op, label %halt [ i64 0, label %call
+                                i64 1, label %branch
+                                i64 2, label %jump
+                                i64 3, label %copy ]
+call:
+  %fn.p = getelementptr inbounds [2 x ptr], ptr %calls, i64 %a
+  %fn = load ptr, ptr %fn.p
+  %tb.p = getelementptr inbounds [2 x ptr], ptr %calls, i64 %a, i64 1
+  %tb = load ptr, ptr %tb.p
+  call void %fn(ptr %tb)
+  %pc.call = add i64 %pc, 2
+  store i64 %pc.call, ptr %pc.slot
+  br label %dispatch
+branch:
+  %cond.pp = getelementptr inbounds ptr, ptr %buffers, i64 %a
+  %cond.p = load ptr, ptr %cond.pp
+  %cond = load i8, ptr %cond.p
+  %t.i = add i64 %pc, 2
+  %t.p = getelementptr inbounds i64, ptr %code, i64 %t.i
+  %target = load i64, ptr %t.p
+  %false = icmp eq i8 %cond, 0
+  %pc.next = add i64 %pc, 3
+  %pc.branch = select i1 %false, i64 %target, i64 %pc.next
+  store i64 %pc.branch, ptr %pc.slot
+  br label %dispatch
+jump:
+  store i64 %a, ptr %pc.slot
+  br label %dispatch
+copy:
+  %dst.pp = getelementptr inbounds ptr, ptr %buffers, i64 %a
+  %dst = load ptr, ptr %dst.pp
+  %s.i = add i64 %pc, 2
+  %s.p = getelementptr inbounds i64, ptr %code, i64 %s.i
+  %s = load i64, ptr %s.p
+  %src.pp = getelementptr inbounds ptr, ptr %buffers, i64 %s
+  %src = load ptr, ptr %src.pp
+  %n.i = add i64 %pc, 3
+  %n.p = getelementptr inbounds i64, ptr %code, i64 %n.i
+  %n = load i64, ptr %n.p
+  call void @llvm.memmove.p0.p0.i64(ptr %dst, ptr %src, i64 %n, i1 false)
+  %pc.copy = add i64 %pc, 4
+  store i64 %pc.copy, ptr %pc.slot
+  br label %dispatch
+halt:
+  ret void
+}
+
+declare void @llvm.memmove.p0.p0.i64(ptr, ptr, i64, i1)

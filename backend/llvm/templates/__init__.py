@@ -1,0 +1,21 @@
+"""Hand-written LLVM IR for the contraction ops: one entry point, ``template_for``.
+
+The scheduler (schedule.py) asks ``template_for(op_name, attrs, input_types, out_type,
+transposable)`` for each op call it schedules; a ``Template`` it gets back is emitted by
+the code generator as one stage (``Template.emit(module, name)``). Inside:
+
+    contraction.py    which op calls get a template: dense, matmul, batch_matmul, conv2d
+    gemm.py           the shape-specific GEMM driver (batch, parallel units, blocking)
+    conv2d.py         conv2d's implicit-im2col packer for the GEMM's B operand
+    gemm_library.py   the shape-independent GEMM core and micro-kernels, compiled once
+    irgen.py          small helpers over llvmlite.ir shared by the above
+
+>>> from relaydsl.ir.types import TensorType
+>>> t = template_for("dense", {}, [TensorType((8, 16), "float32"),
+...                               TensorType((4, 16), "float32")], TensorType((8, 4), "float32"))
+>>> (t.op_name, t.spec.m, t.spec.n, t.spec.k)
+('dense', 8, 4, 16)
+"""
+from relaydsl.backend.llvm.templates.contraction import StageInfo, Template, template_for
+
+__all__ = ["StageInfo", "Template", "template_for"]
