@@ -18,7 +18,7 @@ from itertools import accumulate
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType, TupleType
 from relaydsl.te import tensor as T
-from relaydsl.te.compute_rules.elementwise import ComputeRule, broadcast_read
+from relaydsl.te.rules import ComputeRule, broadcast_read
 from relaydsl.te.indexing import norm_axes, ravel, unravel
 from relaydsl.te.expr import PrimExpr, cast, const, equal, maximum, minimum, select
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
@@ -267,15 +267,7 @@ def _full(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
     return compute(out_type.concrete_shape(), lambda *o: value, "T_full")
 
 
-def _cast_like(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
-    """x in like's dtype; like (any shape) gives only the dtype, so it is never read."""
-    x, like = inputs
-    shape = out_type.concrete_shape()
-    return compute(shape, lambda *i: cast(like.dtype, broadcast_read(x, i)), "T_cast_like")
-
-
 RULES: dict[str, ComputeRule] = {
-    "cast_like": _cast_like,
     "reshape": reshape_rule, "reshape_like": reshape_rule, "transpose": _transpose,
     "expand_dims": _expand_dims, "squeeze": _squeeze, "broadcast_to": _broadcast_to,
     "concatenate": _concatenate, "stack": _stack, "split": _split,
