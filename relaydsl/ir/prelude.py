@@ -20,9 +20,10 @@ import numpy as np
 
 from relaydsl.ir.adt import PatternConstructor, PatternVar, PatternWildcard, TypeData, define_adt
 from relaydsl.ir.expr import (
-    Call, Clause, Constant, Function, GlobalVar, If, Match, Op, Tuple, Var,
+    Call, Clause, Constant, Function, GlobalVar, If, Match, Tuple, Var,
 )
 from relaydsl.ir.types import FuncType, TensorType, TupleType, TypeCall, TypeVar
+from relaydsl.op.registry import ops
 
 _INT = TensorType((), "int32")
 
@@ -98,7 +99,7 @@ def prelude_definitions() -> tuple[tuple[TypeData, ...], dict[GlobalVar, Functio
     xs, t = Var("xs", List(a)), Var("t")
     body = Match(xs, (
         Clause(PatternConstructor(cons, (PatternWildcard(), PatternVar(t))),
-               Call(Op.get("add"), (_int(1), Call(gv["length"], (t,))))),
+               ops.add(_int(1), Call(gv["length"], (t,)))),
         Clause(PatternConstructor(nil), _int(0)),
     ))
     funcs[gv["length"]] = Function((xs,), body, _INT, (a,))
@@ -108,8 +109,8 @@ def prelude_definitions() -> tuple[tuple[TypeData, ...], dict[GlobalVar, Functio
     xs, n, h, t = Var("xs", List(a)), Var("n", _INT), Var("h"), Var("t")
     body = Match(xs, (
         Clause(PatternConstructor(cons, (PatternVar(h), PatternVar(t))),
-               If(Call(Op.get("equal"), (n, _int(0))), h,
-                  Call(gv["nth"], (t, Call(Op.get("subtract"), (n, _int(1))))))),
+               If(ops.equal(n, _int(0)), h,
+                  Call(gv["nth"], (t, ops.subtract(n, _int(1)))))),
     ), complete=False)
     funcs[gv["nth"]] = Function((xs, n), body, a, (a,))
 

@@ -39,6 +39,7 @@ from relaydsl.ir.types import (
     FuncType, RefType, TensorType, TupleType, Type, TypeCall, has_float, is_float, type_to_str,
 )
 from relaydsl.ir.visitor import ExprMutator, post_order
+from relaydsl.op.registry import ops
 
 BACKPROP_TYPE = RefType(FuncType((), TupleType(())))
 
@@ -102,7 +103,7 @@ def accumulate(lifted: Expr, grad: Expr, t: Type) -> list[Expr]:
         if not is_float(t.dtype):
             return []
         ref = TupleGetItem(lifted, 1)
-        return [RefWrite(ref, op_call("add", RefRead(ref), grad))]
+        return [RefWrite(ref, ops.add(RefRead(ref), grad))]
     if isinstance(t, TupleType):
         return [e for i, f in enumerate(t.fields)
                 for e in accumulate(TupleGetItem(lifted, i), TupleGetItem(grad, i), f)]
