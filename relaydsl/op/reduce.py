@@ -28,7 +28,7 @@ from relaydsl.op.grad_util import (
     broadcast_like, count, norm_axes, scalar, tensor_type, unreduce, zeros_for,
 )
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, ops, register
+from relaydsl.op.registry import Attr, OpDef, OpPattern, Relation, ops, register
 from relaydsl.te import indexing
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import PrimExpr, cast, const, equal, not_equal, select
@@ -57,7 +57,7 @@ def _copy(x: Tensor, shape: tuple[int, ...], name: str) -> Tensor:
 # ---- sum, mean, max, min, prod: one row each -----------------------------------------
 
 
-def _reduce_rel(op: str, accepts: DTypeClass):
+def _reduce_rel(op: str, accepts: DTypeClass) -> Relation:
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         t = tensor_arg(ctx, args[0], f"{op}: the input")
         require_dtype(ctx, op, "the input", t, accepts)
@@ -198,7 +198,7 @@ prod = _reduce(
 # ---- argmax, argmin: one row each ------------------------------------------------------
 
 
-def _arg_rel(op: str):
+def _arg_rel(op: str) -> Relation:
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         t = tensor_arg(ctx, args[0], f"{op}: the input")
         shape = shape_of(ctx, t)
