@@ -27,8 +27,7 @@ import numpy as np
 from relaydsl.backend.target import Program, get_target
 from relaydsl.frontend import annotations
 from relaydsl.ir.expr import Call, Function, Grad, Var
-from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import FuncType, TensorType, is_float
+from relaydsl.ir.types import TensorType, is_float
 from relaydsl.typing import infer_types
 
 if TYPE_CHECKING:

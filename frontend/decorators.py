@@ -25,7 +25,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any as AnyValue, Callable
 
-import numpy as np
 
 from relaydsl.backend.interpreter import Closure
 from relaydsl.backend.target import Program, get_target

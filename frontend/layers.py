@@ -134,7 +134,8 @@ def _gates(ctx: LayerContext, layer: str, x: Expr, h: Expr, units: int, prefix: 
     wx = ctx.param(layer, f"{prefix}weight_ih")
     wh = ctx.param(layer, f"{prefix}weight_hh")
     b = ctx.param(layer, f"{prefix}bias", "zeros")
-    total = ctx.op("add", ctx.op("dense", x, wx, units=units), ctx.op("dense", h, wh, units=units))
+    total = ops.add(ctx.op("dense", x, wx, units=units), ctx.op("dense", h, wh, units=units),
+                    span=ctx.span)
     return ctx.op("bias_add", total, b, axis=-1)
 
 
@@ -147,10 +148,11 @@ def lstm_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     parts = ops.split(_gates(ctx, "lstm_cell", x, h, 4 * hidden, ""),
                       indices_or_sections=4, axis=-1, span=ctx.span)
     i, f, g, o = (TupleGetItem(parts, k) for k in range(4))
-    sig = lambda e: ctx.op("sigmoid", e)  # noqa: E731
-    c_new = ctx.op("add", ctx.op("multiply", sig(f), c),
-                   ctx.op("multiply", sig(i), ctx.op("tanh", g)))
-    h_new = ctx.op("multiply", sig(o), ctx.op("tanh", c_new))
+    s = ctx.span
+    sig = lambda e: ops.sigmoid(e, span=s)  # noqa: E731
+    c_new = ops.add(ops.multiply(sig(f), c, span=s),
+                    ops.multiply(sig(i), ops.tanh(g, span=s), span=s), span=s)
+    h_new = ops.multiply(sig(o), ops.tanh(c_new, span=s), span=s)
     return Tuple([h_new, c_new], span=ctx.span)
 
 
@@ -159,19 +161,20 @@ def gru_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     x, h = args
     hidden = int(_required(kwargs, "num_hidden", "gru_cell", ctx))
     _no_extra(kwargs, "gru_cell", ctx)
-    rz = ctx.op("sigmoid", _gates(ctx, "gru_cell", x, h, 2 * hidden, "rz_"))
-    parts = ops.split(rz, indices_or_sections=2, axis=-1, span=ctx.span)
+    s = ctx.span
+    rz = ops.sigmoid(_gates(ctx, "gru_cell", x, h, 2 * hidden, "rz_"), span=s)
+    parts = ctx.op("split", rz, indices_or_sections=2, axis=-1)
     r, z = TupleGetItem(parts, 0), TupleGetItem(parts, 1)
     wn = ctx.param("gru_cell", "n_weight_ih")
     un = ctx.param("gru_cell", "n_weight_hh")
     bn = ctx.param("gru_cell", "n_bias", "zeros")
-    n = ctx.op("tanh", ctx.op("bias_add", ctx.op("add", ctx.op("dense", x, wn, units=hidden),
-                                                 ctx.op("multiply", r,
-                                                        ctx.op("dense", h, un, units=hidden))),
-                              bn, axis=-1))
-    one = ops.ones_like(z, span=ctx.span)
-    return ctx.op("add", ctx.op("multiply", ctx.op("subtract", one, z), n),
-                  ctx.op("multiply", z, h))
+    n = ops.tanh(ctx.op("bias_add", ops.add(ctx.op("dense", x, wn, units=hidden),
+                                            ops.multiply(r, ctx.op("dense", h, un, units=hidden),
+                                                         span=s), span=s),
+                        bn, axis=-1), span=s)
+    one = ctx.op("ones_like", z)
+    return ops.add(ops.multiply(ops.subtract(one, z, span=s), n, span=s),
+                   ops.multiply(z, h, span=s), span=s)
 
 
 def max_pool(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, Grad, Let, Op, RefCreate, RefRead, RefWrite, Tuple,
+    Call, Constant, Expr, Function, Grad, Let, RefCreate, RefRead, RefWrite, Tuple,
     TupleGetItem, Var,
 )
+from relaydsl.op.registry import ops
 
 if TYPE_CHECKING:
     from relaydsl.frontend.decorators import RelayFunction, RelayModelFunction
@@ -88,8 +89,8 @@ def update(tr: "Translator", node, args: list, static: dict, env) -> Expr:
                              f"(SGD); got {', '.join(static)}")
     params, g = Var("params"), Var("grads")
     new = Tuple([
-        Call(Op.get("subtract"), (TupleGetItem(params, i), Call(Op.get("multiply"), (
-            Constant(np.array(lr, dtype)), TupleGetItem(g, i)))))
+        ops.subtract(TupleGetItem(params, i),
+                     ops.multiply(Constant(np.array(lr, dtype)), TupleGetItem(g, i)))
         for i, dtype in enumerate(model.dtypes)])
     return Let(params, RefRead(model_expr), Let(g, grads, RefWrite(model_expr, new)),
                span=tr.span(node))

@@ -40,7 +40,7 @@ from relaydsl.backend.llvm.intervals import Interval, Scope, clamped, interval, 
 from relaydsl.backend.llvm.schedule import PARALLEL_WORK, Schedule, Stage
 from relaydsl.te.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Call, Cast, Div, FloatImm, FloorDiv, FloorMod,
-    IntImm, IterVar, Max, Min, Mul, Not, Or, PrimExpr, Reduce, Select, Sub, TensorRead, Var,
+    IntImm, IterVar, Max, Min, Mul, Not, PrimExpr, Reduce, Select, Sub, TensorRead, Var,
     children, post_order,
 )
 from relaydsl.te.tensor import Tensor

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Callable
 
 from relaydsl.ir.adt import (
-    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar,
 )
 from relaydsl.ir.adt import pattern_vars
 from relaydsl.ir.expr import (
@@ -42,15 +42,6 @@ _VISIT_NAME = {
     Grad: "visit_grad",
     Constructor: "visit_constructor",
 }
-
-
-def pattern_vars(p: Pattern) -> list[Var]:
-    """The variables a pattern binds, left to right."""
-    if isinstance(p, PatternVar):
-        return [p.var]
-    if isinstance(p, (PatternConstructor, PatternTuple)):
-        return [v for sub in p.patterns for v in pattern_vars(sub)]
-    return []
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:

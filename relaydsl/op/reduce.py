@@ -5,21 +5,39 @@ collapse_sum_like, which sums a tensor down to a shape that broadcasts to it.
 negative axes count from the end; ``keepdims`` keeps reduced axes with size 1.
 A reduction keeps its input dtype (an int32 sum is int32, accumulating in
 int32); ``mean`` accepts only floating-point tensors; argmax/argmin give int32.
+
+Every op is one block: its gradient rule and te compute rule written out just above
+one ``name = _reduce(...)`` row (or ``register(OpDef(...))``) that holds the rest.
+In te, sum, prod, max and min fold their reducer over the reduced axes in the input
+dtype (bool max/min, NumPy's any/all, fold int8 0/1 values); mean divides the sum
+by the count (float16 through float32, as NumPy does); argmax/argmin take two passes:
+the extreme value, then the least flat position (over the reduced axes, row-major)
+holding it, or holding a NaN, as NumPy's first NaN.
 """
 from __future__ import annotations
 
-from typing import Any as AnyValue
+import math
+from typing import Any as AnyValue, Callable
 
-import jax.numpy as jnp
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import Dim, TensorType, Type, type_to_str
-from relaydsl.op._legacy import OpDef, register
-from relaydsl.op.registry import Attr, OpPattern
+from relaydsl.op.grad_util import (
+    broadcast_like, count, norm_axes, scalar, tensor_type, unreduce, zeros_for,
+)
+from relaydsl.op.lazy_jax import jnp
+from relaydsl.op.registry import Attr, OpDef, OpPattern, Relation, ops, register
+from relaydsl.te import indexing
+from relaydsl.te import tensor as T
+from relaydsl.te.expr import PrimExpr, cast, const, equal, not_equal, select
+from relaydsl.te.indexing import over_axes, ravel
+from relaydsl.te.rules import ComputeRule
+from relaydsl.te.tensor import Reducer, Tensor, compute, reduce_axis
 from relaydsl.typing.relations import (
-    ANY_DTYPE, FLOAT, NUMERIC, DTypeClass, RelationContext, attr_axes, attr_axis, require_dtype, shape_of,
-    tensor_arg,
+    ANY_DTYPE, FLOAT, NUMERIC, DTypeClass, RelationContext, attr_axes, attr_axis, require_dtype,
+    shape_of, tensor_arg,
 )
 
 _KEEPDIMS = Attr("keepdims", "bool", False, doc="keep reduced axes with size 1")
@@ -31,7 +49,15 @@ def _reduced(shape: tuple[Dim, ...], axes: tuple[int, ...], keepdims: bool) -> t
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def _reduce_rel(op: str, accepts: DTypeClass):
+def _copy(x: Tensor, shape: tuple[int, ...], name: str) -> Tensor:
+    """NumPy's reduction over no axis: x itself (reshaped to the output shape)."""
+    return compute(shape, lambda *o: x[tuple(o[-x.ndim:]) if x.ndim else ()], name)
+
+
+# ---- sum, mean, max, min, prod: one row each -----------------------------------------
+
+
+def _reduce_rel(op: str, accepts: DTypeClass) -> Relation:
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         t = tensor_arg(ctx, args[0], f"{op}: the input")
         require_dtype(ctx, op, "the input", t, accepts)
@@ -41,33 +67,138 @@ def _reduce_rel(op: str, accepts: DTypeClass):
     return rel
 
 
-def _reduce(name: str, accepts: DTypeClass, numpy_ref, jax_lower, doc: str) -> None:
-    register(OpDef(
-        name, ("data",), _reduce_rel(name, accepts), OpPattern.COMM_REDUCE, numpy_ref, jax_lower,
+def _reduce(name: str, accepts: DTypeClass, doc: str, *, te: ComputeRule, numpy: Callable,
+            jax: Callable, grad: Callable[[Call, Expr], list[Expr]]) -> OpDef:
+    """Registers the reduction of one row: attributes ``axis`` (None: all) and ``keepdims``."""
+    return register(OpDef(
+        name, ("data",), _reduce_rel(name, accepts), OpPattern.COMM_REDUCE,
+        numpy_ref=numpy, jax_lower=jax, compute=te, gradient=grad,
         attrs=(Attr("axis", "optional_ints", None, doc="axes to reduce; None reduces all"),
                _KEEPDIMS),
         doc=doc,
     ))
 
 
-def _with_dtype(reduction):
-    """A NumPy/JAX reduction that accumulates in, and returns, the input dtype."""
-    return lambda x, axis, keepdims: reduction(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+def _fold(reducer: Reducer) -> ComputeRule:
+    """The te rule of a reduction that folds ``reducer`` over the axes (bool: through int8)."""
+
+    def rule(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+        (x,) = inputs
+        axes, shape = indexing.norm_axes(attrs.axis, x.ndim), out_type.concrete_shape()
+        name = f"T_{reducer.name}"
+        if not axes:
+            return _copy(x, shape, name)
+        if x.dtype == "bool":  # max is any, min is all
+            return over_axes(x, axes, attrs.keepdims, shape, lambda idx, r, o: not_equal(
+                reducer(cast("int8", x[idx]), r), 0), name)
+        return over_axes(x, axes, attrs.keepdims, shape, lambda idx, r, o: reducer(x[idx], r),
+                         name)
+
+    return rule
 
 
-def _same(reduction):
-    return lambda x, axis, keepdims: reduction(x, axis=axis, keepdims=keepdims)
+def _sum_grad(call: Call, g: Expr) -> list[Expr]:
+    """d sum(x, axes) = g broadcast back over the reduced axes."""
+    x, a = call.args[0], call.attrs
+    return [broadcast_like(unreduce(g, x, a.axis, a.keepdims), x)]
 
 
-_reduce("sum", NUMERIC, _with_dtype(np.sum), _with_dtype(jnp.sum), "sum over the axes")
-_reduce("mean", FLOAT, _same(np.mean), _same(jnp.mean), "mean over the axes")
+sum_ = _reduce(
+    "sum", NUMERIC, "sum over the axes", te=_fold(T.sum),
+    numpy=lambda x, axis, keepdims: np.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
+    jax=lambda x, axis, keepdims: jnp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
+    grad=_sum_grad)
+
+
+def _mean_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    (x,) = inputs
+    axes, shape = indexing.norm_axes(attrs.axis, x.ndim), out_type.concrete_shape()
+    if not axes:
+        return _copy(x, shape, "T_mean")
+    n = math.prod(x.shape[a] for a in axes)
+    acc = "float32" if x.dtype == "float16" else x.dtype
+
+    def body(idx: tuple, r: list, o: tuple) -> PrimExpr:
+        v = x[idx] if acc == x.dtype else cast(acc, x[idx])
+        m = T.sum(v, r) / float(n)
+        return m if acc == x.dtype else cast(x.dtype, m)
+
+    return over_axes(x, axes, attrs.keepdims, shape, body, "T_mean")
+
+
+def _mean_grad(call: Call, g: Expr) -> list[Expr]:
+    """d mean(x, axes) = g / n broadcast back over the reduced axes, n elements per mean."""
+    x, a = call.args[0], call.attrs
+    n = count(x, norm_axes(a.axis, tensor_type(x).ndim))
+    return [ops.divide(broadcast_like(unreduce(g, x, a.axis, a.keepdims), x), n)]
+
+
+mean = _reduce(
+    "mean", FLOAT, "mean over the axes", te=_mean_compute,
+    numpy=lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims),
+    jax=lambda x, axis, keepdims: jnp.mean(x, axis=axis, keepdims=keepdims),
+    grad=_mean_grad)
+
+
+def _extreme_adjoint(reduction: OpDef, call: Call, g: Expr) -> list[Expr]:
+    """g shared among the elements equal to the extreme, broadcast back (max and min)."""
+    x, a = call.args[0], call.attrs
+    extreme = reduction(x, axis=a.axis, keepdims=True)
+    hit = ops.cast_like(ops.equal(x, extreme), x)
+    ties = sum_(hit, axis=a.axis, keepdims=True)
+    return [ops.multiply(hit, ops.divide(unreduce(g, x, a.axis, a.keepdims), ties))]
+
+
+def _max_grad(call: Call, g: Expr) -> list[Expr]:
+    """d max(x, axes) = g * [x == max] / (number of ties), broadcast back."""
+    return _extreme_adjoint(max_, call, g)
+
+
 # On bool tensors max is "any" and min is "all" (Figure 2 of the Relay paper uses min so).
-_reduce("max", ANY_DTYPE, _same(np.max), _same(jnp.max), "maximum over the axes")
-_reduce("min", ANY_DTYPE, _same(np.min), _same(jnp.min), "minimum over the axes")
-_reduce("prod", NUMERIC, _with_dtype(np.prod), _with_dtype(jnp.prod), "product over the axes")
+max_ = _reduce(
+    "max", ANY_DTYPE, "maximum over the axes", te=_fold(T.max),
+    numpy=lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims),
+    jax=lambda x, axis, keepdims: jnp.max(x, axis=axis, keepdims=keepdims),
+    grad=_max_grad)
 
 
-def _arg_rel(op: str):
+def _min_grad(call: Call, g: Expr) -> list[Expr]:
+    """d min(x, axes) = g * [x == min] / (number of ties), broadcast back."""
+    return _extreme_adjoint(min_, call, g)
+
+
+min_ = _reduce(
+    "min", ANY_DTYPE, "minimum over the axes", te=_fold(T.min),
+    numpy=lambda x, axis, keepdims: np.min(x, axis=axis, keepdims=keepdims),
+    jax=lambda x, axis, keepdims: jnp.min(x, axis=axis, keepdims=keepdims),
+    grad=_min_grad)
+
+
+def _prod_grad(call: Call, g: Expr) -> list[Expr]:
+    """d prod(x) = g * prod(x) / x; where a group has one zero, the others' product there."""
+    x, a = call.args[0], call.attrs
+    zero, one = scalar(0, x), scalar(1, x)
+    is_zero = ops.equal(x, zero)
+    nonzero = ops.where(is_zero, one, x)
+    rest = prod(nonzero, axis=a.axis, keepdims=True)  # the product of the non-zeros
+    zeros = sum_(ops.cast_like(is_zero, x), axis=a.axis, keepdims=True)
+    lone_zero = ops.logical_and(is_zero, ops.equal(zeros, one))
+    dx = ops.where(ops.equal(zeros, zero), ops.divide(rest, nonzero),
+                   ops.where(lone_zero, rest, zero))
+    return [ops.multiply(unreduce(g, x, a.axis, a.keepdims), dx)]
+
+
+prod = _reduce(
+    "prod", NUMERIC, "product over the axes", te=_fold(T.prod),
+    numpy=lambda x, axis, keepdims: np.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
+    jax=lambda x, axis, keepdims: jnp.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
+    grad=_prod_grad)
+
+
+# ---- argmax, argmin: one row each ------------------------------------------------------
+
+
+def _arg_rel(op: str) -> Relation:
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         t = tensor_arg(ctx, args[0], f"{op}: the input")
         shape = shape_of(ctx, t)
@@ -79,31 +210,57 @@ def _arg_rel(op: str):
     return rel
 
 
-def _arg_numpy(reduction):
-    def ref(x: AnyValue, axis: int | None, keepdims: bool) -> AnyValue:
-        return np.asarray(reduction(x, axis=axis, keepdims=keepdims)).astype(np.int32)
+def _arg_compute(op: str, extreme: Reducer) -> ComputeRule:
+    """The te rule of argmax/argmin: the extreme value, then its first flat position."""
 
-    return ref
+    def rule(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+        (x,) = inputs
+        shape = out_type.concrete_shape()
+        axes = indexing.norm_axes(attrs.axis, x.ndim)
+        if not axes:  # a scalar input
+            return compute(shape, lambda *o: const(0), f"T_{op}")
+
+        def value(idx: tuple) -> PrimExpr:
+            return cast("int8", x[idx]) if x.dtype == "bool" else x[idx]
+
+        best = over_axes(x, axes, attrs.keepdims, shape,
+                         lambda idx, r, o: extreme(value(idx), r), f"T_{op}_value")
+        extents = [x.shape[a] for a in axes]
+        past_end = math.prod(extents)
+
+        def first(idx: tuple, r: list, o: tuple) -> PrimExpr:
+            v = value(idx)
+            hit = equal(v, best[o]) | not_equal(v, v)  # v != v: a NaN, which NumPy picks first
+            return T.min(select(hit, ravel(r, extents), past_end), r)
+
+        return over_axes(x, axes, attrs.keepdims, shape, first, f"T_{op}")
+
+    return rule
 
 
-def _arg_jax(reduction):
-    return lambda x, axis, keepdims: reduction(x, axis=axis, keepdims=keepdims).astype(jnp.int32)
-
-
-def _arg_reduce(name: str, numpy_ref, jax_lower, doc: str) -> None:
-    register(OpDef(
-        name, ("data",), _arg_rel(name), OpPattern.COMM_REDUCE, numpy_ref, jax_lower,
+def _arg_reduce(name: str, extreme: Reducer, doc: str, *, numpy: Callable,
+                jax: Callable) -> OpDef:
+    """Registers argmax/argmin (no gradient: an index); the references' results become int32."""
+    return register(OpDef(
+        name, ("data",), _arg_rel(name), OpPattern.COMM_REDUCE,
+        numpy_ref=lambda x, axis, keepdims: np.asarray(
+            numpy(x, axis=axis, keepdims=keepdims)).astype(np.int32),
+        jax_lower=lambda x, axis, keepdims: jax(x, axis=axis, keepdims=keepdims).astype(
+            jnp.int32),
+        compute=_arg_compute(name, extreme), differentiable=False,
         attrs=(Attr("axis", "optional_int", None,
                     doc="the axis; None searches the flattened input"),
                _KEEPDIMS),
-        doc=doc, differentiable=False,
+        doc=doc,
     ))
 
 
-_arg_reduce("argmax", _arg_numpy(np.argmax), _arg_jax(jnp.argmax),
-            "int32 index of the first maximum along the axis")
-_arg_reduce("argmin", _arg_numpy(np.argmin), _arg_jax(jnp.argmin),
-            "int32 index of the first minimum along the axis")
+argmax = _arg_reduce("argmax", T.max, "int32 index of the first maximum along the axis",
+                     numpy=np.argmax,
+                     jax=lambda x, axis, keepdims: jnp.argmax(x, axis=axis, keepdims=keepdims))
+argmin = _arg_reduce("argmin", T.min, "int32 index of the first minimum along the axis",
+                     numpy=np.argmin,
+                     jax=lambda x, axis, keepdims: jnp.argmin(x, axis=axis, keepdims=keepdims))
 
 
 # ---- collapse_sum_like: the adjoint of broadcasting ------------------------------
@@ -124,25 +281,58 @@ def _collapse_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     return TensorType(target, data.dtype)
 
 
-def _collapsed_axes(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
-    """The axes of `shape` that broadcasting `target` to it added or expanded from 1."""
+def collapsed_axes(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:
+    """The axes of `shape` that broadcasting `target` to it added or expanded from 1.
+
+    >>> collapsed_axes((2, 3, 4), (3, 1))
+    (0, 2)
+    """
     lead = len(shape) - len(target)
     return tuple(range(lead)) + tuple(
         lead + i for i, t in enumerate(target) if t == 1 and shape[lead + i] != 1)
 
 
-def _collapse_sum_like(xp):
+def _collapse_sum_like_ref(xp: AnyValue) -> Callable:
+    """The NumPy reference (xp = numpy) or the JAX lowering (xp = jax.numpy)."""
+
     def ref(data: AnyValue, like: AnyValue) -> AnyValue:
-        axes = _collapsed_axes(data.shape, like.shape)
+        axes = collapsed_axes(data.shape, like.shape)
         out = xp.sum(data, axis=axes, keepdims=True, dtype=data.dtype)
         return xp.reshape(out, like.shape)
 
     return ref
 
 
-register(OpDef(
+def _collapse_sum_like_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """data summed over the axes broadcasting like's shape to data's adds (the leading ones)
+    or expands (like has 1, data more), in data's dtype; like gives only the shape."""
+    data, like = inputs
+    target, lead = like.shape, data.ndim - like.ndim
+    axes = collapsed_axes(data.shape, target)
+    if not axes:  # like has data's shape
+        return _copy(data, target, "T_collapse_sum_like")
+    if math.prod(data.shape[a] for a in axes) == 0:  # an empty sum
+        return compute(target, lambda *o: const(0, data.dtype), "T_collapse_sum_like")
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        r = [reduce_axis(data.shape[a], f"r{a}") for a in axes]
+        index = [r[axes.index(d)] if d in axes else o[d - lead] for d in range(data.ndim)]
+        return T.sum(data[tuple(index)], r)
+
+    return compute(target, f, "T_collapse_sum_like")
+
+
+def _collapse_sum_like_grad(call: Call, g: Expr) -> list[Expr]:
+    """d collapse_sum_like(x, t) = (g broadcast to x's shape, 0)."""
+    x, like = call.args
+    return [broadcast_like(g, x), zeros_for(like)]
+
+
+collapse_sum_like = register(OpDef(
     "collapse_sum_like", ("data", "like"), _collapse_rel, OpPattern.COMM_REDUCE,
-    _collapse_sum_like(np), _collapse_sum_like(jnp),
+    numpy_ref=_collapse_sum_like_ref(np),
+    jax_lower=lambda data, like: _collapse_sum_like_ref(jnp)(data, like),
+    compute=_collapse_sum_like_compute, gradient=_collapse_sum_like_grad,
     doc="data summed over the axes that broadcasting `like` to data's shape adds or expands, "
         "so the result has like's shape (and data's dtype): the adjoint of broadcasting",
 ))

@@ -6,25 +6,46 @@ float-only math (exp, log, ...) rejects integer and bool tensors, arithmetic
 rejects bool, logic requires bool. Integer ``divide`` is floor division
 (Python ``//``); float ``divide`` is true division. NumPy references keep the
 input dtype (float32 stays float32).
+
+Every op is one block: the same-shaped ones (unary math, binary arithmetic,
+comparisons, logic) one row each of a table, as JAX's lax.py writes them::
+
+    exp = _unary("exp", FLOAT, "e**x",
+                 te=E.exp, numpy=np.exp, jax=lambda x: jnp.exp(x),
+                 grad=("d exp(x) = g * exp(x).", lambda g, x, y: multiply(g, y)))
+
+``te`` is the op's element in ``relaydsl.te`` (a function of the input elements),
+``numpy`` its reference, ``jax`` its lowering (JAX is read only inside function bodies),
+``grad`` its gradient: a unary op's ``(math, adjoint(g, x, y))`` with ``y`` the op's
+output, a binary op's ``(math, adjoints(g, x, y, z))`` with ``z`` the output, whose two
+adjoints are summed down to the inputs' shapes (``collapse_sum_like``, the adjoint of
+broadcasting). The rest (clip, cast, cast_like, where) are written out in full.
 """
 from __future__ import annotations
 
 from typing import Any as AnyValue, Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Call, Constant, Expr
 from relaydsl.ir.types import TensorType, Type
-from relaydsl.op._legacy import OpDef, register
-from relaydsl.op.registry import Attr, OpPattern
+from relaydsl.op.grad_util import collapse, scalar, tensor_type, through_cast, zeros_for
+from relaydsl.op.lazy_jax import jax, jnp, lax
+from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
+from relaydsl.te import expr as E
+from relaydsl.te.expr import INT_DTYPES, PrimExpr
+from relaydsl.te.rules import broadcast_read, elementwise
+from relaydsl.te.tensor import Tensor, compute
 from relaydsl.typing.relations import (
     BOOL, FLOAT, NUMERIC, DTypeClass, RelationContext, broadcast_shapes, require_dtype, same_dtype,
     tensor_arg,
 )
 
 Relation = Callable[[list[Type], Attrs, RelationContext], Type]
+UnaryAdjoint = Callable[[Expr, Expr, Expr], Expr]  # (g, x, y = op(x)) -> the adjoint of x
+# (g, x, y, z = op(x, y)) -> the adjoints of x and y before summing them down to x's and y's shapes
+BinaryAdjoints = Callable[[Expr, Expr, Expr, Expr], tuple[Expr, Expr]]
 
 
 def elementwise_rel(op: str, accepts: DTypeClass | None, out_dtype: str | None = None) -> Relation:
@@ -44,42 +65,119 @@ def elementwise_rel(op: str, accepts: DTypeClass | None, out_dtype: str | None =
     return rel
 
 
-def _unary(name: str, accepts: DTypeClass | None, numpy_ref, jax_lower, doc: str,
-           differentiable: bool = True) -> None:
-    register(OpDef(name, ("data",), elementwise_rel(name, accepts), OpPattern.ELEMWISE,
-                   numpy_ref, jax_lower, doc=doc, differentiable=differentiable))
+def _named(rule: Callable[[Call, Expr], list[Expr]], name: str, math: str
+           ) -> Callable[[Call, Expr], list[Expr]]:
+    rule.__doc__ = math
+    rule.__name__ = rule.__qualname__ = f"{name}_grad"
+    return rule
 
 
-def _binary(name: str, accepts: DTypeClass | None, numpy_ref, jax_lower, doc: str,
-            out_dtype: str | None = None, differentiable: bool = True) -> None:
-    register(OpDef(name, ("lhs", "rhs"), elementwise_rel(name, accepts, out_dtype),
-                   OpPattern.BROADCAST, numpy_ref, jax_lower, doc=doc,
-                   differentiable=differentiable))
+def _unary(name: str, accepts: DTypeClass | None, doc: str, *, te: Callable[[PrimExpr], PrimExpr],
+           numpy: Callable, jax: Callable, grad: tuple[str, UnaryAdjoint] | None = None) -> OpDef:
+    """Registers the unary elementwise op of one table row; no `grad`: not differentiable."""
+    gradient = None
+    if grad is not None:
+        math, adjoint = grad
+
+        def rule(call: Call, g: Expr) -> list[Expr]:
+            return [adjoint(g, call.args[0], call)]
+
+        gradient = _named(rule, name, math)
+    return register(OpDef(
+        name, ("data",), elementwise_rel(name, accepts), OpPattern.ELEMWISE,
+        numpy_ref=numpy, jax_lower=jax, compute=elementwise(name, lambda attrs, x: te(x)),
+        gradient=gradient, differentiable=gradient is not None, doc=doc,
+    ))
 
 
-def _compare(name: str, numpy_ref, jax_lower, doc: str) -> None:
-    _binary(name, None, numpy_ref, jax_lower, doc, out_dtype="bool", differentiable=False)
+def _binary(name: str, accepts: DTypeClass | None, doc: str, *,
+            te: Callable[[PrimExpr, PrimExpr], PrimExpr], numpy: Callable, jax: Callable,
+            grad: tuple[str, BinaryAdjoints] | None = None, out_dtype: str | None = None) -> OpDef:
+    """Registers the broadcasting binary op of one table row; no `grad`: not differentiable."""
+    gradient = None
+    if grad is not None:
+        math, adjoints = grad
+
+        def rule(call: Call, g: Expr) -> list[Expr]:
+            x, y = call.args
+            dx, dy = adjoints(g, x, y, call)
+            return [collapse(dx, x), collapse(dy, y)]
+
+        gradient = _named(rule, name, math)
+    return register(OpDef(
+        name, ("lhs", "rhs"), elementwise_rel(name, accepts, out_dtype), OpPattern.BROADCAST,
+        numpy_ref=numpy, jax_lower=jax, compute=elementwise(name, lambda attrs, x, y: te(x, y)),
+        gradient=gradient, differentiable=gradient is not None, doc=doc,
+    ))
+
+
+def _compare(name: str, doc: str, *, te: Callable[[PrimExpr, PrimExpr], PrimExpr],
+             numpy: Callable, jax: Callable) -> OpDef:
+    """Registers a comparison: any dtype, a bool result, no gradient."""
+    return _binary(name, None, doc, te=te, numpy=numpy, jax=jax, out_dtype="bool")
 
 
 # ---- unary math ---------------------------------------------------------------
 
-_unary("negative", NUMERIC, np.negative, jnp.negative, "-x")
-_unary("exp", FLOAT, np.exp, jnp.exp, "e**x")
-_unary("log", FLOAT, np.log, jnp.log, "natural logarithm of x")
-_unary("sqrt", FLOAT, np.sqrt, jnp.sqrt, "square root of x")
-_unary("rsqrt", FLOAT, lambda x: np.reciprocal(np.sqrt(x)), jax.lax.rsqrt, "1 / sqrt(x)")
-_unary("tanh", FLOAT, np.tanh, jnp.tanh, "hyperbolic tangent of x")
-_unary("sigmoid", FLOAT, lambda x: 0.5 * (np.tanh(0.5 * x) + 1), jax.nn.sigmoid,
-       "1 / (1 + e**-x)")
-_unary("relu", NUMERIC, lambda x: np.maximum(x, np.zeros((), x.dtype)),
-       lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)), "max(x, 0)")
-_unary("abs", NUMERIC, np.abs, jnp.abs, "|x|")
-_unary("sign", NUMERIC, np.sign, jnp.sign, "-1, 0 or 1 by the sign of x", differentiable=False)
-_unary("floor", FLOAT, np.floor, jnp.floor, "largest integer <= x", differentiable=False)
-_unary("ceil", FLOAT, np.ceil, jnp.ceil, "smallest integer >= x", differentiable=False)
-_unary("round", FLOAT, np.round, jnp.round, "nearest integer, ties to even",
-       differentiable=False)
+negative = _unary(
+    "negative", NUMERIC, "-x",
+    te=lambda x: -x, numpy=np.negative, jax=lambda x: jnp.negative(x),
+    grad=("d(-x) = -g.", lambda g, x, y: negative(g)))
+exp = _unary(
+    "exp", FLOAT, "e**x",
+    te=E.exp, numpy=np.exp, jax=lambda x: jnp.exp(x),
+    grad=("d exp(x) = g * exp(x).", lambda g, x, y: multiply(g, y)))
+log = _unary(
+    "log", FLOAT, "natural logarithm of x",
+    te=E.log, numpy=np.log, jax=lambda x: jnp.log(x),
+    grad=("d log(x) = g / x.", lambda g, x, y: divide(g, x)))
+sqrt = _unary(
+    "sqrt", FLOAT, "square root of x",
+    te=E.sqrt, numpy=np.sqrt, jax=lambda x: jnp.sqrt(x),
+    grad=("d sqrt(x) = g * 0.5 / sqrt(x).",
+          lambda g, x, y: divide(multiply(g, scalar(0.5, x)), y)))
+rsqrt = _unary(
+    "rsqrt", FLOAT, "1 / sqrt(x)",
+    te=lambda x: E.call("rsqrt", x), numpy=lambda x: np.reciprocal(np.sqrt(x)),
+    jax=lambda x: lax.rsqrt(x),
+    grad=("d rsqrt(x) = g * -0.5 * rsqrt(x) / x.",
+          lambda g, x, y: multiply(multiply(g, scalar(-0.5, x)), divide(y, x))))
+tanh = _unary(
+    "tanh", FLOAT, "hyperbolic tangent of x",
+    te=E.tanh, numpy=np.tanh, jax=lambda x: jnp.tanh(x),
+    grad=("d tanh(x) = g * (1 - tanh(x)**2).",
+          lambda g, x, y: multiply(g, subtract(scalar(1, x), multiply(y, y)))))
+sigmoid = _unary(
+    "sigmoid", FLOAT, "1 / (1 + e**-x)",
+    te=E.sigmoid, numpy=lambda x: 0.5 * (np.tanh(0.5 * x) + 1), jax=lambda x: jax.nn.sigmoid(x),
+    grad=("d sigmoid(x) = g * s * (1 - s), s = sigmoid(x).",
+          lambda g, x, y: multiply(multiply(g, y), subtract(scalar(1, x), y))))
+relu = _unary(
+    "relu", NUMERIC, "max(x, 0)",
+    te=lambda x: E.maximum(x, 0), numpy=lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    jax=lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
+    grad=("d relu(x) = g where x > 0, else 0.",
+          lambda g, x, y: where(greater(x, scalar(0, x)), g, scalar(0, x))))
+abs_ = _unary(
+    "abs", NUMERIC, "|x|",
+    te=E.abs_, numpy=np.abs, jax=lambda x: jnp.abs(x),
+    grad=("d|x| = g where x >= 0, else -g (JAX's choice at 0).",
+          lambda g, x, y: where(greater_equal(x, scalar(0, x)), g, negative(g))))
+sign = _unary(
+    "sign", NUMERIC, "-1, 0 or 1 by the sign of x",
+    te=lambda x: E.call("sign", x), numpy=np.sign, jax=lambda x: jnp.sign(x))
+floor = _unary(
+    "floor", FLOAT, "largest integer <= x",
+    te=lambda x: E.call("floor", x), numpy=np.floor, jax=lambda x: jnp.floor(x))
+ceil = _unary(
+    "ceil", FLOAT, "smallest integer >= x",
+    te=lambda x: E.call("ceil", x), numpy=np.ceil, jax=lambda x: jnp.ceil(x))
+round_ = _unary(
+    "round", FLOAT, "nearest integer, ties to even",
+    te=lambda x: E.call("round", x), numpy=np.round, jax=lambda x: jnp.round(x))
 
+
+# ---- clip ----------------------------------------------------------------------
 
 _clip_elementwise = elementwise_rel("clip", NUMERIC)
 
@@ -98,12 +196,30 @@ def _clip_jax(x: AnyValue, a_min: float, a_max: float) -> AnyValue:
     return jnp.clip(x, jnp.asarray(a_min, x.dtype), jnp.asarray(a_max, x.dtype))
 
 
-register(OpDef(
+def _clip_element(attrs: Attrs, x: PrimExpr) -> PrimExpr:
+    # the bounds become x's dtype as np.asarray(bound, dtype) makes them: ints truncate
+    lo, hi = ((int(attrs.a_min), int(attrs.a_max)) if x.dtype in INT_DTYPES
+              else (attrs.a_min, attrs.a_max))
+    return E.minimum(E.maximum(x, lo), hi)
+
+
+def _clip_grad(call: Call, g: Expr) -> list[Expr]:
+    """d clip(x, lo, hi) = g where lo <= x <= hi, else 0."""
+    x, a = call.args[0], call.attrs
+    inside = logical_and(greater_equal(x, scalar(a.a_min, x)), less_equal(x, scalar(a.a_max, x)))
+    return [where(inside, g, scalar(0, x))]
+
+
+clip = register(OpDef(
     "clip", ("data",), _clip_rel, OpPattern.ELEMWISE, _clip_numpy, _clip_jax,
+    compute=elementwise("clip", _clip_element), gradient=_clip_grad,
     attrs=(Attr("a_min", "float", doc="lower bound, converted to the input dtype"),
            Attr("a_max", "float", doc="upper bound, converted to the input dtype")),
     doc="min(max(x, a_min), a_max); the bounds are converted to x's dtype",
 ))
+
+
+# ---- cast ----------------------------------------------------------------------
 
 
 def _cast_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
@@ -111,12 +227,23 @@ def _cast_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     return TensorType(t.shape, attrs.dtype)
 
 
-register(OpDef(
+def _cast_grad(call: Call, g: Expr) -> list[Expr]:
+    """d cast(x) = cast_like(g, x), or 0 unless x and the result are float."""
+    return [through_cast(g, call.args[0], call.attrs.dtype)]
+
+
+cast = register(OpDef(
     "cast", ("data",), _cast_rel, OpPattern.ELEMWISE,
-    lambda x, dtype: np.asarray(x).astype(dtype), lambda x, dtype: x.astype(dtype),
+    numpy_ref=lambda x, dtype: np.asarray(x).astype(dtype),
+    jax_lower=lambda x, dtype: x.astype(dtype),
+    compute=elementwise("cast", lambda attrs, x: E.cast(attrs.dtype, x)),
+    gradient=_cast_grad,
     attrs=(Attr("dtype", "dtype", doc="the result dtype"),),
     doc="x converted to `dtype` (float to int truncates toward zero)",
 ))
+
+
+# ---- cast_like -----------------------------------------------------------------
 
 
 def _cast_like_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
@@ -125,11 +252,43 @@ def _cast_like_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type
     return TensorType(t.shape, like.dtype)
 
 
-register(OpDef(
+def _cast_like_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """x in like's dtype; like (any shape) gives only the dtype, so it is never read."""
+    x, like = inputs
+    shape = out_type.concrete_shape()
+    return compute(shape, lambda *i: E.cast(like.dtype, broadcast_read(x, i)), "T_cast_like")
+
+
+def _cast_like_grad(call: Call, g: Expr) -> list[Expr]:
+    """d cast_like(x, t) = (cast_like(g, x), 0), or 0 for x unless x and t are float."""
+    x, like = call.args
+    return [through_cast(g, x, tensor_type(like).dtype), zeros_for(like)]
+
+
+def _cast_like_fold(call: Call) -> Expr | None:
+    """cast_like(c, t) of a constant c is c in t's dtype, whatever t's value.
+
+    What a Python literal meeting a tensor (``x + 1.0``) becomes: left as a call it would
+    read the tensor, keeping ``+`` out of x's fusion group.
+    """
+    data, like = call.args
+    if not isinstance(data, Constant) or not like.has_type:
+        return None
+    t = like.checked_type
+    if not (isinstance(t, TensorType) and isinstance(t.dtype, str)):
+        return None
+    return Constant(np.asarray(data.data).astype(t.dtype), span=call.span)
+
+
+cast_like = register(OpDef(
     "cast_like", ("data", "dtype_like"), _cast_like_rel, OpPattern.ELEMWISE,
-    lambda x, like: np.asarray(x).astype(like.dtype), lambda x, like: x.astype(like.dtype),
+    numpy_ref=lambda x, like: np.asarray(x).astype(like.dtype),
+    jax_lower=lambda x, like: x.astype(like.dtype),
+    compute=_cast_like_compute, gradient=_cast_like_grad,
     doc="x converted to the dtype of `dtype_like` (how Python literals take their operand's dtype)",
+    traits=Traits(fold_from_types=_cast_like_fold),
 ))
+
 
 # ---- binary arithmetic -------------------------------------------------------
 
@@ -142,32 +301,86 @@ def _divide_jax(x: AnyValue, y: AnyValue) -> AnyValue:
     return jnp.floor_divide(x, y) if jnp.issubdtype(x.dtype, jnp.integer) else jnp.true_divide(x, y)
 
 
-_binary("add", NUMERIC, np.add, jnp.add, "x + y, broadcasting")
-_binary("subtract", NUMERIC, np.subtract, jnp.subtract, "x - y, broadcasting")
-_binary("multiply", NUMERIC, np.multiply, jnp.multiply, "x * y, broadcasting")
-_binary("divide", NUMERIC, _divide_numpy, _divide_jax,
-        "x / y for floats, x // y (floor division) for integers, broadcasting")
-_binary("power", FLOAT, np.power, jnp.power, "x ** y, broadcasting")
-_binary("maximum", NUMERIC, np.maximum, jnp.maximum, "elementwise max(x, y), broadcasting")
-_binary("minimum", NUMERIC, np.minimum, jnp.minimum, "elementwise min(x, y), broadcasting")
+def _power_adjoints(g: Expr, x: Expr, y: Expr, z: Expr) -> tuple[Expr, Expr]:
+    """g * y * x**(y-1) (0 where y == 0) and g * x**y * log x (log 1 where x == 0)."""
+    zero, one = scalar(0, x), scalar(1, x)
+    dx = where(equal(y, zero), zero, multiply(y, power(x, subtract(y, one))))
+    log_x = log(where(equal(x, zero), one, x))
+    return multiply(g, dx), multiply(g, multiply(z, log_x))
+
+
+def _chooser(wins: Callable[[Expr, Expr], Expr]) -> BinaryAdjoints:
+    """The adjoints of maximum/minimum: g where an input wins (`wins` compares), g/2 at ties."""
+
+    def adjoints(g: Expr, x: Expr, y: Expr, z: Expr) -> tuple[Expr, Expr]:
+        half, tie = multiply(g, scalar(0.5, x)), equal(x, y)
+
+        def share(a: Expr, b: Expr) -> Expr:
+            return where(wins(a, b), g, where(tie, half, scalar(0, x)))
+
+        return share(x, y), share(y, x)
+
+    return adjoints
+
+
+add = _binary(
+    "add", NUMERIC, "x + y, broadcasting",
+    te=E.Add, numpy=np.add, jax=lambda x, y: jnp.add(x, y),
+    grad=("d(x + y) = (sum_b(g, x), sum_b(g, y)).", lambda g, x, y, z: (g, g)))
+subtract = _binary(
+    "subtract", NUMERIC, "x - y, broadcasting",
+    te=E.Sub, numpy=np.subtract, jax=lambda x, y: jnp.subtract(x, y),
+    grad=("d(x - y) = (sum_b(g, x), sum_b(-g, y)).", lambda g, x, y, z: (g, negative(g))))
+multiply = _binary(
+    "multiply", NUMERIC, "x * y, broadcasting",
+    te=E.Mul, numpy=np.multiply, jax=lambda x, y: jnp.multiply(x, y),
+    grad=("d(x * y) = (sum_b(g * y, x), sum_b(g * x, y)).",
+          lambda g, x, y, z: (multiply(g, y), multiply(g, x))))
+divide = _binary(
+    "divide", NUMERIC, "x / y for floats, x // y (floor division) for integers, broadcasting",
+    te=E.Div, numpy=_divide_numpy, jax=_divide_jax,
+    grad=("d(x / y) = (sum_b(g / y, x), sum_b(-g * (x / y) / y, y)).",
+          lambda g, x, y, z: (divide(g, y), divide(multiply(negative(g), z), y))))
+power = _binary(
+    "power", FLOAT, "x ** y, broadcasting",
+    te=E.power, numpy=np.power, jax=lambda x, y: jnp.power(x, y),
+    grad=("d x**y = (sum_b(g * y * x**(y-1), x), sum_b(g * x**y * log x, y)); "
+          "0 at y == 0 / x == 0.", _power_adjoints))
+maximum = _binary(
+    "maximum", NUMERIC, "elementwise max(x, y), broadcasting",
+    te=E.Max, numpy=np.maximum, jax=lambda x, y: jnp.maximum(x, y),
+    grad=("d max(x, y) = (sum_b(g * [x > y] + g/2 * [x == y], x), likewise for y).",
+          _chooser(lambda a, b: greater(a, b))))
+minimum = _binary(
+    "minimum", NUMERIC, "elementwise min(x, y), broadcasting",
+    te=E.Min, numpy=np.minimum, jax=lambda x, y: jnp.minimum(x, y),
+    grad=("d min(x, y) = (sum_b(g * [x < y] + g/2 * [x == y], x), likewise for y).",
+          _chooser(lambda a, b: less(a, b))))
 
 # ---- comparisons (any dtype, bool result) --------------------------------------
 
-_compare("equal", np.equal, jnp.equal, "x == y, broadcasting; bool result")
-_compare("not_equal", np.not_equal, jnp.not_equal, "x != y, broadcasting; bool result")
-_compare("less", np.less, jnp.less, "x < y, broadcasting; bool result")
-_compare("less_equal", np.less_equal, jnp.less_equal, "x <= y, broadcasting; bool result")
-_compare("greater", np.greater, jnp.greater, "x > y, broadcasting; bool result")
-_compare("greater_equal", np.greater_equal, jnp.greater_equal,
-         "x >= y, broadcasting; bool result")
+equal = _compare("equal", "x == y, broadcasting; bool result",
+                 te=E.EQ, numpy=np.equal, jax=lambda x, y: jnp.equal(x, y))
+not_equal = _compare("not_equal", "x != y, broadcasting; bool result",
+                     te=E.NE, numpy=np.not_equal, jax=lambda x, y: jnp.not_equal(x, y))
+less = _compare("less", "x < y, broadcasting; bool result",
+                te=E.LT, numpy=np.less, jax=lambda x, y: jnp.less(x, y))
+less_equal = _compare("less_equal", "x <= y, broadcasting; bool result",
+                      te=E.LE, numpy=np.less_equal, jax=lambda x, y: jnp.less_equal(x, y))
+greater = _compare("greater", "x > y, broadcasting; bool result",
+                   te=E.GT, numpy=np.greater, jax=lambda x, y: jnp.greater(x, y))
+greater_equal = _compare("greater_equal", "x >= y, broadcasting; bool result",
+                         te=E.GE, numpy=np.greater_equal,
+                         jax=lambda x, y: jnp.greater_equal(x, y))
 
 # ---- logic (bool only) ---------------------------------------------------------
 
-_binary("logical_and", BOOL, np.logical_and, jnp.logical_and, "x and y, broadcasting",
-        differentiable=False)
-_binary("logical_or", BOOL, np.logical_or, jnp.logical_or, "x or y, broadcasting",
-        differentiable=False)
-_unary("logical_not", BOOL, np.logical_not, jnp.logical_not, "not x", differentiable=False)
+logical_and = _binary("logical_and", BOOL, "x and y, broadcasting",
+                      te=E.And, numpy=np.logical_and, jax=lambda x, y: jnp.logical_and(x, y))
+logical_or = _binary("logical_or", BOOL, "x or y, broadcasting",
+                     te=E.Or, numpy=np.logical_or, jax=lambda x, y: jnp.logical_or(x, y))
+logical_not = _unary("logical_not", BOOL, "not x",
+                     te=lambda x: ~x, numpy=np.logical_not, jax=lambda x: jnp.logical_not(x))
 
 # ---- selection -------------------------------------------------------------------
 
@@ -180,7 +393,17 @@ def _where_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     return TensorType(broadcast_shapes(ctx, cond.shape, x.shape, y.shape), dtype)
 
 
-register(OpDef(
-    "where", ("condition", "x", "y"), _where_rel, OpPattern.BROADCAST, np.where, jnp.where,
+def _where_grad(call: Call, g: Expr) -> list[Expr]:
+    """d where(c, x, y) = (0, sum_b(where(c, g, 0), x), sum_b(where(c, 0, g), y))."""
+    cond, x, y = call.args
+    zero = scalar(0, x)
+    return [zeros_for(cond), collapse(where(cond, g, zero), x), collapse(where(cond, zero, g), y)]
+
+
+where = register(OpDef(
+    "where", ("condition", "x", "y"), _where_rel, OpPattern.BROADCAST,
+    numpy_ref=np.where, jax_lower=lambda c, x, y: jnp.where(c, x, y),
+    compute=elementwise("where", lambda attrs, c, x, y: E.select(c, x, y)),
+    gradient=_where_grad,
     doc="x where condition else y, all three broadcasting",
 ))

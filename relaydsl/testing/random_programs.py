@@ -18,20 +18,31 @@ and safe denominators) so results are finite and comparable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from hypothesis import strategies as st
 
 from relaydsl.ir.expr import (
-    Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var, op_call,
+    Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.types import TensorType
 from relaydsl.op.registry import ops
 
-UNARY = ("negative", "tanh", "sigmoid", "abs", "relu", "exp_of_tanh", "sqrt_of_abs", "floor",
-         "sign")
-BINARY = ("add", "subtract", "multiply", "maximum", "minimum", "safe_divide")
-REDUCE = ("sum", "mean", "max", "min")
+
+def _exp_of_tanh(x: Expr) -> Expr:
+    return ops.exp(ops.tanh(x))
+
+
+def _sqrt_of_abs(x: Expr) -> Expr:
+    return ops.sqrt(ops.abs(x))
+
+
+# the unary steps: bounded where the op alone is not (exp of tanh; sqrt of abs)
+UNARY: tuple[Callable[[Expr], Expr], ...] = (
+    ops.negative, ops.tanh, ops.sigmoid, ops.abs, ops.relu, _exp_of_tanh, _sqrt_of_abs,
+    ops.floor, ops.sign)
+REDUCE = (ops.sum, ops.mean, ops.max, ops.min)
 
 
 @dataclass
@@ -56,6 +67,8 @@ class _Builder:
             ["if"] if control_flow else [])
         self.values: list[_Value] = []
         self.bindings: list[tuple[Var, Expr]] = []
+        self.binaries: tuple[Callable[[Expr, Expr], Expr], ...] = (
+            ops.add, ops.subtract, ops.multiply, ops.maximum, ops.minimum, self.safe_divide)
 
     def pick(self) -> _Value:
         return self.values[int(self.rng.integers(len(self.values)))]
@@ -70,36 +83,27 @@ class _Builder:
     def const(self, value: float) -> Constant:
         return Constant(np.array(value, dtype=self.dtype))
 
-    def unary(self, name: str, x: _Value) -> Expr:
-        if name == "exp_of_tanh":
-            return op_call("exp", op_call("tanh", x.expr))
-        if name == "sqrt_of_abs":
-            return op_call("sqrt", op_call("abs", x.expr))
-        return op_call(name, x.expr)
-
-    def binary(self, name: str, a: _Value, b: _Value) -> Expr:
-        if name == "safe_divide":  # a / (|b| + 1): never divides by zero
-            denominator = op_call("add", op_call("abs", b.expr), self.const(1.0))
-            return op_call("divide", a.expr, denominator)
-        return op_call(name, a.expr, b.expr)
+    def safe_divide(self, a: Expr, b: Expr) -> Expr:
+        """a / (|b| + 1): never divides by zero."""
+        return ops.divide(a, ops.add(ops.abs(b), self.const(1.0)))
 
     def step(self) -> None:
         kind = self.rng.choice(self.kinds)
         x = self.pick()
         if kind == "unary":
-            self.bind(self.unary(str(self.rng.choice(UNARY)), x), x.shape)
+            self.bind(self.rng.choice(UNARY)(x.expr), x.shape)
         elif kind == "binary":
             partners = [v for v in self.values if _compatible(v.shape, x.shape)]
             y = partners[int(self.rng.integers(len(partners)))]
-            self.bind(self.binary(str(self.rng.choice(BINARY)), x, y),
+            self.bind(self.rng.choice(self.binaries)(x.expr, y.expr),
                       np.broadcast_shapes(x.shape, y.shape))
         elif kind == "reduce" and x.shape:
             axis = int(self.rng.integers(len(x.shape)))
             keepdims = bool(self.rng.integers(2))
             shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape)) if keepdims else \
                 x.shape[:axis] + x.shape[axis + 1:]
-            reduction = str(self.rng.choice(REDUCE))
-            self.bind(op_call(reduction, x.expr, axis=(axis,), keepdims=keepdims), shape)
+            reduction = self.rng.choice(REDUCE)
+            self.bind(reduction(x.expr, axis=(axis,), keepdims=keepdims), shape)
         elif kind == "shape" and len(x.shape) >= 2:
             if self.rng.integers(2):
                 self.bind(ops.transpose(x.expr), tuple(reversed(x.shape)))
@@ -108,12 +112,12 @@ class _Builder:
         elif kind == "where":
             partners = [v for v in self.values if v.shape == x.shape]
             y = partners[int(self.rng.integers(len(partners)))]
-            self.bind(op_call("where", op_call("greater", x.expr, y.expr), x.expr, y.expr), x.shape)
+            self.bind(ops.where(ops.greater(x.expr, y.expr), x.expr, y.expr), x.shape)
         elif kind == "if":
             # The condition reads a parameter exactly (max, not a sum of computed values), so
             # rounding differences between backends cannot flip the branch.
-            cond = op_call("greater", op_call("max", self.values[0].expr), self.const(0.0))
-            self.bind(If(cond, op_call("tanh", x.expr), op_call("negative", x.expr)), x.shape)
+            cond = ops.greater(ops.max(self.values[0].expr), self.const(0.0))
+            self.bind(If(cond, ops.tanh(x.expr), ops.negative(x.expr)), x.shape)
         elif kind == "tuple":
             y = self.pick()
             pair = self.bind(Tuple([x.expr, y.expr]), ())
@@ -121,7 +125,7 @@ class _Builder:
             index = int(self.rng.integers(2))
             self.bind(TupleGetItem(pair.expr, index), (x, y)[index].shape)
         else:
-            self.bind(op_call("sigmoid", x.expr), x.shape)
+            self.bind(ops.sigmoid(x.expr), x.shape)
 
     def body(self, tuple_result: bool = True) -> Expr:
         result: Expr = self.values[-1].expr
@@ -160,6 +164,6 @@ def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_r
         builder.step()
     if scalar_result:
         last = builder.values[-1]
-        builder.bind(op_call("sum", last.expr), ())
+        builder.bind(ops.sum(last.expr), ())
         return Function(params, builder.body(tuple_result=False)), inputs
     return Function(params, builder.body()), inputs

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var, op_call,
+    Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, is_float, type_to_str
 from relaydsl.ir.visitor import post_order
+from relaydsl.op.grad_util import input_adjoints
 from relaydsl.op.registry import ops
 
 _STRAIGHT_LINE = (Var, Constant, Let, Tuple, TupleGetItem, Call)
@@ -64,7 +65,7 @@ def _add(a: Expr, b: Expr, t: Type) -> Expr:
     if isinstance(t, TupleType):
         return Tuple([_add(TupleGetItem(a, i), TupleGetItem(b, i), f)
                       for i, f in enumerate(t.fields)])
-    return op_call("add", a, b)
+    return ops.add(a, b)
 
 
 class _Adjoint:
@@ -140,7 +141,7 @@ class _Adjoint:
                 if op.definition.gradient is None:
                     raise RelayTypeError(f"grad: the operator {op.name} has no gradient rule",
                                          value.span)
-                for arg, d in zip(value.args, op.definition.gradient(value, g)):
+                for arg, d in zip(value.args, input_adjoints(value, g)):
                     contribute(arg, d)
             elif isinstance(value, Tuple):
                 for i, f in enumerate(value.fields):

@@ -31,7 +31,7 @@ from relaydsl.errors import RelayTypeError
 from relaydsl.ir.adt import Constructor, Pattern, pattern_vars
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Op, RefCreate, RefRead, RefWrite,
-    Tuple, TupleGetItem, Var, op_call,
+    Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
@@ -106,7 +106,7 @@ def accumulate(lifted: Expr, grad: Expr, t: Type) -> list[Expr]:
         if not is_float(t.dtype):
             return []
         ref = TupleGetItem(lifted, 1)
-        return [RefWrite(ref, op_call("add", RefRead(ref), grad))]
+        return [RefWrite(ref, ops.add(RefRead(ref), grad))]
     if isinstance(t, TupleType):
         return [e for i, f in enumerate(t.fields)
                 for e in accumulate(TupleGetItem(lifted, i), TupleGetItem(grad, i), f)]

@@ -30,7 +30,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
-    FuncType, RefType, TensorType, TupleType, Type, TypeCall, TypeVar, type_to_str,
+    FuncType, RefType, TensorType, TupleType, Type, TypeVar, type_to_str,
 )
 from relaydsl.ir.visitor import ExprVisitor, deep_recursion, substitute_types, type_vars_of
 from relaydsl.typing.exhaustive import missing_case

@@ -26,10 +26,10 @@ Each rule's docstring states its math in one line; ``g`` is the output adjoint a
 ``sum_b(d, x)`` means ``collapse_sum_like(d, x)``.
 
 The rules live by op family, mirroring relaydsl/op: common.py (the helpers and ``_rule``,
-which registers a rule), tensor.py, reduce.py and nn.py. Importing this
-package registers them all.
+which registers a rule) and nn.py (the other families define their rules with their ops).
+Importing this package registers them all.
 """
-from relaydsl.op.gradients import nn, reduce, tensor  # noqa: F401  (register the rules)
+from relaydsl.op.gradients import nn  # noqa: F401  (register the rules)
 from relaydsl.op.gradients.common import Rule
 
 __all__ = ["Rule"]

@@ -14,7 +14,6 @@ from relaydsl.errors import IRError
 from relaydsl.ir.expr import Call, Constant, Expr, Tuple, TupleGetItem, Var, const, op_call
 from relaydsl.ir.types import TensorType, TupleType, Type, has_float, is_float, type_to_str
 from relaydsl.op._legacy import attach
-from relaydsl.op.registry import lookup
 
 Rule = Callable[[Call, Expr], list[Expr]]
 

@@ -15,8 +15,7 @@ package, which fills ``OpDef.compute`` (tests/relaydsl/op/test_registry.py
 fails for an op without one). The llvm backend lowers ``OpDef.compute``; tests
 evaluate the rules with ``te.evaluate`` against each op's NumPy reference.
 
-* elementwise.py: the elementwise and broadcasting ops of relaydsl/op/tensor.py
-* reduce.py: sum, mean, max, min, prod, argmax, argmin, collapse_sum_like
+* (the tensor, reduce and transform families define their rules with their ops)
 * nn.py: matmul, dense, batch_matmul, conv2d, pools and max_pool2d_grad, softmax, pad,
   flatten, ...
 * norm.py: batch_norm, layer_norm
@@ -52,25 +51,18 @@ from __future__ import annotations
 from relaydsl.errors import IRError
 from relaydsl.op._legacy import attach  # relaydsl.op imports this package in turn
 from relaydsl.op.registry import lookup
-from relaydsl.te.compute_rules import dropout, nn, norm, reduce
-from relaydsl.te.compute_rules.elementwise import (
-    SCALAR_RULES, ComputeRule, Scalar, broadcast_read, checked, elementwise,
-)
-from relaydsl.te.compute_rules.elementwise import RULES as TENSOR_RULES
+from relaydsl.te.compute_rules import dropout, nn, norm
+from relaydsl.te.rules import ComputeRule, checked
 
-# op name -> rule, for the ops that are not elementwise
-RULES: dict[str, ComputeRule] = {**TENSOR_RULES, **reduce.RULES, **nn.RULES, **norm.RULES,
-                                 **dropout.RULES}
+# op name -> rule
+RULES: dict[str, ComputeRule] = {**nn.RULES, **norm.RULES, **dropout.RULES}
 
-__all__ = ["RULES", "SCALAR_RULES", "ComputeRule", "Scalar", "broadcast_read", "checked",
-           "elementwise"]
+__all__ = ["RULES", "ComputeRule", "checked"]
 
 
 def _install() -> None:
-    rules = {**{name: elementwise(name, s) for name, s in SCALAR_RULES.items()},
-             **{name: checked(name, rule) for name, rule in RULES.items()}}
-    for name, rule in rules.items():
-        attach(name, "compute", rule)
+    for name, rule in RULES.items():
+        attach(name, "compute", checked(name, rule))
 
 
 _install()

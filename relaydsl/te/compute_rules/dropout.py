@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType
-from relaydsl.te.compute_rules.elementwise import ComputeRule
+from relaydsl.te.rules import ComputeRule
 from relaydsl.te.indexing import ravel
 from relaydsl.te.expr import PrimExpr, cast, const, select
 from relaydsl.te.tensor import Tensor, compute

@@ -19,7 +19,7 @@ import numpy as np
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType
 from relaydsl.te import tensor as T
-from relaydsl.te.compute_rules.elementwise import ComputeRule
+from relaydsl.te.rules import ComputeRule
 from relaydsl.te.indexing import right_aligned
 from relaydsl.op.transform.shape import reshape_compute
 from relaydsl.te.expr import (

@@ -20,7 +20,7 @@ from typing import Callable
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType, TupleType
 from relaydsl.te import tensor as T
-from relaydsl.te.compute_rules.elementwise import ComputeRule
+from relaydsl.te.rules import ComputeRule
 from relaydsl.te.expr import PrimExpr, cast, sqrt
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
 

@@ -1,9 +1,12 @@
 """Every registered op has every field this stage requires and is checked against JAX."""
 import importlib
 
+import numpy as np
 import pytest
 
-from relaydsl.op import OpPattern, all_ops
+from relaydsl.ir import Constant, Function, TensorType, Var, const
+from relaydsl.op import OpDef, OpPattern, all_ops, ops
+from relaydsl.typing import infer_type
 
 FAMILY_TESTS = ["test_tensor", "test_reduce", "test_transform", "test_nn"]
 
@@ -44,3 +47,41 @@ def test_the_required_op_set_is_registered():
     softmax_cross_entropy""".split()
     missing = sorted(set(required) - set(all_ops()))
     assert not missing, f"required ops not registered: {missing}"
+
+
+# The families written as one block per op (issue 10): every facet in the family's own file.
+ONE_BLOCK_FAMILIES = {
+    "relaydsl.op.tensor": """negative exp log sqrt rsqrt tanh sigmoid relu abs sign floor ceil
+        round clip cast cast_like add subtract multiply divide power maximum minimum equal
+        not_equal less less_equal greater greater_equal logical_and logical_or logical_not
+        where""".split(),
+    "relaydsl.op.reduce": "sum mean max min prod argmax argmin collapse_sum_like".split(),
+}
+
+
+@pytest.mark.parametrize("family", sorted(ONE_BLOCK_FAMILIES))
+def test_each_op_of_a_family_is_one_block_with_every_facet(family):
+    module = importlib.import_module(family)
+    defined = {v.name: v for v in vars(module).values() if isinstance(v, OpDef)}
+    assert sorted(defined) == sorted(ONE_BLOCK_FAMILIES[family]), f"{family}: its module-level ops"
+    for name, d in defined.items():
+        assert all_ops()[name] is d, f"{name}: not the registered definition"
+        for facet in ("type_relation", "numpy_ref", "jax_lower", "compute"):
+            assert callable(getattr(d, facet)), f"{name}: no {facet}"
+        assert isinstance(d.pattern, OpPattern) and d.doc.strip(), f"{name}: pattern or doc"
+        if d.differentiable:
+            assert d.gradient.__module__ == family, f"{name}: gradient rule not in {family}"
+            doc = (d.gradient.__doc__ or "").strip()
+            assert doc and "\n" not in doc, f"{name}: the rule's one-line math"
+        else:
+            assert d.gradient is None, f"{name}: not differentiable but has a gradient rule"
+
+
+def test_cast_like_of_a_constant_folds_from_the_types():
+    x = Var("x", TensorType((2, 3), "float16"))
+    infer_type(Function([x], x))
+    fold = ops.cast_like.traits.fold_from_types
+    folded = fold(ops.cast_like(const(1.5, "float64"), x))
+    assert isinstance(folded, Constant) and folded.data.dtype == np.float16 and folded.data == 1.5
+    assert fold(ops.cast_like(x, x)) is None  # the data is not a constant
+    assert fold(ops.cast_like(const(1.5, "float64"), Var("y"))) is None  # no type yet
