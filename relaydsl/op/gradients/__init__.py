@@ -20,16 +20,17 @@ has an ``Any`` batch dim: spreading g reshapes it). Everything else works on sym
 too (``reshape_like``, ``collapse_sum_like``, counts from ``shape_of``).
 
 The adjoint ops the rules build on -- collapse_sum_like, reshape_like, take_grad,
-strided_slice_grad, max_pool2d_grad -- have rules here too, so gradients of gradients work.
+strided_slice_grad, max_pool2d_grad -- have rules too, so gradients of gradients work.
 
 Each rule's docstring states its math in one line; ``g`` is the output adjoint and
 ``sum_b(d, x)`` means ``collapse_sum_like(d, x)``.
 
 The rules live by op family, mirroring relaydsl/op: common.py (the helpers and ``_rule``,
-which registers a rule), tensor.py, reduce.py, transform.py and nn.py. Importing this
+which registers a rule), tensor.py, reduce.py and transform.py (the nn ops define their
+rules in relaydsl/op/nn/). Importing this
 package registers them all.
 """
-from relaydsl.op.gradients import nn, reduce, tensor, transform  # noqa: F401  (register the rules)
+from relaydsl.op.gradients import reduce, tensor, transform  # noqa: F401  (register the rules)
 from relaydsl.op.gradients.common import Rule
 
 __all__ = ["Rule"]

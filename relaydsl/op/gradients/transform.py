@@ -1,7 +1,4 @@
-"""Gradient rules of the shape transformations (relaydsl/op/transform.py).
-
-flatten, an nn op, shares reshape's rule here.
-"""
+"""Gradient rules of the shape transformations (relaydsl/op/transform.py)."""
 from __future__ import annotations
 
 import functools
@@ -17,9 +14,9 @@ from relaydsl.op.gradients.common import (
 
 # ---- shape transformations ----------------------------------------------------------------------
 
-@_rule("reshape", "squeeze", "flatten")
+@_rule("reshape", "squeeze")
 def _reshape_grad(call: Call, g: Expr) -> list[Expr]:
-    """d reshape(x) = reshape_like(g, x) (squeeze and flatten are reshapes too)."""
+    """d reshape(x) = reshape_like(g, x) (squeeze is a reshape too)."""
     return [op_call("reshape_like", g, call.args[0])]
 
 

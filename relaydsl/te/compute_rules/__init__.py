@@ -20,10 +20,7 @@ evaluate the rules with ``te.evaluate`` against each op's NumPy reference.
 * transform.py: reshape, transpose, concatenate, stack, split, take, strided_slice,
   their adjoints take_grad and strided_slice_grad, shape_of, and the constructors
   zeros, ones, full, ...
-* nn.py: matmul, dense, batch_matmul, conv2d, pools and max_pool2d_grad, softmax, pad,
-  flatten, ...
-* norm.py: batch_norm, layer_norm
-* dropout.py: dropout (its mask, a hash of the index and the seed, bit for bit)
+* the nn ops (relaydsl/op/nn/) define their rules with the rest of each op
 
 >>> import numpy as np
 >>> from relaydsl import te
@@ -54,14 +51,13 @@ from __future__ import annotations
 from relaydsl.errors import IRError
 from relaydsl.op._legacy import attach  # relaydsl.op imports this package in turn
 from relaydsl.op.registry import lookup
-from relaydsl.te.compute_rules import dropout, nn, norm, reduce, transform
+from relaydsl.te.compute_rules import reduce, transform
 from relaydsl.te.compute_rules.elementwise import (
     SCALAR_RULES, ComputeRule, Scalar, broadcast_read, checked, elementwise,
 )
 
 # op name -> rule, for the ops that are not elementwise
-RULES: dict[str, ComputeRule] = {**reduce.RULES, **transform.RULES, **nn.RULES, **norm.RULES,
-                                 **dropout.RULES}
+RULES: dict[str, ComputeRule] = {**reduce.RULES, **transform.RULES}
 
 __all__ = ["RULES", "SCALAR_RULES", "ComputeRule", "Scalar", "broadcast_read", "checked",
            "elementwise"]
