@@ -104,7 +104,8 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "optional_int": ("an int or None", lambda v: v is None or _is_int(v)),
     "optional_ints": ("None, an int or a tuple of ints", lambda v: v is None or _is_int(v) or _ints(v)),
     "pair": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
-    "optional_pair": ("None, an int or a tuple of ints", lambda v: v is None or _is_int(v) or _ints(v)),
+    "optional_pair": ("None, an int or a tuple of ints",
+                      lambda v: v is None or _is_int(v) or _ints(v)),
     "padding": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
 }
 

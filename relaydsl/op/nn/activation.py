@@ -17,13 +17,12 @@ from relaydsl.ir.types import TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp
 from relaydsl.op.nn.common import Array, Inputs, axis_attr
-from relaydsl.op.registry import OpDef, OpPattern, register
+from relaydsl.op.registry import OpDef, OpPattern, Relation, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import PrimExpr, exp, log
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
 from relaydsl.typing.relations import RelationContext
 
-Relation = Callable[[list[Type], Attrs, RelationContext], Type]
 _AXIS = axis_attr(-1, "the normalised axis")
 
 

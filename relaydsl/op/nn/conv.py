@@ -185,6 +185,7 @@ conv2d = register(OpDef(
              doc="out-channels O; with kernel_size, lets inference infer the weight"),
         Attr("kernel_size", "optional_pair", None, all_positive, "kernel (h, w)"),
     ),
-    doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight; in-channels = I * groups",
+    doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight; "
+        "in-channels = I * groups",
     traits=Traits(infers_inputs=(1,)),
 ))

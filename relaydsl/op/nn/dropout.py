@@ -37,7 +37,7 @@ from relaydsl.te.indexing import ravel
 from relaydsl.te.tensor import Tensor, compute
 from relaydsl.typing.relations import RelationContext
 
-# ---- the hash, on arrays (numpy or jax.numpy uint32) ----------------------------------------------
+# ---- the hash, on arrays (numpy or jax.numpy uint32) --------------------------------------------
 
 
 def mix32(x: Array) -> Array:
@@ -56,7 +56,7 @@ def _keep(xp: ModuleType, shape: Sequence[int], rate: float, seed: int) -> Array
     return bits >= xp.uint32(min(int(rate * 2**32), 2**32 - 1))
 
 
-# ---- the hash, in te (uint32 carried in int64) ----------------------------------------------------
+# ---- the hash, in te (uint32 carried in int64) --------------------------------------------------
 
 U32 = "int64"  # the carrier of uint32 values
 _MASK = 2**32

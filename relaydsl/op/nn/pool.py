@@ -26,11 +26,12 @@ from relaydsl.op.nn.common import Array, Inputs, all_positive
 from relaydsl.op.nn.conv import PADDING, STRIDES, conv_data_grad
 from relaydsl.op.nn.shape import pad
 from relaydsl.op.nn.window import Window, as_batch, image, single_example, unbatch
-from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, ops, register
+from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, Relation, ops, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import (
     PrimExpr, cast, const, equal, maximum, minimum, not_equal, select,
 )
+from relaydsl.te.rules import ComputeRule
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
 from relaydsl.typing.relations import RelationContext
 
@@ -41,7 +42,7 @@ POOL = (
 )
 
 
-def _pool_rel(op: str):
+def _pool_rel(op: str) -> Relation:
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         c = Inputs(ctx, op, args, ("data",))
         n, ch, *hw = image(c)
@@ -51,7 +52,7 @@ def _pool_rel(op: str):
     return rel
 
 
-def _pool_compute(op: str):
+def _pool_compute(op: str) -> ComputeRule:
     """max_pool2d's and avg_pool2d's rule: a reduction over each window's taps."""
 
     def rule(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
