@@ -23,10 +23,15 @@ from dataclasses import dataclass
 from typing import Any as AnyValue, Callable
 
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.ir.expr import Call, Expr, Op, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import Expr, Tuple, TupleGetItem, Var
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType
-from relaydsl.op.registry import ops
+from relaydsl.op.nn.conv import conv2d as conv2d_op
+from relaydsl.op.nn.linear import bias_add, dense
+from relaydsl.op.nn.norm import batch_norm as batch_norm_op
+from relaydsl.op.nn.pool import max_pool2d
+from relaydsl.op.nn.shape import flatten
+from relaydsl.op.registry import OpDef, ops
 
 
 @dataclass
@@ -49,8 +54,9 @@ class LayerContext:
               annotation: TensorType | None = None) -> Var:
         return self._new_param(layer, name, annotation, ParamSpec(spec))
 
-    def op(self, name: str, *args: Expr, **attrs: AnyValue) -> Expr:
-        return Call(Op.get(name), args, attrs, span=self.span)
+    def op(self, op: OpDef, *args: Expr, **attrs: AnyValue) -> Expr:
+        """A call of `op` at the layer's source location."""
+        return op(*args, span=self.span, **attrs)
 
     def error(self, message: str) -> DSLSyntaxError:
         return DSLSyntaxError(message, self.span)
@@ -87,12 +93,12 @@ def conv2d(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     no_bias = bool(kwargs.pop("no_bias", False))
     _no_extra(kwargs, "conv2d", ctx)
     w = ctx.param("conv2d", "weight")
-    out = ctx.op("conv2d", x, w, channels=channels, kernel_size=kernel, strides=strides,
+    out = ctx.op(conv2d_op, x, w, channels=channels, kernel_size=kernel, strides=strides,
                  padding=padding)
     if no_bias:
         return out
     # The channel axis: 0 for one CHW example, 1 for an NCHW batch.
-    return ctx.op("bias_add", out, ctx.param("conv2d", "bias", "zeros"), axis=-3)
+    return ctx.op(bias_add, out, ctx.param("conv2d", "bias", "zeros"), axis=-3)
 
 
 def linear(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
@@ -100,10 +106,10 @@ def linear(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     units = int(_required(kwargs, "num_hidden", "linear", ctx))
     no_bias = bool(kwargs.pop("no_bias", False))
     _no_extra(kwargs, "linear", ctx)
-    out = ctx.op("dense", x, ctx.param("linear", "weight"), units=units)
+    out = ctx.op(dense, x, ctx.param("linear", "weight"), units=units)
     if no_bias:
         return out
-    return ctx.op("bias_add", out, ctx.param("linear", "bias", "zeros"), axis=-1)
+    return ctx.op(bias_add, out, ctx.param("linear", "bias", "zeros"), axis=-1)
 
 
 def batch_norm(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
@@ -115,7 +121,7 @@ def batch_norm(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     beta = ctx.param("batch_norm", "beta", "zeros")
     mean = ctx.param("batch_norm", "moving_mean", "zeros")
     var = ctx.param("batch_norm", "moving_var", "ones")
-    out = ctx.op("batch_norm", x, gamma, beta, mean, var, axis=axis, epsilon=epsilon,
+    out = ctx.op(batch_norm_op, x, gamma, beta, mean, var, axis=axis, epsilon=epsilon,
                  training=True)
     return TupleGetItem(out, 0, span=ctx.span)
 
@@ -126,7 +132,7 @@ def embedding(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     dim = int(_required(kwargs, "dim", "embedding", ctx))
     _no_extra(kwargs, "embedding", ctx)
     table = ctx.param("embedding", "weight", annotation=TensorType((vocab, dim)))
-    return ops.take(table, ids, axis=0, span=ctx.span)
+    return ctx.op(ops.take, table, ids, axis=0)
 
 
 def _gates(ctx: LayerContext, layer: str, x: Expr, h: Expr, units: int, prefix: str) -> Expr:
@@ -134,9 +140,8 @@ def _gates(ctx: LayerContext, layer: str, x: Expr, h: Expr, units: int, prefix: 
     wx = ctx.param(layer, f"{prefix}weight_ih")
     wh = ctx.param(layer, f"{prefix}weight_hh")
     b = ctx.param(layer, f"{prefix}bias", "zeros")
-    total = ops.add(ctx.op("dense", x, wx, units=units), ctx.op("dense", h, wh, units=units),
-                    span=ctx.span)
-    return ctx.op("bias_add", total, b, axis=-1)
+    total = ctx.op(ops.add, ctx.op(dense, x, wx, units=units), ctx.op(dense, h, wh, units=units))
+    return ctx.op(bias_add, total, b, axis=-1)
 
 
 def lstm_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
@@ -145,14 +150,13 @@ def lstm_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     hidden = int(_required(kwargs, "num_hidden", "lstm_cell", ctx))
     _no_extra(kwargs, "lstm_cell", ctx)
     h, c = TupleGetItem(state, 0), TupleGetItem(state, 1)
-    parts = ops.split(_gates(ctx, "lstm_cell", x, h, 4 * hidden, ""),
-                      indices_or_sections=4, axis=-1, span=ctx.span)
+    parts = ctx.op(ops.split, _gates(ctx, "lstm_cell", x, h, 4 * hidden, ""),
+                   indices_or_sections=4, axis=-1)
     i, f, g, o = (TupleGetItem(parts, k) for k in range(4))
-    s = ctx.span
-    sig = lambda e: ops.sigmoid(e, span=s)  # noqa: E731
-    c_new = ops.add(ops.multiply(sig(f), c, span=s),
-                    ops.multiply(sig(i), ops.tanh(g, span=s), span=s), span=s)
-    h_new = ops.multiply(sig(o), ops.tanh(c_new, span=s), span=s)
+    sig = lambda e: ctx.op(ops.sigmoid, e)  # noqa: E731
+    c_new = ctx.op(ops.add, ctx.op(ops.multiply, sig(f), c),
+                   ctx.op(ops.multiply, sig(i), ctx.op(ops.tanh, g)))
+    h_new = ctx.op(ops.multiply, sig(o), ctx.op(ops.tanh, c_new))
     return Tuple([h_new, c_new], span=ctx.span)
 
 
@@ -161,20 +165,19 @@ def gru_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     x, h = args
     hidden = int(_required(kwargs, "num_hidden", "gru_cell", ctx))
     _no_extra(kwargs, "gru_cell", ctx)
-    s = ctx.span
-    rz = ops.sigmoid(_gates(ctx, "gru_cell", x, h, 2 * hidden, "rz_"), span=s)
-    parts = ctx.op("split", rz, indices_or_sections=2, axis=-1)
+    rz = ctx.op(ops.sigmoid, _gates(ctx, "gru_cell", x, h, 2 * hidden, "rz_"))
+    parts = ctx.op(ops.split, rz, indices_or_sections=2, axis=-1)
     r, z = TupleGetItem(parts, 0), TupleGetItem(parts, 1)
     wn = ctx.param("gru_cell", "n_weight_ih")
     un = ctx.param("gru_cell", "n_weight_hh")
     bn = ctx.param("gru_cell", "n_bias", "zeros")
-    n = ops.tanh(ctx.op("bias_add", ops.add(ctx.op("dense", x, wn, units=hidden),
-                                            ops.multiply(r, ctx.op("dense", h, un, units=hidden),
-                                                         span=s), span=s),
-                        bn, axis=-1), span=s)
-    one = ctx.op("ones_like", z)
-    return ops.add(ops.multiply(ops.subtract(one, z, span=s), n, span=s),
-                   ops.multiply(z, h, span=s), span=s)
+    n = ctx.op(ops.tanh, ctx.op(bias_add, ctx.op(ops.add, ctx.op(dense, x, wn, units=hidden),
+                                                 ctx.op(ops.multiply, r,
+                                                        ctx.op(dense, h, un, units=hidden))),
+                              bn, axis=-1))
+    one = ctx.op(ops.ones_like, z)
+    return ctx.op(ops.add, ctx.op(ops.multiply, ctx.op(ops.subtract, one, z), n),
+                  ctx.op(ops.multiply, z, h))
 
 
 def max_pool(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
@@ -183,7 +186,7 @@ def max_pool(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     strides = _window(kwargs.pop("strides", pool), "strides", ctx)
     padding = kwargs.pop("padding", 0)
     _no_extra(kwargs, "max_pool", ctx)
-    return ctx.op("max_pool2d", x, pool_size=pool, strides=strides, padding=padding)
+    return ctx.op(max_pool2d, x, pool_size=pool, strides=strides, padding=padding)
 
 
 def flatten_layer(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
@@ -191,8 +194,8 @@ def flatten_layer(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     (x,) = args
     _no_extra(kwargs, "flatten_layer", ctx)
     if ctx.unbatched:
-        return ops.reshape(x, newshape=(-1,), span=ctx.span)
-    return ctx.op("flatten", x)
+        return ctx.op(ops.reshape, x, newshape=(-1,))
+    return ctx.op(flatten, x)
 
 
 # The layer functions by name; PARAMETER_FREE ones own no parameters.

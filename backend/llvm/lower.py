@@ -24,7 +24,6 @@ from typing import Any as AnyValue
 
 import numpy as np
 
-import relaydsl.te.compute_rules  # noqa: F401  (installs OpDef.compute)
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var

@@ -9,9 +9,5 @@ from relaydsl.op.registry import (
 # The families, each defining its ops (import order: later families use earlier ones' ops).
 from relaydsl.op import tensor, reduce, transform, nn  # noqa: E402,F401,I001
 
-# TEMPORARY (issue 10 migration): the facets of ops not yet defined in one block.
-import relaydsl.op.gradients  # noqa: E402,F401
-import relaydsl.te.compute_rules  # noqa: E402,F401
-
 __all__ = ["Attr", "OpDef", "OpPattern", "REQUIRED", "Traits", "all_ops", "lookup", "ops",
            "register"]

@@ -25,7 +25,7 @@ its family (what gradient rules of one family use to call another's ops).
 'BROADCAST'
 >>> x = Var("x", TensorType((2, 3)))
 >>> ops.sum(x, 1).attrs.axis                 # attributes positionally, in schema order
-(1,)
+1
 """
 from __future__ import annotations
 
@@ -69,6 +69,27 @@ def _ints(v: AnyValue) -> bool:
     return isinstance(v, tuple) and all(_is_int(i) for i in v)
 
 
+def _pair(v: int | tuple[int, ...]) -> tuple[int, int]:
+    """An int or (h, w) as (h, w): ``2 -> (2, 2)``."""
+    if _is_int(v):
+        return (v, v)
+    if len(v) != 2:
+        raise ValueError(f"expected an int or 2 ints (h, w), got {len(v)} values")
+    return (v[0], v[1])
+
+
+def _padding(v: int | tuple[int, ...]) -> tuple[int, int, int, int]:
+    """An int, (h, w) or (top, left, bottom, right) as the four: ``(1, 2) -> (1, 2, 1, 2)``."""
+    if _is_int(v):
+        return (v, v, v, v)
+    if len(v) == 2:
+        return (v[0], v[1], v[0], v[1])
+    if len(v) != 4:
+        raise ValueError("expected an int, 2 ints (h, w) or 4 ints (top, left, bottom, right), "
+                         f"got {v}")
+    return (v[0], v[1], v[2], v[3])
+
+
 _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "int": ("an int", _is_int),
     "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
@@ -82,6 +103,19 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "int_or_ints": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
     "optional_int": ("an int or None", lambda v: v is None or _is_int(v)),
     "optional_ints": ("None, an int or a tuple of ints", lambda v: v is None or _is_int(v) or _ints(v)),
+    "pair": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
+    "optional_pair": ("None, an int or a tuple of ints",
+                      lambda v: v is None or _is_int(v) or _ints(v)),
+    "padding": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
+}
+
+# Kinds whose values are stored in one canonical form, so every consumer reads that form.
+# A canonicaliser raises ValueError (a message) for a value of the right type but wrong form.
+_KIND_CANONICAL: dict[str, Callable[[AnyValue], AnyValue]] = {
+    "float": float,
+    "pair": _pair,  # (h, w)
+    "optional_pair": lambda v: None if v is None else _pair(v),
+    "padding": _padding,  # (top, left, bottom, right)
 }
 
 
@@ -89,7 +123,10 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
 class Attr:
     """One attribute of an op: name, kind (a key of _KIND_CHECKS), default, extra check.
 
-    `check(value)` returns an error message or None.
+    A value of a kind in _KIND_CANONICAL is stored canonicalised: a "pair" given as ``2`` is
+    ``(2, 2)``, a "padding" given as ``(1, 2)`` is ``(1, 2, 1, 2)``; a default is written
+    in canonical form. `check(value)` sees the canonical value and returns an error message
+    or None.
     """
 
     name: str
@@ -104,14 +141,17 @@ class Attr:
 
     def validate(self, op_name: str, value: AnyValue, span: Span | None) -> AnyValue:
         value = freeze(value)
-        if self.kind == "float" and _is_int(value):
-            value = float(value)
         what, ok = _KIND_CHECKS[self.kind]
         if not ok(value):
             raise IRError(
                 f"{op_name}: attribute {self.name!r} must be {what}, got {type(value).__name__} {value!r}",
                 span,
             )
+        if self.kind in _KIND_CANONICAL:
+            try:
+                value = _KIND_CANONICAL[self.kind](value)
+            except ValueError as e:
+                raise IRError(f"{op_name}: attribute {self.name!r}: {e}", span) from None
         if self.check is not None:
             problem = self.check(value)
             if problem:

@@ -3,7 +3,7 @@
 For a function whose body is lets, operator calls, tuples, projections and
 constants, the adjoint program is itself straight-line: the forward bindings
 (A-normal form), then one binding per backward step, each applying an op's
-gradient rule (relaydsl/op/gradients/) to the adjoint of its output, and
+gradient rule (defined with the op, relaydsl/op) to the adjoint of its output, and
 adjoints of a variable used several times summed. There are no references
 or closures, so the result is ready for fusion and the other passes.
 

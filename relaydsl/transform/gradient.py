@@ -4,7 +4,7 @@ Every tensor value ``v`` of the differentiated program becomes a pair
 ``(v, ref(zeros_like(v)))``: the value and a reference that accumulates its
 adjoint. A backpropagator ``bp: Ref[fn() -> ()]`` is threaded through the
 program; each operator call extends it with a closure that reads the call's
-output adjoint, applies the op's gradient rule (relaydsl/op/gradients/)
+output adjoint, applies the op's gradient rule (defined with the op, relaydsl/op)
 and adds the results into its inputs' references, then calls the previous
 backpropagator. Control flow, closures, recursion, tuples, ADTs and
 references are lifted structurally, so the result is ordinary Relay and can

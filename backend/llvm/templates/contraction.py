@@ -29,6 +29,7 @@ import llvmlite.ir as ir
 from relaydsl.backend.llvm.templates.conv2d import ConvGeometry, emit_im2col_packer
 from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, emit_gemm
 from relaydsl.ir.types import TensorType
+from relaydsl.op.nn.window import Window
 
 
 @dataclass(frozen=True)
@@ -210,32 +211,11 @@ def _batch_matmul(attrs: Mapping[str, Any], x: tuple, y: tuple, out: tuple) -> T
                  a_plain=not ta and bx == batch)
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    if isinstance(v, int):
-        return (v, v)
-    v = tuple(v)
-    if len(v) != 2:
-        raise ValueError(v)
-    return (int(v[0]), int(v[1]))
-
-
-def _padding(v: Any) -> tuple[int, int, int, int]:
-    if isinstance(v, int):
-        return (v, v, v, v)
-    v = tuple(int(x) for x in v)
-    if len(v) == 2:
-        return (v[0], v[1], v[0], v[1])
-    if len(v) == 4:
-        return v  # type: ignore[return-value]
-    raise ValueError(v)
-
-
 def _conv2d(attrs: Mapping[str, Any], data: tuple, weight: tuple, out: tuple) -> Template | None:
     if len(data) not in (3, 4) or len(weight) != 4:
         return None
-    strides = _pair(attrs.get("strides", 1))
-    pads = _padding(attrs.get("padding", 0))
-    dilation = _pair(attrs.get("dilation", 1))
+    # canonical attributes (the registry's "pair" and "padding" kinds)
+    strides, pads, dilation = attrs["strides"], attrs["padding"], attrs["dilation"]
     groups = int(attrs.get("groups", 1))
     if min(strides) < 1 or min(dilation) < 1 or min(pads) < 0 or groups < 1:
         return None
@@ -244,8 +224,7 @@ def _conv2d(attrs: Mapping[str, Any], data: tuple, weight: tuple, out: tuple) ->
     cout, cg, kh, kw = weight
     if cin != cg * groups or cout % groups:
         return None
-    oh = (h + pads[0] + pads[2] - dilation[0] * (kh - 1) - 1) // strides[0] + 1
-    ow = (w + pads[1] + pads[3] - dilation[1] * (kw - 1) - 1) // strides[1] + 1
+    oh, ow = Window((kh, kw), strides, dilation, pads).out_hw((h, w))
     if oh < 1 or ow < 1:
         return None
     expect = ((batch,) if batch is not None else ()) + (cout, oh, ow)

@@ -613,13 +613,17 @@ def test_bad_attributes(op, attrs, message):
         Call(Op.get(op), args, attrs)
 
 
-def test_window_attributes_are_kept_as_given_with_defaults_filled_in():
+def test_window_attributes_are_canonical_with_defaults_filled_in():
     conv, args = Op.get("conv2d"), [Var("x"), Var("w")]
     assert dict(Call(conv, args).attrs) == {
-        "strides": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1, "channels": None,
-        "kernel_size": None}
-    assert Call(conv, args, {"padding": [1, 2], "strides": 2}).attrs.padding == (1, 2)
-    assert Call(conv, args, {"padding": 3}).attrs.padding == 3
+        "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+        "channels": None, "kernel_size": None}
+    attrs = Call(conv, args, {"padding": [1, 2], "strides": 2, "kernel_size": 3}).attrs
+    assert (attrs.padding, attrs.strides, attrs.kernel_size) == ((1, 2, 1, 2), (2, 2), (3, 3))
+    assert Call(conv, args, {"padding": 3}).attrs.padding == (3, 3, 3, 3)
+    assert Call(conv, args, {"padding": (0, 1, 2, 3)}).attrs.padding == (0, 1, 2, 3)
+    pool = Call(Op.get("max_pool2d"), [Var("x")], {"pool_size": 2}).attrs
+    assert (pool.pool_size, pool.strides, pool.padding) == ((2, 2), (1, 1), (0, 0, 0, 0))
 
 
 def test_unannotated_weights_and_per_channel_parameters_are_inferred():

@@ -1,11 +1,12 @@
 """Every registered op has every field this stage requires and is checked against JAX."""
+import dataclasses
 import importlib
 
 import numpy as np
 import pytest
 
 from relaydsl.ir import Constant, Function, TensorType, Var, const
-from relaydsl.op import OpDef, OpPattern, all_ops, ops
+from relaydsl.op import OpDef, OpPattern, all_ops, lookup, ops, register
 from relaydsl.typing import infer_type
 
 FAMILY_TESTS = ["test_tensor", "test_reduce", "test_transform", "test_nn"]
@@ -27,7 +28,7 @@ def test_op_definition_is_complete(name):
     assert callable(d.numpy_ref), f"{name}: no NumPy reference"
     assert callable(d.jax_lower), f"{name}: no JAX lowering"
     assert isinstance(d.pattern, OpPattern), f"{name}: no fusion pattern kind"
-    assert callable(d.compute), f"{name}: no compute rule (relaydsl/te/compute_rules)"
+    assert callable(d.compute), f"{name}: no compute rule"
     assert d.doc.strip(), f"{name}: no doc"
     assert len({a.name for a in d.attrs}) == len(d.attrs), f"{name}: duplicate attribute names"
 
@@ -85,3 +86,31 @@ def test_cast_like_of_a_constant_folds_from_the_types():
     assert isinstance(folded, Constant) and folded.data.dtype == np.float16 and folded.data == 1.5
     assert fold(ops.cast_like(x, x)) is None  # the data is not a constant
     assert fold(ops.cast_like(const(1.5, "float64"), Var("y"))) is None  # no type yet
+
+
+def _incomplete(**facets):
+    base = lookup("exp")
+    fields = dict(name="exp_copy", inputs=base.inputs, type_relation=base.type_relation,
+                  pattern=base.pattern, numpy_ref=base.numpy_ref, jax_lower=base.jax_lower,
+                  compute=base.compute, gradient=base.gradient)
+    fields.update(facets)
+    return OpDef(**fields)
+
+
+@pytest.mark.parametrize("facets, missing", [
+    ({"compute": None}, "compute"),
+    ({"jax_lower": None}, "jax_lower"),
+    ({"gradient": None}, "gradient"),
+    ({"differentiable": False}, "differentiable=True"),
+])
+def test_an_incomplete_op_is_not_registered(facets, missing):
+    with pytest.raises(ValueError, match=f"op exp_copy is incomplete: {missing}"):
+        register(_incomplete(**facets))
+    assert "exp_copy" not in all_ops()
+
+
+def test_an_op_is_defined_once_and_frozen():
+    with pytest.raises(ValueError, match="op exp is registered twice"):
+        register(_incomplete(name="exp"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lookup("exp").numpy_ref = None

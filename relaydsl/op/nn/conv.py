@@ -1,0 +1,191 @@
+"""2-D convolution: conv2d (TVM's: NCHW data, or one CHW example; OIHW weight; groups).
+
+The window geometry (strides, padding, dilation, the output size) is window.py's. The
+NumPy reference contracts sliding-window views with the filters; the JAX lowering is
+``lax.conv_general_dilated``; the compute rule reduces over in-channels and the taps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Call, Expr
+from relaydsl.ir.types import TensorType, Type
+from relaydsl.op import grad_util as gu
+from relaydsl.op.lazy_jax import lax
+from relaydsl.op.nn.common import Array, Inputs, all_positive, non_negative, positive
+from relaydsl.op.nn.shape import pad
+from relaydsl.op.nn.window import Window, as_batch, image, out_size, single_example, unbatch
+from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
+from relaydsl.te import tensor as T
+from relaydsl.te.expr import PrimExpr
+from relaydsl.te.tensor import Tensor, compute, reduce_axis
+from relaydsl.typing.relations import RelationContext, is_unknown, tensor_arg
+
+STRIDES = Attr("strides", "pair", (1, 1), all_positive, "window step (h, w)")
+PADDING = Attr("padding", "padding", (0, 0, 0, 0), non_negative,
+               "an int, (h, w) or (top, left, bottom, right)")
+
+
+def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | None:
+    if is_unknown(args[1]):  # a hidden parameter: OIHW from channels, kernel_size and the data
+        data = tensor_arg(ctx, args[0], "conv2d: data")
+        if attrs.channels is None or attrs.kernel_size is None or data.ndim not in (3, 4):
+            return None
+        cin = ctx.resolve_dim(data.shape[-3])
+        cin_per_group = cin // attrs.groups if isinstance(cin, int) else cin
+        args[1] = ctx.unify_types(
+            args[1], TensorType((attrs.channels, cin_per_group, *attrs.kernel_size), data.dtype),
+            "conv2d: the weight")
+    c = Inputs(ctx, "conv2d", args, ("data", "weight"))
+    data, (cout, cin_per_group, *kernel) = image(c), c.shape(1, rank=4)
+    n, cin, *hw = data
+    groups = attrs.groups
+    mismatch = f"the in-channels of {c.arg(0)} and {c.arg(1)} differ"
+    if groups == 1:
+        c.same(cin, cin_per_group, mismatch)
+    elif isinstance(cin_per_group, int):
+        c.same(cin, cin_per_group * groups, f"{mismatch} (with groups={groups})")
+    if isinstance(cout, int) and cout % groups:
+        c.fail(f"the out-channels of {c.arg(1)} are not divisible by groups={groups}")
+    if attrs.channels is not None:
+        c.same(cout, attrs.channels, f"{c.arg(1)} does not have channels={attrs.channels}")
+    if attrs.kernel_size is not None:
+        for k, want in zip(kernel, attrs.kernel_size):
+            c.same(k, want, f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
+    oh, ow = Window.conv(attrs, kernel).out_dims(c, hw)
+    return c.tensor((n, cout, oh, ow)[n is None:])
+
+
+@single_example
+def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int,
+               **attrs: object) -> np.ndarray:
+    """Each group's windows (n, cin/groups, oh, ow, kh, kw) contracted with its filters."""
+    windows = Window.conv(attrs, weight.shape[2:]).np_windows(data, 0.0)
+    per_group = [
+        np.tensordot(w_in, w, axes=([1, 4, 5], [1, 2, 3]))  # (n, oh, ow, cout/groups)
+        for w_in, w in zip(np.split(windows, groups, axis=1), np.split(weight, groups, axis=0))
+    ]
+    return np.ascontiguousarray(np.concatenate(per_group, axis=-1).transpose(0, 3, 1, 2))
+
+
+@single_example
+def _conv2d_jax(data: Array, weight: Array, *, groups: int, **attrs: object) -> Array:
+    win = Window.conv(attrs, weight.shape[2:])
+    return lax.conv_general_dilated(
+        data, weight, win.strides, win.pad_pairs(data.shape[-2:]), rhs_dilation=win.dilation,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=groups,
+        precision=lax.Precision.HIGHEST,
+    )
+
+
+# Along one spatial axis, conv2d computes y[o] = sum_k xpad[o*s + k*d] w[k] (stride s, dilation d,
+# xpad padded by p before). Its adjoints are again convolutions:
+#   dx[i] = sum_k gs[i + p - k*d] w[k], with gs = g spread out by s (s - 1 zeros between
+#           elements): a stride-1 conv of gs, padded by d*(k-1) - p before, with the flipped w;
+#   dw[k] = sum_o xpad[k*d + o*s] g[o]: a conv of xpad with g as the kernel, stride d and
+#           dilation s, contracting over the batch (so batch and channels trade places).
+
+
+def _spread(g: Expr, channels: int, out_hw: tuple[int, int], strides: tuple[int, int]) -> Expr:
+    """NCHW g with s - 1 zeros after each element along H and W: (n, c, oh*sh, ow*sw)."""
+    (oh, ow), (sh, sw) = out_hw, strides
+    cells = ops.expand_dims(ops.expand_dims(g, axis=3), axis=5)  # (n, c, oh, 1, ow, 1)
+    cells = pad(cells, pad_width=(0, 0, 0, 0, 0, 0, 0, sh - 1, 0, 0, 0, sw - 1))
+    return ops.reshape(cells, newshape=(-1, channels, oh * sh, ow * sw))
+
+
+def conv_data_grad(g: Expr, flipped: Expr, channels: int, hw: tuple[int, int], win: Window,
+                   groups: int) -> Expr:
+    """The adjoint of a conv2d's NCHW data (also avg_pool2d's): a stride-1 conv2d of g spread
+    by the strides, padded (or cropped) to give back hw, with the flipped transposed weight
+    `flipped`."""
+    out_hw = win.out_hw(hw)
+    before = [win.dilation[i] * (win.kernel[i] - 1) - win.pads[i] for i in (0, 1)]
+    reach = [(out_hw[i] - 1) * win.strides[i] + 1 for i in (0, 1)]  # the spread g's extent
+    after = [hw[i] - reach[i] + win.pads[i] for i in (0, 1)]
+    size = list(out_hw)
+    if max(win.strides) > 1:
+        g = _spread(g, channels, out_hw, win.strides)
+        size = [out_hw[i] * win.strides[i] for i in (0, 1)]
+    begin = tuple(max(-b, 0) for b in before)  # negative padding crops
+    end = tuple(reach[i] - max(-after[i], 0) for i in (0, 1))
+    if begin != (0, 0) or list(end) != size:
+        g = ops.strided_slice(g, begin=begin, end=end, axes=(2, 3))
+    padding = tuple(max(p, 0) for p in (*before, *after))
+    return conv2d(g, flipped, padding=padding, dilation=win.dilation, groups=groups)
+
+
+def _flip_transpose(w: Expr, groups: int) -> Expr:
+    """OIHW weight (o, c/G, kh, kw) as the transposed convolution's: (c, o/G, kh, kw) flipped."""
+    o, cg, kh, kw = gu.static_dims(w, "conv2d")
+    w = ops.reshape(w, newshape=(groups, o // groups, cg, kh, kw))
+    w = ops.reshape(ops.transpose(w, axes=(0, 2, 1, 3, 4)),
+                    newshape=(groups * cg, o // groups, kh, kw))
+    return ops.strided_slice(w, begin=(kh - 1, kw - 1), end=(-kh - 1, -kw - 1),
+                             strides=(-1, -1), axes=(2, 3))
+
+
+def _conv_weight_grad(x: Expr, g: Expr, weight: tuple[int, ...], hw: tuple[int, int],
+                      win: Window, groups: int) -> Expr:
+    """dw[o, c] = sum over the batch of x[:, c] correlated with g[:, o] (within a group)."""
+    o, cg, kh, kw = weight
+    (h, w), (oh, ow) = hw, win.out_hw(hw)
+    data = ops.reshape(x, newshape=(-1, groups, cg, h, w))
+    data = ops.reshape(ops.transpose(data, axes=(2, 1, 0, 3, 4)),
+                       newshape=(cg, -1, h, w))  # (c/G, G * n, h, w): batch and channels traded
+    kernel = ops.reshape(g, newshape=(-1, groups, o // groups, oh, ow))
+    kernel = ops.reshape(ops.transpose(kernel, axes=(1, 2, 0, 3, 4)),
+                         newshape=(o, -1, oh, ow))  # (o, n, oh, ow)
+    dw = conv2d(data, kernel, strides=win.dilation, padding=win.pads,
+                dilation=win.strides, groups=groups)  # (c/G, o, kh', kw') with kh' >= kh
+    dw = ops.transpose(dw, axes=(1, 0, 2, 3))
+    full = [out_size(hw[i], (oh, ow)[i], win.dilation[i], win.strides[i], win.pads[i],
+                     win.pads[i + 2], False) for i in (0, 1)]
+    if full != [kh, kw]:
+        dw = ops.strided_slice(dw, begin=(0, 0), end=(kh, kw), axes=(2, 3))
+    return dw
+
+
+def _conv2d_grad(call: Call, g: Expr) -> list[Expr]:
+    """d conv2d(x, w) = (conv2d(spread(g), flip(w)ᵀ), conv2d(xᵀ, gᵀ)): see the comment above."""
+    (x, single), w, a = as_batch(call.args[0]), call.args[1], call.attrs
+    g = ops.expand_dims(g, axis=0) if single else g
+    weight, hw = gu.static_dims(w, "conv2d"), gu.image_hw(call.args[0], "conv2d")
+    win = Window.conv(a, weight[2:])
+    dx = conv_data_grad(g, _flip_transpose(w, a.groups), weight[0], hw, win, a.groups)
+    return [unbatch(dx, single), _conv_weight_grad(x, g, weight, hw, win, a.groups)]
+
+
+def _conv2d_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    data, weight = inputs
+    cout, cin_per_group, kh, kw = weight.shape
+    per_group = cout // attrs.groups
+    win = Window.conv(attrs, (kh, kw))
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        *batch, co, y, x = o
+        rc, ry, rx = reduce_axis(cin_per_group, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+        c = rc if attrs.groups == 1 else co // per_group * cin_per_group + rc
+        iy, ix = win.te_position(y, x, ry, rx)
+        return T.sum(win.te_read(data, (*batch, c), iy, ix, 0.0) * weight[co, rc, ry, rx],
+                     [rc, ry, rx])
+
+    return compute(out_type.concrete_shape(), f, "T_conv2d")
+
+
+conv2d = register(OpDef(
+    "conv2d", ("data", "weight"), _conv2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=_conv2d_np, jax_lower=_conv2d_jax, compute=_conv2d_compute, gradient=_conv2d_grad,
+    attrs=(
+        STRIDES, PADDING,
+        Attr("dilation", "pair", (1, 1), all_positive, "kernel dilation (h, w)"),
+        Attr("groups", "int", 1, positive, "channel groups (groups = in-channels: depthwise)"),
+        Attr("channels", "optional_int", None,
+             doc="out-channels O; with kernel_size, lets inference infer the weight"),
+        Attr("kernel_size", "optional_pair", None, all_positive, "kernel (h, w)"),
+    ),
+    doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight; "
+        "in-channels = I * groups",
+    traits=Traits(infers_inputs=(1,)),
+))

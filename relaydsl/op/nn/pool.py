@@ -1,0 +1,327 @@
+"""Pooling: max_pool2d, its adjoint max_pool2d_grad, avg_pool2d, global_avg_pool2d.
+
+The window geometry is window.py's. Pooling with ``ceil_mode`` pads the extra windows with
+-inf (max) or leaves them out of the count (avg). ``avg_pool2d`` divides by the number of
+input elements a window covers; ``count_include_pad`` also counts the explicit padding
+(never ceil_mode's extra padding). ``max_pool2d_grad(out_grad, data)``, the adjoint of
+``max_pool2d`` that its gradient rule uses, adds each window's gradient at the window's first
+maximum (row-major), as JAX does. The pools are OUT_ELEMWISE_FUSABLE, as in TVM: an
+elementwise consumer fuses into them.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any as AnyValue, Sequence
+
+import numpy as np
+
+from relaydsl.errors import IRError
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Call, Expr, const as relay_const
+from relaydsl.ir.types import TensorType, Type, type_to_str
+from relaydsl.op import grad_util as gu
+from relaydsl.op.lazy_jax import jax, jnp, lax
+from relaydsl.op.nn.common import Array, Inputs, all_positive
+from relaydsl.op.nn.conv import PADDING, STRIDES, conv_data_grad
+from relaydsl.op.nn.shape import pad
+from relaydsl.op.nn.window import Window, as_batch, image, single_example, unbatch
+from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, Relation, ops, register
+from relaydsl.te import tensor as T
+from relaydsl.te.expr import (
+    PrimExpr, cast, const, equal, maximum, minimum, not_equal, select,
+)
+from relaydsl.te.rules import ComputeRule
+from relaydsl.te.tensor import Tensor, compute, reduce_axis
+from relaydsl.typing.relations import RelationContext
+
+POOL = (
+    Attr("pool_size", "pair", REQUIRED, all_positive, "window size (h, w)"),
+    STRIDES, PADDING,
+    Attr("ceil_mode", "bool", False, doc="round the output size up (see window.py)"),
+)
+
+
+def _pool_rel(op: str) -> Relation:
+    def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+        c = Inputs(ctx, op, args, ("data",))
+        n, ch, *hw = image(c)
+        oh, ow = Window.pool(attrs).out_dims(c, hw)
+        return c.tensor((n, ch, oh, ow)[n is None:])
+
+    return rel
+
+
+def _pool_compute(op: str) -> ComputeRule:
+    """max_pool2d's and avg_pool2d's rule: a reduction over each window's taps."""
+
+    def rule(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+        (data,) = inputs
+        win = Window.pool(attrs)
+        kh, kw = win.kernel
+
+        def f(*o: PrimExpr) -> PrimExpr:
+            *lead, y, x = o
+            ry, rx = reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+            iy, ix = win.te_position(y, x, ry, rx)
+            if op == "max_pool2d":
+                return T.max(win.te_read(data, tuple(lead), iy, ix, -np.inf), [ry, rx])
+            total = T.sum(win.te_read(data, tuple(lead), iy, ix, 0.0), [ry, rx])
+            divisor = _avg_divisor_te(win, data.shape[-2:], attrs.count_include_pad, (y, x))
+            return total / cast(data.dtype, divisor)
+
+        return compute(out_type.concrete_shape(), f, "T_" + op)
+
+    return rule
+
+
+# ---- max_pool2d ---------------------------------------------------------------------------------
+
+
+@single_example
+def _max_pool2d_np(data: np.ndarray, **attrs: AnyValue) -> np.ndarray:
+    return Window.pool(attrs).np_windows(data, -np.inf).max(axis=(-2, -1))
+
+
+@single_example
+def _max_pool2d_jax(data: Array, **attrs: AnyValue) -> Array:
+    return Window.pool(attrs).jax_reduce(data, -jnp.inf, lax.max)
+
+
+def _max_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
+    """d max_pool2d(x) = max_pool2d_grad(g, x): each window's g at the window's first maximum."""
+    return [max_pool2d_grad(g, call.args[0], **call.attrs)]
+
+
+max_pool2d = register(OpDef(
+    "max_pool2d", ("data",), _pool_rel("max_pool2d"), OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=_max_pool2d_np, jax_lower=_max_pool2d_jax, compute=_pool_compute("max_pool2d"),
+    gradient=_max_pool2d_grad, attrs=POOL,
+    doc="maximum over each pool_size window of NCHW data, padding with -inf",
+))
+
+# ---- max_pool2d_grad ----------------------------------------------------------------------------
+
+
+def _max_pool2d_grad_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    pooled = _pool_rel("max_pool2d_grad")([args[1]], attrs, ctx)
+    ctx.unify_types(args[0], pooled, "max_pool2d_grad: the output gradient must have the type "
+                    f"of max_pool2d(data), {type_to_str(pooled)}")
+    return args[1]
+
+
+def _max_pool2d_grad_np(out_grad: np.ndarray, data: np.ndarray,
+                        **attrs: AnyValue) -> np.ndarray:
+    """Each window's out_grad added at the window's first maximum in row-major order."""
+    if data.ndim == 3:
+        return _max_pool2d_grad_np(out_grad[None], data[None], **attrs)[0]
+    win = Window.pool(attrs)
+    windows = win.np_windows(data, -np.inf)  # (n, c, oh, ow, kh, kw)
+    n, c, oh, ow, kh, kw = windows.shape
+    first = windows.reshape(n, c, oh, ow, kh * kw).argmax(axis=-1)
+    rows = np.arange(oh)[:, None] * win.strides[0] + first // kw  # in the padded input
+    cols = np.arange(ow)[None, :] * win.strides[1] + first % kw
+    (top, bottom), (left, right) = win.pad_pairs(data.shape[-2:])
+    h, w = data.shape[-2:]
+    grad = np.zeros((n, c, top + h + bottom, left + w + right), out_grad.dtype)
+    np.add.at(grad, (np.arange(n)[:, None, None, None], np.arange(c)[:, None, None], rows, cols),
+              out_grad)
+    return grad[..., top:top + h, left:left + w]
+
+
+def _max_pool2d_grad_jax(out_grad: Array, data: Array, **attrs: AnyValue) -> Array:
+    _, pullback = jax.vjp(partial(_max_pool2d_jax, **attrs), data)
+    return pullback(out_grad)[0]
+
+
+def _max_pool2d_grad_grad(call: Call, g: Expr) -> list[Expr]:
+    """d max_pool2d_grad(d, x) = (g at each window's first maximum of x, 0): linear in d."""
+    (x, single), a = as_batch(call.args[1]), call.attrs
+    g = ops.expand_dims(g, axis=0) if single else g
+    win = Window.pool(a)
+    hw = gu.image_hw(call.args[1], "max_pool2d_grad")
+    (top, bottom), (left, right) = win.pad_pairs(hw)
+    widths = (0, 0, 0, 0, top, bottom, left, right)
+    x_pad = pad(x, pad_width=widths, pad_value=-math.inf)
+    g_pad = pad(g, pad_width=widths)
+    peak = max_pool2d(x, **a)
+    (oh, ow), (sh, sw) = win.out_hw(hw), win.strides
+    gathered: Expr | None = None
+    found: Expr | None = None  # whether an earlier offset of the window holds its maximum
+    for i, j in np.ndindex(*win.kernel):  # each offset in the windows, in row-major order
+        at = dict(begin=(i, j), end=(i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1),
+                  strides=(sh, sw), axes=(2, 3))
+        hit = ops.equal(ops.strided_slice(x_pad, **at), peak)
+        first = hit if found is None else ops.logical_and(hit, ops.logical_not(found))
+        found = hit if found is None else ops.logical_or(found, hit)
+        picked = gu.where(first, ops.strided_slice(g_pad, **at), gu.scalar(0, call.args[1]))
+        gathered = picked if gathered is None else gu.add(gathered, picked)
+    assert gathered is not None
+    return [unbatch(gathered, single), gu.zeros_for(call.args[1])]
+
+
+def _max_pool2d_grad_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """Each window's out_grad added at its first maximum (row-major), as the reference does.
+
+    ``first`` is each window's first tap holding the recomputed maximum (or a NaN, as
+    argmax picks); an input position sums out_grad over only the windows that contain
+    it (at most ceil(k / stride) per axis), in the reference's (row-major) order.
+    """
+    out_grad, data = inputs
+    win = Window.pool(attrs)
+    kh, kw = win.kernel
+    oh, ow = out_grad.shape[-2:]
+    if oh == 0 or ow == 0:
+        return compute(data.shape, lambda *o: const(0, data.dtype), "T_max_pool2d_grad")
+    pooled = max_pool2d.compute(attrs, [data], TensorType(out_grad.shape, data.dtype))
+
+    def first_tap(*o: PrimExpr) -> PrimExpr:
+        *lead, y, x = o
+        ry, rx = reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+        v = win.te_read(data, tuple(lead), *win.te_position(y, x, ry, rx), -np.inf)
+        hit = equal(v, pooled[o]) | not_equal(v, v)
+        return T.min(select(hit, ry * kw + rx, kh * kw), [ry, rx])
+
+    first = compute(out_grad.shape, first_tap, "T_max_pool2d_first")
+    (sh, sw), (top, left) = win.strides, win.pads[:2]
+    spans = [(top, sh, kh, oh, data.shape[-2]), (left, sw, kw, ow, data.shape[-1])]
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        *lead, iy, ix = o
+        valid, out_at, tap = [], [], []
+        for i, (before, stride, k, extent, size) in zip((iy, ix), spans):
+            # i (at p in the padded input) is in windows (p - k) / stride < w <= p / stride
+            count = min(-(-k // stride), extent)
+            r = reduce_axis(count, "wy" if not out_at else "wx")
+            p = i + before if before else i
+            last = p // stride if stride > 1 else p
+            if (size - 1 + before) // stride > extent - 1:
+                last = minimum(last, extent - 1)
+            w = last - (count - 1) + r if count > 1 else last
+            t = p - w * stride if stride > 1 else p - w  # the tap of i in window w, >= 0
+            valid += ([w >= 0] if count > 1 else []) + [t < k]
+            out_at.append((w, r))
+            tap.append(t)
+        (wy, ry), (wx, rx) = out_at
+        at = (*lead, wy, wx)
+        inside = valid[0]
+        for c in valid[1:]:
+            inside = inside & c
+        zero = const(0, data.dtype)
+        mine = select(equal(first[at], tap[0] * kw + tap[1]), out_grad[at], zero)
+        return T.sum(select(inside, mine, zero), [ry, rx])
+
+    return compute(data.shape, f, "T_max_pool2d_grad")
+
+
+max_pool2d_grad = register(OpDef(
+    "max_pool2d_grad", ("out_grad", "data"), _max_pool2d_grad_rel, OpPattern.OPAQUE,
+    numpy_ref=_max_pool2d_grad_np, jax_lower=_max_pool2d_grad_jax,
+    compute=_max_pool2d_grad_compute, gradient=_max_pool2d_grad_grad, attrs=POOL,
+    doc="zeros shaped like data with each window's out_grad added at the window's first "
+        "maximum (row-major): the adjoint of max_pool2d",
+))
+
+# ---- avg_pool2d ---------------------------------------------------------------------------------
+
+
+def _avg_divisor(win: Window, hw: Sequence[int], count_include_pad: bool) -> np.ndarray:
+    """(OH, OW): how many input (or explicitly padded) elements each window covers, at least 1."""
+    counts = []
+    for i, out in enumerate(win.out_hw(hw)):
+        before, after = win.pads[i], win.pads[i + 2]
+        lo, hi = (-before, hw[i] + after) if count_include_pad else (0, hw[i])
+        start = np.arange(out) * win.strides[i] - before
+        counts.append(np.clip(start + win.kernel[i], lo, hi) - np.clip(start, lo, hi))
+    return np.maximum(np.outer(*counts), 1)
+
+
+def _avg_divisor_te(win: Window, hw: Sequence[int], count_include_pad: bool,
+                    at: tuple[PrimExpr, PrimExpr]) -> PrimExpr:
+    """_avg_divisor at output position `at`, in te."""
+    counts = []
+    for i, o in enumerate(at):
+        before, after = win.pads[i], win.pads[i + 2]
+        lo, hi = (-before, hw[i] + after) if count_include_pad else (0, hw[i])
+        start = o * win.strides[i] - before
+        counts.append(minimum(maximum(start + win.kernel[i], lo), hi)
+                      - minimum(maximum(start, lo), hi))
+    return maximum(counts[0] * counts[1], 1)
+
+
+@single_example
+def _avg_pool2d_np(data: np.ndarray, *, count_include_pad: bool,
+                   **attrs: AnyValue) -> np.ndarray:
+    win = Window.pool(attrs)
+    sums = win.np_windows(data, 0.0).sum(axis=(-2, -1))
+    return sums / _avg_divisor(win, data.shape[-2:], count_include_pad).astype(data.dtype)
+
+
+@single_example
+def _avg_pool2d_jax(data: Array, *, count_include_pad: bool, **attrs: AnyValue) -> Array:
+    win = Window.pool(attrs)
+    sums = win.jax_reduce(data, 0.0, lax.add)
+    return sums / jnp.asarray(_avg_divisor(win, data.shape[-2:], count_include_pad), data.dtype)
+
+
+def _avg_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
+    """d avg_pool2d(x) = the data adjoint of a depthwise all-ones conv2d, of g / window counts."""
+    (x, single), a = as_batch(call.args[0]), call.attrs
+    g = ops.expand_dims(g, axis=0) if single else g
+    t, hw = gu.tensor_type(call.args[0]), gu.image_hw(call.args[0], "avg_pool2d")
+    channels = t.shape[-3]
+    if not isinstance(channels, int):
+        raise IRError(f"the gradient of avg_pool2d needs static channels, got {type_to_str(t)}")
+    win = Window.pool(a)
+    counts = relay_const(_avg_divisor(win, hw, a.count_include_pad), t.dtype)
+    ones = ops.ones(shape=(channels, 1, *win.kernel), dtype=t.dtype)
+    dx = conv_data_grad(gu.div(g, counts), ones, channels, hw, win, groups=channels)
+    return [unbatch(dx, single)]
+
+
+avg_pool2d = register(OpDef(
+    "avg_pool2d", ("data",), _pool_rel("avg_pool2d"), OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=_avg_pool2d_np, jax_lower=_avg_pool2d_jax, compute=_pool_compute("avg_pool2d"),
+    gradient=_avg_pool2d_grad,
+    attrs=(*POOL, Attr("count_include_pad", "bool", False,
+                       doc="count explicit padding in the mean")),
+    doc="mean over each pool_size window of NCHW data (padding not counted unless asked)",
+))
+
+# ---- global_avg_pool2d --------------------------------------------------------------------------
+
+
+def _global_pool_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    c = Inputs(ctx, "global_avg_pool2d", args, ("data",))
+    n, ch, _, _ = c.shape(0, rank=4)
+    return c.tensor((n, ch, 1, 1))
+
+
+def _global_avg_pool2d_ref(data: Array) -> Array:
+    return data.mean(axis=(2, 3), keepdims=True)
+
+
+def _global_avg_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
+    """d global_avg_pool2d(x) = g / (H * W) broadcast over H and W."""
+    x = call.args[0]
+    return [gu.div(gu.broadcast_like(g, x), gu.count(x, (2, 3)))]
+
+
+def _global_avg_pool2d_compute(attrs: Attrs, inputs: list[Tensor],
+                               out_type: TensorType) -> Tensor:
+    (data,) = inputs
+    h, w = data.shape[-2:]
+
+    def f(n: PrimExpr, c: PrimExpr, _y: PrimExpr, _x: PrimExpr) -> PrimExpr:
+        ry, rx = reduce_axis(h, "ry"), reduce_axis(w, "rx")
+        return T.sum(data[n, c, ry, rx], [ry, rx]) / float(h * w)
+
+    return compute(out_type.concrete_shape(), f, "T_global_avg_pool2d")
+
+
+global_avg_pool2d = register(OpDef(
+    "global_avg_pool2d", ("data",), _global_pool_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=_global_avg_pool2d_ref, jax_lower=_global_avg_pool2d_ref,
+    compute=_global_avg_pool2d_compute, gradient=_global_avg_pool2d_grad,
+    doc="mean over H and W of NCHW data -> (N, C, 1, 1)",
+))

@@ -1,0 +1,121 @@
+"""Ops that move a tensor's elements without computing on them: pad, flatten.
+
+Both are injective: each output element reads one input element (or, for pad, the constant).
+"""
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import numpy as np
+
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Call, Expr
+from relaydsl.ir.types import Any, Dim, TensorType, Type
+from relaydsl.op import grad_util as gu
+from relaydsl.op.lazy_jax import jnp
+from relaydsl.op.nn.common import Array, Inputs, non_negative
+from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, ops, register
+from relaydsl.te.expr import PrimExpr, const, select
+from relaydsl.te.indexing import ravel, unravel
+from relaydsl.te.tensor import Tensor, compute
+from relaydsl.typing.relations import RelationContext, known_product
+
+# ---- pad ----------------------------------------------------------------------------------------
+
+
+def _pad_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    c = Inputs(ctx, "pad", args, ("data",))
+    shape, widths = c.shape(0, min_rank=1), attrs.pad_width
+    if len(widths) != 2 * len(shape):
+        c.fail(f"pad_width has {len(widths)} values; {c.arg(0)} needs 2 per axis "
+               f"(before0, after0, before1, ...) = {2 * len(shape)}")
+    out: list[Dim] = []
+    for d, before, after in zip(shape, widths[0::2], widths[1::2]):
+        if isinstance(d, int):
+            out.append(d + before + after)
+        else:
+            out.append(d if before == after == 0 else Any)
+    return c.tensor(out)
+
+
+def _pad(xp: ModuleType, data: Array, pad_width: tuple[int, ...], pad_value: float) -> Array:
+    pairs = list(zip(pad_width[0::2], pad_width[1::2]))
+    return xp.pad(data, pairs, constant_values=pad_value)
+
+
+def _pad_np(data: Array, *, pad_width: tuple[int, ...], pad_value: float) -> Array:
+    return _pad(np, data, pad_width, pad_value)
+
+
+def _pad_jax(data: Array, *, pad_width: tuple[int, ...], pad_value: float) -> Array:
+    return _pad(jnp, data, pad_width, pad_value)
+
+
+def _pad_grad(call: Call, g: Expr) -> list[Expr]:
+    """d pad(x) = g[before:-after] on every axis."""
+    widths = call.attrs.pad_width
+    ends = tuple(-after if after else gu.END for after in widths[1::2])
+    return [ops.strided_slice(g, begin=widths[0::2], end=ends)]
+
+
+def _pad_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    (x,) = inputs
+    befores = attrs.pad_width[0::2]
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        index = tuple(i - b if b else i for i, b in zip(o, befores))
+        inside = None
+        for d, (i, b, a) in enumerate(zip(index, befores, attrs.pad_width[1::2])):
+            conds = ([i >= 0] if b else []) + ([i < x.shape[d]] if a else [])
+            for c in conds:
+                inside = c if inside is None else inside & c
+        v = x[index]
+        return v if inside is None else select(inside, v, const(attrs.pad_value, x.dtype))
+
+    return compute(out_type.concrete_shape(), f, "T_pad")
+
+
+pad = register(OpDef(
+    "pad", ("data",), _pad_rel, OpPattern.INJECTIVE,
+    numpy_ref=_pad_np, jax_lower=_pad_jax, compute=_pad_compute, gradient=_pad_grad,
+    attrs=(Attr("pad_width", "ints", REQUIRED, non_negative, "2 values per axis"),
+           Attr("pad_value", "float", 0.0, doc="the value of the new elements")),
+    doc="constant padding: pad_width = (before0, after0, before1, after1, ...)",
+))
+
+# ---- flatten ------------------------------------------------------------------------------------
+
+
+def _flatten_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    c = Inputs(ctx, "flatten", args, ("data",))
+    first, *rest = c.shape(0, min_rank=1)
+    return c.tensor((first, rest[0] if len(rest) == 1 else known_product(rest)))
+
+
+def _flatten_np(data: Array) -> Array:
+    return np.reshape(data, (data.shape[0], math.prod(data.shape[1:])))
+
+
+def _flatten_jax(data: Array) -> Array:
+    return jnp.reshape(data, (data.shape[0], math.prod(data.shape[1:])))
+
+
+def _flatten_grad(call: Call, g: Expr) -> list[Expr]:
+    """d flatten(x) = reshape_like(g, x)."""
+    return [ops.reshape_like(g, call.args[0])]
+
+
+def _flatten_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    (x,) = inputs
+    shape = out_type.concrete_shape()
+    if shape == x.shape:
+        return compute(shape, lambda *o: x[o], "T_flatten")
+    return compute(shape, lambda *o: x[unravel(ravel(o, shape), x.shape)], "T_flatten")
+
+
+flatten = register(OpDef(
+    "flatten", ("data",), _flatten_rel, OpPattern.INJECTIVE,
+    numpy_ref=_flatten_np, jax_lower=_flatten_jax, compute=_flatten_compute,
+    gradient=_flatten_grad, doc="(d0, d1, ..., dn) -> (d0, d1 * ... * dn)",
+))

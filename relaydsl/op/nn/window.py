@@ -1,0 +1,181 @@
+"""The 2-D sliding window of conv2d and the pools, written once for every facet.
+
+Images are NCHW (or one CHW example). A window covers ``dilation * (k - 1) + 1`` input
+positions along an axis and there are ``floor((size + before + after - extent) / stride) + 1``
+of them (``out_size``; the relations, the references, the gradients and the llvm templates all
+ask it). With ``ceil_mode`` (the pools) the division rounds up and, as in PyTorch (not TVM), a
+last window that would start inside the bottom/right padding is dropped.
+
+``Window`` holds one op call's geometry from its canonical attributes (``strides`` and
+``dilation`` as ``(h, w)``, ``padding`` as ``(top, left, bottom, right)``) and reads the
+windows in NumPy (sliding-window views), JAX (``lax.reduce_window``) and te (guarded reads).
+
+>>> win = Window((3, 3), strides=(2, 2), dilation=(1, 1), pads=(1, 1, 1, 1))
+>>> win.out_hw((8, 7))
+(4, 4)
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any as AnyValue, Callable, Mapping, Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from relaydsl.ir.expr import Expr
+from relaydsl.ir.types import Any, Dim
+from relaydsl.op.grad_util import tensor_type
+from relaydsl.op.lazy_jax import jnp, lax
+from relaydsl.op.nn.common import Array, Inputs
+from relaydsl.op.registry import ops
+from relaydsl.te.expr import PrimExpr, const, select
+from relaydsl.te.tensor import Tensor
+
+
+def out_size(size: int, k: int, stride: int, dilation: int, before: int, after: int,
+             ceil_mode: bool) -> int:
+    """How many windows fit along one axis (below 1: none fits).
+
+    >>> out_size(7, 2, stride=2, dilation=1, before=0, after=0, ceil_mode=True)
+    4
+    """
+    span = size + before + after - (dilation * (k - 1) + 1)
+    if span < 0:
+        return 0
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    if (out - 1) * stride >= size + before:  # the last window would start in the padding
+        out -= 1
+    return out
+
+
+@dataclass(frozen=True)
+class Window:
+    """A 2-D sliding window over the last two axes: conv2d's kernel or a pool."""
+
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilation: tuple[int, int]
+    pads: tuple[int, int, int, int]  # top, left, bottom, right
+    ceil_mode: bool = False
+
+    @classmethod
+    def conv(cls, attrs: Mapping[str, AnyValue], kernel: Sequence[int]) -> Window:
+        """conv2d's window: `kernel` is the weight's (kh, kw)."""
+        return cls((kernel[0], kernel[1]), attrs["strides"], attrs["dilation"], attrs["padding"])
+
+    @classmethod
+    def pool(cls, attrs: Mapping[str, AnyValue]) -> Window:
+        return cls(attrs["pool_size"], attrs["strides"], (1, 1), attrs["padding"],
+                   attrs["ceil_mode"])
+
+    def out_hw(self, hw: Sequence[int]) -> tuple[int, int]:
+        h, w = (out_size(hw[i], self.kernel[i], self.strides[i], self.dilation[i], self.pads[i],
+                         self.pads[i + 2], self.ceil_mode) for i in (0, 1))
+        return h, w
+
+    def pad_pairs(self, hw: Sequence[int]) -> list[tuple[int, int]]:
+        """(before, after) per axis; `after` grows to cover the windows ceil_mode adds."""
+        out = self.out_hw(hw)
+        pairs = []
+        for i in (0, 1):
+            reach = (out[i] - 1) * self.strides[i] + self.dilation[i] * (self.kernel[i] - 1) + 1
+            pairs.append((self.pads[i], max(self.pads[i + 2], reach - hw[i] - self.pads[i])))
+        return pairs
+
+    # ---- the relations: sizes that may be symbolic
+
+    def out_dims(self, c: Inputs, hw: Sequence[Dim]) -> list[Dim]:
+        """Output height and width in a relation; Any where an input size (or, for a
+        conv2d with an unknown weight, the kernel) is symbolic."""
+        out: list[Dim] = []
+        for i in (0, 1):
+            size, k, d = hw[i], self.kernel[i], self.dilation[i]
+            if not (isinstance(size, int) and isinstance(k, int)):
+                out.append(Any)
+                continue
+            n = out_size(size, k, self.strides[i], d, self.pads[i], self.pads[i + 2],
+                         self.ceil_mode)
+            if n < 1:
+                c.fail(f"the window (size {k}, dilation {d}) is larger than the padded input "
+                       f"({size} + {self.pads[i]} + {self.pads[i + 2]}) along axis {i + 2} "
+                       f"of {c.arg(0)}")
+            out.append(n)
+        return out
+
+    # ---- the references
+
+    def np_windows(self, x: np.ndarray, pad_value: float) -> np.ndarray:
+        """A view (..., OH, OW, kh, kw) of every window of x (padded with pad_value)."""
+        hw = x.shape[-2:]
+        (oh, ow), (sh, sw), (dh, dw) = self.out_hw(hw), self.strides, self.dilation
+        pairs = [(0, 0)] * (x.ndim - 2) + self.pad_pairs(hw)
+        padded = np.pad(x, pairs, constant_values=pad_value)
+        extent = tuple(d * (k - 1) + 1 for d, k in zip(self.dilation, self.kernel))
+        views = sliding_window_view(padded, extent, axis=(-2, -1))
+        return views[..., : oh * sh : sh, : ow * sw : sw, ::dh, ::dw]
+
+    def jax_reduce(self, x: Array, init: float, op: Callable[[Array, Array], Array]) -> Array:
+        """lax.reduce_window over every window of an NCHW x (padding takes the value init)."""
+        hw = x.shape[-2:]
+        oh, ow = self.out_hw(hw)
+        out = lax.reduce_window(
+            x, jnp.asarray(init, x.dtype), op, (1, 1, *self.kernel), (1, 1, *self.strides),
+            [(0, 0), (0, 0), *self.pad_pairs(hw)],
+        )
+        return out[..., :oh, :ow]
+
+    # ---- the compute rules
+
+    def te_position(self, y: PrimExpr, x: PrimExpr, ry: PrimExpr,
+                    rx: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
+        """The input (row, column) of tap (ry, rx) of window (y, x): ``y*s + ry*d - pad``."""
+        (sh, sw), (dh, dw), (top, left) = self.strides, self.dilation, self.pads[:2]
+        iy = (y * sh if sh != 1 else y) + (ry * dh if dh != 1 else ry)
+        ix = (x * sw if sw != 1 else x) + (rx * dw if dw != 1 else rx)
+        return (iy - top if top else iy), (ix - left if left else ix)
+
+    def te_read(self, t: Tensor, lead: tuple[PrimExpr, ...], iy: PrimExpr, ix: PrimExpr,
+                fill: float) -> PrimExpr:
+        """t at (*lead, iy, ix); `fill` where a window leaves t (padding, ceil_mode)."""
+        v = t[(*lead, iy, ix)]
+        if not (self.ceil_mode or any(self.pads)):
+            return v
+        h, w = t.shape[-2:]
+        inside = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
+        return select(inside, v, const(fill, t.dtype))
+
+
+def image(c: Inputs) -> list[AnyValue]:
+    """A relation's data dims as (N, C, H, W); N is None for a single CHW example."""
+    data = c.shape(0)
+    if len(data) not in (3, 4):
+        c.fail(f"{c.arg(0)} must have rank 4 (NCHW) or 3 (one CHW example)")
+    return [None, *data] if len(data) == 3 else data
+
+
+def single_example(f: Callable[..., AnyValue]) -> Callable[..., AnyValue]:
+    """A reference on NCHW data made to accept one CHW example too."""
+
+    @functools.wraps(f)
+    def run(data: Array, *args: AnyValue, **attrs: AnyValue) -> AnyValue:
+        if data.ndim == 3:
+            return f(data[None], *args, **attrs)[0]
+        return f(data, *args, **attrs)
+
+    return run
+
+
+def as_batch(x: Expr) -> tuple[Expr, bool]:
+    """For a gradient rule: NCHW x as is, or one CHW example as a batch of one; and whether
+    it was one example."""
+    if tensor_type(x).ndim == 3:
+        return ops.expand_dims(x, axis=0), True
+    return x, False
+
+
+def unbatch(dx: Expr, single: bool) -> Expr:
+    """The adjoint of as_batch."""
+    return ops.squeeze(dx, axis=(0,)) if single else dx
