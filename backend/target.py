@@ -21,6 +21,7 @@ context's, else the target's default (llvm 3, interp 0).
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any as AnyValue, Callable, Protocol, Sequence
@@ -62,14 +63,17 @@ class Target:
                 not 0 <= level <= pipeline.MAX_OPT_LEVEL:
             raise ValueError(f"opt_level must be an int from 0 to {pipeline.MAX_OPT_LEVEL}, "
                              f"got {level!r}")
-        if context.opt_level != level:
-            context = replace(context, opt_level=level)
-        return {**self.options, **options, "opt_level": level}, context
+        return {**self.options, **options, "opt_level": level}, _at_level(context, level)
 
     def build(self, mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
         options, context = self.configure(options)
         with context:
             return self.compile(mod, entry, options)
+
+
+@functools.lru_cache(maxsize=64)  # every call of a decorated function asks
+def _at_level(context: PassContext, level: int) -> PassContext:
+    return context if context.opt_level == level else replace(context, opt_level=level)
 
 
 _TARGETS: dict[str, Target] = {}
