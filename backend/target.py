@@ -5,18 +5,30 @@ argument values (already checked against the entry's type by the frontend) that
 returns the result, and can call closures the result contains. ``relay.build``
 and every decorated function go through here.
 
+Every target runs its pipeline (relaydsl/transform/pipeline.py) under the current
+PassContext. Its ``opt_level`` is the build's ``opt_level`` option if given, else the
+context's, else the target's default (llvm 3, interp 0).
+
 >>> sorted(available_targets())
 ['interp', 'llvm']
 >>> get_target("llvm").options
 {'opt_level': 3}
+>>> from relaydsl.transform import PassContext
+>>> with PassContext(opt_level=1, disabled_pass=["FuseOps"]):
+...     options, context = get_target("llvm").configure({})
+>>> options, context.opt_level, sorted(context.disabled_pass)
+({'opt_level': 1}, 1, ['FuseOps'])
 """
 from __future__ import annotations
 
+import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any as AnyValue, Callable, Protocol, Sequence
 
 from relaydsl.ir.module import IRModule
+from relaydsl.transform import pipeline
+from relaydsl.transform.pass_infra import PassContext
 
 DEFAULT_TARGET = "llvm"
 
@@ -31,16 +43,37 @@ class Program(Protocol):
 class Target:
     name: str
     description: str
-    compile: Callable[[IRModule, str, dict[str, AnyValue]], Program]
+    compile: Callable[[IRModule, str, dict[str, AnyValue]], Program]  # run under the context
     options: dict[str, AnyValue] = field(default_factory=dict)  # accepted options, defaults
 
-    def build(self, mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
+    def configure(self, options: dict[str, AnyValue]) -> tuple[dict[str, AnyValue], PassContext]:
+        """The options a build with `options` compiles with (defaults filled in), and the
+        PassContext it runs its pipeline under: the current one, at the opt_level of the
+        options, else of the context, else the target's default. Together with the target
+        they are everything a compiled program depends on besides its module."""
         unknown = sorted(set(options) - set(self.options))
         if unknown:
             accepted = ", ".join(self.options) or "none"
             raise TypeError(f"target {self.name!r} has no option {', '.join(unknown)} "
                             f"(accepted: {accepted})")
-        return self.compile(mod, entry, {**self.options, **options})
+        context = PassContext.current()
+        level = options.get("opt_level", context.opt_level)
+        level = self.options["opt_level"] if level is None else level
+        if not isinstance(level, int) or isinstance(level, bool) or \
+                not 0 <= level <= pipeline.MAX_OPT_LEVEL:
+            raise ValueError(f"opt_level must be an int from 0 to {pipeline.MAX_OPT_LEVEL}, "
+                             f"got {level!r}")
+        return {**self.options, **options, "opt_level": level}, _at_level(context, level)
+
+    def build(self, mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
+        options, context = self.configure(options)
+        with context:
+            return self.compile(mod, entry, options)
+
+
+@functools.lru_cache(maxsize=64)  # every call of a decorated function asks
+def _at_level(context: PassContext, level: int) -> PassContext:
+    return context if context.opt_level == level else replace(context, opt_level=level)
 
 
 _TARGETS: dict[str, Target] = {}
@@ -71,13 +104,13 @@ def available_targets() -> list[str]:
 
 
 class InterpreterProgram:
-    """The reference interpreter running the module's entry (grad nodes lowered first)."""
+    """The reference interpreter running the module's entry, after the interp pipeline (grad
+    nodes lowered; more at higher opt_levels) under the current PassContext."""
 
     def __init__(self, mod: IRModule, entry: str):
         from relaydsl.backend.interpreter import Interpreter
-        from relaydsl.transform.gradient import lower_grads
 
-        self.mod, self.entry = lower_grads(mod), entry
+        self.mod, self.entry = pipeline.for_target("interp")(mod), entry
         self._interpreter = Interpreter(self.mod)
 
     def __call__(self, *values: AnyValue) -> AnyValue:
@@ -96,12 +129,10 @@ def _interp(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
 def _llvm(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
     from relaydsl.backend.llvm.executor import compile_program
 
-    level = options["opt_level"]
-    if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= 3:
-        raise ValueError(f"opt_level must be an int from 0 to 3, got {level!r}")
-    return compile_program(mod, entry, opt_level=level)
+    return compile_program(mod, entry, opt_level=options["opt_level"])
 
 
-register_target(Target("interp", "the reference interpreter over NumPy", _interp))
+register_target(Target("interp", "the reference interpreter over NumPy", _interp,
+                       {"opt_level": 0}))
 register_target(Target("llvm", "fused kernels compiled for the host CPU with llvmlite", _llvm,
                        {"opt_level": 3}))

@@ -4,7 +4,7 @@ Decorating translates the function at once (so a construct outside the
 subset is reported where it is defined); references to decorated functions
 not defined yet (recursion, mutual recursion, any order of definition) are
 resolved when the function is first compiled. Calling it type-checks the
-module of every function it reaches, compiles once per (target, options),
+module of every function it reaches, compiles once per (target, options, PassContext),
 checks the arguments against the annotations and runs.
 
 >>> import numpy as np
@@ -308,11 +308,12 @@ class RelayFunction:
 
     # ---- running -------------------------------------------------------------
     def build(self, target: str | None = None, **options: AnyValue) -> "Executable":
-        target = get_target(target).name
-        key = (target, tuple(sorted(options.items())))
+        chosen = get_target(target)
+        options, context = chosen.configure(options)  # the current PassContext's settings
+        key = (chosen.name, tuple(sorted(options.items())), context)
         exe = self._executables.get(key)
         if exe is None:
-            exe = Executable(self, target, options)
+            exe = Executable(self, chosen.name, options)
             self._executables[key] = exe
         return exe
 

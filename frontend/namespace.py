@@ -142,8 +142,10 @@ class RelayNamespace:
 
 def _api() -> dict[str, AnyValue]:
     """The non-operator functions of the namespace."""
-    def build(fn, target: str = "interp", **options):
-        """Compile a decorated function for `target` ("interp"); returns a callable."""
+    def build(fn, target: str | None = None, **options):
+        """Compile a decorated function for `target` (default: the target a call uses,
+        llvm or $RELAYDSL_TARGET) under the current ``relay.PassContext``; returns a
+        callable."""
         return fn.build(target, **options)
 
     from relaydsl import datasets
@@ -154,12 +156,15 @@ def _api() -> dict[str, AnyValue]:
 
     from relaydsl.frontend.adt import adt
     from relaydsl.frontend.autodiff import grad
+    from relaydsl.transform import PassContext, PassInstrument, PassTimingInstrument, PrintIR
 
     return {"build": build, "create_model": create_model, "Model": Model, "adt": adt, "grad": grad,
             "update_model_params": update_model_params, "export_model": export_model,
             "save_model": save_model, "load_model": load_model, "SGD": SGD, "Momentum": Momentum,
             "Adam": Adam, "datasets": datasets,
-            "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError}
+            "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError,
+            "PassContext": PassContext, "PassInstrument": PassInstrument,
+            "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR}
 
 
 relay = RelayNamespace()

@@ -1,8 +1,9 @@
 """Running whole programs on compiled kernels: a plan, or the dispatcher.
 
-``compile_program(mod, entry, opt_level)`` prepares the module (inlining, the
-first-order gradient where it applies, fusion into primitive functions,
-A-normal form; see ``prepare``) and picks how to run the entry function:
+``compile_program(mod, entry, opt_level)`` prepares the module (the llvm pipeline of
+relaydsl/transform/pipeline.py: grad lowering, inlining, the first-order gradient where it
+applies, constant folding, fusion into primitive functions, A-normal form; see ``prepare``)
+and picks how to run the entry function:
 
 * a ``Plan`` (plan.py) for a first-order program with static shapes: a chain of calls
   of primitive functions, tuples and projections, with ``if`` and loops (local
@@ -23,6 +24,7 @@ input can make compiled code touch memory out of bounds.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -34,30 +36,18 @@ from relaydsl.ir.expr import Expr, Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator
+from relaydsl.transform import pipeline
+from relaydsl.transform.pass_infra import PassContext
 
 
-
-def prepare(mod: IRModule, opt_level: int = 3) -> IRModule:
+def prepare(mod: IRModule, context: PassContext) -> IRModule:
     """The module as the llvm target runs it: every op call inside a primitive function.
 
-    Calls of non-recursive globals are inlined; grad nodes are lowered (to the
-    reference-free first-order adjoint where the differentiated code is
-    straight-line); constant op calls are folded; ops are fused into primitive functions (opt_level >= 1; at 0
-    each op is its own primitive function); every call is let-bound (A-normal form).
+    The llvm pipeline (relaydsl/transform/pipeline.py) under `context`, whose opt_level
+    is set: grad nodes lowered, and by level fusion, inlining, constant folding, the
+    first-order gradient; every call let-bound (A-normal form).
     """
-    from relaydsl.transform.a_normal_form import to_a_normal_form
-    from relaydsl.transform.fold_constant import fold_constants
-    from relaydsl.transform.fuse_ops import fuse_ops
-    from relaydsl.transform.gradient import lower_grads
-    from relaydsl.transform.graph_normal_form import to_graph_normal_form
-    from relaydsl.transform.inline import inline_globals
-
-    mod = inline_globals(mod)
-    mod = inline_globals(lower_grads(mod, first_order=True))  # adjoints are applied literals
-    mod = fold_constants(mod)
-    mod = to_graph_normal_form(mod)
-    mod = fuse_ops(mod, fuse_opt_level=2 if opt_level >= 1 else 0)
-    return to_a_normal_form(mod)
+    return pipeline.run(mod, "llvm", context)
 
 
 def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Program":
@@ -76,7 +66,9 @@ class Program:
 
     def __init__(self, source: IRModule, entry: str, opt_level: int):
         self.source, self.entry, self.opt_level = source, entry, opt_level
-        self.mod = prepare(source, opt_level)
+        # the pass settings it was built under, for the entry's re-preparation per signature
+        self.context = replace(PassContext.current(), opt_level=opt_level)
+        self.mod = prepare(source, self.context)
         fn = self.mod[entry]
         self.plan: Plan | None = None
         if all(static_type(p.checked_type) for p in fn.params):
@@ -108,7 +100,7 @@ class Program:
         key = tuple((v.shape, v.dtype.str) for v in values)
         if key not in self._plans:
             fn = prepare(specialize_entry(self.source, self.entry, values),
-                         self.opt_level)[self.entry]
+                         self.context)[self.entry]
             self._plans[key] = Plan.build(fn, self.opt_level)
         return self._plans[key]
 

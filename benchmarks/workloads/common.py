@@ -28,19 +28,13 @@ def specialize(template: Callable, **constants: Any):
 
 
 def build(fn, target: str | None = None):
-    """``relay.build(fn, target=..., opt_level=3)``; the interpreter takes no options, so a
-    target that rejects ``opt_level`` is built with its defaults."""
-    target = target or RELAY_TARGET["target"]
-    try:
-        return relay.build(fn, target=target, opt_level=3)
-    except TypeError as e:
-        if "no option opt_level" not in str(e):
-            raise
-        return relay.build(fn, target=target)
+    """``relay.build(fn, target=...)`` at the target's default opt_level (llvm: 3, everything;
+    interp: 0, the reference)."""
+    return relay.build(fn, target=target or RELAY_TARGET["target"])
 
 
 def relaydsl_runner(fn, *args: Any) -> Callable[[], Any]:
-    """The public API only: ``exe = relay.build(fn, target=..., opt_level=3)``; ``exe(*args)``."""
+    """The public API only: ``exe = relay.build(fn, target=...)``; ``exe(*args)``."""
     exe = build(fn)
     return lambda: exe(*args)
 

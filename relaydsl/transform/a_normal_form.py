@@ -42,7 +42,6 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import scoped_children
 from relaydsl.transform._util import deep_recursion, is_primitive, retyped
-from relaydsl.transform.pass_infra import module_pass
 
 _ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
 
@@ -251,7 +250,4 @@ def to_a_normal_form(mod: IRModule) -> IRModule:
     typed = all(fn.has_type for fn in mod.functions.values())
     return retyped(_transform(mod), types_kept=typed)
 
-
-ToANormalForm = module_pass(_transform, opt_level=1, name="ToANormalForm")
-
-__all__ = ["to_a_normal_form", "a_normal_form_function", "ToANormalForm"]
+__all__ = ["to_a_normal_form", "a_normal_form_function"]

@@ -73,8 +73,6 @@ from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import children, post_order, scoped_children, type_vars_of
 from relaydsl.op.registry import OpPattern
 from relaydsl.transform._util import PRIMITIVE, deep_recursion, is_primitive
-from relaydsl.transform.graph_normal_form import ToGraphNormalForm
-from relaydsl.transform.pass_infra import PassContext, module_pass
 from relaydsl.typing.infer import infer_types
 
 ELEMWISE, BROADCAST, INJECTIVE = OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE
@@ -538,26 +536,20 @@ def fuse_function(fn: Function, fuse_opt_level: int = 2,
         return _Fuser(fuse_opt_level, max_fuse_depth).function(fn)
 
 
-def _transform(mod: IRModule, fuse_opt_level: int | None = 2,
-               max_fuse_depth: int = MAX_FUSE_DEPTH) -> IRModule:
-    level = PassContext.current().opt_level if fuse_opt_level is None else fuse_opt_level
-    out = mod.copy()
-    for gv, fn in mod.functions.items():
-        new = fuse_function(fn, level, max_fuse_depth)
-        if new is not fn:
-            out.add(gv, new)
-    return out
-
-
-def fuse_ops(mod: IRModule, fuse_opt_level: int | None = 2,
+def fuse_ops(mod: IRModule, fuse_opt_level: int = 2,
              max_fuse_depth: int = MAX_FUSE_DEPTH) -> IRModule:
     """Group the operator calls of every global function of a typed module in graph form
     into primitive functions (see the module docstring); the result is re-typed.
 
     `fuse_opt_level` 0 puts each op call alone in its own primitive function; 1 or more
-    fuses; None takes the level of the current PassContext.
+    fuses.
     """
-    return infer_types(_transform(mod, fuse_opt_level, max_fuse_depth))
+    out = mod.copy()
+    for gv, fn in mod.functions.items():
+        new = fuse_function(fn, fuse_opt_level, max_fuse_depth)
+        if new is not fn:
+            out.add(gv, new)
+    return infer_types(out)
 
 
 def primitive_functions(expr: Expr | IRModule) -> list[Function]:
@@ -572,8 +564,4 @@ def primitive_functions(expr: Expr | IRModule) -> list[Function]:
         post_order(root, collect)
     return found
 
-
-FuseOps = module_pass(lambda mod: _transform(mod, None), opt_level=0, name="FuseOps",
-                      required=(ToGraphNormalForm,))
-
-__all__ = ["fuse_ops", "fuse_function", "primitive_functions", "FuseOps", "MAX_FUSE_DEPTH"]
+__all__ = ["fuse_ops", "fuse_function", "primitive_functions", "MAX_FUSE_DEPTH"]

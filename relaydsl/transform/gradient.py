@@ -311,22 +311,55 @@ def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
     return None
 
 
+def lower_first_order_grads(mod: IRModule) -> IRModule:
+    """Replace each grad of straight-line first-order code (a function literal, or a global)
+    by its adjoint program from first_order_gradient.py: no references, no closures. Returns a
+    new, typed module; the other grad nodes stay, for ``lower_grads``.
+
+    Such a grad contains no other (its function is straight-line), so the replacements are
+    independent of each other and of the order the remaining grads are lowered in. Dead pure
+    code is removed first, as in ``lower_grads``.
+    """
+    mod = eliminate_dead_code(mod)
+    typed = dict(mod.functions)
+    changed = False
+    for gv, fn in list(mod.user_functions().items()):
+        new_fn = _FirstOrderGrads(typed).visit(fn)
+        if new_fn is not fn:
+            assert isinstance(new_fn, Function)
+            mod.add(gv, new_fn)
+            changed = True
+    return infer_types(mod) if changed else mod
+
+
+class _FirstOrderGrads(ExprMutator):
+    """Grad nodes of straight-line functions -> their first-order adjoint functions."""
+
+    def __init__(self, functions: dict[GlobalVar, Function]):
+        super().__init__()
+        self.functions = functions  # the typed globals, before any replacement
+
+    def visit_grad(self, g: Grad) -> Expr:
+        target = self.functions.get(g.fn) if isinstance(g.fn, GlobalVar) else g.fn
+        if isinstance(target, Function) and supports(target):
+            return first_order_gradient(target)
+        return super().visit_grad(g)
+
+
 def lower_grads(mod: IRModule, *, first_order: bool = False) -> IRModule:
     """Replace every grad node of `mod` by ordinary Relay, innermost first; returns a new module.
 
     Dead pure code is removed first (it contributes nothing to a gradient, as in JAX).
     With `first_order`, a grad of straight-line first-order code (a function literal, or a
     global) gets the adjoint program of first_order_gradient.py instead: no references, no
-    closures. The module is re-typed after each replacement, so nested grads see typed programs.
+    closures (``lower_first_order_grads``). The module is re-typed after each replacement, so
+    nested grads see typed programs.
     """
+    mod = lower_first_order_grads(mod) if first_order else mod
     mod = eliminate_dead_code(mod)  # dead code would send nan adjoints (0 * inf) back
     while (found := _innermost_grad(mod)) is not None:
         gv, node = found
-        target = mod[node.fn] if isinstance(node.fn, GlobalVar) else node.fn
-        if first_order and isinstance(target, Function) and supports(target):
-            replacement = first_order_gradient(target)
-        else:
-            replacement = _ReverseAD(mod).grad(node)
+        replacement = _ReverseAD(mod).grad(node)
         new_fn = _ReplaceGrad(node, replacement).visit(mod[gv])
         assert isinstance(new_fn, Function)
         mod.add(gv, new_fn)
@@ -345,4 +378,4 @@ class _ReplaceGrad(ExprMutator):
         return self.replacement if g is self.node else super().visit_grad(g)
 
 
-__all__ = ["BACKPROP_TYPE", "lift_type", "lower_grads"]
+__all__ = ["BACKPROP_TYPE", "lift_type", "lower_first_order_grads", "lower_grads"]

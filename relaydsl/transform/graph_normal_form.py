@@ -45,7 +45,6 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, scoped_children
 from relaydsl.transform._util import deep_recursion, is_primitive
-from relaydsl.transform.pass_infra import module_pass
 from relaydsl.typing.infer import infer_types
 
 ATOMS = (Var, Constant, GlobalVar, Op, Constructor)
@@ -154,8 +153,4 @@ def to_graph_normal_form(mod: IRModule) -> IRModule:
     """Every global function of `mod` in graph normal form; the result is re-typed."""
     return infer_types(_transform(mod))
 
-
-ToGraphNormalForm = module_pass(_transform, opt_level=1, name="ToGraphNormalForm")
-
-__all__ = ["to_graph_normal_form", "graph_normal_form_function", "is_dataflow", "children",
-           "ToGraphNormalForm"]
+__all__ = ["to_graph_normal_form", "graph_normal_form_function", "is_dataflow", "children"]

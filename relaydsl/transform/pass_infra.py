@@ -1,20 +1,24 @@
 """A small pass infrastructure, after TVM's (include/tvm/ir/transform.h): Pass, Sequential,
 PassContext.
 
-- A ``Pass`` is a named ``IRModule -> IRModule`` function with an ``opt_level`` and the passes
-  it ``required`` (run before it). Calling it runs the function and re-types the result, so
-  the next pass can rely on every node's ``checked_type`` (DESIGN.md §1).
-- ``module_pass(opt_level=..., name=...)`` turns a plain function into a Pass.
-- ``Sequential([...])`` is itself a Pass: it types its input, then runs each pass whose
-  ``opt_level`` is at most the current ``PassContext.opt_level`` and whose name is not in
-  ``disabled_pass`` (a pass's required passes run first, whatever their level).
-- ``PassContext(opt_level=2, disabled_pass=[...])`` is a context manager; outside any ``with``
-  the default context (opt_level 2, nothing disabled) is current.
+- A ``Pass`` is a named ``IRModule -> IRModule`` function with an ``opt_level``, a one-line
+  ``description`` and the passes it ``required`` (run before it). Calling it runs the
+  function and re-types what the function left untyped, so the next pass can rely on every
+  node's ``checked_type`` (DESIGN.md §1).
+- ``module_pass(opt_level=..., name=..., description=...)`` turns a plain function into a Pass.
+- ``Sequential([...])`` is itself a Pass: it runs each pass the current ``PassContext``
+  enables (a pass's required passes run first, whatever their level).
+- ``PassContext(opt_level=2, required_pass=[...], disabled_pass=[...], instruments=[...])``
+  is a context manager. A pass is enabled when it is not disabled and either required or at
+  most at the context's level (disabled wins). ``opt_level=None``, the default context's,
+  leaves the level to whoever runs the passes: ``relay.build`` takes the target's default
+  level, a Sequential run on its own runs every level.
+- Instruments (instrument.py) watch every pass called under the context: timing, IR dumps.
 
-A pass called on its own always runs; only Sequential consults the context (as in TVM).
+The passes a target runs, and their levels, are listed in pipeline.py.
 
 >>> from relaydsl.ir import Call, Function, IRModule, Op, TensorType, Var
->>> @module_pass(opt_level=3, name="Noop")
+>>> @module_pass(opt_level=3, name="Noop", description="changes nothing")
 ... def noop(mod):
 ...     return mod.copy()
 >>> x = Var("x", TensorType((2,)))
@@ -24,7 +28,7 @@ A pass called on its own always runs; only Sequential consults the context (as i
 ...     out = seq(mod)          # Noop is above level 2: skipped
 >>> seq.last_run
 ()
->>> with PassContext(opt_level=3):
+>>> with PassContext(opt_level=2, required_pass=["Noop"]):
 ...     out = seq(mod)
 >>> seq.last_run
 ('Noop',)
@@ -39,34 +43,59 @@ from dataclasses import dataclass, field
 
 from relaydsl.errors import IRError
 from relaydsl.ir.module import IRModule
-from relaydsl.typing.infer import infer_types
+from relaydsl.transform._util import retyped
+from relaydsl.transform.instrument import PassInstrument
+
+
+def _names(value: Iterable[str], what: str) -> frozenset[str]:
+    if isinstance(value, str):
+        raise IRError(f"PassContext {what} takes a list of pass names, not one string")
+    return frozenset(value)
 
 
 @dataclass(frozen=True)
 class PassContext:
-    """The settings a Sequential reads: the optimisation level and the passes switched off.
+    """The settings passes run under: the optimisation level, the passes switched on and off
+    whatever the level, and the instruments watching every pass.
 
     Use as a context manager; contexts nest, the innermost is ``PassContext.current()``.
+    Equal settings make equal (and equally hashed) contexts: compiled programs are cached by
+    them. Instruments compare by identity.
     """
 
-    opt_level: int = 2
+    opt_level: int | None = None
+    required_pass: frozenset[str] = field(default_factory=frozenset)
     disabled_pass: frozenset[str] = field(default_factory=frozenset)
+    instruments: tuple[PassInstrument, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.opt_level, bool) or not isinstance(self.opt_level, int) or \
-                self.opt_level < 0:
-            raise IRError(f"PassContext opt_level must be an int >= 0, got {self.opt_level!r}")
-        if isinstance(self.disabled_pass, str):
-            raise IRError("PassContext disabled_pass takes a list of pass names, not one string")
-        object.__setattr__(self, "disabled_pass", frozenset(self.disabled_pass))
+        level = self.opt_level
+        if level is not None and (isinstance(level, bool) or not isinstance(level, int)
+                                  or level < 0):
+            raise IRError(f"PassContext opt_level must be an int >= 0, got {level!r}")
+        object.__setattr__(self, "required_pass", _names(self.required_pass, "required_pass"))
+        object.__setattr__(self, "disabled_pass", _names(self.disabled_pass, "disabled_pass"))
+        object.__setattr__(self, "instruments", tuple(self.instruments))
+        for i in self.instruments:
+            if not isinstance(i, PassInstrument):
+                raise IRError(f"PassContext instruments must be PassInstruments, got {i!r}")
 
     def __enter__(self) -> "PassContext":
+        # an instrument is entered with the first context holding it, exited with the last
+        active = _active_instruments()
         _stack().append(self)
+        for i in self.instruments:
+            if i not in active:
+                i.enter_pass_ctx()
         return self
 
     def __exit__(self, *exc: object) -> None:
         popped = _stack().pop()
         assert popped is self, "PassContexts must be exited in the order they were entered"
+        still_active = _active_instruments()
+        for i in self.instruments:
+            if i not in still_active:
+                i.exit_pass_ctx()
 
     @staticmethod
     def current() -> "PassContext":
@@ -75,7 +104,10 @@ class PassContext:
 
     def enables(self, p: "Pass") -> bool:
         """Whether a Sequential running under this context runs `p`."""
-        return p.opt_level <= self.opt_level and p.name not in self.disabled_pass
+        if p.name in self.disabled_pass:
+            return False
+        return p.name in self.required_pass or self.opt_level is None or \
+            p.opt_level <= self.opt_level
 
 
 _DEFAULT_CONTEXT = PassContext()
@@ -88,13 +120,23 @@ def _stack() -> list[PassContext]:
     return _local.stack
 
 
+def _active_instruments() -> list[PassInstrument]:
+    return [i for ctx in _stack() for i in ctx.instruments]
+
+
 @dataclass(frozen=True, eq=False)
 class Pass:
-    """A named module transformation: ``pass_(mod)`` returns the transformed, re-typed module."""
+    """A named module transformation: ``pass_(mod)`` returns the transformed, typed module.
+
+    The instruments of the current context see the call: any ``should_run`` returning False
+    skips it (the module is returned as it is), then ``run_before_pass`` and
+    ``run_after_pass`` surround it.
+    """
 
     name: str
     opt_level: int
     transform: Callable[[IRModule], IRModule] = field(repr=False)
+    description: str
     required: tuple["Pass", ...] = ()
 
     def __post_init__(self) -> None:
@@ -106,21 +148,30 @@ class Pass:
     def __call__(self, mod: IRModule) -> IRModule:
         if not isinstance(mod, IRModule):
             raise IRError(f"pass {self.name} takes an IRModule, got {type(mod).__name__}")
+        instruments = PassContext.current().instruments
+        if not all(i.should_run(mod, self) for i in instruments):
+            return mod
+        for i in instruments:
+            i.run_before_pass(mod, self)
         out = self.transform(mod)
         if not isinstance(out, IRModule):
             raise IRError(f"pass {self.name} returned {type(out).__name__}, not an IRModule")
-        return infer_types(out)
+        out = retyped(out, types_kept=True)  # infers only functions the pass left untyped
+        for i in instruments:
+            i.run_after_pass(out, self)
+        return out
 
 
 def module_pass(transform: Callable[[IRModule], IRModule] | None = None, *, opt_level: int,
-                name: str | None = None, required: Iterable[Pass] = ()
+                description: str, name: str | None = None, required: Iterable[Pass] = ()
                 ) -> Pass | Callable[[Callable[[IRModule], IRModule]], Pass]:
     """Make a Pass of a function ``IRModule -> IRModule``; usable as a decorator
-    (``@module_pass(opt_level=1)``) or called directly (``module_pass(f, opt_level=1)``).
-    The name defaults to the function's name."""
+    (``@module_pass(opt_level=1, description="...")``) or called directly
+    (``module_pass(f, opt_level=1, description="...")``). The name defaults to the
+    function's name."""
 
     def make(fn: Callable[[IRModule], IRModule]) -> Pass:
-        return Pass(name or fn.__name__, opt_level, fn, tuple(required))
+        return Pass(name or fn.__name__, opt_level, fn, description, tuple(required))
 
     return make if transform is None else make(transform)
 
@@ -128,7 +179,9 @@ def module_pass(transform: Callable[[IRModule], IRModule] | None = None, *, opt_
 class Sequential(Pass):
     """Runs passes in order under the current PassContext; itself a Pass (opt_level 0).
 
-    After a run, ``last_run`` lists the names of the passes that ran, required ones included.
+    ``plan()`` lists the passes a run would call; after a run, ``last_run`` lists the names
+    of the passes that were called, required ones included. A Sequential is not itself
+    shown to instruments: its passes are.
     """
 
     def __init__(self, passes: Sequence[Pass], name: str = "Sequential", opt_level: int = 0,
@@ -136,23 +189,28 @@ class Sequential(Pass):
         for p in passes:
             if not isinstance(p, Pass):
                 raise IRError(f"Sequential takes Passes, got {p!r}")
-        super().__init__(name, opt_level, self._run, tuple(required))
+        description = "runs " + (", ".join(p.name for p in passes) or "nothing")
+        super().__init__(name, opt_level, self._run, description, tuple(required))
         object.__setattr__(self, "passes", tuple(passes))
         object.__setattr__(self, "last_run", ())
 
+    def plan(self, context: PassContext | None = None) -> list[Pass]:
+        """The passes a run under `context` (default: the current one) calls, in order."""
+        context = PassContext.current() if context is None else context
+        return [q for p in self.passes if context.enables(p)  # type: ignore[attr-defined]
+                for q in (*p.required, p)]
+
+    def __call__(self, mod: IRModule) -> IRModule:
+        if not isinstance(mod, IRModule):
+            raise IRError(f"pass {self.name} takes an IRModule, got {type(mod).__name__}")
+        return self._run(mod)
+
     def _run(self, mod: IRModule) -> IRModule:
-        ctx = PassContext.current()
-        ran: list[str] = []
-        mod = infer_types(mod)
-        for p in self.passes:  # type: ignore[attr-defined]
-            if not ctx.enables(p):
-                continue
-            for r in p.required:
-                mod = r(mod)
-                ran.append(r.name)
+        plan = self.plan()
+        mod = retyped(mod, types_kept=True)
+        for p in plan:
             mod = p(mod)
-            ran.append(p.name)
-        object.__setattr__(self, "last_run", tuple(ran))
+        object.__setattr__(self, "last_run", tuple(p.name for p in plan))
         return mod
 
     def __repr__(self) -> str:

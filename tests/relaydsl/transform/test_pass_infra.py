@@ -1,17 +1,17 @@
-"""Pass, module_pass, Sequential and PassContext: levels, disabled passes, required passes,
-re-typing between passes, and the fusion pipeline run as a Sequential."""
+"""Pass, module_pass, Sequential and PassContext: levels, disabled and required passes,
+re-typing between passes, the fusion passes run as a Sequential, and instruments."""
 import doctest
+import io
 
 import pytest
 
 from relaydsl.backend.interpreter import evaluate
 from relaydsl.errors import IRError
 from relaydsl.ir import Call, Function, Op, TensorType, Var
-from relaydsl.transform import pass_infra
-from relaydsl.transform.a_normal_form import ToANormalForm
-from relaydsl.transform.fuse_ops import FuseOps
-from relaydsl.transform.graph_normal_form import ToGraphNormalForm
+from relaydsl.transform import instrument, pass_infra
+from relaydsl.transform.instrument import PassInstrument, PassTimingInstrument, PrintIR
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
+from relaydsl.transform.pipeline import FuseOps, ToANormalForm, ToGraphNormalForm
 from tests.relaydsl.transform.fusion_helpers import (
     assert_same_values, check_fused, groups, rand, typed,
 )
@@ -22,7 +22,7 @@ SRC = """def @main(%x: Tensor[(2, 3), float32]) {
 
 
 def recording(name: str, opt_level: int, log: list[str], required=()) -> Pass:
-    @module_pass(opt_level=opt_level, name=name, required=required)
+    @module_pass(opt_level=opt_level, name=name, required=required, description=f"logs {name}")
     def run(mod):
         log.append(name)
         return mod.copy()
@@ -33,21 +33,47 @@ def recording(name: str, opt_level: int, log: list[str], required=()) -> Pass:
 def test_sequential_runs_the_passes_enabled_by_the_context():
     log: list[str] = []
     seq = Sequential([recording("A", 0, log), recording("B", 2, log), recording("C", 3, log)])
-    seq(typed(SRC))  # default context: opt_level 2
-    assert log == ["A", "B"] and seq.last_run == ("A", "B")
+    seq(typed(SRC))  # default context: no level set, every pass runs
+    assert log == ["A", "B", "C"] and seq.last_run == ("A", "B", "C")
+    log.clear()
+    with PassContext(opt_level=2):
+        seq(typed(SRC))
+    assert log == ["A", "B"]
+    assert [p.name for p in seq.plan(PassContext(opt_level=3, disabled_pass=["B"]))] == ["A", "C"]
     log.clear()
     with PassContext(opt_level=3, disabled_pass=["B"]):
         seq(typed(SRC))
     assert log == ["A", "C"]
 
 
+def test_required_pass_runs_above_the_level_and_disabled_wins():
+    log: list[str] = []
+    seq = Sequential([recording("A", 0, log), recording("B", 2, log), recording("C", 3, log)])
+    with PassContext(opt_level=0, required_pass=["C"]):
+        seq(typed(SRC))
+    assert log == ["A", "C"]
+    log.clear()
+    with PassContext(opt_level=0, required_pass=["C"], disabled_pass=["A", "C"]):
+        seq(typed(SRC))
+    assert log == []
+
+
 def test_contexts_nest_and_restore():
-    assert PassContext.current().opt_level == 2
+    assert PassContext.current().opt_level is None
     with PassContext(opt_level=0):
         with PassContext(opt_level=3) as inner:
             assert PassContext.current() is inner
         assert PassContext.current().opt_level == 0
-    assert PassContext.current().opt_level == 2
+    assert PassContext.current().opt_level is None
+
+
+def test_contexts_with_equal_settings_are_equal():
+    a = PassContext(opt_level=1, disabled_pass=["X", "Y"])
+    assert a == PassContext(opt_level=1, disabled_pass=("Y", "X")) and hash(a) == hash(
+        PassContext(opt_level=1, disabled_pass=["Y", "X"]))
+    timing = PassTimingInstrument()
+    assert PassContext(instruments=[timing]) == PassContext(instruments=[timing])
+    assert PassContext(instruments=[timing]) != PassContext(instruments=[PassTimingInstrument()])
 
 
 def test_required_passes_run_first_even_when_above_the_level():
@@ -61,7 +87,7 @@ def test_required_passes_run_first_even_when_above_the_level():
 def test_a_pass_called_alone_always_runs_and_retypes():
     x = Var("x", TensorType((2,)))
 
-    @module_pass(opt_level=4)
+    @module_pass(opt_level=4, description="replaces main")
     def replace_main(mod):
         out = mod.copy()
         out["main"] = Function([x], Call(Op.get("negative"), [x]))
@@ -77,8 +103,12 @@ def test_bad_uses_are_reported():
         PassContext(opt_level=-1)
     with pytest.raises(IRError, match="list of pass names"):
         PassContext(disabled_pass="FuseOps")
+    with pytest.raises(IRError, match="list of pass names"):
+        PassContext(required_pass="FuseOps")
+    with pytest.raises(IRError, match="PassInstruments"):
+        PassContext(instruments=[print])
     with pytest.raises(IRError, match="not an IRModule"):
-        module_pass(lambda mod: None, opt_level=0, name="Broken")(typed(SRC))
+        module_pass(lambda mod: None, opt_level=0, name="Broken", description="-")(typed(SRC))
     with pytest.raises(IRError, match="takes Passes"):
         Sequential([lambda mod: mod])
 
@@ -86,7 +116,7 @@ def test_bad_uses_are_reported():
 def test_the_fusion_pipeline_as_a_sequential():
     mod = typed(SRC)
     pipeline = Sequential([FuseOps, ToANormalForm], name="fusion")
-    with PassContext(opt_level=2):
+    with PassContext(opt_level=1):
         out = pipeline(mod)
     assert pipeline.last_run == ("ToGraphNormalForm", "FuseOps", "ToANormalForm")
     check_fused(out)
@@ -94,7 +124,7 @@ def test_the_fusion_pipeline_as_a_sequential():
     assert_same_values(evaluate(mod, rand(2, 3)), evaluate(out, rand(2, 3)))
 
 
-def test_fuse_ops_reads_its_level_from_the_context():
+def test_fuse_ops_fuses_from_level_1():
     mod = ToGraphNormalForm(typed(SRC))
     with PassContext(opt_level=0):
         assert groups(FuseOps(mod)) == [["add"], ["exp"], ["tanh"]]
@@ -103,5 +133,76 @@ def test_fuse_ops_reads_its_level_from_the_context():
     assert groups(out) == []
 
 
-def test_docstring_example_runs():
+def test_docstring_examples_run():
     assert doctest.testmod(pass_infra).failed == 0
+    assert doctest.testmod(instrument).failed == 0
+
+
+# ---- instruments -------------------------------------------------------------------------------
+
+class Recorder(PassInstrument):
+    def __init__(self, veto=()):
+        self.events, self.veto = [], set(veto)
+
+    def enter_pass_ctx(self):
+        self.events.append("enter")
+
+    def exit_pass_ctx(self):
+        self.events.append("exit")
+
+    def should_run(self, mod, p):
+        return p.name not in self.veto
+
+    def run_before_pass(self, mod, p):
+        self.events.append(f"before {p.name}")
+
+    def run_after_pass(self, mod, p):
+        assert all(fn.has_type for fn in mod.functions.values())  # after re-typing
+        self.events.append(f"after {p.name}")
+
+
+def test_instruments_see_every_pass_and_can_veto_one():
+    log: list[str] = []
+    seq = Sequential([recording("A", 0, log), recording("B", 0, log, required=[
+        recording("Base", 3, log)])])
+    recorder = Recorder(veto=["A"])
+    with PassContext(instruments=[recorder]):
+        with PassContext(opt_level=1, instruments=[recorder]):  # entered once, not twice
+            seq(typed(SRC))
+    assert log == ["Base", "B"]
+    assert recorder.events == ["enter", "before Base", "after Base", "before B", "after B",
+                               "exit"]
+
+
+def test_timing_records_each_pass_and_renders_a_table():
+    timing = PassTimingInstrument()
+    seq = Sequential([FuseOps, ToANormalForm])
+    with PassContext(instruments=[timing]):
+        seq(typed(SRC))
+    assert [name for name, _ in timing.timings] == ["ToGraphNormalForm", "FuseOps",
+                                                    "ToANormalForm"]
+    assert all(seconds >= 0 for _, seconds in timing.timings)
+    table = timing.render().splitlines()
+    assert table[0].split() == ["pass", "runs", "time", "(ms)"]
+    assert [line.split()[:2] for line in table[1:4]] == [
+        ["ToGraphNormalForm", "1"], ["FuseOps", "1"], ["ToANormalForm", "1"]]
+    assert table[-1].startswith("total")
+
+
+def test_print_ir_prints_before_and_after_the_named_pass():
+    out = io.StringIO()
+    with PassContext(instruments=[PrintIR("FuseOps", file=out)]):
+        Sequential([FuseOps, ToANormalForm])(typed(SRC))
+    text = out.getvalue()
+    assert text.count("// before") == 1 and text.count("// after") == 1
+    before, after = text.split("// after FuseOps")
+    assert before.startswith("// before FuseOps") and "Primitive" not in before
+    assert "Primitive" in after
+
+
+def test_print_ir_without_a_name_prints_every_pass(capsys):
+    with PassContext(instruments=[PrintIR()]):
+        Sequential([FuseOps, ToANormalForm])(typed(SRC))
+    printed = capsys.readouterr().out
+    for name in ("ToGraphNormalForm", "FuseOps", "ToANormalForm"):
+        assert f"// before {name}" in printed and f"// after {name}" in printed

@@ -1,0 +1,134 @@
+"""The pass pipeline: every pass a target runs, in order, and the opt_level it starts at.
+
+This module is the one place that lists them. A target compiles a module in two phases:
+
+1. ``OPTIMIZE``, target-independent: grad nodes lowered (required to run anything), and at
+   higher levels inlining, first-order gradients, dead code elimination, constant folding;
+2. the target's ``LOWERING`` phase, what its executor needs: on llvm every op call in a
+   primitive function (fused from level 1), in A-normal form; the interpreter runs the
+   whole language and needs nothing.
+
+What each opt_level adds:
+
+- 0: what a program needs to run: grad nodes lowered (closures and references); on llvm
+  each op call is its own primitive function (one kernel per op);
+- 1: fusion: FuseOps groups op calls into fused primitive functions;
+- 2: inlining of non-recursive globals, dead code elimination, constant folding;
+- 3: first-order gradients: a grad of straight-line code becomes a reference-free adjoint
+  program (which the llvm target runs as one static plan). Everything.
+
+Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
+reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
+PassContext, else the target's default; the context's ``required_pass`` and
+``disabled_pass`` add and remove passes whatever the level.
+
+>>> pass_names("llvm", 0)
+['LowerGrads', 'ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
+>>> pass_names("interp", 2)
+['InlineGlobals', 'LowerGrads', 'InlineGlobals', 'DeadCodeElimination', 'FoldConstant']
+>>> FoldConstant.description
+'evaluate op calls whose arguments are all constants'
+"""
+from __future__ import annotations
+
+from relaydsl.ir.module import IRModule
+from relaydsl.transform.a_normal_form import to_a_normal_form
+from relaydsl.transform.dead_code import eliminate_dead_code
+from relaydsl.transform.fold_constant import fold_constants
+from relaydsl.transform.fuse_ops import fuse_ops
+from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
+from relaydsl.transform.graph_normal_form import to_graph_normal_form
+from relaydsl.transform.inline import inline_globals
+from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
+
+MAX_OPT_LEVEL = 3
+
+
+def _fuse_ops(mod: IRModule) -> IRModule:
+    """Fusion at the current context's level: each op alone at 0, fused from 1."""
+    return fuse_ops(mod, fuse_opt_level=0 if PassContext.current().opt_level == 0 else 2)
+
+
+InlineGlobals = module_pass(
+    inline_globals, opt_level=2, name="InlineGlobals",
+    description="inline calls of non-recursive monomorphic globals and applied function literals")
+FirstOrderGradients = module_pass(
+    lower_first_order_grads, opt_level=3, name="FirstOrderGradients",
+    description="a grad of straight-line code becomes a reference-free adjoint program")
+LowerGrads = module_pass(
+    lower_grads, opt_level=0, name="LowerGrads",
+    description="the remaining grad nodes become reverse-mode AD code (closures, references)")
+DeadCodeElimination = module_pass(
+    eliminate_dead_code, opt_level=2, name="DeadCodeElimination",
+    description="drop let bindings of pure values that are never used")
+FoldConstant = module_pass(
+    fold_constants, opt_level=2, name="FoldConstant",
+    description="evaluate op calls whose arguments are all constants")
+ToGraphNormalForm = module_pass(
+    to_graph_normal_form, opt_level=0, name="ToGraphNormalForm",
+    description="inline let-bound pure dataflow into a DAG of shared nodes")
+FuseOps = module_pass(
+    _fuse_ops, opt_level=0, name="FuseOps", required=[ToGraphNormalForm],
+    description="put op calls in primitive functions: one op each at opt_level 0, fused from 1")
+ToANormalForm = module_pass(
+    to_a_normal_form, opt_level=0, name="ToANormalForm",
+    description="bind every computation once, in order, in the innermost scope using it")
+
+# Inlining runs twice: first so that a grad sees through the calls of its function (and gets
+# the first-order adjoint), then to inline the adjoints, which are applied function literals.
+OPTIMIZE: tuple[Pass, ...] = (InlineGlobals, FirstOrderGradients, LowerGrads, InlineGlobals,
+                              DeadCodeElimination, FoldConstant)
+LOWERING: dict[str, tuple[Pass, ...]] = {
+    "interp": (),
+    "llvm": (FuseOps, ToANormalForm),
+}
+
+
+def for_target(target: str) -> Sequential:
+    """The pipeline `target` runs: the Sequential of OPTIMIZE then the target's LOWERING
+    passes; which of them run is decided by the PassContext it is called under."""
+    try:
+        lowering = LOWERING[target]
+    except KeyError:
+        raise ValueError(f"no pipeline for target {target!r}; "
+                         f"known: {', '.join(sorted(LOWERING))}") from None
+    return Sequential([*OPTIMIZE, *lowering], name=f"{target} pipeline")
+
+
+def run(mod: IRModule, target: str, context: PassContext) -> IRModule:
+    """`mod` after `target`'s pipeline under `context` (its instruments watching)."""
+    with context:
+        return for_target(target)(mod)
+
+
+def pass_names(target: str, opt_level: int) -> list[str]:
+    """The names of the passes `target` runs at `opt_level`, in order (required ones too)."""
+    return [p.name for p in for_target(target).plan(PassContext(opt_level=opt_level))]
+
+
+def table() -> str:
+    """The Markdown table of the README's "Passes and opt_level": each pass, the levels it
+    runs at (x), the targets running it, and what it does."""
+    levels = range(MAX_OPT_LEVEL + 1)
+    rows: dict[str, tuple[Pass, set[int], list[str]]] = {}
+    for target in LOWERING:
+        for level in levels:
+            for p in for_target(target).plan(PassContext(opt_level=level)):
+                _, at, targets = rows.setdefault(p.name, (p, set(), []))
+                at.add(level)
+                if target not in targets:
+                    targets.append(target)
+    order = [p.name for p in for_target("llvm").plan(PassContext())]  # every pass, in pipeline order
+    lines = ["| pass | " + " | ".join(str(level) for level in levels) + " | targets | what it does |",
+             "|---|" + "---|" * len(levels) + "---|---|"]
+    for name in dict.fromkeys(order):
+        p, at, targets = rows[name]
+        marks = " | ".join("x" if level in at else "" for level in levels)
+        on = "all" if len(targets) == len(LOWERING) else ", ".join(targets)
+        lines.append(f"| {name} | {marks} | {on} | {p.description} |")
+    return "\n".join(lines)
+
+
+__all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "for_target", "run", "pass_names", "table",
+           "InlineGlobals", "FirstOrderGradients", "LowerGrads", "DeadCodeElimination",
+           "FoldConstant", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
