@@ -6,8 +6,8 @@ pytest's --doctest-modules over the folders would import them under the wrong na
 test per module, so a failure names it.
 """
 from __future__ import annotations
-
 import __future__
+
 import doctest
 import importlib
 import importlib.util
