@@ -19,6 +19,7 @@ import pytest
 # Packages installed from folders outside relaydsl/ (pyproject's package-dir): an editable
 # install does not place them under relaydsl.__path__, so they are walked from their own.
 ROOTS = ("relaydsl", "relaydsl.frontend", "relaydsl.backend")
+FUTURE_FEATURE = type(__future__.annotations)  # what `from __future__ import x` binds
 # Modules whose examples run JAX, the test oracle; the runtime does not need it.
 NEEDS_JAX = {"relaydsl.testing.oracle"}
 # Examples known to be stale, in files that are being rewritten elsewhere; strict, so the
@@ -44,9 +45,9 @@ def doctests_of(module: ModuleType) -> list[doctest.DocTest]:
     without its ``from __future__`` flags (``from __future__ import annotations`` would turn
     an example's class annotations into strings of their source)."""
     globs = {name: value for name, value in vars(module).items()
-             if not isinstance(value, __future__._Feature)}
-    finder = doctest.DocTestFinder(exclude_empty=True)
-    return [t for t in finder.find(module, module.__name__, globs=globs) if t.examples]
+             if not isinstance(value, FUTURE_FEATURE)}
+    found = doctest.DocTestFinder().find(module, module.__name__, globs=globs)
+    return [test for test in found if test.examples]
 
 
 def with_examples() -> list:

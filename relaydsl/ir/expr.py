@@ -358,7 +358,7 @@ class Grad(Expr):
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
-    """' Did you mean x, y?' for near misses among `candidates` (names, or a mapping's keys), or ''."""
+    """' Did you mean x, y?' for near misses among `candidates` (names or a mapping), or ''."""
     close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
     return f" Did you mean {', '.join(close)}?" if close else ""
 
