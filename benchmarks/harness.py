@@ -9,7 +9,7 @@ row's result (an array, or a tuple of arrays for gradients). The harness then
    rtol 1e-3, atol 1e-4); a mismatch is reported as "WRONG" and that system is not timed;
 3. warms each runner up, then takes samples round-robin (one sample of each system per round,
    the order rotating each round), so that the drift and the bimodal two-core timings of these
-   VMs (see ../shared/PERFORMANCE.md) hit every system alike; the figure is the median.
+   VMs (see docs/performance.md) hit every system alike; the figure is the median.
 
 A sample is the mean of ``inner`` back-to-back calls, ``inner`` chosen so that one sample
 lasts at least ``min_sample_s`` (calls far shorter than a millisecond are otherwise dominated
@@ -21,8 +21,9 @@ from __future__ import annotations
 import statistics
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

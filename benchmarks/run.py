@@ -132,9 +132,9 @@ def blas_description() -> str:
                 break
     except Exception:
         pass
-    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                *WAIT_POLICIES):
-        parts.append(f"{var}={os.environ.get(var, 'unset')}")
+    parts.extend(f"{var}={os.environ.get(var, 'unset')}"
+                 for var in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                             *WAIT_POLICIES))
     return "; ".join(parts)
 
 
@@ -203,10 +203,8 @@ HEADER = ["row", *COLUMNS.values(), "relaydsl/JAX", "target", "status"]
 
 
 def table_rows(results: list[Result], notes: Footnotes) -> list[list[str]]:
-    rows = []
-    for r in results:
-        rows.append([r.case.name, *(cell_text(r, c, notes) for c in SYSTEMS), *target_check(r)])
-    return rows
+    return [[r.case.name, *(cell_text(r, c, notes) for c in SYSTEMS), *target_check(r)]
+            for r in results]
 
 
 def row_notes(results: list[Result]) -> list[str]:

@@ -75,7 +75,8 @@ def accuracy_and_confusion(model, images, labels, batch=1000):
 
 
 def main(argv: list[str] | None = None) -> float:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="train on 2,000 images for one epoch")
     parser.add_argument("--epochs", type=int, default=None, help="default: 4 (1 with --quick)")
     parser.add_argument("--batch", type=int, default=64)
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> float:
     (train_x, train_y), (test_x, test_y) = find_mnist(args.data)
     epochs = args.epochs or (1 if args.quick else 4)
     if args.quick:
-        train_x, train_y, test_x, test_y = train_x[:2000], train_y[:2000], test_x[:1000], test_y[:1000]
+        train_x, train_y = train_x[:2000], train_y[:2000]
+        test_x, test_y = test_x[:1000], test_y[:1000]
     one_hot = np.eye(10, dtype=np.float32)
 
     model = relay.create_model(lenet, seed=args.seed, init="glorot")

@@ -10,7 +10,18 @@ import numpy as np
 
 from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir import (
-    Call, Function, GlobalVar, If, IRModule, Kind, Op, TensorType, Tuple, TypeVar, Var, const,
+    Call,
+    Function,
+    GlobalVar,
+    If,
+    IRModule,
+    Kind,
+    Op,
+    TensorType,
+    Tuple,
+    TypeVar,
+    Var,
+    const,
 )
 from relaydsl.typing import infer_types
 
@@ -20,16 +31,19 @@ def op(name, *args, **attrs):
 
 
 def while_loop_module() -> IRModule:
-    """Figure 2: while (i + j < 10) != (j * k < 100) == (k >= i + j): (i, j, k) = (i+j, j+k, k+1)."""
+    """Figure 2: while (i+j < 10) != (j*k < 100) == (k >= i+j): (i, j, k) = (i+j, j+k, k+1)."""
     mod = IRModule()
     loop = GlobalVar("while_loop")
     i32 = TensorType((1,), "int32")
     i, j, k = Var("lvar0", i32), Var("lvar1", i32), Var("lvar2", i32)
+    def int32(value: int):
+        return const(np.array([value], np.int32))
+
     cond = op("min", op("equal",
-                        op("not_equal", op("less", op("add", i, j), const(np.array([10], np.int32))),
-                           op("less", op("multiply", j, k), const(np.array([100], np.int32)))),
+                        op("not_equal", op("less", op("add", i, j), int32(10)),
+                           op("less", op("multiply", j, k), int32(100))),
                         op("greater_equal", k, op("add", i, j))))
-    step = Call(loop, [op("add", i, j), op("add", j, k), op("add", k, const(np.array([1], np.int32)))])
+    step = Call(loop, [op("add", i, j), op("add", j, k), op("add", k, int32(1))])
     mod.add(loop, Function([i, j, k], If(cond, step, Tuple([i, j, k]))))
     one = const(np.array([1], np.int32))
     mod["main"] = Function([], Call(loop, [one, one, const(np.array([5], np.int32))]))

@@ -12,7 +12,7 @@ array([3., 5.], dtype=float32)
 >>> relay.sofmax
 Traceback (most recent call last):
 ...
-AttributeError: relay has no operator or function 'sofmax'. Did you mean softmax?
+AttributeError: relay has no operator or function 'sofmax'. Did you mean softmax, log_softmax, max?
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""The README's example program runs as written."""
+"""The README as a user reads it: the example runs, CI runs its commands, its links resolve."""
 import re
-
-import numpy as np
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def test_the_first_program_in_the_readme_runs(tmp_path):
@@ -20,3 +21,22 @@ def test_the_first_program_in_the_readme_runs(tmp_path):
     assert str(namespace["layer"].checked_type) == (
         "fn<n: Shape>(Tensor[(n, 784), float32], Tensor[(784, 10), float32]) "
         "-> Tensor[(n, 10), float32]")
+
+
+def test_ci_runs_the_readme_commands_verbatim():
+    """The install commands a user copies are the ones CI proves on a clean clone."""
+    commands = re.findall(r"```bash\n(.*?)\n```", README.read_text(), re.S)
+    assert len(commands) == 2  # install + main example; install + tests
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in commands:
+        assert f"{command} || exit" in ci_lines, f".ci/run does not run the README's: {command}"
+
+
+def test_no_link_leaves_the_repository():
+    """Relative links in the project's Markdown resolve to files inside the repository."""
+    for page in [README, *ROOT.glob("docs/*.md"), *ROOT.glob("benchmarks/*.md")]:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target:
+                continue
+            resolved = (page.parent / target).resolve()
+            assert resolved.is_relative_to(ROOT) and resolved.exists(), f"{page.name}: {target}"

@@ -1,7 +1,7 @@
 """The benchmark rows, one module per workload group; ``GROUPS`` maps a --rows name to its cases."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from benchmarks.harness import Case
 

@@ -1,7 +1,7 @@
 """Convolutional networks, forward only: the MAPL paper's LeNet and ResNet-18 for CIFAR.
 
 Every system computes in NCHW with OIHW weights, except JAX, which also runs NHWC with HWIO
-weights (XLA's CPU convolutions are 2-3.6x faster in NHWC, ../shared/PERFORMANCE.md): both
+weights (XLA's CPU convolutions are 2-3.6x faster in NHWC, docs/performance.md): both
 layouts are timed and the JAX column reports the better one, naming it. Layout conversion of
 inputs and weights happens once, outside the timed call.
 
@@ -17,8 +17,14 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from benchmarks.harness import Case
-from benchmarks.workloads.common import (jax_modules, normal, relaydsl_runner, rng, specialize,
-                                         torch_module)
+from benchmarks.workloads.common import (
+    jax_modules,
+    normal,
+    relaydsl_runner,
+    rng,
+    specialize,
+    torch_module,
+)
 from relaydsl import Float, Tensor, relay
 
 
@@ -206,12 +212,9 @@ def _resnet_blocks():
     """Per block: (index of conv1 weight, stride, index of shortcut weight or None)."""
     layers = resnet_layers()
     index = {name: 2 * i for i, (name, *_) in enumerate(layers)}
-    blocks = []
-    for s in range(len(STAGES)):
-        for b in range(2):
-            blocks.append((index[f"s{s}b{b}.conv1"], 2 if (s > 0 and b == 0) else 1,
-                           index.get(f"s{s}b{b}.shortcut")))
-    return blocks
+    return [(index[f"s{s}b{b}.conv1"], 2 if (s > 0 and b == 0) else 1,
+             index.get(f"s{s}b{b}.shortcut"))
+            for s in range(len(STAGES)) for b in range(2)]
 
 
 def resnet_generic(p, x, conv, relu, global_pool, dense):

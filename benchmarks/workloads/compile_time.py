@@ -19,6 +19,7 @@ initialisation) is not counted. NumPy and PyTorch (eager) compile nothing: "n/a"
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -31,7 +32,6 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import Case, Cell, Result, Settings
-
 from relaydsl import Float, Tensor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,10 +56,8 @@ def child(target: str, cache: str) -> dict:
 
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["RELAYDSL_CACHE_DIR"] = scratch
-        try:
+        with contextlib.suppress(Exception):  # reported by the measurement below
             build(specialize(warmup), target)(np.ones(3, np.float32))
-        except Exception:  # reported by the measurement below
-            pass
 
     os.environ["RELAYDSL_CACHE_DIR"] = cache
     try:

@@ -9,8 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.harness import Case
-from benchmarks.workloads.common import (jax_modules, normal, relaydsl_runner, rng, specialize,
-                                         torch_module)
+from benchmarks.workloads.common import (
+    jax_modules,
+    normal,
+    relaydsl_runner,
+    rng,
+    specialize,
+    torch_module,
+)
 from relaydsl import Float, Tensor, relay
 
 SIZE = 10 ** 6

@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 from benchmarks.harness import Case
-from benchmarks.workloads.common import (jax_modules, normal, relaydsl_runner, rng, specialize,
-                                         torch_module)
+from benchmarks.workloads.common import (
+    jax_modules,
+    normal,
+    relaydsl_runner,
+    rng,
+    specialize,
+    torch_module,
+)
 from relaydsl import Float, Tensor, relay
 
 

@@ -13,8 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.harness import Case
-from benchmarks.workloads.common import (jax_modules, normal, relaydsl_runner, rng, specialize,
-                                         torch_module)
+from benchmarks.workloads.common import (
+    jax_modules,
+    normal,
+    relaydsl_runner,
+    rng,
+    specialize,
+    torch_module,
+)
 from relaydsl import Float, Tensor, relay
 
 STEPS, INPUT, HIDDEN = 50, 128, 128

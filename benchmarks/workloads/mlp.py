@@ -11,8 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.harness import Case
-from benchmarks.workloads.common import (jax_modules, normal, relaydsl_runner, rng, specialize,
-                                         torch_module)
+from benchmarks.workloads.common import (
+    jax_modules,
+    normal,
+    relaydsl_runner,
+    rng,
+    specialize,
+    torch_module,
+)
 from relaydsl import Float, Tensor, relay
 
 BATCH, IN, HIDDEN, OUT = 64, 784, 512, 10
@@ -68,7 +74,7 @@ def data(batch: int = BATCH, seed: int = 0):
 
 # ---- JAX -------------------------------------------------------------------------------------
 def jax_forward(x, w1, b1, w2, b2, w3, b3):
-    jax, jnp = jax_modules()
+    jax, _ = jax_modules()
     h1 = jax.nn.relu(x @ w1.T + b1)
     h2 = jax.nn.relu(h1 @ w2.T + b2)
     return h2 @ w3.T + b3
@@ -125,7 +131,7 @@ def torch_gradients(torch, x, y, params):
 
 # ---- the rows --------------------------------------------------------------------------------
 def forward_case() -> Case:
-    x, y, params = data()
+    x, _, params = data()
 
     def relaydsl_setup():
         forward, _ = relaydsl_functions()
@@ -159,7 +165,7 @@ def backward_case() -> Case:
         return relaydsl_runner(gradients, x, y, *params)
 
     def jax_setup():
-        jax, jnp = jax_modules()
+        _, jnp = jax_modules()
         f = jax_gradients_fn()
         jp, jx, jy = tuple(jnp.asarray(p) for p in params), jnp.asarray(x), jnp.asarray(y)
         return lambda: f(jp, jx, jy)

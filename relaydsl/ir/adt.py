@@ -6,7 +6,7 @@ GlobalTypeVar ``List`` with type variable ``a`` and two Constructors.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import final
+from typing import Callable, final
 
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Expr, Var
@@ -63,7 +63,12 @@ class TypeData:
         raise IRError(f"{self.header.name} has no constructor {name}")
 
 
-def define_adt(name: str, type_var_names: list[str], constructors: list[tuple[str, list]]) -> TypeData:
+# A constructor's field: a Type, or f(self_type, type_vars) -> Type for the recursive cases.
+FieldSpec = Type | Callable[[TypeCall, tuple[TypeVar, ...]], Type]
+
+
+def define_adt(name: str, type_var_names: list[str],
+               constructors: list[tuple[str, list[FieldSpec]]]) -> TypeData:
     """Build a TypeData. Each constructor is (name, inputs); an input may be a callable
     ``f(self_type, type_vars) -> Type`` for the recursive cases.
 

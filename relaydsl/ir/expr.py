@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any as AnyValue, Mapping, final
+from typing import TYPE_CHECKING, Any as AnyValue, Iterable, final
 
 import numpy as np
 
@@ -162,7 +162,7 @@ def op_names() -> list[str]:
 def op_call(name: str, *args: Expr, **attrs: AnyValue) -> "Call":
     """``Call(Op.get(name), args, attrs)``: a call of an op named at run time (a user's
     ``relay.<name>``, the text format); code that knows its op calls the OpDef instead."""
-    return Call(Op.get(name), args, attrs)
+    return Call(Op.get(name), args, Attrs(attrs))
 
 
 @final
@@ -362,8 +362,8 @@ class Grad(Expr):
         _check_expr(self.fn, "the function of grad()")
 
 
-def suggest(name: str, candidates: Mapping[str, AnyValue] | list[str]) -> str:
-    """' Did you mean x, y?' for near misses, or ''."""
+def suggest(name: str, candidates: Iterable[str]) -> str:
+    """' Did you mean x, y?' for near misses among `candidates` (names or a mapping), or ''."""
     close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
     return f" Did you mean {', '.join(close)}?" if close else ""
 

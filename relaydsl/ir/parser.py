@@ -572,7 +572,7 @@ class _Parser:
             tok = self.next()
             if tok.kind == "ident" and tok.text == "inf":
                 return float("-inf")
-        if tok.kind == "number" and NUMBER.match(tok.text) and not NUMBER.match(tok.text)[2]:
+        if tok.kind == "number" and (number := NUMBER.match(tok.text)) and not number[2]:
             value = float(tok.text) if any(c in tok.text for c in ".eE") else int(tok.text)
             return -value if negative else value
         raise self.error(f"expected an attribute value (a number, string, True, False, None "

@@ -31,7 +31,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from typing import Any as AnyValue
+from typing import Any as AnyValue, cast
 
 import numpy as np
 
@@ -428,11 +428,12 @@ def scalar_literal(data: np.ndarray) -> str | None:
     if data.shape != ():
         return None
     dtype = _DTYPE_NAMES[data.dtype]
-    value = data[()]
+    value = cast(np.generic, data[()])  # a 0-d array indexed by () is its NumPy scalar
     if dtype == "bool":
         return str(bool(value))
     if dtype.startswith(("int", "uint")):
         return f"{int(value)}{LITERAL_SUFFIX[dtype]}"
+    assert isinstance(value, np.floating)  # every other dtype is handled above
     if not np.isfinite(value):
         return None
     return float_text(value) + LITERAL_SUFFIX[dtype]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Union, final
+from typing import TYPE_CHECKING, Callable, SupportsIndex, Union, final
 
 from relaydsl.errors import IRError
 
@@ -84,7 +84,7 @@ def _check_dim(dim: object) -> Dim:
         if dim < 0:
             raise IRError(f"a tensor dimension must be non-negative, got {dim}")
         return dim
-    if hasattr(dim, "__index__") and not isinstance(dim, (TypeVar, AnyDim)):
+    if isinstance(dim, SupportsIndex) and not isinstance(dim, (TypeVar, AnyDim)):
         return _check_dim(int(dim))  # numpy integers
     if isinstance(dim, TypeVar):
         if dim.kind is not Kind.Shape:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-from typing import Callable
+from typing import Callable, cast
 
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar,
@@ -30,8 +30,8 @@ from relaydsl.ir.expr import (
     RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.types import (
-    AnyDim, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, TypeRelation,
-    TypeVar,
+    AnyDim, Dim, DType, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall,
+    TypeRelation, TypeVar,
 )
 
 _VISIT_NAME = {
@@ -269,15 +269,18 @@ class ExprMutator:
         return body
 
     def visit_let_var(self, var: Var) -> Var:
+        return self._visit_bound_var(var)
+
+    def _visit_bound_var(self, var: Var) -> Var:
         result = self.visit(var)
-        assert isinstance(result, Var), "a mutator must map a let-bound Var to a Var"
+        assert isinstance(result, Var), "a mutator must map a bound Var to a Var"
         return result
 
     def rebuild_let(self, old: Let, var: Var, value: Expr, body: Expr) -> Expr:
         return Let(var, value, body, span=old.span)
 
     def visit_function(self, fn: Function) -> Expr:
-        params = [self.visit(p) for p in fn.params]
+        params = [self._visit_bound_var(p) for p in fn.params]
         body = self.visit(fn.body)
         if body is fn.body and all(a is b for a, b in zip(params, fn.params)):
             return fn
@@ -312,8 +315,8 @@ class ExprMutator:
 
     def visit_pattern(self, p: Pattern) -> Pattern:
         if isinstance(p, PatternVar):
-            var = self.visit(p.var)
-            return p if var is p.var else PatternVar(var, span=p.span)  # type: ignore[arg-type]
+            var = self._visit_bound_var(p.var)
+            return p if var is p.var else PatternVar(var, span=p.span)
         if isinstance(p, PatternConstructor):
             subs = [self.visit_pattern(s) for s in p.patterns]
             ctor = self.visit(p.constructor)
@@ -433,19 +436,19 @@ class TypeMutator:
     def visit_type_var(self, tv: TypeVar) -> Type:
         return tv
 
-    def visit_dim(self, d):  # Dim -> Dim
+    def visit_dim(self, d: Dim) -> Dim:
         if isinstance(d, TypeVar):
-            return self.visit_type_var(d)
+            return cast(Dim, self.visit_type_var(d))  # a Shape variable stands for a dimension
         return d
 
-    def visit_dtype(self, d):  # DType -> DType
+    def visit_dtype(self, d: DType) -> DType:
         if isinstance(d, TypeVar):
-            return self.visit_type_var(d)
+            return cast(DType, self.visit_type_var(d))  # a BaseType variable stands for a dtype
         return d
 
 
 class _SubstituteTypes(TypeMutator):
-    def __init__(self, mapping: dict[TypeVar, object]):
+    def __init__(self, mapping: Mapping[TypeVar, object]):
         self.mapping = mapping
 
     def visit_type_var(self, tv: TypeVar):
@@ -461,7 +464,7 @@ class _CollectTypeVars(TypeMutator):
         return tv
 
 
-def substitute_types(t: Type, mapping: dict[TypeVar, object]) -> Type:
+def substitute_types(t: Type, mapping: Mapping[TypeVar, object]) -> Type:
     """Replace type variables (of any kind) by the mapped types/dims/dtypes."""
     return _SubstituteTypes(mapping).visit(t)
 

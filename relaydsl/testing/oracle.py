@@ -10,7 +10,8 @@ function of JAX arrays: compare it with any of our backends through
 >>> from relaydsl.ir import Var, Function, Call, Op, TensorType
 >>> x = Var("x", TensorType((3,)))
 >>> f = Function([x], Call(Op.get("exp"), [x]))
->>> assert_matches_jax(f, [np.zeros(3, np.float32)])
+>>> assert_matches_jax(f, [np.zeros(3, np.float32)])    # checked against JAX; ours returned
+array([1., 1., 1.], dtype=float32)
 """
 from __future__ import annotations
 

@@ -262,7 +262,7 @@ class _Inferencer:
             return FuncType(f.arg_types, TupleType((f.ret_type, TupleType(f.arg_types))))
 
         self.solver.add_relation(PendingRelation(
-            "grad", rule, (fn_type,), out, None, expr.span, expr, shallow=True))  # type: ignore[arg-type]
+            "grad", rule, (fn_type,), out, None, expr.span, expr, shallow=True))
         return out
 
     def _tuple_getitem(self, expr: TupleGetItem) -> Type:
@@ -279,7 +279,7 @@ class _Inferencer:
             return t.fields[index]
 
         self.solver.add_relation(PendingRelation(
-            "tuple projection", project, (tup,), out, None, expr.span, expr, shallow=True))  # type: ignore[arg-type]
+            "tuple projection", project, (tup,), out, None, expr.span, expr, shallow=True))
         return out
 
     def _match(self, m: Match) -> Type:

@@ -14,7 +14,7 @@ Tensor[(3, 4), float32]
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any as AnyValue, Callable, Protocol, Sequence
+from typing import Any as AnyValue, Callable, NoReturn, Protocol, Sequence
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.attrs import Attrs
@@ -27,18 +27,23 @@ from relaydsl.ir.types import (
 class RelationContext(Protocol):
     def unify_dims(self, a: Dim, b: Dim, what: str) -> Dim:
         """State a == b (binding symbolic dims); returns the representative; fails on conflict."""
+        ...
 
     def unify_dtypes(self, a: DType, b: DType, what: str) -> DType:
         """State a == b for dtypes."""
+        ...
 
     def unify_types(self, a: Type, b: Type, what: str) -> Type:
         """State a == b for whole types (assigns an input the relation infers)."""
+        ...
 
     def resolve_dim(self, d: Dim) -> Dim:
         """The current value of a dim (follows symbolic bindings)."""
+        ...
 
-    def fail(self, message: str) -> "NoReturn":  # noqa: F821
+    def fail(self, message: str) -> NoReturn:
         """Raise a RelayTypeError located at the call being checked."""
+        ...
 
 
 class ConcreteContext:

@@ -42,7 +42,7 @@ class PendingRelation:
     func: Callable[..., Type | None]
     args: tuple[Type, ...]
     out: Type
-    attrs: Attrs
+    attrs: Attrs | None  # None for the solver's own relations (grad, tuple projection)
     span: Span | None
     call: AnyValue  # the expression that instantiated it, rendered in errors without a span
     shallow: bool = False  # ready as soon as the arguments' outer constructors are known
@@ -175,7 +175,9 @@ class Solver:
             if len(a.type_params) != len(b.type_params):
                 raise UnifyError("functions with different numbers of type parameters")
             if b.type_params:
-                b = substitute_types(b, dict(zip(b.type_params, a.type_params)))  # type: ignore[assignment]
+                renamed = substitute_types(b, dict(zip(b.type_params, a.type_params)))
+                assert isinstance(renamed, FuncType)  # renaming type parameters keeps a function
+                b = renamed
             for i, (x, y) in enumerate(zip(a.arg_types, b.arg_types)):
                 try:
                     self.unify(x, y)

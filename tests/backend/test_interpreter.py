@@ -14,14 +14,42 @@ from hypothesis import given, settings, strategies as st
 
 import relaydsl.backend.interpreter as interpreter
 from relaydsl.backend.interpreter import (
-    Closure, ConstructorValue, Interpreter, InterpreterError, RefValue, evaluate, list_items,
-    list_value, to_value,
+    Closure,
+    ConstructorValue,
+    Interpreter,
+    InterpreterError,
+    RefValue,
+    evaluate,
+    list_items,
+    list_value,
+    to_value,
 )
 from relaydsl.errors import RelayError
 from relaydsl.ir import (
-    Call, Clause, Function, GlobalVar, If, IRModule, Let, Match, Op, PatternConstructor,
-    PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, Span, TensorType,
-    Tuple, TupleGetItem, TupleType, Var, const, define_adt,
+    Call,
+    Clause,
+    Function,
+    GlobalVar,
+    If,
+    IRModule,
+    Let,
+    Match,
+    Op,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefWrite,
+    Span,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    TupleType,
+    Var,
+    const,
+    define_adt,
 )
 from relaydsl.op import all_ops
 
@@ -289,13 +317,13 @@ def _btree_module():
     ])
     mod.add_type(btree)
     leaf, node = btree.constructors
-    # tsum(t) = match t { Leaf(v) => v | Node(l, r) => tsum(l) + tsum(r) }
+    # tsum(t) = match t { Leaf(v) => v | Node(left, right) => tsum(left) + tsum(right) }
     tsum, t = GlobalVar("tsum"), Var("t")
-    (v, pv), (l, pl), (r, pr) = pvar("v"), pvar("l"), pvar("r")
+    (v, pv), (left, pleft), (right, pright) = pvar("v"), pvar("left"), pvar("right")
     mod.add(tsum, Function([t], Match(t, [
         Clause(PatternConstructor(leaf, [pv]), v),
-        Clause(PatternConstructor(node, [pl, pr]),
-               op("add", Call(tsum, [l]), Call(tsum, [r]))),
+        Clause(PatternConstructor(node, [pleft, pright]),
+               op("add", Call(tsum, [left]), Call(tsum, [right]))),
     ])))
     # build(lo, hi): the balanced tree of leaves lo .. hi-1, made by the program itself.
     build, lo, hi, mid = GlobalVar("build"), Var("lo", I32), Var("hi", I32), Var("mid")
@@ -542,7 +570,7 @@ def test_evaluate_runs_a_module_main_and_plain_expressions():
 
 def test_run_time_errors_are_clear():
     span = Span("p.py", 1, 1)
-    with pytest.raises(InterpreterError, match="if at p.py:1:1 must be a bool scalar"):
+    with pytest.raises(InterpreterError, match=r"if at p\.py:1:1 must be a bool scalar"):
         evaluate(If(f32(1.0), i32(1), i32(2), span=span))
     with pytest.raises(InterpreterError, match="variable %ghost is not bound"):
         evaluate(op("add", Var("ghost"), i32(1)))

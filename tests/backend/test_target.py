@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from relaydsl.backend.target import available_targets, get_target
 from relaydsl import Float, Tensor, relay
+from relaydsl.backend.target import available_targets, get_target
 
 
 @relay

@@ -98,7 +98,7 @@ def test_a_closure_value_is_read_when_the_function_is_decorated():
     def f(x: Float) -> Float:
         return x * scale
 
-    scale = 100.0  # noqa: F841  (the constant was captured at decoration)
+    scale = 100.0
     assert float(f(3.0)) == 6.0
 
 

@@ -309,7 +309,7 @@ def rebinds_a_name_a_nested_def_captured():
 def rebinds_a_name_a_lambda_captured_in_a_loop():
     @relay
     def f(x: Float) -> Float:
-        g = lambda: x  # noqa: E731
+        g = lambda: x
         for i in range(3):
             x = x + g()  # <-- captured by lambda
         return x

@@ -169,7 +169,7 @@ def test_embedding_and_batch_norm_layers_match_jax():
 
 
 def test_layers_outside_a_model_are_errors():
-    with pytest.raises(DSLSyntaxError, match="layer with hidden parameters.*@relay_model"):
+    with pytest.raises(DSLSyntaxError, match=r"layer with hidden parameters.*@relay_model"):
         @relay
         def f(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (2, 4)]:
             return relay.linear(x, num_hidden=4)
@@ -184,14 +184,15 @@ def test_a_parameter_shape_the_program_does_not_fix_is_a_clear_error():
     def loose(x: Tensor[Float, ("n", "k")]) -> Tensor[Float, ("n", 2)]:
         return relay.linear(x, num_hidden=2)
 
-    with pytest.raises(RelayTypeError, match="shape of parameter linear_0.weight is not determined"):
+    with pytest.raises(RelayTypeError,
+                       match=r"shape of parameter linear_0\.weight is not determined"):
         relay.create_model(loose)
 
 
 def test_a_model_must_be_defined_before_its_callers():
     @relay
     def early(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 3)]:
-        return later(x)  # noqa: F821  (defined below)
+        return later(x)
 
     @relay_model
     def later(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 3)]:

@@ -1,12 +1,13 @@
 """Models: optimisers against their update equations, export, and save/load without pickle."""
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from relaydsl import Float, Tensor, relay, relay_model
-from relaydsl.frontend.model import Adam, Momentum, SGD, load_model, save_model, update_model_params
+from relaydsl.frontend.model import SGD, Adam, Momentum, load_model, save_model, update_model_params
 
 
 @relay_model
@@ -101,8 +102,8 @@ def test_loading_a_file_of_another_model_is_a_clear_error(tmp_path):
 
 def test_an_interrupted_save_leaves_the_old_file(tmp_path, monkeypatch):
     m = fresh()
-    path = save_model(m, tmp_path / "model.npz")
-    original = open(path, "rb").read()
+    path = Path(save_model(m, tmp_path / "model.npz"))
+    original = path.read_bytes()
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
@@ -110,7 +111,7 @@ def test_an_interrupted_save_leaves_the_old_file(tmp_path, monkeypatch):
     monkeypatch.setattr(np, "savez", crash)
     with pytest.raises(KeyboardInterrupt):
         save_model(m, path)
-    assert open(path, "rb").read() == original
+    assert path.read_bytes() == original
     assert [f for f in os.listdir(tmp_path) if f != "model.npz"] == []  # no temp file left
 
 

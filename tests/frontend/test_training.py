@@ -32,7 +32,7 @@ def data(seed=0):
 
 
 def test_the_loop_in_relay_equals_the_same_loop_in_python():
-    x, y, labels = data()
+    x, y, _ = data()
     predict = train_net((x, y))  # an exported model: a plain callable
     # The same training, one SGD step per example, driven from Python.
     model = relay.create_model(net, seed=5, init="glorot")
@@ -44,7 +44,7 @@ def test_the_loop_in_relay_equals_the_same_loop_in_python():
 
 
 def test_training_in_relay_reduces_the_loss():
-    x, y, labels = data(1)
+    x, y, _ = data(1)
     untrained = relay.create_model(net, seed=5, init="glorot")
     before = np.mean([untrained.apply(net_loss, x[i], y[i]) for i in range(30)])
     predict = train_net((x, y))
@@ -55,7 +55,7 @@ def test_training_in_relay_reduces_the_loss():
 
 
 def test_misuse_is_a_located_error():
-    with pytest.raises(DSLSyntaxError, match="made by relay.create_model"):
+    with pytest.raises(DSLSyntaxError, match=r"made by relay\.create_model"):
         @relay
         def bad(x: Tensor[Float, 4], y: Tensor[Float, 3]) -> Float:
             g = relay.grad(x, net_loss, (x, y))

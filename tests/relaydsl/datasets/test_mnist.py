@@ -99,4 +99,4 @@ def test_the_real_mnist():
     assert tx.shape == (60000, 1, 28, 28) and vx.shape == (10000, 1, 28, 28)
     assert ty[:5].tolist() == [5, 0, 4, 1, 9] and vy[:5].tolist() == [7, 2, 1, 0, 4]
     assert np.bincount(ty).tolist()[:3] == [5923, 6742, 5958]  # the published class counts
-    assert 0.0 <= tx.min() and tx.max() == 1.0
+    assert tx.min() >= 0.0 and tx.max() == 1.0

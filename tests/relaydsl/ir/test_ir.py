@@ -4,9 +4,28 @@ import pytest
 
 from relaydsl.errors import IRError
 from relaydsl.ir import (
-    Attrs, Call, Clause, Constant, ExprMutator, ExprVisitor, Function, GlobalVar, IRModule, Let,
-    Match, Op, PatternConstructor, PatternWildcard, TensorType, Tuple, TupleGetItem, TypeVar, Var,
-    const, free_vars, post_order,
+    Attrs,
+    Call,
+    Clause,
+    Constant,
+    ExprMutator,
+    ExprVisitor,
+    Function,
+    GlobalVar,
+    IRModule,
+    Let,
+    Match,
+    Op,
+    PatternConstructor,
+    PatternWildcard,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    TypeVar,
+    Var,
+    const,
+    free_vars,
+    post_order,
 )
 from relaydsl.ir.parser import parse_expr
 from relaydsl.ir.printer import astext
@@ -40,7 +59,7 @@ def test_module_holds_globals_and_prelude():
     assert mod["f"].params[0] is x and mod.get_global_var("f") is gv and "f" in mod
     assert "map" in mod and "f" in {g.name_hint for g in mod.user_functions()}
     assert mod.get_constructor("Cons").belong_to is mod.get_type("List").header
-    with pytest.raises(IRError, match="no global function named 'fx'. Did you mean f"):
+    with pytest.raises(IRError, match=r"no global function named 'fx'\. Did you mean f"):
         mod.get_global_var("fx")
     main = IRModule.from_expr(const(1.0))
     assert isinstance(main["main"], Function) and main["main"].params == ()

@@ -5,13 +5,36 @@ import pytest
 from hypothesis import given, settings
 
 from relaydsl.ir import (
-    Call, Clause, ExprMutator, FuncType, Function, GlobalTypeVar, If, IRModule, Kind,
-    Let, Match, PatternConstructor, PatternVar, PatternWildcard, TensorType, Tuple, TupleGetItem,
-    TypeCall, TypeVar, Var, const,
+    Call,
+    Clause,
+    ExprMutator,
+    Function,
+    FuncType,
+    GlobalTypeVar,
+    IRModule,
+    Kind,
+    Let,
+    Match,
+    PatternConstructor,
+    PatternVar,
+    PatternWildcard,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    TypeCall,
+    TypeVar,
+    Var,
+    const,
 )
 from relaydsl.ir.structural import assert_structural_equal, structural_equal, structural_hash
 from tests.relaydsl.ir.programs import (
-    ALL_PROGRAMS, F32, I32, diamond, let_chain, op, random_exprs,
+    ALL_PROGRAMS,
+    F32,
+    I32,
+    diamond,
+    let_chain,
+    op,
+    random_exprs,
 )
 
 

@@ -1,11 +1,21 @@
-"""The JAX oracle: translations checked on known programs; unsupported constructs are refused clearly."""
+"""The JAX oracle: translations checked on known programs; unsupported constructs are refused."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from relaydsl.ir import (
-    Call, Function, GlobalVar, If, IRModule, Let, Op, RefCreate, TensorType, Tuple, TupleGetItem,
-    Var, const,
+    Call,
+    Function,
+    If,
+    IRModule,
+    Let,
+    Op,
+    RefCreate,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    Var,
+    const,
 )
 from relaydsl.testing import OracleError, assert_matches_jax, to_jax
 from relaydsl.testing.patching import patch_op
@@ -20,7 +30,8 @@ def test_translation_of_lets_tuples_and_if_matches_handwritten_jax():
     s, t = Var("s"), Var("t")
     body = Let(s, op("add", x, y),
                Let(t, Tuple([s, op("tanh", s)]),
-                   If(op("greater", op("sum", x), const(0.0)), TupleGetItem(t, 1), op("negative", s))))
+                   If(op("greater", op("sum", x), const(0.0)),
+                      TupleGetItem(t, 1), op("negative", s))))
     fn = Function([x, y], body)
     for a in ([1.0, 2.0, 3.0], [-1.0, -2.0, -3.0]):
         a = np.array(a, np.float32)
@@ -48,7 +59,6 @@ def test_float64_programs_stay_float64():
 
 
 def test_a_wrong_reference_implementation_is_caught(monkeypatch):
-    from relaydsl.op import lookup
 
     x = Var("x", TensorType((2,)))
     fn = Function([x], op("exp", x))

@@ -6,9 +6,35 @@ import pytest
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir import (
-    Any, Call, Clause, Function, GlobalVar, If, IRModule, Kind, Let, Match, Op, PatternConstructor,
-    PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead, RefType, RefWrite, Span,
-    TensorType, Tuple, TupleGetItem, TupleType, TypeCall, TypeVar, Var, const, define_adt,
+    Any,
+    Call,
+    Clause,
+    Function,
+    GlobalVar,
+    If,
+    IRModule,
+    Kind,
+    Let,
+    Match,
+    Op,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
+    RefCreate,
+    RefRead,
+    RefType,
+    RefWrite,
+    Span,
+    TensorType,
+    Tuple,
+    TupleGetItem,
+    TupleType,
+    TypeCall,
+    TypeVar,
+    Var,
+    const,
+    define_adt,
 )
 from relaydsl.ir.types import FuncType
 from relaydsl.typing import infer_type, infer_types
@@ -138,17 +164,17 @@ def test_user_adt_and_match_binds_pattern_variables():
     mod.add_type(tree)
     leaf, node = tree.constructors
     t = Var("t", TypeCall(tree.header, (f32(2),)))
-    v, l, r = Var("v"), Var("l"), Var("r")
+    v, left, right = Var("v"), Var("left"), Var("right")
     total = GlobalVar("total")
     body = Match(t, [
         Clause(PatternConstructor(leaf, [PatternVar(v)]), v),
-        Clause(PatternConstructor(node, [PatternVar(l), PatternVar(r)]),
-               op("add", Call(total, [l]), Call(total, [r]))),
+        Clause(PatternConstructor(node, [PatternVar(left), PatternVar(right)]),
+               op("add", Call(total, [left]), Call(total, [right]))),
     ])
     mod.add(total, Function([t], body))
     infer_types(mod)
     assert v.checked_type == f32(2)
-    assert l.checked_type == TypeCall(tree.header, (f32(2),))
+    assert left.checked_type == TypeCall(tree.header, (f32(2),))
     assert mod["total"].checked_type.ret_type == f32(2)
 
 
@@ -210,7 +236,8 @@ def test_shape_mismatch_names_location_and_both_types():
     line = "    return x + y"
     e = op("add", Var("x", f32(3, 4)), Var("y", f32(4, 3)), span=span(7, 12, line))
     msg = assert_type_error(lambda: infer_type(e), r"^model\.py:7:12: add",
-                            re.escape("Tensor[(3, 4), float32]"), re.escape("Tensor[(4, 3), float32]"))
+                            re.escape("Tensor[(3, 4), float32]"),
+                            re.escape("Tensor[(4, 3), float32]"))
     assert "return x + y" in msg and "^^^" in msg  # source line and caret
 
 
@@ -226,7 +253,8 @@ def test_argument_mismatch_calling_a_global():
     arg = Var("a", f32(4))
     mod["main"] = Function([arg], Call(f, [arg], span=span(4, 9, "f(a)")))
     assert_type_error(lambda: infer_types(mod), r"model\.py:4:9", "argument 0 of @f",
-                      re.escape("expected Tensor[(3,), float32]"), re.escape("got Tensor[(4,), float32]"))
+                      re.escape("expected Tensor[(3,), float32]"),
+                      re.escape("got Tensor[(4,), float32]"))
 
 
 def test_wrong_number_of_arguments():
@@ -255,7 +283,8 @@ def test_shape_parameter_cannot_be_specialised_inside_the_function():
     n = TypeVar("n", Kind.Shape)
     x = Var("x", TensorType((n,)))
     mod = IRModule()
-    mod["f"] = Function([x], op("add", x, const(np.zeros(3, np.float32)), span=span(2, 12, "x + c")))
+    c = const(np.zeros(3, np.float32))
+    mod["f"] = Function([x], op("add", x, c, span=span(2, 12, "x + c")))
     assert_type_error(lambda: infer_types(mod), r"model\.py:2:12", "n is a shape parameter")
 
 
@@ -300,7 +329,8 @@ def test_nested_exhaustiveness_finds_the_missing_case():
 
 def test_calling_a_non_function():
     x = Var("x", f32(2))
-    assert_type_error(lambda: infer_type(Call(x, [x])), "not a function", re.escape("Tensor[(2,), float32]"))
+    assert_type_error(lambda: infer_type(Call(x, [x])), "not a function",
+                      re.escape("Tensor[(2,), float32]"))
 
 
 def test_unbound_variable_in_a_module():
