@@ -22,12 +22,6 @@ ROOTS = ("relaydsl", "relaydsl.frontend", "relaydsl.backend")
 FUTURE_FEATURE = type(__future__.annotations)  # what `from __future__ import x` binds
 # Modules whose examples run JAX, the test oracle; the runtime does not need it.
 NEEDS_JAX = {"relaydsl.testing.oracle"}
-# Examples known to be stale, in files that are being rewritten elsewhere; strict, so the
-# entry must go when the example is mended.
-STALE = {
-    "relaydsl.op.registry": "ops.sum(x, 1).attrs.axis is 1 (optional_ints keeps an int as given),"
-                            " the module docstring says (1,)",
-}
 
 
 def package_modules() -> list[str]:
@@ -61,8 +55,6 @@ def with_examples() -> list:
         marks = []
         if module.__name__ in NEEDS_JAX and importlib.util.find_spec("jax") is None:
             marks.append(pytest.mark.skip(reason="its examples run JAX, the test oracle"))
-        if module.__name__ in STALE:
-            marks.append(pytest.mark.xfail(reason=STALE[module.__name__], strict=True))
         params.append(pytest.param(module.__name__, marks=marks, id=module.__name__))
     return params
 

@@ -28,7 +28,7 @@ from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
 from relaydsl.ir.types import TensorType, TupleType, Type
-from relaydsl.op.registry import OpPattern, lookup
+from relaydsl.op.registry import OpDef, OpPattern
 from relaydsl.te import expr as E
 from relaydsl.te.tensor import Tensor, compute, placeholder
 
@@ -39,7 +39,7 @@ Value = AnyValue  # a te.Tensor, or a tuple of values
 class OpStage:
     """The op call a computed tensor came from."""
 
-    op_name: str
+    op: OpDef
     attrs: Attrs
     pattern: OpPattern
     args: list[Tensor]  # the call's argument tensors (tuple arguments flattened)
@@ -134,7 +134,7 @@ class _Lowerer:
         return t
 
     def call(self, call: Call) -> Value:
-        opdef = lookup(call.op.name)
+        opdef = call.op.definition
         args = _flatten([self.value(a) for a in call.args])
         flat_types = [TensorType(t.shape, t.dtype) for t in args]
         out_type = call.checked_type
@@ -150,7 +150,7 @@ class _Lowerer:
         fields = out_type.fields if isinstance(out_type, TupleType) else (out_type,)
         known = set(args)
         for r, ft in zip(results, fields):
-            self._record(r, known, OpStage(opdef.name, call.attrs, opdef.pattern, list(args),
+            self._record(r, known, OpStage(opdef, call.attrs, opdef.pattern, list(args),
                                            flat_types, ft, True))
         return out
 
@@ -168,7 +168,7 @@ class _Lowerer:
             if t.body is None or (t in self.origin and t is not result):
                 continue
             if t not in self.origin:
-                self.origin[t] = OpStage(stage.op_name, stage.attrs, stage.pattern, stage.args,
+                self.origin[t] = OpStage(stage.op, stage.attrs, stage.pattern, stage.args,
                                          stage.arg_types, TensorType(t.shape, t.dtype), False)
             stack.extend(t.inputs)
 

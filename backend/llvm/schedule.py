@@ -37,6 +37,7 @@ from relaydsl.backend.llvm import templates
 from relaydsl.backend.llvm.lower import Lowered
 from relaydsl.backend.llvm.templates import Template
 from relaydsl.backend.llvm.runtime import num_threads
+from relaydsl.op.nn.linear import dense
 
 PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
 EXPENSIVE = 12  # inlined cost at which recomputation is avoided
@@ -91,14 +92,14 @@ def template_for(lowered: Lowered, t: Tensor) -> tuple[Template, list[Tensor]] |
     origin = lowered.origin.get(t)
     if origin is None or not origin.is_result:
         return None
-    if origin.op_name == "dense" and math.prod(origin.out_type.shape[:-1]) == 1:
+    if origin.op is dense and math.prod(origin.out_type.shape[:-1]) == 1:
         # one row (a matrix-vector product: an RNN step at batch 1) reads each weight once;
         # the generic code's vectorised row reductions beat packing the weight for the GEMM
         # (4.5 us against 13 us for 1x128 . 512x128^T)
         return None
     sources = {i: s for i, x in enumerate(origin.args)
                if (s := _transposed_input(lowered, x)) is not None}
-    template = templates.template_for(origin.op_name, origin.attrs, origin.arg_types,
+    template = templates.template_for(origin.op, origin.attrs, origin.arg_types,
                                       origin.out_type, transposable=sorted(sources))
     if template is None:
         return None
@@ -109,7 +110,7 @@ def template_for(lowered: Lowered, t: Tensor) -> tuple[Template, list[Tensor]] |
 def _transposed_input(lowered: Lowered, x: Tensor) -> Tensor | None:
     """The kernel input `x` is the 2-D transpose of, if it is one."""
     origin = lowered.origin.get(x)
-    if origin is None or origin.op_name != "transpose" or not origin.is_result:
+    if origin is None or not origin.op.traits.transpose or not origin.is_result:
         return None
     axes = origin.attrs.axes
     source = origin.args[0]

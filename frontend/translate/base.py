@@ -10,10 +10,10 @@ from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.frontend.source import Source
 from relaydsl.frontend.translate.bindings import Env, _is_atomic, _let_all
 from relaydsl.frontend.translate.literals import _Literal
-from relaydsl.ir.expr import Call, Expr, Op, Var
+from relaydsl.ir.expr import Expr, Var
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import Type, TypeVar
-from relaydsl.op.registry import OpPattern, lookup
+from relaydsl.op import OpDef, OpPattern, ops
 
 if TYPE_CHECKING:
     from relaydsl.frontend.translate.kinds import Kind
@@ -54,15 +54,13 @@ class TranslatorBase:
         self._fresh += 1
         return Var(f"{hint}{self._fresh}")
 
-    def op(self, name: str, args: list, node: ast.AST | None, **attrs) -> Expr:
-        return self._op_call(name, args, attrs, self.span(node) if node is not None else None)
-
-    def _op_call(self, name: str, args: list, attrs: dict, span: Span | None) -> Expr:
-        """``name(args, attrs)``, literal operands bound first; IR errors at the user's line."""
+    def op(self, op: OpDef, args: list, node: ast.AST | None, **attrs) -> Expr:
+        """``op(args, attrs)``, literal operands bound first; IR errors at the user's line."""
+        span = self.span(node) if node is not None else None
         lets: list[tuple[Var, Expr]] = []
-        exprs = self.op_args(name, args, lets)
+        exprs = self.op_args(op, args, lets)
         try:
-            return _let_all(lets, Call(Op.get(name), exprs, attrs, span=span))
+            return _let_all(lets, op(*exprs, span=span, **attrs))
         except IRError as e:
             raise DSLSyntaxError(e.raw_message, span) from None
 
@@ -71,7 +69,7 @@ class TranslatorBase:
         if isinstance(value, _Literal):
             if like is None:
                 return value.default()
-            return Call(Op.get("cast_like"), (value.wide(), like), span=value.span)
+            return ops.cast_like(value.wide(), like, span=value.span)
         return value
 
     def materialize_all(self, values: list) -> list[Expr]:
@@ -94,17 +92,13 @@ class TranslatorBase:
             like = tmp
         return [self.materialize(v, like) for v in values]
 
-    def op_args(self, name: str, args: list, lets: list[tuple[Var, Expr]]) -> list[Expr]:
+    def op_args(self, op: OpDef, args: list, lets: list[tuple[Var, Expr]]) -> list[Expr]:
         """An operator's arguments. A number meeting a tensor in an elementwise operator takes
         its dtype (``x * 2``, ``relay.where(c, x, 0.0)``); elsewhere it keeps its own
         (``relay.take(x, 0)``)."""
-        try:
-            broadcast = lookup(name).pattern is OpPattern.BROADCAST
-        except IRError:
-            broadcast = False  # an unknown operator: reported when the call is built
-        if not broadcast:
+        if op.pattern is not OpPattern.BROADCAST:
             return self.materialize_all(args)
-        first = 1 if name == "where" else 0  # the condition of `where` is its own
+        first = 1 if op is ops.where else 0  # the condition of `where` is its own
         return [*self.materialize_all(args[:first]),
                 *self.materialize_alike(args[first:], lets)]
 

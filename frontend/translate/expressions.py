@@ -11,16 +11,20 @@ from relaydsl.frontend.translate.kinds import _declared_result_kind, _is_tuple_k
 from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
 from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_EXPRESSIONS
 from relaydsl.ir.expr import Call, Expr, GlobalVar, If, Tuple, TupleGetItem, Var
+from relaydsl.op import lookup, ops
 from relaydsl.prelude import prelude_definitions
-from relaydsl.op.registry import ops
 
 _BINOPS = {
-    ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide",
-    ast.MatMult: "matmul", ast.Pow: "power", ast.FloorDiv: "floor_divide", ast.Mod: "mod",
+    ast.Add: ops.add, ast.Sub: ops.subtract, ast.Mult: ops.multiply, ast.Div: ops.divide,
+    ast.MatMult: ops.matmul, ast.Pow: ops.power,
+}
+_UNSUPPORTED_BINOPS = {
+    ast.FloorDiv: "; `/` floors on ints, write relay.floor(x / y) on floats",
+    ast.Mod: "; write x - relay.floor(x / y) * y, or x - x / y * y on ints",
 }
 _COMPARE = {
-    ast.Eq: "equal", ast.NotEq: "not_equal", ast.Lt: "less", ast.LtE: "less_equal",
-    ast.Gt: "greater", ast.GtE: "greater_equal",
+    ast.Eq: ops.equal, ast.NotEq: ops.not_equal, ast.Lt: ops.less, ast.LtE: ops.less_equal,
+    ast.Gt: ops.greater, ast.GtE: ops.greater_equal,
 }
 
 
@@ -46,18 +50,18 @@ class Expressions(TranslatorBase):
                         ast.Invert: operator.invert}[type(node.op)]
                 return _Literal(fold(operand.value), self.span(node))
             if isinstance(node.op, ast.USub):
-                return self.op("negative", [operand], node)
+                return self.op(ops.negative, [operand], node)
             if isinstance(node.op, ast.UAdd):
                 return operand
             if isinstance(node.op, ast.Not):
-                return self.op("logical_not", [operand], node)
+                return self.op(ops.logical_not, [operand], node)
             raise self.error(node, "`~` is not supported; use relay.logical_not")
         if isinstance(node, ast.BoolOp):
-            name = "logical_and" if isinstance(node.op, ast.And) else "logical_or"
+            combine = ops.logical_and if isinstance(node.op, ast.And) else ops.logical_or
             values = [self.expr(v, env) for v in node.values]
             out = values[0]
             for v in values[1:]:
-                out = self.op(name, [out, v], node)
+                out = self.op(combine, [out, v], node)
             return out
         if isinstance(node, ast.Compare):
             return self.compare(node, env)
@@ -109,13 +113,12 @@ class Expressions(TranslatorBase):
     def binop(self, op: ast.operator, left, right, node: ast.AST):
         if isinstance(left, _Literal) and isinstance(right, _Literal):
             return self._fold(op, left, right, node)
-        name = _BINOPS.get(type(op))
-        if name in ("floor_divide", "mod") or name is None:
-            hint = {"floor_divide": "; `/` floors on ints, write relay.floor(x / y) on floats",
-                    "mod": "; write x - relay.floor(x / y) * y, or x - x / y * y on ints"}
+        relay_op = _BINOPS.get(type(op))
+        if relay_op is None:
+            hint = _UNSUPPORTED_BINOPS.get(type(op), "")
             raise self.error(node, f"the operator {type(op).__name__} is not supported on "
-                                   f"tensors{hint.get(name or '', '')}")
-        return self.op(name, [left, right], node)
+                                   f"tensors{hint}")
+        return self.op(relay_op, [left, right], node)
 
     def _fold(self, op: ast.operator, left: _Literal, right: _Literal, node: ast.AST) -> _Literal:
         """An operator on two Python numbers, computed now as Python would."""
@@ -138,8 +141,8 @@ class Expressions(TranslatorBase):
         out = None
         lets: list[tuple[Var, Expr]] = []
         for i, (op, comparator) in enumerate(zip(node.ops, node.comparators)):
-            name = _COMPARE.get(type(op))
-            if name is None:
+            relay_op = _COMPARE.get(type(op))
+            if relay_op is None:
                 raise self.error(node, f"the comparison {type(op).__name__} is not supported")
             right = self.expr(comparator, env)
             if i + 1 < len(node.ops) and not isinstance(right, _Literal) \
@@ -147,8 +150,8 @@ class Expressions(TranslatorBase):
                 tmp = self.temp("v")
                 lets.append((tmp, right))
                 right = tmp
-            this = self.op(name, [left, right], node)
-            out = this if out is None else self.op("logical_and", [out, this], node)
+            this = self.op(relay_op, [left, right], node)
+            out = this if out is None else self.op(ops.logical_and, [out, this], node)
             left = right
         return _let_all(lets, out)
 
@@ -218,7 +221,11 @@ class Expressions(TranslatorBase):
             except DSLSyntaxError:
                 raise self.error(value_node, f"the attribute {key}= of {name} must be a constant "
                                              "known when the function is translated") from None
-        return self._op_call(name, args, attrs, self.span(node))
+        try:
+            relay_op = lookup(name)
+        except IRError as e:
+            raise DSLSyntaxError(e.raw_message, self.span(node)) from None
+        return self.op(relay_op, args, node, **attrs)
 
     def subscript(self, node: ast.Subscript, env: Env):
         value = self.materialize(self.expr(node.value, env))

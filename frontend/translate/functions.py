@@ -4,11 +4,11 @@ from __future__ import annotations
 import ast
 from typing import Any as AnyValue
 
+from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.frontend.translate.base import TranslatorBase
 from relaydsl.frontend.translate.bindings import Binding, Env, _Context
 from relaydsl.frontend.translate.kinds import _kind_of_type
 from relaydsl.frontend.translate.scoping import _assigned_names
-from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.ir.expr import Expr, Function
 from relaydsl.ir.types import Type
 

@@ -8,7 +8,18 @@ from relaydsl.frontend.translate.base import TranslatorBase
 from relaydsl.frontend.translate.literals import _Literal
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Op, Tuple, TupleGetItem, Var,
+    Call,
+    Constant,
+    Expr,
+    Function,
+    GlobalVar,
+    Grad,
+    If,
+    Let,
+    Op,
+    Tuple,
+    TupleGetItem,
+    Var,
 )
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.prelude import prelude_definitions
@@ -39,18 +50,15 @@ def _kind_of_type(t: Type | None) -> Kind:
 
 
 def _op_result_kind(call: Call) -> Kind:
-    """The kind of an operator call's result: the tuple-returning operators, or a tensor."""
+    """The kind of an operator call's result: a tuple of tensors for an op with a tuple
+    result (its ``result_arity`` trait; fields unknown when the attributes do not fix
+    them), else a tensor."""
     assert isinstance(call.op, Op)
-    if call.op.name == "split":
-        sections = call.attrs.get("indices_or_sections")
-        if isinstance(sections, int):
-            return ("tensor",) * sections
-        if isinstance(sections, (tuple, list)):
-            return ("tensor",) * (len(sections) + 1)
-        return "tuple"
-    if call.op.name == "batch_norm":
-        return ("tensor",) * 3
-    return "tensor"
+    arity = call.op.definition.traits.result_arity
+    if arity is None:
+        return "tensor"
+    n = arity(call.attrs)
+    return "tuple" if n is None else ("tensor",) * n
 
 
 def _declared_result_kind(target: AnyValue) -> Kind:

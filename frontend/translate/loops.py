@@ -16,10 +16,20 @@ from relaydsl.frontend.translate.literals import _INT32, _Literal
 from relaydsl.frontend.translate.scoping import _assigned_names, _target_names
 from relaydsl.ir.adt import PatternConstructor, PatternVar
 from relaydsl.ir.expr import (
-    Call, Clause, Expr, Function, If, Let, Match, Op, Tuple, TupleGetItem, Var, const,
+    Call,
+    Clause,
+    Expr,
+    Function,
+    If,
+    Let,
+    Match,
+    Tuple,
+    TupleGetItem,
+    Var,
+    const,
 )
+from relaydsl.op import ops
 from relaydsl.prelude import prelude_definitions
-from relaydsl.op.registry import ops
 
 
 class Loops(TranslatorBase):
@@ -105,9 +115,9 @@ class Loops(TranslatorBase):
             if not isinstance(s.target, ast.Name):
                 raise self.error(s.target, "a range loop assigns one name")
             body_env = {**env, s.target.id: Binding(counter, "tensor")}
-            cmp = "less" if step > 0 else "greater"
-            cond = Call(Op.get(cmp), (counter, stop), span=self.span(it))
-            nxt = Call(Op.get("add"), (counter, const(step, "int32")), span=self.span(s))
+            cmp = ops.less if step > 0 else ops.greater
+            cond = cmp(counter, stop, span=self.span(it))
+            nxt = ops.add(counter, const(step, "int32"), span=self.span(s))
             fn = self._counting_function(s, loop_var, counter, params, body_env, state, cond, nxt,
                                          result, env)
             return fn, [start, *initial_state], lets
@@ -143,8 +153,8 @@ class Loops(TranslatorBase):
             if not isinstance(t, ast.Name):
                 raise self.error(t, "a loop target must be a name or a tuple of names")
         n = ops.take(ops.shape_of(first), const(0, "int32"), axis=0)
-        cond = Call(Op.get("less"), (counter, n), span=self.span(it))
-        nxt = Call(Op.get("add"), (counter, const(1, "int32")))
+        cond = ops.less(counter, n, span=self.span(it))
+        nxt = ops.add(counter, const(1, "int32"))
         item_vars = []
         for t, item in zip(targets, items):
             v = self.var(t.id, t)  # type: ignore[attr-defined]

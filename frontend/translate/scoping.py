@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
+
 def _assigned_names(stmts: Iterable[ast.stmt]) -> list[str]:
     """Names a block (re)binds, in order, not looking into nested functions."""
     out: list[str] = []

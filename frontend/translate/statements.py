@@ -14,11 +14,20 @@ from relaydsl.frontend.translate.bindings import Binding, Env, _Context, _let_al
 from relaydsl.frontend.translate.kinds import Kind, _kind_of_type
 from relaydsl.frontend.translate.literals import _Literal
 from relaydsl.frontend.translate.scoping import (
-    _always_returns, _assigned_names, _contains_return, _free_names, _nested_functions,
+    _always_returns,
+    _assigned_names,
+    _contains_return,
+    _free_names,
+    _nested_functions,
 )
 from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
 from relaydsl.ir.adt import (
-    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+    Constructor,
+    Pattern,
+    PatternConstructor,
+    PatternTuple,
+    PatternVar,
+    PatternWildcard,
 )
 from relaydsl.ir.expr import Clause, Expr, If, Let, Match, Tuple, TupleGetItem, Var, const
 

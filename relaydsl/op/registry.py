@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any as AnyValue, Callable
+from typing import Any as AnyValue, Callable, Sequence
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs, freeze
 from relaydsl.ir.span import Span
 from relaydsl.ir.expr import Call, Expr, Op, declare_op, suggest
-from relaydsl.ir.types import DTYPES, FuncType, Kind, TypeRelation, TypeVar
+from relaydsl.ir.types import DTYPES, FuncType, Kind, Type, TypeRelation, TypeVar
 from relaydsl.te.rules import ComputeRule, checked
 
 
@@ -174,8 +174,9 @@ class Traits:
     - ``transpose``: a pure axis permutation (what a contraction can read through strides).
     - ``foldable``: the result is a function of the argument values alone, so calls with
       constant arguments may be evaluated at compile time (not dropout: its mask is random).
-    - ``fold_from_types(call)``: an expression equal to the call computed from its
-      arguments' types alone (shape_of of a static shape), or None.
+    - ``fold_from_types(call, arg_types)``: an expression equal to the call, known at compile
+      time from its arguments' types and its constant arguments (shape_of of a static
+      shape; cast_like of a constant), or None. Constant folding asks it first.
     - ``infers_inputs``: inputs whose type the relation works out from the others and the
       attributes (TVM's dense with ``units``): a model's hidden parameters, left unannotated.
     """
@@ -184,7 +185,7 @@ class Traits:
     contraction: bool = False
     transpose: bool = False
     foldable: bool = True
-    fold_from_types: Callable[[Call], Expr | None] | None = None
+    fold_from_types: Callable[[Call, Sequence[Type]], Expr | None] | None = None
     infers_inputs: tuple[int, ...] = ()
 
 

@@ -23,7 +23,7 @@ broadcasting). The rest (clip, cast, cast_like, where) are written out in full.
 """
 from __future__ import annotations
 
-from typing import Any as AnyValue, Callable
+from typing import Any as AnyValue, Callable, Sequence
 
 import numpy as np
 
@@ -265,17 +265,14 @@ def _cast_like_grad(call: Call, g: Expr) -> list[Expr]:
     return [through_cast(g, x, tensor_type(like).dtype), zeros_for(like)]
 
 
-def _cast_like_fold(call: Call) -> Expr | None:
+def _cast_like_fold(call: Call, arg_types: Sequence[Type]) -> Expr | None:
     """cast_like(c, t) of a constant c is c in t's dtype, whatever t's value.
 
     What a Python literal meeting a tensor (``x + 1.0``) becomes: left as a call it would
     read the tensor, keeping ``+`` out of x's fusion group.
     """
-    data, like = call.args
-    if not isinstance(data, Constant) or not like.has_type:
-        return None
-    t = like.checked_type
-    if not (isinstance(t, TensorType) and isinstance(t.dtype, str)):
+    data, t = call.args[0], arg_types[1]
+    if not isinstance(data, Constant) or not (isinstance(t, TensorType) and isinstance(t.dtype, str)):
         return None
     return Constant(np.asarray(data.data).astype(t.dtype), span=call.span)
 

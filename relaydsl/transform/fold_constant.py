@@ -21,13 +21,8 @@ import numpy as np
 
 from relaydsl.ir.expr import Call, Constant, Expr, Op
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator
 from relaydsl.transform._util import retyped
-
-# Ops whose result is not a function of their arguments' values alone.
-_NOT_FOLDED = {"dropout"}
-
 
 def fold_constants(mod: IRModule) -> IRModule:
     """A copy of `mod` with constant op calls evaluated (in every user function)."""
@@ -44,22 +39,15 @@ def fold_constants(mod: IRModule) -> IRModule:
 class _Fold(ExprMutator):
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
-        if not isinstance(new, Call) or not isinstance(new.op, Op) or new.op.name in _NOT_FOLDED:
+        if not isinstance(new, Call) or not isinstance(new.op, Op):
             return new
-        if new.op.name == "shape_of":
-            t = call.args[0].checked_type if call.args else None
-            if isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape):
-                return Constant(np.array(t.shape, np.int32), span=call.span)
-            return new
-        if new.op.name == "cast_like" and isinstance(new.args[0], Constant):
-            # a Python literal meeting a tensor (``x + 1.0``): only the tensor's dtype matters,
-            # and left as a call it would read the tensor, keeping `+` out of x's group
-            t = call.args[1].checked_type
-            if isinstance(t, TensorType) and isinstance(t.dtype, str):
-                return Constant(np.asarray(new.args[0].data).astype(t.dtype), span=call.span)
-            return new
-        if not all(isinstance(a, Constant) for a in new.args):  # zeros(), ones(): constants
-            return new
+        traits = new.op.definition.traits
+        if traits.fold_from_types is not None and all(a.has_type for a in call.args):
+            folded = traits.fold_from_types(new, [a.checked_type for a in call.args])
+            if folded is not None:
+                return folded
+        if not traits.foldable or not all(isinstance(a, Constant) for a in new.args):
+            return new  # (zeros(), ones(): no arguments, constants)
         try:
             value = new.op.definition.numpy_ref(*[a.data for a in new.args], **new.attrs)
         except Exception:  # left for run time, where the error is reported with its location

@@ -350,9 +350,6 @@ class _Partitioner:
             # COMM_REDUCE: a reduction never fuses into its consumers; it ends its group.
 
 
-CONTRACTIONS = frozenset({"matmul", "dense", "batch_matmul"})
-
-
 def _transpose_into_contraction(node: _Node, sink: _Node) -> bool:
     """A 2-D transpose whose only consumer is a contraction joins the contraction's group.
 
@@ -362,8 +359,9 @@ def _transpose_into_contraction(node: _Node, sink: _Node) -> bool:
     gradients of dense, ``matmul(transpose(g), x)``, run as one kernel.
     """
     e, s = node.expr, sink.expr
-    return (isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "transpose"
-            and isinstance(s, Call) and isinstance(s.op, Op) and s.op.name in CONTRACTIONS
+    return (isinstance(e, Call) and isinstance(e.op, Op) and e.op.definition.traits.transpose
+            and isinstance(s, Call) and isinstance(s.op, Op)
+            and s.op.definition.traits.contraction
             and len(node.outputs) == 1 and node.outputs[0][0] is sink
             and isinstance(e.checked_type, TensorType) and len(e.checked_type.shape) == 2)
 

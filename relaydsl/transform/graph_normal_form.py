@@ -153,4 +153,4 @@ def to_graph_normal_form(mod: IRModule) -> IRModule:
     """Every global function of `mod` in graph normal form; the result is re-typed."""
     return infer_types(_transform(mod))
 
-__all__ = ["to_graph_normal_form", "graph_normal_form_function", "is_dataflow", "children"]
+__all__ = ["to_graph_normal_form", "graph_normal_form_function", "is_dataflow"]

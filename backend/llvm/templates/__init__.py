@@ -1,6 +1,6 @@
 """Hand-written LLVM IR for the contraction ops: one entry point, ``template_for``.
 
-The scheduler (schedule.py) asks ``template_for(op_name, attrs, input_types, out_type,
+The scheduler (schedule.py) asks ``template_for(op, attrs, input_types, out_type,
 transposable)`` for each op call it schedules; a ``Template`` it gets back is emitted by
 the code generator as one stage (``Template.emit(module, name)``). Inside:
 
@@ -11,8 +11,9 @@ the code generator as one stage (``Template.emit(module, name)``). Inside:
     irgen.py          small helpers over llvmlite.ir shared by the above
 
 >>> from relaydsl.ir.types import TensorType
->>> t = template_for("dense", {}, [TensorType((8, 16), "float32"),
-...                               TensorType((4, 16), "float32")], TensorType((8, 4), "float32"))
+>>> from relaydsl.op import ops
+>>> t = template_for(ops.dense, {}, [TensorType((8, 16), "float32"),
+...                                 TensorType((4, 16), "float32")], TensorType((8, 4), "float32"))
 >>> (t.op_name, t.spec.m, t.spec.n, t.spec.k)
 ('dense', 8, 4, 16)
 """

@@ -29,7 +29,10 @@ import llvmlite.ir as ir
 from relaydsl.backend.llvm.templates.conv2d import ConvGeometry, emit_im2col_packer
 from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, emit_gemm
 from relaydsl.ir.types import TensorType
+from relaydsl.op.nn.conv import conv2d
+from relaydsl.op.nn.linear import batch_matmul, dense, matmul
 from relaydsl.op.nn.window import Window
+from relaydsl.op.registry import OpDef
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ def _read_transposed(template: Template, operand: int, shape: tuple[int, ...]
     return None
 
 
-def template_for(op_name: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
+def template_for(op: OpDef, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
                  out_type: TensorType, transposable: Sequence[int] = ()) -> Template | None:
     """The template computing this op call, or None where there is none.
 
@@ -91,7 +94,7 @@ def template_for(op_name: str, attrs: Mapping[str, Any], input_types: Sequence[T
     reads those it can in place (``Template.transposed``: the caller then hands it the
     buffer, and the transpose is never computed).
     """
-    template = _template_for(op_name, attrs, input_types, out_type)
+    template = _template_for(op, attrs, input_types, out_type)
     for operand in transposable:
         if template is None:
             break
@@ -100,9 +103,9 @@ def template_for(op_name: str, attrs: Mapping[str, Any], input_types: Sequence[T
     return template
 
 
-def _template_for(op_name: str, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
+def _template_for(op: OpDef, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
                   out_type: TensorType) -> Template | None:
-    build = _BUILDERS.get(op_name)
+    build = _BUILDERS.get(op)
     if build is None or len(input_types) != 2:
         return None
     types = [*input_types, out_type]
@@ -130,7 +133,7 @@ def _dense(attrs: Mapping[str, Any], data: tuple, weight: tuple, out: tuple) -> 
     if out != (*data[:-1], units):
         return None
     spec = GemmSpec(m=m, n=units, k=k, a_strides=(k, 1), b_strides=(1, k), ldc=units)
-    return Template("dense", spec)
+    return Template(dense.name, spec)
 
 
 def _contiguous_strides(shape: Sequence[int]) -> list[int]:
@@ -187,7 +190,7 @@ def _matmul(attrs: Mapping[str, Any], a: tuple, b: tuple, out: tuple) -> Templat
     a_bs = _batch_strides(batch, a_batch, m * k)
     b_bs = _batch_strides(batch, b_batch, k * n)
     a_plain = len(a) > 1 and tuple(a_batch) == tuple(batch)
-    return _gemm("matmul", m, n, k, (k, 1), (n, 1), tuple(batch), a_bs, b_bs, a_plain)
+    return _gemm(matmul.name, m, n, k, (k, 1), (n, 1), tuple(batch), a_bs, b_bs, a_plain)
 
 
 def _batch_matmul(attrs: Mapping[str, Any], x: tuple, y: tuple, out: tuple) -> Template | None:
@@ -207,7 +210,7 @@ def _batch_matmul(attrs: Mapping[str, Any], x: tuple, y: tuple, out: tuple) -> T
     b_strides = (1, k) if tb else (n, 1)
     a_bs = (0 if bx == 1 else m * k,)
     b_bs = (0 if by == 1 else k * n,)
-    return _gemm("batch_matmul", m, n, k, a_strides, b_strides, (batch,), a_bs, b_bs,
+    return _gemm(batch_matmul.name, m, n, k, a_strides, b_strides, (batch,), a_bs, b_bs,
                  a_plain=not ta and bx == batch)
 
 
@@ -233,12 +236,12 @@ def _conv2d(attrs: Mapping[str, Any], data: tuple, weight: tuple, out: tuple) ->
     if max(cin * h * w, cg * kh * kw, oh * ow) >= 2 ** 31 // 2:
         return None  # the im2col packer indexes with i32
     geo = ConvGeometry(batch, cin, h, w, cout, kh, kw, oh, ow, strides, pads, dilation, groups)
-    return Template("conv2d", geo.gemm_spec(), conv=geo)
+    return Template(conv2d.name, geo.gemm_spec(), conv=geo)
 
 
-_BUILDERS: dict[str, Callable[..., Template | None]] = {
-    "dense": _dense,
-    "matmul": _matmul,
-    "batch_matmul": _batch_matmul,
-    "conv2d": _conv2d,
+_BUILDERS: dict[OpDef, Callable[..., Template | None]] = {
+    dense: _dense,
+    matmul: _matmul,
+    batch_matmul: _batch_matmul,
+    conv2d: _conv2d,
 }

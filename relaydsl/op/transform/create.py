@@ -6,6 +6,8 @@ values of their inputs.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
@@ -124,10 +126,9 @@ def _shape_of_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) 
     return compute(out_type.concrete_shape(), f, "T_shape_of")
 
 
-def _shape_of_from_types(call: Call) -> Expr | None:
+def _shape_of_from_types(call: Call, arg_types: Sequence[Type]) -> Expr | None:
     """shape_of(x) of a statically shaped x: the shape, a constant int32 vector."""
-    x = call.args[0]
-    t = x.checked_type if x.has_type else None
+    t = arg_types[0]
     if isinstance(t, TensorType) and t.is_static:
         return Constant(np.array(t.shape, np.int32), span=call.span)
     return None

@@ -38,7 +38,7 @@ def test_shared_node_is_lowered_once_and_outputs_are_distinct():
     low = lower(fn)
     assert low.returns_tuple and len(low.outputs) == 3
     assert len(set(low.outputs)) == 3  # the repeated field is copied
-    exps = [t for t, o in low.origin.items() if o.op_name == "exp"]
+    exps = [t for t, o in low.origin.items() if o.op.name == "exp"]
     assert len(exps) == 1
     x = np.array([0.0, 1.0, 2.0], F)
     out = [evaluate(t, {low.params[0]: x}) for t in low.outputs]
@@ -57,7 +57,7 @@ def test_lets_projections_and_identity():
 
 def test_helper_tensors_of_a_rule_are_tagged_with_their_op():
     low = lower(primitive([((2, 5), F)], lambda x: call("softmax", x)))
-    names = {t.name: (o.op_name, o.is_result) for t, o in low.origin.items()}
+    names = {t.name: (o.op.name, o.is_result) for t, o in low.origin.items()}
     assert names["T_softmax"] == ("softmax", True)
     assert names["T_softmax_max"] == ("softmax", False)
 

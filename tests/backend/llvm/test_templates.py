@@ -67,7 +67,7 @@ def build(cases: list[tuple[str, dict, tuple, tuple]], blocking=None) -> list[Co
     pending = []
     for op, attrs, sa, sb in cases:
         out = out_shape(op, attrs, sa, sb)
-        tmpl = template_for(op, full_attrs(op, attrs), [TensorType(sa), TensorType(sb)],
+        tmpl = template_for(lookup(op), full_attrs(op, attrs), [TensorType(sa), TensorType(sb)],
                             TensorType(out))
         assert tmpl is not None, (op, attrs, sa, sb)
         if blocking is not None:
@@ -105,44 +105,44 @@ def T(shape, dtype="float32"):
 
 
 def test_template_for_accepts_the_contraction_ops():
-    assert template_for("dense", full_attrs("dense", {}), [T((4, 3)), T((5, 3))], T((4, 5)))
-    assert template_for("matmul", full_attrs("matmul", {}), [T((4, 3)), T((3, 5))], T((4, 5)))
-    assert template_for("batch_matmul", full_attrs("batch_matmul", {"transpose_b": True}),
+    assert template_for(lookup("dense"), full_attrs("dense", {}), [T((4, 3)), T((5, 3))], T((4, 5)))
+    assert template_for(lookup("matmul"), full_attrs("matmul", {}), [T((4, 3)), T((3, 5))], T((4, 5)))
+    assert template_for(lookup("batch_matmul"), full_attrs("batch_matmul", {"transpose_b": True}),
                         [T((2, 4, 3)), T((2, 5, 3))], T((2, 4, 5)))
-    assert template_for("conv2d", full_attrs("conv2d", {"padding": 1}),
+    assert template_for(lookup("conv2d"), full_attrs("conv2d", {"padding": 1}),
                         [T((1, 3, 8, 8)), T((4, 3, 3, 3))], T((1, 4, 8, 8)))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int32", "float16"])
 def test_template_for_rejects_other_dtypes(dtype):
-    assert template_for("dense", full_attrs("dense", {}), [T((4, 3), dtype), T((5, 3), dtype)],
+    assert template_for(lookup("dense"), full_attrs("dense", {}), [T((4, 3), dtype), T((5, 3), dtype)],
                         T((4, 5), dtype)) is None
-    assert template_for("conv2d", full_attrs("conv2d", {}),
+    assert template_for(lookup("conv2d"), full_attrs("conv2d", {}),
                         [T((1, 3, 8, 8), dtype), T((4, 3, 3, 3), dtype)],
                         T((1, 4, 6, 6), dtype)) is None
 
 
 def test_template_for_rejects_other_ops_and_odd_shapes():
     from relaydsl.ir.types import Any as AnyDim
-    assert template_for("add", Attrs({}), [T((4,)), T((4,))], T((4,))) is None
-    assert template_for("max_pool2d", full_attrs("max_pool2d", {"pool_size": 2}),
+    assert template_for(lookup("add"), Attrs({}), [T((4,)), T((4,))], T((4,))) is None
+    assert template_for(lookup("max_pool2d"), full_attrs("max_pool2d", {"pool_size": 2}),
                         [T((1, 1, 4, 4))], T((1, 1, 2, 2))) is None
     # symbolic, empty, mismatched
-    assert template_for("dense", full_attrs("dense", {}), [T((AnyDim, 3)), T((5, 3))],
+    assert template_for(lookup("dense"), full_attrs("dense", {}), [T((AnyDim, 3)), T((5, 3))],
                         T((AnyDim, 5))) is None
-    assert template_for("dense", full_attrs("dense", {}), [T((0, 3)), T((5, 3))],
+    assert template_for(lookup("dense"), full_attrs("dense", {}), [T((0, 3)), T((5, 3))],
                         T((0, 5))) is None
-    assert template_for("matmul", full_attrs("matmul", {}), [T((4, 3)), T((4, 5))],
+    assert template_for(lookup("matmul"), full_attrs("matmul", {}), [T((4, 3)), T((4, 5))],
                         T((4, 5))) is None
-    assert template_for("batch_matmul", full_attrs("batch_matmul", {}),
+    assert template_for(lookup("batch_matmul"), full_attrs("batch_matmul", {}),
                         [T((2, 4, 3)), T((3, 3, 5))], T((3, 4, 5))) is None
-    assert template_for("conv2d", full_attrs("conv2d", {"groups": 2}),
+    assert template_for(lookup("conv2d"), full_attrs("conv2d", {"groups": 2}),
                         [T((1, 3, 8, 8)), T((4, 3, 3, 3))], T((1, 4, 6, 6))) is None
 
 
 def test_stage_info_and_helper_names():
     module = ir.Module()
-    tmpl = template_for("matmul", full_attrs("matmul", {}), [T((100, 30)), T((30, 20))],
+    tmpl = template_for(lookup("matmul"), full_attrs("matmul", {}), [T((100, 30)), T((30, 20))],
                         T((100, 20)))
     info = tmpl.emit(module, "mm0")
     assert info == StageInfo("mm0", info.parallel_extent, 2.0 * 100 * 20 * 30)

@@ -261,8 +261,9 @@ def test_traits():
     assert ops.reshape.traits.result_arity is None  # one tensor
 
     fold = ops.shape_of.traits.fold_from_types
-    static = infer_type(ops.shape_of(Var("x", T((2, 3)))))
-    folded = fold(static)
+    x = Var("x", T((2, 3)))
+    folded = fold(ops.shape_of(x), [x.type_annotation])
     assert isinstance(folded, Constant) and folded.data.dtype == np.int32
     assert folded.data.tolist() == [2, 3]
-    assert fold(infer_type(ops.shape_of(Var("x", T((TypeVar("n", Kind.Shape), 3)))))) is None
+    symbolic = Var("x", T((TypeVar("n", Kind.Shape), 3)))
+    assert fold(ops.shape_of(symbolic), [symbolic.type_annotation]) is None
