@@ -297,7 +297,7 @@ Tensor[Float, (2, 3)], Float, tuple[...], relay.Fn[[...], R] or an ADT
     adt = _as_adt(ann)
     if adt is not None:
         return _adt_type(adt, sub, mod)
-    if typing.get_origin(ann) is tuple and ann is not typing.Tuple:
+    if typing.get_origin(ann) is tuple and ann is not typing.Tuple:  # noqa: UP006
         args = typing.get_args(ann)
         if args == ((),):  # typing.Tuple[()] on some Python versions
             args = ()
@@ -350,7 +350,7 @@ def _hint_for(ann: object) -> str:
         return " (Tensor needs a dtype and a shape: Tensor[Float, (2, 3)])"
     if ann is Fn:
         return " (Fn needs parameter and result types: relay.Fn[[Float], Float])"
-    if ann is tuple or ann is typing.Tuple:
+    if ann is tuple or ann is typing.Tuple:  # noqa: UP006
         return " (give each field a type: tuple[Float, Float])"
     if ann is list or typing.get_origin(ann) is list:
         return " (a Python list; use relay.List[...])"

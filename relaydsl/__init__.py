@@ -9,15 +9,15 @@
 (3, 2)
 """
 from relaydsl.errors import DSLSyntaxError, IRError, ParseError, RelayError, RelayTypeError
-import relaydsl.op  # noqa: E402,F401,I001  (defines every op before anything builds Relay)
-import relaydsl.prelude  # noqa: E402,F401,I001  (installs the prelude every IRModule starts with)
+import relaydsl.op  # defines every op before anything builds Relay
+import relaydsl.prelude  # noqa: F401  (installs the prelude every IRModule starts with)
 
 # The user-facing names live in the frontend package; imported last (it builds on relaydsl).
-from relaydsl.frontend.annotations import (  # noqa: E402
+from relaydsl.frontend.annotations import (
     Bool, Float, Float16, Float32, Float64, Fn, Int, Int8, Int16, Int32, Int64, Tensor, UInt8,
 )
-from relaydsl.frontend.decorators import relay_model_decorator as relay_model  # noqa: E402
-from relaydsl.frontend.namespace import relay  # noqa: E402
+from relaydsl.frontend.decorators import relay_model_decorator as relay_model
+from relaydsl.frontend.namespace import relay
 
 __all__ = [
     "Bool", "DSLSyntaxError", "Float", "Float16", "Float32", "Float64", "Fn", "IRError", "Int",

@@ -45,7 +45,7 @@ def prelude_definitions() -> Prelude:
         "Tree", ["a"], [("Rose", [lambda s, tv: tv[0], lambda s, tv: TypeCall(list_t.header, (s,))])]
     )
 
-    def List(t):  # noqa: N802 (reads like the type)
+    def List(t):  # reads like the type it builds
         return TypeCall(list_t.header, (t,))
 
     funcs: dict[GlobalVar, Function] = {}

@@ -6,7 +6,6 @@ import importlib.util
 import tomllib
 from pathlib import Path
 
-import relaydsl
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"relaydsl": "relaydsl", "relaydsl.frontend": "frontend", "relaydsl.backend": "backend"}

@@ -79,7 +79,7 @@ def _interval(e: PrimExpr, scope: Scope, inlined) -> Interval:
             if p is None or q is None or q[0] <= 0:
                 return None
             if isinstance(e, FloorMod):
-                return p if 0 <= p[0] and p[1] < q[0] else (0, q[1] - 1)
+                return p if p[0] >= 0 and p[1] < q[0] else (0, q[1] - 1)
             return (min(p[0] // q[0], p[0] // q[1]), max(p[1] // q[0], p[1] // q[1]))
         case Select(true_value=tv, false_value=fv):
             p, q = interval(tv, scope, inlined), interval(fv, scope, inlined)

@@ -78,7 +78,7 @@ def lower(func: Function) -> Lowered:
     outputs: list[Tensor] = []
     for t in leaves:
         # An output must be a computed tensor of its own: copy params, constants, repeats.
-        if t.body is None and t not in lowerer.empty or t in outputs:
+        if (t.body is None and t not in lowerer.empty) or t in outputs:
             t = compute(t.shape, lambda *i, src=t: src[i], "T_copy")
         outputs.append(t)
     return Lowered(params, lowerer.constants, outputs, returns_tuple, lowerer.origin,

@@ -455,7 +455,7 @@ def place_temporaries(buffers: list[Buffer], code: list[int], steps: list[Step])
             new_in = uses | (out & ~defs)
             if out != live_out[n] or new_in != live_in[n]:
                 live_out[n], live_in[n], changed = out, new_in, True
-    interferes = {i: 0 for i in temps}
+    interferes = dict.fromkeys(temps, 0)
 
     def conflict(group: int, others: int) -> None:
         for b in _bits(group):

@@ -25,7 +25,7 @@ _PYTHON_BINOPS: dict[type, Callable[[AnyValue, AnyValue], AnyValue]] = {
 class _Literal:
     """A Python number in the program: it takes the dtype of the tensor it meets."""
 
-    __slots__ = ("value", "span")
+    __slots__ = ("span", "value")
 
     def __init__(self, value: int | float | bool, span: Span | None):
         self.value, self.span = value, span

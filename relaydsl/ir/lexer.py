@@ -108,7 +108,7 @@ def _kind(text: str) -> str:
         return "local"
     if first == "@":
         return "global"
-    if first.isdigit() or first == "-" and len(text) > 1 and text[1].isdigit():
+    if first.isdigit() or (first == "-" and len(text) > 1 and text[1].isdigit()):
         return "number"
     if first in "\"'":
         return "string" if len(text) > 1 and text[-1] == first else "error"

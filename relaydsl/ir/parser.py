@@ -374,7 +374,7 @@ class _Parser:
             if ctor.inputs:
                 return ctor  # called by the postfix loop, or passed as a function
             type_args = self.comma_list(">", self.type) if self.accept("<") else []
-            if type_args or self.at("(") and self.at(")", 1):
+            if type_args or (self.at("(") and self.at(")", 1)):
                 self.expect("(", "after the type arguments")
                 self.expect(")", f"{tok.text} takes no arguments")  # `Nil()` reads as `Nil`
             return self.build(tok, Call, ctor, (), {}, tuple(type_args))

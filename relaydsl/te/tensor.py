@@ -157,7 +157,7 @@ class Reducer:
 
 
 # These names shadow builtins inside this module only: use them as te.sum, te.max, ...
-sum = Reducer("sum", lambda a, b: a + b, lambda d: const(0, d))  # noqa: A001
+sum = Reducer("sum", lambda a, b: a + b, lambda d: const(0, d))
 prod = Reducer("prod", lambda a, b: a * b, lambda d: const(1, d))
-max = Reducer("max", Max, _lowest)  # noqa: A001
-min = Reducer("min", Min, _highest)  # noqa: A001
+max = Reducer("max", Max, _lowest)
+min = Reducer("min", Min, _highest)

@@ -343,9 +343,7 @@ class _Partitioner:
                     if self.check_path(node, sink, fcond):
                         self.commit_fuse(node, sink)
             elif group.pattern in (INJECTIVE, TUPLE):
-                if phase == 1 and self.check_path(node, sink, lambda k, is_sink: k <= INJECTIVE):
-                    self.commit_fuse(node, sink)
-                elif phase == 1 and _transpose_into_contraction(node, sink):
+                if (phase == 1 and self.check_path(node, sink, lambda k, is_sink: k <= INJECTIVE)) or (phase == 1 and _transpose_into_contraction(node, sink)):
                     self.commit_fuse(node, sink)
             # COMM_REDUCE: a reduction never fuses into its consumers; it ends its group.
 

@@ -236,16 +236,15 @@ def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool
     masks = [g.lane_mask(nv, vl, v * vl) for v in range(nvec)]
     with b.if_else(first) as (then, otherwise):
         for blk, accumulate in ((then, False), (otherwise, True)):
-            with blk:
-                with g.loop(0, mv, name="ei" + "a" * accumulate) as i:
-                    row = g.at(c, b.mul(i, ldc))
-                    trow = g.at(tmp, g.mul(i, nr))
-                    for v in range(nvec):
-                        val = b.load(g.vptr(g.at(trow, v * vl), vl), align=64)
-                        p = g.at(row, v * vl)
-                        if accumulate:
-                            val = b.fadd(g.masked_load(p, masks[v], vl), val)
-                        g.masked_store(val, p, masks[v], vl)
+            with blk, g.loop(0, mv, name="ei" + "a" * accumulate) as i:
+                row = g.at(c, b.mul(i, ldc))
+                trow = g.at(tmp, g.mul(i, nr))
+                for v in range(nvec):
+                    val = b.load(g.vptr(g.at(trow, v * vl), vl), align=64)
+                    p = g.at(row, v * vl)
+                    if accumulate:
+                        val = b.fadd(g.masked_load(p, masks[v], vl), val)
+                    g.masked_store(val, p, masks[v], vl)
     b.ret_void()
     return fn
 

@@ -197,7 +197,7 @@ def test_elementwise_kernel_is_vectorised(tmp_path, monkeypatch):
     compile_primitives([_chain(1000)])
     (ir_text, asm), = seen
     vec = {512: "zmm", 256: "ymm", 128: "xmm"}[jit.host_target().vector_bits]
-    assert f"x float>" in ir_text, "the optimised IR has no float vectors"
+    assert "x float>" in ir_text, "the optimised IR has no float vectors"
     assert vec in asm
     assert not any(f in asm for f in ("tanhf", "expf", "logf"))  # no scalar libm calls
 

@@ -10,7 +10,6 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Constant
 from relaydsl.ir.types import Any, Kind, TypeVar
 from relaydsl.op import lookup, ops
-from relaydsl.typing.infer import infer_type
 from relaydsl.typing.relations import check_relation
 from tests.relaydsl.op.harness import OpCase, check_case
 from tests.relaydsl.op.test_tensor import bools, f32, f64, i32
