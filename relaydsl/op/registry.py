@@ -102,7 +102,8 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "ints": ("a tuple of ints", _ints),
     "int_or_ints": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
     "optional_int": ("an int or None", lambda v: v is None or _is_int(v)),
-    "optional_ints": ("None, an int or a tuple of ints", lambda v: v is None or _is_int(v) or _ints(v)),
+    "optional_ints": ("None, an int or a tuple of ints",
+                      lambda v: v is None or _is_int(v) or _ints(v)),
     "pair": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
     "optional_pair": ("None, an int or a tuple of ints",
                       lambda v: v is None or _is_int(v) or _ints(v)),
@@ -144,7 +145,8 @@ class Attr:
         what, ok = _KIND_CHECKS[self.kind]
         if not ok(value):
             raise IRError(
-                f"{op_name}: attribute {self.name!r} must be {what}, got {type(value).__name__} {value!r}",
+                f"{op_name}: attribute {self.name!r} must be {what}, "
+                f"got {type(value).__name__} {value!r}",
                 span,
             )
         if self.kind in _KIND_CANONICAL:
@@ -243,7 +245,8 @@ class OpDef:
         unknown = [k for k in attrs if k not in schema]
         if unknown:
             known = ", ".join(schema) or "none"
-            raise IRError(f"{self.name}: unknown attribute(s) {', '.join(unknown)}; known: {known}", span)
+            raise IRError(
+                f"{self.name}: unknown attribute(s) {', '.join(unknown)}; known: {known}", span)
         out = {}
         for a in self.attrs:
             if a.name in attrs:
@@ -255,7 +258,8 @@ class OpDef:
         return Attrs(out)
 
     def func_type(self, attrs: Attrs) -> FuncType:
-        """A fresh generic type ``fn<t0..tn, r>(t0..tn) -> r where Rel(t0..tn, r)`` for one call site."""
+        """A fresh generic type ``fn<t0..tn, r>(t0..tn) -> r where Rel(t0..tn, r)``, for one call
+        site."""
         params = tuple(TypeVar(f"{self.name}_in{i}", Kind.Type) for i in range(self.num_inputs))
         ret = TypeVar(f"{self.name}_out", Kind.Type)
         rel = TypeRelation(self.name, self.type_relation, params, ret, attrs)

@@ -41,7 +41,7 @@ def supports(fn: Function) -> bool:
     def check(e: Expr) -> None:
         if e is fn:
             return
-        if not isinstance(e, _STRAIGHT_LINE + (Op,)) or (
+        if not isinstance(e, (*_STRAIGHT_LINE, Op)) or (
                 isinstance(e, Call) and not isinstance(e.op, Op)):
             ok[0] = False
 
@@ -165,9 +165,7 @@ class _Adjoint:
 def _differentiable(t: Type) -> bool:
     if isinstance(t, TensorType):
         return is_float(t.dtype)
-    if isinstance(t, TupleType):
-        return True
-    return False
+    return isinstance(t, TupleType)
 
 
 def first_order_gradient(fn: Function) -> Function:

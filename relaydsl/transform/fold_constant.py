@@ -3,8 +3,9 @@
 Each such call is evaluated once, at compile time, with the op's NumPy reference
 (the interpreter's semantics); ``shape_of`` of a statically shaped tensor is its
 shape, and ``cast_like(c, x)`` of a constant is ``c`` in ``x``'s dtype. What a
-program computes is unchanged; the llvm target then runs fewer kernels (a loop over the rows of a tensor tests ``i < shape_of(data)[0]`` on every
-iteration: after folding, ``i < 50``).
+program computes is unchanged; the llvm target then runs fewer kernels (a loop over the
+rows of a tensor tests ``i < shape_of(data)[0]`` on every iteration: after folding,
+``i < 50``).
 
 >>> from relaydsl.ir.parser import parse
 >>> from relaydsl.typing import infer_types

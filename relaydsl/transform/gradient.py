@@ -298,17 +298,22 @@ def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
     """A grad node containing no other, in a global calling no global that has one."""
     order = [gv for scc in call_graph_sccs(mod, list(mod.functions)) for gv in scc]
     for gv in order:  # callees first
-        fn = mod[gv]
-        found: list[Grad] = []
-
-        def note(e: Expr) -> None:
-            if isinstance(e, Grad) and not found:
-                found.append(e)  # post-order: the first grad seen contains no other
-
-        post_order(fn, note)
-        if found:
-            return gv, found[0]
+        grad = _first_grad(mod[gv])
+        if grad is not None:
+            return gv, grad
     return None
+
+
+def _first_grad(fn: Expr) -> Grad | None:
+    """The first grad node of ``fn`` in post-order, which contains no other."""
+    found: list[Grad] = []
+
+    def note(e: Expr) -> None:
+        if isinstance(e, Grad) and not found:
+            found.append(e)
+
+    post_order(fn, note)
+    return found[0] if found else None
 
 
 def lower_first_order_grads(mod: IRModule) -> IRModule:

@@ -44,7 +44,7 @@ def _softmax_parts(x: Tensor, axis: int) -> tuple[Tensor, Tensor, Callable]:
     rest = x.shape[:axis] + x.shape[axis + 1:]
 
     def along(p: tuple, r: PrimExpr) -> tuple:
-        return p[:axis] + (r,) + p[axis:]
+        return (*p[:axis], r, *p[axis:])
 
     def top(*p: PrimExpr) -> PrimExpr:
         r = reduce_axis(x.shape[axis], "k")

@@ -60,7 +60,7 @@ def _cross_entropy_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorT
 
     def per_example(*p: PrimExpr) -> PrimExpr:
         k = reduce_axis(classes, "k")
-        return -T.sum(labels[p + (k,)] * logp[p + (k,)], k)
+        return -T.sum(labels[(*p, k)] * logp[(*p, k)], k)
 
     losses = compute(lead, per_example, "T_cross_entropy_per_example")
     if not lead:

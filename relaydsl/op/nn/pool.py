@@ -266,7 +266,7 @@ def _avg_pool2d_jax(data: Array, *, count_include_pad: bool, **attrs: AnyValue) 
 
 def _avg_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
     """d avg_pool2d(x) = the data adjoint of a depthwise all-ones conv2d, of g / window counts."""
-    (x, single), a = as_batch(call.args[0]), call.attrs
+    (_, single), a = as_batch(call.args[0]), call.attrs
     g = ops.expand_dims(g, axis=0) if single else g
     t, hw = gu.tensor_type(call.args[0]), gu.image_hw(call.args[0], "avg_pool2d")
     channels = t.shape[-3]
