@@ -126,6 +126,11 @@ class TensorType(Type):
             raise IRError(f"shape {self.shape} is not static")
         return tuple(self.shape)  # type: ignore[arg-type]
 
+    def concrete_dtype(self) -> str:
+        if not isinstance(self.dtype, str):
+            raise IRError(f"dtype {self.dtype} is not known")
+        return self.dtype
+
 
 def scalar_type(dtype: str = "float32") -> TensorType:
     return TensorType((), dtype)

@@ -71,7 +71,7 @@ def _ints(v: AnyValue) -> bool:
 
 def _pair(v: int | tuple[int, ...]) -> tuple[int, int]:
     """An int or (h, w) as (h, w): ``2 -> (2, 2)``."""
-    if _is_int(v):
+    if isinstance(v, int):
         return (v, v)
     if len(v) != 2:
         raise ValueError(f"expected an int or 2 ints (h, w), got {len(v)} values")
@@ -80,7 +80,7 @@ def _pair(v: int | tuple[int, ...]) -> tuple[int, int]:
 
 def _padding(v: int | tuple[int, ...]) -> tuple[int, int, int, int]:
     """An int, (h, w) or (top, left, bottom, right) as the four: ``(1, 2) -> (1, 2, 1, 2)``."""
-    if _is_int(v):
+    if isinstance(v, int):
         return (v, v, v, v)
     if len(v) == 2:
         return (v[0], v[1], v[0], v[1])
@@ -232,7 +232,7 @@ class OpDef:
                     raise IRError(f"{self.name}: attribute {a.name!r} given twice", span)
                 attrs[a.name] = value
             args = args[:self.num_inputs]
-        return Call(self.op, args, attrs, span=span)
+        return Call(self.op, args, Attrs(attrs), span=span)
 
     def check_call(self, args: tuple, attrs: Attrs, span: Span | None = None) -> Attrs:
         """Arity and attributes of a call; returns the attributes with defaults filled in."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaydsl.ir.expr import Call, Constant, Expr, Op
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator
 from relaydsl.transform._util import retyped
@@ -31,6 +31,7 @@ def fold_constants(mod: IRModule) -> IRModule:
     changed = False
     for gv, fn in list(out.user_functions().items()):
         folded = _Fold().visit(fn)
+        assert isinstance(folded, Function)  # a function's rewrite is a function
         if folded is not fn:
             out.add(gv, folded)
             changed = True
@@ -47,10 +48,11 @@ class _Fold(ExprMutator):
             folded = traits.fold_from_types(new, [a.checked_type for a in call.args])
             if folded is not None:
                 return folded
-        if not traits.foldable or not all(isinstance(a, Constant) for a in new.args):
+        constants = [a for a in new.args if isinstance(a, Constant)]
+        if not traits.foldable or len(constants) != len(new.args):
             return new  # (zeros(), ones(): no arguments, constants)
         try:
-            value = new.op.definition.numpy_ref(*[a.data for a in new.args], **new.attrs)
+            value = new.op.definition.numpy_ref(*[c.data for c in constants], **new.attrs)
         except Exception:  # left for run time, where the error is reported with its location
             return new
         if not isinstance(value, np.ndarray | np.generic):

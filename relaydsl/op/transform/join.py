@@ -73,7 +73,7 @@ def _concatenate_gradient(call: Call, g: Expr) -> list[Expr]:
     axis %= tensor_type(TupleGetItem(xs, 0)).ndim
     sizes = [static_dims(TupleGetItem(xs, i), "concatenate")[axis] for i in range(n)]
     pieces = split(g, indices_or_sections=tuple(np.cumsum(sizes[:-1]).tolist()), axis=axis)
-    return [Tuple([TupleGetItem(pieces, i) for i in range(n)])]
+    return [Tuple(tuple(TupleGetItem(pieces, i) for i in range(n)))]
 
 
 def _concatenate_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
@@ -217,7 +217,7 @@ def _stack_gradient(call: Call, g: Expr) -> list[Expr]:
     xs, axis = call.args[0], call.attrs.axis
     n = _fields(arg_type(xs))
     pieces = split(g, indices_or_sections=n, axis=axis)
-    return [Tuple([squeeze(TupleGetItem(pieces, i), axis=(axis,)) for i in range(n)])]
+    return [Tuple(tuple(squeeze(TupleGetItem(pieces, i), axis=(axis,)) for i in range(n)))]
 
 
 def _stack_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
