@@ -39,7 +39,7 @@ import contextlib
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any as AnyValue, Callable, Union
+from typing import Any as AnyValue, Callable, ClassVar
 
 import numpy as np
 
@@ -117,7 +117,7 @@ class ConstructorValue:
         return format_value(self)
 
 
-Value = Union[np.ndarray, tuple, Closure, RefValue, ConstructorValue, Op, Constructor]
+Value = np.ndarray | tuple | Closure | RefValue | ConstructorValue | Op | Constructor
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +340,7 @@ class Interpreter:
         ref.value = self._value(node.value, env)
         return ()
 
-    _EVAL: dict[type, Callable[..., Value]] = {
+    _EVAL: ClassVar[dict[type, Callable[..., Value]]] = {
         Var: _var, GlobalVar: _global_var, Constant: _constant, Op: _op,
         Constructor: _constructor, Function: _function, Tuple: _tuple,
         TupleGetItem: _tuple_getitem, RefCreate: _ref_create, RefRead: _ref_read,

@@ -94,7 +94,7 @@ _MARKER_NAMES = "Float, Int, Float16, Float32, Float64, Int8, Int16, Int32, Int6
 
 # ---- Tensor[dtype, shape] -------------------------------------------------------------------
 
-AnnotationDim = typing.Union[int, str, AnyDim]
+AnnotationDim = int | str | AnyDim
 
 
 def _annotation_dim(dim: object, written: object) -> AnnotationDim:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import functools
 import itertools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any as AnyValue, Callable
+from typing import Any as AnyValue, Callable, ClassVar
 
 
 from relaydsl.backend.interpreter import Closure
@@ -398,7 +399,7 @@ class RelayModelFunction(RelayFunction):
     """What ``@relay_model`` returns: a function with hidden parameters, run through a Model."""
 
     is_model = True
-    defined: dict[str, "RelayModelFunction"] = {}  # by qualified name, for load_model
+    defined: ClassVar[dict[str, RelayModelFunction]] = {}  # by qualified name, for load_model
 
     def __init__(self, pyfunc: Callable):
         super().__init__(pyfunc)
@@ -472,10 +473,8 @@ class _FindTypeCalls(TypeMutator):
 def _closure_dict(pyfunc: Callable) -> dict[str, AnyValue]:
     out = {}
     for name, cell in zip(pyfunc.__code__.co_freevars, pyfunc.__closure__ or ()):
-        try:
+        with contextlib.suppress(ValueError):  # an empty cell: a name not bound yet
             out[name] = cell.cell_contents
-        except ValueError:
-            pass
     return out
 
 

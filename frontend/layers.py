@@ -14,7 +14,8 @@ sizes accepted as written there):
 - ``relay.linear(x, num_hidden=, no_bias=False)``
 - ``relay.batch_norm(x, axis=1, epsilon=1e-5)`` (learned scale and shift; batch statistics)
 - ``relay.embedding(ids, vocab=, dim=)``
-- ``relay.lstm_cell(x, (h, c), num_hidden=)`` -> ``(h, c)``;  ``relay.gru_cell(x, h, num_hidden=)`` -> h
+- ``relay.lstm_cell(x, (h, c), num_hidden=)`` -> ``(h, c)``
+- ``relay.gru_cell(x, h, num_hidden=)`` -> h
 - ``relay.max_pool(x, ksize=, strides=)`` and ``relay.flatten_layer(x)`` (no parameters)
 """
 from __future__ import annotations
@@ -145,7 +146,8 @@ def _gates(ctx: LayerContext, layer: str, x: Expr, h: Expr, units: int, prefix: 
 
 
 def lstm_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
-    """(h', c') with i, f, g, o = split(x W_x + h W_h + b, 4); c' = σf·c + σi·tanh g; h' = σo·tanh c'."""
+    """(h', c') with i, f, g, o = split(x W_x + h W_h + b, 4);
+    c' = σf·c + σi·tanh g; h' = σo·tanh c'."""
     x, state = args
     hidden = int(_required(kwargs, "num_hidden", "lstm_cell", ctx))
     _no_extra(kwargs, "lstm_cell", ctx)
@@ -161,7 +163,8 @@ def lstm_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
 
 
 def gru_cell(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
-    """h' = (1 - z)·n + z·h with r, z = σ(split(x W + h U + b, 2)), n = tanh(x W_n + r·(h U_n) + b_n)."""
+    """h' = (1 - z)·n + z·h with r, z = σ(split(x W + h U + b, 2)),
+    n = tanh(x W_n + r·(h U_n) + b_n)."""
     x, h = args
     hidden = int(_required(kwargs, "num_hidden", "gru_cell", ctx))
     _no_extra(kwargs, "gru_cell", ctx)

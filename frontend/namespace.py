@@ -49,7 +49,7 @@ class OpFunction:
 
 
 class LayerFunction:
-    """``relay.linear``, ``relay.embedding``, ...: a layer (frontend/layers.py) that is not an op."""
+    """``relay.linear``, ``relay.embedding``, ...: a layer (frontend/layers.py), not an op."""
 
     def __init__(self, name: str):
         self.name = name

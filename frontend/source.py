@@ -38,7 +38,7 @@ class Source:
         tree = module.body[0]
         if not isinstance(tree, (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise DSLSyntaxError(f"{func!r} is not a function definition")
-        return cls(file, tuple(l.rstrip("\n") for l in lines), first_line, indent, tree)  # type: ignore[arg-type]
+        return cls(file, tuple(line.rstrip("\n") for line in lines), first_line, indent, tree)  # type: ignore[arg-type]
 
     def span(self, node: ast.AST) -> Span | None:
         lineno = getattr(node, "lineno", None)

@@ -38,11 +38,13 @@ def _int(v: int) -> Constant:
 @functools.cache
 def prelude_definitions() -> Prelude:
     """The prelude's ADTs and global functions (built once; nodes are shared by every module)."""
-    list_t = define_adt("List", ["a"], [("Cons", [lambda s, tv: tv[0], lambda s, tv: s]), ("Nil", [])])
+    list_t = define_adt("List", ["a"],
+                        [("Cons", [lambda s, tv: tv[0], lambda s, tv: s]), ("Nil", [])])
     option_t = define_adt("Option", ["a"], [("Some", [lambda s, tv: tv[0]]), ("None", [])])
     cons, nil = list_t.constructors
     tree_t = define_adt(
-        "Tree", ["a"], [("Rose", [lambda s, tv: tv[0], lambda s, tv: TypeCall(list_t.header, (s,))])]
+        "Tree", ["a"],
+        [("Rose", [lambda s, tv: tv[0], lambda s, tv: TypeCall(list_t.header, (s,))])],
     )
 
     def List(t):  # reads like the type it builds
@@ -63,7 +65,8 @@ def prelude_definitions() -> Prelude:
 
     # foldl<a, b>(f, acc, xs) = match xs { Cons(h, t) => foldl(f, f(acc, h), t) | Nil => acc }
     a, b = TypeVar("a"), TypeVar("b")
-    f, acc, xs, h, t = Var("f", FuncType((a, b), a)), Var("acc", a), Var("xs", List(b)), Var("h"), Var("t")
+    f, acc, xs = Var("f", FuncType((a, b), a)), Var("acc", a), Var("xs", List(b))
+    h, t = Var("h"), Var("t")
     body = Match(xs, (
         Clause(PatternConstructor(cons, (PatternVar(h), PatternVar(t))),
                Call(gv["foldl"], (f, Call(f, (acc, h)), t))),
@@ -73,7 +76,8 @@ def prelude_definitions() -> Prelude:
 
     # foldr<a, b>(f, acc, xs) = match xs { Cons(h, t) => f(h, foldr(f, acc, t)) | Nil => acc }
     a, b = TypeVar("a"), TypeVar("b")
-    f, acc, xs, h, t = Var("f", FuncType((a, b), b)), Var("acc", b), Var("xs", List(a)), Var("h"), Var("t")
+    f, acc, xs = Var("f", FuncType((a, b), b)), Var("acc", b), Var("xs", List(a))
+    h, t = Var("h"), Var("t")
     body = Match(xs, (
         Clause(PatternConstructor(cons, (PatternVar(h), PatternVar(t))),
                Call(f, (h, Call(gv["foldr"], (f, acc, t))))),
@@ -107,7 +111,8 @@ def prelude_definitions() -> Prelude:
     ))
     funcs[gv["length"]] = Function((xs,), body, _INT, (a,))
 
-    # nth<a>(xs, n) = match xs { Cons(h, t) => if n == 0 then h else nth(t, n - 1) }  (no Nil: error)
+    # nth<a>(xs, n) = match xs { Cons(h, t) => if n == 0 then h else nth(t, n - 1) }
+    # (no Nil clause: an error)
     a = TypeVar("a")
     xs, n, h, t = Var("xs", List(a)), Var("n", _INT), Var("h"), Var("t")
     body = Match(xs, (

@@ -542,7 +542,6 @@ class _StageEmitter:
 
     def reduce(self, red: Reduce, ctx: _Ctx) -> ir.Value:
         """``acc = init; for r...: acc = combine(acc, source)``, the accumulator in a register."""
-        b = self.b
         acc = self.alloca(memory_type(red.dtype), "acc")
         self._store_val(acc, self.value(red.init, ctx), red.dtype)
 

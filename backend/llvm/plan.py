@@ -288,9 +288,9 @@ def _call_sites(fn: Function) -> dict[Var, int]:
             own[e.var] = e.value
     inside = {v: {id(x) for x in _nodes(f.body)} for v, f in own.items()}
     for e in _nodes(fn):
-        if isinstance(e, Call) and isinstance(e.op, Var) and e.op in own:
-            if id(e) not in inside[e.op]:
-                sites[e.op] = sites.get(e.op, 0) + 1
+        if (isinstance(e, Call) and isinstance(e.op, Var) and e.op in own
+                and id(e) not in inside[e.op]):
+            sites[e.op] = sites.get(e.op, 0) + 1
     return sites
 
 

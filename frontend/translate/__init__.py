@@ -30,6 +30,5 @@ located at the construct, saying what to write instead where that is clear.
 from relaydsl.frontend.translate.bindings import Binding
 from relaydsl.frontend.translate.python_values import Resolver
 from relaydsl.frontend.translate.translator import Translator
-from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
 
 __all__ = ["Binding", "Resolver", "Translator"]

@@ -72,7 +72,8 @@ def define_adt(name: str, type_var_names: list[str],
     """Build a TypeData. Each constructor is (name, inputs); an input may be a callable
     ``f(self_type, type_vars) -> Type`` for the recursive cases.
 
-    >>> lst = define_adt("MyList", ["a"], [("MyCons", [lambda s, tv: tv[0], lambda s, tv: s]), ("MyNil", [])])
+    >>> lst = define_adt("MyList", ["a"], [("MyCons", [lambda s, tv: tv[0], lambda s, tv: s]),
+    ...                                    ("MyNil", [])])
     >>> [c.name for c in lst.constructors]
     ['MyCons', 'MyNil']
     """

@@ -29,7 +29,8 @@ class Attrs(Mapping[str, AnyValue]):
         try:
             return self._items[key]
         except KeyError:
-            raise AttributeError(f"no attribute {key!r}; attributes are {sorted(self._items)}") from None
+            raise AttributeError(
+                f"no attribute {key!r}; attributes are {sorted(self._items)}") from None
 
     def __setattr__(self, key: str, value: AnyValue) -> None:
         raise AttributeError("Attrs are immutable")

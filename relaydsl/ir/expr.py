@@ -35,9 +35,8 @@ class Expr:
     def checked_type(self) -> Type:
         """The type inference gave this node; raises if inference has not run on it."""
         if self._checked_type is None:
-            raise IRError(
-                f"{type(self).__name__} has no checked_type yet: run relaydsl.typing.infer_types first"
-            )
+            raise IRError(f"{type(self).__name__} has no checked_type yet: "
+                          "run relaydsl.typing.infer_types first")
         return self._checked_type
 
     @property
@@ -74,7 +73,8 @@ class Var(Expr):
         if not isinstance(self.name_hint, str) or not self.name_hint:
             raise IRError(f"Var name must be a non-empty string, got {self.name_hint!r}")
         if self.type_annotation is not None and not isinstance(self.type_annotation, Type):
-            raise IRError(f"Var {self.name_hint}: type_annotation must be a Type, got {self.type_annotation!r}")
+            raise IRError(f"Var {self.name_hint}: type_annotation must be a Type, "
+                          f"got {self.type_annotation!r}")
 
 
 @final
@@ -94,9 +94,11 @@ class Constant(Expr):
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, np.ndarray):
-            raise IRError(f"Constant takes a numpy array (use relay.const for Python values), got {self.data!r:.80}")
+            raise IRError("Constant takes a numpy array (use relay.const for Python values), "
+                          f"got {self.data!r:.80}")
         if self.data.dtype.name not in DTYPES:
-            raise IRError(f"constant of unsupported dtype {self.data.dtype}; expected one of {', '.join(DTYPES)}")
+            raise IRError(f"constant of unsupported dtype {self.data.dtype}; "
+                          f"expected one of {', '.join(DTYPES)}")
         arr = np.array(self.data)  # a private copy, so nobody can mutate the program's constants
         arr.flags.writeable = False
         object.__setattr__(self, "data", arr)
@@ -191,7 +193,8 @@ class Call(Expr):
 
         if isinstance(self.op, Constructor) and len(self.args) != len(self.op.inputs):
             raise IRError(
-                f"constructor {self.op.name} takes {len(self.op.inputs)} arguments, got {len(self.args)}",
+                f"constructor {self.op.name} takes {len(self.op.inputs)} arguments, "
+                f"got {len(self.args)}",
                 self.span,
             )
 

@@ -56,7 +56,8 @@ class IRModule:
                 self.add_type(td)
             for gv, fn in funcs.items():
                 self.add(gv, fn)
-            self.prelude_names = frozenset([*(gv.name_hint for gv in funcs), *(td.header.name for td in types)])
+            self.prelude_names = frozenset([*(gv.name_hint for gv in funcs),
+                                            *(td.header.name for td in types)])
         for td in (type_definitions or {}).values():
             self.add_type(td)
         for gv, fn in (functions or {}).items():
@@ -86,7 +87,8 @@ class IRModule:
         try:
             return self._global_vars[name]
         except KeyError:
-            raise IRError(f"no global function named {name!r}.{suggest(name, self._global_vars)}") from None
+            raise IRError(f"no global function named {name!r}."
+                          f"{suggest(name, self._global_vars)}") from None
 
     def has_global(self, name: str) -> bool:
         return name in self._global_vars
@@ -136,13 +138,15 @@ class IRModule:
         try:
             return self._constructors[name]
         except KeyError:
-            raise IRError(f"no constructor named {name!r}.{suggest(name, self._constructors)}") from None
+            raise IRError(f"no constructor named {name!r}."
+                          f"{suggest(name, self._constructors)}") from None
 
     def type_data_of(self, c: Constructor) -> TypeData:
         return self.type_definitions[c.belong_to]
 
     def user_types(self) -> dict[GlobalTypeVar, TypeData]:
-        return {h: td for h, td in self.type_definitions.items() if h.name not in self.prelude_names}
+        return {h: td for h, td in self.type_definitions.items()
+                if h.name not in self.prelude_names}
 
     # ---- construction helpers -------------------------------------------
     @classmethod

@@ -514,14 +514,15 @@ class _Parser:
         start = self.next()
         self.expect("(", f"after '{start.text}'")
         args = self.comma_list(")", self.expr)
-        node = {"ref": RefCreate, "ref_read": RefRead, "ref_write": RefWrite, "grad": Grad}[start.text]
+        nodes = {"ref": RefCreate, "ref_read": RefRead, "ref_write": RefWrite, "grad": Grad}
+        node = nodes[start.text]
         arity = 2 if node is RefWrite else 1
         if len(args) != arity:
             raise self.error(f"{start.text} takes {arity} argument(s), got {len(args)}", start)
         return self.build(start, node, *args)
 
     def meta(self) -> Expr:
-        start = self.expect("meta")
+        self.expect("meta")
         self.expect("[")
         section = self.expect_kind("ident", "'Constant'")
         if section.text != "Constant":

@@ -41,8 +41,8 @@ from relaydsl.ir.adt import (
 )
 from relaydsl.ir.attrs import Attrs, freeze
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
-    Tuple, TupleGetItem, Var,
+    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
+    RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import DTYPES, Type, TypeVar, type_param_to_str, type_to_str

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """A half-open source range: ``file:line:col`` to ``end_line:end_col`` (1-based lines, 1-based cols)."""
+    """A half-open source range: ``file:line:col`` to ``end_line:end_col`` (1-based lines and
+    columns)."""
 
     file: str
     line: int
@@ -19,7 +20,7 @@ class Span:
         return f"{self.file}:{self.line}:{self.col}"
 
     def excerpt(self) -> str:
-        """The source line with a caret under the spanned columns, or '' when the text is unknown."""
+        """The source line with a caret under the spanned columns; '' when the text is unknown."""
         if self.source_line is None:
             return ""
         width = 1

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any as AnyValue, Iterator, Union
+from typing import Any as AnyValue, Iterator
 
 import numpy as np
 
@@ -37,8 +37,8 @@ from relaydsl.ir.adt import (
 )
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
-    Tuple, TupleGetItem, Var,
+    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
+    RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
@@ -47,7 +47,7 @@ from relaydsl.ir.types import (
     AnyDim, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, TypeVar,
 )
 
-Node = Union[Expr, Type, IRModule, TypeData]
+Node = Expr | Type | IRModule | TypeData
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, SupportsIndex, Union, final
+from typing import TYPE_CHECKING, Callable, SupportsIndex, final
 
 from relaydsl.errors import IRError
 
@@ -70,11 +70,11 @@ class TypeVar(Type):
     uid: int = field(default_factory=lambda: next(_fresh_ids))
 
     def __repr__(self) -> str:
-        return f"{self.name}" if self.kind is not Kind.Shape else f"{self.name}"
+        return self.name
 
 
-Dim = Union[int, TypeVar, AnyDim]
-DType = Union[str, TypeVar]
+Dim = int | TypeVar | AnyDim
+DType = str | TypeVar
 
 
 def _check_dim(dim: object) -> Dim:
@@ -108,7 +108,8 @@ class TensorType(Type):
         object.__setattr__(self, "shape", tuple(_check_dim(d) for d in shape))
         if isinstance(self.dtype, TypeVar):
             if self.dtype.kind is not Kind.BaseType:
-                raise IRError(f"type variable {self.dtype.name} used as a dtype must have kind BaseType")
+                raise IRError(f"type variable {self.dtype.name} used as a dtype must have "
+                              "kind BaseType")
         elif self.dtype not in DTYPES:
             raise IRError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
 
@@ -124,6 +125,11 @@ class TensorType(Type):
         if not self.is_static:
             raise IRError(f"shape {self.shape} is not static")
         return tuple(self.shape)  # type: ignore[arg-type]
+
+    def concrete_dtype(self) -> str:
+        if not isinstance(self.dtype, str):
+            raise IRError(f"dtype {self.dtype} is not known")
+        return self.dtype
 
 
 def scalar_type(dtype: str = "float32") -> TensorType:
@@ -236,7 +242,7 @@ def has_float(t: Type) -> bool:
 
 
 def is_int(dtype: DType) -> bool:
-    return isinstance(dtype, str) and (dtype.startswith("int") or dtype.startswith("uint"))
+    return isinstance(dtype, str) and dtype.startswith(("int", "uint"))
 
 
 def shape_to_str(shape: tuple) -> str:

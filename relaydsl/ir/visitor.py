@@ -159,7 +159,7 @@ class ExprVisitor:
         self.visit(node)
 
     def visit_let_binding(self, let: Let) -> None:
-        """Hook called for each let of a chain after the first (the first goes through visit_let)."""
+        """Called for each let of a chain after the first (the first goes through visit_let)."""
 
     def visit_function(self, fn: Function) -> None:
         for p in fn.params:
@@ -210,7 +210,8 @@ class ExprVisitor:
 
 
 class ExprMutator:
-    """Rebuilds an expression bottom-up. Override ``visit_*`` to rewrite; unchanged nodes are reused."""
+    """Rebuilds an expression bottom-up. Override ``visit_*`` to rewrite; unchanged nodes are
+    reused."""
 
     def __init__(self) -> None:
         self.memo: dict[int, Expr] = {}
@@ -256,16 +257,16 @@ class ExprMutator:
         while isinstance(node, Let) and (node is let or id(node) not in self.memo):
             chain.append(node)
             node = node.body
-        new_bindings = [(self.visit_let_var(l.var), self.visit(l.value)) for l in chain]
+        new_bindings = [(self.visit_let_var(link.var), self.visit(link.value)) for link in chain]
         body = self.visit(node)
-        for l, (var, value) in zip(reversed(chain), reversed(new_bindings)):
-            if var is l.var and value is l.value and body is l.body:
-                body = l
+        for link, (var, value) in zip(reversed(chain), reversed(new_bindings)):
+            if var is link.var and value is link.value and body is link.body:
+                body = link
             else:
-                body = self.rebuild_let(l, var, value, body)
-            if l is not let:
-                self.memo[id(l)] = body
-                self._keep.append(l)
+                body = self.rebuild_let(link, var, value, body)
+            if link is not let:
+                self.memo[id(link)] = body
+                self._keep.append(link)
         return body
 
     def visit_let_var(self, var: Var) -> Var:
@@ -425,7 +426,8 @@ class TypeMutator:
                 self.visit(t.ret_type),
                 t.type_params,
                 tuple(
-                    TypeRelation(r.name, r.func, tuple(self.visit(a) for a in r.args), self.visit(r.out), r.attrs)
+                    TypeRelation(r.name, r.func, tuple(self.visit(a) for a in r.args),
+                                 self.visit(r.out), r.attrs)
                     for r in t.relations
                 ),
             )

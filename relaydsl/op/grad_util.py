@@ -23,8 +23,8 @@ from typing import Any as AnyValue, Sequence
 import numpy as np
 
 from relaydsl.errors import IRError
-from relaydsl.ir.expr import Call, Constant, Expr, Tuple, TupleGetItem, Var, const
-from relaydsl.ir.types import TensorType, TupleType, Type, has_float, is_float, type_to_str
+from relaydsl.ir.expr import Call, Constant, Expr, Op, Tuple, TupleGetItem, Var, const
+from relaydsl.ir.types import DType, TensorType, TupleType, Type, has_float, is_float, type_to_str
 from relaydsl.op.registry import ops
 
 
@@ -32,7 +32,11 @@ def input_adjoints(call: Call, g: Expr) -> list[Expr]:
     """The adjoints of `call`'s inputs given its output's adjoint `g`, by the op's rule."""
     if not any(has_float(arg_type(a)) for a in call.args):
         return [zeros_for(a) for a in call.args]
-    return call.op.definition.gradient(call, g)
+    assert isinstance(call.op, Op), "input_adjoints takes an operator call"
+    rule = call.op.definition.gradient
+    if rule is None:
+        raise IRError(f"the operator {call.op.name} has no gradient rule")
+    return rule(call, g)
 
 
 
@@ -124,14 +128,14 @@ def static_dims(e: Expr, what: str) -> tuple[int, ...]:
 
 
 def scalar(value: float, like: Expr) -> Constant:
-    return const(value, tensor_type(like).dtype)
+    return const(value, tensor_type(like).concrete_dtype())
 
 
 def zeros_for(x: Expr) -> Expr:
     """The zero adjoint of x: zeros_like, field by field for a tuple."""
     t = arg_type(x)
     if isinstance(t, TupleType):
-        return Tuple([zeros_for(TupleGetItem(x, i)) for i in range(len(t.fields))])
+        return Tuple(tuple(zeros_for(TupleGetItem(x, i)) for i in range(len(t.fields))))
     return ops.zeros_like(x)
 
 
@@ -172,7 +176,7 @@ def along(v: Expr, axis: int, ndim: int) -> Expr:
     return ops.expand_dims(v, axis=1, num_newaxis=trailing) if trailing else v
 
 
-def through_cast(d: Expr, x: Expr, out_dtype: str) -> Expr:
+def through_cast(d: Expr, x: Expr, out_dtype: DType) -> Expr:
     """d carried back through a cast of x to out_dtype: zero unless both dtypes are float."""
     if is_float(out_dtype) and is_float(tensor_type(x).dtype):
         return ops.cast_like(d, x)

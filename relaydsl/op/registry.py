@@ -71,7 +71,7 @@ def _ints(v: AnyValue) -> bool:
 
 def _pair(v: int | tuple[int, ...]) -> tuple[int, int]:
     """An int or (h, w) as (h, w): ``2 -> (2, 2)``."""
-    if _is_int(v):
+    if isinstance(v, int):
         return (v, v)
     if len(v) != 2:
         raise ValueError(f"expected an int or 2 ints (h, w), got {len(v)} values")
@@ -80,7 +80,7 @@ def _pair(v: int | tuple[int, ...]) -> tuple[int, int]:
 
 def _padding(v: int | tuple[int, ...]) -> tuple[int, int, int, int]:
     """An int, (h, w) or (top, left, bottom, right) as the four: ``(1, 2) -> (1, 2, 1, 2)``."""
-    if _is_int(v):
+    if isinstance(v, int):
         return (v, v, v, v)
     if len(v) == 2:
         return (v[0], v[1], v[0], v[1])
@@ -102,7 +102,8 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "ints": ("a tuple of ints", _ints),
     "int_or_ints": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
     "optional_int": ("an int or None", lambda v: v is None or _is_int(v)),
-    "optional_ints": ("None, an int or a tuple of ints", lambda v: v is None or _is_int(v) or _ints(v)),
+    "optional_ints": ("None, an int or a tuple of ints",
+                      lambda v: v is None or _is_int(v) or _ints(v)),
     "pair": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
     "optional_pair": ("None, an int or a tuple of ints",
                       lambda v: v is None or _is_int(v) or _ints(v)),
@@ -144,7 +145,8 @@ class Attr:
         what, ok = _KIND_CHECKS[self.kind]
         if not ok(value):
             raise IRError(
-                f"{op_name}: attribute {self.name!r} must be {what}, got {type(value).__name__} {value!r}",
+                f"{op_name}: attribute {self.name!r} must be {what}, "
+                f"got {type(value).__name__} {value!r}",
                 span,
             )
         if self.kind in _KIND_CANONICAL:
@@ -230,7 +232,7 @@ class OpDef:
                     raise IRError(f"{self.name}: attribute {a.name!r} given twice", span)
                 attrs[a.name] = value
             args = args[:self.num_inputs]
-        return Call(self.op, args, attrs, span=span)
+        return Call(self.op, args, Attrs(attrs), span=span)
 
     def check_call(self, args: tuple, attrs: Attrs, span: Span | None = None) -> Attrs:
         """Arity and attributes of a call; returns the attributes with defaults filled in."""
@@ -243,7 +245,8 @@ class OpDef:
         unknown = [k for k in attrs if k not in schema]
         if unknown:
             known = ", ".join(schema) or "none"
-            raise IRError(f"{self.name}: unknown attribute(s) {', '.join(unknown)}; known: {known}", span)
+            raise IRError(
+                f"{self.name}: unknown attribute(s) {', '.join(unknown)}; known: {known}", span)
         out = {}
         for a in self.attrs:
             if a.name in attrs:
@@ -255,7 +258,8 @@ class OpDef:
         return Attrs(out)
 
     def func_type(self, attrs: Attrs) -> FuncType:
-        """A fresh generic type ``fn<t0..tn, r>(t0..tn) -> r where Rel(t0..tn, r)`` for one call site."""
+        """A fresh generic type ``fn<t0..tn, r>(t0..tn) -> r where Rel(t0..tn, r)``, for one call
+        site."""
         params = tuple(TypeVar(f"{self.name}_in{i}", Kind.Type) for i in range(self.num_inputs))
         ret = TypeVar(f"{self.name}_out", Kind.Type)
         rel = TypeRelation(self.name, self.type_relation, params, ret, attrs)

@@ -272,7 +272,8 @@ def _cast_like_fold(call: Call, arg_types: Sequence[Type]) -> Expr | None:
     read the tensor, keeping ``+`` out of x's fusion group.
     """
     data, t = call.args[0], arg_types[1]
-    if not isinstance(data, Constant) or not (isinstance(t, TensorType) and isinstance(t.dtype, str)):
+    if not (isinstance(data, Constant) and isinstance(t, TensorType)
+            and isinstance(t.dtype, str)):
         return None
     return Constant(np.asarray(data.data).astype(t.dtype), span=call.span)
 

@@ -18,9 +18,11 @@ from relaydsl.te.expr import (
     abs_, call, cast, const, equal, exp, log, maximum, minimum, not_equal, post_order, power,
     select, sigmoid, sqrt, tanh, to_text,
 )
-from relaydsl.te.tensor import (
-    Reducer, Tensor, compute, max, min, placeholder, prod, reduce_axis, sum,
-)
+from relaydsl.te.tensor import Reducer, Tensor, compute, placeholder, reduce_axis
+
+# te.sum, te.max, te.min and te.prod are reductions; they stay out of __all__ so that
+# `from relaydsl.te import *` does not shadow the builtins (`x as x` marks a re-export).
+from relaydsl.te.tensor import max as max, min as min, prod as prod, sum as sum
 
 __all__ = [
     "Add", "And", "BinaryOp", "Call", "Cast", "Div", "EQ", "FloatImm", "FloorDiv", "FloorMod",
@@ -30,5 +32,3 @@ __all__ = [
     "not_equal", "placeholder", "post_order", "power", "reduce_axis", "select", "sigmoid",
     "sqrt", "tanh", "to_text",
 ]
-# te.sum, te.max, te.min and te.prod are reductions; they stay out of __all__ so that
-# `from relaydsl.te import *` does not shadow the builtins.

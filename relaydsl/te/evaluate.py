@@ -186,7 +186,7 @@ class _Evaluator:
         source = self.expr(r.source, _Context(env, rank + k, mask))
         source = source.reshape((1,) * (rank + k - source.ndim) + source.shape)
         source = np.broadcast_to(source, source.shape[:rank] + extents)
-        flat = source.reshape(source.shape[:rank] + (math.prod(extents),))  # -1 fails if empty
+        flat = source.reshape((*source.shape[:rank], math.prod(extents)))  # -1 fails if empty
         acc = self.expr(r.init, ctx)
         for n in range(flat.shape[-1]):
             step = {**ctx.env, r.lhs: acc, r.rhs: flat[..., n]}

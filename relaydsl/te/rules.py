@@ -27,17 +27,18 @@ array([[1., 2., 3.],
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any as AnyValue, Callable, Sequence
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.types import TensorType, TupleType
+from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.te.expr import PrimExpr, const
 from relaydsl.te.tensor import Tensor, compute
 
-# (attrs, inputs, out_type) -> the result: one tensor, or a tuple of them for a TupleType
-ComputeRule = Callable[[Attrs, list[Tensor], TensorType | TupleType],
-                       Tensor | tuple[Tensor, ...]]
+# (attrs, inputs, out_type) -> the result: one tensor, or a tuple of them for a TupleType.
+# out_type is Any: each op's rule declares the one its type relation gives (TensorType, or
+# TupleType for split and batch_norm), which a single Callable type cannot say per op.
+ComputeRule = Callable[[Attrs, list[Tensor], AnyValue], Tensor | tuple[Tensor, ...]]
 Scalar = Callable[..., PrimExpr]
 
 
@@ -78,7 +79,7 @@ def checked(op_name: str, rule: ComputeRule) -> ComputeRule:
     return run
 
 
-def _check_tensor(what: str, out: Tensor, out_type: TensorType) -> None:
+def _check_tensor(what: str, out: Tensor, out_type: Type) -> None:
     if not isinstance(out_type, TensorType):
         raise IRError(f"{what}: the op's type {out_type} is not a tensor type")
     shape = out_type.concrete_shape()

@@ -99,7 +99,7 @@ class _Analysis:
                 for other in scopes[1:]:
                     s = _lca(s, other)
                 self.scope[id(e)] = s
-            for i, (_, key) in enumerate(_edges(e)):
+            for _, key in _edges(e):
                 if key is not None:
                     self._use_scope(e, key)
 

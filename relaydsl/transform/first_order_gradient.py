@@ -41,7 +41,7 @@ def supports(fn: Function) -> bool:
     def check(e: Expr) -> None:
         if e is fn:
             return
-        if not isinstance(e, _STRAIGHT_LINE + (Op,)) or (
+        if not isinstance(e, (*_STRAIGHT_LINE, Op)) or (
                 isinstance(e, Call) and not isinstance(e.op, Op)):
             ok[0] = False
 
@@ -57,14 +57,14 @@ def _typed(e: Expr, t: Type) -> Expr:
 
 def _zeros(value: Expr, t: Type) -> Expr:
     if isinstance(t, TupleType):
-        return Tuple([_zeros(TupleGetItem(value, i), f) for i, f in enumerate(t.fields)])
+        return Tuple(tuple(_zeros(TupleGetItem(value, i), f) for i, f in enumerate(t.fields)))
     return ops.zeros_like(value)
 
 
 def _add(a: Expr, b: Expr, t: Type) -> Expr:
     if isinstance(t, TupleType):
-        return Tuple([_add(TupleGetItem(a, i), TupleGetItem(b, i), f)
-                      for i, f in enumerate(t.fields)])
+        return Tuple(tuple(_add(TupleGetItem(a, i), TupleGetItem(b, i), f)
+                           for i, f in enumerate(t.fields)))
     return ops.add(a, b)
 
 
@@ -96,10 +96,10 @@ class _Adjoint:
     def shallow(self, e: Expr) -> Expr:
         """`e` with atoms for children."""
         if isinstance(e, Call):
-            return _typed(Call(e.op, [self.atom(a) for a in e.args], e.attrs, span=e.span),
+            return _typed(Call(e.op, tuple(self.atom(a) for a in e.args), e.attrs, span=e.span),
                           e.checked_type)
         if isinstance(e, Tuple):
-            return _typed(Tuple([self.atom(f) for f in e.fields]), e.checked_type)
+            return _typed(Tuple(tuple(self.atom(f) for f in e.fields)), e.checked_type)
         if isinstance(e, TupleGetItem):
             return _typed(TupleGetItem(self.atom(e.tuple_value), e.index), e.checked_type)
         if isinstance(e, Let):
@@ -149,13 +149,14 @@ class _Adjoint:
             elif isinstance(value, TupleGetItem):
                 tt = value.tuple_value.checked_type
                 assert isinstance(tt, TupleType)
-                parts = [g if i == value.index else _zeros(TupleGetItem(value.tuple_value, i), f)
-                         for i, f in enumerate(tt.fields)]
+                parts = tuple(g if i == value.index
+                              else _zeros(TupleGetItem(value.tuple_value, i), f)
+                              for i, f in enumerate(tt.fields))
                 contribute(value.tuple_value, Tuple(parts))
             elif isinstance(value, (Var, Constant)):
                 contribute(value, g)
-        grads = [adjoints.get(p) or _zeros(p, p.checked_type) for p in self.fn.params]
-        body: Expr = Tuple([result, Tuple(grads)])
+        grads = tuple(adjoints.get(p) or _zeros(p, p.checked_type) for p in self.fn.params)
+        body: Expr = Tuple((result, Tuple(grads)))
         for var, value in reversed(self.bindings + backward):
             body = Let(var, value, body)
         return Function(self.fn.params, body, TupleType((t.ret_type, TupleType(t.arg_types))),
@@ -165,9 +166,7 @@ class _Adjoint:
 def _differentiable(t: Type) -> bool:
     if isinstance(t, TensorType):
         return is_float(t.dtype)
-    if isinstance(t, TupleType):
-        return True
-    return False
+    return isinstance(t, TupleType)
 
 
 def first_order_gradient(fn: Function) -> Function:

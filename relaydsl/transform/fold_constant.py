@@ -3,8 +3,9 @@
 Each such call is evaluated once, at compile time, with the op's NumPy reference
 (the interpreter's semantics); ``shape_of`` of a statically shaped tensor is its
 shape, and ``cast_like(c, x)`` of a constant is ``c`` in ``x``'s dtype. What a
-program computes is unchanged; the llvm target then runs fewer kernels (a loop over the rows of a tensor tests ``i < shape_of(data)[0]`` on every
-iteration: after folding, ``i < 50``).
+program computes is unchanged; the llvm target then runs fewer kernels (a loop over the
+rows of a tensor tests ``i < shape_of(data)[0]`` on every iteration: after folding,
+``i < 50``).
 
 >>> from relaydsl.ir.parser import parse
 >>> from relaydsl.typing import infer_types
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaydsl.ir.expr import Call, Constant, Expr, Op
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator
 from relaydsl.transform._util import retyped
@@ -30,6 +31,7 @@ def fold_constants(mod: IRModule) -> IRModule:
     changed = False
     for gv, fn in list(out.user_functions().items()):
         folded = _Fold().visit(fn)
+        assert isinstance(folded, Function)  # a function's rewrite is a function
         if folded is not fn:
             out.add(gv, folded)
             changed = True
@@ -46,10 +48,11 @@ class _Fold(ExprMutator):
             folded = traits.fold_from_types(new, [a.checked_type for a in call.args])
             if folded is not None:
                 return folded
-        if not traits.foldable or not all(isinstance(a, Constant) for a in new.args):
+        constants = [a for a in new.args if isinstance(a, Constant)]
+        if not traits.foldable or len(constants) != len(new.args):
             return new  # (zeros(), ones(): no arguments, constants)
         try:
-            value = new.op.definition.numpy_ref(*[a.data for a in new.args], **new.attrs)
+            value = new.op.definition.numpy_ref(*[c.data for c in constants], **new.attrs)
         except Exception:  # left for run time, where the error is reported with its location
             return new
         if not isinstance(value, np.ndarray | np.generic):

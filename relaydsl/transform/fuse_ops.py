@@ -342,9 +342,10 @@ class _Partitioner:
                         return k <= OUT_FUSABLE if is_sink else k <= INJECTIVE
                     if self.check_path(node, sink, fcond):
                         self.commit_fuse(node, sink)
-            elif group.pattern in (INJECTIVE, TUPLE):
-                if (phase == 1 and self.check_path(node, sink, lambda k, is_sink: k <= INJECTIVE)) or (phase == 1 and _transpose_into_contraction(node, sink)):
-                    self.commit_fuse(node, sink)
+            elif group.pattern in (INJECTIVE, TUPLE) and phase == 1 and (
+                    self.check_path(node, sink, lambda k, is_sink: k <= INJECTIVE)
+                    or _transpose_into_contraction(node, sink)):
+                self.commit_fuse(node, sink)
             # COMM_REDUCE: a reduction never fuses into its consumers; it ends its group.
 
 
@@ -412,30 +413,33 @@ class _Region:
         if isinstance(e, Let):
             return self._rebuild_lets(e)
         r, nested = self.rewrite, self.nested
+        # Each case gives the node's children (old), their rewrites (new) and `make`, which
+        # builds the node from new children: a one-line lambda per case (noqa: E731).
         match e:
             case Call(op=op, args=args):
                 old = [op, *args]
                 new = [r(x) for x in old]
-                make = lambda k: Call(k[0], tuple(k[1:]), e.attrs, e.type_args, span=e.span)
+                make = lambda k: Call(  # noqa: E731
+                    k[0], tuple(k[1:]), e.attrs, e.type_args, span=e.span)
             case Tuple(fields=fields):
                 old = list(fields)
                 new = [r(x) for x in old]
-                make = lambda k: Tuple(tuple(k), span=e.span)
+                make = lambda k: Tuple(tuple(k), span=e.span)  # noqa: E731
             case TupleGetItem(tuple_value=t, index=i):
                 old, new = [t], [r(t)]
-                make = lambda k: TupleGetItem(k[0], i, span=e.span)
+                make = lambda k: TupleGetItem(k[0], i, span=e.span)  # noqa: E731
             case If(cond=c, true_branch=a, false_branch=b):
                 old, new = [c, a, b], [r(c), nested(a), nested(b)]
-                make = lambda k: If(*k, span=e.span)
+                make = lambda k: If(*k, span=e.span)  # noqa: E731
             case Match(data=data, clauses=clauses, complete=complete):
                 old = [data, *(c.rhs for c in clauses)]
                 new = [r(data), *(nested(c.rhs) for c in clauses)]
-                make = lambda k: Match(k[0], tuple(
+                make = lambda k: Match(k[0], tuple(  # noqa: E731
                     Clause(c.lhs, rhs) for c, rhs in zip(clauses, k[1:])), complete, span=e.span)
             case Function(params=params, body=body):
                 old, new = [body], [nested(body)]
-                make = lambda k: Function(params, k[0], e.ret_type, e.type_params, e.attrs,
-                                          span=e.span)
+                make = lambda k: Function(  # noqa: E731
+                    params, k[0], e.ret_type, e.type_params, e.attrs, span=e.span)
             case RefCreate(value=v):
                 old, new, make = [v], [r(v)], lambda k: RefCreate(k[0], span=e.span)
             case RefRead(ref=v):
@@ -455,14 +459,14 @@ class _Region:
         while isinstance(node, Let) and id(node) in self.graph.nodes and id(node) not in self.memo:
             chain.append(node)
             node = node.body
-        values = [self.rewrite(l.value) for l in chain]
+        values = [self.rewrite(link.value) for link in chain]
         body = self.rewrite(node)
-        for l, value in zip(reversed(chain), reversed(values)):
-            if value is not l.value or body is not l.body:
-                body = Let(l.var, value, body, span=l.span)
+        for link, value in zip(reversed(chain), reversed(values)):
+            if value is not link.value or body is not link.body:
+                body = Let(link.var, value, body, span=link.span)
             else:
-                body = l
-            self.memo[id(l)] = body
+                body = link
+            self.memo[id(link)] = body
         return body
 
     def _fused_call(self, group: _Group) -> Expr:

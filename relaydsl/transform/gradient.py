@@ -27,6 +27,8 @@ Free variables of the differentiated function are treated as constants
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.adt import Constructor, Pattern, pattern_vars
 from relaydsl.ir.expr import (
@@ -63,7 +65,7 @@ def lift_type(t: Type) -> Type:
     return t  # type variables stand for lifted types already
 
 
-def _seq(effects: list[Expr], result: Expr) -> Expr:
+def _seq(effects: Sequence[Expr], result: Expr) -> Expr:
     """Evaluate `effects` in order, then `result`."""
     for effect in reversed(effects):
         result = Let(Var("_"), effect, result)
@@ -75,7 +77,8 @@ def value_of(lifted: Expr, t: Type) -> Expr:
     if isinstance(t, TensorType):
         return TupleGetItem(lifted, 0)
     if isinstance(t, TupleType):
-        return Tuple([value_of(TupleGetItem(lifted, i), f) for i, f in enumerate(t.fields)])
+        return Tuple(tuple(value_of(TupleGetItem(lifted, i), f)
+                           for i, f in enumerate(t.fields)))
     raise RelayTypeError(
         f"grad: an operator input of type {type_to_str(t)} cannot be differentiated")
 
@@ -83,11 +86,11 @@ def value_of(lifted: Expr, t: Type) -> Expr:
 def lift_constant(value: Expr, t: Type) -> Expr:
     """A value entering the differentiated program from outside: a fresh zero adjoint."""
     if isinstance(t, TensorType):
-        return Tuple([value, RefCreate(ops.zeros_like(value))])
+        return Tuple((value, RefCreate(ops.zeros_like(value))))
     if isinstance(t, TupleType):
         v = Var("c")
-        return Let(v, value, Tuple([lift_constant(TupleGetItem(v, i), f)
-                                    for i, f in enumerate(t.fields)]))
+        return Let(v, value, Tuple(tuple(lift_constant(TupleGetItem(v, i), f)
+                                         for i, f in enumerate(t.fields))))
     raise RelayTypeError(f"grad: a value of type {type_to_str(t)} from outside the differentiated "
                          "function is not supported (pass it as an argument)", value.span)
 
@@ -96,7 +99,8 @@ def read_adjoint(lifted: Expr, t: Type) -> Expr:
     if isinstance(t, TensorType):
         return RefRead(TupleGetItem(lifted, 1))
     if isinstance(t, TupleType):
-        return Tuple([read_adjoint(TupleGetItem(lifted, i), f) for i, f in enumerate(t.fields)])
+        return Tuple(tuple(read_adjoint(TupleGetItem(lifted, i), f)
+                           for i, f in enumerate(t.fields)))
     raise RelayTypeError(f"grad: cannot take the adjoint of a value of type {type_to_str(t)}")
 
 
@@ -139,7 +143,7 @@ class _Lift(ExprMutator):
         return lift_constant(var, var.checked_type)  # a free variable: a constant here
 
     def visit_function(self, fn: Function) -> Expr:
-        params = [self.bind(p) for p in fn.params]
+        params = tuple(self.bind(p) for p in fn.params)
         body = self.visit(fn.body)
         ret = None
         if fn.has_type and isinstance(fn.checked_type, FuncType):
@@ -169,8 +173,8 @@ class _Lift(ExprMutator):
         """A global used as a value: a closure passing this backpropagator on."""
         t = gv.checked_type
         assert isinstance(t, FuncType)
-        params = [Var(f"p{i}", lift_type(a)) for i, a in enumerate(t.arg_types)]
-        return Function(params, Call(self.ad.lifted_global(gv), [self.bp, *params]))
+        params = tuple(Var(f"p{i}", lift_type(a)) for i, a in enumerate(t.arg_types))
+        return Function(params, Call(self.ad.lifted_global(gv), (self.bp, *params)))
 
     def visit_if(self, i: If) -> Expr:
         cond = TupleGetItem(self.visit(i.cond), 0)
@@ -182,9 +186,9 @@ class _Lift(ExprMutator):
     def visit_call(self, call: Call) -> Expr:
         if isinstance(call.op, Op):
             return self.op_call(call)
-        args = [self.visit(a) for a in call.args]
+        args = tuple(self.visit(a) for a in call.args)
         if isinstance(call.op, GlobalVar):
-            return Call(self.ad.lifted_global(call.op), [self.bp, *args], span=call.span)
+            return Call(self.ad.lifted_global(call.op), (self.bp, *args), span=call.span)
         if isinstance(call.op, Constructor):
             _check_liftable(call.op, call)
             return Call(call.op, args, span=call.span)
@@ -197,7 +201,7 @@ class _Lift(ExprMutator):
         opdef = op.definition
         arg_types = [a.checked_type for a in call.args]
         arg_vars = [Var(f"{op.name}_in{i}") for i in range(len(call.args))]
-        values = [value_of(v, t) for v, t in zip(arg_vars, arg_types)]
+        values = tuple(value_of(v, t) for v, t in zip(arg_vars, arg_types))
         for v, t in zip(values, arg_types):
             v.set_checked_type(t)  # the rules read their inputs' types (axes, shapes)
         out_type = call.checked_type
@@ -214,8 +218,8 @@ class _Lift(ExprMutator):
             updates = [e for v, d, t in zip(arg_vars, grads, arg_types)
                        for e in accumulate(v, d, t)]
             old = Var("bp_old")
-            backprop = Function([], Let(g, read_adjoint(lifted_out, out_type),
-                                        _seq(updates, Call(old, []))))
+            backprop = Function((), Let(g, read_adjoint(lifted_out, out_type),
+                                        _seq(updates, Call(old, ()))))
             effects = [RefWrite(self.bp, Let(old, RefRead(self.bp), backprop))]
         body = Let(out, Call(op, values, call.attrs, span=call.span),
                    Let(lifted_out, lift_constant(out, out_type), _seq(effects, lifted_out)))
@@ -267,7 +271,7 @@ class _ReverseAD:
         t = fn.checked_type
         assert isinstance(t, FuncType)
         body = lifter.visit(fn.body)
-        self.mod.add(new, Function([bp, *params], body, lift_type(t.ret_type), fn.type_params,
+        self.mod.add(new, Function((bp, *params), body, lift_type(t.ret_type), fn.type_params,
                                    span=fn.span))
         return new
 
@@ -277,19 +281,19 @@ class _ReverseAD:
         if not isinstance(t, FuncType) or not isinstance(t.ret_type, TensorType):
             raise RelayTypeError(f"grad needs a function returning a tensor, got "
                                  f"{type_to_str(t)}", node.span)
-        params = [Var(f"x{i}", a) for i, a in enumerate(t.arg_types)]
+        params = tuple(Var(f"x{i}", a) for i, a in enumerate(t.arg_types))
         bp = Var("bp", BACKPROP_TYPE)
         lifter = _Lift(self, bp)
-        args = [Var(f"x{i}_lifted") for i in range(len(params))]
+        args = tuple(Var(f"x{i}_lifted") for i in range(len(params)))
         result = Var("result")
         value = TupleGetItem(result, 0)
-        out = Tuple([value, Tuple([read_adjoint(a, ty) for a, ty in zip(args, t.arg_types)])])
+        adjoints = Tuple(tuple(read_adjoint(a, ty) for a, ty in zip(args, t.arg_types)))
         body = _seq([RefWrite(TupleGetItem(result, 1), ops.ones_like(value)),
-                     Call(RefRead(bp), [])], out)
+                     Call(RefRead(bp), ())], Tuple((value, adjoints)))
         body = Let(result, Call(lifter.visit(node.fn), args, span=node.span), body)
         for a, p, ty in reversed(list(zip(args, params, t.arg_types))):
             body = Let(a, lift_constant(p, ty), body)
-        body = Let(bp, RefCreate(Function([], Tuple([]))), body)
+        body = Let(bp, RefCreate(Function((), Tuple(()))), body)
         return Function(params, body, TupleType((t.ret_type, TupleType(t.arg_types))),
                         span=node.span)
 
@@ -298,17 +302,22 @@ def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
     """A grad node containing no other, in a global calling no global that has one."""
     order = [gv for scc in call_graph_sccs(mod, list(mod.functions)) for gv in scc]
     for gv in order:  # callees first
-        fn = mod[gv]
-        found: list[Grad] = []
-
-        def note(e: Expr) -> None:
-            if isinstance(e, Grad) and not found:
-                found.append(e)  # post-order: the first grad seen contains no other
-
-        post_order(fn, note)
-        if found:
-            return gv, found[0]
+        grad = _first_grad(mod[gv])
+        if grad is not None:
+            return gv, grad
     return None
+
+
+def _first_grad(fn: Expr) -> Grad | None:
+    """The first grad node of ``fn`` in post-order, which contains no other."""
+    found: list[Grad] = []
+
+    def note(e: Expr) -> None:
+        if isinstance(e, Grad) and not found:
+            found.append(e)
+
+    post_order(fn, note)
+    return found[0] if found else None
 
 
 def lower_first_order_grads(mod: IRModule) -> IRModule:

@@ -78,6 +78,7 @@ class _Inline(ExprMutator):
         if callee is None:
             return super().visit_call(call)
         args = [self.visit(a) for a in call.args]
+        assert isinstance(callee, Function)  # a function's rewrite is a function
         copy = fresh_copy(callee)
         body = copy.body
         for param, arg in reversed(list(zip(copy.params, args))):

@@ -40,6 +40,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from relaydsl.errors import IRError
 from relaydsl.ir.module import IRModule
@@ -162,6 +163,14 @@ class Pass:
         return out
 
 
+@overload
+def module_pass(transform: Callable[[IRModule], IRModule], *, opt_level: int,
+                description: str, name: str | None = None, required: Iterable[Pass] = ()
+                ) -> Pass: ...
+@overload
+def module_pass(transform: None = None, *, opt_level: int,
+                description: str, name: str | None = None, required: Iterable[Pass] = ()
+                ) -> Callable[[Callable[[IRModule], IRModule]], Pass]: ...
 def module_pass(transform: Callable[[IRModule], IRModule] | None = None, *, opt_level: int,
                 description: str, name: str | None = None, required: Iterable[Pass] = ()
                 ) -> Pass | Callable[[Callable[[IRModule], IRModule]], Pass]:

@@ -118,8 +118,10 @@ def table() -> str:
                 at.add(level)
                 if target not in targets:
                     targets.append(target)
-    order = [p.name for p in for_target("llvm").plan(PassContext())]  # every pass, in pipeline order
-    lines = ["| pass | " + " | ".join(str(level) for level in levels) + " | targets | what it does |",
+    # every pass, in pipeline order
+    order = [p.name for p in for_target("llvm").plan(PassContext())]
+    header = " | ".join(str(level) for level in levels)
+    lines = [f"| pass | {header} | targets | what it does |",
              "|---|" + "---|" * len(levels) + "---|---|"]
     for name in dict.fromkeys(order):
         p, at, targets = rows[name]

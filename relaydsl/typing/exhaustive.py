@@ -37,10 +37,11 @@ def _missing(rows: list[list[Pattern]], width: int, mod: IRModule) -> list[str] 
         if w is None:
             return None
         inner = ", ".join(w[:k]) + ("," if k == 1 else "")
-        return [f"({inner})"] + w[k:]
+        return [f"({inner})", *w[k:]]
     if ctors:
         adt = mod.type_definitions.get(ctors[0].constructor.belong_to)
-        constructors = adt.constructors if adt is not None else tuple({p.constructor for p in ctors})
+        constructors = (adt.constructors if adt is not None
+                        else tuple({p.constructor for p in ctors}))
         for c in constructors:
             a = len(c.inputs)
             sub = []
@@ -54,7 +55,7 @@ def _missing(rows: list[list[Pattern]], width: int, mod: IRModule) -> list[str] 
             w = _missing(sub, a - 1 + width, mod)
             if w is not None:
                 args = f"({', '.join(w[:a])})" if a else ""
-                return [f"{c.name}{args}"] + w[a:]
+                return [f"{c.name}{args}", *w[a:]]
         return None
     w = _missing([r[1:] for r in rows if _is_wild(r[0])], width - 1, mod)
-    return None if w is None else ["_"] + w
+    return None if w is None else ["_", *w]

@@ -25,8 +25,8 @@ from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead, RefWrite,
-    Tuple, TupleGetItem, Var,
+    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
+    RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
@@ -135,14 +135,16 @@ class _Inferencer:
             self.unify(RefType(value), self.infer(expr.ref), expr, "reading a reference")
             return value
         if isinstance(expr, RefWrite):
-            self.unify(RefType(self.infer(expr.value)), self.infer(expr.ref), expr, "writing a reference")
+            self.unify(RefType(self.infer(expr.value)), self.infer(expr.ref), expr,
+                       "writing a reference")
             return TupleType(())
         if isinstance(expr, Grad):
             return self._grad(expr)
         if isinstance(expr, Constructor):
             return self._instantiate(self._constructor_type(expr))
         if isinstance(expr, Op):
-            raise self.error(expr, f"operator {expr.name} must be called directly; wrap it in a fn to pass it")
+            raise self.error(expr, f"operator {expr.name} must be called directly; "
+                                   "wrap it in a fn to pass it")
         raise self.error(expr, f"unknown expression node {type(expr).__name__}")
 
     def _var(self, var: Var) -> Type:
@@ -210,7 +212,8 @@ class _Inferencer:
     def _constructor_type(self, c: Constructor) -> FuncType:
         td = self.mod.type_definitions.get(c.belong_to)
         if td is None:
-            raise self.error(c, f"constructor {c.name} belongs to {c.belong_to.name}, which this module does not define")
+            raise self.error(c, f"constructor {c.name} belongs to {c.belong_to.name}, "
+                                "which this module does not define")
         return FuncType(c.inputs, td.self_type(), td.type_vars)
 
     def _call(self, call: Call) -> Type:
@@ -227,14 +230,17 @@ class _Inferencer:
             elif isinstance(callee, FuncType):
                 inst = self._instantiate(callee)
             else:
-                raise self.error(call, f"calling a value of type {type_to_str(callee)}, which is not a function")
+                raise self.error(call, f"calling a value of type {type_to_str(callee)}, "
+                                       "which is not a function")
         assert isinstance(inst, FuncType)
         name = call.op.name if isinstance(call.op, (Op, Constructor)) else (
             f"@{call.op.name_hint}" if isinstance(call.op, GlobalVar) else "the function")
         if len(inst.arg_types) != len(call.args):
-            raise self.error(call, f"{name} takes {len(inst.arg_types)} arguments, got {len(call.args)}")
+            raise self.error(call, f"{name} takes {len(inst.arg_types)} arguments, "
+                                   f"got {len(call.args)}")
         if call.type_args:
-            raise self.error(call, "explicit type arguments are not supported; annotate the arguments instead")
+            raise self.error(call, "explicit type arguments are not supported; "
+                                   "annotate the arguments instead")
         for i, (param, arg) in enumerate(zip(inst.arg_types, call.args)):
             self.unify(param, self.infer(arg), arg, f"argument {i} of {name}", use=call)
         inferable = call.op.definition.infers_inputs if isinstance(call.op, Op) else ()
@@ -444,7 +450,8 @@ def infer_types(mod: IRModule) -> IRModule:
                 declared = solver_owner.current[gv]
                 assert isinstance(t, FuncType)
                 solver_owner.unify(FuncType(declared.arg_types, declared.ret_type),
-                                   FuncType(t.arg_types, t.ret_type), fn, f"the type of @{gv.name_hint}")
+                                   FuncType(t.arg_types, t.ret_type), fn,
+                                   f"the type of @{gv.name_hint}")
             solver_owner.solve_and_annotate()
             for gv in scc:
                 fn = mod.functions[gv]

@@ -75,7 +75,8 @@ class ConcreteContext:
         raise RelayTypeError(message)
 
 
-def check_relation(rel, arg_types: Sequence[Type], attrs: dict | Attrs | None = None) -> Type | None:
+def check_relation(rel, arg_types: Sequence[Type],
+                   attrs: dict | Attrs | None = None) -> Type | None:
     """Run a relation on concrete argument types (for tests and docs)."""
     attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
     return rel(list(arg_types), attrs, ConcreteContext())
@@ -128,7 +129,8 @@ def broadcast_dims(ctx: RelationContext, a: Dim, b: Dim, what: str = "broadcast"
 
 def broadcast_shapes(ctx: RelationContext, *shapes: Sequence[Dim]) -> tuple[Dim, ...]:
     """NumPy broadcasting over (possibly symbolic) shapes."""
-    what = "shapes cannot be broadcast together: " + " and ".join(shape_to_str(tuple(s)) for s in shapes)
+    what = ("shapes cannot be broadcast together: "
+            + " and ".join(shape_to_str(tuple(s)) for s in shapes))
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
     for i in range(rank):

@@ -27,7 +27,8 @@ from relaydsl.ir.visitor import TypeMutator, substitute_types
 
 
 class UnifyError(Exception):
-    """Internal: two types (or dims) disagree. Turned into a located RelayTypeError by the caller."""
+    """Internal: two types (or dims) disagree. The caller turns it into a located
+    RelayTypeError."""
 
     def __init__(self, detail: str):
         super().__init__(detail)
@@ -110,23 +111,26 @@ class Solver:
             if other is root:
                 return
             if other.kind is not root.kind:
-                raise UnifyError(f"{type_to_str(root)} and {type_to_str(other)} are of different kinds")
+                raise UnifyError(
+                    f"{type_to_str(root)} and {type_to_str(other)} are of different kinds")
             self._parent[root] = other
             self._waiting.setdefault(other, []).extend(self._waiting.pop(root, []))
             self._wake(other)
             return
         self._check_kind(root, value)
         if isinstance(value, Type) and root in _Occurs(self).vars(value):
-            raise UnifyError(f"{type_to_str(root)} occurs in {type_to_str(self.resolve(value))} (infinite type)")
+            raise UnifyError(f"{type_to_str(root)} occurs in {type_to_str(self.resolve(value))} "
+                             "(infinite type)")
         self._binding[root] = value
         self._wake(root)
 
     @staticmethod
     def _check_kind(tv: TypeVar, value: AnyValue) -> None:
+        var_kind = value.kind if isinstance(value, TypeVar) else None
         ok = {
-            Kind.Shape: isinstance(value, (int, AnyDim)) or (isinstance(value, TypeVar) and value.kind is Kind.Shape),
-            Kind.BaseType: isinstance(value, str) or (isinstance(value, TypeVar) and value.kind is Kind.BaseType),
-            Kind.Type: isinstance(value, Type) and not (isinstance(value, TypeVar) and value.kind is not Kind.Type),
+            Kind.Shape: isinstance(value, (int, AnyDim)) or var_kind is Kind.Shape,
+            Kind.BaseType: isinstance(value, str) or var_kind is Kind.BaseType,
+            Kind.Type: isinstance(value, Type) and var_kind in (None, Kind.Type),
         }[tv.kind]
         if not ok:
             raise UnifyError(f"cannot use {type_to_str(value)} as a {tv.kind.name}")
@@ -171,7 +175,8 @@ class Solver:
             return a
         if isinstance(a, FuncType) and isinstance(b, FuncType):
             if len(a.arg_types) != len(b.arg_types):
-                raise UnifyError(f"a function of {len(a.arg_types)} arguments vs one of {len(b.arg_types)}")
+                raise UnifyError(f"a function of {len(a.arg_types)} arguments "
+                                 f"vs one of {len(b.arg_types)}")
             if len(a.type_params) != len(b.type_params):
                 raise UnifyError("functions with different numbers of type parameters")
             if b.type_params:
@@ -235,7 +240,8 @@ class Solver:
         self._queue.append(rel)
 
     def _unknowns(self, rel: PendingRelation) -> tuple[list[TypeVar], list[TypeVar]]:
-        """(blocking, partial): variables that keep `rel` from running / that it would see symbolically."""
+        """(blocking, partial): the variables that keep `rel` from running / that it would see
+        symbolically."""
         blocking: list[TypeVar] = []
         partial: list[TypeVar] = []
         for i, arg in enumerate(rel.args):
@@ -299,7 +305,8 @@ class Solver:
 class _Context:
     """The RelationContext a relation sees (relaydsl/typing/relations.py)."""
 
-    def __init__(self, solver: Solver, rel: PendingRelation, fail: Callable[[PendingRelation, str], None]):
+    def __init__(self, solver: Solver, rel: PendingRelation,
+                 fail: Callable[[PendingRelation, str], None]):
         self._solver, self._rel, self._fail = solver, rel, fail
 
     def unify_dims(self, a: Dim, b: Dim, what: str) -> Dim:
@@ -325,7 +332,8 @@ class _Context:
 
     def fail(self, message: str):
         self._fail(self._rel, message)
-        raise RelayTypeError(message, self._rel.span)  # `fail` raises; this keeps type checkers honest
+        # `fail` raises; this keeps type checkers honest
+        raise RelayTypeError(message, self._rel.span)
 
 
 class _Resolver(TypeMutator):

@@ -627,7 +627,7 @@ def test_constructs_outside_the_subset_are_located_with_advice(define, marker, c
 
 def test_every_unsupported_statement_kind_has_a_case():
     """Each statement the translator refuses by kind is exercised above."""
-    from relaydsl.frontend.translate import _UNSUPPORTED_STATEMENTS
+    from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
 
     tested = {type(node) for define, *_ in CASES
               for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(define))))}

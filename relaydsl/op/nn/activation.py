@@ -6,7 +6,6 @@ exponentials and their sum.
 """
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Callable
 
 import numpy as np
@@ -16,7 +15,7 @@ from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.nn.common import Array, Inputs, axis_attr
+from relaydsl.op.nn.common import Array, ArrayModule, Inputs, axis_attr
 from relaydsl.op.registry import OpDef, OpPattern, Relation, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import PrimExpr, exp, log
@@ -44,7 +43,7 @@ def _softmax_parts(x: Tensor, axis: int) -> tuple[Tensor, Tensor, Callable]:
     rest = x.shape[:axis] + x.shape[axis + 1:]
 
     def along(p: tuple, r: PrimExpr) -> tuple:
-        return p[:axis] + (r,) + p[axis:]
+        return (*p[:axis], r, *p[axis:])
 
     def top(*p: PrimExpr) -> PrimExpr:
         r = reduce_axis(x.shape[axis], "k")
@@ -62,7 +61,7 @@ def _softmax_parts(x: Tensor, axis: int) -> tuple[Tensor, Tensor, Callable]:
 # ---- softmax ------------------------------------------------------------------------------------
 
 
-def _softmax(xp: ModuleType, data: Array, axis: int) -> Array:
+def _softmax(xp: ArrayModule, data: Array, axis: int) -> Array:
     e = xp.exp(data - xp.max(data, axis=axis, keepdims=True))
     return e / xp.sum(e, axis=axis, keepdims=True)
 
@@ -98,7 +97,7 @@ softmax = register(OpDef(
 # ---- log_softmax --------------------------------------------------------------------------------
 
 
-def log_softmax_xp(xp: ModuleType, data: Array, axis: int) -> Array:
+def log_softmax_xp(xp: ArrayModule, data: Array, axis: int) -> Array:
     """log_softmax over the array namespace xp (numpy or jax.numpy)."""
     shifted = data - xp.max(data, axis=axis, keepdims=True)
     return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))

@@ -10,12 +10,14 @@ from typing import Any as AnyValue, Callable, NoReturn, Sequence
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import Dim, DType, TensorType, Type, type_to_str
+from relaydsl.op.lazy_jax import LazyModule
 from relaydsl.op.registry import Attr
 from relaydsl.typing.relations import (
     FLOAT, RelationContext, attr_axis, is_unknown, require_dtype, same_dtype, tensor_arg,
 )
 
 Array = AnyValue  # a numpy.ndarray or a jax.Array
+ArrayModule = ModuleType | LazyModule  # numpy, or jax.numpy (lazy_jax.jnp)
 
 
 class Inputs:
@@ -78,7 +80,7 @@ def per_channel_inputs(op: str, params: tuple[str, ...], args: list[Type], attrs
     return c, data, axis
 
 
-def along(xp: ModuleType, v: Array, axis: int, ndim: int) -> Array:
+def along(xp: ArrayModule, v: Array, axis: int, ndim: int) -> Array:
     """A 1-D v reshaped to broadcast along `axis` of a rank-ndim tensor (numpy or jax.numpy)."""
     return xp.reshape(v, [-1 if i == axis % ndim else 1 for i in range(ndim)])
 

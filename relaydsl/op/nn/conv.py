@@ -53,7 +53,9 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
     if attrs.kernel_size is not None:
         for k, want in zip(kernel, attrs.kernel_size):
             c.same(k, want, f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
-    oh, ow = Window.conv(attrs, kernel).out_dims(c, hw)
+    # The kernel may be symbolic here (an unknown weight): out_dims, the one method a
+    # relation calls, reads it as a Dim.
+    oh, ow = Window.conv(attrs, kernel).out_dims(c, hw)  # pyright: ignore[reportArgumentType]
     return c.tensor((n, cout, oh, ow)[n is None:])
 
 

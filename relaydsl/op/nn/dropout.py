@@ -21,7 +21,6 @@ the bit operations.
 from __future__ import annotations
 
 import math
-from types import ModuleType
 from typing import Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import TensorType, Type
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.nn.common import Array, Inputs, in_range
+from relaydsl.op.nn.common import Array, ArrayModule, Inputs, in_range
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
 from relaydsl.te.expr import PrimExpr, cast, const, select
 from relaydsl.te.indexing import ravel
@@ -49,7 +48,7 @@ def mix32(x: Array) -> Array:
     return x ^ (x >> 16)
 
 
-def _keep(xp: ModuleType, shape: Sequence[int], rate: float, seed: int) -> Array:
+def _keep(xp: ArrayModule, shape: Sequence[int], rate: float, seed: int) -> Array:
     """keep[i] = mix32(mix32(i) ^ seed) >= floor(rate * 2**32), i the flat index (mod 2**32)."""
     index = xp.arange(math.prod(shape), dtype=xp.uint32).reshape(shape)
     bits = mix32(mix32(index) ^ xp.uint32(seed % 2**32))
@@ -75,6 +74,7 @@ def _xor_shift(x: PrimExpr, shift: int) -> PrimExpr:
         term = bits[k] * bits[k + shift]
         term = term if k == 0 else term * 2**k
         both = term if both is None else both + term
+    assert both is not None, "shift < 32"
     return x + x // 2**shift - both * 2
 
 
@@ -112,7 +112,7 @@ def _dropout_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     return c.tensor(c.shape(0))
 
 
-def _dropout(xp: ModuleType, data: Array, rate: float, training: bool, seed: int) -> Array:
+def _dropout(xp: ArrayModule, data: Array, rate: float, training: bool, seed: int) -> Array:
     if not training:
         return data
     keep = _keep(xp, data.shape, rate, seed)

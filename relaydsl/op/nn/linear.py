@@ -130,7 +130,7 @@ def _dense_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> 
 
     def f(*o: PrimExpr) -> PrimExpr:
         k = reduce_axis(weight.shape[1], "k")
-        return T.sum(data[o[:-1] + (k,)] * weight[o[-1], k], k)
+        return T.sum(data[(*o[:-1], k)] * weight[o[-1], k], k)
 
     return compute(out_type.concrete_shape(), f, "T_dense")
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from types import ModuleType
 
 import numpy as np
 
@@ -12,7 +11,7 @@ from relaydsl.ir.types import TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp
 from relaydsl.op.nn.activation import log_softmax, log_softmax_te, log_softmax_xp, softmax
-from relaydsl.op.nn.common import Array, Inputs
+from relaydsl.op.nn.common import Array, ArrayModule, Inputs
 from relaydsl.op.registry import OpDef, OpPattern, ops, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import PrimExpr
@@ -30,7 +29,7 @@ def _cross_entropy_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> 
     return c.tensor(())
 
 
-def _cross_entropy(xp: ModuleType, logits: Array, labels: Array) -> Array:
+def _cross_entropy(xp: ArrayModule, logits: Array, labels: Array) -> Array:
     per_example = -xp.sum(labels * log_softmax_xp(xp, logits, -1), axis=-1)
     return xp.asarray(xp.mean(per_example))
 
@@ -60,7 +59,7 @@ def _cross_entropy_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorT
 
     def per_example(*p: PrimExpr) -> PrimExpr:
         k = reduce_axis(classes, "k")
-        return -T.sum(labels[p + (k,)] * logp[p + (k,)], k)
+        return -T.sum(labels[(*p, k)] * logp[(*p, k)], k)
 
     losses = compute(lead, per_example, "T_cross_entropy_per_example")
     if not lead:

@@ -14,7 +14,6 @@ squared deviations from it.
 from __future__ import annotations
 
 import math
-from types import ModuleType
 from typing import Callable
 
 import numpy as np
@@ -24,7 +23,7 @@ from relaydsl.ir.expr import Call, Expr, TupleGetItem
 from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.nn.common import Array, along, axis_attr, in_range, per_channel_inputs
+from relaydsl.op.nn.common import Array, ArrayModule, along, axis_attr, in_range, per_channel_inputs
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import PrimExpr, cast, sqrt
@@ -38,7 +37,7 @@ _CENTER = Attr("center", "bool", True, doc="add beta")
 _SCALE = Attr("scale", "bool", True, doc="multiply by gamma")
 
 
-def _normalize(xp: ModuleType, data: Array, mean: Array, var: Array, gamma: Array, beta: Array,
+def _normalize(xp: ArrayModule, data: Array, mean: Array, var: Array, gamma: Array, beta: Array,
                axis: int, epsilon: float, center: bool, scale: bool) -> Array:
     """(data - mean) / sqrt(var + epsilon), times gamma if scale, plus beta if center."""
     out = (data - mean) / xp.sqrt(var + epsilon)
@@ -124,7 +123,7 @@ def _batch_norm_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Typ
     return TupleType((c.tensor(data), stats, stats))
 
 
-def _batch_norm(xp: ModuleType, data: Array, gamma: Array, beta: Array, moving_mean: Array,
+def _batch_norm(xp: ArrayModule, data: Array, gamma: Array, beta: Array, moving_mean: Array,
                 moving_var: Array, *, axis: int, epsilon: float, center: bool, scale: bool,
                 training: bool, momentum: float) -> tuple[Array, Array, Array]:
     if training:
@@ -222,7 +221,7 @@ def _layer_norm_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Typ
     return c.tensor(data)
 
 
-def _layer_norm(xp: ModuleType, data: Array, gamma: Array, beta: Array, *, axis: int,
+def _layer_norm(xp: ArrayModule, data: Array, gamma: Array, beta: Array, *, axis: int,
                 epsilon: float, center: bool, scale: bool) -> Array:
     mean = xp.mean(data, axis=axis, keepdims=True)
     var = xp.var(data, axis=axis, keepdims=True)

@@ -149,8 +149,9 @@ def _max_pool2d_grad_grad(call: Call, g: Expr) -> list[Expr]:
     gathered: Expr | None = None
     found: Expr | None = None  # whether an earlier offset of the window holds its maximum
     for i, j in np.ndindex(*win.kernel):  # each offset in the windows, in row-major order
-        at = dict(begin=(i, j), end=(i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1),
-                  strides=(sh, sw), axes=(2, 3))
+        at: dict[str, AnyValue] = dict(
+            begin=(i, j), end=(i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1),
+            strides=(sh, sw), axes=(2, 3))
         hit = ops.equal(ops.strided_slice(x_pad, **at), peak)
         first = hit if found is None else ops.logical_and(hit, ops.logical_not(found))
         found = hit if found is None else ops.logical_or(found, hit)
@@ -174,6 +175,7 @@ def _max_pool2d_grad_compute(attrs: Attrs, inputs: list[Tensor], out_type: Tenso
     if oh == 0 or ow == 0:
         return compute(data.shape, lambda *o: const(0, data.dtype), "T_max_pool2d_grad")
     pooled = max_pool2d.compute(attrs, [data], TensorType(out_grad.shape, data.dtype))
+    assert isinstance(pooled, Tensor)
 
     def first_tap(*o: PrimExpr) -> PrimExpr:
         *lead, y, x = o
@@ -266,14 +268,14 @@ def _avg_pool2d_jax(data: Array, *, count_include_pad: bool, **attrs: AnyValue) 
 
 def _avg_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
     """d avg_pool2d(x) = the data adjoint of a depthwise all-ones conv2d, of g / window counts."""
-    (x, single), a = as_batch(call.args[0]), call.attrs
+    (_, single), a = as_batch(call.args[0]), call.attrs
     g = ops.expand_dims(g, axis=0) if single else g
     t, hw = gu.tensor_type(call.args[0]), gu.image_hw(call.args[0], "avg_pool2d")
     channels = t.shape[-3]
     if not isinstance(channels, int):
         raise IRError(f"the gradient of avg_pool2d needs static channels, got {type_to_str(t)}")
     win = Window.pool(a)
-    counts = relay_const(_avg_divisor(win, hw, a.count_include_pad), t.dtype)
+    counts = relay_const(_avg_divisor(win, hw, a.count_include_pad), t.concrete_dtype())
     ones = ops.ones(shape=(channels, 1, *win.kernel), dtype=t.dtype)
     dx = conv_data_grad(gu.div(g, counts), ones, channels, hw, win, groups=channels)
     return [unbatch(dx, single)]

@@ -5,7 +5,6 @@ Both are injective: each output element reads one input element (or, for pad, th
 from __future__ import annotations
 
 import math
-from types import ModuleType
 
 import numpy as np
 
@@ -14,7 +13,7 @@ from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import Any, Dim, TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.nn.common import Array, Inputs, non_negative
+from relaydsl.op.nn.common import Array, ArrayModule, Inputs, non_negative
 from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, ops, register
 from relaydsl.te.expr import PrimExpr, const, select
 from relaydsl.te.indexing import ravel, unravel
@@ -39,7 +38,7 @@ def _pad_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     return c.tensor(out)
 
 
-def _pad(xp: ModuleType, data: Array, pad_width: tuple[int, ...], pad_value: float) -> Array:
+def _pad(xp: ArrayModule, data: Array, pad_width: tuple[int, ...], pad_value: float) -> Array:
     pairs = list(zip(pad_width[0::2], pad_width[1::2]))
     return xp.pad(data, pairs, constant_values=pad_value)
 

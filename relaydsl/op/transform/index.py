@@ -70,7 +70,7 @@ def _take_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
                        lambda *o: x[unravel(position(indices[o]), x.shape)], "T_take")
     axis = attrs.axis % x.ndim
     return compute(out_type.concrete_shape(), lambda *o: x[
-        o[:axis] + (position(indices[o[axis:axis + k]]),) + o[axis + k:]], "T_take")
+        (*o[:axis], position(indices[o[axis:axis + k]]), *o[axis + k:])], "T_take")
 
 
 _TAKE_ATTRS = (
@@ -129,7 +129,7 @@ def _take_grad_gradient(call: Call, g: Expr) -> list[Expr]:
 def _take_grad_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
     """out[j] = sum over the index positions p of select(position(indices[p]) == j, g[p], 0)."""
     g, indices, like = inputs
-    shape, k = out_type.concrete_shape(), indices.ndim
+    shape = out_type.concrete_shape()
     axis = None if attrs.axis is None else attrs.axis % like.ndim
     n = math.prod(shape) if axis is None else shape[axis]
     if math.prod(indices.shape) == 0:  # take read nothing

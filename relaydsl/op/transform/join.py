@@ -7,7 +7,7 @@ through stay symbolic; a concatenated axis of a symbolic dim is ``Any``.
 from __future__ import annotations
 
 import functools
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any as AnyValue
 
 import numpy as np
@@ -73,7 +73,7 @@ def _concatenate_gradient(call: Call, g: Expr) -> list[Expr]:
     axis %= tensor_type(TupleGetItem(xs, 0)).ndim
     sizes = [static_dims(TupleGetItem(xs, i), "concatenate")[axis] for i in range(n)]
     pieces = split(g, indices_or_sections=tuple(np.cumsum(sizes[:-1]).tolist()), axis=axis)
-    return [Tuple([TupleGetItem(pieces, i) for i in range(n)])]
+    return [Tuple(tuple(TupleGetItem(pieces, i) for i in range(n)))]
 
 
 def _concatenate_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
@@ -87,7 +87,7 @@ def _concatenate_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorTyp
         def read(n: int) -> PrimExpr:
             start = ends[n] - ts[n].shape[axis]
             at = o[axis] if start == 0 else o[axis] - start
-            return ts[n][o[:axis] + (at,) + o[axis + 1:]]
+            return ts[n][(*o[:axis], at, *o[axis + 1:])]
 
         body = read(len(ts) - 1)
         for n in range(len(ts) - 2, -1, -1):
@@ -119,7 +119,7 @@ def _pieces(size: int, indices_or_sections: int | tuple[int, ...]) -> list[slice
         step = size // indices_or_sections
         return [slice(i * step, (i + 1) * step) for i in range(indices_or_sections)]
     cuts = (0, *indices_or_sections, None)
-    return [slice(lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:])]
+    return [slice(lo, hi) for lo, hi in pairwise(cuts)]
 
 
 def _split_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
@@ -134,7 +134,7 @@ def _split_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         sizes = [slice_dim(n, s.start, s.stop) for s in _pieces(n, how)]
     else:
         sizes = [AnyDim()] * (how if isinstance(how, int) else len(how) + 1)
-    return TupleType(tuple(TensorType(shape[:axis] + (d,) + shape[axis + 1:], t.dtype)
+    return TupleType(tuple(TensorType((*shape[:axis], d, *shape[axis + 1:]), t.dtype)
                            for d in sizes))
 
 
@@ -150,7 +150,7 @@ def _split_gradient(call: Call, g: Expr) -> list[Expr]:
         return [concatenate(g, axis=axis)]
     cuts = (0, *how, END)  # cuts out of order (or from the end): pieces may overlap
     placed = [strided_slice_grad(TupleGetItem(g, i), x, begin=(lo,), end=(hi,), axes=(axis,))
-              for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
+              for i, (lo, hi) in enumerate(pairwise(cuts))]
     return [functools.reduce(add, placed)]
 
 
@@ -163,13 +163,13 @@ def _split_compute(attrs: Attrs, inputs: list[Tensor],
     cuts = ([size // how * i for i in range(how + 1)] if isinstance(how, int)
             else [0, *as_tuple(how), size])
     pieces = []
-    for n, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:])):
+    for n, (lo, hi) in enumerate(pairwise(cuts)):
         start, stop, _ = slice(lo, hi).indices(size)
 
         def f(*o: PrimExpr, start: int = start) -> PrimExpr:
-            return x[o[:axis] + (o[axis] + start if start else o[axis],) + o[axis + 1:]]
+            return x[(*o[:axis], o[axis] + start if start else o[axis], *o[axis + 1:])]
 
-        shape = x.shape[:axis] + (max(stop - start, 0),) + x.shape[axis + 1:]
+        shape = (*x.shape[:axis], max(stop - start, 0), *x.shape[axis + 1:])
         pieces.append(compute(shape, f, f"T_split_{n}"))
     return tuple(pieces)
 
@@ -217,7 +217,7 @@ def _stack_gradient(call: Call, g: Expr) -> list[Expr]:
     xs, axis = call.args[0], call.attrs.axis
     n = _fields(arg_type(xs))
     pieces = split(g, indices_or_sections=n, axis=axis)
-    return [Tuple([squeeze(TupleGetItem(pieces, i), axis=(axis,)) for i in range(n)])]
+    return [Tuple(tuple(squeeze(TupleGetItem(pieces, i), axis=(axis,)) for i in range(n)))]
 
 
 def _stack_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:

@@ -7,6 +7,8 @@ removes the dims known to be 1 and keeps symbolic ones (as TVM does).
 """
 from __future__ import annotations
 
+from typing import TypeVar as TypeVariable
+
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
@@ -156,7 +158,11 @@ transpose = register(OpDef(
 # ---- expand_dims ---------------------------------------------------------------------------
 
 
-def _expanded(shape: tuple[Dim, ...], axis: int, num_newaxis: int) -> tuple[Dim, ...]:
+# A shape: NumPy's (ints) in the references, a type's (dims) in the relation.
+Shape = TypeVariable("Shape", tuple[int, ...], tuple[Dim, ...])
+
+
+def _expanded(shape: Shape, axis: int, num_newaxis: int) -> Shape:
     at = axis % (len(shape) + 1)
     return shape[:at] + (1,) * num_newaxis + shape[at:]
 

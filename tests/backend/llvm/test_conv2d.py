@@ -57,13 +57,6 @@ def test_conv2d_against_jax():
 
 
 def main() -> None:
-    import jax
-    import jax.numpy as jnp
-
-    from relaydsl.backend.llvm import runtime
-    from relaydsl.op.registry import lookup
-    from tests.backend.llvm.test_gemm import _bench
-
     shapes = [
         ("lenet conv1 N=1", {}, (1, 1, 28, 28), (20, 1, 5, 5)),
         ("lenet conv2 N=1", {}, (1, 20, 12, 12), (50, 20, 5, 5)),
@@ -83,29 +76,41 @@ def main() -> None:
     for (label, attrs, sa, sb), kern in zip(shapes, kernels):
         a = rng.standard_normal(sa).astype(np.float32)
         b = rng.standard_normal(sb).astype(np.float32)
-        out = np.empty(kern.out_shape, np.float32)
-        args = (out.ctypes.data, a.ctypes.data, b.ctypes.data)
-        ext = kern.info.parallel_extent
-        full = full_attrs("conv2d", attrs)
-        nchw = jax.jit(lambda x, w: lookup("conv2d").jax_lower(x, w, **full))
-        pad = [(p, p) for p in (attrs.get("padding", 0),) * 2]
-        st = attrs.get("strides", 1)
-        nhwc = jax.jit(lambda x, w: jax.lax.conv_general_dilated(
-            x, w, (st, st), pad, dimension_numbers=("NHWC", "HWIO", "NHWC")))
-        ja, jb = jnp.asarray(a), jnp.asarray(b)
-        ja2, jb2 = jnp.asarray(a.transpose(0, 2, 3, 1)), jnp.asarray(b.transpose(2, 3, 1, 0))
-        fs = {
-            "ours": lambda: runtime.parallel_for(lambda s, e: kern.fn(*args, s, e), ext),
-            "nchw": lambda: nchw(ja, jb).block_until_ready(),
-            "nhwc": lambda: nhwc(ja2, jb2).block_until_ready(),
-        }
-        t = {k: [] for k in fs}
-        for _ in range(3):
-            for k, f in fs.items():
-                t[k].append(_bench(f, 20))
-        t = {k: min(v) for k, v in t.items()}
-        print(f"{label:28} {t['ours'] * 1e3:8.3f} {kern.info.flops / t['ours'] / 1e9:6.1f} "
-              f"{t['nchw'] * 1e3:9.3f} {t['nhwc'] * 1e3:9.3f}")
+        _time_row(label, kern, attrs, a, b)
+
+
+def _time_row(label: str, kern, attrs: dict, a: np.ndarray, b: np.ndarray) -> None:
+    """One row of the table: our kernel, and JAX's convolution in NCHW and in NHWC."""
+    import jax
+    import jax.numpy as jnp
+
+    from relaydsl.backend.llvm import runtime
+    from relaydsl.op.registry import lookup
+    from tests.backend.llvm.test_gemm import _bench
+
+    out = np.empty(kern.out_shape, np.float32)
+    args = (out.ctypes.data, a.ctypes.data, b.ctypes.data)
+    ext = kern.info.parallel_extent
+    full = full_attrs("conv2d", attrs)
+    nchw = jax.jit(lambda x, w: lookup("conv2d").jax_lower(x, w, **full))
+    pad = [(p, p) for p in (attrs.get("padding", 0),) * 2]
+    st = attrs.get("strides", 1)
+    nhwc = jax.jit(lambda x, w: jax.lax.conv_general_dilated(
+        x, w, (st, st), pad, dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    ja, jb = jnp.asarray(a), jnp.asarray(b)
+    ja2, jb2 = jnp.asarray(a.transpose(0, 2, 3, 1)), jnp.asarray(b.transpose(2, 3, 1, 0))
+    fs = {
+        "ours": lambda: runtime.parallel_for(lambda s, e: kern.fn(*args, s, e), ext),
+        "nchw": lambda: nchw(ja, jb).block_until_ready(),
+        "nhwc": lambda: nhwc(ja2, jb2).block_until_ready(),
+    }
+    t = {k: [] for k in fs}
+    for _ in range(3):
+        for k, f in fs.items():
+            t[k].append(_bench(f, 20))
+    t = {k: min(v) for k, v in t.items()}
+    print(f"{label:28} {t['ours'] * 1e3:8.3f} {kern.info.flops / t['ours'] / 1e9:6.1f} "
+          f"{t['nchw'] * 1e3:9.3f} {t['nhwc'] * 1e3:9.3f}")
 
 
 if __name__ == "__main__":

@@ -92,9 +92,6 @@ def _bench(fn, reps=30):
 def main() -> None:
     import os
 
-    import jax
-    import jax.numpy as jnp
-
     from relaydsl.backend.llvm import runtime
 
     print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')} "
@@ -116,38 +113,48 @@ def main() -> None:
     kernels = build([(op, attrs, sa, sb) for _, op, attrs, sa, sb in shapes])
     rng = np.random.default_rng(0)
     print(f"{'shape':34} {'ours':>8} {'numpy':>8} {'jax':>8}  GFLOP/s (ours 1 thread)")
-    for (label, op, attrs, sa, sb), kern in zip(shapes, kernels):
+    for (label, op, _, sa, sb), kern in zip(shapes, kernels):
         a = rng.standard_normal(sa).astype(np.float32)
         b = rng.standard_normal(sb).astype(np.float32)
-        out = np.empty(kern.out_shape, np.float32)
-        args = (out.ctypes.data, a.ctypes.data, b.ctypes.data)
-        ext = kern.info.parallel_extent
+        _time_row(label, op, kern, a, b)
 
-        def ours():
-            runtime.parallel_for(lambda s, e: kern.fn(*args, s, e), ext)
 
-        def ours1():
-            kern.fn(*args, 0, ext)
+def _time_row(label: str, op: str, kern, a: np.ndarray, b: np.ndarray) -> None:
+    """One row of the table: our kernel (all threads, and one), NumPy's and JAX's product."""
+    import jax
+    import jax.numpy as jnp
 
-        if op == "dense":
-            npf = lambda: np.matmul(a, b.T)  # noqa: E731
-            jf = jax.jit(lambda x, y: x @ y.T)
-        elif op == "batch_matmul":
-            npf = lambda: np.matmul(a.transpose(0, 2, 1), b)  # noqa: E731
-            jf = jax.jit(lambda x, y: jnp.matmul(x.transpose(0, 2, 1), y))
-        else:
-            npf = lambda: np.matmul(a, b)  # noqa: E731
-            jf = jax.jit(jnp.matmul)
-        ja, jb = jnp.asarray(a), jnp.asarray(b)
-        jaxf = lambda: jf(ja, jb).block_until_ready()  # noqa: E731
-        best = {"ours": [], "numpy": [], "jax": [], "ours1": []}
-        for _ in range(3):  # interleaved rounds, medians of each, best round
-            for key, f in (("ours", ours), ("numpy", npf), ("jax", jaxf), ("ours1", ours1)):
-                best[key].append(_bench(f))
-        fl = kern.info.flops / 1e9
-        t = {k: min(v) for k, v in best.items()}
-        print(f"{label:34} {fl / t['ours']:8.1f} {fl / t['numpy']:8.1f} {fl / t['jax']:8.1f}  "
-              f"({fl / t['ours1']:.1f})   {t['ours'] * 1e3:.3f} ms vs jax {t['jax'] * 1e3:.3f} ms")
+    from relaydsl.backend.llvm import runtime
+
+    out = np.empty(kern.out_shape, np.float32)
+    args = (out.ctypes.data, a.ctypes.data, b.ctypes.data)
+    ext = kern.info.parallel_extent
+
+    def ours():
+        runtime.parallel_for(lambda s, e: kern.fn(*args, s, e), ext)
+
+    def ours1():
+        kern.fn(*args, 0, ext)
+
+    if op == "dense":
+        npf = lambda: np.matmul(a, b.T)  # noqa: E731
+        jf = jax.jit(lambda x, y: x @ y.T)
+    elif op == "batch_matmul":
+        npf = lambda: np.matmul(a.transpose(0, 2, 1), b)  # noqa: E731
+        jf = jax.jit(lambda x, y: jnp.matmul(x.transpose(0, 2, 1), y))
+    else:
+        npf = lambda: np.matmul(a, b)  # noqa: E731
+        jf = jax.jit(jnp.matmul)
+    ja, jb = jnp.asarray(a), jnp.asarray(b)
+    jaxf = lambda: jf(ja, jb).block_until_ready()  # noqa: E731
+    best = {"ours": [], "numpy": [], "jax": [], "ours1": []}
+    for _ in range(3):  # interleaved rounds, medians of each, best round
+        for key, f in (("ours", ours), ("numpy", npf), ("jax", jaxf), ("ours1", ours1)):
+            best[key].append(_bench(f))
+    fl = kern.info.flops / 1e9
+    t = {k: min(v) for k, v in best.items()}
+    print(f"{label:34} {fl / t['ours']:8.1f} {fl / t['numpy']:8.1f} {fl / t['jax']:8.1f}  "
+          f"({fl / t['ours1']:.1f})   {t['ours'] * 1e3:.3f} ms vs jax {t['jax'] * 1e3:.3f} ms")
 
 
 if __name__ == "__main__":

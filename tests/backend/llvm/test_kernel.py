@@ -1,4 +1,5 @@
-"""The Kernel API: argument checks, run / bind, the in-memory and on-disk caches, parallel stages."""
+"""The Kernel API: argument checks, run / bind, the in-memory and on-disk caches, parallel
+stages."""
 from __future__ import annotations
 
 import os
@@ -31,7 +32,8 @@ def kern():
 
 
 def test_types_and_call(kern):
-    assert [str(t) for t in kern.input_types] == ["Tensor[(3, 4), float32]", "Tensor[(4,), float32]"]
+    assert [str(t) for t in kern.input_types] == ["Tensor[(3, 4), float32]",
+                                                  "Tensor[(4,), float32]"]
     assert len(kern.output_types) == 2 and kern.returns_tuple
     x, y = randn(3, 4), randn(4)
     s, t = kern(x, y)
@@ -40,7 +42,8 @@ def test_types_and_call(kern):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (lambda x, y: (x.astype("float64"), y), r"input 0: expected .*Tensor\[\(3, 4\), float32\], got .*float64"),
+    (lambda x, y: (x.astype("float64"), y),
+     r"input 0: expected .*Tensor\[\(3, 4\), float32\], got .*float64"),
     (lambda x, y: (x[:, :3], y), r"input 0: expected .*\(3, 4\).*got Tensor\[\(3, 3\)"),
     (lambda x, y: (np.asfortranarray(np.ones((3, 4), F)), y), r"input 0: .*C-contiguous"),
     (lambda x, y: (x, np.ones(8, F)[::2]), r"input 1: .*C-contiguous"),

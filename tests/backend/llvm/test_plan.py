@@ -63,8 +63,8 @@ def test_an_lstm_over_a_sequence_matches_lax_scan_and_calls_are_independent():
 @relay
 def nested(x: Tensor[Float, (3, 3)], n: Int, m: Int) -> Tensor[Float, (3, 3)]:
     acc = x
-    for i in range(n):
-        for j in range(m):
+    for _ in range(n):
+        for _ in range(m):
             acc = relay.tanh(relay.matmul(acc, x)) + 0.1
         acc = acc * 0.5
     return acc

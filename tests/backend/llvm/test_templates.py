@@ -106,7 +106,8 @@ def T(shape, dtype="float32"):
 
 def test_template_for_accepts_the_contraction_ops():
     assert template_for(lookup("dense"), full_attrs("dense", {}), [T((4, 3)), T((5, 3))], T((4, 5)))
-    assert template_for(lookup("matmul"), full_attrs("matmul", {}), [T((4, 3)), T((3, 5))], T((4, 5)))
+    assert template_for(lookup("matmul"), full_attrs("matmul", {}), [T((4, 3)), T((3, 5))],
+                        T((4, 5)))
     assert template_for(lookup("batch_matmul"), full_attrs("batch_matmul", {"transpose_b": True}),
                         [T((2, 4, 3)), T((2, 5, 3))], T((2, 4, 5)))
     assert template_for(lookup("conv2d"), full_attrs("conv2d", {"padding": 1}),
@@ -115,8 +116,8 @@ def test_template_for_accepts_the_contraction_ops():
 
 @pytest.mark.parametrize("dtype", ["float64", "int32", "float16"])
 def test_template_for_rejects_other_dtypes(dtype):
-    assert template_for(lookup("dense"), full_attrs("dense", {}), [T((4, 3), dtype), T((5, 3), dtype)],
-                        T((4, 5), dtype)) is None
+    assert template_for(lookup("dense"), full_attrs("dense", {}),
+                        [T((4, 3), dtype), T((5, 3), dtype)], T((4, 5), dtype)) is None
     assert template_for(lookup("conv2d"), full_attrs("conv2d", {}),
                         [T((1, 3, 8, 8), dtype), T((4, 3, 3, 3), dtype)],
                         T((1, 4, 6, 6), dtype)) is None

@@ -63,7 +63,8 @@ def _flatten(x: Any) -> list:
 
 def assert_same(actual: Any, expected: Any, rtol: float, atol: float, what: str) -> None:
     a_leaves, e_leaves = _flatten(actual), _flatten(expected)
-    assert len(a_leaves) == len(e_leaves), f"{what}: {len(a_leaves)} outputs, expected {len(e_leaves)}"
+    assert len(a_leaves) == len(e_leaves), \
+        f"{what}: {len(a_leaves)} outputs, expected {len(e_leaves)}"
     for a, e in zip(a_leaves, e_leaves):
         a, e = np.asarray(a), np.asarray(e)
         assert a.shape == e.shape, f"{what}: shape {a.shape}, expected {e.shape}"
@@ -85,7 +86,8 @@ def check_case(case: OpCase) -> None:
     opdef = lookup(case.op)
     expected = case.expected(*[_to_jax(x) for x in case.inputs])
     # The IR call is well formed (arity, attributes).
-    call = Call(Op.get(case.op), [Var(f"x{i}", type_of(x)) for i, x in enumerate(case.inputs)], case.attrs)
+    params = [Var(f"x{i}", type_of(x)) for i, x in enumerate(case.inputs)]
+    call = Call(Op.get(case.op), params, case.attrs)
     # NumPy reference (the interpreter's semantics) against the JAX truth.
     actual = opdef.numpy_ref(*case.inputs, **call.attrs)
     assert_same(actual, expected, case.rtol, case.atol, f"{case.id} numpy_ref")

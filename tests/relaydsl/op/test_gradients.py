@@ -377,7 +377,11 @@ def test_differentiable_op_has_a_tested_rule(name):
 def test_non_differentiable_ops_have_no_rule():
     with_rules = [n for n, d in all_ops().items() if not d.differentiable and d.gradient]
     assert not with_rules, f"non-differentiable ops with a gradient rule: {with_rules}"
-    expected = ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_not", "argmax", "argmin", "sign", "floor", "ceil", "round", "shape_of", "zeros", "ones", "zeros_like", "ones_like"]
+    expected = [
+        "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+        "logical_or", "logical_not", "argmax", "argmin", "sign", "floor", "ceil", "round",
+        "shape_of", "zeros", "ones", "zeros_like", "ones_like",
+    ]
     assert all(not all_ops()[n].differentiable for n in expected)
 
 

@@ -343,8 +343,10 @@ def test_op_matches_jax(case):
 
 
 def test_patterns():
-    fusable = ["matmul", "dense", "batch_matmul", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d"]
-    opaque = ["softmax", "log_softmax", "batch_norm", "layer_norm", "dropout", "softmax_cross_entropy"]
+    fusable = ["matmul", "dense", "batch_matmul", "conv2d", "max_pool2d", "avg_pool2d",
+               "global_avg_pool2d"]
+    opaque = ["softmax", "log_softmax", "batch_norm", "layer_norm", "dropout",
+              "softmax_cross_entropy"]
     expected = {**dict.fromkeys(fusable, OpPattern.OUT_ELEMWISE_FUSABLE),
                 **dict.fromkeys(opaque, OpPattern.OPAQUE),
                 "pad": OpPattern.INJECTIVE, "flatten": OpPattern.INJECTIVE,

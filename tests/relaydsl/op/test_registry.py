@@ -39,15 +39,32 @@ def test_every_op_is_checked_against_jax():
 
 
 def test_the_required_op_set_is_registered():
-    required = ["negative", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "abs", "sign", "floor", "ceil", "round", "clip", "cast", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_not", "where", "sum", "mean", "max", "min", "prod", "argmax", "argmin", "reshape", "transpose", "expand_dims", "squeeze", "concatenate", "split", "stack", "take", "strided_slice", "broadcast_to", "zeros", "ones", "full", "zeros_like", "ones_like", "matmul", "dense", "batch_matmul", "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool2d", "softmax", "log_softmax", "batch_norm", "layer_norm", "dropout", "pad", "flatten", "bias_add", "softmax_cross_entropy"]
+    required = [
+        "negative", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "abs", "sign",
+        "floor", "ceil", "round", "clip", "cast", "add", "subtract", "multiply", "divide", "power",
+        "maximum", "minimum", "equal", "not_equal", "less", "less_equal", "greater",
+        "greater_equal", "logical_and", "logical_or", "logical_not", "where", "sum", "mean", "max",
+        "min", "prod", "argmax", "argmin", "reshape", "transpose", "expand_dims", "squeeze",
+        "concatenate", "split", "stack", "take", "strided_slice", "broadcast_to", "zeros", "ones",
+        "full", "zeros_like", "ones_like", "matmul", "dense", "batch_matmul", "conv2d",
+        "max_pool2d", "avg_pool2d", "global_avg_pool2d", "softmax", "log_softmax", "batch_norm",
+        "layer_norm", "dropout", "pad", "flatten", "bias_add", "softmax_cross_entropy",
+    ]
     missing = sorted(set(required) - set(all_ops()))
     assert not missing, f"required ops not registered: {missing}"
 
 
 # The families written as one block per op (issue 10): every facet in the family's own file.
 ONE_BLOCK_FAMILIES = {
-    "relaydsl.op.tensor": ["negative", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "abs", "sign", "floor", "ceil", "round", "clip", "cast", "cast_like", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_not", "where"],
-    "relaydsl.op.reduce": ["sum", "mean", "max", "min", "prod", "argmax", "argmin", "collapse_sum_like"],
+    "relaydsl.op.tensor": [
+        "negative", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "abs", "sign",
+        "floor", "ceil", "round", "clip", "cast", "cast_like", "add", "subtract", "multiply",
+        "divide", "power", "maximum", "minimum", "equal", "not_equal", "less", "less_equal",
+        "greater", "greater_equal", "logical_and", "logical_or", "logical_not", "where",
+    ],
+    "relaydsl.op.reduce": [
+        "sum", "mean", "max", "min", "prod", "argmax", "argmin", "collapse_sum_like",
+    ],
 }
 
 
@@ -73,7 +90,8 @@ def test_cast_like_of_a_constant_folds_from_the_types():
     x = Var("x", TensorType((2, 3), "float16"))
     infer_type(Function([x], x))
     fold = ops.cast_like.traits.fold_from_types
-    folded = fold(ops.cast_like(const(1.5, "float64"), x), [TensorType((), "float64"), x.checked_type])
+    folded = fold(ops.cast_like(const(1.5, "float64"), x),
+                  [TensorType((), "float64"), x.checked_type])
     assert isinstance(folded, Constant) and folded.data.dtype == np.float16 and folded.data == 1.5
     assert fold(ops.cast_like(x, x), [x.checked_type] * 2) is None  # the data is not a constant
 

@@ -57,9 +57,14 @@ def check_fused(mod: IRModule) -> None:
         assert id(f) in prims
         for p in f.params:
             assert isinstance(p.checked_type, TensorType), (p, p.checked_type)
-        kinds: list[type] = []
-        post_order(f.body, lambda e: kinds.append(type(e)))
+        kinds = _node_kinds(f.body)
         assert Let not in kinds and Function not in kinds
+
+
+def _node_kinds(expr) -> list[type]:
+    kinds: list[type] = []
+    post_order(expr, lambda e: kinds.append(type(e)))
+    return kinds
 
 
 def _walk_outside_primitives(expr, fn) -> None:

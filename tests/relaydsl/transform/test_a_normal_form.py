@@ -45,7 +45,7 @@ def check_anf(expr) -> None:
             case _:
                 operands = []
         for o in operands:
-            assert isinstance(o, ATOMS + (Function,)), f"not an atom: {o!r:.80}"
+            assert isinstance(o, (*ATOMS, Function)), f"not an atom: {o!r:.80}"
         stack += children(e)
 
 

@@ -339,7 +339,7 @@ def test_random_programs_compute_the_same_values_after_fusion(program_and_inputs
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(max_ops=8, control_flow=False))
 def test_random_straight_line_programs_fuse_into_fewer_calls(program_and_inputs):
-    fn, inputs = program_and_inputs
+    fn, _ = program_and_inputs
     mod = infer_types(IRModule.from_expr(fn))
     graph, fused, _ = pipeline(mod)
     n_ops = sum(len(g) for g in groups(fused))

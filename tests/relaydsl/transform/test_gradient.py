@@ -82,7 +82,7 @@ def test_first_second_and_third_derivatives_match_jax(f, jf, x):
 @relay
 def repeated(x: Tensor[Float, 3], n: Int) -> Float:
     acc = x
-    for i in range(n):
+    for _ in range(n):
         acc = relay.tanh(acc * x + 0.5)
     return relay.sum(acc)
 
@@ -133,7 +133,7 @@ def with_closures(x: Tensor[Float, 3], w: Tensor[Float, 3]) -> Float:
     def layer(v):
         return relay.tanh(v * scale)
 
-    twice = lambda v: layer(layer(v))
+    twice = lambda v: layer(layer(v))  # noqa: E731 (a lambda in the DSL is the subject)
     return relay.sum(twice(x) * w)
 
 
@@ -141,7 +141,9 @@ def test_closures_capturing_lets():
     x, w = (rng.standard_normal(3).astype(np.float32) for _ in range(2))
 
     def jax_f(x, w):
-        layer = lambda v: jnp.tanh(v * jax.nn.sigmoid(w))
+        def layer(v):
+            return jnp.tanh(v * jax.nn.sigmoid(w))
+
         return jnp.sum(layer(layer(x)) * w)
 
     _, (gx, gw) = relay.grad(with_closures)(x, w)

@@ -166,9 +166,9 @@ def test_instruments_see_every_pass_and_can_veto_one():
     seq = Sequential([recording("A", 0, log), recording("B", 0, log, required=[
         recording("Base", 3, log)])])
     recorder = Recorder(veto=["A"])
-    with PassContext(instruments=[recorder]):
-        with PassContext(opt_level=1, instruments=[recorder]):  # entered once, not twice
-            seq(typed(SRC))
+    with (PassContext(instruments=[recorder]),
+          PassContext(opt_level=1, instruments=[recorder])):  # entered once, not twice
+        seq(typed(SRC))
     assert log == ["Base", "B"]
     assert recorder.events == ["enter", "before Base", "after Base", "before B", "after B",
                                "exit"]

@@ -180,7 +180,7 @@ def test_builds_are_cached_per_pass_context_settings():
 
 
 def test_build_and_calls_use_the_same_default_target(monkeypatch):
-    x = [a for a in mlp_args()]
+    x = list(mlp_args())
     assert relay.build(mlp).target == default_target() == "llvm"
     mlp(*x)
     assert relay.build(mlp) is mlp.build()  # a call runs the executable relay.build returns
