@@ -149,14 +149,23 @@ _TANH_BETA = [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
 
 
 def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """A rational approximation on [-clamp, clamp]; exactly +-1 from 9.010914 on, where
+    float32 rounds tanh to 1 (the clamped approximation alone stops at 0.99999976, and
+    1 - tanh^2, the gradient of a saturated unit, must then be 0)."""
     clamp = 7.90531110763549805
     xc = call2(b, "minnum", call2(b, "maxnum", x, const(F32, -clamp)), const(F32, clamp))
     x2 = b.fmul(xc, xc)
     p = b.fmul(xc, _horner(b, x2, _TANH_ALPHA))
     q = _horner(b, x2, _TANH_BETA)
     y = b.fdiv(p, q)
-    tiny = b.fcmp_ordered("olt", call1(b, "fabs", x), const(F32, 0.0004))
+    ax = call1(b, "fabs", x)
+    saturated = b.fcmp_ordered("oge", ax, const(F32, _TANH_SATURATES))
+    y = b.select(saturated, call2(b, "copysign", const(F32, 1.0), x), y)
+    tiny = b.fcmp_ordered("olt", ax, const(F32, 0.0004))
     return b.select(b.or_(tiny, _is_nan(b, x)), x, y)
+
+
+_TANH_SATURATES = 9.010913848876953  # the least float32 whose tanh rounds to 1.0
 
 
 def sigmoid_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:

@@ -78,3 +78,14 @@ def test_special_values_match_numpy_exactly(name, results):
         want = REFERENCE[name](x.astype(np.float64)).astype(F)
     special = ~np.isfinite(want) | ~np.isfinite(got) | (want == 0)
     np.testing.assert_array_equal(got[special], want[special])
+
+
+def test_tanh_saturates_to_exactly_one_where_float32_rounds_it_there(results):
+    # Summed over many saturated units, 0.99999976 instead of 1 gave a gradient
+    # (1 - tanh^2) of 4.8e-7 per unit where JAX gives exactly 0 (issue 11).
+    x, got = results["tanh"]
+    with np.errstate(all="ignore"):
+        want = np.tanh(x.astype(np.float64)).astype(F)
+    saturated = np.abs(want) == 1
+    assert saturated.sum() > 1000
+    np.testing.assert_array_equal(got[saturated], want[saturated])
