@@ -21,6 +21,7 @@ from typing import Any as AnyValue, Callable
 
 import numpy as np
 
+from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import Dim, TensorType, Type, type_to_str
@@ -52,6 +53,16 @@ def _reduced(shape: tuple[Dim, ...], axes: tuple[int, ...], keepdims: bool) -> t
 def _copy(x: Tensor, shape: tuple[int, ...], name: str) -> Tensor:
     """NumPy's reduction over no axis: x itself (reshaped to the output shape)."""
     return compute(shape, lambda *o: x[tuple(o[-x.ndim:]) if x.ndim else ()], name)
+
+
+def _over_nothing(x: Tensor, axes: tuple[int, ...]) -> bool:
+    """Whether a reduction of x over `axes` combines no element (an empty last batch)."""
+    return any(x.shape[a] == 0 for a in axes)
+
+
+def _no_identity(op: str, x: Tensor, axes: tuple[int, ...]) -> IRError:
+    return IRError(f"{op} over an empty axis (of {x.dtype}{list(x.shape)}, axes {list(axes)}) "
+                   "has no value: it has no identity (NumPy and JAX raise too)")
 
 
 # ---- sum, mean, max, min, prod: one row each -----------------------------------------
@@ -88,6 +99,10 @@ def _fold(reducer: Reducer) -> ComputeRule:
         name = f"T_{reducer.name}"
         if not axes:
             return _copy(x, shape, name)
+        if _over_nothing(x, axes):  # sum: 0, prod: 1; max and min have no such value
+            if reducer.name in ("max", "min"):
+                raise _no_identity(reducer.name, x, axes)
+            return compute(shape, lambda *o: reducer.identity(x.dtype), name)
         if x.dtype == "bool":  # max is any, min is all
             return over_axes(x, axes, attrs.keepdims, shape, lambda idx, r, o: not_equal(
                 reducer(cast("int8", x[idx]), r), 0), name)
@@ -116,6 +131,8 @@ def _mean_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
     if not axes:
         return _copy(x, shape, "T_mean")
     n = math.prod(x.shape[a] for a in axes)
+    if n == 0:  # 0 / 0, as NumPy and JAX give
+        return compute(shape, lambda *o: const(float("nan"), x.dtype), "T_mean")
     acc = "float32" if x.dtype == "float16" else x.dtype
 
     def body(idx: tuple, r: list, o: tuple) -> PrimExpr:
@@ -219,6 +236,8 @@ def _arg_compute(op: str, extreme: Reducer) -> ComputeRule:
         axes = indexing.norm_axes(attrs.axis, x.ndim)
         if not axes:  # a scalar input
             return compute(shape, lambda *o: const(0), f"T_{op}")
+        if _over_nothing(x, axes):
+            raise _no_identity(op, x, axes)
 
         def value(idx: tuple) -> PrimExpr:
             return cast("int8", x[idx]) if x.dtype == "bool" else x[idx]

@@ -274,3 +274,30 @@ def test_the_gradient_through_saturated_tanh_units_is_zero_as_in_jax():
     np.testing.assert_array_equal(dx, want)
     assert not dx.any()
     np.testing.assert_allclose(value, jnp.sum(jnp.tanh(x * 3.0)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("reduction, want", [
+    (relay.sum, lambda x: jnp.sum(x, axis=0)),
+    (relay.prod, lambda x: jnp.prod(x, axis=0)),
+    (relay.mean, lambda x: jnp.mean(x, axis=0)),
+])
+def test_a_reduction_over_an_empty_axis_gives_its_identity_as_in_jax(reduction, want):
+    # issue 11: an empty last batch; llvm failed with "extent must be a positive int, got 0"
+    @relay
+    def over_rows(x: Tensor[Float, ("n", 3)]) -> Tensor[Float, 3]:
+        return reduction(x, axis=0)
+
+    x = np.zeros((0, 3), np.float32)
+    np.testing.assert_array_equal(over_rows(x), want(x))
+    np.testing.assert_array_equal(over_rows.build("interp")(x), want(x))
+    ones = np.ones((2, 3), np.float32)
+    np.testing.assert_allclose(over_rows(ones), want(ones))
+
+
+def test_max_over_an_empty_axis_is_an_error_as_in_jax():
+    @relay
+    def row_max(x: Tensor[Float, ("n", 3)]) -> Tensor[Float, 3]:
+        return relay.max(x, axis=0)
+
+    with pytest.raises(ValueError, match=r"max over an empty axis .* has no identity"):
+        row_max(np.zeros((0, 3), np.float32))
