@@ -463,13 +463,13 @@ def evaluate(program: Expr | IRModule, *args: AnyValue, mod: IRModule | None = N
         interp = interpreter if interpreter is not None else Interpreter(program)
         fn: Value = interp._global_var(program.get_global_var(entry), {})
         with _stack_room():
-            return _export(interp._invoke(fn, _arguments(fn, args), None))
+            return _export(interp._invoke(fn, _arguments(fn, args), None), args)
     interp = Interpreter(mod)
     with _stack_room():
         value = interp._run(program, {}, owned=True, tail=False)
         if args or isinstance(program, Function):
             value = interp._invoke(value, _arguments(value, args), None)
-        return _export(value)
+        return _export(value, args)
 
 
 def _arguments(fn: Value, args: tuple[AnyValue, ...]) -> list[Value]:
@@ -532,12 +532,14 @@ def _fits(arr: np.ndarray, t: TensorType) -> bool:
     )
 
 
-def _export(value: Value) -> Value:
-    """A result for the user: arrays writable (constants are read-only), tuples field-wise."""
-    if isinstance(value, np.ndarray) and not value.flags.writeable:
-        return value.copy()
+def _export(value: Value, args: tuple[AnyValue, ...] = ()) -> Value:
+    """A result for the user: writable (constants are read-only) and never sharing memory
+    with an argument (an identity or a reshape is NumPy's view of it), tuples field-wise."""
+    if isinstance(value, np.ndarray):
+        shared = any(isinstance(a, np.ndarray) and np.may_share_memory(value, a) for a in args)
+        return value.copy() if shared or not value.flags.writeable else value
     if isinstance(value, tuple):
-        return tuple(_export(v) for v in value)
+        return tuple(_export(v, args) for v in value)
     return value
 
 

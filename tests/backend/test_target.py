@@ -29,3 +29,18 @@ def test_build_is_cached_per_target_and_options():
     assert relay.build(scaled_tanh, target="llvm") is relay.build(scaled_tanh, target="llvm")
     assert relay.build(scaled_tanh, target="llvm", opt_level=0) is not \
         relay.build(scaled_tanh, target="llvm")
+
+
+@relay
+def views(x: Tensor[Float, (2, 3)]) -> tuple[Tensor[Float, (2, 3)], Tensor[Float, (3, 2)]]:
+    return x, relay.reshape(x, newshape=(3, 2))
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_results_never_share_memory_with_the_arguments(target):
+    # issue 11: interp returned the caller's array for an identity (and a view for a reshape)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    same, reshaped = relay.build(views, target=target)(x)
+    assert not np.shares_memory(same, x) and not np.shares_memory(reshaped, x)
+    same[0, 0] = reshaped[0, 0] = 100.0
+    np.testing.assert_array_equal(x, np.arange(6, dtype=np.float32).reshape(2, 3))
