@@ -250,20 +250,31 @@ def _defined_functions(ir_text: str) -> list[str]:
 
 
 def _read_cached(path: pathlib.Path) -> bytes | None:
+    """The object file cached at `path`, or None when it is missing or damaged.
+
+    A cache entry is the object followed by its SHA-256: loading a truncated or altered
+    object would crash the process (and every later one), so such an entry is recompiled.
+    """
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    return data if data[:4] == b"\x7fELF" else None
+    obj, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
+    if obj[:4] != b"\x7fELF" or hashlib.sha256(obj).digest() != digest:
+        return None
+    return obj
+
+
+_DIGEST_SIZE = 32
 
 
 def _write_cached(path: pathlib.Path, obj: bytes) -> None:
-    """Atomic: a concurrent reader sees the whole object or none."""
+    """Atomic: a concurrent reader sees the whole entry or none."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            f.write(obj)
+            f.write(obj + hashlib.sha256(obj).digest())
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only or full cache directory only costs recompilation

@@ -160,3 +160,35 @@ def test_non_primitive_parameters_are_rejected():
     fn = infer_type(Function([x], call("exp", x), attrs={"Primitive": 1}))
     with pytest.raises(IRError, match="static tensor type"):
         compile_primitive(fn)
+
+
+@pytest.mark.parametrize("damage, n", [("truncate", 13), ("flip", 17)])
+def test_a_damaged_cache_entry_is_recompiled_not_loaded(tmp_path, monkeypatch, damage, n):
+    # issue 11: one truncated object (ELF magic intact) made every later process segfault
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    compile_primitive(_fn(n))  # a function this process has not compiled yet
+    entries = list((tmp_path / "kernels").glob("*.o"))
+    assert entries
+    for path in entries:
+        data = bytearray(path.read_bytes())
+        if damage == "truncate":
+            data = data[:len(data) // 2]
+        else:
+            data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    script = (
+        "import numpy as np\n"
+        "from relaydsl.backend.llvm import jit\n"
+        "from relaydsl.backend.llvm.kernel import compile_primitive\n"
+        "from tests.backend.llvm.test_kernel import _fn\n"
+        f"k = compile_primitive(_fn({n}))\n"
+        f"x, y = np.ones((3, {n}), 'float32'), np.arange({n}, dtype='float32')\n"
+        "s, t = k(x, y)\n"
+        f"assert np.allclose(s, x + y) and np.allclose(t, {n} * np.e)\n"
+        "print(jit.stats['compiled'], jit.stats['disk_hits'])\n"
+    )
+    env = {**os.environ, "RELAYDSL_CACHE_DIR": str(tmp_path), "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert out.stdout.split() == ["1", "0"]  # recompiled, nothing loaded from the damage
