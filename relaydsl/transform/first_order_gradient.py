@@ -138,9 +138,6 @@ class _Adjoint:
                 assert isinstance(op, Op)
                 if not op.definition.differentiable:
                     continue
-                if op.definition.gradient is None:
-                    raise RelayTypeError(f"grad: the operator {op.name} has no gradient rule",
-                                         value.span)
                 for arg, d in zip(value.args, input_adjoints(value, g)):
                     contribute(arg, d)
             elif isinstance(value, Tuple):

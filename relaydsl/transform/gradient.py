@@ -44,6 +44,7 @@ from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.first_order_gradient import first_order_gradient, supports
 from relaydsl.typing import infer_types
 from relaydsl.typing.infer import call_graph_sccs
+from relaydsl.op.grad_util import input_adjoints
 from relaydsl.op.registry import ops
 
 BACKPROP_TYPE = RefType(FuncType((), TupleType(())))
@@ -210,11 +211,8 @@ class _Lift(ExprMutator):
         effects: list[Expr] = []
         wants_grad = any(has_float(t) for t in arg_types)
         if opdef.differentiable and wants_grad:
-            if opdef.gradient is None:
-                raise RelayTypeError(f"grad: the operator {op.name} has no gradient rule",
-                                     call.span)
             g = Var("g")
-            grads = opdef.gradient(Call(op, values, call.attrs), g)
+            grads = input_adjoints(Call(op, values, call.attrs), g)
             updates = [e for v, d, t in zip(arg_vars, grads, arg_types)
                        for e in accumulate(v, d, t)]
             old = Var("bp_old")
