@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any as AnyValue, Callable, Protocol, Sequence
 
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform import pipeline
 from relaydsl.transform.pass_infra import PassContext
 
@@ -67,7 +68,7 @@ class Target:
 
     def build(self, mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
         options, context = self.configure(options)
-        with context:
+        with context, deep_recursion():
             return self.compile(mod, entry, options)
 
 

@@ -41,7 +41,7 @@ from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
 from relaydsl.ir.types import FuncType, GlobalTypeVar, TensorType, Type, TypeCall
-from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator
+from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator, deep_recursion
 from relaydsl.prelude import prelude_definitions
 from relaydsl.typing import infer_types
 
@@ -86,7 +86,8 @@ class RelayFunction:
         self._call_sites: Counter[str] = Counter()
         self._resolver = Resolver(self._lookup, self._to_global, self._annotation_type,
                                   self._special_call)
-        fn = Translator(self.source, self._resolver).function(self.source.tree)
+        with deep_recursion():
+            fn = Translator(self.source, self._resolver).function(self.source.tree)
         if self.hidden:
             fn = Function((*fn.params, *(h.var for h in self.hidden)), fn.body, fn.ret_type,
                           fn.type_params, fn.attrs, span=fn.span)
@@ -279,22 +280,26 @@ class RelayFunction:
     def mod(self) -> IRModule:
         """The typed module: this function and every decorated function it reaches."""
         if self._module is None:
-            mod = IRModule()
-            pending, seen = [self], set()
-            while pending:
-                f = pending.pop()
-                if f in seen:
-                    continue
-                seen.add(f)
-                mapping = f._resolve_forward_refs()
-                fn = _replace_globals(f.function, mapping)
-                for td in _user_types_in(fn):
-                    if td.header not in mod.type_definitions:
-                        mod.add_type(td)
-                mod.add(f.global_var, fn)
-                pending.extend(f.callees)
-            self._module = infer_types(mod)
+            with deep_recursion():
+                self._module = infer_types(self._gather_module())
         return self._module
+
+    def _gather_module(self) -> IRModule:
+        mod = IRModule()
+        pending, seen = [self], set()
+        while pending:
+            f = pending.pop()
+            if f in seen:
+                continue
+            seen.add(f)
+            mapping = f._resolve_forward_refs()
+            fn = _replace_globals(f.function, mapping)
+            for td in _user_types_in(fn):
+                if td.header not in mod.type_definitions:
+                    mod.add_type(td)
+            mod.add(f.global_var, fn)
+            pending.extend(f.callees)
+        return mod
 
     @property
     def checked_type(self) -> FuncType:

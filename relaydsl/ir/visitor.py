@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 
 from typing import Callable, cast
@@ -485,16 +486,39 @@ __all__ = [
 ]
 
 
-@contextlib.contextmanager
-def deep_recursion(limit: int = 20000) -> Iterator[None]:
-    """Raises Python's recursion limit while code recurses over a deep expression.
+# How deep the compiler may recurse. The frontend, type inference, the passes and the
+# lowering walk expressions recursively, a few Python frames per level of nesting; Python
+# itself compiles expressions nested about 3 x its recursion limit deep (``x + x + ... + x``
+# of ~2,900 terms), and we compile whatever Python compiles. Python 3.11 runs
+# Python-to-Python calls without growing the C stack, so the limit only guards against
+# runaway recursion.
+COMPILER_RECURSION_LIMIT = 50_000
 
-    (Python 3.11 does not use the C stack for Python-to-Python calls, so the limit only
-    guards against runaway recursion.)
+_deep_lock = threading.Lock()
+_deep_users = 0
+_limit_before = 0
+
+
+@contextlib.contextmanager
+def deep_recursion(limit: int | None = None) -> Iterator[None]:
+    """Raises Python's recursion limit (to `limit`, by default COMPILER_RECURSION_LIMIT) while
+    code recurses over a deep expression.
+
+    Python's limit is one for the whole process: the first of concurrent users raises it and
+    the last one out restores it, so one thread leaving never lowers it under another.
     """
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, limit))
+    global _deep_users, _limit_before
+    with _deep_lock:
+        if _deep_users == 0:
+            _limit_before = sys.getrecursionlimit()
+        _deep_users += 1
+        limit = COMPILER_RECURSION_LIMIT if limit is None else limit
+        if sys.getrecursionlimit() < limit:
+            sys.setrecursionlimit(limit)
     try:
         yield
     finally:
-        sys.setrecursionlimit(old)
+        with _deep_lock:
+            _deep_users -= 1
+            if _deep_users == 0:
+                sys.setrecursionlimit(_limit_before)

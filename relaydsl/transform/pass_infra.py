@@ -44,6 +44,7 @@ from typing import overload
 
 from relaydsl.errors import IRError
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform._util import retyped
 from relaydsl.transform.instrument import PassInstrument
 
@@ -154,7 +155,8 @@ class Pass:
             return mod
         for i in instruments:
             i.run_before_pass(mod, self)
-        out = self.transform(mod)
+        with deep_recursion():
+            out = self.transform(mod)
         if not isinstance(out, IRModule):
             raise IRError(f"pass {self.name} returned {type(out).__name__}, not an IRModule")
         out = retyped(out, types_kept=True)  # infers only functions the pass left untyped

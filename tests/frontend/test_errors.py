@@ -660,13 +660,6 @@ def test_a_long_straight_line_function_translates(tmp_path):
     np.testing.assert_array_equal(f(np.zeros(3, np.float32), True), np.full(3, 2000.0))
 
 
-def test_too_many_nested_statements_are_a_located_error_not_a_recursion_error(tmp_path):
-    path = write_module(tmp_path, "deep", ["if c:", "    x = x + 1.0"] * 600 + ["return x"])
-    with pytest.raises(DSLSyntaxError, match="split it into smaller functions") as info:
-        relay(load_function(path))
-    assert (info.value.span.file, info.value.span.line) == (str(path), 4)
-
-
 # ---- unknown names are found when the module is built ----------------------------------------
 
 
