@@ -143,6 +143,15 @@ def _mean_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
     return over_axes(x, axes, attrs.keepdims, shape, body, "T_mean")
 
 
+def _numpy_mean(x: np.ndarray, axis: AnyValue, keepdims: bool) -> np.ndarray:
+    # np.mean's own arithmetic (a sum, then a division), without its warning over an empty
+    # axis: NaN there, as JAX and the llvm target give, silently
+    total = np.sum(x, axis=axis, keepdims=keepdims)
+    count = x.size // total.size if total.size else 1
+    with np.errstate(invalid="ignore"):
+        return np.divide(total, count, dtype=total.dtype)
+
+
 def _mean_grad(call: Call, g: Expr) -> list[Expr]:
     """d mean(x, axes) = g / n broadcast back over the reduced axes, n elements per mean."""
     x, a = call.args[0], call.attrs
@@ -152,7 +161,7 @@ def _mean_grad(call: Call, g: Expr) -> list[Expr]:
 
 mean = _reduce(
     "mean", FLOAT, "mean over the axes", te=_mean_compute,
-    numpy=lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims),
+    numpy=lambda x, axis, keepdims: _numpy_mean(x, axis, keepdims),
     jax=lambda x, axis, keepdims: jnp.mean(x, axis=axis, keepdims=keepdims),
     grad=_mean_grad)
 

@@ -146,6 +146,21 @@ def fit_blocking(bl: Blocking, spec: GemmSpec) -> Blocking:
     return Blocking(bl.vl, mr, nr, bl.kc, mc, bl.nc)
 
 
+def reads_a_in_place(spec: GemmSpec, bl: Blocking) -> bool:
+    # With few column tiles an A element feeds few FMAs: reading A in place beats packing it.
+    return -(-spec.n // bl.nr) <= 2 and spec.m >= bl.mr
+
+
+def library_parts(spec: GemmSpec, bl: Blocking | None = None) -> list[gemm_library.Part]:
+    """The GEMM library functions the kernel of `spec` calls."""
+    bl = fit_blocking(bl or default_blocking(), spec)
+    tile = MicroTile(bl.vl, bl.mr, bl.nr)
+    parts = [*gemm_library.core_parts(bl.vl), gemm_library.ukernel_part(tile)]
+    if reads_a_in_place(spec, bl):
+        parts.append(gemm_library.ukernel_part(tile, direct=True))
+    return parts
+
+
 def choose_split(spec: GemmSpec, bl: Blocking) -> str:
     if spec.split:
         return spec.split
@@ -170,12 +185,8 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
     kc_max = -(-spec.k // nk)  # balanced K blocks
     mc_max = min(bl.mc, -(-spec.m // bl.mr) * bl.mr)
     nc_max = min(bl.nc, -(-spec.n // bl.nr) * bl.nr)
-    # With few column tiles an A element feeds few FMAs: reading A in place beats packing it.
-    direct = -(-spec.n // bl.nr) <= 2 and spec.m >= bl.mr
-    gemm_library.load_core(bl.vl)
-    gemm_library.load_ukernel(tile)
-    if direct:
-        gemm_library.load_ukernel(tile, direct=True)
+    direct = reads_a_in_place(spec, bl)
+    gemm_library.load(library_parts(spec, bl))
     block = gemm_library.declare_core(module, bl.vl, "block")
     ukernel = gemm_library.declare_ukernel(module, tile)
     direct_kernel = (gemm_library.declare_ukernel(module, tile, direct=True) if direct else

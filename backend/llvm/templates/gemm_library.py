@@ -38,10 +38,12 @@ at speed level 1 without its loop and SLP vectorisers and its loop unroller: a t
 the compile time of level 3, and the same GFLOP/s (measured on GEMM 512/1024 and the
 MLP's shapes).
 The MCJIT engine links a caller's calls to these symbols by name: a caller requests what
-it uses (``load_core``, ``load_ukernel``) before its own module is loaded.
+it uses (``load``) before its own module is loaded; ``load_in_background`` starts that
+early.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 
@@ -111,51 +113,79 @@ _LOADED: dict[str, jit.Library] = {}
 _OPTIONS = "speed1|vectorize=False|unroll=False"
 
 
-def _load(name: str, part: str, vl: int, tile: MicroTile | None = None) -> None:
-    """Makes sure the module defining the one exported function `name` is loaded (from the
-    disk cache without building its IR, else compiled)."""
-    with _LOCK:
-        if name in _LOADED:
-            return
-        key = f"gemm-library|{name}|{_OPTIONS}"
-        lib = jit.load_cached(key, [name])
-        if lib is None:
-            lib = jit.compile_ir(library_ir(name, part, vl, tile), key, speed_level=1,
-                                 vectorize=False)
-        _LOADED[name] = lib
+@dataclass(frozen=True)
+class Part:
+    """One library module: the exported function `name`, the core's ``pack`` or ``block``
+    or a micro-kernel (``ukernel``, ``ukernel_direct``) of `tile`."""
+
+    name: str
+    kind: str
+    vl: int
+    tile: MicroTile | None = None
 
 
-def library_ir(name: str, part: str, vl: int, tile: MicroTile | None) -> str:
-    """The LLVM IR of the module defining `name`: the core's ``pack`` or ``block``, or a
-    micro-kernel (``ukernel``, ``ukernel_direct``) of `tile`."""
-    module = ir.Module(name=name)
+def core_parts(vl: int) -> list[Part]:
+    """The packer and the blocked sub-GEMM for vectors of `vl` floats."""
+    return [Part(core_symbol(vl, kind), kind, vl) for kind in ("pack", "block")]
+
+
+def ukernel_part(tile: MicroTile, direct: bool = False) -> Part:
+    """The micro-kernel of `tile` (the variant reading A in place with `direct`)."""
+    kind = "ukernel_direct" if direct else "ukernel"
+    return Part(tile.symbol(kind), kind, tile.vl, tile)
+
+
+def load(parts: list[Part]) -> None:
+    """Makes sure the modules of `parts` are loaded (from the disk cache without building
+    their IR, else compiled)."""
+    for part in parts:
+        with _LOCK:
+            if part.name in _LOADED:
+                continue
+            key = f"gemm-library|{part.name}|{_OPTIONS}"
+            lib = jit.load_cached(key, [part.name])
+            if lib is None:
+                lib = jit.compile_ir(library_ir(part), key, speed_level=1, vectorize=False)
+            _LOADED[part.name] = lib
+
+
+def load_in_background(parts: list[Part]) -> None:
+    """Starts loading `parts` on a daemon thread and returns at once.
+
+    A program's kernels ask for the library only after its passes have run; LLVM compiles
+    the library meanwhile, since llvmlite releases the GIL while LLVM works. Whoever needs
+    a part first waits for it on the lock; a part that fails here is compiled again (and
+    its error raised) when it is asked for.
+    """
+    missing = [p for p in parts if p.name not in _LOADED]
+    if missing:
+        threading.Thread(target=_load_quietly, args=(missing,), daemon=True,
+                         name="relaydsl-gemm-library").start()
+
+
+def _load_quietly(parts: list[Part]) -> None:
+    with contextlib.suppress(Exception):
+        load(parts)
+
+
+def library_ir(part: Part) -> str:
+    """The LLVM IR of the module defining `part`."""
+    module = ir.Module(name=part.name)
     module.triple = jit.host_target().triple
     module.data_layout = jit.data_layout()
-    if part == "pack":
-        emit_pack(module, name, vl)
-    elif part == "block":
-        emit_block(module, vl)
+    if part.kind == "pack":
+        emit_pack(module, part.name, part.vl)
+    elif part.kind == "block":
+        emit_block(module, part.vl)
     else:
-        assert tile is not None and part in ("ukernel", "ukernel_direct")
-        emit_microkernel(module, name, tile, direct=part == "ukernel_direct")
+        assert part.tile is not None and part.kind in ("ukernel", "ukernel_direct")
+        emit_microkernel(module, part.name, part.tile, direct=part.kind == "ukernel_direct")
     return str(module)
 
 
 def library(name: str) -> jit.Library:
-    """The loaded library module defining `name` (after ``load_core`` or ``load_ukernel``)."""
+    """The loaded library module defining `name` (after ``load``)."""
     return _LOADED[name]
-
-
-def load_core(vl: int) -> None:
-    """Loads the packer and the blocked sub-GEMM for vectors of `vl` floats."""
-    for part in ("pack", "block"):
-        _load(core_symbol(vl, part), part, vl)
-
-
-def load_ukernel(tile: MicroTile, direct: bool = False) -> None:
-    """Loads the micro-kernel of `tile` (the variant reading A in place with `direct`)."""
-    part = "ukernel_direct" if direct else "ukernel"
-    _load(tile.symbol(part), part, tile.vl, tile)
 
 
 # ---- the micro-kernel -------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def test_packer_any_strides_and_widths(strides):
     import ctypes
 
     vl = 8
-    gemm_library.load_core(vl)
+    gemm_library.load(gemm_library.core_parts(vl))
     name = gemm_library.core_symbol(vl, "pack")
     fn = gemm_library.library(name).function(name, None,
                                              [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 7)
