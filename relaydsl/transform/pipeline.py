@@ -15,7 +15,8 @@ What each opt_level adds:
 - 1: fusion: FuseOps groups op calls into fused primitive functions;
 - 2: inlining of non-recursive globals, dead code elimination, constant folding;
 - 3: first-order gradients: a grad of straight-line code becomes a reference-free adjoint
-  program (which the llvm target runs as one static plan). Everything.
+  program (which the llvm target runs as one static plan); common-subexpression
+  elimination. Everything.
 
 Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
 reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
@@ -34,6 +35,7 @@ from __future__ import annotations
 from relaydsl.ir.module import IRModule
 from relaydsl.transform.a_normal_form import to_a_normal_form
 from relaydsl.transform.dead_code import eliminate_dead_code
+from relaydsl.transform.eliminate_common_subexpr import eliminate_common_subexpr
 from relaydsl.transform.fold_constant import fold_constants
 from relaydsl.transform.fuse_ops import fuse_ops
 from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
@@ -64,6 +66,9 @@ DeadCodeElimination = module_pass(
 FoldConstant = module_pass(
     fold_constants, opt_level=2, name="FoldConstant",
     description="evaluate op calls whose arguments are all constants")
+EliminateCommonSubexpr = module_pass(
+    eliminate_common_subexpr, opt_level=3, name="EliminateCommonSubexpr",
+    description="compute each pure op call once: equal calls share one node")
 ToGraphNormalForm = module_pass(
     to_graph_normal_form, opt_level=0, name="ToGraphNormalForm",
     description="inline let-bound pure dataflow into a DAG of shared nodes")
@@ -77,7 +82,7 @@ ToANormalForm = module_pass(
 # Inlining runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
 OPTIMIZE: tuple[Pass, ...] = (InlineGlobals, FirstOrderGradients, LowerGrads, InlineGlobals,
-                              DeadCodeElimination, FoldConstant)
+                              DeadCodeElimination, FoldConstant, EliminateCommonSubexpr)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
     "llvm": (FuseOps, ToANormalForm),
@@ -133,4 +138,5 @@ def table() -> str:
 
 __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "for_target", "run", "pass_names", "table",
            "InlineGlobals", "FirstOrderGradients", "LowerGrads", "DeadCodeElimination",
-           "FoldConstant", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
+           "FoldConstant", "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps",
+           "ToANormalForm"]

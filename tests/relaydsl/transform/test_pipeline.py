@@ -17,8 +17,9 @@ from relaydsl.transform import PassContext, PassTimingInstrument, PrintIR, pipel
 README = Path(__file__).resolve().parents[3] / "README.md"
 RNG = np.random.default_rng(0)
 OPTIMIZE = ["InlineGlobals", "FirstOrderGradients", "LowerGrads", "InlineGlobals",
-            "DeadCodeElimination", "FoldConstant"]
+            "DeadCodeElimination", "FoldConstant", "EliminateCommonSubexpr"]
 LLVM_LOWERING = ["ToGraphNormalForm", "FuseOps", "ToANormalForm"]
+LEVEL_3 = ["FirstOrderGradients", "EliminateCommonSubexpr"]
 
 
 @relay
@@ -60,8 +61,8 @@ def test_every_pass_has_a_name_and_a_description():
 @pytest.mark.parametrize("level, llvm, interp", [
     (0, ["LowerGrads", *LLVM_LOWERING], ["LowerGrads"]),
     (1, ["LowerGrads", *LLVM_LOWERING], ["LowerGrads"]),
-    (2, [*[n for n in OPTIMIZE if n != "FirstOrderGradients"], *LLVM_LOWERING],
-     [n for n in OPTIMIZE if n != "FirstOrderGradients"]),
+    (2, [*[n for n in OPTIMIZE if n not in LEVEL_3], *LLVM_LOWERING],
+     [n for n in OPTIMIZE if n not in LEVEL_3]),
     (3, [*OPTIMIZE, *LLVM_LOWERING], OPTIMIZE),
 ])
 def test_the_passes_at_each_level(level, llvm, interp):
