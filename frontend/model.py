@@ -21,7 +21,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import socket
 import tempfile
+import time
 import zipfile
 from typing import TYPE_CHECKING, Any as AnyValue
 
@@ -227,7 +230,9 @@ def save_model(model: Model, path: str) -> str:
     arrays = {f"param/{k}": v for k, v in model.params.items()}
     arrays[_MANIFEST_KEY] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".relaydsl-", suffix=".npz", dir=directory)
+    _remove_stale_temp_files(directory)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{_HOST}-{os.getpid()}-", suffix=".npz",
+                               dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -239,6 +244,57 @@ def save_model(model: Model, path: str) -> str:
             os.remove(tmp)
         raise
     return path
+
+
+# A save writes `.relaydsl-<host>-<pid>-<random>.npz` and renames it into place; a killed save
+# leaves it behind. (Saves before this naming wrote `.relaydsl-<random>.npz`.)
+_TEMP_PREFIX = ".relaydsl-"
+_TEMP_NAME = re.compile(r"\.relaydsl-(?:(?P<host>.+)-(?P<pid>\d+)-)?[a-z0-9_]+\.npz")
+_HOST = socket.gethostname()
+# A save rewrites its temp file continuously until it renames it: one untouched this long has
+# no writer, wherever that writer ran.
+STALE_TEMP_AGE = 3600.0
+
+
+def _remove_stale_temp_files(directory: str) -> None:
+    """Delete the temp files of saves into `directory` that were killed before finishing.
+
+    A temp file is stale when the process that wrote it (named by host and pid) is gone, or,
+    when that cannot be checked here (another host, an old name), when it has not been
+    modified for STALE_TEMP_AGE seconds. A file whose writer is alive is never touched.
+    (Off POSIX, signal 0 is not a harmless probe: only the age rule applies there.)
+    """
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return  # mkstemp will report an unusable directory
+    now = time.time()
+    for entry in entries:
+        m = _TEMP_NAME.fullmatch(entry.name)
+        if m is None:
+            continue
+        try:
+            if m["host"] == _HOST and os.name == "posix":
+                stale = not _process_exists(int(m["pid"]))
+            else:
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_AGE
+            if stale:
+                os.remove(entry.path)
+        except OSError:
+            pass  # removed by a concurrent save, or not ours to remove: leave it
+
+
+def _process_exists(pid: int) -> bool:
+    """Whether a process with this id is running on this host (signal 0 only checks)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    except OverflowError:
+        return False  # not a possible pid
+    return True
 
 
 def load_model(path: str, fn: "RelayModelFunction | None" = None) -> Model:

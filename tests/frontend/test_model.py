@@ -1,12 +1,18 @@
 """Models: optimisers against their update equations, export, and save/load without pickle."""
 import json
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from relaydsl import Float, Tensor, relay, relay_model
+from relaydsl.frontend import model as model_file
 from relaydsl.frontend.model import SGD, Adam, Momentum, load_model, save_model, update_model_params
 
 
@@ -117,3 +123,54 @@ def test_an_interrupted_save_leaves_the_old_file(tmp_path, monkeypatch):
 
 def test_optimizer_objects_are_exported():
     assert relay.SGD is SGD and relay.Adam is Adam and relay.Momentum is Momentum
+
+
+_KILLED_SAVE = """
+import os, signal, sys
+import numpy as np
+from relaydsl.frontend import model as model_file
+
+def killed(*args):  # the save is killed after writing its temp file, before renaming it
+    os.kill(os.getpid(), signal.SIGKILL)
+
+os.replace = killed
+params = {"w": np.zeros((256, 1024), np.float32)}
+fn = type("Fn", (), {"__qualname__": "big"})
+model_file.save_model(model_file.Model(fn, params), sys.argv[1])
+"""
+
+
+def test_a_save_removes_the_temp_files_of_killed_saves(tmp_path):
+    for _ in range(3):  # each save removes what the killed one before it left
+        run = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(tmp_path / "big.npz")])
+        assert run.returncode == -signal.SIGKILL
+        [left] = tmp_path.iterdir()
+        assert left.name.startswith(".relaydsl-") and left.stat().st_size > 1_000_000
+
+    save_model(fresh(), tmp_path / "model.npz")
+    assert [f.name for f in tmp_path.iterdir()] == ["model.npz"]
+
+
+def test_stale_temp_files_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    host = socket.gethostname()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(gone.stdout)
+    hour_ago = time.time() - 2 * model_file.STALE_TEMP_AGE
+    planted = {
+        f".relaydsl-{host}-{dead_pid}-abc123.npz": (None, False),  # its writer is gone
+        f".relaydsl-{host}-{os.getpid()}-def456.npz": (hour_ago, True),  # a live writer
+        f".relaydsl-elsewhere-{os.getpid()}-aaa111.npz": (hour_ago, False),  # old, other host
+        f".relaydsl-elsewhere-{dead_pid}-bbb222.npz": (None, True),  # recent, other host
+        ".relaydsl-k2_j9x1q.npz": (hour_ago, False),  # the old naming, long untouched
+        ".relaydsl-zz81ab_c.npz": (None, True),  # the old naming, recently written
+        ".relaydsl-notes.txt": (hour_ago, True),  # not a temp file of ours
+        "weights.npz": (hour_ago, True),
+    }
+    for name, (mtime, _) in planted.items():
+        (tmp_path / name).write_bytes(b"partial")
+        if mtime is not None:
+            os.utime(tmp_path / name, (mtime, mtime))
+    save_model(fresh(), tmp_path / "model.npz")
+    kept = {name for name, (_, keep) in planted.items() if keep}
+    assert {f.name for f in tmp_path.iterdir()} == kept | {"model.npz"}
