@@ -21,14 +21,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import socket
 import tempfile
+import time
+import tokenize
 import zipfile
-from typing import TYPE_CHECKING, Any as AnyValue
+from typing import IO, TYPE_CHECKING, Any as AnyValue, Callable
 
 import numpy as np
 
-from relaydsl.errors import RelayTypeError
-from relaydsl.ir.types import TensorType, type_to_str
+from relaydsl.errors import ModelFileError, RelayTypeError
+from relaydsl.ir.types import DTYPES, TensorType, type_to_str
 
 if TYPE_CHECKING:
     from relaydsl.frontend.decorators import RelayFunction, RelayModelFunction
@@ -227,7 +231,9 @@ def save_model(model: Model, path: str) -> str:
     arrays = {f"param/{k}": v for k, v in model.params.items()}
     arrays[_MANIFEST_KEY] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".relaydsl-", suffix=".npz", dir=directory)
+    _remove_stale_temp_files(directory)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{_HOST}-{os.getpid()}-", suffix=".npz",
+                               dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -241,36 +247,73 @@ def save_model(model: Model, path: str) -> str:
     return path
 
 
+# A save writes `.relaydsl-<host>-<pid>-<random>.npz` and renames it into place; a killed save
+# leaves it behind. (Saves before this naming wrote `.relaydsl-<random>.npz`.)
+_TEMP_PREFIX = ".relaydsl-"
+_TEMP_NAME = re.compile(r"\.relaydsl-(?:(?P<host>.+)-(?P<pid>\d+)-)?[a-z0-9_]+\.npz")
+_HOST = socket.gethostname()
+# A save rewrites its temp file continuously until it renames it: one untouched this long has
+# no writer, wherever that writer ran.
+STALE_TEMP_AGE = 3600.0
+
+
+def _remove_stale_temp_files(directory: str) -> None:
+    """Delete the temp files of saves into `directory` that were killed before finishing.
+
+    A temp file is stale when the process that wrote it (named by host and pid) is gone, or,
+    when that cannot be checked here (another host, an old name), when it has not been
+    modified for STALE_TEMP_AGE seconds. A file whose writer is alive is never touched.
+    (Off POSIX, signal 0 is not a harmless probe: only the age rule applies there.)
+    """
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return  # mkstemp will report an unusable directory
+    now = time.time()
+    for entry in entries:
+        m = _TEMP_NAME.fullmatch(entry.name)
+        if m is None:
+            continue
+        try:
+            if m["host"] == _HOST and os.name == "posix":
+                stale = not _process_exists(int(m["pid"]))
+            else:
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_AGE
+            if stale:
+                os.remove(entry.path)
+        except OSError:
+            pass  # removed by a concurrent save, or not ours to remove: leave it
+
+
+def _process_exists(pid: int) -> bool:
+    """Whether a process with this id is running on this host (signal 0 only checks)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    except OverflowError:
+        return False  # not a possible pid
+    return True
+
+
 def load_model(path: str, fn: "RelayModelFunction | None" = None) -> Model:
     """Read a model saved by save_model. No code runs: only arrays and JSON are read.
 
     `fn` is the model function; by default the @relay_model function of the manifest's name
-    that this program has defined. A file that does not match the function's parameters
-    (names, shapes, dtypes) is a clear error.
+    that this program has defined. A file that is damaged, not in save_model's format, or does
+    not match the function's parameters (names, shapes, dtypes) is a ModelFileError naming it;
+    nothing is allocated before the manifest and the array headers agree with the file's size.
     """
     from relaydsl.frontend.decorators import RelayModelFunction
 
-    try:
-        data = np.load(str(path), allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise ValueError(f"cannot read the model file {path}: {e}") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path} is not a relaydsl model file (not an .npz archive)")
-    with data:
-        if _MANIFEST_KEY not in data.files:
-            raise ValueError(f"{path} is not a relaydsl model file (no manifest)")
-        try:
-            manifest = json.loads(data[_MANIFEST_KEY].tobytes().decode())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path} has a damaged manifest: {e}") from None
-        arrays = {k.removeprefix("param/"): data[k] for k in data.files if k.startswith("param/")}
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a relaydsl model file")
+    model_name, arrays = _read_model_file(path)
     if fn is None:
-        fn = RelayModelFunction.defined.get(manifest["model"])
+        fn = RelayModelFunction.defined.get(model_name)
         if fn is None:
-            raise ValueError(f"{path} holds parameters of the model {manifest['model']!r}, which "
-                             "this program has not defined: pass it, load_model(path, fn)")
+            raise ModelFileError(f"{path} holds parameters of the model {model_name!r}, which "
+                                 "this program has not defined: pass it, load_model(path, fn)")
     expected = {h.name: v for h, v in zip(fn.hidden, create_model(fn).params.values())}
     problems = []
     for name, ref in expected.items():
@@ -283,5 +326,117 @@ def load_model(path: str, fn: "RelayModelFunction | None" = None) -> Model:
     problems += [f"{name} is not a parameter of {fn.__name__}"
                  for name in arrays if name not in expected]
     if problems:
-        raise ValueError(f"{path} does not match the model {fn.__name__}: " + "; ".join(problems))
-    return Model(fn, {name: arrays[name].copy() for name in expected})
+        raise ModelFileError(f"{path} does not match the model {fn.__name__}: "
+                             + "; ".join(problems))
+    return Model(fn, {name: arrays[name] for name in expected})
+
+
+_MANIFEST_MEMBER = f"{_MANIFEST_KEY}.npy"
+
+# What zipfile, numpy's .npy header reader and json raise on damaged bytes: a truncated or
+# altered archive (BadZipFile, EOFError, OSError for a seek outside the file), a header field
+# changed to an unsupported zip feature (NotImplementedError), an unreadable header or manifest
+# (ValueError, SyntaxError, TokenError, RecursionError).
+_DAMAGE = (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, ValueError, SyntaxError,
+           tokenize.TokenError, RecursionError)
+
+
+def _read_model_file(path: str) -> tuple[str, dict[str, np.ndarray]]:
+    """The model name and the parameters of a file written by save_model, checked throughout."""
+    with open(path, "rb") as f:  # a missing file stays a FileNotFoundError
+        try:
+            return _read_archive(f, os.fstat(f.fileno()).st_size, path)
+        except ModelFileError:
+            raise
+        except _DAMAGE as e:
+            raise ModelFileError(f"cannot read the model file {path}: {e}") from None
+
+
+def _read_archive(f: IO[bytes], size: int, path: str) -> tuple[str, dict[str, np.ndarray]]:
+    def damaged(problem: str) -> ModelFileError:
+        return ModelFileError(f"cannot read the model file {path}: {problem}")
+
+    with zipfile.ZipFile(f) as archive:
+        members: dict[str, zipfile.ZipInfo] = {}
+        for info in archive.infolist():
+            if info.filename in members:
+                raise damaged(f"it holds two members named {info.filename!r}")
+            # save_model stores members unencrypted and uncompressed, so no member can claim
+            # more bytes than the file has
+            if info.flag_bits & 0x1 or info.compress_type != zipfile.ZIP_STORED:
+                raise damaged(f"its member {info.filename!r} is encrypted or compressed")
+            if info.file_size != info.compress_size or info.file_size > size:
+                raise damaged(f"its member {info.filename!r} claims {info.file_size} bytes")
+            members[info.filename] = info
+        if _MANIFEST_MEMBER not in members:
+            raise damaged("it is not a relaydsl model file (no manifest)")
+        raw = _read_npy(archive, members[_MANIFEST_MEMBER], None, damaged)
+        try:
+            manifest = json.loads(raw.tobytes().decode())
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise damaged(f"its manifest is not valid JSON: {e}") from None
+        model_name, params = _check_manifest(manifest, damaged)
+        names = {f"param/{name}.npy": name for name in params}
+        for member in members:
+            if member != _MANIFEST_MEMBER and member not in names:
+                raise damaged(f"it holds a member {member!r} that the manifest does not list")
+        arrays = {}
+        for member, name in names.items():
+            if member not in members:
+                raise damaged(f"the manifest lists the parameter {name}, which the file lacks")
+            arrays[name] = _read_npy(archive, members[member], params[name], damaged)
+    return model_name, arrays
+
+
+def _check_manifest(manifest: AnyValue, damaged: Callable[[str], ModelFileError]
+                    ) -> tuple[str, dict[str, tuple[tuple[int, ...], np.dtype]]]:
+    """The model name and each parameter's (shape, dtype), from a manifest checked whole."""
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise damaged("it is not a relaydsl model file")
+    if manifest.get("version") != 1:
+        raise damaged(f"its format version is {manifest.get('version')!r}; this relaydsl "
+                      "reads version 1")
+    model_name, entries = manifest.get("model"), manifest.get("params")
+    if not isinstance(model_name, str) or not isinstance(entries, list):
+        raise damaged("its manifest does not name the model and list its parameters")
+    params: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    for entry in entries:
+        ok = (isinstance(entry, dict) and set(entry) == {"name", "shape", "dtype"}
+              and isinstance(entry["name"], str) and entry["dtype"] in DTYPES
+              and isinstance(entry["shape"], list)
+              and all(type(d) is int and d >= 0 for d in entry["shape"]))
+        if not ok:
+            raise damaged(f"its manifest has a malformed parameter entry {str(entry)[:80]}")
+        if entry["name"] in params:
+            raise damaged(f"its manifest lists the parameter {entry['name']} twice")
+        params[entry["name"]] = (tuple(entry["shape"]), np.dtype(entry["dtype"]))
+    return model_name, params
+
+
+def _read_npy(archive: zipfile.ZipFile, info: zipfile.ZipInfo,
+              declared: tuple[tuple[int, ...], np.dtype] | None,
+              damaged: Callable[[str], ModelFileError]) -> np.ndarray:
+    """One member's array, after its .npy header agrees with the manifest (`declared`; for the
+    manifest itself, a byte vector) and with the member's size."""
+    what = f"the member {info.filename!r}"
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version not in ((1, 0), (2, 0)):
+            raise damaged(f"{what} has .npy format version {version}")
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran_order, dtype = read_header(member)
+        if declared is None:
+            if dtype != np.uint8 or len(shape) != 1:
+                raise damaged(f"{what} is {dtype}{list(shape)}, not a byte vector")
+        elif dtype.name != declared[1].name or shape != declared[0]:
+            raise damaged(f"{what} is {dtype.name}{list(shape)}, but the manifest says "
+                          f"{declared[1].name}{list(declared[0])}")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes != info.file_size - member.tell():
+            raise damaged(f"{what} has {info.file_size - member.tell()} bytes of data, but its "
+                          f"header describes {nbytes}")
+        data = member.read()  # zipfile checks it against its CRC
+    # byte order as written (numpy saves natively), values in this machine's order
+    array = np.frombuffer(data, dtype).reshape(shape, order="F" if fortran_order else "C")
+    return array.astype(dtype.newbyteorder("="), order="C")

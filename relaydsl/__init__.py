@@ -8,7 +8,9 @@
 >>> f(np.zeros((3, 2), np.float32)).shape
 (3, 2)
 """
-from relaydsl.errors import DSLSyntaxError, IRError, ParseError, RelayError, RelayTypeError
+from relaydsl.errors import (
+    DSLSyntaxError, IRError, ModelFileError, ParseError, RelayError, RelayTypeError,
+)
 import relaydsl.op  # defines every op before anything builds Relay
 import relaydsl.prelude  # noqa: F401  (installs the prelude every IRModule starts with)
 
@@ -21,6 +23,6 @@ from relaydsl.frontend.namespace import relay
 
 __all__ = [
     "Bool", "DSLSyntaxError", "Float", "Float16", "Float32", "Float64", "Fn", "IRError", "Int",
-    "Int8", "Int16", "Int32", "Int64", "ParseError", "RelayError", "RelayTypeError", "Tensor",
-    "UInt8", "relay", "relay_model",
+    "Int8", "Int16", "Int32", "Int64", "ModelFileError", "ParseError", "RelayError",
+    "RelayTypeError", "Tensor", "UInt8", "relay", "relay_model",
 ]

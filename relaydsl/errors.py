@@ -37,3 +37,8 @@ class ParseError(RelayError, SyntaxError):
 
 class DSLSyntaxError(RelayError, SyntaxError):
     """Python outside the subset the frontend translates."""
+
+
+class ModelFileError(RelayError, ValueError):
+    """A model file that cannot be loaded: not save_model's format, damaged, or not matching the
+    model function. The message names the file. (A missing file is a FileNotFoundError.)"""

@@ -150,6 +150,10 @@ def split_metadata(src: Source) -> tuple[str, list[Constant]]:
     except json.JSONDecodeError as e:
         at = Token("error", "", m.end() + e.pos, m.end() + e.pos + 1)
         raise src.error(f"the metadata section is not valid JSON: {e.msg}", at) from None
+    except ValueError as e:  # a number beyond Python's limit on the digits of an int
+        raise src.error(f"the metadata section is not valid: {e}", marker) from None
+    except RecursionError:
+        raise src.error("the metadata section nests too deeply", marker) from None
     if not isinstance(pool, dict) or not isinstance(pool.get("Constant", []), list) or \
             set(pool) - {"Constant"}:
         raise src.error('the metadata section must be {"Constant": [...]}', marker)

@@ -39,13 +39,16 @@ A literal without a suffix is int32 or float32; a nullary constructor alone
 variable free in its global function: the same name means the same variable
 throughout one function. In ``parse_expr`` free ``%x`` are allowed, and the
 first use may carry the annotation (``%x: float32``), as the printer writes it.
-Every error is a ParseError located at ``<source_name>:line:col`` with a caret.
+Every error is a ParseError located at ``<source_name>:line:col`` with a caret; among
+them a number out of its dtype's range, and nesting deeper than MAX_NESTING levels.
 """
 from __future__ import annotations
 
 import ast
 import contextlib
 import gc
+import math
+import sys
 from typing import Any as AnyValue, Callable, Iterator, TypeVar as PyTypeVar
 
 import numpy as np
@@ -66,11 +69,34 @@ from relaydsl.ir.types import (
     DTYPES, Any, FuncType, GlobalTypeVar, Kind, RefType, TensorType, TupleType, Type, TypeCall,
     TypeVar,
 )
+from relaydsl.ir.visitor import deep_recursion
 
 _SUFFIX_DTYPE = {v: k for k, v in LITERAL_SUFFIX.items()} | {"f32": "float32"}
 _KINDS = {k.name: k for k in Kind}
 _T = PyTypeVar("_T")
 _POSTFIX = frozenset("(<.")  # what may follow an expression to extend it
+
+# The parser recurses once per nested expression, type, pattern or attribute list. A program
+# nested deeper than this is refused with a located error (Python's own parser refuses 200
+# nested parentheses); within it, Python's recursion limit is raised to make room:
+# _FRAMES_PER_LEVEL bounds the parser frames between two levels (a match clause's block).
+MAX_NESTING = 10_000
+_FRAMES_PER_LEVEL = 12
+
+
+def _nests(method: Callable[[_Parser], _T]) -> Callable[[_Parser], _T]:
+    """Counts a parser method as one level of nesting, refusing to go beyond MAX_NESTING."""
+    def nested(self: _Parser) -> _T:
+        if self.depth == MAX_NESTING:
+            raise self.error(f"nesting too deep (limit {MAX_NESTING})")
+        self.depth += 1
+        try:
+            return method(self)  # a plain call: Python 3.11 runs it without C stack
+        finally:
+            self.depth -= 1
+
+    nested.__name__, nested.__doc__ = method.__name__, method.__doc__
+    return nested
 
 
 # ---------------------------------------------------------------------------
@@ -93,6 +119,7 @@ class _Parser:
         self.free_type_vars: dict[str, TypeVar] | None = {}
         self.free_vars: dict[str, Var] = {}
         self.literals: dict[str, np.ndarray] = {}
+        self.depth = 0  # of nested expressions, types, patterns and attribute lists
 
     # ---- token helpers -------------------------------------------------------------
     def peek(self, ahead: int = 0) -> Token:
@@ -131,6 +158,13 @@ class _Parser:
 
     def error(self, message: str, tok: Token | None = None) -> ParseError:
         return self.src.error(message, tok or self.peek())
+
+    def integer(self, tok: Token, digits: str | None = None) -> int:
+        """The value of `digits` (by default the token's text), which are decimal digits."""
+        try:
+            return int(tok.text if digits is None else digits)
+        except ValueError:  # beyond Python's limit on the digits of an int
+            raise self.error(f"{tok.text[:20]}... has too many digits", tok) from None
 
     def span_from(self, start: Token) -> Span:
         return self.src.token_span(start, self.toks[max(self.pos - 1, 0)])
@@ -299,6 +333,7 @@ class _Parser:
         self.expect("}", f"to close the block {context}")
         return body
 
+    @_nests
     def expr(self) -> Expr:
         start = self.peek()
         e = self.primary()
@@ -317,7 +352,7 @@ class _Parser:
                 index = self.expect_kind("number", "a tuple index after '.'")
                 if not index.text.isdigit():
                     raise self.error("a tuple index must be a non-negative integer", index)
-                e = self.build(start, TupleGetItem, e, int(index.text))
+                e = self.build(start, TupleGetItem, e, self.integer(index))
             else:
                 return e
 
@@ -405,11 +440,16 @@ class _Parser:
                              f"{', '.join(sorted(_SUFFIX_DTYPE))}", tok)
         np_dtype = np.dtype(dtype)
         if np_dtype.kind == "f":
-            return np.array(np_dtype.type(float(digits)))
+            with np.errstate(over="ignore"):
+                value = np_dtype.type(float(digits))
+            if not np.isfinite(value):  # digits are finite: rounding overflowed
+                raise self.error(f"{digits} is out of range for {dtype} (its largest value is "
+                                 f"{np.finfo(np_dtype).max})", tok)
+            return np.array(value)
         if is_float:
             raise self.error(f"{digits} is not an integer, but the suffix says {dtype}", tok)
         info = np.iinfo(np_dtype)
-        if not info.min <= int(digits) <= info.max:
+        if not info.min <= self.integer(tok, digits) <= info.max:
             raise self.error(f"{digits} is out of range for {dtype}", tok)
         return np.array(int(digits), dtype=np_dtype)
 
@@ -459,6 +499,7 @@ class _Parser:
         ann = self.type() if self.accept(":") else None
         return self.build(tok, Var, tok.text[1:], ann)
 
+    @_nests
     def if_expr(self) -> Expr:
         start = self.expect("if")
         self.expect("(", "after 'if'")
@@ -487,6 +528,7 @@ class _Parser:
         self.scopes.pop()
         return Clause(lhs, rhs)
 
+    @_nests
     def pattern(self) -> Pattern:
         tok = self.peek()
         if tok.kind == "local":
@@ -532,7 +574,7 @@ class _Parser:
         self.expect("[")
         index = self.expect_kind("number", "a constant index")
         self.expect("]")
-        if not index.text.isdigit() or int(index.text) >= len(self.constants):
+        if not index.text.isdigit() or self.integer(index) >= len(self.constants):
             raise self.error(f"meta[Constant][{index.text}] is not in the metadata section "
                              f"({len(self.constants)} constants)", index)
         return self.constants[int(index.text)]
@@ -555,6 +597,7 @@ class _Parser:
         raise self.error("a let inside an expression must be parenthesised: (let %x = ...; body)")
 
     # ---- attribute literals ----------------------------------------------------------------
+    @_nests
     def literal(self) -> AnyValue:
         tok = self.next()
         if self.at_value(tok, "[") or self.at_value(tok, "("):
@@ -574,7 +617,12 @@ class _Parser:
             if tok.kind == "ident" and tok.text == "inf":
                 return float("-inf")
         if tok.kind == "number" and (number := NUMBER.match(tok.text)) and not number[2]:
-            value = float(tok.text) if any(c in tok.text for c in ".eE") else int(tok.text)
+            if any(c in tok.text for c in ".eE"):
+                value: float | int = float(tok.text)
+                if math.isinf(value):
+                    raise self.error(f"{tok.text} is out of range for a float", tok)
+            else:
+                value = self.integer(tok)
             return -value if negative else value
         raise self.error(f"expected an attribute value (a number, string, True, False, None "
                          f"or [...]), got {self.describe(tok)}", tok)
@@ -603,6 +651,7 @@ class _Parser:
                 raise self.error(f"type parameter {p.name} is declared twice")
         return params
 
+    @_nests
     def type(self) -> Type:
         tok = self.peek()
         if self.accept("("):
@@ -647,7 +696,7 @@ class _Parser:
         if self.at_value(tok, "?"):
             return Any
         if tok.kind == "number" and tok.text.isdigit():
-            return int(tok.text)
+            return self.integer(tok)
         if tok.kind == "ident":
             return self.type_var(tok, Kind.Shape)
         raise self.error(f"expected a dimension (an integer, a name or ?), got "
@@ -727,6 +776,11 @@ def _bulk_allocation() -> Iterator[None]:
             gc.enable()
 
 
+def _room_to_nest() -> contextlib.AbstractContextManager[None]:
+    """Python's recursion limit raised for MAX_NESTING levels above the caller's frames."""
+    return deep_recursion(sys.getrecursionlimit() + _FRAMES_PER_LEVEL * MAX_NESTING)
+
+
 def _prepare(text: str, source_name: str) -> tuple[Source, list[Token], list[Constant]]:
     if not isinstance(text, str):
         raise TypeError(f"parse takes a str, got {type(text).__name__}")
@@ -748,7 +802,8 @@ def parse(text: str, *, source_name: str = "<string>") -> IRModule:
     with _bulk_allocation():
         src, tokens, constants = _prepare(text, source_name)
         mod = IRModule()
-        return _Parser(src, tokens, constants, mod, free_names=False).module(mod)
+        with _room_to_nest():
+            return _Parser(src, tokens, constants, mod, free_names=False).module(mod)
 
 
 def parse_expr(text: str, *, source_name: str = "<string>") -> Expr:
@@ -762,7 +817,8 @@ def parse_expr(text: str, *, source_name: str = "<string>") -> Expr:
         src, tokens, constants = _prepare(text, source_name)
         p = _Parser(src, tokens, constants, IRModule(), free_names=True)
         p.header()
-        expr, _ = p.block()
+        with _room_to_nest():
+            expr, _ = p.block()
         if p.peek().kind != "eof":
             raise p.error(f"expected the end of the expression, got {p.describe(p.peek())}")
         return expr

@@ -483,38 +483,75 @@ def _non_finite(x: np.floating, canonical_nan: bytes) -> str:
 
 
 def decode_constant(entry: AnyValue) -> np.ndarray:
-    """The inverse of encode_constant; raises ValueError on malformed entries.
+    """The inverse of encode_constant; raises ValueError on malformed entries, among them a
+    value that is not of the dtype or out of its range.
 
     >>> decode_constant({"dtype": "int8", "shape": [2], "data": [1, -1]})
     array([ 1, -1], dtype=int8)
+    >>> decode_constant({"dtype": "uint8", "shape": [], "data": [-1]})
+    Traceback (most recent call last):
+    ValueError: -1 is out of range for uint8
     """
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data"}:
         raise ValueError('a constant must be {"dtype": ..., "shape": [...], "data": [...]}')
     dtype, shape, values = entry["dtype"], entry["shape"], entry["data"]
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ValueError(f"bad shape {shape!r}")
-    if not isinstance(values, list) or len(values) != int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"shape {shape} needs {int(np.prod(shape))} values")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {_short(dtype)}")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise ValueError(f"bad shape {_short(shape)}")
+    size = math.prod(shape)
+    if not isinstance(values, list) or len(values) != size:
+        raise ValueError(f"shape {_short(shape)} needs {_short(size)} values")
     np_dtype = np.dtype(dtype)
-    if np_dtype.kind == "f":
-        out = np.array([_decode_float(v, np_dtype) for v in values], dtype=np_dtype)
-    else:
-        out = np.array(values, dtype=np_dtype)
-    return out.reshape(shape)
+    decode = {"f": _decode_float, "b": _decode_bool}.get(np_dtype.kind, _decode_int)
+    return np.array([decode(v, np_dtype) for v in values], dtype=np_dtype).reshape(shape)
+
+
+def _is_int(v: AnyValue) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _short(v: AnyValue) -> str:
+    """`v` for an error message, cut short: a malformed file may hold a huge value."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _decode_bool(v: AnyValue, dtype: np.dtype) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"bad bool value {_short(v)}")
+    return v
+
+
+def _decode_int(v: AnyValue, dtype: np.dtype) -> int:
+    if not _is_int(v):
+        raise ValueError(f"bad {dtype} value {_short(v)}")
+    info = np.iinfo(dtype)
+    if not info.min <= v <= info.max:
+        raise ValueError(f"{_short(v)} is out of range for {dtype}")
+    return v
 
 
 def _decode_float(v: AnyValue, dtype: np.dtype) -> np.floating:
     if isinstance(v, str):
         if v.startswith("nan:"):
-            bits = int(v[4:], 16).to_bytes(dtype.itemsize, "little")
-            return np.frombuffer(bits, dtype=dtype)[0]
+            bits = int(v[4:], 16) if re.fullmatch(r"0x[0-9a-f]+", v[4:]) else -1
+            if not 0 <= bits < 1 << 8 * dtype.itemsize:
+                raise ValueError(f"bad NaN payload {_short(v)}")
+            nan = np.frombuffer(bits.to_bytes(dtype.itemsize, "little"), dtype=dtype)[0]
+            if not np.isnan(nan):
+                raise ValueError(f"{v} is not a NaN of {dtype}")
+            return nan
         if v not in ("inf", "-inf", "nan"):
-            raise ValueError(f"bad float value {v!r}")
-    elif isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"bad float value {v!r}")
-    return dtype.type(float(v))
+            raise ValueError(f"bad float value {_short(v)}")
+        return dtype.type(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"bad float value {_short(v)}")
+    with np.errstate(over="ignore"):
+        value = dtype.type(v) if isinstance(v, float) or abs(v) < 2 ** 1024 else dtype.type("inf")
+    if not np.isfinite(value):  # a finite value beyond the dtype's range: infinities are text
+        raise ValueError(f"{_short(v)} is out of range for {dtype}")
+    return value
 
 
 __all__ = ["astext", "VERSION", "HEADER", "METADATA", "LITERAL_SUFFIX", "DTYPE_LIKE",

@@ -1,12 +1,24 @@
 """Models: optimisers against their update equations, export, and save/load without pickle."""
+import io
 import json
 import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import tracemalloc
+import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from relaydsl import Float, Tensor, relay, relay_model
+from relaydsl.frontend import model as model_file
 from relaydsl.frontend.model import SGD, Adam, Momentum, load_model, save_model, update_model_params
 
 
@@ -117,3 +129,241 @@ def test_an_interrupted_save_leaves_the_old_file(tmp_path, monkeypatch):
 
 def test_optimizer_objects_are_exported():
     assert relay.SGD is SGD and relay.Adam is Adam and relay.Momentum is Momentum
+
+
+_KILLED_SAVE = """
+import os, signal, sys
+import numpy as np
+from relaydsl.frontend import model as model_file
+
+def killed(*args):  # the save is killed after writing its temp file, before renaming it
+    os.kill(os.getpid(), signal.SIGKILL)
+
+os.replace = killed
+params = {"w": np.zeros((256, 1024), np.float32)}
+fn = type("Fn", (), {"__qualname__": "big"})
+model_file.save_model(model_file.Model(fn, params), sys.argv[1])
+"""
+
+
+def test_a_save_removes_the_temp_files_of_killed_saves(tmp_path):
+    for _ in range(3):  # each save removes what the killed one before it left
+        run = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(tmp_path / "big.npz")])
+        assert run.returncode == -signal.SIGKILL
+        [left] = tmp_path.iterdir()
+        assert left.name.startswith(".relaydsl-") and left.stat().st_size > 1_000_000
+
+    save_model(fresh(), tmp_path / "model.npz")
+    assert [f.name for f in tmp_path.iterdir()] == ["model.npz"]
+
+
+def test_stale_temp_files_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    host = socket.gethostname()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(gone.stdout)
+    hour_ago = time.time() - 2 * model_file.STALE_TEMP_AGE
+    planted = {
+        f".relaydsl-{host}-{dead_pid}-abc123.npz": (None, False),  # its writer is gone
+        f".relaydsl-{host}-{os.getpid()}-def456.npz": (hour_ago, True),  # a live writer
+        f".relaydsl-elsewhere-{os.getpid()}-aaa111.npz": (hour_ago, False),  # old, other host
+        f".relaydsl-elsewhere-{dead_pid}-bbb222.npz": (None, True),  # recent, other host
+        ".relaydsl-k2_j9x1q.npz": (hour_ago, False),  # the old naming, long untouched
+        ".relaydsl-zz81ab_c.npz": (None, True),  # the old naming, recently written
+        ".relaydsl-notes.txt": (hour_ago, True),  # not a temp file of ours
+        "weights.npz": (hour_ago, True),
+    }
+    for name, (mtime, _) in planted.items():
+        (tmp_path / name).write_bytes(b"partial")
+        if mtime is not None:
+            os.utime(tmp_path / name, (mtime, mtime))
+    save_model(fresh(), tmp_path / "model.npz")
+    kept = {name for name, (_, keep) in planted.items() if keep}
+    assert {f.name for f in tmp_path.iterdir()} == kept | {"model.npz"}
+
+
+# ---- loading damaged or lying files: one error, naming the file ---------------------------------
+def npy(array: np.ndarray | None = None, *, header: str | None = None, data: bytes = b"") -> bytes:
+    """A .npy member: an array as NumPy writes it, or a hand-written header and data."""
+    if header is None:
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, array, allow_pickle=False)
+        return buf.getvalue()
+    text = header.encode("latin1")
+    text += b" " * (-(10 + len(text) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + data
+
+
+def manifest(params, **fields) -> bytes:
+    content = {"format": "relaydsl-model", "version": 1, "model": "small", "params": params}
+    return npy(np.frombuffer(json.dumps({**content, **fields}).encode(), np.uint8))
+
+
+def entry(name, shape, dtype="float32"):
+    return {"name": name, "shape": list(shape), "dtype": dtype}
+
+
+WEIGHT = np.arange(6, dtype=np.float32).reshape(2, 3)
+BIAS = np.array([0.5, -1.0], np.float32)
+GOOD_MANIFEST = manifest([entry("linear_0.weight", (2, 3)), entry("linear_0.bias", (2,))])
+GOOD_MEMBERS = [("param/linear_0.weight.npy", npy(WEIGHT)), ("param/linear_0.bias.npy", npy(BIAS)),
+                ("__relaydsl_manifest__.npy", GOOD_MANIFEST)]
+
+
+def archive(members) -> bytes:
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(buf, "w") as z:
+        warnings.simplefilter("ignore")  # "Duplicate name"
+        for name, data in members:
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+def replaced(name, data):
+    return [(n, data if n == name else d) for n, d in GOOD_MEMBERS]
+
+
+def test_a_hand_built_file_loads(tmp_path):
+    (tmp_path / "m.npz").write_bytes(archive(GOOD_MEMBERS))
+    loaded = load_model(tmp_path / "m.npz")
+    np.testing.assert_array_equal(loaded.params["linear_0.weight"], WEIGHT)
+    np.testing.assert_array_equal(loaded.params["linear_0.bias"], BIAS)
+    big_endian = replaced("param/linear_0.weight.npy", npy(WEIGHT.astype(">f4")))
+    (tmp_path / "be.npz").write_bytes(archive(big_endian))
+    weight = load_model(tmp_path / "be.npz").params["linear_0.weight"]
+    assert weight.dtype == np.float32 and weight.dtype.isnative
+    np.testing.assert_array_equal(weight, WEIGHT)
+    with pytest.raises(FileNotFoundError):
+        load_model(tmp_path / "missing.npz")
+
+
+TIB4 = (2 ** 40, 1024)
+MALFORMED = {
+    "the manifest lies about a shape": (
+        replaced("__relaydsl_manifest__.npy", manifest(
+            [entry("linear_0.weight", (3, 2)), entry("linear_0.bias", (2,))])),
+        "'param/linear_0.weight.npy' is float32[2, 3], but the manifest says float32[3, 2]"),
+    "the manifest lies about a dtype": (
+        replaced("__relaydsl_manifest__.npy", manifest(
+            [entry("linear_0.weight", (2, 3), "float64"), entry("linear_0.bias", (2,))])),
+        "is float32[2, 3], but the manifest says float64[2, 3]"),
+    "the manifest lies about a name": (
+        replaced("__relaydsl_manifest__.npy", manifest(
+            [entry("linear_0.weight", (2, 3)), entry("linear_0.bais", (2,))])),
+        "member 'param/linear_0.bias.npy' that the manifest does not list"),
+    "the manifest lists a parameter the file lacks": (
+        GOOD_MEMBERS[1:], "lists the parameter linear_0.weight, which the file lacks"),
+    "the manifest lists a parameter twice": (
+        replaced("__relaydsl_manifest__.npy", manifest(
+            [entry("linear_0.weight", (2, 3)), entry("linear_0.weight", (2, 3))])),
+        "lists the parameter linear_0.weight twice"),
+    "a duplicated member": (
+        [*GOOD_MEMBERS, ("param/linear_0.bias.npy", npy(BIAS * 2))],
+        "two members named 'param/linear_0.bias.npy'"),
+    "a 4 TiB header the manifest agrees with": (
+        [("param/linear_0.weight.npy", npy(header=f"{{'descr': '<f4', 'fortran_order': False, "
+                                                  f"'shape': {TIB4}, }}", data=b"\0" * 24)),
+         GOOD_MEMBERS[1], ("__relaydsl_manifest__.npy", manifest(
+             [entry("linear_0.weight", TIB4), entry("linear_0.bias", (2,))]))],
+        "has 24 bytes of data, but its header describes 4503599627370496"),
+    "a header with more data than it describes": (
+        replaced("param/linear_0.bias.npy", npy(BIAS) + b"\0" * 8), "has 16 bytes of data"),
+    "a header NumPy's tokenizer rejects": (
+        replaced("param/linear_0.bias.npy", npy(header="{'descr': '<f4', 'shape': ((")),
+        "cannot read the model file"),
+    "a header that is not a dict": (
+        replaced("param/linear_0.bias.npy", npy(header="[1, 2]")), "Header is not a dictionary"),
+    "a manifest that is a list": (
+        replaced("__relaydsl_manifest__.npy", npy(np.frombuffer(b"[1, 2]", np.uint8))),
+        "not a relaydsl model file"),
+    "a manifest without the model": (
+        replaced("__relaydsl_manifest__.npy", manifest([], model=None)),
+        "does not name the model"),
+    "a manifest with params not a list": (
+        replaced("__relaydsl_manifest__.npy", manifest(3)), "does not name the model"),
+    "a manifest with a malformed entry": (
+        replaced("__relaydsl_manifest__.npy", manifest([{"name": "w", "shape": "2"}])),
+        "malformed parameter entry"),
+    "a manifest with an object dtype": (
+        replaced("__relaydsl_manifest__.npy", manifest([entry("w", (1,), "object")])),
+        "malformed parameter entry"),
+    "a manifest of another version": (
+        replaced("__relaydsl_manifest__.npy", manifest([], version=2)),
+        "format version is 2; this relaydsl reads version 1"),
+    "a manifest nested too deep": (
+        replaced("__relaydsl_manifest__.npy",
+                 npy(np.frombuffer(b"[" * 100_000 + b"]" * 100_000, np.uint8))),
+        "manifest is not valid JSON"),
+    "a manifest not in UTF-8": (
+        replaced("__relaydsl_manifest__.npy", npy(np.frombuffer(b'{"\xff": 1}', np.uint8))),
+        "manifest is not valid JSON"),
+    "a manifest of floats": (
+        replaced("__relaydsl_manifest__.npy", npy(np.zeros(3, np.float32))),
+        "not a byte vector"),
+    "no manifest": (GOOD_MEMBERS[:2], "not a relaydsl model file (no manifest)"),
+    "not a zip file": ([], "cannot read the model file"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_files_raise_one_error_naming_the_file(tmp_path, case):
+    members, needle = MALFORMED[case]
+    path = tmp_path / "bad.npz"
+    path.write_bytes(archive(members) if members else b"PK\5\6 not a zip")
+    tracemalloc.start()
+    try:
+        with pytest.raises(relay.ModelFileError) as info:
+            load_model(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(path) in str(info.value) and needle in str(info.value), str(info.value)
+    assert peak < 20_000_000  # nothing is allocated for what a header claims
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    m = fresh()
+    update_model_params(m, grads_for(m, 0.3), lr=1.0)
+    path = save_model(m, tmp_path_factory.mktemp("saved") / "small.npz")
+    return Path(path).read_bytes(), m.params
+
+
+def test_every_truncation_is_the_clear_error(saved_model, tmp_path):
+    data, _ = saved_model
+    path = tmp_path / "truncated.npz"
+    for end in range(len(data)):
+        path.write_bytes(data[:end])
+        with pytest.raises(relay.ModelFileError, match=f"cannot read the model file {path}"):
+            load_model(path)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_byte_mutations_raise_only_the_clear_error(saved_model, tmp_path_factory, data):
+    raw, params = saved_model
+    damaged = bytearray(raw)
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(damaged) - 1))
+        kind = data.draw(st.sampled_from(["flip", "byte", "delete", "insert", "repeat"]))
+        if kind == "flip":
+            damaged[i] ^= 1 << data.draw(st.integers(0, 7))
+        elif kind == "byte":
+            damaged[i] = data.draw(st.integers(0, 255))
+        elif kind == "delete":
+            del damaged[i:i + data.draw(st.integers(1, 16))]
+        elif kind == "insert":
+            damaged[i:i] = data.draw(st.binary(min_size=1, max_size=16))
+        else:
+            damaged[i:i] = damaged[i:i + data.draw(st.integers(1, 64))]
+    path = tmp_path_factory.mktemp("mutated") / "damaged.npz"
+    path.write_bytes(bytes(damaged))
+    try:
+        loaded = load_model(path)
+    except relay.ModelFileError as e:
+        assert str(path) in str(e)
+        return
+    # a change in a field nothing reads (a timestamp, say) leaves a valid file: it loads exactly
+    assert loaded.params.keys() == params.keys()
+    for k in params:
+        np.testing.assert_array_equal(loaded.params[k], params[k])

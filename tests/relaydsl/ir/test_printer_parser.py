@@ -1,5 +1,6 @@
 """The text format: printing, parsing, round trips, hand-written variations and errors."""
 import contextlib
+import json
 import random
 import re
 import textwrap
@@ -10,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from relaydsl.errors import ParseError
 from relaydsl.ir import (
+    Call,
     Constant,
     Function,
     FuncType,
@@ -25,6 +27,7 @@ from relaydsl.ir import (
     Var,
     const,
 )
+from relaydsl.ir import parser
 from relaydsl.ir.parser import parse, parse_expr
 from relaydsl.ir.printer import astext
 from relaydsl.ir.structural import assert_structural_equal, structural_equal
@@ -33,6 +36,7 @@ from tests.relaydsl.ir.programs import (
     ALL_PROGRAMS,
     F32,
     WELL_TYPED,
+    constants_module,
     figure2_expected,
     figure2_while_loop_module,
     mlp_module,
@@ -397,3 +401,186 @@ def test_errors_in_expressions_too():
     message = error_of("%0 = add(%x, %y);\n%0 %1", expr=True)
     assert_located(message, 2, 4, "%0 %1", "^^")
     assert "expected the end of the expression" in message
+
+
+# ---- bad input of every kind is a located ParseError --------------------------------------------
+NESTINGS = {  # a construct nested n times
+    "parentheses": lambda n: "(" * n + "1f" + ")" * n,
+    "calls": lambda n: "negative(" * n + "1f" + ")" * n,
+    "tuples": lambda n: "(" * n + "1f" + ",)" * n,
+    "functions": lambda n: "fn () {" * n + "1f" + "}" * n,
+    "else-if chains": lambda n: "if (True) { 1f } else " * n + "{ 2f }",
+    "match clauses": lambda n: "match (1f) { _ => " * n + "1f" + " }" * n,
+    "types": lambda n: "fn (%x: " + "(" * n + "float32" + ",)" * n + ") { %x }",
+    "patterns": lambda n: "match (1f) { " + "(" * n + "_" + ")" * n + " => 1f }",
+    "attribute lists": lambda n: "sum(1f, axis=" + "[" * n + "0" + "]" * n + ")",
+}
+
+
+def nesting_depth(e) -> int:
+    depth = 0
+    while isinstance(e, (Call, Function, Tuple)):
+        e = e.args[0] if isinstance(e, Call) else e.body if isinstance(e, Function) else e.fields[0]
+        depth += 1
+    return depth
+
+
+@pytest.mark.parametrize("make", [NESTINGS["calls"], NESTINGS["functions"], NESTINGS["tuples"]],
+                         ids=["calls", "functions", "tuples"])
+def test_deep_nesting_parses(make):
+    e = parse_expr(make(3000))
+    assert nesting_depth(e) == 3000
+    assert isinstance(parse_expr(make(parser.MAX_NESTING - 2)), (Call, Function, Tuple))
+
+
+@pytest.mark.parametrize("construct", list(NESTINGS))
+def test_nesting_beyond_the_limit_is_a_located_error(construct):
+    text = NESTINGS[construct](parser.MAX_NESTING + 1)
+    with pytest.raises(ParseError, match=r"nesting too deep \(limit 10000\)") as info:
+        parse_expr(text, source_name="prog.relay")
+    span = info.value.span
+    assert span.line == 1 and 1 < span.col < len(text)
+    # the module parser too, from a caller already deep in its own recursion
+    program = f"def @main() {{ {text} }}"
+    with pytest.raises(ParseError, match="nesting too deep"):
+        recurse_then(500, lambda: parse(program))
+
+
+def recurse_then(depth: int, f):
+    return f() if depth == 0 else recurse_then(depth - 1, f)
+
+
+@pytest.mark.parametrize("literal,dtype,limit", [
+    ("3.40283e+38f32", "float32", "3.40282"), ("1e39f", "float32", "3.40282"),
+    ("-1e39f", "float32", "3.40282"), ("65520f16", "float16", "65504"),
+    ("1e400f64", "float64", "1.79769"),
+])
+def test_float_literals_out_of_range_are_errors(literal, dtype, limit):
+    message = error_of(f"def @main() {{\n  add({literal}, 1f)\n}}")
+    assert message.startswith("prog.relay:2:7:"), message
+    assert f"{literal.split('f')[0]} is out of range for {dtype} (its largest value is {limit}" \
+        in message, message
+
+
+def test_float_literals_at_the_dtype_limits_parse_exactly():
+    for text, value in [("3.4028235e+38f", np.finfo(np.float32).max), ("65504f16", 65504.0),
+                        ("-65504f16", -65504.0), ("1.7976931348623157e308f64", np.finfo("f8").max),
+                        ("1e-50f", 0.0)]:  # underflow rounds, as in NumPy and Python
+        data = parse_expr(text).data
+        assert data == value and np.isfinite(data)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("sum(1f, axis=" + "9" * 5000 + ")", "has too many digits"),
+    ("9" * 5000 + "i64", "has too many digits"),
+    ("fn (%x: Tensor[(" + "9" * 5000 + ",), float32]) { %x }", "has too many digits"),
+    ("(1f, 2f)." + "9" * 5000, "has too many digits"),
+    ("meta[Constant][" + "9" * 5000 + "]", "has too many digits"),
+    ("clip(1f, a_min=1e400, a_max=1f)", "1e400 is out of range for a float"),
+])
+def test_numbers_too_large_for_python_are_errors(text, needle):
+    message = error_of(text, expr=True)
+    assert message.startswith("prog.relay:1:") and needle in message, message
+
+
+def metadata_program(entry) -> str:
+    return 'def @main() { meta[Constant][0] }\n#[metadata]\n' + json.dumps({"Constant": [entry]})
+
+
+@pytest.mark.parametrize("dtype,data,needle", [
+    ("int8", 300, "300 is out of range for int8"),
+    ("uint8", -1, "-1 is out of range for uint8"),
+    ("int64", 2 ** 70, "1180591620717411303424 is out of range for int64"),
+    ("float32", 10 ** 400, "1000000000000000000000000000000000000... is out of range for float32"),
+    ("float32", 1e39, "1e+39 is out of range for float32"),
+    ("float16", 65520, "65520 is out of range for float16"),
+    ("int32", {}, "bad int32 value {}"),
+    ("int32", 1.5, "bad int32 value 1.5"),
+    ("float32", [1.0], "bad float value [1.0]"),
+    ("bool", 2, "bad bool value 2"),
+    ("float32", "nan:0xfffffffffff", "bad NaN payload"),
+    ("float32", "nan:0x3f800000", "nan:0x3f800000 is not a NaN of float32"),
+], ids=lambda v: str(v)[:24])
+def test_metadata_values_that_do_not_fit_their_dtype_are_errors(dtype, data, needle):
+    message = error_of(metadata_program({"dtype": dtype, "shape": [], "data": [data]}))
+    assert message.startswith("prog.relay:2:1: metadata constant 0: ") and needle in message, \
+        message
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('{"Constant": [{"dtype": "int32", "shape": [' + str(2 ** 70) + '], "data": []}]}',
+     "needs 1180591620717411303424 values"),
+    ('{"Constant": [{"dtype": "int32", "shape": [0, ' + str(2 ** 62) + ', 4], "data": []}]}',
+     "metadata constant 0"),
+    ('{"Constant": [' + "9" * 5000 + "]}", "the metadata section is not valid"),
+    ("[" * 100_000 + "]" * 100_000, "the metadata section nests too deeply"),
+])
+def test_malformed_metadata_sections_are_errors(text, needle):
+    message = error_of("def @main() { 1f }\n#[metadata]\n" + text)
+    assert message.startswith("prog.relay:2:1:") and needle in message, message
+
+
+# Fuzzing: whatever the text, the parser returns or raises ParseError, never anything else.
+PRINTED = [astext(build()) for _, build in ALL_PROGRAMS]
+FRAGMENTS = [
+    *"(){}[]<>,;:=.%@-?_\n\"'#", "/*", "//", "x", "1", "fn", "match", "if", "else", "let",
+    "ref", "meta", "Tensor", "float32", "Nil", "Cons", "type", "def", "@main", "%x", "Ref",
+    "constructor", "grad", "Shape", "#[metadata]", "1e39f", "65520f16", "300i8", "-1u8",
+    "9" * 30, "1e400", '"inf"', '"nan:0x1"', "null", "true", "{}", "\u00e9", "\x00", "\u0663",
+    "(" * 50, "negative(" * 50,
+]
+
+
+@st.composite
+def mutated_programs(draw) -> str:
+    """A printed program with a few random deletions, insertions, repeats and replacements."""
+    text = draw(st.sampled_from(PRINTED))
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(text)))
+        j = min(len(text), i + draw(st.integers(0, 20)))
+        fragment = draw(st.sampled_from(FRAGMENTS) | st.text(max_size=5))
+        text = draw(st.sampled_from([
+            text[:i] + text[j:], text[:i] + fragment + text[i:], text[:i] + fragment + text[j:],
+            text[:i] + text[i:j] * draw(st.integers(2, 5)) + text[j:],
+        ]))
+    return text
+
+
+def parses_or_raises_parse_error(text: str) -> None:
+    for read in (parse, parse_expr):
+        with contextlib.suppress(ParseError):
+            read(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(mutated_programs())
+def test_mutated_programs_raise_only_parse_errors(text):
+    parses_or_raises_parse_error(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300).map(lambda b: b.decode("utf-8", "replace")) | st.text(max_size=300))
+def test_random_texts_raise_only_parse_errors(text):
+    parses_or_raises_parse_error(text)
+
+
+JSON_VALUES = (st.integers() | st.floats() | st.booleans() | st.none() | st.text(max_size=12)
+               | st.sampled_from([2 ** 70, 10 ** 400, -(10 ** 400), 1e39, 65520, "inf", "nan",
+                                  "nan:0x7fc00001", "nan:0x0", "nan:0x1ffffffff", "nan:zz"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_mutated_metadata_raises_only_parse_errors(data):
+    head, pool = astext(constants_module()).split("#[metadata]\n")
+    constants = json.loads(pool)["Constant"]
+    entry = data.draw(st.sampled_from(constants))
+    key = data.draw(st.sampled_from(["dtype", "shape", "data", "extra"]))
+    if key == "data" and entry["data"]:
+        entry["data"][data.draw(st.integers(0, len(entry["data"]) - 1))] = data.draw(JSON_VALUES)
+    elif key == "shape":
+        entry["shape"] = data.draw(st.lists(JSON_VALUES, max_size=3))
+    else:
+        entry[key] = data.draw(JSON_VALUES | st.sampled_from(["int8", "uint8", "bool", "float16"]))
+    with contextlib.suppress(ParseError):
+        parse(head + "#[metadata]\n" + json.dumps({"Constant": constants}))
