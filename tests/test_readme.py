@@ -2,6 +2,8 @@
 import re
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +23,12 @@ def test_the_first_program_in_the_readme_runs(tmp_path):
     assert str(namespace["layer"].checked_type) == (
         "fn<n: Shape>(Tensor[(n, 784), float32], Tensor[(784, 10), float32]) "
         "-> Tensor[(n, 10), float32]")
+    # relay.grad of the batch-generic layer, at the batch size of x (issue 11, item 1)
+    x, w = namespace["x"], np.ones((784, 10), np.float32)
+    expected = jax.grad(lambda a, b: jnp.sum(jax.nn.softmax(a @ b)), argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(namespace["value"], np.full((8, 10), 0.1), rtol=1e-6)
+    np.testing.assert_allclose(namespace["dx"], expected[0], atol=1e-6)
+    np.testing.assert_allclose(namespace["dw"], expected[1], atol=1e-6)
 
 
 def test_ci_runs_the_readme_commands_verbatim():

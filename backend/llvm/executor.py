@@ -124,7 +124,10 @@ class Program:
 def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
     """`fn` with parameters typed by the concrete arguments' shapes (for symbolic / Any dims)."""
     concrete = [TensorType(a.shape, a.dtype.name) for a in args]
-    if all(p.checked_type == t for p, t in zip(fn.params, concrete)):
+    # Static parameters are not enough: a value ascribed a dynamic type (a let annotated
+    # with relay.Any dims) may leave the body's types dynamic; re-inference makes them static.
+    if all(p.checked_type == t for p, t in zip(fn.params, concrete)) and \
+            static_type(fn.checked_type.ret_type):
         return fn
     from relaydsl.typing import infer_type
 

@@ -200,6 +200,9 @@ class _Compiler:
 
     def evaluate(self, e: Expr, env: dict) -> Structure:
         if isinstance(e, Call) and is_primitive(e.op):
+            if self.static and not all(static_type(p.checked_type) for p in e.op.params):
+                # a value ascribed relay.Any dims: the dispatcher specializes the kernel
+                raise Unsupported("a kernel with parameters of dynamic shape")
             args = flatten([self.atom(a, env) for a in e.args])
             out = self.new(e.checked_type, "temp")
             self.calls.append((e.op, args, flatten(out)))

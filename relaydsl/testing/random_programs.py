@@ -18,6 +18,7 @@ and safe denominators) so results are finite and comparable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Callable
 
 import numpy as np
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 from relaydsl.ir.expr import (
     Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var,
 )
-from relaydsl.ir.types import TensorType
+from relaydsl.ir.types import Dim, Kind, TensorType, TypeVar
 from relaydsl.op.registry import ops
 
 
@@ -48,15 +49,24 @@ REDUCE = (ops.sum, ops.mean, ops.max, ops.min)
 @dataclass
 class _Value:
     expr: Expr
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]  # as typed: sizes, and shape parameters where symbolic
 
 
-def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    try:
-        np.broadcast_shapes(a, b)
-        return True
-    except ValueError:
-        return False
+def _broadcast(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
+    """The broadcast of two shapes as the type checker sees it, or None if they do not.
+
+    Two shape parameters agree only if they are the same one (whatever sizes they stand for
+    in the inputs), and a shape parameter agrees with no size but 1.
+    """
+    out: list[Dim] = []
+    for x, y in zip_longest(reversed(a), reversed(b), fillvalue=1):
+        if x == 1 or x == y:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        else:
+            return None
+    return tuple(reversed(out))
 
 
 class _Builder:
@@ -73,7 +83,7 @@ class _Builder:
     def pick(self) -> _Value:
         return self.values[int(self.rng.integers(len(self.values)))]
 
-    def bind(self, expr: Expr, shape: tuple[int, ...]) -> _Value:
+    def bind(self, expr: Expr, shape: tuple[Dim, ...]) -> _Value:
         var = Var(f"v{len(self.bindings)}")
         self.bindings.append((var, expr))
         value = _Value(var, shape)
@@ -93,10 +103,11 @@ class _Builder:
         if kind == "unary":
             self.bind(self.rng.choice(UNARY)(x.expr), x.shape)
         elif kind == "binary":
-            partners = [v for v in self.values if _compatible(v.shape, x.shape)]
+            partners = [v for v in self.values if _broadcast(v.shape, x.shape) is not None]
             y = partners[int(self.rng.integers(len(partners)))]
-            self.bind(self.rng.choice(self.binaries)(x.expr, y.expr),
-                      np.broadcast_shapes(x.shape, y.shape))
+            shape = _broadcast(x.shape, y.shape)
+            assert shape is not None
+            self.bind(self.rng.choice(self.binaries)(x.expr, y.expr), shape)
         elif kind == "reduce" and x.shape:
             axis = int(self.rng.integers(len(x.shape)))
             keepdims = bool(self.rng.integers(2))
@@ -105,12 +116,13 @@ class _Builder:
             reduction = self.rng.choice(REDUCE)
             self.bind(reduction(x.expr, axis=(axis,), keepdims=keepdims), shape)
         elif kind == "shape" and len(x.shape) >= 2:
-            if self.rng.integers(2):
+            sizes = [d for d in x.shape if isinstance(d, int)]
+            if self.rng.integers(2) or len(sizes) < len(x.shape):  # flatten static shapes only
                 self.bind(ops.transpose(x.expr), tuple(reversed(x.shape)))
             else:
-                self.bind(ops.reshape(x.expr, newshape=(-1,)), (int(np.prod(x.shape)),))
+                self.bind(ops.reshape(x.expr, newshape=(-1,)), (int(np.prod(sizes)),))
         elif kind == "where":
-            partners = [v for v in self.values if v.shape == x.shape]
+            partners = [v for v in self.values if v.shape == x.shape]  # same dims, same vars
             y = partners[int(self.rng.integers(len(partners)))]
             self.bind(ops.where(ops.greater(x.expr, y.expr), x.expr, y.expr), x.shape)
         elif kind == "if":
@@ -137,12 +149,15 @@ class _Builder:
 
 
 @st.composite
-def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_result: bool = False
-                    ) -> tuple[Function, list[np.ndarray]]:
+def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_result: bool = False,
+                    symbolic: bool = False) -> tuple[Function, list[np.ndarray]]:
     """A (Function, inputs) pair: a random well-typed first-order program and arguments for it.
 
     `control_flow=False` leaves out `if`; `scalar_result` sums the result to a scalar (and
-    never returns a tuple), as differentiation wants.
+    never returns a tuple), as differentiation wants. With `symbolic`, some axes of the
+    parameters' types are shape parameters (``Tensor[(n0, 3)]``, one per axis, shared by
+    the parameters having that axis), so the program is shape-polymorphic: bind it to a
+    global, and the inputs give one instance.
     """
     seed = draw(st.integers(0, 2**32 - 1))
     n_ops = draw(st.integers(1, max_ops))
@@ -150,16 +165,21 @@ def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_r
     dtype = "float64" if rng.integers(5) == 0 else "float32"
     rank = int(rng.integers(0, 4))
     base = tuple(int(d) for d in rng.integers(1, 5, size=rank))
+    # the shape parameter standing for each axis of the base, where it is symbolic
+    dims: list[Dim] = [TypeVar(f"n{axis}", Kind.Shape) if symbolic and rng.integers(2) else d
+                       for axis, d in enumerate(base)]
     builder = _Builder(rng, dtype, control_flow)
     params, inputs = [], []
     for i in range(int(rng.integers(1, 4))):
         # Each parameter's shape broadcasts with the base: a suffix of it, some dims set to 1.
-        shape = base[int(rng.integers(0, rank + 1)):] if i else base
-        shape = tuple(1 if rng.integers(4) == 0 else d for d in shape)
-        var = Var(f"p{i}", TensorType(shape, dtype))
+        start = int(rng.integers(0, rank + 1)) if i else 0
+        ones = [bool(rng.integers(4) == 0) for _ in base[start:]]
+        shape = tuple(1 if one else d for one, d in zip(ones, base[start:]))
+        annotation = tuple(1 if one else d for one, d in zip(ones, dims[start:]))
+        var = Var(f"p{i}", TensorType(annotation, dtype))
         params.append(var)
         inputs.append(rng.uniform(-2, 2, size=shape).astype(dtype))
-        builder.values.append(_Value(var, shape))
+        builder.values.append(_Value(var, annotation))
     for _ in range(n_ops):
         builder.step()
     if scalar_result:

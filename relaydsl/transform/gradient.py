@@ -174,7 +174,10 @@ class _Lift(ExprMutator):
         """A global used as a value: a closure passing this backpropagator on."""
         t = gv.checked_type
         assert isinstance(t, FuncType)
-        params = tuple(Var(f"p{i}", lift_type(a)) for i, a in enumerate(t.arg_types))
+        # A polymorphic global's own shape parameters are not this scope's: the closure's
+        # parameters then take their types from the call of the lifted global (an instance).
+        params = tuple(Var(f"p{i}", None if t.type_params else lift_type(a))
+                       for i, a in enumerate(t.arg_types))
         return Function(params, Call(self.ad.lifted_global(gv), (self.bp, *params)))
 
     def visit_if(self, i: If) -> Expr:
@@ -279,7 +282,10 @@ class _ReverseAD:
         if not isinstance(t, FuncType) or not isinstance(t.ret_type, TensorType):
             raise RelayTypeError(f"grad needs a function returning a tensor, got "
                                  f"{type_to_str(t)}", node.span)
-        params = tuple(Var(f"x{i}", a) for i, a in enumerate(t.arg_types))
+        # The shape parameters of a polymorphic global are its own, not this scope's: the
+        # types are then left to inference, which instantiates them at this use.
+        generic = isinstance(node.fn, GlobalVar) and bool(t.type_params)
+        params = tuple(Var(f"x{i}", None if generic else a) for i, a in enumerate(t.arg_types))
         bp = Var("bp", BACKPROP_TYPE)
         lifter = _Lift(self, bp)
         args = tuple(Var(f"x{i}_lifted") for i in range(len(params)))
@@ -292,8 +298,8 @@ class _ReverseAD:
         for a, p, ty in reversed(list(zip(args, params, t.arg_types))):
             body = Let(a, lift_constant(p, ty), body)
         body = Let(bp, RefCreate(Function((), Tuple(()))), body)
-        return Function(params, body, TupleType((t.ret_type, TupleType(t.arg_types))),
-                        span=node.span)
+        ret = None if generic else TupleType((t.ret_type, TupleType(t.arg_types)))
+        return Function(params, body, ret, span=node.span)
 
 
 def _innermost_grad(mod: IRModule) -> tuple[GlobalVar, Grad] | None:
@@ -328,10 +334,10 @@ def lower_first_order_grads(mod: IRModule) -> IRModule:
     code is removed first, as in ``lower_grads``.
     """
     mod = eliminate_dead_code(mod)
-    typed = dict(mod.functions)
+    adjoints = _FirstOrderGrads(mod)
     changed = False
     for gv, fn in list(mod.user_functions().items()):
-        new_fn = _FirstOrderGrads(typed).visit(fn)
+        new_fn = adjoints.visit(fn)
         if new_fn is not fn:
             assert isinstance(new_fn, Function)
             mod.add(gv, new_fn)
@@ -340,17 +346,35 @@ def lower_first_order_grads(mod: IRModule) -> IRModule:
 
 
 class _FirstOrderGrads(ExprMutator):
-    """Grad nodes of straight-line functions -> their first-order adjoint functions."""
+    """Grad nodes of straight-line functions -> their first-order adjoint functions.
 
-    def __init__(self, functions: dict[GlobalVar, Function]):
+    The adjoint of a global is a global too, ``@f_adjoint``: it is generic in f's shape
+    parameters, and the type checker instantiates them at each use, as for f itself. (Put
+    in place of the grad node, it would carry f's own shape parameters into the caller.)
+    """
+
+    def __init__(self, mod: IRModule):
         super().__init__()
-        self.functions = functions  # the typed globals, before any replacement
+        self.mod = mod
+        self.functions = dict(mod.functions)  # the typed globals, before any replacement
+        self.adjoints: dict[GlobalVar, GlobalVar] = {}
 
     def visit_grad(self, g: Grad) -> Expr:
-        target = self.functions.get(g.fn) if isinstance(g.fn, GlobalVar) else g.fn
-        if isinstance(target, Function) and supports(target):
-            return first_order_gradient(target)
+        if isinstance(g.fn, Function) and supports(g.fn):
+            return first_order_gradient(g.fn)
+        if isinstance(g.fn, GlobalVar) and supports(self.functions[g.fn]):
+            return self.adjoint_global(g.fn)
         return super().visit_grad(g)
+
+    def adjoint_global(self, gv: GlobalVar) -> GlobalVar:
+        adjoint = self.adjoints.get(gv)
+        if adjoint is None:
+            name = f"{gv.name_hint}_adjoint"
+            while self.mod.has_global(name):
+                name += "_"
+            adjoint = self.mod.add(name, first_order_gradient(self.functions[gv]))
+            self.adjoints[gv] = adjoint
+        return adjoint
 
 
 def lower_grads(mod: IRModule, *, first_order: bool = False) -> IRModule:

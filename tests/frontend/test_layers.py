@@ -201,3 +201,40 @@ def test_a_model_must_be_defined_before_its_callers():
     with pytest.raises(DSLSyntaxError, match="'later' uses model parameters, so it must be "
                                              "defined before"):
         early.mod
+
+
+# An NLP model on the default target: the loss calls a model using relay.embedding, whose
+# table is typed only by the model's signature (issue 11, item 3).
+
+@relay_model
+def bag_of_words(ids: Tensor[Int, ("n",)]) -> Tensor[Float, (3,)]:
+    return relay.linear(relay.tanh(relay.sum(relay.embedding(ids, vocab=10, dim=4), axis=0)),
+                        num_hidden=3)
+
+
+@relay
+def bag_of_words_loss(ids: Tensor[Int, ("n",)], y: Tensor[Float, (3,)]) -> Float:
+    return relay.softmax_cross_entropy(bag_of_words(ids), y)
+
+
+def jax_bag_of_words_loss(p, ids, y):
+    h = jnp.tanh(jnp.sum(p["embedding_0.weight"][ids], axis=0))
+    logits = h @ p["linear_0.weight"].T + p["linear_0.bias"]
+    return -jnp.sum(y * jax.nn.log_softmax(logits))
+
+
+@pytest.mark.parametrize("target", ["llvm", "interp"])
+def test_an_embedding_model_s_loss_and_its_gradients_match_jax(target, monkeypatch):
+    monkeypatch.setenv("RELAYDSL_TARGET", target)
+    model = relay.create_model(bag_of_words, seed=0)
+    params = {k: jnp.asarray(v) for k, v in model.params.items()}
+    step = relay.grad(model, bag_of_words_loss)
+    for ids in (np.array([1, 3, 3, 7, 0], np.int32), np.array([9, 2], np.int32)):
+        y = np.array([0.0, 1.0, 0.0], np.float32)
+        grads = step(ids, y)
+        np.testing.assert_allclose(step.last_loss, jax_bag_of_words_loss(params, ids, y),
+                                   rtol=RTOL, atol=ATOL)
+        expected = jax.grad(jax_bag_of_words_loss)(params, ids, y)
+        assert set(grads) == set(expected)
+        for name, g in grads.items():
+            np.testing.assert_allclose(g, expected[name], rtol=RTOL, atol=ATOL, err_msg=name)

@@ -301,3 +301,43 @@ def test_max_over_an_empty_axis_is_an_error_as_in_jax():
 
     with pytest.raises(ValueError, match=r"max over an empty axis .* has no identity"):
         row_max(np.zeros((0, 3), np.float32))
+
+
+# ---- locals ascribed relay.Any dims (issue 11, item 3) ---------------------------------
+
+@relay
+def ascribed_any(x: Tensor[Float, ("n", 3)]) -> Float:
+    y: Tensor[Float, (relay.Any, 3)] = relay.tanh(x)
+    return relay.sum(y * y)
+
+
+@relay
+def ascribed_any_in_a_closure(x: Tensor[Float, (2, 3)]) -> Float:
+    def inner(z):
+        y: Tensor[Float, (relay.Any, 3)] = z
+        return relay.sum(relay.tanh(y) * relay.tanh(y))
+    return inner(x)
+
+
+@relay
+def ascribed_any_kernel(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (2, 3)]:
+    y: Tensor[Float, (relay.Any, 3)] = relay.tanh(x)  # a kernel of static inputs, result ?
+    return y * y
+
+
+def test_a_kernel_whose_result_is_ascribed_any_dims_runs_on_llvm():
+    x = rand(2, 3)
+    np.testing.assert_allclose(relay.build(ascribed_any_kernel, target="llvm")(x),
+                               jnp.tanh(x) ** 2, rtol=1e-5)
+
+
+@pytest.mark.parametrize("f", [ascribed_any, ascribed_any_in_a_closure],
+                         ids=lambda f: f.__name__)
+def test_a_local_ascribed_any_dims_runs_and_differentiates_on_llvm(f, monkeypatch):
+    monkeypatch.setenv("RELAYDSL_TARGET", "llvm")
+    x = rand(2, 3)
+    expected = jax.value_and_grad(lambda v: jnp.sum(jnp.tanh(v) ** 2))(x)
+    np.testing.assert_allclose(relay.build(f, target="llvm")(x), expected[0], rtol=1e-5)
+    value, (dx,) = relay.grad(f)(x)
+    np.testing.assert_allclose(value, expected[0], rtol=1e-5)
+    np.testing.assert_allclose(dx, expected[1], rtol=1e-5, atol=1e-6)

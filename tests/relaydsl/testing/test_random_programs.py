@@ -1,10 +1,13 @@
 """Random well-typed programs: every target and the JAX oracle agree on every one."""
+import jax
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from relaydsl.ir import IRModule
+from relaydsl.backend.target import get_target
+from relaydsl.ir import Call, Function, Grad, IRModule, TensorType, Var
 from relaydsl.ir.parser import parse
 from relaydsl.ir.structural import structural_equal
-from relaydsl.testing import assert_matches_jax
+from relaydsl.testing import assert_matches_jax, to_jax
 from relaydsl.testing.random_programs import random_programs
 from relaydsl.typing import infer_types
 
@@ -38,3 +41,36 @@ def test_random_programs_round_trip_through_the_text_format(program_and_inputs):
     fn, _ = program_and_inputs
     mod = infer_types(IRModule.from_expr(fn))
     assert structural_equal(parse(mod.astext()), mod)
+
+
+def polymorphic_module(fn: Function, inputs: list[np.ndarray]) -> IRModule:
+    """@f: the random program, generic in its shape parameters; @forward and @gradient: f and
+    grad(f) at the inputs' shapes, so each is one instance of @f (issue 11, item 1)."""
+    mod = IRModule()
+    f = mod.add("f", fn)
+    for name, callee in (("forward", f), ("gradient", Grad(f))):
+        params = [Var(p.name_hint, TensorType(a.shape, a.dtype.name))
+                  for p, a in zip(fn.params, inputs)]
+        mod.add(name, Function(params, Call(callee, params)))
+    return infer_types(mod)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(max_ops=6, scalar_result=True, symbolic=True))
+def test_grad_of_random_shape_polymorphic_programs_matches_jax_on_both_targets(
+        program_and_inputs):
+    fn, inputs = program_and_inputs
+    mod = polymorphic_module(fn, inputs)
+    with jax.enable_x64(True):  # float64 programs are differentiated in float64
+        value, grads = jax.value_and_grad(to_jax(mod, "forward"),
+                                          argnums=tuple(range(len(inputs))))(*inputs)
+    tol = 1e-4 if inputs[0].dtype == np.float32 else 1e-9
+    for target in ("interp", "llvm"):
+        forward = get_target(target).build(mod, "forward", {})(*inputs)
+        ours, our_grads = get_target(target).build(mod, "gradient", {})(*inputs)
+        np.testing.assert_allclose(forward, value, rtol=tol, atol=tol, err_msg=target)
+        np.testing.assert_allclose(ours, value, rtol=tol, atol=tol, err_msg=target)
+        for i, (a, e) in enumerate(zip(our_grads, grads)):
+            assert a.shape == e.shape, f"{target}: gradient {i} has shape {a.shape}"
+            np.testing.assert_allclose(a, e, rtol=tol, atol=tol,
+                                       err_msg=f"{target}: gradient {i}")

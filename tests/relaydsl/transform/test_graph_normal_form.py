@@ -2,6 +2,8 @@
 in nested scopes stay bound; meaning is preserved."""
 import doctest
 
+import numpy as np
+
 from hypothesis import HealthCheck, given, settings
 
 from relaydsl.backend.interpreter import evaluate
@@ -76,6 +78,24 @@ def test_lets_of_atoms_are_inlined_everywhere_and_dead_pure_lets_disappear():
     out = to_graph_normal_form(mod)
     assert lets(out["main"].body) == ["f"]
     assert_same_values(evaluate(mod, rand(3)), evaluate(out, rand(3)))
+
+
+def test_lets_ascribing_a_type_stay_so_the_result_still_type_checks():
+    # %w is typed only by the ascription (a model's weight in a loss, after inlining); %y's
+    # ascription makes a dimension dynamic. Lets whose value has that type of its own go.
+    mod = typed("""def @main(%ids: Tensor[(5,), int32], %w) {
+      let %w1: Tensor[(10, 4), float32] = %w;
+      let %ids1: Tensor[(5,), int32] = %ids;
+      let %y: Tensor[(?, 4), float32] = take(%w1, %ids1, axis=0);
+      let %k: Tensor[(), float32] = 2f;
+      multiply(%y, %k)
+    }""")
+    out = to_graph_normal_form(mod)  # re-typed: raises if the program became underconstrained
+    assert lets(out["main"].body) == ["w1", "y"]
+    assert str(out["main"].checked_type.ret_type) == "Tensor[(?, 4), float32]"
+    ids = np.array([1, 3, 3, 7, 0], np.int32)
+    w = rand(10, 4)
+    assert_same_values(evaluate(mod, ids, w), evaluate(out, ids, w))
 
 
 def test_calls_of_primitive_functions_are_dataflow():
