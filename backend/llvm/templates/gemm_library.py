@@ -42,6 +42,7 @@ it uses (``load_core``, ``load_ukernel``) before its own module is loaded.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -111,18 +112,25 @@ _LOADED: dict[str, jit.Library] = {}
 _OPTIONS = "speed1|vectorize=False|unroll=False"
 
 
+def _fresh_lock() -> None:
+    """In a forked child: the parent's thread that held the lock is gone (see kernel.py)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock)
+
+
 def _load(name: str, part: str, vl: int, tile: MicroTile | None = None) -> None:
     """Makes sure the module defining the one exported function `name` is loaded (from the
     disk cache without building its IR, else compiled)."""
     with _LOCK:
         if name in _LOADED:
             return
-        key = f"gemm-library|{name}|{_OPTIONS}"
-        lib = jit.load_cached(key, [name])
-        if lib is None:
-            lib = jit.compile_ir(library_ir(name, part, vl, tile), key, speed_level=1,
-                                 vectorize=False)
-        _LOADED[name] = lib
+        _LOADED[name] = jit.load_or_compile(
+            f"gemm-library|{name}|{_OPTIONS}", [name],
+            lambda: library_ir(name, part, vl, tile), speed_level=1, vectorize=False)
 
 
 def library_ir(name: str, part: str, vl: int, tile: MicroTile | None) -> str:
