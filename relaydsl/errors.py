@@ -37,3 +37,8 @@ class ParseError(RelayError, SyntaxError):
 
 class DSLSyntaxError(RelayError, SyntaxError):
     """Python outside the subset the frontend translates."""
+
+
+class SettingError(RelayError, ValueError):
+    """An environment setting (``RELAYDSL_*``) holds a value relaydsl does not accept; the
+    message names the variable, its value and what is accepted."""

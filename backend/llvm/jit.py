@@ -35,6 +35,7 @@ import llvmlite.binding as llvm
 import relaydsl.backend.llvm
 import relaydsl.op
 import relaydsl.te
+from relaydsl import settings
 
 # Held over each compilation and loading of an object (the JIT engine is shared).
 _LOCK = threading.Lock()
@@ -118,7 +119,7 @@ def _load_runtime(engine: llvm.ExecutionEngine) -> None:
     for name, address in symbols.items():
         llvm.add_symbol(name, address)
     start = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(symbols["relaydsl_pool_start"])
-    start(runtime.num_threads() - 1)
+    start(settings.num_threads() - 1)
     forget = ctypes.CFUNCTYPE(None)(symbols["relaydsl_pool_forget"])
     if hasattr(os, "register_at_fork"):  # a child has no workers: loops run on its thread
         os.register_at_fork(after_in_child=forget)
@@ -151,8 +152,7 @@ def source_fingerprint() -> str:
 
 
 def cache_dir() -> pathlib.Path:
-    configured = os.environ.get("RELAYDSL_CACHE_DIR")
-    base = pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "relaydsl"
+    base = settings.cache_dir() or pathlib.Path.home() / ".cache" / "relaydsl"
     return base / "kernels"
 
 

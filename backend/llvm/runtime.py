@@ -18,7 +18,8 @@ the JIT engine is created; ``jit`` registers its functions in the process's
 symbol table, so kernel objects, freshly compiled or loaded from the cache,
 link against them.
 
-How the pool works. ``RELAYDSL_NUM_THREADS`` (default: the usable cores) minus
+How the pool works. ``RELAYDSL_NUM_THREADS`` (relaydsl/settings.py; default: the usable
+cores) minus
 one worker threads are started with pthreads. A job is published in one 64-bit
 word ``{generation:32, chunks:16, next:16}``: workers (and the calling thread)
 claim chunk ``next`` with a compare-and-swap, so a worker still busy with an
@@ -38,7 +39,6 @@ True
 """
 from __future__ import annotations
 
-import os
 import pathlib
 import platform
 import threading
@@ -47,15 +47,7 @@ from typing import Callable
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-
-def num_threads() -> int:
-    """Threads that run a parallel loop: ``$RELAYDSL_NUM_THREADS``, else the usable cores."""
-    configured = os.environ.get("RELAYDSL_NUM_THREADS")
-    if configured:
-        return max(1, int(configured))
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+from relaydsl import settings
 
 
 def split(extent: int, parts: int) -> list[tuple[int, int]]:
@@ -77,7 +69,7 @@ def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool 
     ctypes, which releases the GIL): one thread per extra chunk, the first chunk on the
     caller. Compiled kernels use the native pool instead.
     """
-    bounds = split(extent, num_threads() if parallel else 1)
+    bounds = split(extent, settings.num_threads() if parallel else 1)
     errors: list[BaseException] = []
 
     def run(begin: int, end: int) -> None:
