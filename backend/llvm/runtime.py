@@ -8,9 +8,20 @@ returning to Python: a kernel's entry calls
 which runs ``task(ctx, begin, end)`` over chunks covering ``[0, extent)`` on
 every core, and a plan (plan.py) is one call of
 
-    void @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers)
+    i32 @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers, ptr %stop)
 
 which interprets a few instructions (call a kernel, branch on a bool, jump, copy).
+
+Ctrl-C. While native code runs, Python's SIGINT handler cannot run (it runs between
+bytecodes of the main thread), so an endless loop in a plan could not be stopped. A plan
+with a loop, called from the main thread, runs through
+
+    i32 @relaydsl_run_interruptible(ptr %code, ptr %calls, ptr %buffers)
+
+which installs a native SIGINT handler that sets a flag, runs the program polling the flag
+at every JUMP (each loop's back edge), and puts the previous handler back: a run stops
+within one iteration, and plan.py hands the signal to Python's handler. Calls without
+loops finish on their own and pay nothing.
 
 The IR (runtime.ll, linked with the host's spin-wait hint built with llvmlite.ir) is
 compiled once (and cached on disk like every kernel) when
@@ -88,8 +99,8 @@ def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool 
         raise errors[0]
 
 
-EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_program", "relaydsl_pool_start",
-           "relaydsl_pool_threads", "relaydsl_pool_forget")
+EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_program", "relaydsl_run_interruptible",
+           "relaydsl_pool_start", "relaydsl_pool_threads", "relaydsl_pool_forget")
 
 SOURCE = pathlib.Path(__file__).with_name("runtime.ll")
 
