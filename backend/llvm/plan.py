@@ -313,14 +313,19 @@ def _invariant_params(fn: Function, var: Var) -> list[bool]:
 _LIVE: "weakref.WeakSet[Plan]" = weakref.WeakSet()
 
 
-def _fresh_locks() -> None:
-    """In a forked child: a lock another thread held at the fork would never be released."""
+def _after_fork_in_child() -> None:
+    """A lock another thread held at the fork would never be released: new ones. The
+    native SIGINT handler of a run the main thread was in at the fork (a run the child does
+    not have): Python's instead."""
     for plan in list(_LIVE):
         plan._lock = threading.Lock()
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not None:  # None: a handler installed outside Python, left alone
+        signal.signal(signal.SIGINT, handler)
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_locks)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Plan:

@@ -307,3 +307,29 @@ print("handled", seen == [signal.SIGINT], flush=True)
     assert code == 0, stderr
     assert lines == ["ready loop", "stopped loop", "ready sleep", "stopped sleep",
                      "ready loop", "stopped loop", "handled True"]
+
+
+def test_a_child_forked_during_an_interruptible_run_gets_pythons_sigint_handling(tmp_path):
+    # the native handler is installed while the main thread runs a loop; a child forked then
+    # by another thread must not inherit it (Ctrl-C would never reach its Python)
+    lines, stderr, code = run_with_sigints(SIGINT_SCRIPT + '''
+import os, threading
+
+def fork_child():
+    time.sleep(0.5)  # the main thread is inside the loop
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(10)
+            os._exit(1)
+        except KeyboardInterrupt:
+            os._exit(0)
+    print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+
+threading.Thread(target=fork_child).start()
+wait_for_sigint("loop")
+''', tmp_path)
+    assert code == 0, stderr
+    assert lines == ["ready loop", "child 0", "stopped loop"]
