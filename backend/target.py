@@ -22,10 +22,10 @@ context's, else the target's default (llvm 3, interp 0).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any as AnyValue, Callable, Protocol, Sequence
 
+from relaydsl import settings
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform import pipeline
@@ -87,7 +87,7 @@ def register_target(target: Target) -> Target:
 
 def default_target() -> str:
     """``$RELAYDSL_TARGET`` if set, else DEFAULT_TARGET."""
-    return os.environ.get("RELAYDSL_TARGET") or DEFAULT_TARGET
+    return settings.target(_TARGETS) or DEFAULT_TARGET
 
 
 def get_target(name: str | None = None) -> Target:

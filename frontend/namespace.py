@@ -20,7 +20,7 @@ from typing import Any as AnyValue, Callable
 
 import numpy as np
 
-from relaydsl.errors import DSLSyntaxError, ModelFileError, RelayTypeError
+from relaydsl.errors import DSLSyntaxError, ModelFileError, RelayTypeError, SettingError
 from relaydsl.frontend import annotations
 from relaydsl.frontend.layers import LAYERS
 from relaydsl.ir.attrs import Attrs
@@ -163,7 +163,7 @@ def _api() -> dict[str, AnyValue]:
             "save_model": save_model, "load_model": load_model, "SGD": SGD, "Momentum": Momentum,
             "Adam": Adam, "datasets": datasets,
             "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError,
-            "ModelFileError": ModelFileError,
+            "ModelFileError": ModelFileError, "SettingError": SettingError,
             "PassContext": PassContext, "PassInstrument": PassInstrument,
             "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR}
 

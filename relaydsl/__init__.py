@@ -9,7 +9,7 @@
 (3, 2)
 """
 from relaydsl.errors import (
-    DSLSyntaxError, IRError, ModelFileError, ParseError, RelayError, RelayTypeError,
+    DSLSyntaxError, IRError, ModelFileError, ParseError, RelayError, RelayTypeError, SettingError,
 )
 import relaydsl.op  # defines every op before anything builds Relay
 import relaydsl.prelude  # noqa: F401  (installs the prelude every IRModule starts with)
@@ -24,5 +24,5 @@ from relaydsl.frontend.namespace import relay
 __all__ = [
     "Bool", "DSLSyntaxError", "Float", "Float16", "Float32", "Float64", "Fn", "IRError", "Int",
     "Int8", "Int16", "Int32", "Int64", "ModelFileError", "ParseError", "RelayError",
-    "RelayTypeError", "Tensor", "UInt8", "relay", "relay_model",
+    "RelayTypeError", "SettingError", "Tensor", "UInt8", "relay", "relay_model",
 ]

@@ -42,3 +42,8 @@ class DSLSyntaxError(RelayError, SyntaxError):
 class ModelFileError(RelayError, ValueError):
     """A model file that cannot be loaded: not save_model's format, damaged, or not matching the
     model function. The message names the file. (A missing file is a FileNotFoundError.)"""
+
+
+class SettingError(RelayError, ValueError):
+    """An environment setting (``RELAYDSL_*``) holds a value relaydsl does not accept; the
+    message names the variable, its value and what is accepted."""

@@ -27,6 +27,7 @@ import re
 import tempfile
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -34,8 +35,28 @@ import llvmlite.binding as llvm
 import relaydsl.backend.llvm
 import relaydsl.op
 import relaydsl.te
+from relaydsl import settings
 
+# Held over each compilation and loading of an object (the JIT engine is shared).
 _LOCK = threading.Lock()
+
+
+def _before_fork() -> None:
+    """A fork waits until no thread is inside LLVM: a child forked meanwhile would inherit
+    the engine half-updated, and llvmlite's lock (one for every call into LLVM) held by a
+    thread it does not have, so its first LLVM call would block forever."""
+    _LOCK.acquire()
+    llvm.ffi.lib._lock.__enter__()
+
+
+def _after_fork() -> None:
+    llvm.ffi.lib._lock.__exit__(None, None, None)
+    _LOCK.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                        after_in_child=_after_fork)
 
 
 @dataclass(frozen=True)
@@ -93,21 +114,13 @@ def _load_runtime(engine: llvm.ExecutionEngine) -> None:
 
     text = runtime.runtime_ir()
     path = object_path("runtime|" + hashlib.sha256(text.encode()).hexdigest())
-    obj = _read_cached(path)
-    if obj is None:
-        obj = _compile_object(text, 3)
-        _write_cached(path, obj)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    engine.finalize_object()
-    for name in runtime.EXPORTS:
-        address = engine.get_function_address(name)
-        if not address:
-            raise RuntimeError(f"the native runtime lacks {name} (cache file {path})")
+    symbols, _ = _obtain(engine, path, list(runtime.EXPORTS), lambda: text, (3, True, False),
+                         use_disk_cache=True)
+    for name, address in symbols.items():
         llvm.add_symbol(name, address)
-    start = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(
-        engine.get_function_address("relaydsl_pool_start"))
-    start(runtime.num_threads() - 1)
-    forget = ctypes.CFUNCTYPE(None)(engine.get_function_address("relaydsl_pool_forget"))
+    start = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(symbols["relaydsl_pool_start"])
+    start(settings.num_threads() - 1)
+    forget = ctypes.CFUNCTYPE(None)(symbols["relaydsl_pool_forget"])
     if hasattr(os, "register_at_fork"):  # a child has no workers: loops run on its thread
         os.register_at_fork(after_in_child=forget)
 
@@ -139,8 +152,7 @@ def source_fingerprint() -> str:
 
 
 def cache_dir() -> pathlib.Path:
-    configured = os.environ.get("RELAYDSL_CACHE_DIR")
-    base = pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "relaydsl"
+    base = settings.cache_dir() or pathlib.Path.home() / ".cache" / "relaydsl"
     return base / "kernels"
 
 
@@ -186,42 +198,75 @@ def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool 
     interleaved by the loop vectoriser) it doubled the compile time of a module and
     quadrupled its code without making the MLP or the elementwise benchmark faster.
     """
-    path = object_path(key)
-    names = _defined_functions(ir_text)
-    obj = _read_cached(path) if use_disk_cache else None
-    if obj is not None:
-        stats["disk_hits"] += 1
-    else:
-        obj = _compile_object(ir_text, speed_level, vectorize, unroll)
-        stats["compiled"] += 1
-        if use_disk_cache:
-            _write_cached(path, obj)
-    return _add_object(obj, names, path)
+    return load_or_compile(key, _defined_functions(ir_text), lambda: ir_text,
+                           speed_level=speed_level, vectorize=vectorize, unroll=unroll,
+                           use_disk_cache=use_disk_cache)
 
 
-def load_cached(key: str, names: list[str]) -> Library | None:
-    """The object cached on disk under `key` (by ``compile_ir``), loaded; None if absent.
+def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
+                    speed_level: int = 3, vectorize: bool = True, unroll: bool = False,
+                    use_disk_cache: bool = True) -> Library:
+    """The object cached on disk under `key`, loaded; else ``build_ir()`` compiled (as by
+    ``compile_ir``), cached and loaded. `names` are the functions the caller looks up.
 
-    For callers that know the symbols they need and can then skip building the IR.
+    For callers that know their symbols and can then skip building the IR on a cache hit.
     """
     path = object_path(key)
+    with _LOCK:
+        symbols, compiled = _obtain(_engine(), path, names, build_ir,
+                                    (speed_level, vectorize, unroll), use_disk_cache)
+    stats["compiled" if compiled else "disk_hits"] += 1
+    return Library(symbols)
+
+
+def _obtain(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str],
+            build_ir: Callable[[], str], options: tuple[int, bool, bool], use_disk_cache: bool
+            ) -> tuple[dict[str, int], bool]:
+    """Loads the entry at `path`, else compiles ``build_ir()`` with `options` (speed level,
+    vectorize, unroll), loads it and caches it: the addresses of `names`, and whether it was
+    compiled. Under ``_LOCK``."""
+    if use_disk_cache:
+        symbols = _load_cached(engine, path, names)
+        if symbols is not None:
+            return symbols, False
+    obj = _compile_object(build_ir(), *options)
+    symbols = _load_object(engine, obj, names)
+    if symbols is None:
+        raise RuntimeError(f"the compiled object lacks one of {names} (cache file {path})")
+    if use_disk_cache:
+        _write_cached(path, obj)
+    return symbols, True
+
+
+def _load_cached(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str]
+                 ) -> dict[str, int] | None:
+    """The entry at `path` loaded into `engine`: its addresses of `names`; None when it is
+    missing, damaged or fails to load (then it is deleted, to be compiled again)."""
     obj = _read_cached(path)
     if obj is None:
         return None
-    stats["disk_hits"] += 1
-    return _add_object(obj, names, path)
+    try:
+        symbols = _load_object(engine, obj, names)
+    except Exception:  # whatever LLVM makes of an entry it cannot load: compile it again
+        symbols = None
+    if symbols is None:
+        path.unlink(missing_ok=True)
+    return symbols
 
 
-def _add_object(obj: bytes, names: list[str], path: pathlib.Path) -> Library:
-    with _LOCK:
-        engine = _engine()
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        engine.finalize_object()
-        symbols = {n: engine.get_function_address(n) for n in names}
-    missing = [n for n, a in symbols.items() if not a]
-    if missing:
-        raise RuntimeError(f"compiled object lacks {missing} (cache file {path})")
-    return Library(symbols)
+def _load_object(engine: llvm.ExecutionEngine, obj: bytes, names: list[str]
+                 ) -> dict[str, int] | None:
+    """Adds the object to `engine`; the addresses of `names`, or None if it lacks one.
+
+    An object whose symbol table lacks a name is refused before it enters the engine
+    (there, it could shadow the definitions of the object compiled in its place).
+    """
+    if not all(name.encode() + b"\0" in obj for name in names):
+        return None
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    symbols = {n: engine.get_function_address(n) for n in names}
+    return symbols if all(symbols.values()) else None
 
 
 def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = False

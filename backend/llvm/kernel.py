@@ -25,7 +25,7 @@ Caches: four layers, each for a reason.
    sources, so a second process does not recompile (the compile benchmark's "warm disk
    cache" row against its cold one).
 4. The GEMM library's modules (templates/gemm_library.py), loaded once per process and
-   read from disk without building their IR (``jit.load_cached``).
+   read from disk without building their IR (``jit.load_or_compile``).
 
 The executors only keep what they built (a plan per call signature, the dispatcher's
 kernels per primitive function and shapes) in front of these.
@@ -40,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
+import os
 import threading
 from typing import Sequence
 
@@ -190,6 +191,18 @@ _LOCK = threading.RLock()
 _BY_HASH: dict[int, list[tuple[Function, Kernel]]] = {}
 _BY_DIGEST: dict[str, Kernel] = {}
 stats = {"modules": 0, "functions": 0, "hits": 0}
+
+
+def _fresh_lock() -> None:
+    """In a forked child: a lock held by a thread of the parent (lowering a function, for
+    instance) would never be released. The caches it guards are consistent at any point
+    (a kernel is recorded only once built), and the JIT is idle at a fork (jit._LOCK)."""
+    global _LOCK
+    _LOCK = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock)
 
 
 def _check_primitive(func: Function) -> None:

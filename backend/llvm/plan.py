@@ -39,8 +39,10 @@ instead of being copied.
 """
 from __future__ import annotations
 
+import _signal
 import ctypes
 import os
+import signal
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -126,6 +128,7 @@ class _Compiler:
         self.calls: list[tuple[Function, list[int], list[int]]] = []
         self.params: list[Structure] = []
         self.sites = _call_sites(fn)
+        self.loops = False  # whether the code has a back edge
 
     # ---- buffers ---------------------------------------------------------------------------
     def new(self, t: Type, kind: str, value: np.ndarray | None = None) -> Structure:
@@ -268,6 +271,7 @@ class _Compiler:
         for p, a in zip(params, staged):
             self.copy(p, a)
         self.code += [JUMP, loop.start]
+        self.loops = True
 
 
 def _type_of(buffers: list[Buffer], s: Structure) -> Type:
@@ -312,14 +316,19 @@ def _invariant_params(fn: Function, var: Var) -> list[bool]:
 _LIVE: "weakref.WeakSet[Plan]" = weakref.WeakSet()
 
 
-def _fresh_locks() -> None:
-    """In a forked child: a lock another thread held at the fork would never be released."""
+def _after_fork_in_child() -> None:
+    """A lock another thread held at the fork would never be released: new ones. The
+    native SIGINT handler of a run the main thread was in at the fork (a run the child does
+    not have): Python's instead."""
     for plan in list(_LIVE):
         plan._lock = threading.Lock()
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not None:  # None: a handler installed outside Python, left alone
+        signal.signal(signal.SIGINT, handler)
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_locks)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Plan:
@@ -344,6 +353,7 @@ class Plan:
         kernels = compile_primitives([c[0] for c in compiler.calls], opt_level=opt_level)
         self.steps = [Step(k, args, outs) for k, (_, args, outs) in zip(kernels, compiler.calls)]
         self.code = list(compiler.code)
+        self.loops = compiler.loops  # may run for long: Ctrl-C must be able to stop it
         self.arena_bytes = place_temporaries(self.buffers, self.code, self.steps)
         for b in self.buffers:
             if b.kind == "constant":
@@ -383,8 +393,20 @@ class Plan:
             for index in self._outputs:
                 t = self.buffers[index].type
                 self._point(index, np.empty(t.shape, t.dtype))
-            self._run(self._code, self._calls, self._addresses)
+            if self.loops and _sigint_reaches_python():
+                self._run_interruptibly()
+            else:
+                self._run(self._code, self._calls, self._addresses, None)
             return self._rebuild(self.result)
+
+    def _run_interruptibly(self) -> None:
+        """Runs the program so that a SIGINT stops it within one loop iteration (see
+        runtime.py); the signal then goes to Python's handler, as if it came now."""
+        status = self._run_interruptible(self._code, self._calls, self._addresses)
+        if status:
+            signal.raise_signal(signal.SIGINT)  # by default, raises KeyboardInterrupt
+            if status == _STOPPED:  # the handler returned, but the run has no result
+                raise KeyboardInterrupt
 
     def _point(self, index: int, array: np.ndarray) -> None:
         """Makes every instruction that reads or writes buffer `index` use `array`."""
@@ -410,8 +432,11 @@ class Plan:
             *[a for s in self.steps for a in (s.kernel.entry_address, s.run.table_address)])
         self._addresses = (ctypes.c_void_p * max(1, len(self.buffers)))(
             *[address(b.value) for b in self.buffers])
-        self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+        pointers = [ctypes.c_void_p] * 3
+        self._run = ctypes.CFUNCTYPE(ctypes.c_int32, *pointers, ctypes.c_void_p)(
             runtime_function("relaydsl_run_program"))
+        self._run_interruptible = ctypes.CFUNCTYPE(ctypes.c_int32, *pointers)(
+            runtime_function("relaydsl_run_interruptible"))
         self._bound = True
 
     def _rebuild(self, s: Structure) -> Value:
@@ -419,6 +444,17 @@ class Plan:
             return tuple(self._rebuild(x) for x in s)
         b = self.buffers[s]
         return b.value if b.kind == "output" else np.array(b.value)  # inputs/constants: a copy
+
+
+_STOPPED = 2  # relaydsl_run_interruptible: a SIGINT stopped the run
+
+
+def _sigint_reaches_python() -> bool:
+    """Whether Python would act on a SIGINT now: on the main thread (where its handlers run),
+    with a Python handler (not ignored, nor the default action)."""
+    # _signal.getsignal: signal.getsignal's wrapping of the result in an enum costs 5 us
+    return threading.get_ident() == threading.main_thread().ident and \
+        callable(_signal.getsignal(signal.SIGINT))
 
 
 # ---- memory -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 @workers   = internal global i64 0          ; worker threads started (0 in a forked child)
 @mutex     = internal global [128 x i8] zeroinitializer, align 64
 @wake      = internal global [128 x i8] zeroinitializer, align 64
+@interrupted = internal global i32 0        ; set by a SIGINT during an interruptible run
 
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_mutex_init(ptr, ptr)
@@ -22,6 +23,7 @@ declare i32 @pthread_mutex_unlock(ptr)
 declare i32 @pthread_cond_init(ptr, ptr)
 declare i32 @pthread_cond_wait(ptr, ptr)
 declare i32 @pthread_cond_broadcast(ptr)
+declare i32 @sigaction(i32, ptr, ptr)
 
 ; The CPU's spin-wait hint (x86's pause), defined for the host by runtime.py.
 declare void @relaydsl_spin_hint()
@@ -208,11 +210,13 @@ finish:
 ; %calls and buffer addresses at %buffers. Instructions:
 ;   0 k          CALL   calls[k].entry(calls[k].table)
 ;   1 b target   BRANCH to target if the bool (i8) in buffer b is 0
-;   2 target     JUMP
+;   2 target     JUMP   (unless the i32 at %stop, if not null, is set: then returns 1)
 ;   3 d s n      COPY   n bytes from buffer s to buffer d (memmove)
-;   4            HALT
-define void @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers) {
+;   4            HALT   (returns 0)
+; Every loop's back edge is a JUMP, so a run stops within one iteration of %stop being set.
+define i32 @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers, ptr %stop) {
 entry:
+  %polled = icmp ne ptr %stop, null
   %pc.slot = alloca i64
   store i64 0, ptr %pc.slot
   br label %dispatch
@@ -249,8 +253,16 @@ branch:
   store i64 %pc.branch, ptr %pc.slot
   br label %dispatch
 jump:
+  br i1 %polled, label %poll, label %jump.go
+poll:
+  %flag = load atomic i32, ptr %stop monotonic, align 4
+  %stopped = icmp ne i32 %flag, 0
+  br i1 %stopped, label %leave, label %jump.go
+jump.go:
   store i64 %a, ptr %pc.slot
   br label %dispatch
+leave:
+  ret i32 1
 copy:
   %dst.pp = getelementptr inbounds ptr, ptr %buffers, i64 %a
   %dst = load ptr, ptr %dst.pp
@@ -267,7 +279,42 @@ copy:
   store i64 %pc.copy, ptr %pc.slot
   br label %dispatch
 halt:
+  ret i32 0
+}
+
+; A SIGINT handler: async-signal-safe, it only sets the flag an interruptible run polls.
+define internal void @on_interrupt(i32 %signal) {
+  store atomic i32 1, ptr @interrupted monotonic, align 4
   ret void
 }
 
+; Runs a plan like @relaydsl_run_program with @on_interrupt as the SIGINT handler, then puts
+; the previous handler back (the whole sigaction, flags included). Returns 0 when no SIGINT
+; came, 1 when one came after the run had finished, 2 when one stopped the run. The
+; struct sigaction is opaque here but for its first field, the handler (glibc, musl and
+; Darwin): 256 zeroed bytes cover it, with an empty mask and no flags.
+define i32 @relaydsl_run_interruptible(ptr %code, ptr %calls, ptr %buffers) {
+entry:
+  %new = alloca [256 x i8], align 16
+  %old = alloca [256 x i8], align 16
+  call void @llvm.memset.p0.i64(ptr %new, i8 0, i64 256, i1 false)
+  store ptr @on_interrupt, ptr %new
+  store atomic i32 0, ptr @interrupted monotonic, align 4
+  %installed = call i32 @sigaction(i32 2, ptr %new, ptr %old)
+  %stopped = call i32 @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers,
+                                            ptr @interrupted)
+  %ok = icmp eq i32 %installed, 0
+  br i1 %ok, label %restore, label %done
+restore:
+  %r = call i32 @sigaction(i32 2, ptr %old, ptr null)
+  br label %done
+done:
+  %flag = load atomic i32, ptr @interrupted monotonic, align 4
+  %came = icmp ne i32 %flag, 0
+  %status = add i32 %stopped, 1
+  %result = select i1 %came, i32 %status, i32 0
+  ret i32 %result
+}
+
 declare void @llvm.memmove.p0.p0.i64(ptr, ptr, i64, i1)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)

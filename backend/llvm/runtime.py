@@ -8,9 +8,20 @@ returning to Python: a kernel's entry calls
 which runs ``task(ctx, begin, end)`` over chunks covering ``[0, extent)`` on
 every core, and a plan (plan.py) is one call of
 
-    void @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers)
+    i32 @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers, ptr %stop)
 
 which interprets a few instructions (call a kernel, branch on a bool, jump, copy).
+
+Ctrl-C. While native code runs, Python's SIGINT handler cannot run (it runs between
+bytecodes of the main thread), so an endless loop in a plan could not be stopped. A plan
+with a loop, called from the main thread, runs through
+
+    i32 @relaydsl_run_interruptible(ptr %code, ptr %calls, ptr %buffers)
+
+which installs a native SIGINT handler that sets a flag, runs the program polling the flag
+at every JUMP (each loop's back edge), and puts the previous handler back: a run stops
+within one iteration, and plan.py hands the signal to Python's handler. Calls without
+loops finish on their own and pay nothing.
 
 The IR (runtime.ll, linked with the host's spin-wait hint built with llvmlite.ir) is
 compiled once (and cached on disk like every kernel) when
@@ -18,7 +29,8 @@ the JIT engine is created; ``jit`` registers its functions in the process's
 symbol table, so kernel objects, freshly compiled or loaded from the cache,
 link against them.
 
-How the pool works. ``RELAYDSL_NUM_THREADS`` (default: the usable cores) minus
+How the pool works. ``RELAYDSL_NUM_THREADS`` (relaydsl/settings.py; default: the usable
+cores) minus
 one worker threads are started with pthreads. A job is published in one 64-bit
 word ``{generation:32, chunks:16, next:16}``: workers (and the calling thread)
 claim chunk ``next`` with a compare-and-swap, so a worker still busy with an
@@ -38,7 +50,6 @@ True
 """
 from __future__ import annotations
 
-import os
 import pathlib
 import platform
 import threading
@@ -47,15 +58,7 @@ from typing import Callable
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-
-def num_threads() -> int:
-    """Threads that run a parallel loop: ``$RELAYDSL_NUM_THREADS``, else the usable cores."""
-    configured = os.environ.get("RELAYDSL_NUM_THREADS")
-    if configured:
-        return max(1, int(configured))
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+from relaydsl import settings
 
 
 def split(extent: int, parts: int) -> list[tuple[int, int]]:
@@ -77,7 +80,7 @@ def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool 
     ctypes, which releases the GIL): one thread per extra chunk, the first chunk on the
     caller. Compiled kernels use the native pool instead.
     """
-    bounds = split(extent, num_threads() if parallel else 1)
+    bounds = split(extent, settings.num_threads() if parallel else 1)
     errors: list[BaseException] = []
 
     def run(begin: int, end: int) -> None:
@@ -96,8 +99,8 @@ def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool 
         raise errors[0]
 
 
-EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_program", "relaydsl_pool_start",
-           "relaydsl_pool_threads", "relaydsl_pool_forget")
+EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_program", "relaydsl_run_interruptible",
+           "relaydsl_pool_start", "relaydsl_pool_threads", "relaydsl_pool_forget")
 
 SOURCE = pathlib.Path(__file__).with_name("runtime.ll")
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from relaydsl import settings
 from relaydsl.errors import IRError
 from relaydsl.te.expr import (
     Call, Div, FloorDiv, FloorMod, IterVar, PrimExpr, Reduce, TensorRead, post_order,
@@ -36,7 +37,6 @@ from relaydsl.te.tensor import Tensor
 from relaydsl.backend.llvm import templates
 from relaydsl.backend.llvm.lower import Lowered
 from relaydsl.backend.llvm.templates import Template
-from relaydsl.backend.llvm.runtime import num_threads
 from relaydsl.op.nn.linear import dense
 
 PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
@@ -240,7 +240,7 @@ def _buffer_reads(t: Tensor, inlined: set[Tensor]) -> list[Tensor]:
 def _plan_loops(stage: Stage, inlined: set[Tensor]) -> None:
     t = stage.tensor
     n = t.ndim
-    threads = num_threads()
+    threads = settings.num_threads()
     if stage.template is not None:  # extent and work come from the template's StageInfo
         return
     body = t.body

@@ -11,10 +11,11 @@ else in ``~/.cache/relaydsl/mnist``.
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
+
+from relaydsl import settings
 
 FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -57,9 +58,9 @@ def _candidates(path: str | Path | None) -> list[Path]:
     if path is not None:
         return [Path(path)]
     out = []
-    env = os.environ.get("RELAYDSL_DATA")
-    if env:
-        out += [Path(env), Path(env) / "mnist"]
+    env = settings.data_dir()
+    if env is not None:
+        out += [env, env / "mnist"]
     out.append(Path.home() / ".cache" / "relaydsl" / "mnist")
     return out
 

@@ -44,6 +44,8 @@ early.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import threading
 from dataclasses import dataclass
 
@@ -113,6 +115,16 @@ _LOADED: dict[str, jit.Library] = {}
 _OPTIONS = "speed1|vectorize=False|unroll=False"
 
 
+def _fresh_lock() -> None:
+    """In a forked child: the parent's thread that held the lock is gone (see kernel.py)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock)
+
+
 @dataclass(frozen=True)
 class Part:
     """One library module: the exported function `name`, the core's ``pack`` or ``block``
@@ -142,11 +154,9 @@ def load(parts: list[Part]) -> None:
         with _LOCK:
             if part.name in _LOADED:
                 continue
-            key = f"gemm-library|{part.name}|{_OPTIONS}"
-            lib = jit.load_cached(key, [part.name])
-            if lib is None:
-                lib = jit.compile_ir(library_ir(part), key, speed_level=1, vectorize=False)
-            _LOADED[part.name] = lib
+            _LOADED[part.name] = jit.load_or_compile(
+                f"gemm-library|{part.name}|{_OPTIONS}", [part.name],
+                functools.partial(library_ir, part), speed_level=1, vectorize=False)
 
 
 def load_in_background(parts: list[Part]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from relaydsl import settings
 from relaydsl.backend.llvm.templates.gemm import Blocking
 from tests.backend.llvm.test_templates import build, check
 
@@ -92,11 +93,9 @@ def _bench(fn, reps=30):
 def main() -> None:
     import os
 
-    from relaydsl.backend.llvm import runtime
-
     print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')} "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} "
-          f"threads={runtime.num_threads()}")
+          f"threads={settings.num_threads()}")
     shapes = [  # (label, op, attrs, shape a, shape b)
         ("gemm 512", "matmul", {}, (512, 512), (512, 512)),
         ("gemm 1024", "matmul", {}, (1024, 1024), (1024, 1024)),

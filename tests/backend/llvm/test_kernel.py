@@ -2,6 +2,7 @@
 stages."""
 from __future__ import annotations
 
+import ctypes
 import os
 import pathlib
 import subprocess
@@ -192,3 +193,19 @@ def test_a_damaged_cache_entry_is_recompiled_not_loaded(tmp_path, monkeypatch, d
                          text=True, timeout=120)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert out.stdout.split() == ["1", "0"]  # recompiled, nothing loaded from the damage
+
+
+def test_a_cache_entry_that_does_not_load_is_recompiled(tmp_path, monkeypatch):
+    # issue 11, item 7: an entry whose checksum holds but whose object is not the one
+    # expected (here: it lacks the symbol) raised instead of being compiled again
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    key = "test-entry-that-does-not-load"
+    wrong = jit._compile_object("define i64 @test_not_triple(i64 %x) {\n  ret i64 %x\n}", 1)
+    jit._write_cached(jit.object_path(key), wrong)
+    assert jit._read_cached(jit.object_path(key)) == wrong  # the checksum holds
+    before = jit.stats["compiled"]
+    lib = jit.compile_ir("define i64 @test_triple(i64 %x) {\n  %y = mul i64 %x, 3\n"
+                         "  ret i64 %y\n}", key)
+    assert lib.function("test_triple", ctypes.c_int64, [ctypes.c_int64])(14) == 42
+    assert jit.stats["compiled"] == before + 1
+    assert b"test_triple\0" in jit._read_cached(jit.object_path(key))  # the entry replaced

@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
+import subprocess
+import sys
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +20,7 @@ from relaydsl.backend.llvm.plan import place_temporaries
 from relaydsl.ir.types import TensorType
 
 RNG = np.random.default_rng(1)
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def rand(*shape):
@@ -217,3 +223,113 @@ def test_a_lock_held_at_a_fork_does_not_deadlock_the_child():
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+# ---- Ctrl-C ------------------------------------------------------------------------------
+
+SIGINT_SCRIPT = '''
+import signal, sys, time
+import numpy as np
+from relaydsl import Float, Tensor, relay
+
+@relay
+def endless(x: Tensor[Float, (4,)]) -> Tensor[Float, (4,)]:
+    while relay.sum(x) > -1.0:
+        x = x * 0.5 + 1.0
+    return x
+
+@relay
+def halve(x: Tensor[Float, (4,)]) -> Tensor[Float, (4,)]:
+    while relay.sum(x) > 1.0:
+        x = x * 0.5
+    return x
+
+x = np.ones(4, np.float32)
+assert endless.build().program.plan is not None  # the loop runs natively
+np.testing.assert_array_equal(halve(x), np.full(4, 0.25, np.float32))
+
+def wait_for_sigint(what):
+    print("ready", what, flush=True)
+    try:
+        if what == "loop":
+            endless(x)
+        else:
+            time.sleep(30)
+    except KeyboardInterrupt:
+        print("stopped", what, flush=True)
+'''
+
+
+def run_with_sigints(script: str, folder: pathlib.Path, timeout: float = 60
+                     ) -> tuple[list[str], str, int]:
+    """Runs `script` (from a file in `folder`: decorated functions need their source); sends
+    a SIGINT ~1 s after each line it prints that starts "ready"."""
+    path = folder / "script.py"
+    path.write_text(script)
+    proc = subprocess.Popen([sys.executable, str(path)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    timer = threading.Timer(timeout, proc.kill)  # a hang fails the test, not the suite
+    timer.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if line.startswith("ready"):
+                time.sleep(1.0)
+                proc.send_signal(signal.SIGINT)
+        stderr = proc.stderr.read()
+        proc.wait()
+    finally:
+        timer.cancel()
+    return lines, stderr, proc.returncode
+
+
+def test_ctrl_c_stops_an_endless_loop_on_llvm(tmp_path):
+    # issue 11, item 9: SIGINT was ignored while a loop ran natively
+    start = time.monotonic()
+    lines, stderr, code = run_with_sigints(SIGINT_SCRIPT + "print('ready', flush=True)\n"
+                                                           "endless(x)\n", tmp_path)
+    assert lines == ["ready"]
+    assert code == -signal.SIGINT and stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+    assert time.monotonic() - start < 30
+
+
+def test_after_ctrl_c_pythons_sigint_handling_is_back(tmp_path):
+    lines, stderr, code = run_with_sigints(SIGINT_SCRIPT + '''
+wait_for_sigint("loop")
+np.testing.assert_array_equal(halve(x), np.full(4, 0.25, np.float32))  # runs on
+wait_for_sigint("sleep")  # Python's own handler is installed again: the sleep is stopped
+seen = []
+signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+wait_for_sigint("loop")  # a Python handler is called; the loop cut short still raises
+print("handled", seen == [signal.SIGINT], flush=True)
+''', tmp_path)
+    assert code == 0, stderr
+    assert lines == ["ready loop", "stopped loop", "ready sleep", "stopped sleep",
+                     "ready loop", "stopped loop", "handled True"]
+
+
+def test_a_child_forked_during_an_interruptible_run_gets_pythons_sigint_handling(tmp_path):
+    # the native handler is installed while the main thread runs a loop; a child forked then
+    # by another thread must not inherit it (Ctrl-C would never reach its Python)
+    lines, stderr, code = run_with_sigints(SIGINT_SCRIPT + '''
+import os, threading
+
+def fork_child():
+    time.sleep(0.5)  # the main thread is inside the loop
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(10)
+            os._exit(1)
+        except KeyboardInterrupt:
+            os._exit(0)
+    print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+
+threading.Thread(target=fork_child).start()
+wait_for_sigint("loop")
+''', tmp_path)
+    assert code == 0, stderr
+    assert lines == ["ready loop", "child 0", "stopped loop"]

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from relaydsl import settings
 from relaydsl.backend.llvm import jit, runtime
 
 # count(ctx, begin, end): ctx[i] += 1 for i in [begin, end).
@@ -81,7 +82,7 @@ def parallel_for():
 
 
 def test_the_pool_uses_every_usable_core():
-    assert jit.runtime_threads() == runtime.num_threads()
+    assert jit.runtime_threads() == settings.num_threads()
 
 
 @pytest.mark.parametrize("extent", [0, 1, 2, 3, 7, 1000, 100_003])

@@ -1,0 +1,95 @@
+"""The environment settings relaydsl reads, each checked where it is read (here).
+
+=====================  ===============================================================
+``RELAYDSL_TARGET``    the default target of ``relay.build`` and of calls: a registered
+                       target's name (``llvm``, ``interp``)
+``RELAYDSL_NUM_THREADS``  threads a parallel loop of compiled code runs on: a whole number
+                       from 1; more than the usable cores is capped to them (with a warning)
+``RELAYDSL_CACHE_DIR`` the directory of the on-disk kernel cache (created if missing)
+``RELAYDSL_DATA``      a directory holding datasets (MNIST), or holding an ``mnist/`` folder
+=====================  ===============================================================
+
+An unset or empty variable means the default. A value that is not accepted raises a
+``SettingError`` naming the variable, its value and what it accepts, when the setting is
+first needed. They are read on each use, so a change of the environment applies to what
+is built afterwards (the native thread pool is started once, with the count of then).
+
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Iterable
+
+from relaydsl.errors import SettingError
+
+
+def _read(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def target(known: Iterable[str]) -> str | None:
+    """``$RELAYDSL_TARGET``, one of the `known` targets; None when unset."""
+    value = _read("RELAYDSL_TARGET")
+    names = sorted(known)
+    if value is not None and value not in names:
+        raise SettingError(f"RELAYDSL_TARGET={value!r}: expected one of "
+                           f"{', '.join(repr(n) for n in names)}")
+    return value
+
+
+def num_threads() -> int:
+    """``$RELAYDSL_NUM_THREADS``, at most the usable cores; else the usable cores.
+
+    More threads than cores only slow a pool whose workers spin while they wait, so a
+    larger value is capped, with a warning.
+    """
+    cores = usable_cores()
+    value = _read("RELAYDSL_NUM_THREADS")
+    if value is None:
+        return cores
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise SettingError(f"RELAYDSL_NUM_THREADS={value!r}: expected a whole number of "
+                           f"threads from 1 to {cores} (the usable cores)")
+    if count > cores:
+        warnings.warn(f"RELAYDSL_NUM_THREADS={value!r} exceeds the {cores} usable cores; "
+                      f"using {cores} threads", RuntimeWarning, stacklevel=2)
+        return cores
+    return count
+
+
+def cache_dir() -> Path | None:
+    """``$RELAYDSL_CACHE_DIR``: a directory, or a path where one can be created; None when
+    unset."""
+    return _directory("RELAYDSL_CACHE_DIR", must_exist=False)
+
+
+def data_dir() -> Path | None:
+    """``$RELAYDSL_DATA``: an existing directory; None when unset."""
+    return _directory("RELAYDSL_DATA", must_exist=True)
+
+
+def _directory(name: str, must_exist: bool) -> Path | None:
+    value = _read(name)
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if path.is_dir() or not (path.exists() or must_exist):
+        return path
+    what = "is not a directory" if path.exists() else "does not exist"
+    accepted = "an existing directory" if must_exist else \
+        "a directory, or a path where one can be created"
+    raise SettingError(f"{name}={value!r}: {path} {what}; expected {accepted}")
