@@ -1,8 +1,10 @@
 """``relay.grad``: derivatives of decorated functions and of losses under a model.
 
 - ``relay.grad(f)(*args)`` returns ``(f(*args), (df/darg0, df/darg1, ...))``;
-- ``relay.grad(model, loss, (x, y))`` returns the gradients of ``loss(x, y)`` with respect to
-  the model's parameters, as a dict with the keys of ``model.params``;
+- ``relay.grad(model, loss, (x, y))`` is a training step's forward and backward pass: it
+  returns the gradients of ``loss(x, y)`` with respect to the model's trainable parameters,
+  as a dict keyed by their names in ``model.params``, and, the model running in training
+  mode, updates the model's state in place (batch_norm's running statistics);
 - ``relay.grad(model, loss)`` returns a step function: ``step(x, y) -> gradients``.
 
 Each builds a small Relay program around the paper's Grad node, lowers it with
@@ -26,7 +28,7 @@ import numpy as np
 
 from relaydsl.backend.target import Program, get_target
 from relaydsl.frontend import annotations
-from relaydsl.ir.expr import Call, Function, Grad, Var
+from relaydsl.ir.expr import Call, Expr, Function, Grad, Let, RefCreate, RefRead, Tuple, Var
 from relaydsl.ir.types import TensorType, is_float
 from relaydsl.typing import infer_types
 
@@ -54,9 +56,11 @@ class GradFunction:
         return _run(self._program, self.fn, args)
 
 
-def _lowered(fn: "RelayFunction", main: Function) -> tuple["Program", Function]:
-    """The program computing `main` compiled for the default target, and `main` typed."""
-    mod = fn.mod.copy()
+def _lowered(fn: "RelayFunction", main: Function,
+             mode: str = "inference") -> tuple["Program", Function]:
+    """The program computing `main`, which calls `fn` in `mode`, compiled for the default
+    target, and `main` typed."""
+    mod = fn.module_for(mode).copy()
     mod.add("__grad_main", main)
     infer_types(mod)
     return get_target().build(mod, "__grad_main", {}), mod["__grad_main"]
@@ -78,7 +82,14 @@ def _run(lowered: tuple["Program", Function], fn: "RelayFunction", args: tuple,
 
 
 class ModelGrad:
-    """``relay.grad(model, loss)``: a step function returning the parameters' gradients."""
+    """``relay.grad(model, loss)``: a training step returning the parameters' gradients.
+
+    The gradients are those of the loss's training variant (batch statistics) with respect to
+    the trainable parameters: ``grad(fn(q..) { loss_training(x, y, q.., state..) })(params..)``.
+    A model with state (running statistics) then runs the loss's update variant, which
+    updates references holding the state, and the references' final values become the
+    model's new state.
+    """
 
     def __init__(self, model: "Model", loss: "RelayFunction"):
         model.values_for(loss)  # loss must use this model
@@ -87,16 +98,37 @@ class ModelGrad:
         n = loss.num_user_params
         user = [Var(p.name_hint, a) for p, a in zip(loss.function.params[:n], t.arg_types[:n])]
         hidden = [Var(h.name, a) for h, a in zip(loss.hidden, t.arg_types[n:])]
-        inner = [Var(h.name, a) for h, a in zip(loss.hidden, t.arg_types[n:])]
-        # grad with respect to the parameters only: the data are constants of the inner function
-        of_params = Function(inner, Call(loss.global_var, [*user, *inner]))
-        main = Function([*user, *hidden], Call(Grad(of_params), hidden))
-        self._program = _lowered(loss, main)
+        self.trainable = [h.name for h in loss.hidden if not h.spec.state]
+        self.state = [h.name for h in loss.hidden if h.spec.state]
+        # grad with respect to the trainable parameters only: the data and the state are
+        # constants of the inner function
+        inner = {h.name: Var(h.name, v.type_annotation)
+                 for h, v in zip(loss.hidden, hidden) if not h.spec.state}
+        of_params = Function(list(inner.values()), Call(
+            loss.global_var_for("training"),
+            [*user, *(inner.get(h.name, v) for h, v in zip(loss.hidden, hidden))]))
+        by_name = {h.name: v for h, v in zip(loss.hidden, hidden)}
+        main = Function([*user, *hidden],
+                        Call(Grad(of_params), [by_name[k] for k in self.trainable]))
+        self._program = _lowered(loss, main, "training")
+        self._update = None
+        if self.state:
+            refs = {k: Var(k) for k in self.state}
+            body: Expr = Let(Var("_"), Call(loss.global_var_for("update"), [
+                *user, *(refs.get(h.name, v) for h, v in zip(loss.hidden, hidden))]),
+                Tuple([RefRead(r) for r in refs.values()]))
+            for k, ref in reversed(refs.items()):
+                body = Let(ref, RefCreate(by_name[k]), body)
+            self._update = _lowered(loss, Function([*user, *hidden], body), "update")
 
     def __call__(self, *args: AnyValue) -> dict[str, np.ndarray]:
-        value, grads = _run(self._program, self.loss, args, self.model.values_for(self.loss))
+        values = self.model.values_for(self.loss)
+        value, grads = _run(self._program, self.loss, args, values)
+        if self._update is not None:
+            state = _run(self._update, self.loss, args, values)
+            self.model.params.update(zip(self.state, state))
         self.last_loss = value
-        return {h.name: g for h, g in zip(self.loss.hidden, grads)}
+        return dict(zip(self.trainable, grads))
 
 
 def grad(*args: AnyValue) -> AnyValue:

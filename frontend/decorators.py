@@ -33,13 +33,16 @@ from relaydsl.errors import DSLSyntaxError
 from relaydsl.frontend import annotations
 from relaydsl.frontend.adt import USER_TYPES
 from relaydsl.frontend.autodiff import grad
-from relaydsl.frontend.layers import LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, is_layer_call
+from relaydsl.frontend.layers import (
+    LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, TrainingForm, is_layer_call,
+)
 from relaydsl.frontend.source import Source
 from relaydsl.frontend.translate import Resolver, Translator
 from relaydsl.ir.adt import TypeData
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
+from relaydsl.ir.adt import PatternVar
 from relaydsl.ir.types import FuncType, GlobalTypeVar, TensorType, Type, TypeCall
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator, deep_recursion
 from relaydsl.prelude import prelude_definitions
@@ -81,7 +84,12 @@ class RelayFunction:
         self.global_var = GlobalVar(_unique_global_name(pyfunc.__name__),
                                     span=self.source.span(self.source.tree))
         self.callees: list[RelayFunction] = []
+        # the callees whose training variants it calls (relay.grad in a training loop)
+        self.mode_callees: list[tuple[RelayFunction, str]] = []
         self.hidden: list[HiddenParam] = []
+        # the layer calls that differ in training, by id: (inference call, training form)
+        self._training_forms: dict[int, tuple[Call, TrainingForm]] = {}
+        self._mode_global_vars: dict[str, GlobalVar] = {"inference": self.global_var}
         self._model_vars: dict[tuple[RelayModelFunction, str], Var] = {}
         self._call_sites: Counter[str] = Counter()
         self._resolver = Resolver(self._lookup, self._to_global, self._annotation_type,
@@ -93,7 +101,7 @@ class RelayFunction:
                           fn.type_params, fn.attrs, span=fn.span)
         self.function: Function = fn
         self.num_user_params = len(self.source.tree.args.args)
-        self._module: IRModule | None = None
+        self._modules: dict[str, IRModule] = {}  # by mode
         self._executables: dict[tuple, AnyValue] = {}
 
     # ---- name resolution -------------------------------------------------
@@ -227,7 +235,10 @@ class RelayFunction:
             self.hidden.append(HiddenParam(full, var, spec))
             return var
 
-        ctx = LayerContext(new_param, translator.span(node), self._unbatched())
+        def modal(call: Call, training: TrainingForm) -> None:
+            self._training_forms[id(call)] = (call, training)
+
+        ctx = LayerContext(new_param, modal, translator.span(node), self._unbatched())
         return LAYERS[name](ctx, translator.materialize_all(args), static)
 
     def _unbatched(self) -> bool:
@@ -275,30 +286,77 @@ class RelayFunction:
             out.append(var)
         return out
 
-    # ---- the module ----------------------------------------------------------
+    # ---- modes ---------------------------------------------------------------
+    # A function using a model with a mode-dependent layer has three variants, each its own
+    # global: "inference" (the function as written: running statistics), "training" (batch
+    # statistics, pure: what gradients are taken of) and "update" (training, and the state
+    # parameters are references that the layers update: the running statistics).
     @property
-    def mod(self) -> IRModule:
-        """The typed module: this function and every decorated function it reaches."""
-        if self._module is None:
-            with deep_recursion():
-                self._module = infer_types(self._gather_module())
-        return self._module
-
-    def _gather_module(self) -> IRModule:
-        mod = IRModule()
+    def has_modes(self) -> bool:
+        """Whether this function behaves differently in training: it has a mode-dependent
+        layer (batch_norm), or calls a function using a model that has one."""
         pending, seen = [self], set()
         while pending:
             f = pending.pop()
             if f in seen:
                 continue
             seen.add(f)
+            if f._training_forms:
+                return True
+            pending.extend(c for c in f.callees if c.hidden)
+        return False
+
+    def global_var_for(self, mode: str) -> GlobalVar:
+        """The global of this function's variant in `mode` (its own if it has no modes)."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not self.has_modes:
+            return self.global_var
+        if mode not in self._mode_global_vars:
+            self._mode_global_vars[mode] = GlobalVar(
+                _unique_global_name(f"{self.global_var.name_hint}_{mode}"),
+                span=self.global_var.span)
+        return self._mode_global_vars[mode]
+
+    # ---- the module ----------------------------------------------------------
+    @property
+    def mod(self) -> IRModule:
+        """The typed module: this function and every decorated function it reaches."""
+        return self.module_for("inference")
+
+    def module_for(self, mode: str) -> IRModule:
+        """The typed module holding this function's variant in `mode` (``global_var_for``)
+        and every decorated function it reaches."""
+        mode = mode if self.has_modes else "inference"
+        if mode not in self._modules:
+            with deep_recursion():
+                self._modules[mode] = infer_types(self._gather_module(mode))
+        return self._modules[mode]
+
+    def _gather_module(self, mode: str) -> IRModule:
+        mod = IRModule()
+        pending, seen = [(self, mode)], set()
+        while pending:
+            f, m = pending.pop()
+            m = m if f.has_modes else "inference"
+            if (f, m) in seen:
+                continue
+            seen.add((f, m))
             mapping = f._resolve_forward_refs()
-            fn = _replace_globals(f.function, mapping)
+            if m == "inference":
+                fn = _replace_globals(f.function, mapping)
+            else:
+                variants = {c.global_var: c.global_var_for(m) for c in [f, *f.callees]}
+                out = _ModeVariant(f._training_forms, m == "update",
+                                   {**mapping, **variants}).visit(f.function)
+                assert isinstance(out, Function)
+                fn = out
             for td in _user_types_in(fn):
                 if td.header not in mod.type_definitions:
                     mod.add_type(td)
-            mod.add(f.global_var, fn)
-            pending.extend(f.callees)
+            mod.add(f.global_var_for(m), fn)
+            pending.extend((c, m) for c in f.callees)
+            pending.extend(f.mode_callees)
         return mod
 
     @property
@@ -398,6 +456,52 @@ class _ReplaceGlobals(ExprMutator):
 
     def visit_global_var(self, gv: GlobalVar) -> Expr:
         return self.mapping.get(gv, gv)
+
+
+MODES = ("inference", "training", "update")
+
+
+class _ModeVariant(ExprMutator):
+    """A function's training (or update) variant, from its inference form: each
+    mode-dependent layer call in its training form, the calls of functions with modes to
+    their variants in the same mode. Every variable is bound anew: the variants share no
+    binder (a state parameter is a tensor in one, a reference in another)."""
+
+    def __init__(self, forms: dict[int, tuple[Call, TrainingForm]], update: bool,
+                 globals_: dict[GlobalVar, GlobalVar]) -> None:
+        super().__init__()
+        self.forms, self.update, self.globals = forms, update, globals_
+        self.renamed: dict[Var, Var] = {}
+
+    def bind(self, v: Var) -> Var:
+        if v not in self.renamed:
+            self.renamed[v] = Var(v.name_hint, v.type_annotation, span=v.span)
+        return self.renamed[v]
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.renamed.get(v, v)
+
+    def visit_let_var(self, v: Var) -> Var:
+        return self.bind(v)
+
+    def visit_global_var(self, gv: GlobalVar) -> Expr:
+        return self.globals.get(gv, gv)
+
+    def visit_function(self, f: Function) -> Expr:
+        for p in f.params:
+            self.bind(p)
+        return super().visit_function(f)
+
+    def visit_pattern(self, p):
+        if isinstance(p, PatternVar):
+            self.bind(p.var)
+        return super().visit_pattern(p)
+
+    def visit_call(self, call: Call) -> Expr:
+        form = self.forms.get(id(call))
+        if form is not None and form[0] is call:
+            return form[1]([self.visit(a) for a in call.args], self.update)
+        return super().visit_call(call)
 
 
 class RelayModelFunction(RelayFunction):

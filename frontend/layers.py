@@ -12,11 +12,19 @@ sizes accepted as written there):
 
 - ``relay.conv2d(x, num_filter=, ksize=, strides=1, padding=0, no_bias=False)``
 - ``relay.linear(x, num_hidden=, no_bias=False)``
-- ``relay.batch_norm(x, axis=1, epsilon=1e-5)`` (learned scale and shift; batch statistics)
+- ``relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1)`` (learned scale and shift; in
+  training the batch statistics, folded into the running ones; in inference the running ones)
 - ``relay.embedding(ids, vocab=, dim=)``
 - ``relay.lstm_cell(x, (h, c), num_hidden=)`` -> ``(h, c)``
 - ``relay.gru_cell(x, h, num_hidden=)`` -> h
 - ``relay.max_pool(x, ksize=, strides=)`` and ``relay.flatten_layer(x)`` (no parameters)
+
+A layer whose behaviour depends on the mode (batch_norm) builds its inference form, which the
+model function holds, and registers its training form with ``LayerContext.modal``; the
+frontend derives the model's training variant from them (decorators.py). Model state that
+training updates (batch_norm's running statistics) is a hidden parameter with
+``ParamSpec.state``: a tensor in the inference and training variants, a reference in the
+update variant, which the training form then reads and writes; it never has a gradient.
 """
 from __future__ import annotations
 
@@ -24,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any as AnyValue, Callable
 
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.ir.expr import Expr, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import Call, Expr, Let, RefRead, RefWrite, Tuple, TupleGetItem, Var
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType
 from relaydsl.op.nn.conv import conv2d as conv2d_op
@@ -37,23 +45,38 @@ from relaydsl.op.registry import OpDef, ops
 
 @dataclass
 class ParamSpec:
-    """How create_model initialises a parameter: a learned weight, or a constant start."""
+    """How create_model initialises a parameter: a learned weight, or a constant start; and
+    whether it is state (updated by training steps, not by gradients: running statistics)."""
 
     kind: str  # "weight" (random), "zeros" or "ones"
+    state: bool = False
+
+
+# A layer's training form: the rewritten arguments of its inference call and whether to update
+# the state (whose parameters are then references) in, an expression of the call's type out.
+TrainingForm = Callable[[list[Expr], bool], Expr]
 
 
 class LayerContext:
-    """What a layer needs from the function being translated: new parameters, and errors."""
+    """What a layer needs from the function being translated: new parameters, mode-dependent
+    calls, and errors."""
 
     def __init__(self, new_param: Callable[[str, str, TensorType | None, ParamSpec], Var],
-                 span: Span | None, unbatched: bool):
+                 modal: Callable[[Call, TrainingForm], None], span: Span | None,
+                 unbatched: bool):
         self._new_param = new_param
+        self._modal = modal
         self.span = span
         self.unbatched = unbatched  # the model's input is one example (CHW or a vector)
 
     def param(self, layer: str, name: str, spec: str = "weight",
-              annotation: TensorType | None = None) -> Var:
-        return self._new_param(layer, name, annotation, ParamSpec(spec))
+              annotation: TensorType | None = None, state: bool = False) -> Var:
+        return self._new_param(layer, name, annotation, ParamSpec(spec, state))
+
+    def modal(self, call: Call, training: TrainingForm) -> Call:
+        """`call` is the inference form; `training` builds the training form in its place."""
+        self._modal(call, training)
+        return call
 
     def op(self, op: OpDef, *args: Expr, **attrs: AnyValue) -> Expr:
         """A call of `op` at the layer's source location."""
@@ -114,17 +137,32 @@ def linear(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
 
 
 def batch_norm(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    """Inference: normalise with the running statistics. Training: with the batch's, and
+    running = (1 - momentum) * running + momentum * batch (the unbiased batch variance)."""
     (x,) = args
-    axis = int(kwargs.pop("axis", 1))
-    epsilon = float(kwargs.pop("epsilon", 1e-5))
+    attrs = {"axis": int(kwargs.pop("axis", 1)), "epsilon": float(kwargs.pop("epsilon", 1e-5)),
+             "momentum": float(kwargs.pop("momentum", 0.1))}
     _no_extra(kwargs, "batch_norm", ctx)
     gamma = ctx.param("batch_norm", "gamma", "ones")
     beta = ctx.param("batch_norm", "beta", "zeros")
-    mean = ctx.param("batch_norm", "moving_mean", "zeros")
-    var = ctx.param("batch_norm", "moving_var", "ones")
-    out = ctx.op(batch_norm_op, x, gamma, beta, mean, var, axis=axis, epsilon=epsilon,
-                 training=True)
-    return TupleGetItem(out, 0, span=ctx.span)
+    mean = ctx.param("batch_norm", "moving_mean", "zeros", state=True)
+    var = ctx.param("batch_norm", "moving_var", "ones", state=True)
+
+    def training(args: list[Expr], update: bool) -> Expr:
+        """Normalise with the batch statistics; to update, write the new running ones back."""
+        if not update:
+            return ctx.op(batch_norm_op, *args, training=True, **attrs)
+        data, g, b, mean_ref, var_ref = args
+        out = Var("batch_norm")
+        call = ctx.op(batch_norm_op, data, g, b, RefRead(mean_ref), RefRead(var_ref),
+                      training=True, **attrs)
+        updates = Let(Var("_"), RefWrite(mean_ref, TupleGetItem(out, 1)),
+                      Let(Var("_"), RefWrite(var_ref, TupleGetItem(out, 2)), out))
+        return Let(out, call, updates, span=ctx.span)
+
+    call = ctx.modal(ctx.op(batch_norm_op, x, gamma, beta, mean, var, training=False, **attrs),
+                     training)
+    return TupleGetItem(call, 0, span=ctx.span)
 
 
 def embedding(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
@@ -221,4 +259,5 @@ def is_layer_call(name: str, args: list, kwargs: dict) -> bool:
     return True
 
 
-__all__ = ["LAYERS", "LayerContext", "ParamSpec", "PARAMETER_FREE", "is_layer_call"]
+__all__ = ["LAYERS", "LayerContext", "ParamSpec", "PARAMETER_FREE", "TrainingForm",
+           "is_layer_call"]

@@ -15,6 +15,15 @@ and initialises it: weights from a Gaussian with mean 0 and a small sigma
 (['linear_0.weight', 'linear_0.bias'], (2, 3))
 >>> model(np.ones((4, 3), np.float32)).shape
 (4, 2)
+
+Modes, as in PyTorch and flax, but chosen by what is done rather than by a flag to set:
+``relay.grad(model, loss, ...)`` is a training step and runs the model in **training mode**
+(batch_norm normalises with the batch statistics and updates its running statistics in
+``model.params``); everything else -- calling the model, ``model.apply``, ``export_model``
+-- runs it in **inference mode** (batch_norm uses the running statistics, so an example's
+prediction does not depend on the rest of its batch). ``model.params`` holds the trainable
+parameters and the model's state (``model.state_names``: running statistics), like
+PyTorch's ``state_dict``; gradients and optimisers touch only the trainable ones.
 """
 from __future__ import annotations
 
@@ -47,12 +56,19 @@ class Model:
         self.fn = fn
         self.params = params
 
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        """The entries of ``params`` that are state, updated by training steps rather than
+        by gradients (batch_norm's running mean and variance)."""
+        return tuple(h.name for h in self.fn.hidden if h.spec.state)
+
     def __call__(self, *args: AnyValue) -> AnyValue:
-        """The model's forward pass."""
+        """The model's forward pass, in inference mode."""
         return self.apply(self.fn, *args)
 
     def apply(self, fn: "RelayFunction", *args: AnyValue) -> AnyValue:
-        """Run a decorated function that uses this model (e.g. a loss) with its parameters."""
+        """Run a decorated function that uses this model (e.g. a loss) with its parameters,
+        in inference mode."""
         return fn.build().run(args, self.values_for(fn))
 
     def values_for(self, fn: "RelayFunction") -> list[np.ndarray]:
@@ -180,6 +196,10 @@ def update_model_params(model: Model, grads: dict[str, np.ndarray], lr: float = 
     unknown = sorted(set(grads) - set(model.params))
     if unknown:
         raise KeyError(f"gradients for parameters the model does not have: {unknown}")
+    state = sorted(set(grads) & set(model.state_names))
+    if state:
+        raise KeyError(f"gradients for model state, which training steps update, not "
+                       f"gradients: {state}")
     for name, g in grads.items():
         if np.shape(g) != model.params[name].shape:
             raise ValueError(f"the gradient of {name} has shape {np.shape(g)}, the parameter "
@@ -197,7 +217,8 @@ def update_model_params(model: Model, grads: dict[str, np.ndarray], lr: float = 
 
 
 def export_model(model: Model):
-    """A plain Python callable running the model's forward pass on a snapshot of its parameters."""
+    """A plain Python callable running the model's forward pass, in inference mode, on a
+    snapshot of its parameters (and state)."""
     frozen = Model(model.fn, {k: v.copy() for k, v in model.params.items()})
 
     def predict(*args: AnyValue) -> AnyValue:

@@ -12,6 +12,15 @@ A model is a reference to the tuple of its parameters: ``update_model_params``
 is the one form of mutation, as in the paper. The parameters' initial values
 are made when the function is translated (``relay.create_model``'s seed and
 initialiser apply).
+
+As in Python, ``relay.grad`` runs the loss in training mode and ``export_model`` gives the
+inference mode. A model with state (batch_norm's running statistics) gets it from the model
+reference into references of its own, which the training variant updates, and back::
+
+    let params = !model;
+    let g = grad(fn(q..) { loss_training(x, y, q.., params.k..) })(trainable params..).1;
+    let s = ref(params.k) ..; loss_update(x, y, params.0.., s..);
+    model := (params.0, .., !s, ..); g
 """
 from __future__ import annotations
 
@@ -35,6 +44,8 @@ class ModelValue:
 
     def __init__(self, fn: "RelayModelFunction", dtypes: list[str]):
         self.fn, self.dtypes = fn, dtypes
+        # the indices of the parameters gradients update (the others are state)
+        self.trainable = [i for i, h in enumerate(fn.hidden) if not h.spec.state]
 
 
 def create_model(tr: "Translator", owner: "RelayFunction", node, model_fn, static: dict) -> Expr:
@@ -56,7 +67,8 @@ def _model(tr: "Translator", value: Expr, env, node) -> ModelValue:
 
 
 def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Expr:
-    """relay.grad(model, loss, data): the loss's gradients with respect to the parameters."""
+    """relay.grad(model, loss, data): the loss's gradients with respect to the trainable
+    parameters, the loss running in training mode (the model's state updated)."""
     from relaydsl.frontend.decorators import RelayFunction
 
     model_expr, loss, data = args
@@ -66,21 +78,45 @@ def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Exp
         raise tr.error(node, f"relay.grad(model, loss, data): loss must be a decorated function "
                              f"using the model {model.fn.__name__}")
     owner._to_global(loss)
-    names = [h.name for h in model.fn.hidden]
-    qs = [Var(n) for n in names]
-    fields = list(data.fields) if isinstance(data, Tuple) else [data]
-    inner = Function(qs, Call(loss.global_var,
-                              [*fields, *(qs[names.index(h.name)] for h in loss.hidden)]))
+    owner.mode_callees.append((loss, "training"))
+    span = tr.span(node)
+    hidden = model.fn.hidden
     params = Var("params")
-    result = Call(Grad(inner, span=tr.span(node)),
-                  [TupleGetItem(params, i) for i in range(len(names))], span=tr.span(node))
-    out = Let(params, RefRead(model_expr), TupleGetItem(result, 1), span=tr.span(node))
+    index = {h.name: i for i, h in enumerate(hidden)}
+    fields = list(data.fields) if isinstance(data, Tuple) else [data]
+    bound = [Var(f"data{i}") for i in range(len(fields))]  # used by two calls: bound once
+
+    def loss_args(replace: dict[int, Var]) -> list[Expr]:
+        """The loss's arguments: the data, then its hidden ones, `replace`d or the model's."""
+        return [*bound, *(replace[index[h.name]] if index[h.name] in replace
+                          else TupleGetItem(params, index[h.name]) for h in loss.hidden)]
+
+    qs = {i: Var(hidden[i].name) for i in model.trainable}
+    inner = Function(list(qs.values()), Call(loss.global_var_for("training"), loss_args(qs)))
+    result = Call(Grad(inner, span=span), [TupleGetItem(params, i) for i in model.trainable],
+                  span=span)
+    body: Expr = TupleGetItem(result, 1)
+    refs = {i: Var(h.name) for i, h in enumerate(hidden) if h.spec.state}
+    if refs:  # the update variant's final state goes back into the model
+        owner.mode_callees.append((loss, "update"))
+        g = Var("grads")
+        new = Tuple([RefRead(refs[i]) if i in refs else TupleGetItem(params, i)
+                     for i in range(len(hidden))])
+        update = Let(Var("_"), Call(loss.global_var_for("update"), loss_args(refs)),
+                     Let(Var("_"), RefWrite(model_expr, new), g))
+        for i, ref in reversed(refs.items()):
+            update = Let(ref, RefCreate(TupleGetItem(params, i)), update)
+        body = Let(g, body, update)
+    for var, field in reversed(list(zip(bound, fields))):
+        body = Let(var, field, body)
+    out = Let(params, RefRead(model_expr), body, span=span)
     tr._kinds[out] = "tuple"
     return out
 
 
 def update(tr: "Translator", node, args: list, static: dict, env) -> Expr:
-    """relay.update_model_params(model, grads, lr=0.01): SGD, in place."""
+    """relay.update_model_params(model, grads, lr=0.01): SGD on the trainable parameters, in
+    place."""
     model_expr, grads = args
     model = _model(tr, model_expr, env, node)
     lr = float(static.pop("lr", 0.01))
@@ -88,16 +124,24 @@ def update(tr: "Translator", node, args: list, static: dict, env) -> Expr:
         raise tr.error(node, f"relay.update_model_params inside decorated code takes lr= only "
                              f"(SGD); got {', '.join(static)}")
     params, g = Var("params"), Var("grads")
-    new = Tuple([
-        ops.subtract(TupleGetItem(params, i),
-                     ops.multiply(Constant(np.array(lr, dtype)), TupleGetItem(g, i)))
-        for i, dtype in enumerate(model.dtypes)])
-    return Let(params, RefRead(model_expr), Let(g, grads, RefWrite(model_expr, new)),
+    grad_of = {i: k for k, i in enumerate(model.trainable)}  # parameter index -> grads index
+
+    def updated(i: int, dtype: str) -> Expr:
+        p = TupleGetItem(params, i)
+        if i not in grad_of:
+            return p
+        return ops.subtract(p, ops.multiply(Constant(np.array(lr, dtype)),
+                                            TupleGetItem(g, grad_of[i])))
+
+    new = Tuple([updated(i, dtype) for i, dtype in enumerate(model.dtypes)])
+    # the gradients first: computing them may update the model's state
+    return Let(g, grads, Let(params, RefRead(model_expr), RefWrite(model_expr, new)),
                span=tr.span(node))
 
 
 def export(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Expr:
-    """relay.export_model(model): a closure running the model on a snapshot of its parameters."""
+    """relay.export_model(model): a closure running the model in inference mode on a snapshot
+    of its parameters."""
     (model_expr,) = args
     model = _model(tr, model_expr, env, node)
     owner._to_global(model.fn)

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Expr, Function
+from relaydsl.ir.expr import Constant, Expr, Function, GlobalVar, Var
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
 from relaydsl.typing.infer import infer_types
 
@@ -23,3 +24,24 @@ def retyped(out: IRModule, types_kept: bool) -> IRModule:
     if types_kept and all(fn.has_type for fn in out.functions.values()):
         return out
     return infer_types(out)
+
+
+def ascribes(var: Var, value: Expr) -> bool:
+    """Whether the annotation of the let-bound `var` may tell inference more than `value`
+    does: a type ascription, which the re-typing after a pass would lose with the let.
+
+    It may be the only type of a parameter left to inference (a model's weight in the loss
+    that calls it, after inlining: ``let %w1: Tensor[(10, 4)] = %w``), or make a type less
+    static (``relay.Any`` dims). A variable, constant or global with that same type of its own
+    needs no ascription.
+    """
+    t = var.type_annotation
+    if t is None:
+        return False
+    if isinstance(value, Var):
+        return value.type_annotation != t
+    if isinstance(value, Constant):
+        return TensorType(value.data.shape, value.data.dtype.name) != t
+    if isinstance(value, GlobalVar):
+        return value.checked_type != t
+    return True

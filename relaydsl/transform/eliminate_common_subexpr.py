@@ -9,7 +9,8 @@ same ``t``, likewise. The second is replaced by the first:
   the two uses share one node, computed once where both can see it (as TVM's
   EliminateCommonSubexpr);
 - a ``let``-bound call whose value an earlier ``let`` in scope already computed is dropped,
-  its variable replaced by the earlier one; so is a ``let`` that only renames a variable.
+  its variable replaced by the earlier one; so is a ``let`` that only renames a variable
+  (unless its annotation ascribes a type, ``_util.ascribes``).
   Bindings made inside a function body, an ``if`` branch or a ``match`` clause are
   forgotten at its end: the variable is out of scope there. (Sibling let blocks -- two
   inlined calls of one function -- therefore share only their dataflow; in graph normal
@@ -47,7 +48,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform._util import retyped
+from relaydsl.transform._util import ascribes, retyped
 
 # Constants this small compare by value (two literal 1.0s are one); larger ones by identity.
 _VALUE_KEYED_CONSTANT = 64
@@ -134,7 +135,7 @@ class _Eliminator(ExprMutator):
         try:
             while isinstance(node, Let):
                 value = self.visit(node.value)
-                if isinstance(value, Var):
+                if isinstance(value, Var) and not ascribes(node.var, value):
                     # an earlier let computes the same, or this one only renames a variable
                     # (inlining binds parameters so): use that variable, drop this binding
                     self.memo[id(node.var)] = value

@@ -29,7 +29,7 @@ the one node ``%0 = exp(%x)``.
 
 Contract. Lets whose value has effects (references), builds a closure, a constructor value
 or calls a non-primitive function stay, in order; so does a let whose annotation ascribes
-a type its value does not have of its own (see ``_ascribes``): re-typing needs it. A
+a type its value does not have of its own (see ``_util.ascribes``): re-typing needs it. A
 computation is only inlined into uses in the same scope as its let (not inside a nested
 function, an ``if`` branch or a ``match`` clause), so it is never moved into a loop body, a
 branch or a closure it was not in; a let
@@ -45,9 +45,8 @@ from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Let, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator, scoped_children
-from relaydsl.transform._util import deep_recursion, is_primitive
+from relaydsl.transform._util import ascribes, deep_recursion, is_primitive
 from relaydsl.typing.infer import infer_types
 
 ATOMS = (Var, Constant, GlobalVar, Op, Constructor)
@@ -105,27 +104,6 @@ def _same_scope_lets(body: Expr) -> set[Var]:
     return {v for v, s in let_scope.items() if use_scopes.get(v, set()) <= {s}}
 
 
-def _ascribes(var: Var, value: Expr) -> bool:
-    """Whether the annotation of the let-bound `var` may tell inference more than `value`
-    does: a type ascription, which the re-typing after this pass would lose with the let.
-
-    It may be the only type of a parameter left to inference (a model's weight in the loss
-    that calls it, after inlining: ``let %w1: Tensor[(10, 4)] = %w``), or make a type less
-    static (``relay.Any`` dims). A variable, constant or global with that same type of its own
-    needs no ascription.
-    """
-    t = var.type_annotation
-    if t is None:
-        return False
-    if isinstance(value, Var):
-        return value.type_annotation != t
-    if isinstance(value, Constant):
-        return TensorType(value.data.shape, value.data.dtype.name) != t
-    if isinstance(value, GlobalVar):
-        return value.checked_type != t
-    return True
-
-
 class _ToGraph(ExprMutator):
     def __init__(self, inlinable: set[Var]):
         super().__init__()
@@ -141,7 +119,7 @@ class _ToGraph(ExprMutator):
         node: Expr = let
         while isinstance(node, Let):
             value = self.visit(node.value)
-            if not _ascribes(node.var, value) and (isinstance(value, ATOMS) or (
+            if not ascribes(node.var, value) and (isinstance(value, ATOMS) or (
                     node.var in self.inlinable and is_dataflow(value, self.pure_memo))):
                 self.subst[node.var] = value
             else:

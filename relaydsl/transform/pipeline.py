@@ -13,7 +13,8 @@ What each opt_level adds:
 - 0: what a program needs to run: grad nodes lowered (closures and references); on llvm
   each op call is its own primitive function (one kernel per op);
 - 1: fusion: FuseOps groups op calls into fused primitive functions;
-- 2: inlining of non-recursive globals, dead code elimination, constant folding;
+- 2: inlining of non-recursive globals, inference-mode batch_norm and dropout as arithmetic
+  (SimplifyInference), dead code elimination, constant folding;
 - 3: first-order gradients: a grad of straight-line code becomes a reference-free adjoint
   program (which the llvm target runs as one static plan); common-subexpression
   elimination. Everything.
@@ -25,8 +26,8 @@ PassContext, else the target's default; the context's ``required_pass`` and
 
 >>> pass_names("llvm", 0)
 ['LowerGrads', 'ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
->>> pass_names("interp", 2)
-['InlineGlobals', 'LowerGrads', 'InlineGlobals', 'DeadCodeElimination', 'FoldConstant']
+>>> pass_names("interp", 2)[3:]
+['SimplifyInference', 'DeadCodeElimination', 'FoldConstant']
 >>> FoldConstant.description
 'evaluate op calls whose arguments are all constants'
 """
@@ -42,6 +43,7 @@ from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
 from relaydsl.transform.inline import inline_globals
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
+from relaydsl.transform.simplify_inference import simplify_inference
 
 MAX_OPT_LEVEL = 3
 
@@ -60,6 +62,9 @@ FirstOrderGradients = module_pass(
 LowerGrads = module_pass(
     lower_grads, opt_level=0, name="LowerGrads",
     description="the remaining grad nodes become reverse-mode AD code (closures, references)")
+SimplifyInference = module_pass(
+    simplify_inference, opt_level=2, name="SimplifyInference",
+    description="inference-mode batch_norm becomes a per-channel multiply-add; dropout goes")
 DeadCodeElimination = module_pass(
     eliminate_dead_code, opt_level=2, name="DeadCodeElimination",
     description="drop let bindings of pure values that are never used")
@@ -81,8 +86,10 @@ ToANormalForm = module_pass(
 
 # Inlining runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
+# SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift.
 OPTIMIZE: tuple[Pass, ...] = (InlineGlobals, FirstOrderGradients, LowerGrads, InlineGlobals,
-                              DeadCodeElimination, FoldConstant, EliminateCommonSubexpr)
+                              SimplifyInference, DeadCodeElimination, FoldConstant,
+                              EliminateCommonSubexpr)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
     "llvm": (FuseOps, ToANormalForm),
@@ -137,6 +144,6 @@ def table() -> str:
 
 
 __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "for_target", "run", "pass_names", "table",
-           "InlineGlobals", "FirstOrderGradients", "LowerGrads", "DeadCodeElimination",
-           "FoldConstant", "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps",
-           "ToANormalForm"]
+           "InlineGlobals", "FirstOrderGradients", "LowerGrads", "SimplifyInference",
+           "DeadCodeElimination", "FoldConstant", "EliminateCommonSubexpr", "ToGraphNormalForm",
+           "FuseOps", "ToANormalForm"]

@@ -161,9 +161,12 @@ def test_embedding_and_batch_norm_layers_match_jax():
         "batch_norm_0.moving_mean": (4,), "batch_norm_0.moving_var": (4,)}
     model.params["batch_norm_0.gamma"][:] = [1, 2, 3, 4]
     model.params["batch_norm_0.beta"][:] = [0, 1, 0, -1]
+    model.params["batch_norm_0.moving_mean"][:] = [0.5, -1, 0, 2]
+    model.params["batch_norm_0.moving_var"][:] = [1, 4, 0.25, 2]
     ids = np.array([1, 3, 3, 7, 9], np.int32)
     e = model.params["embedding_0.weight"][ids]
-    normed = (e - e.mean(0)) / jnp.sqrt(e.var(0) + 1e-5)
+    # inference: the running statistics
+    normed = (e - jnp.array([0.5, -1, 0, 2])) / jnp.sqrt(jnp.array([1, 4, 0.25, 2]) + 1e-5)
     np.testing.assert_allclose(model(ids), normed * jnp.array([1, 2, 3, 4]) +
                                jnp.array([0, 1, 0, -1]), rtol=RTOL, atol=1e-4)
 

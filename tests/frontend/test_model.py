@@ -367,3 +367,90 @@ def test_byte_mutations_raise_only_the_clear_error(saved_model, tmp_path_factory
     assert loaded.params.keys() == params.keys()
     for k in params:
         np.testing.assert_array_equal(loaded.params[k], params[k])
+
+
+# ---- training and inference modes: batch_norm as in PyTorch ------------------------------------
+
+@relay_model
+def normed(x: Tensor[Float, ("n", 3)]) -> Tensor[Float, ("n", 2)]:
+    return relay.linear(relay.tanh(relay.batch_norm(relay.linear(x, num_hidden=4),
+                                                    momentum=0.2)), num_hidden=2)
+
+
+@relay
+def normed_loss(x: Tensor[Float, ("n", 3)], y: Tensor[Float, ("n", 2)]) -> Float:
+    return relay.mean((normed(x) - y) ** 2.0)
+
+
+def normed_reference(p, x, training, momentum=0.2, eps=1e-5):
+    """`normed` with PyTorch's BatchNorm1d semantics in JAX: (output, new running mean, var)."""
+    import jax.numpy as jnp
+
+    h = x @ p["linear_0.weight"].T + p["linear_0.bias"]
+    mean, var = p["batch_norm_0.moving_mean"], p["batch_norm_0.moving_var"]
+    if training:  # normalise with the batch's biased variance, keep the unbiased one
+        n = h.shape[0]
+        bmean, bvar = h.mean(0), h.var(0)
+        mean, var = (1 - momentum) * mean + momentum * bmean, \
+            (1 - momentum) * var + momentum * bvar * n / (n - 1)
+        use_mean, use_var = bmean, bvar
+    else:
+        use_mean, use_var = mean, var
+    h = (h - use_mean) / jnp.sqrt(use_var + eps) * p["batch_norm_0.gamma"] + \
+        p["batch_norm_0.beta"]
+    return jnp.tanh(h) @ p["linear_1.weight"].T + p["linear_1.bias"], mean, var
+
+
+def normed_batches(steps=3, n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((n, 3)).astype(np.float32) * 2 + 1,
+             rng.standard_normal((n, 2)).astype(np.float32)) for _ in range(steps)]
+
+
+def test_training_steps_update_the_running_statistics_as_pytorch():
+    import jax
+
+    model = relay.create_model(normed, seed=1, sigma=0.5)
+    assert model.state_names == ("batch_norm_0.moving_mean", "batch_norm_0.moving_var")
+    ref = {k: jax.numpy.asarray(v) for k, v in model.params.items()}
+    trainable = [k for k in ref if k not in model.state_names]
+    step = relay.grad(model, normed_loss)
+    for x, y in normed_batches():
+        grads = step(x, y)
+        assert sorted(grads) == sorted(trainable)  # no gradient for the state
+
+        def ref_loss(q, x=x, y=y, ref=ref):
+            out, mean, var = normed_reference({**ref, **q}, x, training=True)
+            return jax.numpy.mean((out - y) ** 2), (mean, var)
+
+        (value, (mean, var)), ref_grads = jax.value_and_grad(ref_loss, has_aux=True)(
+            {k: ref[k] for k in trainable})
+        np.testing.assert_allclose(step.last_loss, value, rtol=1e-5, atol=1e-6)
+        for k in trainable:
+            np.testing.assert_allclose(grads[k], ref_grads[k], rtol=1e-4, atol=1e-6)
+        update_model_params(model, grads, lr=0.1)
+        ref = {**ref, **{k: ref[k] - 0.1 * ref_grads[k] for k in trainable},
+               "batch_norm_0.moving_mean": mean, "batch_norm_0.moving_var": var}
+        for k in ref:
+            np.testing.assert_allclose(model.params[k], ref[k], rtol=1e-5, atol=1e-6)
+    x = normed_batches(1, n=5, seed=9)[0][0]
+    want = normed_reference(ref, x, training=False)[0]
+    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(relay.export_model(model)(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_inference_of_one_example_does_not_depend_on_its_batch():
+    model = relay.create_model(normed, seed=1, sigma=0.5)
+    step = relay.grad(model, normed_loss)
+    for x, y in normed_batches():
+        update_model_params(model, step(x, y), lr=0.1)
+    x = normed_batches(1, seed=5)[0][0]
+    batch = model(x)
+    for i in range(len(x)):
+        np.testing.assert_allclose(model(x[i:i + 1]), batch[i:i + 1], rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_of_state_are_refused():
+    model = relay.create_model(normed)
+    with pytest.raises(KeyError, match="model state"):
+        update_model_params(model, {"batch_norm_0.moving_mean": np.zeros(4, np.float32)})

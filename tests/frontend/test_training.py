@@ -60,3 +60,35 @@ def test_misuse_is_a_located_error():
         def bad(x: Tensor[Float, 4], y: Tensor[Float, 3]) -> Float:
             g = relay.grad(x, net_loss, (x, y))
             return x
+
+
+@relay_model
+def normed_net(x: Tensor[Float, ("n", 4)]) -> Tensor[Float, ("n", 3)]:
+    return relay.linear(relay.batch_norm(relay.linear(x, num_hidden=5)), num_hidden=3)
+
+
+@relay
+def normed_loss(x: Tensor[Float, ("n", 4)], y: Tensor[Float, ("n", 3)]) -> Float:
+    return relay.softmax_cross_entropy(normed_net(x), y)
+
+
+@relay
+def train_normed(data: tuple[Tensor[Float, (5, 6, 4)], Tensor[Float, (5, 6, 3)]]):
+    model = relay.create_model(normed_net, seed=2, sigma=0.3)
+    for x, y in data:
+        relay.update_model_params(model, relay.grad(model, normed_loss, (x, y)), lr=0.5)
+    return relay.export_model(model)
+
+
+def test_a_loop_in_relay_updates_running_statistics_as_the_loop_in_python():
+    x, y, _ = data()
+    xs, ys = x.reshape(5, 6, 4) * 3 + 1, y.reshape(5, 6, 3)
+    predict = train_normed((xs, ys))
+    model = relay.create_model(normed_net, seed=2, sigma=0.3)
+    step = relay.grad(model, normed_loss)
+    for i in range(5):
+        relay.update_model_params(model, step(xs[i], ys[i]), lr=0.5)
+    assert not np.allclose(model.params["batch_norm_0.moving_var"], 1)  # state was updated
+    # the exported model is in inference mode: running statistics, one example as in a batch
+    np.testing.assert_allclose(predict(x), model(x), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(predict(x[:1]), model(x)[:1], rtol=1e-4, atol=1e-5)

@@ -5,7 +5,9 @@ Both are ``(x - mean) / sqrt(var + epsilon)``, times gamma if ``scale``, plus be
 ``axis``; batch_norm over every other axis in training, and otherwise reads the moving
 statistics. batch_norm returns ``(out, mean, var)`` (``Traits.result_arity`` 3): in inference
 the moving statistics unchanged, in training the updated moving statistics
-``(1 - momentum) * moving + momentum * batch`` (batch variance is biased).
+``(1 - momentum) * moving + momentum * batch``, PyTorch's convention: the output is normalised
+with the biased batch variance, the moving variance blends in the unbiased one
+(``var * n / (n - 1)``, n the number of values per channel; for n = 1 the biased one, 0).
 
 The compute rules write the statistics as the references compute them: the mean (NumPy's: a
 sum divided by the count, float16 summed in float32), then the variance as the mean of the
@@ -123,6 +125,11 @@ def _batch_norm_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Typ
     return TupleType((c.tensor(data), stats, stats))
 
 
+def _unbiased(n: int) -> float:
+    """The factor turning a biased variance of n values into the unbiased one (1 for n <= 1)."""
+    return n / max(n - 1, 1)
+
+
 def _batch_norm(xp: ArrayModule, data: Array, gamma: Array, beta: Array, moving_mean: Array,
                 moving_var: Array, *, axis: int, epsilon: float, center: bool, scale: bool,
                 training: bool, momentum: float) -> tuple[Array, Array, Array]:
@@ -130,7 +137,8 @@ def _batch_norm(xp: ArrayModule, data: Array, gamma: Array, beta: Array, moving_
         others = tuple(i for i in range(data.ndim) if i != axis % data.ndim)
         mean, var = xp.mean(data, axis=others), xp.var(data, axis=others)
         moving_mean = (1 - momentum) * moving_mean + momentum * mean
-        moving_var = (1 - momentum) * moving_var + momentum * var
+        moving_var = (1 - momentum) * moving_var + momentum * (var * _unbiased(
+            math.prod(data.shape[i] for i in others)))
     else:
         mean, var = moving_mean, moving_var
     out = _normalize(xp, data, along(xp, mean, axis, data.ndim), along(xp, var, axis, data.ndim),
@@ -165,7 +173,10 @@ def _batch_norm_grad(call: Call, g: Expr) -> list[Expr]:
     dy = gu.mul(g_out, spread(gamma)) if a.scale else g_out
     if a.training:  # the batch statistics depend on x; the moving ones blend them in
         m, n = gu.scalar(a.momentum, x), gu.count(x, others)
-        via_stats = gu.add(spread(g_mean), gu.mul(gu.mul(spread(g_var), gu.scalar(2, x)), centred))
+        one = gu.scalar(1, x)
+        unbiased = gu.div(n, ops.maximum(gu.sub(n, one), one))  # the moving var's n / (n - 1)
+        two_c = gu.mul(gu.scalar(2, x), unbiased)
+        via_stats = gu.add(spread(g_mean), gu.mul(gu.mul(spread(g_var), two_c), centred))
         dx = gu.add(_standardized_grad(dy, xhat, rstd, others), gu.div(gu.mul(m, via_stats), n))
         keep = gu.scalar(1 - a.momentum, x)
         d_moving = [gu.mul(keep, g_mean), gu.mul(keep, g_var)]
@@ -193,12 +204,13 @@ def _batch_norm_compute(attrs: Attrs, inputs: list[Tensor],
     out = _normalize_te(x, lambda o: (mean[o[axis]], var[o[axis]]), gamma, beta, axis, attrs,
                         "T_batch_norm")
     keep, new = 1 - attrs.momentum, attrs.momentum
+    unbiased = _unbiased(math.prod(x.shape[d] for d in others))
 
-    def update(moving: Tensor, batch: Tensor, name: str) -> Tensor:
-        return compute(moving.shape, lambda c: keep * moving[c] + new * batch[c], name)
+    def update(moving: Tensor, batch: Tensor, factor: float, name: str) -> Tensor:
+        return compute(moving.shape, lambda c: keep * moving[c] + new * factor * batch[c], name)
 
-    return (out, update(moving_mean, mean, "T_batch_norm_moving_mean"),
-            update(moving_var, var, "T_batch_norm_moving_var"))
+    return (out, update(moving_mean, mean, 1.0, "T_batch_norm_moving_mean"),
+            update(moving_var, var, unbiased, "T_batch_norm_moving_var"))
 
 
 batch_norm = register(OpDef(

@@ -105,7 +105,8 @@ def batch_norm_truth(axis=1, eps=1e-5, training=False, momentum=0.1, center=True
             batch_mean, batch_var = jnp.mean(x, others), jnp.var(x, others)
             use_mean, use_var = batch_mean, batch_var
             mean = momentum * batch_mean + (1 - momentum) * mean
-            var = momentum * batch_var + (1 - momentum) * var
+            n = x.size // x.shape[axis_]  # the moving variance takes the unbiased estimate
+            var = momentum * batch_var * n / max(n - 1, 1) + (1 - momentum) * var
         else:
             use_mean, use_var = mean, var
         out = jax.nn.standardize(x, others, mean=spread(use_mean), variance=spread(use_var),

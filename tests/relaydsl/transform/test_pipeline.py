@@ -17,7 +17,7 @@ from relaydsl.transform import PassContext, PassTimingInstrument, PrintIR, pipel
 README = Path(__file__).resolve().parents[3] / "README.md"
 RNG = np.random.default_rng(0)
 OPTIMIZE = ["InlineGlobals", "FirstOrderGradients", "LowerGrads", "InlineGlobals",
-            "DeadCodeElimination", "FoldConstant", "EliminateCommonSubexpr"]
+            "SimplifyInference", "DeadCodeElimination", "FoldConstant", "EliminateCommonSubexpr"]
 LLVM_LOWERING = ["ToGraphNormalForm", "FuseOps", "ToANormalForm"]
 LEVEL_3 = ["FirstOrderGradients", "EliminateCommonSubexpr"]
 

@@ -1,0 +1,109 @@
+"""SimplifyInference: inference-mode batch_norm and dropout become plain arithmetic.
+
+In inference, ``batch_norm`` normalises with constants per channel, so it is an affine map
+of x, ``x * scale + shift`` with ``scale = gamma / sqrt(moving_var + epsilon)`` and
+``shift = beta - moving_mean * scale`` along the channel axis; and ``dropout`` is the
+identity. Both ops are opaque (never fused); written as multiply and add they fuse with
+their neighbours, and when the parameters are constants (a model's parameters bound into
+the program) FoldConstant, which runs after this pass, folds scale and shift into two
+constant vectors. Calls in training mode are left alone.
+
+Before and after (the moving statistics still come out of the call, unchanged)::
+
+    %0 = batch_norm(%x, %gamma, %beta, %mean, %var, epsilon=1e-3);  %0.0
+    %s = multiply(%gamma, rsqrt(add(%var, 1e-3f)));
+    (add(multiply(%x, expand_dims(%s, axis=1, num_newaxis=2)),
+         expand_dims(add(%beta, multiply(negative(%mean), %s)), ...)), %mean, %var).0
+
+>>> from relaydsl.ir.parser import parse
+>>> from relaydsl.typing import infer_types
+>>> mod = infer_types(parse('''
+... def @main(%x: Tensor[(4, 3), float32]) {
+...   add(dropout(%x, rate=0.3), %x)
+... }'''))
+>>> print(simplify_inference(mod)["main"].body)
+add(%x: Tensor[(4, 3), float32], %x)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, Var
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import TensorType
+from relaydsl.ir.visitor import ExprMutator, type_vars_of
+from relaydsl.op.grad_util import along
+from relaydsl.op.registry import ops
+from relaydsl.transform._util import retyped
+
+
+def simplify_inference(mod: IRModule) -> IRModule:
+    """A copy of `mod` with inference-mode batch_norm and dropout calls rewritten."""
+    out = mod.copy()
+    changed = False
+    for gv, fn in list(out.user_functions().items()):
+        new = _Simplify().visit(fn)
+        assert isinstance(new, Function)  # a function's rewrite is a function
+        if new is not fn:
+            out.add(gv, _with_parameter_types(new))
+            changed = True
+    return retyped(out, types_kept=not changed)
+
+
+def _with_parameter_types(fn: Function) -> Function:
+    """`fn` with its unannotated parameters annotated with their inferred (concrete) types.
+
+    batch_norm's type relation inferred the shapes of its parameters: a model's running
+    statistics are unannotated parameters whose type only that relation determined, and
+    the multiply-add does not, so re-inference needs them written down.
+    """
+    renamed = {p: Var(p.name_hint, p.checked_type, span=p.span) for p in fn.params
+               if p.type_annotation is None and p.has_type and not type_vars_of(p.checked_type)}
+    if not renamed:
+        return fn
+    out = _Rename(renamed).visit(fn)
+    assert isinstance(out, Function)
+    return out
+
+
+class _Rename(ExprMutator):
+    def __init__(self, renamed: dict[Var, Var]) -> None:
+        super().__init__()
+        self.renamed = renamed
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.renamed.get(v, v)
+
+
+class _Simplify(ExprMutator):
+    def visit_call(self, call: Call) -> Expr:
+        new = super().visit_call(call)
+        if not isinstance(new, Call) or not isinstance(new.op, Op) or new.attrs.get(
+                "training", True):
+            return new
+        if new.op.name == "dropout":
+            return new.args[0]
+        if new.op.name == "batch_norm":
+            x_type = call.args[0].checked_type
+            assert isinstance(x_type, TensorType)
+            return _affine_batch_norm(new, x_type)
+        return new
+
+
+def _affine_batch_norm(call: Call, x_type: TensorType) -> Expr:
+    """(x * scale + shift, mean, var) for an inference-mode batch_norm call."""
+    x, gamma, beta, mean, var = call.args
+    a = call.attrs
+    epsilon = Constant(np.array(a.epsilon, x_type.concrete_dtype()))
+    scale = ops.rsqrt(ops.add(var, epsilon))
+    if a.scale:
+        scale = ops.multiply(gamma, scale)
+    shift = ops.multiply(ops.negative(mean), scale)
+    if a.center:
+        shift = ops.add(beta, shift)
+    out = ops.add(ops.multiply(x, along(scale, a.axis, x_type.ndim)),
+                  along(shift, a.axis, x_type.ndim))
+    return Tuple((out, mean, var), span=call.span)
+
+
+__all__ = ["simplify_inference"]
