@@ -44,3 +44,25 @@ def test_results_never_share_memory_with_the_arguments(target):
     assert not np.shares_memory(same, x) and not np.shares_memory(reshaped, x)
     same[0, 0] = reshaped[0, 0] = 100.0
     np.testing.assert_array_equal(x, np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+POLYMORPHIC = """
+def @main(%c: bool, %y: float32) -> (float32, float32, int32) {
+  let %apply = fn (%f: fn(float32) -> float32, %v: float32) -> float32 { %f(%v) };
+  let %g = if (%c) { fn<a>(%x: a) -> a { %x } } else { fn (%x: float32) -> float32 { exp(%x) } };
+  (%apply(fn<a>(%x: a) -> a { %x }, %y), %g(%y), @length(Nil()))
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+@pytest.mark.parametrize("c", [True, False])
+def test_polymorphic_function_literals_and_an_empty_list_of_any_type_run(target, c):
+    # issue 11, item 15: type checking rejected both (as TVM does not)
+    from relaydsl.ir.parser import parse
+    from relaydsl.typing import infer_types
+
+    program = get_target(target).build(infer_types(parse(POLYMORPHIC)), "main", {})
+    applied, joined, length = program(np.bool_(c), np.float32(0.5))
+    assert applied == np.float32(0.5) and length == 0
+    np.testing.assert_allclose(joined, 0.5 if c else np.exp(np.float32(0.5)), rtol=1e-6)
