@@ -20,6 +20,8 @@ Tensor[(2, 3), float32]
 """
 from __future__ import annotations
 
+import functools
+
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
@@ -28,7 +30,7 @@ from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var,
 )
-from relaydsl.ir.module import IRModule
+from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import (
     FuncType, Kind, RefType, TensorType, TupleType, Type, TypeVar, type_to_str,
 )
@@ -447,40 +449,54 @@ def infer_types(mod: IRModule) -> IRModule:
     Returns `mod` (the nodes are annotated in place; a pass may rely on it).
     """
     with deep_recursion():
-        global_types: dict[GlobalVar, FuncType] = {}
-        for scc in call_graph_sccs(mod, list(mod.functions)):
-            if all(mod.functions[gv].has_type for gv in scc) and all(
-                gv.name_hint in mod.prelude_names for gv in scc
-            ):
-                for gv in scc:  # the shared prelude is checked once
-                    t = mod.functions[gv].checked_type
-                    assert isinstance(t, FuncType)
-                    global_types[gv] = t
-                    gv.set_checked_type(t)
-                continue
-            solver_owner = _Inferencer(mod, global_types, {}, allow_free_vars=False)
-            for gv in scc:
-                solver_owner.current[gv] = _declared_type(mod.functions[gv], solver_owner.solver)
-            signatures = []
-            for gv in scc:
-                fn = mod.functions[gv]
-                t = solver_owner.infer(fn)
-                signatures.append(t)
-                declared = solver_owner.current[gv]
-                assert isinstance(t, FuncType)
-                solver_owner.unify(FuncType(declared.arg_types, declared.ret_type),
-                                   FuncType(t.arg_types, t.ret_type), fn,
-                                   f"the type of @{gv.name_hint}")
-            solver_owner.solve_and_annotate(tuple(signatures))
-            for gv in scc:
-                fn = mod.functions[gv]
-                t = fn.checked_type
-                assert isinstance(t, FuncType)
-                general = _generalise(t, fn)
-                fn.set_checked_type(general)
-                gv.set_checked_type(general)
-                global_types[gv] = general
-        return mod
+        return _check_globals(mod, _prelude_types())
+
+
+@functools.cache
+def _prelude_types() -> dict[GlobalVar, FuncType]:
+    """The prelude's function types, checked once, in a module of the prelude alone: its nodes
+    are shared by every module, and no module's own definitions (a ``type List`` of its own)
+    may bear on them."""
+    with deep_recursion():
+        mod = _check_globals(IRModule(), None)
+    return {gv: fn.checked_type for gv, fn in mod.functions.items()}  # type: ignore[misc]
+
+
+def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None) -> IRModule:
+    """infer_types, taking the types of the prelude's functions from `prelude` (None: check
+    them too)."""
+    prelude_functions = installed_prelude()[1]
+    global_types: dict[GlobalVar, FuncType] = {}
+    for scc in call_graph_sccs(mod, list(mod.functions)):
+        if prelude is not None and all(
+                prelude_functions.get(gv) is mod.functions[gv] for gv in scc):
+            for gv in scc:  # the prelude's own functions, as checked once
+                global_types[gv] = prelude[gv]
+                gv.set_checked_type(prelude[gv])
+            continue
+        solver_owner = _Inferencer(mod, global_types, {}, allow_free_vars=False)
+        for gv in scc:
+            solver_owner.current[gv] = _declared_type(mod.functions[gv], solver_owner.solver)
+        signatures = []
+        for gv in scc:
+            fn = mod.functions[gv]
+            t = solver_owner.infer(fn)
+            signatures.append(t)
+            declared = solver_owner.current[gv]
+            assert isinstance(t, FuncType)
+            solver_owner.unify(FuncType(declared.arg_types, declared.ret_type),
+                               FuncType(t.arg_types, t.ret_type), fn,
+                               f"the type of @{gv.name_hint}")
+        solver_owner.solve_and_annotate(tuple(signatures))
+        for gv in scc:
+            fn = mod.functions[gv]
+            t = fn.checked_type
+            assert isinstance(t, FuncType)
+            general = _generalise(t, fn)
+            fn.set_checked_type(general)
+            gv.set_checked_type(general)
+            global_types[gv] = general
+    return mod
 
 
 def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:

@@ -218,7 +218,9 @@ class Solver:
             return a
         if isinstance(a, TypeCall) and isinstance(b, TypeCall):
             if a.func is not b.func or len(a.args) != len(b.args):
-                raise UnifyError(f"{a.func.name} vs {b.func.name}")
+                same_name = " (two different types of that name)" \
+                    if a.func is not b.func and a.func.name == b.func.name else ""
+                raise UnifyError(f"{a.func.name} vs {b.func.name}{same_name}")
             for x, y in zip(a.args, b.args):  # an ADT may use its parameters contravariantly
                 self.unify(x, y, (False, False))
             return a

@@ -439,3 +439,26 @@ def test_long_let_chain_does_not_exhaust_the_stack():
         body = Let(vars_[i], op("add", prev, x), body)
     infer_type(body)
     assert body.checked_type == f32(2) and vars_[5000].checked_type == f32(2)
+
+
+def test_a_module_defining_its_own_list_checks_in_a_fresh_process():
+    # issue 11, item 15: the prelude's shared nodes were typed by the first module checked, so
+    # a module with a List of its own failed in a fresh process ("constructor Cons belongs to
+    # List, which this module does not define") and passed after any other module.
+    import subprocess
+    import sys
+    import textwrap
+
+    program = textwrap.dedent('''
+        from relaydsl.ir.parser import parse
+        from relaydsl.typing import infer_types
+        mod = infer_types(parse("""
+            type List[a] { Cons(a, List[a]), Nil }
+            def @main(%y: float32) -> List[float32] { Cons(%y, Nil) }
+        """))
+        print(mod["main"].checked_type)
+    ''')
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "fn(Tensor[(), float32]) -> List[Tensor[(), float32]]"
