@@ -1,4 +1,6 @@
 """The target registry: names, options, and the same program on every target."""
+import re
+
 import numpy as np
 import pytest
 
@@ -66,3 +68,21 @@ def test_polymorphic_function_literals_and_an_empty_list_of_any_type_run(target,
     applied, joined, length = program(np.bool_(c), np.float32(0.5))
     assert applied == np.float32(0.5) and length == 0
     np.testing.assert_allclose(joined, 0.5 if c else np.exp(np.float32(0.5)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_bias_add_on_unknown_dims_follows_the_relation_on_every_target(target):
+    # issue 11, item 15: interp broadcast a 1-element bias over 3 channels, llvm rejected it
+    from relaydsl.errors import RelayError
+    from relaydsl.ir.parser import parse
+    from relaydsl.typing import infer_types
+
+    text = """def @main(%x: Tensor[(?, ?, ?), float32], %b: Tensor[(?,), float32]) {
+      bias_add(%x, %b, axis=1)
+    }"""
+    program = get_target(target).build(infer_types(parse(text)), "main", {})
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    b = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(program(x, b), x + b[:, None])
+    with pytest.raises(RelayError, match=re.escape("data.shape[1] = 3 elements")):
+        program(x, np.ones(1, np.float32))
