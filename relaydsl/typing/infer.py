@@ -468,11 +468,17 @@ def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None) -> 
     prelude_functions = installed_prelude()[1]
     global_types: dict[GlobalVar, FuncType] = {}
     for scc in call_graph_sccs(mod, list(mod.functions)):
-        if prelude is not None and all(
-                prelude_functions.get(gv) is mod.functions[gv] for gv in scc):
-            for gv in scc:  # the prelude's own functions, as checked once
-                global_types[gv] = prelude[gv]
-                gv.set_checked_type(prelude[gv])
+        if prelude is not None and all(gv in prelude_functions and (
+                prelude_functions[gv] is mod.functions[gv] or mod.functions[gv].has_type)
+                for gv in scc):
+            # The prelude's own functions, as checked once, or as a pass rewrote and typed
+            # them (rechecking would re-annotate the operators they share with user code).
+            for gv in scc:
+                fn = mod.functions[gv]
+                t = prelude[gv] if fn is prelude_functions[gv] else fn.checked_type
+                assert isinstance(t, FuncType)
+                global_types[gv] = t
+                gv.set_checked_type(t)
             continue
         solver_owner = _Inferencer(mod, global_types, {}, allow_free_vars=False)
         for gv in scc:
