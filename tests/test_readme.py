@@ -48,3 +48,11 @@ def test_no_link_leaves_the_repository():
                 continue
             resolved = (page.parent / target).resolve()
             assert resolved.is_relative_to(ROOT) and resolved.exists(), f"{page.name}: {target}"
+
+
+def test_the_unsupported_list_names_reassigning_a_captured_name():
+    # issue 11, item 16: the frontend refuses it (tests/frontend/test_errors.py locates the
+    # DSLSyntaxError), but the README's list of unsupported constructs did not say so
+    text = README.read_text()
+    unsupported = re.search(r"- \*\*Not supported\*\*(.*?)\n\n", text, re.S).group(1)
+    assert "after a nested `def` or `lambda` captured it" in " ".join(unsupported.split())

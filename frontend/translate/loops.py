@@ -62,7 +62,7 @@ class Loops(TranslatorBase):
         rebind = []
         for i, n in enumerate(state):
             v = Var(n, span=self.span(s))
-            rebind.append((v, TupleGetItem(res, i)))
+            rebind.append((v, TupleGetItem(res, i, span=self.span(s))))  # errors point at the loop
             env2[n] = Binding(v, env[n].kind)
         self._note_loop_locals(s, body_assigned, env, env2)
         body = self.block(rest, env2, ctx)

@@ -228,7 +228,8 @@ class Statements(TranslatorBase):
         new_vars = []
         for i, n in enumerate(outs):
             v = Var(n, span=self.span(node))
-            new_vars.append((v, tmp if len(outs) == 1 else TupleGetItem(tmp, i)))
+            item = tmp if len(outs) == 1 else TupleGetItem(tmp, i, span=self.span(node))
+            new_vars.append((v, item))
             kinds = {k[i] for k in branch_kinds}
             env2[n] = Binding(v, kinds.pop() if len(kinds) == 1 else None)
         body = self.block(rest, env2, ctx)

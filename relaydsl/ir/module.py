@@ -38,6 +38,18 @@ def installed_prelude() -> Prelude:
     return _prelude()
 
 
+def is_prelude_function(gv: GlobalVar) -> bool:
+    """Whether `gv` names one of the prelude's functions (by identity: a user's own ``@length``
+    is another GlobalVar)."""
+    return _prelude is not None and gv in installed_prelude()[1]
+
+
+def is_prelude_type(header: GlobalTypeVar) -> bool:
+    """Whether `header` is one of the prelude's ADTs (by identity: a user's own ``type List``
+    is another GlobalTypeVar)."""
+    return _prelude is not None and any(td.header is header for td in installed_prelude()[0])
+
+
 class IRModule:
     """A mutable container built once, then treated as a value: passes return new modules."""
 
@@ -49,15 +61,12 @@ class IRModule:
         self._global_vars: dict[str, GlobalVar] = {}
         self._type_names: dict[str, GlobalTypeVar] = {}
         self._constructors: dict[str, Constructor] = {}
-        self.prelude_names: frozenset[str] = frozenset()
         if prelude:
             types, funcs = installed_prelude()
             for td in types:
                 self.add_type(td)
             for gv, fn in funcs.items():
                 self.add(gv, fn)
-            self.prelude_names = frozenset([*(gv.name_hint for gv in funcs),
-                                            *(td.header.name for td in types)])
         for td in (type_definitions or {}).values():
             self.add_type(td)
         for gv, fn in (functions or {}).items():
@@ -65,7 +74,9 @@ class IRModule:
 
     # ---- functions -------------------------------------------------------
     def add(self, name: str | GlobalVar, fn: Function, *, replace: bool = True) -> GlobalVar:
-        """Add or replace a global function; returns its GlobalVar."""
+        """Add or replace a global function; returns its GlobalVar. A definition named like
+        one of the prelude's replaces it under a GlobalVar of its own (the prelude's nodes are
+        shared by every module)."""
         if not isinstance(fn, Function):
             raise IRError(f"a global must be a Function, got {type(fn).__name__}")
         if isinstance(name, GlobalVar):
@@ -76,9 +87,13 @@ class IRModule:
                     raise IRError(f"global {gv.name_hint} is already defined")
                 del self.functions[existing]
         else:
-            gv = self._global_vars.get(name) or GlobalVar(name)
-            if not replace and gv in self.functions:
+            existing = self._global_vars.get(name)
+            if existing is not None and not replace:
                 raise IRError(f"global {name} is already defined")
+            gv = existing if existing is not None and not is_prelude_function(existing) \
+                else GlobalVar(name)
+            if existing is not None and existing is not gv:
+                del self.functions[existing]
         self._global_vars[gv.name_hint] = gv
         self.functions[gv] = fn
         return gv
@@ -113,14 +128,15 @@ class IRModule:
 
     def user_functions(self) -> dict[GlobalVar, Function]:
         """The globals that are not from the prelude, in definition order."""
-        return {gv: f for gv, f in self.functions.items() if gv.name_hint not in self.prelude_names}
+        return {gv: f for gv, f in self.functions.items() if not is_prelude_function(gv)}
 
     # ---- types -----------------------------------------------------------
     def add_type(self, td: TypeData) -> GlobalTypeVar:
         if not isinstance(td, TypeData):
             raise IRError(f"add_type takes a TypeData, got {type(td).__name__}")
         old = self._type_names.get(td.header.name)
-        if old is not None and old is not td.header:
+        if old is not None and old is not td.header and not is_prelude_type(old):
+            # A prelude type a user type shadows stays: the prelude's functions use it.
             del self.type_definitions[old]
         self.type_definitions[td.header] = td
         self._type_names[td.header.name] = td.header
@@ -145,8 +161,7 @@ class IRModule:
         return self.type_definitions[c.belong_to]
 
     def user_types(self) -> dict[GlobalTypeVar, TypeData]:
-        return {h: td for h, td in self.type_definitions.items()
-                if h.name not in self.prelude_names}
+        return {h: td for h, td in self.type_definitions.items() if not is_prelude_type(h)}
 
     # ---- construction helpers -------------------------------------------
     @classmethod
@@ -165,7 +180,6 @@ class IRModule:
         new._constructors = dict(self._constructors)
         new.functions = dict(self.functions)
         new._global_vars = dict(self._global_vars)
-        new.prelude_names = self.prelude_names
         return new
 
     def astext(self, *, include_prelude: bool = False) -> str:

@@ -211,7 +211,7 @@ class _Parser:
         for kind, name_tok, _ in items:
             if kind == "type":
                 self.adts[name_tok.text] = GlobalTypeVar(name_tok.text)
-            elif name_tok.text[1:] not in self.globals:
+            else:  # a definition of its own, even one named like a prelude function's
                 self.globals[name_tok.text[1:]] = GlobalVar(name_tok.text[1:])
         for kind, _, start in items:
             if kind == "type":
@@ -285,6 +285,10 @@ class _Parser:
 
     def constructor(self, header: GlobalTypeVar) -> Constructor:
         tok = self.expect_kind("ident", "a constructor name")
+        if tok.text in _KEYWORDS or tok.text in op_names():
+            what = "an operator" if tok.text in op_names() else "a keyword"
+            raise self.error(f"a constructor cannot be named {tok.text!r}: in an expression "
+                             f"{tok.text!r} is {what}", tok)
         inputs = self.comma_list(")", self.type) if self.accept("(") else []
         if tok.text in self.ctors and self.ctors[tok.text].belong_to.name != header.name:
             raise self.error(f"constructor {tok.text} is already defined by "
@@ -635,6 +639,7 @@ class _Parser:
     def type_params(self, close: str) -> list[TypeVar]:
         def one() -> TypeVar:
             tok = self.expect_kind("ident", "a type parameter name")
+            self.not_a_dtype(tok)
             kind = Kind.Type
             if self.accept(":"):
                 k = self.expect_kind("ident", "a kind (Type, Shape or BaseType)")
@@ -674,6 +679,15 @@ class _Parser:
             raise self.error(f"unknown type {tok.text!r}.{suggest(tok.text, self.adts)}", tok)
         return self.type_var(tok, Kind.Type)
 
+    def not_a_dtype(self, tok: Token) -> None:
+        """A type variable may not be named like a dtype: `int` or `float33` is a typo (TVM
+        reads no dtype `int` either) and the printer never names a variable so."""
+        if DTYPE_LIKE.fullmatch(tok.text):
+            family = tok.text.rstrip("0123456789")
+            options = ", ".join(d for d in DTYPES if d.startswith(family))
+            raise self.error(f"unknown dtype {tok.text!r}; the {family} dtypes are {options}",
+                             tok)
+
     def tensor_type(self, tok: Token) -> Type:
         self.expect("[", "after Tensor")
         if self.accept("("):
@@ -684,9 +698,6 @@ class _Parser:
         dtype_tok = self.expect_kind("ident", "a dtype")
         dtype: str | TypeVar = dtype_tok.text
         if dtype_tok.text not in DTYPES:
-            if DTYPE_LIKE.fullmatch(dtype_tok.text):
-                hint = suggest(dtype_tok.text, DTYPES)
-                raise self.error(f"unknown dtype {dtype_tok.text!r}.{hint}", dtype_tok)
             dtype = self.type_var(dtype_tok, Kind.BaseType)
         self.expect("]", "to close the tensor type")
         return self.build(tok, _no_span(TensorType), tuple(shape), dtype)
@@ -719,6 +730,7 @@ class _Parser:
         return RefType(value)
 
     def type_var(self, tok: Token, kind: Kind) -> TypeVar:
+        self.not_a_dtype(tok)
         found = None
         for scope in reversed(self.type_scopes):
             if tok.text in scope:

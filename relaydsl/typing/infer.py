@@ -20,6 +20,8 @@ Tensor[(2, 3), float32]
 """
 from __future__ import annotations
 
+import functools
+
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
@@ -28,11 +30,11 @@ from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var,
 )
-from relaydsl.ir.module import IRModule
+from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import (
-    FuncType, RefType, TensorType, TupleType, Type, TypeVar, type_to_str,
+    FuncType, Kind, RefType, TensorType, TupleType, Type, TypeVar, type_to_str,
 )
-from relaydsl.ir.visitor import ExprVisitor, deep_recursion, substitute_types, type_vars_of
+from relaydsl.ir.visitor import ExprVisitor, deep_recursion, type_vars_of
 from relaydsl.typing.exhaustive import missing_case
 from relaydsl.typing.solver import PendingRelation, Solver, UnifyError
 
@@ -62,6 +64,7 @@ class _Inferencer:
         self.types: dict[int, Type] = {}
         self.nodes: list[Expr] = []
         self.pattern_vars: list[Var] = []
+        self.free_var_types: list[Type] = []  # of the free variables allow_free_vars admits
 
     # ---- errors ----------------------------------------------------------
     def error(self, expr: Expr | None, message: str) -> RelayTypeError:
@@ -71,11 +74,13 @@ class _Inferencer:
         return RelayTypeError(message, span)
 
     def unify(self, expected: Type, actual: Type, expr: Expr, what: str,
-              use: Expr | None = None) -> Type:
+              use: Expr | None = None, join: bool = False) -> Type:
         """Unify or raise at `expr` -- or at `use`, the expression using it, when `expr` is a
-        variable: a Var node is shared by all its uses and carries its binding's span."""
+        variable: a Var node is shared by all its uses and carries its binding's span.
+        A polymorphic function `actual` (or either side of a `join`) is instantiated to meet a
+        monomorphic function type."""
         try:
-            return self.solver.unify(expected, actual)
+            return self.solver.unify(expected, actual, (join, True))
         except UnifyError as e:
             exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
             where = use if use is not None and isinstance(expr, (Var, GlobalVar)) else expr
@@ -125,7 +130,7 @@ class _Inferencer:
                        use=expr)
             then = self.infer(expr.true_branch)
             return self.unify(then, self.infer(expr.false_branch), expr,
-                              "the two branches of an if must have the same type")
+                              "the two branches of an if must have the same type", join=True)
         if isinstance(expr, Match):
             return self._match(expr)
         if isinstance(expr, RefCreate):
@@ -154,6 +159,7 @@ class _Inferencer:
         if self.allow_free_vars:
             t = var.type_annotation or self.solver.fresh(hint=var.name_hint)
             self.env[var] = t
+            self.free_var_types.append(t)
             return t
         raise self.error(var, f"variable %{var.name_hint} is used outside the scope that binds it")
 
@@ -204,10 +210,7 @@ class _Inferencer:
         """Fresh unification variables for a polymorphic function type's parameters."""
         if not isinstance(t, FuncType) or not t.type_params:
             return t
-        mapping = {p: self.solver.fresh(p.kind, p.name) for p in t.type_params}
-        inst = substitute_types(FuncType(t.arg_types, t.ret_type, (), t.relations), mapping)
-        assert isinstance(inst, FuncType)
-        return inst
+        return self.solver.instantiate(t)
 
     def _constructor_type(self, c: Constructor) -> FuncType:
         td = self.mod.type_definitions.get(c.belong_to)
@@ -294,7 +297,7 @@ class _Inferencer:
         for clause in m.clauses:
             self._pattern(clause.lhs, data, m)
             self.unify(result, self.infer(clause.rhs), clause.rhs,
-                       "the clauses of a match must have the same type", use=m)
+                       "the clauses of a match must have the same type", use=m, join=True)
         if m.complete:
             missing = missing_case([c.lhs for c in m.clauses], self.mod)
             if missing is not None:
@@ -326,7 +329,9 @@ class _Inferencer:
             self._pattern(sub, t, m)
 
     # ---- finishing ---------------------------------------------------------
-    def solve_and_annotate(self) -> None:
+    def solve_and_annotate(self, interface: tuple[Type, ...]) -> None:
+        """Solve, then annotate every node; `interface` are the types the caller sees (the
+        signatures being checked), whose variables must be inferred, not defaulted."""
         self.solver.solve(self._relation_failed)
         for rel in self.solver.unsolved():
             args = ", ".join(type_to_str(self.solver.resolve(a)) for a in rel.args)
@@ -335,6 +340,7 @@ class _Inferencer:
             if rel.span is None:
                 text += f"\n  in: {_where(rel.call)}"
             raise RelayTypeError(text, rel.span)
+        self._default_unconstrained(interface)
         for node in self.nodes:
             t = self.solver.resolve(self.types[id(node)])
             if not isinstance(node, Op):
@@ -342,6 +348,19 @@ class _Inferencer:
             node.set_checked_type(t)
         for var in self.pattern_vars:
             var.set_checked_type(self.solver.resolve(self.types[id(var)]))
+
+    def _default_unconstrained(self, interface: tuple[Type, ...]) -> None:
+        """Make the empty tuple every type variable that nothing constrains and the caller
+        does not see, such as the element type in ``length(Nil())``. Any type would do: no
+        value of such a type is ever built (nothing could build one without constraining it;
+        an empty list holds none), so it needs no layout. Shape and dtype variables are not
+        defaulted: tensors of them would be built."""
+        seen = {v for t in interface for v in type_vars_of(self.solver.resolve(t))}
+        for t in [*(self.types[id(n)] for n in self.nodes),
+                  *(self.types[id(v)] for v in self.pattern_vars)]:
+            for v in type_vars_of(self.solver.resolve(t)):
+                if v.kind is Kind.Type and v not in seen and self.solver.is_flexible(v):
+                    self.solver.unify(v, TupleType(()))
 
     def _check_complete(self, node: Expr, t: Type) -> None:
         unknown = [v for v in type_vars_of(t) if self.solver.is_flexible(v)]
@@ -430,38 +449,60 @@ def infer_types(mod: IRModule) -> IRModule:
     Returns `mod` (the nodes are annotated in place; a pass may rely on it).
     """
     with deep_recursion():
-        global_types: dict[GlobalVar, FuncType] = {}
-        for scc in call_graph_sccs(mod, list(mod.functions)):
-            if all(mod.functions[gv].has_type for gv in scc) and all(
-                gv.name_hint in mod.prelude_names for gv in scc
-            ):
-                for gv in scc:  # the shared prelude is checked once
-                    t = mod.functions[gv].checked_type
-                    assert isinstance(t, FuncType)
-                    global_types[gv] = t
-                    gv.set_checked_type(t)
-                continue
-            solver_owner = _Inferencer(mod, global_types, {}, allow_free_vars=False)
-            for gv in scc:
-                solver_owner.current[gv] = _declared_type(mod.functions[gv], solver_owner.solver)
+        return _check_globals(mod, _prelude_types())
+
+
+@functools.cache
+def _prelude_types() -> dict[GlobalVar, FuncType]:
+    """The prelude's function types, checked once, in a module of the prelude alone: its nodes
+    are shared by every module, and no module's own definitions (a ``type List`` of its own)
+    may bear on them."""
+    with deep_recursion():
+        mod = _check_globals(IRModule(), None)
+    return {gv: fn.checked_type for gv, fn in mod.functions.items()}  # type: ignore[misc]
+
+
+def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None) -> IRModule:
+    """infer_types, taking the types of the prelude's functions from `prelude` (None: check
+    them too)."""
+    prelude_functions = installed_prelude()[1]
+    global_types: dict[GlobalVar, FuncType] = {}
+    for scc in call_graph_sccs(mod, list(mod.functions)):
+        if prelude is not None and all(gv in prelude_functions and (
+                prelude_functions[gv] is mod.functions[gv] or mod.functions[gv].has_type)
+                for gv in scc):
+            # The prelude's own functions, as checked once, or as a pass rewrote and typed
+            # them (rechecking would re-annotate the operators they share with user code).
             for gv in scc:
                 fn = mod.functions[gv]
-                t = solver_owner.infer(fn)
-                declared = solver_owner.current[gv]
+                t = prelude[gv] if fn is prelude_functions[gv] else fn.checked_type
                 assert isinstance(t, FuncType)
-                solver_owner.unify(FuncType(declared.arg_types, declared.ret_type),
-                                   FuncType(t.arg_types, t.ret_type), fn,
-                                   f"the type of @{gv.name_hint}")
-            solver_owner.solve_and_annotate()
-            for gv in scc:
-                fn = mod.functions[gv]
-                t = fn.checked_type
-                assert isinstance(t, FuncType)
-                general = _generalise(t, fn)
-                fn.set_checked_type(general)
-                gv.set_checked_type(general)
-                global_types[gv] = general
-        return mod
+                global_types[gv] = t
+                gv.set_checked_type(t)
+            continue
+        solver_owner = _Inferencer(mod, global_types, {}, allow_free_vars=False)
+        for gv in scc:
+            solver_owner.current[gv] = _declared_type(mod.functions[gv], solver_owner.solver)
+        signatures = []
+        for gv in scc:
+            fn = mod.functions[gv]
+            t = solver_owner.infer(fn)
+            signatures.append(t)
+            declared = solver_owner.current[gv]
+            assert isinstance(t, FuncType)
+            solver_owner.unify(FuncType(declared.arg_types, declared.ret_type),
+                               FuncType(t.arg_types, t.ret_type), fn,
+                               f"the type of @{gv.name_hint}")
+        solver_owner.solve_and_annotate(tuple(signatures))
+        for gv in scc:
+            fn = mod.functions[gv]
+            t = fn.checked_type
+            assert isinstance(t, FuncType)
+            general = _generalise(t, fn)
+            fn.set_checked_type(general)
+            gv.set_checked_type(general)
+            global_types[gv] = general
+    return mod
 
 
 def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:
@@ -473,6 +514,6 @@ def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:
     infer_types(module)
     global_types = {gv: fn.checked_type for gv, fn in module.functions.items()}
     inferencer = _Inferencer(module, global_types, {}, allow_free_vars=True)  # type: ignore[arg-type]
-    inferencer.infer(expr)
-    inferencer.solve_and_annotate()
+    t = inferencer.infer(expr)
+    inferencer.solve_and_annotate((t, *inferencer.free_var_types))
     return expr

@@ -146,8 +146,18 @@ class Solver:
             return a
         return None
 
-    def unify(self, a: Type, b: Type) -> Type:
-        """Make `a` and `b` equal or raise UnifyError; returns the unified type."""
+    def unify(self, a: Type, b: Type, instantiable: tuple[bool, bool] = (False, True)) -> Type:
+        """Make `a` and `b` equal or raise UnifyError; returns the unified type.
+
+        `a` is the type a context expects and `b` the type of the value given to it.
+        `instantiable` says which side holds a value that may be used at an instance of its
+        type: there a polymorphic function (``fn<a>(a) -> a``) meeting a less polymorphic one
+        is instantiated with fresh variables, as HM instantiates a polymorphic value at each
+        use. By default only the given value may be; both sides of a join (the branches of an
+        if) may be; an argument position swaps the sides (a function's parameter receives
+        what the other side passes) and a reference's contents are neither (a reference is
+        read and written, so its type must match exactly).
+        """
         a, b = self._head(a), self._head(b)
         if a is b:
             return a
@@ -169,7 +179,7 @@ class Solver:
                 raise UnifyError(f"a tuple of {len(a.fields)} vs a tuple of {len(b.fields)}")
             for i, (x, y) in enumerate(zip(a.fields, b.fields)):
                 try:
-                    self.unify(x, y)
+                    self.unify(x, y, instantiable)
                 except UnifyError as e:
                     raise UnifyError(f"tuple field {i}: {e.detail}") from None
             return a
@@ -178,33 +188,52 @@ class Solver:
                 raise UnifyError(f"a function of {len(a.arg_types)} arguments "
                                  f"vs one of {len(b.arg_types)}")
             if len(a.type_params) != len(b.type_params):
-                raise UnifyError("functions with different numbers of type parameters")
-            if b.type_params:
+                # The more polymorphic side, if it may be, is used at an instance of its type;
+                # the other side's own parameters stay rigid.
+                if len(b.type_params) > len(a.type_params) and instantiable[1]:
+                    b = self.instantiate(b)
+                elif len(a.type_params) > len(b.type_params) and instantiable[0]:
+                    a = self.instantiate(a)
+                else:
+                    poly, mono = (a, b) if len(a.type_params) > len(b.type_params) else (b, a)
+                    raise UnifyError(f"{type_to_str(self.resolve(mono))} is less polymorphic "
+                                     f"than {type_to_str(self.resolve(poly))}")
+            elif b.type_params:
                 renamed = substitute_types(b, dict(zip(b.type_params, a.type_params)))
                 assert isinstance(renamed, FuncType)  # renaming type parameters keeps a function
                 b = renamed
+            swapped = (instantiable[1], instantiable[0])
             for i, (x, y) in enumerate(zip(a.arg_types, b.arg_types)):
                 try:
-                    self.unify(x, y)
+                    self.unify(x, y, swapped)
                 except UnifyError as e:
                     raise UnifyError(f"function argument {i}: {e.detail}") from None
             try:
-                self.unify(a.ret_type, b.ret_type)
+                self.unify(a.ret_type, b.ret_type, instantiable)
             except UnifyError as e:
                 raise UnifyError(f"function result: {e.detail}") from None
             return a
         if isinstance(a, RefType) and isinstance(b, RefType):
-            self.unify(a.value, b.value)
+            self.unify(a.value, b.value, (False, False))
             return a
         if isinstance(a, TypeCall) and isinstance(b, TypeCall):
             if a.func is not b.func or len(a.args) != len(b.args):
-                raise UnifyError(f"{a.func.name} vs {b.func.name}")
-            for x, y in zip(a.args, b.args):
-                self.unify(x, y)
+                same_name = " (two different types of that name)" \
+                    if a.func is not b.func and a.func.name == b.func.name else ""
+                raise UnifyError(f"{a.func.name} vs {b.func.name}{same_name}")
+            for x, y in zip(a.args, b.args):  # an ADT may use its parameters contravariantly
+                self.unify(x, y, (False, False))
             return a
         if isinstance(a, GlobalTypeVar) and isinstance(b, GlobalTypeVar) and a is b:
             return a
         raise UnifyError(f"{type_to_str(self.resolve(a))} vs {type_to_str(self.resolve(b))}")
+
+    def instantiate(self, t: FuncType) -> FuncType:
+        """`t` with fresh unification variables for its type parameters."""
+        mapping = {p: self.fresh(p.kind, p.name) for p in t.type_params}
+        inst = substitute_types(FuncType(t.arg_types, t.ret_type, (), t.relations), mapping)
+        assert isinstance(inst, FuncType)  # substituting type variables keeps a function
+        return inst
 
     def unify_dim(self, a: Dim, b: Dim) -> Dim:
         a, b = self._head(a), self._head(b)

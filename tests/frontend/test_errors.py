@@ -977,3 +977,30 @@ def test_literal_conditions_and_operators_on_numbers_follow_python():
         return y, not 0, 7 // 2 + 7 % 4
 
     assert [int(v) for v in f(10)] == [10 + ~5, True, 3 + 3]
+
+
+def test_a_wrong_return_annotation_on_a_loop_result_is_located_at_the_loop():
+    # issue 11, item 16: the loop's result projections had no span, so the error came without
+    # file:line:col (only "in: %loop_result1.0")
+    def define_for():
+        @relay
+        def summed(x: Tensor[Float, 3]) -> Int:
+            for _ in range(3):  # <-- for loop result
+                x = x + 1.0
+            return x
+        return summed
+
+    def define_while():
+        @relay
+        def grown(x: Tensor[Float, 3]) -> Int:
+            while relay.sum(x) < 10.0:  # <-- while loop result
+                x = x + 1.0
+            return x
+        return grown
+
+    for define, name, construct in ((define_for, "for loop result", "for"),
+                                    (define_while, "while loop result", "while")):
+        with pytest.raises(RelayTypeError) as info:
+            define()(np.ones(3, np.float32))
+        assert_located(info.value, name, construct)
+        assert "Tensor[(), int32]" in str(info.value) and "Tensor[(3,), float32]" in str(info.value)

@@ -213,6 +213,12 @@ def _bias_add_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
 
 
 def _bias_add_np(data: Array, bias: Array, *, axis: int) -> Array:
+    # The relation's rule, checked again at run time for data with `?` dimensions: a bias of
+    # one element must not broadcast where llvm (which types the call's concrete shapes) and
+    # TVM reject it.
+    if bias.shape != (data.shape[axis],):
+        raise ValueError(f"bias of shape {bias.shape} for data of shape {data.shape}: the bias "
+                         f"must have data.shape[{axis}] = {data.shape[axis]} elements")
     return data + along(np, bias, axis, data.ndim)
 
 

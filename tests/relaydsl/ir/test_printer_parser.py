@@ -362,6 +362,14 @@ def test_unknown_operator_is_located_and_suggests():
     ("def @main(%x: Lisst[float32]) { %x }", 1, 15, "unknown type 'Lisst'"),
     ("type T[a] { C(b) }", 1, 15, "unknown type 'b'"),
     ("def @main(%x: Tensor[(3,), float33]) { %x }", 1, 28, "unknown dtype 'float33'"),
+    # issue 11, item 15: `int` was a type variable named int, a constructor named like a
+    # keyword or an operator could be declared but never used
+    ("def @main(%z: int) { %z }", 1, 15, "unknown dtype 'int'; the int dtypes are int8, "
+     "int16, int32, int64"),
+    ("def @main<float>(%z: float) { %z }", 1, 11, "unknown dtype 'float'"),
+    ("type T { constructor, B }", 1, 10, "a constructor cannot be named 'constructor'"),
+    ("type T { B, add }", 1, 13, "a constructor cannot be named 'add': in an expression 'add' "
+     "is an operator"),
     ("def @main() { $ }", 1, 15, "unexpected character '$'"),
     ("def @main() {\n  1f /* open", 2, 6, "unterminated comment"),
     ("def @main() { sum(1f, axis='0) }", 1, 28, "unterminated string"),
@@ -584,3 +592,24 @@ def test_mutated_metadata_raises_only_parse_errors(data):
         entry[key] = data.draw(JSON_VALUES | st.sampled_from(["int8", "uint8", "bool", "float16"]))
     with contextlib.suppress(ParseError):
         parse(head + "#[metadata]\n" + json.dumps({"Constant": constants}))
+
+
+def test_definitions_named_like_the_preludes_are_printed_and_read_back_as_their_own():
+    # issue 11, item 15: the printer dropped a user's @length, type List or Tree, so print ->
+    # parse silently gave the prelude's in their place
+    text = textwrap.dedent("""\
+        type List[a] { Cons(a, List[a]), Nil }
+        type Tree { Leaf }
+        def @length(%x: float32) -> float32 { negative(%x) }
+        def @main(%y: float32) -> (List[float32], float32, Tree) {
+          (Cons(%y, Nil), @length(%y), Leaf)
+        }""")
+    mod = infer_types(parse(text))
+    printed = mod.astext()
+    for definition in ("type List[a] {", "type Tree {", "def @length(%x: float32)"):
+        assert definition in printed.replace("Tensor[(), float32]", "float32")
+    again = infer_types(parse(printed))
+    assert again.astext() == printed
+    assert again["length"].checked_type == FuncType((F32,), F32)
+    assert again.get_type("List") is not IRModule().get_type("List")
+    assert again.get_type("Tree").constructors[0].name == "Leaf"

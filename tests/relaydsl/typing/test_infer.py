@@ -221,6 +221,86 @@ def test_figure2_while_loop_types():
     assert mod["main"].checked_type.ret_type == TupleType((i32, i32, i32))
 
 
+def _identity():
+    """TVM's ``fn<a>(%x: a) -> a { %x }``: a polymorphic function literal."""
+    a = TypeVar("a")
+    x = Var("x", a)
+    return Function([x], x, a, [a])
+
+
+def test_a_polymorphic_function_literal_passed_where_a_monomorphic_one_is_expected():
+    # TVM test_type_infer.py::test_higher_order_argument; this raised "functions with
+    # different numbers of type parameters" (issue 11, item 15).
+    b = TypeVar("b")
+    f, y = Var("f", FuncType((b,), b)), Var("y", b)
+    apply = Function([f, y], Call(f, [y]), b, [b])
+    call = Call(apply, [_identity(), const(0)])
+    infer_type(call)
+    assert call.checked_type == TensorType((), "int32")
+    g, z = Var("g", FuncType((f32(2),), f32(2))), Var("z", f32(2))
+    call = Call(Function([g, z], Call(g, [z])), [_identity(), z])
+    infer_type(call)
+    assert call.checked_type == f32(2)
+
+
+def test_a_polymorphic_function_literal_returned_as_a_monomorphic_one():
+    # TVM test_higher_order_return
+    b = TypeVar("b")
+    nested = Function([], _identity(), FuncType((b,), b), [b])
+    infer_type(nested)
+    assert nested.checked_type == FuncType((), FuncType((b,), b), (b,))
+
+
+def test_if_joins_a_polymorphic_function_literal_with_a_monomorphic_one():
+    # TVM test_higher_order_nested
+    choice = FuncType((), TensorType((), "bool"))
+    f, z, b = Var("f", choice), Var("z"), TypeVar("b")
+    top = Function([f], If(Call(f, []), _identity(), Function([z], z)), FuncType((b,), b), [b])
+    infer_type(top)
+    assert top.checked_type == FuncType((choice,), FuncType((b,), b), (b,))
+    c = Var("c", TensorType((), "bool"))
+    w = Var("w", f32(3))
+    joined = If(c, Function([w], op("exp", w)), _identity())  # the polymorphic one second
+    infer_type(joined)
+    assert joined.checked_type == FuncType((f32(3),), f32(3))
+
+
+def test_let_bound_polymorphic_function_is_used_at_two_types():
+    # TVM test_let_polymorphism
+    ident = Var("id")
+    body = Let(ident, _identity(), Tuple([Call(ident, [const(1)]), Call(ident, [Tuple([])])]))
+    infer_type(body)
+    assert body.checked_type == TupleType((TensorType((), "int32"), TupleType(())))
+
+
+def test_a_monomorphic_function_is_not_accepted_where_a_polymorphic_one_is_expected():
+    # A parameter of type fn<a>(a) -> a may be applied at any type inside the function, so
+    # passing it fn(float32) -> float32 would run that function on other types.
+    a = TypeVar("a")
+    f = Var("f", FuncType((a,), a, (a,)))
+    takes_polymorphic = Function([f], Tuple([Call(f, [const(1)]), Call(f, [const(1.0)])]))
+    w = Var("w", f32())
+    assert_type_error(lambda: infer_type(Call(takes_polymorphic, [Function([w], w)])),
+                      "less polymorphic", re.escape("fn<a>(a) -> a"))
+
+
+def test_a_type_variable_nothing_constrains_is_defaulted_inside_a_closed_program():
+    # length(Nil()) was rejected as "List[?a] is underconstrained" (issue 11, item 15); TVM
+    # accepts it: no element of the empty list is ever built, so its type does not matter.
+    mod = IRModule()
+    nil = Call(mod.get_constructor("Nil"), [])
+    z = Var("z")
+    unused = Var("unused")
+    body = Let(unused, Function([z], z), Call(mod.get_global_var("length"), [nil]))
+    mod["main"] = Function([], body)
+    infer_types(mod)
+    assert mod["main"].checked_type == FuncType((), TensorType((), "int32"))
+    assert nil.checked_type == TypeCall(mod.get_type("List").header, (TupleType(()),))
+    # what the caller sees is still inferred, never defaulted
+    assert_type_error(lambda: infer_type(Call(mod.get_constructor("Nil"), []), mod),
+                      "underconstrained")
+
+
 # ---- negative cases: each error is located and names both types ------------
 
 def assert_type_error(fn, *fragments):
@@ -359,3 +439,26 @@ def test_long_let_chain_does_not_exhaust_the_stack():
         body = Let(vars_[i], op("add", prev, x), body)
     infer_type(body)
     assert body.checked_type == f32(2) and vars_[5000].checked_type == f32(2)
+
+
+def test_a_module_defining_its_own_list_checks_in_a_fresh_process():
+    # issue 11, item 15: the prelude's shared nodes were typed by the first module checked, so
+    # a module with a List of its own failed in a fresh process ("constructor Cons belongs to
+    # List, which this module does not define") and passed after any other module.
+    import subprocess
+    import sys
+    import textwrap
+
+    program = textwrap.dedent('''
+        from relaydsl.ir.parser import parse
+        from relaydsl.typing import infer_types
+        mod = infer_types(parse("""
+            type List[a] { Cons(a, List[a]), Nil }
+            def @main(%y: float32) -> List[float32] { Cons(%y, Nil) }
+        """))
+        print(mod["main"].checked_type)
+    ''')
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "fn(Tensor[(), float32]) -> List[Tensor[(), float32]]"
