@@ -32,7 +32,6 @@ import numpy as np
 from relaydsl.backend.interpreter import Closure, Interpreter, Value, evaluate
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
 from relaydsl.backend.llvm.plan import Plan, contiguous, static_type
-from relaydsl.backend.llvm.templates import prefetch_library
 from relaydsl.ir.expr import Expr, Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
@@ -69,7 +68,6 @@ class Program:
         self.source, self.entry, self.opt_level = source, entry, opt_level
         # the pass settings it was built under, for the entry's re-preparation per signature
         self.context = replace(PassContext.current(), opt_level=opt_level)
-        prefetch_library(source)  # compiles while the passes run
         self.mod = prepare(source, self.context)
         fn = self.mod[entry]
         self.plan: Plan | None = None

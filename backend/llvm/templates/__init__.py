@@ -2,9 +2,7 @@
 
 The scheduler (schedule.py) asks ``template_for(op, attrs, input_types, out_type,
 transposable)`` for each op call it schedules; a ``Template`` it gets back is emitted by
-the code generator as one stage (``Template.emit(module, name)``). The executor calls
-``prefetch_library(mod)`` before the passes, to start loading the GEMM library functions
-those templates will call. Inside:
+the code generator as one stage (``Template.emit(module, name)``). Inside:
 
     contraction.py    which op calls get a template: dense, matmul, batch_matmul, conv2d
     gemm.py           the shape-specific GEMM driver (batch, parallel units, blocking)
@@ -19,8 +17,6 @@ those templates will call. Inside:
 >>> (t.op_name, t.spec.m, t.spec.n, t.spec.k)
 ('dense', 8, 4, 16)
 """
-from relaydsl.backend.llvm.templates.contraction import (
-    StageInfo, Template, prefetch_library, template_for,
-)
+from relaydsl.backend.llvm.templates.contraction import StageInfo, Template, template_for
 
-__all__ = ["StageInfo", "Template", "prefetch_library", "template_for"]
+__all__ = ["StageInfo", "Template", "template_for"]

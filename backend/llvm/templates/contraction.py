@@ -27,16 +27,12 @@ from typing import Any, Callable, Mapping, Sequence
 import llvmlite.ir as ir
 
 from relaydsl.backend.llvm.templates.conv2d import ConvGeometry, emit_im2col_packer
-from relaydsl.backend.llvm.templates import gemm_library
-from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, emit_gemm, library_parts
-from relaydsl.ir.expr import Call, Expr, Op
-from relaydsl.ir.module import IRModule
+from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, emit_gemm
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import post_order
 from relaydsl.op.nn.conv import conv2d
 from relaydsl.op.nn.linear import batch_matmul, dense, matmul
 from relaydsl.op.nn.window import Window
-from relaydsl.op.registry import OpDef, lookup
+from relaydsl.op.registry import OpDef
 
 
 @dataclass(frozen=True)
@@ -60,10 +56,6 @@ class Template:
         packer = emit_im2col_packer(self.conv) if self.conv is not None else None
         kernel = emit_gemm(module, name, self.spec, self.blocking, pack_b=packer)
         return StageInfo(name, kernel.parallel_extent, kernel.flops)
-
-    def library_parts(self) -> list[gemm_library.Part]:
-        """The shared GEMM library functions the emitted kernel calls."""
-        return library_parts(self.spec, self.blocking)
 
 
 def _read_transposed(template: Template, operand: int, shape: tuple[int, ...]
@@ -109,27 +101,6 @@ def template_for(op: OpDef, attrs: Mapping[str, Any], input_types: Sequence[Tens
         shape = input_types[operand].concrete_shape()
         template = _read_transposed(template, operand, shape) or template
     return template
-
-
-def prefetch_library(mod: IRModule) -> None:
-    """Starts loading, in the background, the GEMM library functions that the templates of
-    `mod`'s contraction calls (typed, static) will call: their kernels are emitted after
-    the passes, by which time the library is compiled or read from the disk cache."""
-    parts: dict[str, gemm_library.Part] = {}
-
-    def visit(e: Expr) -> None:
-        if isinstance(e, Call) and isinstance(e.op, Op) and e.has_type and \
-                all(a.has_type for a in e.args):
-            op = lookup(e.op.name)
-            if op in _BUILDERS:
-                template = _template_for(op, e.attrs, [a.checked_type for a in e.args],
-                                         e.checked_type)
-                for part in template.library_parts() if template else ():
-                    parts[part.name] = part
-
-    for fn in mod.functions.values():
-        post_order(fn, visit)
-    gemm_library.load_in_background(list(parts.values()))
 
 
 def _template_for(op: OpDef, attrs: Mapping[str, Any], input_types: Sequence[TensorType],

@@ -38,12 +38,10 @@ at speed level 1 without its loop and SLP vectorisers and its loop unroller: a t
 the compile time of level 3, and the same GFLOP/s (measured on GEMM 512/1024 and the
 MLP's shapes).
 The MCJIT engine links a caller's calls to these symbols by name: a caller requests what
-it uses (``load``) before its own module is loaded; ``load_in_background`` starts that
-early.
+it uses (``load``) before its own module is loaded.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import threading
@@ -157,25 +155,6 @@ def load(parts: list[Part]) -> None:
             _LOADED[part.name] = jit.load_or_compile(
                 f"gemm-library|{part.name}|{_OPTIONS}", [part.name],
                 functools.partial(library_ir, part), speed_level=1, vectorize=False)
-
-
-def load_in_background(parts: list[Part]) -> None:
-    """Starts loading `parts` on a daemon thread and returns at once.
-
-    A program's kernels ask for the library only after its passes have run; LLVM compiles
-    the library meanwhile, since llvmlite releases the GIL while LLVM works. Whoever needs
-    a part first waits for it on the lock; a part that fails here is compiled again (and
-    its error raised) when it is asked for.
-    """
-    missing = [p for p in parts if p.name not in _LOADED]
-    if missing:
-        threading.Thread(target=_load_quietly, args=(missing,), daemon=True,
-                         name="relaydsl-gemm-library").start()
-
-
-def _load_quietly(parts: list[Part]) -> None:
-    with contextlib.suppress(Exception):
-        load(parts)
 
 
 def library_ir(part: Part) -> str:
