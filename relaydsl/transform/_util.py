@@ -1,6 +1,8 @@
 """Small helpers shared by the passes."""
 from __future__ import annotations
 
+from typing import Callable
+
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Constant, Expr, Function, GlobalVar, Var
 from relaydsl.ir.module import IRModule
@@ -14,6 +16,20 @@ PRIMITIVE = Attrs({"Primitive": 1})
 def is_primitive(expr: Expr) -> bool:
     """Whether `expr` is a primitive function (``attrs.Primitive == 1``, made by fuse_ops)."""
     return isinstance(expr, Function) and expr.attrs.get("Primitive", 0) == 1
+
+
+def rewrite_functions(mod: IRModule, rewrite: Callable[[Function], Expr]) -> IRModule:
+    """A copy of `mod` with every user function replaced by ``rewrite(fn)``, re-typed where
+    one changed: the frame of a pass that rewrites each function on its own."""
+    out = mod.copy()
+    changed = False
+    for gv, fn in list(out.user_functions().items()):
+        new = rewrite(fn)
+        assert isinstance(new, Function)  # a function's rewrite is a function
+        if new is not fn:
+            out.add(gv, new)
+            changed = True
+    return retyped(out, types_kept=not changed)
 
 
 def retyped(out: IRModule, types_kept: bool) -> IRModule:

@@ -29,20 +29,12 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, free_vars
-from relaydsl.transform._util import retyped
+from relaydsl.transform._util import rewrite_functions
 
 
 def eliminate_dead_code(mod: IRModule) -> IRModule:
     """A copy of `mod` without dead pure lets (in every function, nested ones included)."""
-    out = mod.copy()
-    changed = False
-    for gv, fn in list(out.user_functions().items()):
-        new = remove_dead_lets(fn)
-        if new is not fn:
-            assert isinstance(new, Function)
-            out.add(gv, new)
-            changed = True
-    return retyped(out, types_kept=not changed)
+    return rewrite_functions(mod, remove_dead_lets)
 
 
 def remove_dead_lets(expr: Expr) -> Expr:

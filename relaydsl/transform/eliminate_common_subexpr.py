@@ -48,7 +48,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform._util import ascribes, retyped
+from relaydsl.transform._util import ascribes, rewrite_functions
 
 # Constants this small compare by value (two literal 1.0s are one); larger ones by identity.
 _VALUE_KEYED_CONSTANT = 64
@@ -61,15 +61,7 @@ def eliminate_common_subexpr(mod: IRModule, skip: Callable[[Expr], bool] | None 
     `skip(expr)` True keeps that op call or projection as it is (neither merged into an
     earlier one nor reused by a later one).
     """
-    out = mod.copy()
-    changed = False
-    for gv, fn in list(out.user_functions().items()):
-        new = _Eliminator(skip).visit(fn)
-        if new is not fn:
-            assert isinstance(new, Function)
-            out.add(gv, new)
-            changed = True
-    return retyped(out, types_kept=not changed)
+    return rewrite_functions(mod, lambda fn: _Eliminator(skip).visit(fn))
 
 
 class _Eliminator(ExprMutator):

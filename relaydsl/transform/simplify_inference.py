@@ -34,20 +34,17 @@ from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator, type_vars_of
 from relaydsl.op.grad_util import along
 from relaydsl.op.registry import ops
-from relaydsl.transform._util import retyped
+from relaydsl.transform._util import rewrite_functions
 
 
 def simplify_inference(mod: IRModule) -> IRModule:
     """A copy of `mod` with inference-mode batch_norm and dropout calls rewritten."""
-    out = mod.copy()
-    changed = False
-    for gv, fn in list(out.user_functions().items()):
+    def simplify(fn: Function) -> Expr:
         new = _Simplify().visit(fn)
         assert isinstance(new, Function)  # a function's rewrite is a function
-        if new is not fn:
-            out.add(gv, _with_parameter_types(new))
-            changed = True
-    return retyped(out, types_kept=not changed)
+        return fn if new is fn else _with_parameter_types(new)
+
+    return rewrite_functions(mod, simplify)
 
 
 def _with_parameter_types(fn: Function) -> Function:
