@@ -1,8 +1,11 @@
 """Small helpers shared by the passes."""
 from __future__ import annotations
 
+from relaydsl.ir.adt import Constructor
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Constant, Expr, Function, GlobalVar, Var
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, GlobalVar, Op, Tuple, TupleGetItem, Var,
+)
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
@@ -14,6 +17,21 @@ PRIMITIVE = Attrs({"Primitive": 1})
 def is_primitive(expr: Expr) -> bool:
     """Whether `expr` is a primitive function (``attrs.Primitive == 1``, made by fuse_ops)."""
     return isinstance(expr, Function) and expr.attrs.get("Primitive", 0) == 1
+
+
+def is_pure(e: Expr) -> bool:
+    """Whether evaluating `e` can have no effect other than its result: variables, constants,
+    ops and constructors applied to pure arguments, tuples, projections, function literals
+    (making a closure runs nothing). Calls of closures or globals may write references."""
+    if isinstance(e, (Var, Constant, Op, GlobalVar, Constructor, Function)):
+        return True
+    if isinstance(e, Tuple):
+        return all(is_pure(f) for f in e.fields)
+    if isinstance(e, TupleGetItem):
+        return is_pure(e.tuple_value)
+    if isinstance(e, Call):
+        return isinstance(e.op, (Op, Constructor)) and all(is_pure(a) for a in e.args)
+    return False
 
 
 def retyped(out: IRModule, types_kept: bool) -> IRModule:
