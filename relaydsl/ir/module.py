@@ -98,6 +98,13 @@ class IRModule:
         self.functions[gv] = fn
         return gv
 
+    def remove(self, gv: GlobalVar) -> None:
+        """Drop the global function `gv` (a pass that inlined it everywhere)."""
+        if gv not in self.functions:
+            raise IRError(f"global {gv.name_hint} is not in this module")
+        del self.functions[gv]
+        del self._global_vars[gv.name_hint]
+
     def get_global_var(self, name: str) -> GlobalVar:
         try:
             return self._global_vars[name]

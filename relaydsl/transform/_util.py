@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+from relaydsl.ir.adt import Constructor
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Constant, Expr, Function, GlobalVar, Var
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, GlobalVar, Op, Tuple, TupleGetItem, Var,
+)
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
@@ -30,6 +33,21 @@ def rewrite_functions(mod: IRModule, rewrite: Callable[[Function], Expr]) -> IRM
             out.add(gv, new)
             changed = True
     return retyped(out, types_kept=not changed)
+
+
+def is_pure(e: Expr) -> bool:
+    """Whether evaluating `e` can have no effect other than its result: variables, constants,
+    ops and constructors applied to pure arguments, tuples, projections, function literals
+    (making a closure runs nothing). Calls of closures or globals may write references."""
+    if isinstance(e, (Var, Constant, Op, GlobalVar, Constructor, Function)):
+        return True
+    if isinstance(e, Tuple):
+        return all(is_pure(f) for f in e.fields)
+    if isinstance(e, TupleGetItem):
+        return is_pure(e.tuple_value)
+    if isinstance(e, Call):
+        return isinstance(e.op, (Op, Constructor)) and all(is_pure(a) for a in e.args)
+    return False
 
 
 def retyped(out: IRModule, types_kept: bool) -> IRModule:

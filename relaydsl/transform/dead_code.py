@@ -23,13 +23,10 @@ let %y = tanh(%x: Tensor[(2,), float32]);
 """
 from __future__ import annotations
 
-from relaydsl.ir.adt import Constructor
-from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, Let, Op, Tuple, TupleGetItem, Var,
-)
+from relaydsl.ir.expr import Expr, Let
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, free_vars
-from relaydsl.transform._util import rewrite_functions
+from relaydsl.transform._util import is_pure, rewrite_functions
 
 
 def eliminate_dead_code(mod: IRModule) -> IRModule:
@@ -39,18 +36,6 @@ def eliminate_dead_code(mod: IRModule) -> IRModule:
 
 def remove_dead_lets(expr: Expr) -> Expr:
     return _DeadLets().visit(expr)
-
-
-def is_pure(e: Expr) -> bool:
-    if isinstance(e, (Var, Constant, Op, GlobalVar, Constructor, Function)):
-        return True
-    if isinstance(e, Tuple):
-        return all(is_pure(f) for f in e.fields)
-    if isinstance(e, TupleGetItem):
-        return is_pure(e.tuple_value)
-    if isinstance(e, Call):
-        return isinstance(e.op, (Op, Constructor)) and all(is_pure(a) for a in e.args)
-    return False
 
 
 class _DeadLets(ExprMutator):

@@ -1,11 +1,26 @@
-"""Constant folding: op calls whose arguments are all constants become constants.
+"""Constant folding, as TVM's FoldConstant: what is known at compile time becomes a constant.
 
-Each such call is evaluated once, at compile time, with the op's NumPy reference
-(the interpreter's semantics); ``shape_of`` of a statically shaped tensor is its
-shape, and ``cast_like(c, x)`` of a constant is ``c`` in ``x``'s dtype. What a
-program computes is unchanged; the llvm target then runs fewer kernels (a loop over the
-rows of a tensor tests ``i < shape_of(data)[0]`` on every iteration: after folding,
+- an op call whose arguments are constants, or tuples of constants (``concatenate``,
+  ``stack``), is evaluated once with the op's NumPy reference (the interpreter's semantics);
+  an op with a tuple result (``split``) becomes a tuple of constants;
+- an op may know its result from its arguments' types (``Traits.fold_from_types``):
+  ``shape_of`` of a statically shaped tensor is its shape, ``cast_like(c, x)`` of a constant
+  is ``c`` in ``x``'s dtype;
+- a let binding a constant, or a tuple of constants, is dropped and the constant used in
+  its place (``let %t = 1f; add(%t, %t)`` is ``add(1f, 1f)``, then ``2f``);
+- a projection of a tuple literal is the field (``(%x, 1f).1`` is ``1f``);
+- ``if`` on a constant condition is the branch it takes.
+
+Effects stay: nothing that would drop the evaluation of a reference operation or of a call
+of a function or closure is folded (``shape_of(@f(%x))`` stays, ``(@f(%x), 1f).1`` too),
+and ops that are not ``Traits.foldable`` (dropout: its mask is random) are left for run
+time, as is a call whose evaluation fails (the error is reported there, with its location).
+
+What a program computes is unchanged; the llvm target then runs fewer kernels (a loop over
+the rows of a tensor tests ``i < shape_of(data)[0]`` on every iteration: after folding,
 ``i < 50``).
+
+Before and after:
 
 >>> from relaydsl.ir.parser import parse
 >>> from relaydsl.typing import infer_types
@@ -15,19 +30,33 @@ rows of a tensor tests ``i < shape_of(data)[0]`` on every iteration: after foldi
 ... }'''))
 >>> print(fold_constants(mod)["main"].body)
 less(%i: Tensor[(), int32], 50i32)
+>>> mod = infer_types(parse('''
+... def @main(%x: Tensor[(2), float32]) {
+...   let %c = split(ones(shape=[4], dtype="float32"), indices_or_sections=2);
+...   if (greater(sum(%c.0), 1f)) { add(%x, sum(%c.1)) } else { %x }
+... }'''))
+>>> print(fold_constants(mod)["main"].body)
+add(%x: Tensor[(2,), float32], 2f)
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any as AnyValue
+
 import numpy as np
 
-from relaydsl.ir.expr import Call, Constant, Expr, Function, Op
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem,
+)
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform._util import retyped
+from relaydsl.transform._util import ascribes, is_pure, retyped
+
 
 def fold_constants(mod: IRModule) -> IRModule:
-    """A copy of `mod` with constant op calls evaluated (in every user function)."""
-    out = mod.copy()
+    """A copy of `mod` with what is known at compile time folded (in every user function)."""
+    out = retyped(mod, types_kept=True).copy()  # a folded value must have its call's type
     changed = False
     for gv, fn in list(out.user_functions().items()):
         folded = _Fold().visit(fn)
@@ -38,23 +67,100 @@ def fold_constants(mod: IRModule) -> IRModule:
     return retyped(out, types_kept=not changed)
 
 
+def is_constant(e: Expr) -> bool:
+    """A constant, or a tuple of constants (TVM's "simple constant")."""
+    if isinstance(e, Tuple):
+        return all(is_constant(f) for f in e.fields)
+    return isinstance(e, Constant)
+
+
+def _value(e: Expr) -> AnyValue:
+    """The NumPy value of a constant or tuple of constants, as the NumPy references take it."""
+    if isinstance(e, Tuple):
+        return tuple(_value(f) for f in e.fields)
+    assert isinstance(e, Constant)
+    return e.data
+
+
+def _literal(value: AnyValue, t: Type, call: Call) -> Expr | None:
+    """`value` as a constant (or tuple of constants) of type `t`, or None when it does not
+    have that type: the call is then left for run time rather than retyped."""
+    if isinstance(t, TupleType):
+        if not isinstance(value, tuple) or len(value) != len(t.fields):
+            return None
+        fields = [_literal(v, ft, call) for v, ft in zip(value, t.fields)]
+        if any(f is None for f in fields):
+            return None
+        return Tuple(tuple(f for f in fields if f is not None), span=call.span)
+    if not isinstance(t, TensorType) or not isinstance(value, np.ndarray | np.generic):
+        return None
+    array = np.asarray(value)
+    if array.shape != t.shape or array.dtype.name != t.dtype:
+        return None
+    return Constant(array, span=call.span)
+
+
 class _Fold(ExprMutator):
+    def visit_let(self, let: Let) -> Expr:
+        # Walks the chain iteratively (as the base class): a binding of a constant is dropped
+        # and its variable maps to the constant in the memo, so its uses become the constant.
+        kept: list[tuple[Let, Expr]] = []
+        node: Expr = let
+        while isinstance(node, Let):
+            value = self.visit(node.value)
+            if is_constant(value) and not ascribes(node.var, value):
+                self.memo[id(node.var)] = value
+                self._keep.append(node.var)
+            else:
+                kept.append((node, value))
+            node = node.body
+        body = self.visit(node)
+        for link, value in reversed(kept):
+            if value is not link.value or body is not link.body:
+                body = Let(link.var, value, body, span=link.span)
+            else:
+                body = link
+        return body
+
+    def visit_tuple_getitem(self, t: TupleGetItem) -> Expr:
+        new = super().visit_tuple_getitem(t)
+        assert isinstance(new, TupleGetItem)
+        value = new.tuple_value
+        if isinstance(value, Tuple) and all(
+                is_pure(f) for i, f in enumerate(value.fields) if i != new.index):
+            return value.fields[new.index]
+        return new
+
+    def visit_if(self, i: If) -> Expr:
+        cond = self.visit(i.cond)
+        if isinstance(cond, Constant) and cond.data.shape == ():
+            return self.visit(i.true_branch if cond.data.item() else i.false_branch)
+        a, b = self.visit(i.true_branch), self.visit(i.false_branch)
+        if cond is i.cond and a is i.true_branch and b is i.false_branch:
+            return i
+        return If(cond, a, b, span=i.span)
+
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
         if not isinstance(new, Call) or not isinstance(new.op, Op):
             return new
         traits = new.op.definition.traits
-        if traits.fold_from_types is not None and all(a.has_type for a in call.args):
+        if traits.fold_from_types is not None and all(a.has_type for a in call.args) \
+                and all(is_pure(a) for a in new.args):  # the arguments' evaluation may go
             folded = traits.fold_from_types(new, [a.checked_type for a in call.args])
             if folded is not None:
                 return folded
-        constants = [a for a in new.args if isinstance(a, Constant)]
-        if not traits.foldable or len(constants) != len(new.args):
-            return new  # (zeros(), ones(): no arguments, constants)
-        try:
-            value = new.op.definition.numpy_ref(*[c.data for c in constants], **new.attrs)
-        except Exception:  # left for run time, where the error is reported with its location
+        if not traits.foldable or not all(is_constant(a) for a in new.args) \
+                or not call.has_type:
             return new
-        if not isinstance(value, np.ndarray | np.generic):
-            return new  # tuple results stay calls
-        return Constant(np.asarray(value), span=call.span)
+        return self.evaluate(new, [_value(a) for a in new.args], call.checked_type) or new
+
+    @staticmethod
+    def evaluate(call: Call, args: Sequence[AnyValue], t: Type) -> Expr | None:
+        """The call's value as a literal of type `t`, or None to leave it for run time."""
+        assert isinstance(call.op, Op)
+        try:
+            value = call.op.definition.numpy_ref(*args, **call.attrs)
+        except Exception:  # left for run time, where the error is reported with its location
+            return None
+        return _literal(value, t, call)

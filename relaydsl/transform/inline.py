@@ -1,89 +1,155 @@
-"""Inlining of calls to non-recursive global functions.
+"""Inlining of global functions: InlineGlobals, and TVM's Inline with its inline-all mode.
 
-``inline_globals(mod)`` replaces every call ``@f(a, b)`` of a global that is not
-part of a recursive cycle and is not polymorphic (no type parameters) by
-``let %x' = a; let %y' = b; <body of f, with fresh variables>``. In the
-copy, annotations that mention the callee's shape variables (``("n", 784)``)
-are dropped: they would tie the caller to the callee's variables; inference
-gives the inlined body its types at this call. A function literal applied on
-the spot, ``(fn (%x) {...})(a)`` (what a grad of a lambda becomes), is inlined
-the same way. A whole
-program then becomes one function, which lets the first-order gradient, fusion
-and the static execution plan see through calls between decorated functions
-(a loss calling its model, Figure 4). Callees are inlined bottom-up, so a chain
-of calls disappears in one pass.
+All three replace a call ``@f(a, b)`` of a global that is not part of a recursive cycle and
+is not polymorphic (no type parameters) by the body of ``f`` with fresh variables: an
+argument that is a variable, constant or global (no computation, TVM's substitution) takes
+its parameter's place, any other is bound by a ``let`` (evaluated once, where the call
+was). In the copy, annotations that mention the callee's shape variables (``("n", 784)``)
+are dropped: they would tie the caller to the callee's variables; inference gives the
+inlined body its types at this call. Callees are inlined bottom-up, so a chain of calls
+disappears in one pass. A recursive function is never inlined (calls in its body are).
+
+- ``inline_globals(mod)`` inlines the calls of every such global, and a function literal
+  applied on the spot, ``(fn (%x) {...})(a)`` (what a grad of a lambda becomes). The
+  globals stay. A whole program then becomes one function, which lets the first-order
+  gradient, fusion and the static execution plan see through calls between decorated
+  functions (a loss calling its model, Figure 4).
+- ``inline(mod)``, TVM's Inline: only the globals marked ``Inline=1`` are substituted, at
+  their calls and where they are mentioned as values (``if (%p) { @f } else { @g }``
+  becomes a choice of function literals), then removed from the module. A global nothing
+  else mentions (an entry, such as ``@main``) stays, marked or not.
+- ``inline_all(mod)``: the same for every non-recursive monomorphic global, so that a
+  whole network is one function (one call function for an accelerator's code generator):
+  only entries and recursive functions remain.
 
 >>> from relaydsl.ir.parser import parse
 >>> from relaydsl.typing import infer_types
 >>> mod = infer_types(parse('''
-... def @sq(%x: Tensor[(2), float32]) { multiply(%x, %x) }
-... def @main(%y: Tensor[(2), float32]) { add(@sq(%y), %y) }'''))
->>> print(inline_globals(mod)["main"].body)
-%0 = (
-  let %x: Tensor[(2,), float32] = %y: Tensor[(2,), float32];
-  multiply(%x, %x)
-);
-add(%0, %y)
+... def @sq(%x: Tensor[(2), float32], Inline=1) { multiply(%x, %x) }
+... def @main(%y: Tensor[(2), float32]) { add(@sq(exp(%y)), @sq(%y)) }'''))
+>>> print(inline(mod).astext())
+#[version = "0.0.5"]
+def @main(%y: Tensor[(2,), float32]) {
+  %0 = (
+    let %x: Tensor[(2,), float32] = exp(%y);
+    multiply(%x, %x)
+  );
+  %1 = multiply(%y, %y);
+  add(%0, %1)
+}
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from relaydsl.ir.adt import PatternVar
-from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Let, Var
+from relaydsl.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Var
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.span import Span
 from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
-from relaydsl.transform._util import is_primitive, retyped
+from relaydsl.transform._util import ascribes, is_primitive, retyped
 from relaydsl.typing.infer import call_graph_sccs
 
 
 def inline_globals(mod: IRModule) -> IRModule:
-    """A copy of `mod` where calls of non-recursive, monomorphic globals are inlined."""
+    """A copy of `mod` where calls of non-recursive, monomorphic globals and applied
+    function literals are inlined; the globals stay."""
+    return _inline(mod, lambda fn: True, remove=False)
+
+
+def inline(mod: IRModule) -> IRModule:
+    """TVM's Inline: a copy of `mod` where the non-recursive globals marked ``Inline=1`` are
+    substituted wherever they are mentioned and removed, unless they are entries."""
+    return _inline(mod, lambda fn: fn.attrs.get("Inline", 0) == 1, remove=True)
+
+
+def inline_all(mod: IRModule) -> IRModule:
+    """A copy of `mod` where every non-recursive monomorphic global is substituted wherever it
+    is mentioned and removed: what remains are the entries (``@main``) and recursive
+    functions."""
+    return _inline(mod, lambda fn: True, remove=True)
+
+
+def _inline(mod: IRModule, chosen: Callable[[Function], bool], *, remove: bool) -> IRModule:
+    """Inline the non-recursive monomorphic `chosen` globals, callees first; with `remove`,
+    also where they are mentioned as values, then drop those that are no entries."""
     out = mod.copy()
     user = list(out.user_functions())
+    mentions = {gv: _globals_in(out[gv]) for gv in user}
+    entries = {gv for gv in user if not any(gv in mentions[f] for f in user if f is not gv)}
     inlinable: dict[GlobalVar, Function] = {}
     changed = False
     for scc in call_graph_sccs(out, user):  # callees first
-        gv = scc[0]
-        fn = _Inline(inlinable).visit(out[gv])
-        assert isinstance(fn, Function)
-        if fn is not out[gv]:
-            out.add(gv, fn)
-            changed = True
-        if len(scc) == 1 and not fn.type_params and not _calls(fn, gv):
-            inlinable[gv] = fn
+        for gv in scc:
+            fn = _Inline(inlinable, applied_literals=not remove, values=remove).visit(out[gv])
+            assert isinstance(fn, Function)  # a function's rewrite is a function
+            if fn is not out[gv]:
+                out.add(gv, fn)
+                changed = True
+        fn = out[scc[0]]
+        if len(scc) == 1 and not fn.type_params and scc[0] not in _globals_in(fn) \
+                and chosen(fn):
+            inlinable[scc[0]] = fn
+    if remove:
+        gone = [gv for gv in inlinable if gv not in entries]
+        for gv in gone:
+            out.remove(gv)
+        changed = changed or bool(gone)
     return retyped(out, types_kept=not changed)
 
 
-def _calls(fn: Function, gv: GlobalVar) -> bool:
-    found = [False]
-
-    def note(e: Expr) -> None:
-        found[0] = found[0] or e is gv
-
-    post_order(fn.body, note)
-    return found[0]
+def _globals_in(fn: Function) -> set[GlobalVar]:
+    found: set[GlobalVar] = set()
+    post_order(fn.body, lambda e: found.add(e) if isinstance(e, GlobalVar) else None)
+    return found
 
 
 class _Inline(ExprMutator):
-    def __init__(self, inlinable: dict[GlobalVar, Function]):
+    """Inlines the calls of the `inlinable` globals; with `applied_literals`, calls of
+    function literals too; with `values`, a mention of an inlinable global that is not called
+    becomes a copy of its function."""
+
+    def __init__(self, inlinable: dict[GlobalVar, Function], *, applied_literals: bool,
+                 values: bool):
         super().__init__()
         self.inlinable = inlinable
+        self.applied_literals = applied_literals
+        self.values = values
 
     def visit_call(self, call: Call) -> Expr:
         if isinstance(call.op, GlobalVar):
             callee = self.inlinable.get(call.op)
-        elif isinstance(call.op, Function) and not is_primitive(call.op):
+        elif isinstance(call.op, Function) and self.applied_literals \
+                and not is_primitive(call.op):
             callee = self.visit(call.op)  # a literal applied on the spot: (fn (x) ...)(a)
         else:
             callee = None
         if callee is None:
             return super().visit_call(call)
-        args = [self.visit(a) for a in call.args]
         assert isinstance(callee, Function)  # a function's rewrite is a function
-        copy = fresh_copy(callee)
-        body = copy.body
-        for param, arg in reversed(list(zip(copy.params, args))):
-            body = Let(param, arg, body, span=call.span)
-        return body
+        return inlined_call(callee, [self.visit(a) for a in call.args], call.span)
+
+    def visit_global_var(self, gv: GlobalVar) -> Expr:
+        fn = self.inlinable.get(gv) if self.values else None
+        return gv if fn is None else fresh_copy(fn)
+
+
+def inlined_call(fn: Function, args: Sequence[Expr], span: Span | None = None) -> Expr:
+    """The body of `fn` applied to `args`, with fresh variables: an atomic argument (variable,
+    constant, global) in place of its parameter, unless the parameter's annotation ascribes
+    it a type; any other argument let-bound, in order, so it is evaluated once, as the call
+    would."""
+    fresh = _Fresh()
+    bindings: list[tuple[Var, Expr]] = []
+    for param, arg in zip(fn.params, args):
+        if isinstance(arg, (Var, Constant, GlobalVar)) and not ascribes(param, arg):
+            fresh.renamed[param] = arg
+        else:
+            bindings.append((fresh.bind(param), arg))
+    body = fresh.visit(fn.body)
+    for var, arg in reversed(bindings):
+        body = Let(var, arg, body, span=span)
+    return body
 
 
 def fresh_copy(fn: Function) -> Function:
@@ -98,7 +164,7 @@ class _Fresh(ExprMutator):
 
     def __init__(self) -> None:
         super().__init__()
-        self.renamed: dict[Var, Var] = {}
+        self.renamed: dict[Var, Expr] = {}
 
     def bind(self, v: Var) -> Var:
         annotation = v.type_annotation
@@ -112,7 +178,8 @@ class _Fresh(ExprMutator):
         return self.renamed.get(v, v)
 
     def visit_let_var(self, v: Var) -> Var:
-        return self.bind(v) if v not in self.renamed else self.renamed[v]
+        new = self.renamed.get(v)
+        return new if isinstance(new, Var) else self.bind(v)
 
     def visit_function(self, f: Function) -> Expr:
         for p in f.params:

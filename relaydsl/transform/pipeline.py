@@ -13,11 +13,14 @@ What each opt_level adds:
 - 0: what a program needs to run: grad nodes lowered (closures and references); on llvm
   each op call is its own primitive function (one kernel per op);
 - 1: fusion: FuseOps groups op calls into fused primitive functions;
-- 2: inlining of non-recursive globals, inference-mode batch_norm and dropout as arithmetic
-  (SimplifyInference), dead code elimination, constant folding;
+- 2: inlining of non-recursive globals (those marked ``Inline=1`` removed), inference-mode
+  batch_norm and dropout as arithmetic (SimplifyInference), dead code elimination, constant
+  folding;
 - 3: first-order gradients: a grad of straight-line code becomes a reference-free adjoint
   program (which the llvm target runs as one static plan); common-subexpression
-  elimination. Everything.
+  elimination. Everything but the passes run on demand;
+- on demand (``PassContext(required_pass=[...])``), at no level: InlineAll, a whole network
+  as one function with no other globals (for an accelerator's code generator).
 
 Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
 reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
@@ -26,12 +29,14 @@ PassContext, else the target's default; the context's ``required_pass`` and
 
 >>> pass_names("llvm", 0)
 ['LowerGrads', 'ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
->>> pass_names("interp", 2)[3:]
+>>> pass_names("interp", 2)[4:]
 ['SimplifyInference', 'DeadCodeElimination', 'FoldConstant']
->>> FoldConstant.description
-'evaluate op calls whose arguments are all constants'
+>>> pass_names("interp", 0, required_pass=["InlineAll"])
+['InlineAll', 'LowerGrads']
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from relaydsl.ir.module import IRModule
 from relaydsl.transform.a_normal_form import to_a_normal_form
@@ -41,11 +46,13 @@ from relaydsl.transform.fold_constant import fold_constants
 from relaydsl.transform.fuse_ops import fuse_ops
 from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
-from relaydsl.transform.inline import inline_globals
+from relaydsl.transform.inline import inline, inline_all, inline_globals
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
 from relaydsl.transform.simplify_inference import simplify_inference
 
 MAX_OPT_LEVEL = 3
+ON_DEMAND = MAX_OPT_LEVEL + 1
+"""The opt_level of passes that run only when the PassContext requires them."""
 
 
 def _fuse_ops(mod: IRModule) -> IRModule:
@@ -53,6 +60,12 @@ def _fuse_ops(mod: IRModule) -> IRModule:
     return fuse_ops(mod, fuse_opt_level=0 if PassContext.current().opt_level == 0 else 2)
 
 
+Inline = module_pass(
+    inline, opt_level=2, name="Inline",
+    description="substitute the globals marked Inline=1 and remove them (TVM's Inline)")
+InlineAll = module_pass(
+    inline_all, opt_level=ON_DEMAND, name="InlineAll",
+    description="substitute every non-recursive global and remove it: one function per entry")
 InlineGlobals = module_pass(
     inline_globals, opt_level=2, name="InlineGlobals",
     description="inline calls of non-recursive monomorphic globals and applied function literals")
@@ -70,7 +83,7 @@ DeadCodeElimination = module_pass(
     description="drop let bindings of pure values that are never used")
 FoldConstant = module_pass(
     fold_constants, opt_level=2, name="FoldConstant",
-    description="evaluate op calls whose arguments are all constants")
+    description="evaluate what is known at compile time: constant op calls, lets, projections, ifs")
 EliminateCommonSubexpr = module_pass(
     eliminate_common_subexpr, opt_level=3, name="EliminateCommonSubexpr",
     description="compute each pure op call once: equal calls share one node")
@@ -84,12 +97,13 @@ ToANormalForm = module_pass(
     to_a_normal_form, opt_level=0, name="ToANormalForm",
     description="bind every computation once, in order, in the innermost scope using it")
 
-# Inlining runs twice: first so that a grad sees through the calls of its function (and gets
+# Inline and InlineAll run first: the globals they remove are gone for every later pass.
+# InlineGlobals runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
 # SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift.
-OPTIMIZE: tuple[Pass, ...] = (InlineGlobals, FirstOrderGradients, LowerGrads, InlineGlobals,
-                              SimplifyInference, DeadCodeElimination, FoldConstant,
-                              EliminateCommonSubexpr)
+OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
+                              LowerGrads, InlineGlobals, SimplifyInference,
+                              DeadCodeElimination, FoldConstant, EliminateCommonSubexpr)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
     "llvm": (FuseOps, ToANormalForm),
@@ -113,18 +127,21 @@ def run(mod: IRModule, target: str, context: PassContext) -> IRModule:
         return for_target(target)(mod)
 
 
-def pass_names(target: str, opt_level: int) -> list[str]:
-    """The names of the passes `target` runs at `opt_level`, in order (required ones too)."""
-    return [p.name for p in for_target(target).plan(PassContext(opt_level=opt_level))]
+def pass_names(target: str, opt_level: int, required_pass: Sequence[str] = ()) -> list[str]:
+    """The names of the passes `target` runs at `opt_level`, in order (the passes they
+    require too), with the passes named in `required_pass` whatever their level."""
+    context = PassContext(opt_level=opt_level, required_pass=frozenset(required_pass))
+    return [p.name for p in for_target(target).plan(context)]
 
 
 def table() -> str:
     """The Markdown table of the README's "Passes and opt_level": each pass, the levels it
-    runs at (x), the targets running it, and what it does."""
+    runs at (x), the targets running it, and what it does (a pass run on demand marks no
+    level)."""
     levels = range(MAX_OPT_LEVEL + 1)
     rows: dict[str, tuple[Pass, set[int], list[str]]] = {}
     for target in LOWERING:
-        for level in levels:
+        for level in [*levels, ON_DEMAND]:
             for p in for_target(target).plan(PassContext(opt_level=level)):
                 _, at, targets = rows.setdefault(p.name, (p, set(), []))
                 at.add(level)
@@ -139,11 +156,13 @@ def table() -> str:
         p, at, targets = rows[name]
         marks = " | ".join("x" if level in at else "" for level in levels)
         on = "all" if len(targets) == len(LOWERING) else ", ".join(targets)
-        lines.append(f"| {name} | {marks} | {on} | {p.description} |")
+        what = p.description if p.opt_level <= MAX_OPT_LEVEL else \
+            f"on demand (`required_pass`): {p.description}"
+        lines.append(f"| {name} | {marks} | {on} | {what} |")
     return "\n".join(lines)
 
 
-__all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "for_target", "run", "pass_names", "table",
-           "InlineGlobals", "FirstOrderGradients", "LowerGrads", "SimplifyInference",
-           "DeadCodeElimination", "FoldConstant", "EliminateCommonSubexpr", "ToGraphNormalForm",
-           "FuseOps", "ToANormalForm"]
+__all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "run",
+           "pass_names", "table", "Inline", "InlineAll", "InlineGlobals", "FirstOrderGradients",
+           "LowerGrads", "SimplifyInference", "DeadCodeElimination", "FoldConstant",
+           "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]

@@ -1,10 +1,20 @@
-"""Constant folding: constant op calls become constants; values are unchanged."""
-import numpy as np
+"""Constant folding: what is known at compile time becomes a constant; values are unchanged
+(checked against JAX on both targets). The structural cases follow TVM's
+tests/python/relay/test_pass_fold_constant.py."""
+import json
 
-from relaydsl.backend.interpreter import evaluate
+import numpy as np
+import pytest
+
+from relaydsl.backend.interpreter import evaluate, to_value
+from relaydsl.backend.target import get_target
 from relaydsl.ir.expr import Call, Op
+from relaydsl.ir.module import IRModule
 from relaydsl.ir.parser import parse
+from relaydsl.ir.structural import structural_equal
 from relaydsl.ir.visitor import post_order
+from relaydsl.testing.oracle import assert_matches_jax
+from relaydsl.transform import pipeline
 from relaydsl.transform.fold_constant import fold_constants
 from relaydsl.typing import infer_types
 
@@ -73,3 +83,221 @@ def test_nothing_to_fold_keeps_the_typed_functions_and_an_untyped_input_gets_typ
     untyped = parse(source)
     out = fold_constants(untyped)
     assert len(calls) == 1 and out["main"].checked_type == typed["main"].checked_type
+
+
+# ---- TVM's FoldConstant behaviours --------------------------------------------------------
+
+def module(text: str, *constants: np.ndarray) -> IRModule:
+    """The typed module of `text`, whose ``meta[Constant][i]`` is ``constants[i]``."""
+    if constants:
+        table = [{"dtype": c.dtype.name, "shape": list(c.shape), "data": c.ravel().tolist()}
+                 for c in constants]
+        text += "\n#[metadata]\n" + json.dumps({"Constant": table})
+    return infer_types(parse(text))
+
+
+def same(got: IRModule, expected_text: str, *constants: np.ndarray) -> bool:
+    return structural_equal(got["main"], module(expected_text, *constants)["main"])
+
+
+def run(mod: IRModule, target: str, *args):
+    program = get_target(target).build(mod, "main", {})
+    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod["main"].params)])
+
+
+def run_before_and_after(mod: IRModule, *args: np.ndarray) -> IRModule:
+    """`mod` folded; the program before and after gives JAX's values on both targets."""
+    folded = fold_constants(mod)
+    for program in (mod, folded):
+        for target in ("interp", "llvm"):
+            assert_matches_jax(program, list(args), target=target)
+    return folded
+
+
+C = np.array([1, 2, 3], np.float32)
+
+
+def test_constant_subtrees_fold_beside_a_variable():
+    mod = module('''
+    def @main(%x: Tensor[(1, 2, 3), float32]) {
+      %0 = meta[Constant][0];
+      add(add(%x, multiply(add(%0, %0), 2f)), %0)
+    }''', C)
+    out = run_before_and_after(mod, np.arange(6, dtype=np.float32).reshape(1, 2, 3))
+    assert same(out, '''
+    def @main(%x: Tensor[(1, 2, 3), float32]) {
+      add(add(%x, meta[Constant][0]), meta[Constant][1])
+    }''', (C + C) * 2, C)
+
+
+def test_a_let_bound_constant_is_used_in_place_and_the_let_dropped():
+    mod = module('''
+    def @main(%x: Tensor[(1), float32]) {
+      let %t1 = 1f;
+      let %t2 = add(%t1, %t1);
+      let %t3 = add(%t2, %x);
+      %t3
+    }''')
+    out = run_before_and_after(mod, np.array([0.5], np.float32))
+    assert same(out, '''
+    def @main(%x: Tensor[(1), float32]) {
+      let %t3 = add(2f, %x);
+      %t3
+    }''')
+
+
+def test_a_let_bound_tuple_of_constants_is_propagated_too():
+    mod = module('''
+    def @main(%x: Tensor[(3), float32]) {
+      let %t = (meta[Constant][0], 2f);
+      multiply(add(%x, %t.0), %t.1)
+    }''', C)
+    out = run_before_and_after(mod, np.ones(3, np.float32))
+    assert same(out, '''
+    def @main(%x: Tensor[(3), float32]) {
+      multiply(add(%x, meta[Constant][0]), 2f)
+    }''', C)
+
+
+def test_a_let_ascribing_a_type_to_its_constant_stays():
+    text = '''
+    def @main(%x: Tensor[(?), float32]) {
+      let %c: Tensor[(?), float32] = meta[Constant][0];
+      add(%x, %c)
+    }'''
+    mod = module(text, C)
+    out = fold_constants(mod)
+    assert out["main"].checked_type == mod["main"].checked_type
+    assert same(out, text, C)
+
+
+def test_a_projection_of_a_tuple_is_its_field():
+    mod = module('''
+    def @main(%x: Tensor[(1), float32]) {
+      %0 = (%x, 1f);
+      add(add(%0.1, 1f), %0.0)
+    }''')
+    out = run_before_and_after(mod, np.array([3.0], np.float32))
+    assert same(out, '''
+    def @main(%x: Tensor[(1), float32]) {
+      add(2f, %x)
+    }''')
+
+
+@pytest.mark.parametrize("op", ["concatenate", "stack"])
+def test_ops_taking_a_tuple_of_constants_fold(op):
+    c = np.array([[1, 2, 3]], np.float32)
+    mod = module(f'''
+    def @main() {{
+      {op}((meta[Constant][0], meta[Constant][0]), axis=0)
+    }}''', c)
+    out = run_before_and_after(mod)
+    want = np.concatenate((c, c), 0) if op == "concatenate" else np.stack((c, c), 0)
+    assert same(out, 'def @main() { meta[Constant][0] }', want)
+
+
+def test_a_tuple_valued_op_becomes_a_tuple_of_constants():
+    mod = module('''
+    def @main(%x: Tensor[(2), float32]) {
+      %0 = split(meta[Constant][0], indices_or_sections=[2]);
+      (add(%x, %0.0), %0.1)
+    }''', np.array([1, 2, 3, 4, 5], np.float32))
+    out = run_before_and_after(mod, np.array([10, 20], np.float32))
+    assert same(out, '''
+    def @main(%x: Tensor[(2), float32]) {
+      (add(%x, meta[Constant][0]), meta[Constant][1])
+    }''', np.array([1, 2], np.float32), np.array([3, 4, 5], np.float32))
+    out = run_before_and_after(module('''
+    def @main() {
+      split(meta[Constant][0], indices_or_sections=2, axis=1)
+    }''', np.arange(4, dtype=np.int32).reshape(2, 2)))
+    assert same(out, 'def @main() { (meta[Constant][0], meta[Constant][1]) }',
+                np.array([[0], [2]], np.int32), np.array([[1], [3]], np.int32))
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_on_a_constant_condition_is_the_branch_taken(cond):
+    c = np.array([[1, 2, 3]], np.float32)
+    mod = module(f'''
+    def @main() {{
+      %0 = meta[Constant][0];
+      if ({cond}) {{ add(%0, %0) }} else {{ subtract(%0, %0) }}
+    }}''', c)
+    out = run_before_and_after(mod)
+    assert same(out, 'def @main() { meta[Constant][0] }', c + c if cond else c - c)
+
+
+def test_if_on_a_computed_constant_condition_folds_and_a_dynamic_one_stays():
+    mod = module('''
+    def @main(%x: Tensor[(3), float32], %b: bool) {
+      %0 = if (less(sum(meta[Constant][0]), 10f)) { exp(%x) } else { %x };
+      if (%b) { %0 } else { negative(%0) }
+    }''', C)
+    out = fold_constants(mod)
+    assert same(out, '''
+    def @main(%x: Tensor[(3), float32], %b: bool) {
+      %0 = exp(%x);
+      if (%b) { %0 } else { negative(%0) }
+    }''')
+    for b in (True, False):
+        for target in ("interp", "llvm"):
+            assert_matches_jax(out, [C, np.array(b)], target=target)
+
+
+def test_shape_of_a_static_shape_is_a_constant():
+    mod = module('''
+    def @main(%x: Tensor[(8, 9, 10), float32], %y: Tensor[(8, 9, 10), float32]) {
+      shape_of(add(%x, %y))
+    }''')
+    x = np.zeros((8, 9, 10), np.float32)
+    out = run_before_and_after(mod, x, x)
+    assert same(out, '''
+    def @main(%x: Tensor[(8, 9, 10), float32], %y: Tensor[(8, 9, 10), float32]) {
+      meta[Constant][0]
+    }''', np.array([8, 9, 10], np.int32))
+
+
+def test_dropout_is_never_folded():
+    text = '''
+    def @main() {
+      add(dropout(meta[Constant][0], rate=0.5, training=True), 1f)
+    }'''
+    data = np.arange(10, dtype=np.float32)
+    mod = module(text, data)
+    assert same(fold_constants(mod), text, data)
+
+
+EFFECTS = '''
+def @bump(%r: Ref[Tensor[(3), float32]]) -> Tensor[(3), float32] {
+  let %u = ref_write(%r, add(ref_read(%r), 1f));
+  ref_read(%r)
+}
+'''
+
+
+def test_folding_drops_no_effect():
+    # each call of @bump writes the reference: a shape or a projection known at compile time
+    # must not drop them (each adds 1 to what the last ref_read reads)
+    text = EFFECTS + '''
+    def @main(%x: Tensor[(3), float32]) {
+      let %r = ref(%x);
+      let %s = shape_of(@bump(%r));
+      let %t = (@bump(%r), 1f).1;
+      let %f = fn () { @bump(%r) };
+      let %u = (%f(), 2f).1;
+      (%s, %t, %u, ref_read(%r))
+    }'''
+    mod = module(text)
+    out = fold_constants(mod)
+    assert same(out, text)
+    x = np.array([0, 1, 2], np.float32)
+    for target in ("interp", "llvm"):
+        for program in (mod, out):
+            got = run(program, target, x)
+            np.testing.assert_array_equal(got[0], [3])
+            np.testing.assert_array_equal(got[3], x + 3)
+
+
+def test_the_pass_is_in_the_pipeline_at_level_2():
+    assert "FoldConstant" in pipeline.pass_names("llvm", 2)
+    assert "FoldConstant" not in pipeline.pass_names("llvm", 1)
