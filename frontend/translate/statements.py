@@ -29,7 +29,28 @@ from relaydsl.ir.adt import (
     PatternVar,
     PatternWildcard,
 )
-from relaydsl.ir.expr import Clause, Expr, If, Let, Match, Tuple, TupleGetItem, Var, const
+from relaydsl.ir.expr import (
+    Clause, Expr, Function, If, Let, Match, Tuple, TupleGetItem, Var, const,
+)
+from relaydsl.ir.visitor import free_vars
+
+
+def _without_unused_functions(lets: list[_LetBinding], body: Expr) -> list[_LetBinding]:
+    """`lets` less the functions (``def``s, lambdas) that nothing after them uses: Python
+    accepts a nested function that is never called, whatever its parameters, but nothing
+    could infer the types of an unannotated one. A use in a later join or loop state is a use
+    (the name is free in `body`), so such a function is kept."""
+    if not any(isinstance(value, Function) for _, value, _ in lets):
+        return lets
+    used = {id(v) for v in free_vars(body)}
+    kept: list[_LetBinding] = []
+    for let in reversed(lets):
+        var, value, _ = let
+        if isinstance(value, Function) and id(var) not in used:
+            continue
+        used.update(id(v) for v in free_vars(value))
+        kept.append(let)
+    return kept[::-1]
 
 
 class Statements(TranslatorBase):
@@ -45,10 +66,12 @@ class Statements(TranslatorBase):
         for i, s in enumerate(stmts):
             bound = self.binding_statement(s, env)
             if bound is None:
-                return _let_all(lets, self.control_statement(s, stmts[i + 1:], env, ctx))
+                tail = self.control_statement(s, stmts[i + 1:], env, ctx)
+                return _let_all(_without_unused_functions(lets, tail), tail)
             env, new_lets = self._mark_captures(s, *bound)
             lets.extend(new_lets)
-        return _let_all(lets, ctx.fallthrough(env))
+        tail = ctx.fallthrough(env)
+        return _let_all(_without_unused_functions(lets, tail), tail)
 
     def _mark_captures(self, s: ast.stmt, env: Env, lets: list[_LetBinding]
                        ) -> tuple[Env, list[_LetBinding]]:

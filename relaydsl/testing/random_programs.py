@@ -6,7 +6,9 @@ arithmetic, comparisons with ``where``, reductions, shape ops, ``if`` on a
 reduced comparison, tuples and projections) to earlier values of compatible
 shapes. The shapes are tracked while generating, so every program
 type-checks by construction; values are kept bounded (``tanh``/``sigmoid``
-and safe denominators) so results are finite and comparable.
+and safe denominators) so results are finite and comparable. Optionally some
+``let``s annotate their variable: exactly the value's type, or with some
+dimensions ``Any`` (known at run time only).
 
 >>> from hypothesis import given
 >>> @given(random_programs())
@@ -27,7 +29,8 @@ from hypothesis import strategies as st
 from relaydsl.ir.expr import (
     Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var,
 )
-from relaydsl.ir.types import Dim, Kind, TensorType, TypeVar
+from relaydsl.ir.visitor import free_vars
+from relaydsl.ir.types import AnyDim, Dim, Kind, TensorType, TupleType, Type, TypeVar
 from relaydsl.op.registry import ops
 
 
@@ -50,6 +53,8 @@ REDUCE = (ops.sum, ops.mean, ops.max, ops.min)
 class _Value:
     expr: Expr
     shape: tuple[Dim, ...]  # as typed: sizes, and shape parameters where symbolic
+    # The type an annotated let gave it, or None; for a tuple (whose `shape` is ()), its type.
+    declared: Type | None = None
 
 
 def _broadcast(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
@@ -70,9 +75,11 @@ def _broadcast(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None
 
 
 class _Builder:
-    def __init__(self, rng: np.random.Generator, dtype: str, control_flow: bool = True):
+    def __init__(self, rng: np.random.Generator, dtype: str, control_flow: bool = True,
+                 annotate: bool = False):
         self.rng = rng
         self.dtype = dtype
+        self.annotate = annotate
         self.kinds = ["unary", "binary", "binary", "reduce", "shape", "where", "tuple"] + (
             ["if"] if control_flow else [])
         self.values: list[_Value] = []
@@ -83,12 +90,30 @@ class _Builder:
     def pick(self) -> _Value:
         return self.values[int(self.rng.integers(len(self.values)))]
 
-    def bind(self, expr: Expr, shape: tuple[Dim, ...]) -> _Value:
-        var = Var(f"v{len(self.bindings)}")
+    def bind(self, expr: Expr, shape: tuple[Dim, ...], fields: tuple[_Value, ...] = (),
+             ascribe: Type | None = None) -> _Value:
+        """``let v = expr``, v of `shape` (or the tuple of `fields`), annotated `ascribe` if
+        given. With `annotate`, half the other lets annotate v: a graph normal form or CSE that
+        drops the annotation changes the types later operators see, and ``Any`` dimensions are
+        checked and run dynamically."""
+        declared = ascribe
+        if declared is None and self.annotate and self.rng.integers(2):
+            declared = TupleType(tuple(self.declared_type(f) for f in fields)) if fields else \
+                self.annotation(shape)
+        var = Var(f"v{len(self.bindings)}", declared)
         self.bindings.append((var, expr))
-        value = _Value(var, shape)
+        value = _Value(var, shape, declared)
         self.values.append(value)
         return value
+
+    def annotation(self, shape: tuple[Dim, ...]) -> TensorType:
+        """The type of a value of `shape`, each dimension ``Any`` with probability 1/3."""
+        return TensorType(tuple(AnyDim() if self.rng.integers(3) == 0 else d for d in shape),
+                          self.dtype)
+
+    def declared_type(self, value: _Value) -> Type:
+        """The type `value` is known by: its annotation, or its shape's."""
+        return value.declared or TensorType(value.shape, self.dtype)
 
     def const(self, value: float) -> Constant:
         return Constant(np.array(value, dtype=self.dtype))
@@ -132,7 +157,7 @@ class _Builder:
             self.bind(If(cond, ops.tanh(x.expr), ops.negative(x.expr)), x.shape)
         elif kind == "tuple":
             y = self.pick()
-            pair = self.bind(Tuple([x.expr, y.expr]), ())
+            pair = self.bind(Tuple([x.expr, y.expr]), (), fields=(x, y))
             self.values.remove(pair)  # a tuple is not a tensor operand
             index = int(self.rng.integers(2))
             self.bind(TupleGetItem(pair.expr, index), (x, y)[index].shape)
@@ -143,21 +168,22 @@ class _Builder:
         result: Expr = self.values[-1].expr
         if tuple_result and self.rng.integers(4) == 0 and len(self.values) >= 2:
             result = Tuple([self.values[-1].expr, self.values[-2].expr])
-        for var, value in reversed(self.bindings):
-            result = Let(var, value, result)
-        return result
+        return _let_all(self.bindings, result)
 
 
 @st.composite
 def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_result: bool = False,
-                    symbolic: bool = False) -> tuple[Function, list[np.ndarray]]:
+                    symbolic: bool = False, annotate: bool = False
+                    ) -> tuple[Function, list[np.ndarray]]:
     """A (Function, inputs) pair: a random well-typed first-order program and arguments for it.
 
     `control_flow=False` leaves out `if`; `scalar_result` sums the result to a scalar (and
     never returns a tuple), as differentiation wants. With `symbolic`, some axes of the
     parameters' types are shape parameters (``Tensor[(n0, 3)]``, one per axis, shared by
     the parameters having that axis), so the program is shape-polymorphic: bind it to a
-    global, and the inputs give one instance.
+    global, and the inputs give one instance. With `annotate`, about half the lets annotate
+    their variable with the value's type, some of its dimensions replaced by ``Any``, and a
+    third of the parameters are typed only by a first let ascribing their type.
     """
     seed = draw(st.integers(0, 2**32 - 1))
     n_ops = draw(st.integers(1, max_ops))
@@ -168,7 +194,7 @@ def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_r
     # the shape parameter standing for each axis of the base, where it is symbolic
     dims: list[Dim] = [TypeVar(f"n{axis}", Kind.Shape) if symbolic and rng.integers(2) else d
                        for axis, d in enumerate(base)]
-    builder = _Builder(rng, dtype, control_flow)
+    builder = _Builder(rng, dtype, control_flow, annotate)
     params, inputs = [], []
     for i in range(int(rng.integers(1, 4))):
         # Each parameter's shape broadcasts with the base: a suffix of it, some dims set to 1.
@@ -176,14 +202,48 @@ def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_r
         ones = [bool(rng.integers(4) == 0) for _ in base[start:]]
         shape = tuple(1 if one else d for one, d in zip(ones, base[start:]))
         annotation = tuple(1 if one else d for one, d in zip(ones, dims[start:]))
+        inputs.append(rng.uniform(-2, 2, size=shape).astype(dtype))
+        if annotate and rng.integers(3) == 0:
+            # Typed only by a let's annotation, as a model's weight is in a loss calling it.
+            var = Var(f"p{i}")
+            params.append(var)
+            builder.bind(var, annotation, ascribe=TensorType(annotation, dtype))
+            continue
         var = Var(f"p{i}", TensorType(annotation, dtype))
         params.append(var)
-        inputs.append(rng.uniform(-2, 2, size=shape).astype(dtype))
         builder.values.append(_Value(var, annotation))
     for _ in range(n_ops):
         builder.step()
     if scalar_result:
         last = builder.values[-1]
         builder.bind(ops.sum(last.expr), ())
-        return Function(params, builder.body(tuple_result=False)), inputs
-    return Function(params, builder.body()), inputs
+    body = builder.body(tuple_result=not scalar_result)
+    return _typed_if_unused(params, body), inputs
+
+
+def _typed_if_unused(params: list[Var], body: Expr) -> Function:
+    """``fn(params) { body }``, with the parameters whose ascribing let is dead given that
+    type: dead-code elimination drops such a let, and with it the parameter's only type (a
+    known limitation; the generator keeps to programs that type-check after it)."""
+    lets: list[tuple[Var, Expr]] = []
+    node = body
+    while isinstance(node, Let):
+        lets.append((node.var, node.value))
+        node = node.body
+    live = set(free_vars(node))
+    params = list(params)
+    for i in reversed(range(len(lets))):
+        var, value = lets[i]
+        if var in live:
+            live.update(free_vars(value))
+        elif isinstance(value, Var) and value in params and var.type_annotation is not None:
+            typed = Var(value.name_hint, var.type_annotation)
+            params[params.index(value)] = typed
+            lets[i] = (var, typed)
+    return Function(params, _let_all(lets, node))
+
+
+def _let_all(lets: list[tuple[Var, Expr]], body: Expr) -> Expr:
+    for var, value in reversed(lets):
+        body = Let(var, value, body)
+    return body

@@ -21,6 +21,8 @@ Tensor[(2, 3), float32]
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Callable
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.adt import (
@@ -39,6 +41,28 @@ from relaydsl.typing.exhaustive import missing_case
 from relaydsl.typing.solver import PendingRelation, Solver, UnifyError
 
 BOOL_SCALAR = TensorType((), "bool")
+
+
+# What a context expecting a type says when it gets another: a phrase ("argument 0 of @g"),
+# followed by ": expected <type>, got <type>", or a function of the two rendered types.
+Describe = str | Callable[[str, str], str]
+
+
+def _mismatch(what: Describe, expected: Type, actual: Type, detail: str) -> str:
+    exp, act = type_to_str(expected), type_to_str(actual)
+    head = what(exp, act) if callable(what) else f"{what}: expected {exp}, got {act}"
+    return f"{head} ({detail})"
+
+
+@dataclass(frozen=True)
+class _Expectation:
+    """A type a context imposed on a value whose type was still unknown (a declared result on
+    the body computing it): if the value's operator later yields another type, the error is
+    the context's, at its place, not the operator's."""
+
+    expected: Type
+    where: Expr | None  # None: at the operator, the value that disagrees
+    what: Describe
 
 
 def _where(expr: Expr) -> str:
@@ -65,6 +89,10 @@ class _Inferencer:
         self.nodes: list[Expr] = []
         self.pattern_vars: list[Var] = []
         self.free_var_types: list[Type] = []  # of the free variables allow_free_vars admits
+        self.expectations: dict[TypeVar, _Expectation] = {}  # by the root variable they bound
+        self.function_names: dict[int, str] = {}  # id(Function) -> "%g", when let-bound
+        # The local functions with unannotated parameters, in the order met (outer first).
+        self.inferred_params: list[tuple[Function, list[tuple[Var, Type]]]] = []
 
     # ---- errors ----------------------------------------------------------
     def error(self, expr: Expr | None, message: str) -> RelayTypeError:
@@ -73,20 +101,45 @@ class _Inferencer:
             message += f"\n  in: {_where(expr)}"
         return RelayTypeError(message, span)
 
-    def unify(self, expected: Type, actual: Type, expr: Expr, what: str,
-              use: Expr | None = None, join: bool = False) -> Type:
+    def unify(self, expected: Type, actual: Type, expr: Expr, what: Describe,
+              use: Expr | None = None, join: bool = False, at_operator: bool = False) -> Type:
         """Unify or raise at `expr` -- or at `use`, the expression using it, when `expr` is a
         variable: a Var node is shared by all its uses and carries its binding's span.
         A polymorphic function `actual` (or either side of a `join`) is instantiated to meet a
-        monomorphic function type."""
+        monomorphic function type.
+
+        When `actual` is still unknown (an operator's result, which its relation computes
+        later) and `expected` is not, the expectation is remembered: should the operator
+        compute another type, the error is this one, the context's (`_relation_contradicted`),
+        at `expr` -- or at the operator, the value that disagrees, for a `join` (each branch
+        is as much to blame) or if `at_operator`.
+        """
+        where = use if use is not None and isinstance(expr, (Var, GlobalVar)) else expr
+        pending = self.solver.unbound_root(actual)
         try:
-            return self.solver.unify(expected, actual, (join, True))
+            unified = self.solver.unify(expected, actual, (join, True))
         except UnifyError as e:
-            exp, act = self.solver.resolve(expected), self.solver.resolve(actual)
-            where = use if use is not None and isinstance(expr, (Var, GlobalVar)) else expr
-            raise self.error(
-                where, f"{what}: expected {type_to_str(exp)}, got {type_to_str(act)} ({e.detail})"
-            ) from None
+            raise self.error(where, _mismatch(what, self.solver.resolve(expected),
+                                              self.solver.resolve(actual), e.detail)) from None
+        if pending is not None and self.solver.unbound_root(expected) is None:
+            self.expectations.setdefault(self.solver.root(pending), _Expectation(
+                expected, None if join or at_operator else where, what))
+        return unified
+
+    def _relation_contradicted(self, rel: PendingRelation, result: Type, detail: str) -> None:
+        """An operator computed a result other than the type a context had bound its output
+        to: report the context's mismatch, if a context did."""
+        root = rel.out if isinstance(rel.out, TypeVar) else None
+        expectation = self.expectations.get(self.solver.root(root)) if root else None
+        if expectation is None:
+            return
+        message = _mismatch(expectation.what, self.solver.resolve(expectation.expected),
+                            self.solver.resolve(result), detail)
+        if expectation.where is None:
+            if rel.span is None:
+                message += f"\n  in: {_where(rel.call)}"
+            raise RelayTypeError(message, rel.span)
+        raise self.error(expectation.where, message)
 
     def _relation_failed(self, rel: PendingRelation, message: str) -> None:
         args = ", ".join(type_to_str(self.solver.resolve(a)) for a in rel.args)
@@ -171,6 +224,7 @@ class _Inferencer:
             declared = var.type_annotation or self.solver.fresh(hint=var.name_hint)
             if isinstance(node.value, Function):
                 self.env[var] = declared  # a let-bound function may call itself
+                self.function_names[id(node.value)] = f"%{var.name_hint}"
             value = self.infer(node.value)
             self.unify(declared, value, node, f"the value bound to %{var.name_hint}")
             self.env[var] = declared
@@ -186,16 +240,32 @@ class _Inferencer:
 
     def _function(self, fn: Function) -> Type:
         params = []
+        inferred = []
         for p in fn.params:
             t = p.type_annotation or self.solver.fresh(hint=p.name_hint)
+            if p.type_annotation is None:
+                inferred.append((p, t))
             self.env[p] = t
             self.types[id(p)] = t
             self.nodes.append(p)
             params.append(t)
-        ret = fn.ret_type or self.solver.fresh(hint="ret")
-        self.unify(ret, self.infer(fn.body), fn.body,
-                   "the function body's type vs its declared result", use=fn)
-        return FuncType(tuple(params), ret, fn.type_params)
+        if inferred and not any(self.mod.functions.get(gv) is fn for gv in self.current):
+            self.inferred_params.append((fn, inferred))  # a global's are its callers' business
+        if fn.ret_type is None:
+            return FuncType(tuple(params), self.infer(fn.body), fn.type_params)
+
+        def declared_result(expected: str, actual: str) -> str:
+            return f"the function returns {actual}, but its return annotation is {expected}"
+
+        # At the returned expression. A bare variable's span is where it was bound: then at
+        # the operator computing its value, or at the function (whose `def` line holds the
+        # annotation) when that is known at once.
+        returned = fn.body
+        while isinstance(returned, Let):
+            returned = returned.body
+        self.unify(fn.ret_type, self.infer(fn.body), returned if returned.span else fn,
+                   declared_result, use=fn, at_operator=isinstance(returned, Var))
+        return FuncType(tuple(params), fn.ret_type, fn.type_params)
 
     def _global(self, gv: GlobalVar) -> Type:
         if gv in self.current:
@@ -332,8 +402,9 @@ class _Inferencer:
     def solve_and_annotate(self, interface: tuple[Type, ...]) -> None:
         """Solve, then annotate every node; `interface` are the types the caller sees (the
         signatures being checked), whose variables must be inferred, not defaulted."""
-        self.solver.solve(self._relation_failed)
+        self.solver.solve(self._relation_failed, self._relation_contradicted)
         for rel in self.solver.unsolved():
+            self._check_parameters_inferred(rel.args)
             args = ", ".join(type_to_str(self.solver.resolve(a)) for a in rel.args)
             text = (f"{rel.name}: the argument types ({args}) are not known well enough to infer "
                     "the result (the program is underconstrained: add a type annotation)")
@@ -362,9 +433,30 @@ class _Inferencer:
                 if v.kind is Kind.Type and v not in seen and self.solver.is_flexible(v):
                     self.solver.unify(v, TupleType(()))
 
+    def _check_parameters_inferred(self, types: tuple[Type, ...]) -> None:
+        """Raise at the function, naming it and its parameter, if what is still unknown in
+        `types` is an unannotated parameter's type: nothing in the program fixes it (the
+        function is never called, or only somewhere it could take any type)."""
+        unknown = {v for t in types for v in type_vars_of(self.solver.resolve(t))
+                   if self.solver.is_flexible(v)}
+        if not unknown:
+            return
+        for fn, inferred in reversed(self.inferred_params):  # the innermost function first
+            for p, t in inferred:
+                if unknown.intersection(type_vars_of(self.solver.resolve(t))):
+                    name = self.function_names.get(id(fn))
+                    example = f"`{p.name_hint}: Tensor[Float, (3,)]`"
+                    advice = (f"annotate the parameter, e.g. {example}" if name else
+                              f"define it with `def` and annotate the parameter, e.g. {example}")
+                    raise self.error(fn, (
+                        f"cannot infer the type of parameter {p.name_hint} of "
+                        f"{f'the function {name}' if name else 'a lambda'}: nothing calls it "
+                        f"with arguments of known types; {advice}"))
+
     def _check_complete(self, node: Expr, t: Type) -> None:
         unknown = [v for v in type_vars_of(t) if self.solver.is_flexible(v)]
         if unknown:
+            self._check_parameters_inferred((t,))
             raise self.error(
                 node,
                 f"cannot infer a complete type: {type_to_str(t)} is underconstrained "

@@ -289,8 +289,21 @@ class Solver:
             partial.extend(v for v in _Occurs(self).vars(head) if v.kind is not Kind.Type)
         return blocking, partial
 
-    def solve(self, fail: Callable[[PendingRelation, str], None]) -> None:
-        """Run relations to a fixpoint. `fail(rel, message)` raises the located error."""
+    def unbound_root(self, t: Type) -> TypeVar | None:
+        """The unbound flexible variable `t` stands for, if it stands for one."""
+        head = self._head(t)
+        return head if isinstance(head, TypeVar) and head in self._flexible else None
+
+    def root(self, tv: TypeVar) -> TypeVar:
+        """The representative of `tv`'s class: the variable a binding of the class is under."""
+        return self._find(tv)
+
+    def solve(self, fail: Callable[[PendingRelation, str], None],
+              contradicted: Callable[[PendingRelation, Type, str], None] | None = None) -> None:
+        """Run relations to a fixpoint. `fail(rel, message)` raises the located error.
+        `contradicted(rel, result, detail)`, when given, is first offered a relation whose
+        result disagrees with what its output was already bound to: it raises a better error
+        if it knows where that binding came from."""
         deferred: list[PendingRelation] = []
         while self._queue or deferred:
             if not self._queue:
@@ -324,6 +337,8 @@ class Solver:
             try:
                 self.unify(rel.out, result)
             except UnifyError as e:
+                if contradicted is not None:
+                    contradicted(rel, result, e.detail)
                 fail(rel, f"result type {type_to_str(self.resolve(result))} does not match "
                           f"the expected {type_to_str(self.resolve(rel.out))}: {e.detail}")
 

@@ -1003,4 +1003,87 @@ def test_a_wrong_return_annotation_on_a_loop_result_is_located_at_the_loop():
         with pytest.raises(RelayTypeError) as info:
             define()(np.ones(3, np.float32))
         assert_located(info.value, name, construct)
-        assert "Tensor[(), int32]" in str(info.value) and "Tensor[(3,), float32]" in str(info.value)
+        assert ("the function returns Tensor[(3,), float32], but its return annotation is "
+                "Tensor[(), int32]") in str(info.value)
+
+
+def test_a_wrong_return_annotation_is_reported_as_such_with_both_types():
+    # issue 11, item 16: the declared result was pushed into the operator computing it, which
+    # then reported the mismatch as its own ("multiply: result type ...")
+    @relay
+    def scaled(x: Tensor[Float, 3]) -> Int:
+        return x * 2.0  # <-- wrong return annotation
+
+    @relay
+    def outer(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
+        def inner(y: Tensor[Float, 3]) -> Float:
+            return relay.tanh(y)  # <-- wrong nested return annotation
+
+        return x * inner(x)
+
+    for f, name, construct, types in (
+            (scaled, "wrong return annotation", "x * 2.0",
+             ("Tensor[(3,), float32]", "Tensor[(), int32]")),
+            (outer, "wrong nested return annotation", "relay.tanh(y)",
+             ("Tensor[(3,), float32]", "Tensor[(), float32]"))):
+        with pytest.raises(RelayTypeError) as info:
+            f(np.ones(3, np.float32))
+        assert_located(info.value, name, construct)
+        assert (f"the function returns {types[0]}, but its return annotation is {types[1]}"
+                in str(info.value))
+
+
+def test_an_operator_result_of_the_wrong_type_is_reported_by_the_context_expecting_it():
+    # The same for a decorated function's parameter annotation and an if's condition: the
+    # context that expects a type reports it, not the operator computing the value.
+    @relay
+    def takes_four(v: Tensor[Float, 4]) -> Tensor[Float, 4]:
+        return v
+
+    @relay
+    def passes(x: Tensor[Float, 3]) -> Tensor[Float, 4]:
+        return takes_four(x * 2.0)  # <-- computed argument
+
+    @relay
+    def tests(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
+        if relay.sum(x):  # <-- computed condition
+            return x
+        return x
+
+    for f, name, construct, text in (
+            (passes, "computed argument", "x * 2.0",
+             "argument 0 of @takes_four: expected Tensor[(4,), float32], "
+             "got Tensor[(3,), float32]"),
+            (tests, "computed condition", "relay.sum(x)",
+             "the condition of an if: expected Tensor[(), bool], got Tensor[(), float32]")):
+        with pytest.raises(RelayTypeError) as info:
+            f(np.ones(3, np.float32))
+        assert_located(info.value, name, construct)
+        assert text in str(info.value)
+
+
+def test_a_local_function_whose_parameter_types_nothing_fixes_is_named_with_advice():
+    # issue 11, item 16: used (so kept) but never called, its parameter's type is unknown; the
+    # message named the internal operator of the literal (cast_like)
+    @relay
+    def f(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
+        def g(y):  # <-- uncalled def
+            return y * 2.0
+
+        pair = (g, x)
+        return pair[1]
+
+    @relay
+    def h(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
+        pair = (lambda y: y + 1.0, x)  # <-- uncalled lambda
+        return pair[1]
+
+    for fn, name, construct, text in (
+            (f, "uncalled def", "def g", "parameter y of the function %g"),
+            (h, "uncalled lambda", "lambda", "parameter y of a lambda")):
+        with pytest.raises(RelayTypeError) as info:
+            fn(np.ones(3, np.float32))
+        assert_located(info.value, name, construct)
+        message = str(info.value)
+        assert text in message and "annotate the parameter" in message
+        assert "cast_like" not in message and "underconstrained" not in message

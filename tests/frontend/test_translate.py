@@ -460,6 +460,29 @@ def test_nested_def_with_annotations_and_a_tuple_result():
     check(f, lambda x: x * 0.5 + x * 0.5 * 3.0, rand(3))
 
 
+def test_unused_nested_functions_with_unannotated_parameters_are_accepted():
+    # issue 11, item 16: Python accepts a nested function it never calls; nothing fixes the
+    # types of its parameters, so it was rejected ("cast_like: ... underconstrained").
+    @relay
+    def f(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
+        def unused(y):
+            return y * 2.0
+
+        def calls_unused(y, z):
+            return unused(relay.tanh(y)) * z
+
+        ignored = lambda y: y + 1.0  # noqa: E731
+        lambda y: y - 1.0  # a statement of its own
+        for _ in range(2):
+            def in_loop(y):
+                return relay.exp(y)
+
+            x = x + 1.0
+        return x * 3.0
+
+    check(f, lambda x: (x + 2.0) * 3.0, rand(3))
+
+
 @relay
 def factorial(n: Int) -> Int:
     if n <= 1:

@@ -59,7 +59,12 @@ def polymorphic_module(fn: Function, inputs: list[np.ndarray]) -> IRModule:
 @given(random_programs(max_ops=6, scalar_result=True, symbolic=True))
 def test_grad_of_random_shape_polymorphic_programs_matches_jax_on_both_targets(
         program_and_inputs):
-    fn, inputs = program_and_inputs
+    assert_grad_matches_jax_on_both_targets(*program_and_inputs)
+
+
+def assert_grad_matches_jax_on_both_targets(fn: Function, inputs: list[np.ndarray]) -> None:
+    """@f's value and gradient at `inputs` (through `polymorphic_module`) equal JAX's on the
+    interpreter and on llvm."""
     mod = polymorphic_module(fn, inputs)
     with jax.enable_x64(True):  # float64 programs are differentiated in float64
         value, grads = jax.value_and_grad(to_jax(mod, "forward"),
@@ -74,3 +79,20 @@ def test_grad_of_random_shape_polymorphic_programs_matches_jax_on_both_targets(
             assert a.shape == e.shape, f"{target}: gradient {i} has shape {a.shape}"
             np.testing.assert_allclose(a, e, rtol=tol, atol=tol,
                                        err_msg=f"{target}: gradient {i}")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(annotate=True))
+def test_random_programs_with_annotated_lets_match_jax_on_both_targets(program_and_inputs):
+    # Lets annotated with their value's type, some dims relay.Any, and parameters typed only
+    # by such a let: graph normal form dropped them, and Any-typed kernels failed on llvm
+    # (issue 11, item 3).
+    fn, inputs = program_and_inputs
+    for target in ("interp", "llvm"):
+        assert_matches_jax(fn, inputs, rtol=1e-5, atol=1e-5, target=target)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(max_ops=6, scalar_result=True, symbolic=True, annotate=True))
+def test_grad_of_random_annotated_shape_polymorphic_programs_matches_jax(program_and_inputs):
+    assert_grad_matches_jax_on_both_targets(*program_and_inputs)
