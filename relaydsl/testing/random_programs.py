@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 from relaydsl.ir.expr import (
     Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var,
 )
-from relaydsl.ir.visitor import free_vars
 from relaydsl.ir.types import AnyDim, Dim, Kind, TensorType, TupleType, Type, TypeVar
 from relaydsl.op.registry import ops
 
@@ -218,29 +217,7 @@ def random_programs(draw, max_ops: int = 10, control_flow: bool = True, scalar_r
         last = builder.values[-1]
         builder.bind(ops.sum(last.expr), ())
     body = builder.body(tuple_result=not scalar_result)
-    return _typed_if_unused(params, body), inputs
-
-
-def _typed_if_unused(params: list[Var], body: Expr) -> Function:
-    """``fn(params) { body }``, with the parameters whose ascribing let is dead given that
-    type: dead-code elimination drops such a let, and with it the parameter's only type (a
-    known limitation; the generator keeps to programs that type-check after it)."""
-    lets: list[tuple[Var, Expr]] = []
-    node = body
-    while isinstance(node, Let):
-        lets.append((node.var, node.value))
-        node = node.body
-    live = set(free_vars(node))
-    params = list(params)
-    for i in reversed(range(len(lets))):
-        var, value = lets[i]
-        if var in live:
-            live.update(free_vars(value))
-        elif isinstance(value, Var) and value in params and var.type_annotation is not None:
-            typed = Var(value.name_hint, var.type_annotation)
-            params[params.index(value)] = typed
-            lets[i] = (var, typed)
-    return Function(params, _let_all(lets, node))
+    return Function(params, body), inputs
 
 
 def _let_all(lets: list[tuple[Var, Expr]], body: Expr) -> Expr:

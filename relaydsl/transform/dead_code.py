@@ -26,7 +26,7 @@ from __future__ import annotations
 from relaydsl.ir.expr import Expr, Let
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, free_vars
-from relaydsl.transform._util import is_pure, rewrite_functions
+from relaydsl.transform._util import ascribes, is_pure, rewrite_functions
 
 
 def eliminate_dead_code(mod: IRModule) -> IRModule:
@@ -50,7 +50,8 @@ class _DeadLets(ExprMutator):
         kept: list[tuple[Let, Expr]] = []
         for binding in reversed(chain):
             value = self.visit(binding.value)
-            if binding.var not in used and is_pure(value):
+            if binding.var not in used and is_pure(value) and \
+                    not ascribes(binding.var, value):  # it may type a parameter: keep it
                 continue
             used.update(free_vars(value))
             kept.append((binding, value))

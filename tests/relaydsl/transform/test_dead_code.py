@@ -49,3 +49,17 @@ def test_dead_code_sends_no_nan_into_gradients():
     for first_order in (False, True):
         _, (dx,) = evaluate(lower_grads(mod, first_order=first_order), x)
         np.testing.assert_allclose(dx, expected, rtol=1e-5)
+
+
+def test_a_dead_let_that_types_a_parameter_stays():
+    # the parameter's only type is the let's annotation (a model's weight in a loss that
+    # ignores the layer's output): dropping the let left "cannot infer a complete type"
+    mod = infer_types(parse('''
+    def @main(%x: Tensor[(3), float32], %w) {
+      let %unused: Tensor[(3), float32] = %w;
+      tanh(%x)
+    }'''))
+    out = eliminate_dead_code(mod)
+    assert let_names(out["main"]) == ["unused"]
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    np.testing.assert_allclose(evaluate(out, x, x), jnp.tanh(x), rtol=1e-6)
