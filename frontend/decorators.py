@@ -43,7 +43,7 @@ from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
 from relaydsl.ir.adt import PatternVar
-from relaydsl.ir.types import FuncType, GlobalTypeVar, TensorType, Type, TypeCall
+from relaydsl.ir.types import FuncType, GlobalTypeVar, RefType, TensorType, Type, TypeCall
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator, deep_recursion
 from relaydsl.prelude import prelude_definitions
 from relaydsl.typing import infer_types
@@ -222,8 +222,11 @@ class RelayFunction:
     def _layer(self, translator: Translator, name: str, node: ast.Call, args: list,
                kwargs: dict[str, ast.expr]) -> Expr:
         if not self.is_model and name not in PARAMETER_FREE:
+            op_form = ("; or, as the op, give it a key: relay.dropout(x, key, rate=, "
+                       "training=True)" if name == "dropout" else "")
             raise translator.error(node, f"relay.{name}(...) here is a layer with hidden "
-                                         "parameters: use it inside a @relay_model function")
+                                         f"parameters: use it inside a @relay_model function"
+                                         f"{op_form}")
         static = {k: translator._static(v) for k, v in kwargs.items()}
         site = self._call_sites[name]
         if name not in PARAMETER_FREE:
@@ -288,13 +291,14 @@ class RelayFunction:
 
     # ---- modes ---------------------------------------------------------------
     # A function using a model with a mode-dependent layer has three variants, each its own
-    # global: "inference" (the function as written: running statistics), "training" (batch
-    # statistics, pure: what gradients are taken of) and "update" (training, and the state
-    # parameters are references that the layers update: the running statistics).
+    # global: "inference" (the function as written: running statistics, no dropout),
+    # "training" (batch statistics, dropout with the step's key, pure: what gradients are
+    # taken of) and "update" (training, and the state parameters are references that the
+    # layers update: the running statistics, the dropout keys advanced).
     @property
     def has_modes(self) -> bool:
         """Whether this function behaves differently in training: it has a mode-dependent
-        layer (batch_norm), or calls a function using a model that has one."""
+        layer (batch_norm, dropout), or calls a function using a model that has one."""
         pending, seen = [self], set()
         while pending:
             f = pending.pop()
@@ -347,7 +351,8 @@ class RelayFunction:
                 fn = _replace_globals(f.function, mapping)
             else:
                 variants = {c.global_var: c.global_var_for(m) for c in [f, *f.callees]}
-                out = _ModeVariant(f._training_forms, m == "update",
+                state = {h.var for h in f.hidden if h.spec.state}
+                out = _ModeVariant(f._training_forms, state if m == "update" else set(),
                                    {**mapping, **variants}).visit(f.function)
                 assert isinstance(out, Function)
                 fn = out
@@ -465,17 +470,22 @@ class _ModeVariant(ExprMutator):
     """A function's training (or update) variant, from its inference form: each
     mode-dependent layer call in its training form, the calls of functions with modes to
     their variants in the same mode. Every variable is bound anew: the variants share no
-    binder (a state parameter is a tensor in one, a reference in another)."""
+    binder (a state parameter is a tensor in one, a reference in another: `refs` are the
+    state parameters of the update variant, their annotations wrapped in Ref)."""
 
-    def __init__(self, forms: dict[int, tuple[Call, TrainingForm]], update: bool,
+    def __init__(self, forms: dict[int, tuple[Call, TrainingForm]], refs: set[Var],
                  globals_: dict[GlobalVar, GlobalVar]) -> None:
         super().__init__()
-        self.forms, self.update, self.globals = forms, update, globals_
+        self.forms, self.refs, self.globals = forms, refs, globals_
+        self.update = bool(refs)
         self.renamed: dict[Var, Var] = {}
 
     def bind(self, v: Var) -> Var:
         if v not in self.renamed:
-            self.renamed[v] = Var(v.name_hint, v.type_annotation, span=v.span)
+            annotation = v.type_annotation
+            if v in self.refs and annotation is not None:
+                annotation = RefType(annotation)
+            self.renamed[v] = Var(v.name_hint, annotation, span=v.span)
         return self.renamed[v]
 
     def visit_var(self, v: Var) -> Expr:

@@ -14,15 +14,17 @@ sizes accepted as written there):
 - ``relay.linear(x, num_hidden=, no_bias=False)``
 - ``relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1)`` (learned scale and shift; in
   training the batch statistics, folded into the running ones; in inference the running ones)
+- ``relay.dropout(x, rate=0.5)`` (in training a new mask each step, drawn from the layer's
+  key; in inference the identity)
 - ``relay.embedding(ids, vocab=, dim=)``
 - ``relay.lstm_cell(x, (h, c), num_hidden=)`` -> ``(h, c)``
 - ``relay.gru_cell(x, h, num_hidden=)`` -> h
 - ``relay.max_pool(x, ksize=, strides=)`` and ``relay.flatten_layer(x)`` (no parameters)
 
-A layer whose behaviour depends on the mode (batch_norm) builds its inference form, which the
-model function holds, and registers its training form with ``LayerContext.modal``; the
-frontend derives the model's training variant from them (decorators.py). Model state that
-training updates (batch_norm's running statistics) is a hidden parameter with
+A layer whose behaviour depends on the mode (batch_norm, dropout) builds its inference form,
+which the model function holds, and registers its training form with ``LayerContext.modal``;
+the frontend derives the model's training variant from them (decorators.py). Model state that
+training updates (batch_norm's running statistics, dropout's key) is a hidden parameter with
 ``ParamSpec.state``: a tensor in the inference and training variants, a reference in the
 update variant, which the training form then reads and writes; it never has a gradient.
 """
@@ -32,10 +34,15 @@ from dataclasses import dataclass
 from typing import Any as AnyValue, Callable
 
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.ir.expr import Call, Expr, Let, RefRead, RefWrite, Tuple, TupleGetItem, Var
+import numpy as np
+
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Let, RefRead, RefWrite, Tuple, TupleGetItem, Var,
+)
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType
 from relaydsl.op.nn.conv import conv2d as conv2d_op
+from relaydsl.op.nn.dropout import dropout as dropout_op
 from relaydsl.op.nn.linear import bias_add, dense
 from relaydsl.op.nn.norm import batch_norm as batch_norm_op
 from relaydsl.op.nn.pool import max_pool2d
@@ -48,7 +55,7 @@ class ParamSpec:
     """How create_model initialises a parameter: a learned weight, or a constant start; and
     whether it is state (updated by training steps, not by gradients: running statistics)."""
 
-    kind: str  # "weight" (random), "zeros" or "ones"
+    kind: str  # "weight" (random), "zeros", "ones" or "key" (a dropout key, from the seed)
     state: bool = False
 
 
@@ -165,6 +172,34 @@ def batch_norm(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     return TupleGetItem(call, 0, span=ctx.span)
 
 
+# A dropout layer's key, model state: (k0, step). create_model draws k0 from its seed and the
+# parameter's name (ParamSpec kind "key"); each training step adds one to the step, so every
+# step draws a new mask, and a model created with the same seed draws the same sequence.
+KEY_TYPE = TensorType((2,), "int64")
+_NEXT_STEP = np.array([0, 1], "int64")
+
+
+def dropout(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
+    """Inference: the identity. Training: zero each element with probability `rate` and scale
+    the rest by 1 / (1 - rate), the mask a hash of the layer's key, which each step advances."""
+    (x,) = args
+    rate = float(kwargs.pop("rate", 0.5))
+    _no_extra(kwargs, "dropout", ctx)
+    key = ctx.param("dropout", "key", "key", annotation=KEY_TYPE, state=True)
+
+    def training(args: list[Expr], update: bool) -> Expr:
+        """Drop with the step's key; to update, advance the key for the next step."""
+        if not update:
+            return ctx.op(dropout_op, *args, rate=rate, training=True)
+        data, key_ref = args
+        k = Var("key", KEY_TYPE)
+        advance = RefWrite(key_ref, ctx.op(ops.add, k, Constant(_NEXT_STEP)))
+        return Let(k, RefRead(key_ref), Let(Var("_"), advance, ctx.op(
+            dropout_op, data, k, rate=rate, training=True)), span=ctx.span)
+
+    return ctx.modal(ctx.op(dropout_op, x, key, rate=rate, training=False), training)
+
+
 def embedding(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     (ids,) = args
     vocab = int(_required(kwargs, "vocab", "embedding", ctx))
@@ -241,7 +276,8 @@ def flatten_layer(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
 
 # The layer functions by name; PARAMETER_FREE ones own no parameters.
 LAYERS: dict[str, Callable[[LayerContext, list[Expr], dict], Expr]] = {
-    "conv2d": conv2d, "linear": linear, "batch_norm": batch_norm, "embedding": embedding,
+    "conv2d": conv2d, "linear": linear, "batch_norm": batch_norm, "dropout": dropout,
+    "embedding": embedding,
     "lstm_cell": lstm_cell, "gru_cell": gru_cell, "max_pool": max_pool,
     "flatten_layer": flatten_layer,
 }
@@ -249,12 +285,13 @@ PARAMETER_FREE = frozenset({"max_pool", "flatten_layer"})
 
 
 def is_layer_call(name: str, args: list, kwargs: dict) -> bool:
-    """conv2d and batch_norm are ops too: the layer form has one input (and layer keywords)."""
+    """conv2d, batch_norm and dropout are ops too: the layer form has one input (and layer
+    keywords)."""
     if name not in LAYERS:
         return False
     if name == "conv2d":
         return "num_filter" in kwargs or len(args) == 1
-    if name == "batch_norm":
+    if name in ("batch_norm", "dropout"):
         return len(args) == 1
     return True
 

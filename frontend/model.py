@@ -19,11 +19,13 @@ and initialises it: weights from a Gaussian with mean 0 and a small sigma
 Modes, as in PyTorch and flax, but chosen by what is done rather than by a flag to set:
 ``relay.grad(model, loss, ...)`` is a training step and runs the model in **training mode**
 (batch_norm normalises with the batch statistics and updates its running statistics in
-``model.params``); everything else -- calling the model, ``model.apply``, ``export_model``
--- runs it in **inference mode** (batch_norm uses the running statistics, so an example's
-prediction does not depend on the rest of its batch). ``model.params`` holds the trainable
-parameters and the model's state (``model.state_names``: running statistics), like
-PyTorch's ``state_dict``; gradients and optimisers touch only the trainable ones.
+``model.params``; dropout draws a new mask from its key, which the step advances);
+everything else -- calling the model, ``model.apply``, ``export_model`` -- runs it in
+**inference mode** (batch_norm uses the running statistics, so an example's prediction does
+not depend on the rest of its batch; dropout is the identity). ``model.params`` holds the
+trainable parameters and the model's state (``model.state_names``: running statistics,
+dropout keys), like PyTorch's ``state_dict``; gradients and optimisers touch only the
+trainable ones.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ import socket
 import tempfile
 import time
 import tokenize
+import zlib
 import zipfile
 from typing import IO, TYPE_CHECKING, Any as AnyValue, Callable
 
@@ -59,7 +62,7 @@ class Model:
     @property
     def state_names(self) -> tuple[str, ...]:
         """The entries of ``params`` that are state, updated by training steps rather than
-        by gradients (batch_norm's running mean and variance)."""
+        by gradients (batch_norm's running mean and variance, dropout's key)."""
         return tuple(h.name for h in self.fn.hidden if h.spec.state)
 
     def __call__(self, *args: AnyValue) -> AnyValue:
@@ -91,6 +94,9 @@ def create_model(fn: "RelayModelFunction", *, seed: int = 0, init: str = "normal
                  sigma: float = 0.01) -> Model:
     """Parameters for `fn`, shaped by type inference and initialised with `init`.
 
+    Each dropout layer's key is ``(k0, 0)``, k0 drawn from `seed` and the layer's name, so
+    models created with the same seed draw the same sequence of masks.
+
     init: "normal" (mean 0, standard deviation `sigma`) or "glorot" (uniform, Glorot & Bengio).
     """
     from relaydsl.frontend.decorators import RelayModelFunction
@@ -113,6 +119,9 @@ def create_model(fn: "RelayModelFunction", *, seed: int = 0, init: str = "normal
             value = np.zeros(shape, dtype)
         elif h.spec.kind == "ones":
             value = np.ones(shape, dtype)
+        elif h.spec.kind == "key":  # (k0, step 0), k0 from the seed and the name alone
+            words = np.random.SeedSequence([seed, zlib.crc32(h.name.encode())])
+            value = np.array([words.generate_state(1)[0], 0], dtype)
         elif init == "glorot":
             fan_in, fan_out = _fans(shape)
             limit = math.sqrt(6.0 / (fan_in + fan_out))

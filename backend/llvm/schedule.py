@@ -206,15 +206,28 @@ def _evaluations(t: Tensor, consumers: list[Tensor]) -> float:
 
 
 def _reads_inside(e: PrimExpr, t: Tensor, repeat: int) -> int:
-    """Reads of ``t`` in ``e``, each weighted by the trip count of the reductions around it."""
-    if isinstance(e, TensorRead) and e.tensor is t:
-        return repeat
-    if isinstance(e, Reduce):
-        inner = repeat * math.prod(a.extent for a in e.axes)
-        return _reads_inside(e.source, t, inner) + _reads_inside(e.init, t, repeat)
+    """Reads of ``t`` in ``e``, each weighted by the trip count of the reductions around it.
+
+    ``e`` is a DAG (a hash reuses its operand in dozens of terms): each distinct node counts
+    once, as the code generator evaluates it once and as the cost above counts it; a walk of
+    the tree would take exponential time."""
     from relaydsl.te.expr import children
 
-    return sum(_reads_inside(c, t, repeat) for c in children(e))
+    total, seen = 0, set()
+    stack = [(e, repeat)]
+    while stack:
+        node, times = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, TensorRead) and node.tensor is t:
+            total += times
+        elif isinstance(node, Reduce):
+            stack.append((node.source, times * math.prod(a.extent for a in node.axes)))
+            stack.append((node.init, times))
+        else:
+            stack.extend((c, times) for c in children(node))
+    return total
 
 
 def _buffer_reads(t: Tensor, inlined: set[Tensor]) -> list[Tensor]:

@@ -174,8 +174,6 @@ class Traits:
     - ``contraction``: a matrix product the backends run as a GEMM; fusion lets a 2-D
       transpose feeding it join its group, and the GEMM reads that operand transposed.
     - ``transpose``: a pure axis permutation (what a contraction can read through strides).
-    - ``foldable``: the result is a function of the argument values alone, so calls with
-      constant arguments may be evaluated at compile time (not dropout: its mask is random).
     - ``fold_from_types(call, arg_types)``: an expression equal to the call, known at compile
       time from its arguments' types and its constant arguments (shape_of of a static
       shape; cast_like of a constant), or None. Constant folding asks it first.
@@ -186,7 +184,6 @@ class Traits:
     result_arity: Callable[[Attrs], int | None] | None = None
     contraction: bool = False
     transpose: bool = False
-    foldable: bool = True
     fold_from_types: Callable[[Call, Sequence[Type]], Expr | None] | None = None
     infers_inputs: tuple[int, ...] = ()
 

@@ -17,7 +17,7 @@ same ``t``, likewise. The second is replaced by the first:
   form, where let-bound dataflow is inlined, everything merges.)
 
 Only op calls are merged: every op is a pure function of its arguments and attributes
-(dropout's mask is a function of its seed). Calls of closures and globals may write
+(dropout's mask is a function of its key operand). Calls of closures and globals may write
 references, and constructing a data value allocates it, so those are never merged; nor is
 anything `skip(expr)` says to keep (TVM's ``fskip``).
 

@@ -12,9 +12,10 @@
 - ``if`` on a constant condition is the branch it takes.
 
 Effects stay: nothing that would drop the evaluation of a reference operation or of a call
-of a function or closure is folded (``shape_of(@f(%x))`` stays, ``(@f(%x), 1f).1`` too),
-and ops that are not ``Traits.foldable`` (dropout: its mask is random) are left for run
-time, as is a call whose evaluation fails (the error is reported there, with its location).
+of a function or closure is folded (``shape_of(@f(%x))`` stays, ``(@f(%x), 1f).1`` too).
+Every op is a pure function of its arguments (dropout's mask of its key), so any op call
+on constants folds, except one whose evaluation fails: that is left for run time, where
+the error is reported with its location.
 
 What a program computes is unchanged; the llvm target then runs fewer kernels (a loop over
 the rows of a tensor tests ``i < shape_of(data)[0]`` on every iteration: after folding,
@@ -150,8 +151,7 @@ class _Fold(ExprMutator):
             folded = traits.fold_from_types(new, [a.checked_type for a in call.args])
             if folded is not None:
                 return folded
-        if not traits.foldable or not all(is_constant(a) for a in new.args) \
-                or not call.has_type:
+        if not all(is_constant(a) for a in new.args) or not call.has_type:
             return new
         return self.evaluate(new, [_value(a) for a in new.args], call.checked_type) or new
 

@@ -18,8 +18,8 @@ Before and after (the moving statistics still come out of the call, unchanged)::
 >>> from relaydsl.ir.parser import parse
 >>> from relaydsl.typing import infer_types
 >>> mod = infer_types(parse('''
-... def @main(%x: Tensor[(4, 3), float32]) {
-...   add(dropout(%x, rate=0.3), %x)
+... def @main(%x: Tensor[(4, 3), float32], %key: Tensor[(2,), int64]) {
+...   add(dropout(%x, %key, rate=0.3), %x)
 ... }'''))
 >>> print(simplify_inference(mod)["main"].body)
 add(%x: Tensor[(4, 3), float32], %x)

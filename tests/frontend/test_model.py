@@ -454,3 +454,143 @@ def test_gradients_of_state_are_refused():
     model = relay.create_model(normed)
     with pytest.raises(KeyError, match="model state"):
         update_model_params(model, {"batch_norm_0.moving_mean": np.zeros(4, np.float32)})
+
+
+# ---- training and inference modes: dropout, a new mask each step from the model's key -----------
+
+RATE = 0.3
+
+
+@relay_model
+def dropped(x: Tensor[Float, ("n", 3)]) -> Tensor[Float, ("n", 2)]:
+    return relay.linear(relay.dropout(relay.tanh(relay.linear(x, num_hidden=64)), rate=RATE),
+                        num_hidden=2)
+
+
+@relay_model
+def undropped(x: Tensor[Float, ("n", 3)]) -> Tensor[Float, ("n", 2)]:
+    return relay.linear(relay.tanh(relay.linear(x, num_hidden=64)), num_hidden=2)
+
+
+@relay
+def dropped_loss(x: Tensor[Float, ("n", 3)], y: Tensor[Float, ("n", 2)]) -> Float:
+    return relay.mean((dropped(x) - y) ** 2.0)
+
+
+def lowbias32(x):
+    """The documented dropout hash on uint64 arrays holding uint32 values."""
+    m = np.uint64(0xFFFFFFFF)
+    x = x ^ (x >> np.uint64(16))
+    x = (x * np.uint64(0x7FEB352D)) & m
+    x = x ^ (x >> np.uint64(15))
+    x = (x * np.uint64(0x846CA68B)) & m
+    return x ^ (x >> np.uint64(16))
+
+
+def dropout_mask(key, shape, rate=RATE):
+    """keep[i] = mix(mix(i) ^ mix(mix(k0) ^ k1)) >= rate * 2**32, written independently."""
+    k0, k1 = (np.uint64(int(k) % 2**32) for k in key)
+    seed = lowbias32(lowbias32(np.array([k0]))[0] ^ k1)
+    index = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    return (lowbias32(lowbias32(index) ^ seed) >= int(rate * 2**32)).reshape(shape)
+
+
+def dropped_reference_grads(params, x, y, keep):
+    """The loss's gradients in JAX, with dropout's mask `keep`."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(q):
+        h = jnp.tanh(x @ q["linear_0.weight"].T + q["linear_0.bias"])
+        h = jnp.where(keep, h / (1 - RATE), 0.0)
+        return jnp.mean((h @ q["linear_1.weight"].T + q["linear_1.bias"] - y) ** 2)
+
+    trainable = {k: jnp.asarray(v) for k, v in params.items() if k != "dropout_0.key"}
+    return jax.value_and_grad(loss)(trainable)
+
+
+@pytest.mark.parametrize("target", ["llvm", "interp"])
+def test_each_training_step_draws_a_new_dropout_mask_from_the_key(target, monkeypatch):
+    monkeypatch.setenv("RELAYDSL_TARGET", target)
+    model = relay.create_model(dropped, seed=3, sigma=0.5)
+    assert model.state_names == ("dropout_0.key",)
+    first = model.params["dropout_0.key"].copy()
+    assert first.dtype == np.int64 and first[1] == 0
+    step = relay.grad(model, dropped_loss)
+    masks = []
+    for i, (x, y) in enumerate(normed_batches(steps=3, n=8)):
+        key = model.params["dropout_0.key"].copy()
+        np.testing.assert_array_equal(key, [first[0], i])  # advanced once per step
+        keep = dropout_mask(key, (8, 64))
+        assert abs(keep.mean() - (1 - RATE)) < 0.07
+        value, want = dropped_reference_grads(model.params, x, y, keep)
+        grads = step(x, y)
+        assert sorted(grads) == sorted(want)  # no gradient for the key
+        np.testing.assert_allclose(step.last_loss, value, rtol=1e-5, atol=1e-6)
+        for k in want:
+            np.testing.assert_allclose(grads[k], want[k], rtol=1e-4, atol=1e-6)
+        update_model_params(model, grads, lr=0.1)
+        masks.append(keep)
+    for a, b in [(0, 1), (1, 2), (0, 2)]:  # independent masks: they disagree often
+        assert 0.25 < (masks[a] != masks[b]).mean() < 0.55
+
+
+def train_dropped(seed, steps=3):
+    model = relay.create_model(dropped, seed=seed, sigma=0.5)
+    step = relay.grad(model, dropped_loss)
+    history = []
+    for x, y in normed_batches(steps=steps, n=8):
+        grads = step(x, y)
+        history.append(grads["linear_0.weight"])
+        update_model_params(model, grads, lr=0.1)
+    return model, history
+
+
+def test_the_same_seed_draws_the_same_masks_and_another_seed_others():
+    a, history_a = train_dropped(seed=7)
+    b, history_b = train_dropped(seed=7)
+    for ga, gb in zip(history_a, history_b):
+        np.testing.assert_array_equal(ga, gb)
+    for k in a.params:
+        np.testing.assert_array_equal(a.params[k], b.params[k])
+    c = relay.create_model(dropped, seed=8, sigma=0.5)
+    assert c.params["dropout_0.key"][0] != a.params["dropout_0.key"][0]
+
+
+def test_the_key_is_saved_with_the_model_and_training_resumes_with_its_masks(tmp_path):
+    model, _ = train_dropped(seed=2, steps=2)
+    loaded = load_model(save_model(model, str(tmp_path / "m")), dropped)
+    np.testing.assert_array_equal(loaded.params["dropout_0.key"], model.params["dropout_0.key"])
+    x, y = normed_batches(steps=1, n=8, seed=4)[0]
+    resumed, original = (relay.grad(m, dropped_loss, (x, y)) for m in (loaded, model))
+    for name, g in resumed.items():
+        np.testing.assert_array_equal(g, original[name])
+    np.testing.assert_array_equal(loaded.params["dropout_0.key"], model.params["dropout_0.key"])
+
+
+def test_at_inference_dropout_is_the_identity():
+    model, _ = train_dropped(seed=1, steps=2)
+    plain = relay.create_model(undropped, seed=1, sigma=0.5)
+    assert plain.params.keys() == {k for k in model.params if k != "dropout_0.key"}
+    plain.params.update({k: model.params[k] for k in plain.params})
+    x = normed_batches(1, n=5, seed=9)[0][0]
+    np.testing.assert_array_equal(model(x), plain(x))
+    np.testing.assert_array_equal(relay.export_model(model)(x), plain(x))
+    key = model.params["dropout_0.key"].copy()
+    model(x)
+    np.testing.assert_array_equal(model.params["dropout_0.key"], key)  # no step taken
+
+
+def test_simplify_inference_removes_the_models_dropout():
+    from relaydsl.ir.expr import Call, Op
+    from relaydsl.ir.visitor import post_order
+    from relaydsl.transform.simplify_inference import simplify_inference
+
+    def op_names(mod):
+        names = []
+        post_order(mod[dropped.global_var], lambda e: names.append(e.op.name)
+                   if isinstance(e, Call) and isinstance(e.op, Op) else None)
+        return names
+
+    assert "dropout" in op_names(dropped.mod)
+    assert "dropout" not in op_names(simplify_inference(dropped.mod))

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from relaydsl import DSLSyntaxError, Float, Tensor, relay, relay_model
+from relaydsl import DSLSyntaxError, Float, Int64, Tensor, relay, relay_model
 
 
 @relay_model
@@ -92,3 +92,65 @@ def test_a_loop_in_relay_updates_running_statistics_as_the_loop_in_python():
     # the exported model is in inference mode: running statistics, one example as in a batch
     np.testing.assert_allclose(predict(x), model(x), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(predict(x[:1]), model(x)[:1], rtol=1e-4, atol=1e-5)
+
+
+@relay_model
+def dropped_net(x: Tensor[Float, ("n", 4)]) -> Tensor[Float, ("n", 3)]:
+    return relay.linear(relay.dropout(relay.tanh(relay.linear(x, num_hidden=16)), rate=0.4),
+                        num_hidden=3)
+
+
+@relay
+def dropped_loss(x: Tensor[Float, ("n", 4)], y: Tensor[Float, ("n", 3)]) -> Float:
+    return relay.softmax_cross_entropy(dropped_net(x), y)
+
+
+@relay
+def train_dropped(data: tuple[Tensor[Float, (5, 6, 4)], Tensor[Float, (5, 6, 3)]]):
+    model = relay.create_model(dropped_net, seed=4, sigma=0.3)
+    for x, y in data:
+        relay.update_model_params(model, relay.grad(model, dropped_loss, (x, y)), lr=0.5)
+    return relay.export_model(model)
+
+
+def test_a_loop_in_relay_draws_the_dropout_masks_of_the_loop_in_python():
+    x, y, _ = data()
+    xs, ys = x.reshape(5, 6, 4), y.reshape(5, 6, 3)
+    predict = train_dropped((xs, ys))
+    model = relay.create_model(dropped_net, seed=4, sigma=0.3)
+    step = relay.grad(model, dropped_loss)
+    for i in range(5):
+        relay.update_model_params(model, step(xs[i], ys[i]), lr=0.5)
+    np.testing.assert_array_equal(model.params["dropout_0.key"][1], 5)  # five steps, five masks
+    # the same masks: the same trained weights; the exported model does not drop
+    np.testing.assert_allclose(predict(x), model(x), rtol=1e-4, atol=1e-5)
+    # (a fixed mask, or none, trains other weights)
+    fixed = relay.create_model(dropped_net, seed=4, sigma=0.3)
+    for i in range(5):
+        fixed.params["dropout_0.key"][:] = model.params["dropout_0.key"][0], 0
+        relay.update_model_params(fixed, relay.grad(fixed, dropped_loss, (xs[i], ys[i])), lr=0.5)
+    assert not np.allclose(fixed(x), model(x), rtol=1e-3, atol=1e-3)
+
+
+@relay
+def drop_with(x: Tensor[Float, (40, 50)], key: Tensor[Int64, 2]) -> Tensor[Float, (40, 50)]:
+    return relay.dropout(x, key, rate=0.25, training=True)
+
+
+def test_a_plain_function_drops_with_the_key_it_is_given():
+    from tests.frontend.test_model import dropout_mask
+
+    x = np.random.default_rng(0).standard_normal((40, 50)).astype(np.float32)
+    for key in ([1, 2], [1, 3], [2**32 + 1, 2]):
+        keep = dropout_mask(key, x.shape, rate=0.25)
+        want = np.where(keep, x / np.float32(0.75), 0)
+        for target in ("llvm", "interp"):
+            np.testing.assert_allclose(drop_with.build(target)(x, np.array(key, np.int64)), want,
+                                       rtol=1e-6)
+
+
+def test_dropout_outside_a_model_needs_a_key():
+    with pytest.raises(DSLSyntaxError, match=r"give it a key: relay\.dropout\(x, key"):
+        @relay
+        def keyless(x: Tensor[Float, 4]) -> Tensor[Float, 4]:
+            return relay.dropout(x, rate=0.5)

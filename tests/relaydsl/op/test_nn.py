@@ -138,14 +138,21 @@ def lowbias32(x):
     return x ^ (x >> 16)
 
 
-def dropout_keep(size, rate, seed):
+def dropout_keep(size, rate, key):
+    """The documented mask of a key (k0, k1), each taken mod 2**32."""
+    k0, k1 = (int(k) % 2**32 for k in key)
+    seed = lowbias32(lowbias32(k0) ^ k1)
     threshold = int(rate * 2**32)
     return np.array([lowbias32(lowbias32(i) ^ seed) >= threshold for i in range(size)])
 
 
-def dropout_truth(rate, seed):
-    def truth(x):
-        keep = dropout_keep(x.size, rate, seed).reshape(x.shape)
+def key(k0, k1, dtype=np.int64):
+    return np.array([k0, k1], dtype)
+
+
+def dropout_truth(rate):
+    def truth(x, k):
+        keep = dropout_keep(x.size, rate, k).reshape(x.shape)
         return jnp.where(keep, x / (1 - rate), jnp.zeros((), x.dtype))
 
     return truth
@@ -288,11 +295,15 @@ CASES = [
            layer_norm_truth(eps=1e-3, center=False, scale=False),
            {"center": False, "scale": False, "epsilon": 1e-3}, name="no center/scale"),
     # dropout
-    OpCase("dropout", [f32(3, 4)], lambda x: x, name="inference is the identity"),
-    OpCase("dropout", [f32(4, 5)], dropout_truth(0.5, 0), {"training": True}),
-    OpCase("dropout", [f64(2, 3, 7)], dropout_truth(0.2, 7),
-           {"training": True, "rate": 0.2, "seed": 7}),
-    OpCase("dropout", [f32(6)], dropout_truth(0.0, 3), {"training": True, "rate": 0.0, "seed": 3}),
+    OpCase("dropout", [f32(3, 4), key(1, 2)], lambda x, k: x, name="inference is the identity"),
+    OpCase("dropout", [f32(4, 5), key(0, 0)], dropout_truth(0.5), {"training": True}),
+    OpCase("dropout", [f64(2, 3, 7), key(7, 1, np.int32)], dropout_truth(0.2),
+           {"training": True, "rate": 0.2}),
+    OpCase("dropout", [f32(6), key(3, 9)], dropout_truth(0.0), {"training": True, "rate": 0.0}),
+    OpCase("dropout", [f32(3, 5), key(-1, 2**40 + 3)], dropout_truth(0.7),
+           {"training": True, "rate": 0.7}, name="each key word taken mod 2**32"),
+    OpCase("dropout", [f32(), key(5, 6, np.uint8)], dropout_truth(0.5), {"training": True},
+           name="a scalar, a uint8 key"),
     # pad
     OpCase("pad", [f32(2, 3)], pad_truth((1, 2, 0, 3)), {"pad_width": (1, 2, 0, 3)}),
     OpCase("pad", [f64(1, 2, 3)], pad_truth((0, 0, 1, 1, 2, 0), -1.5),
@@ -410,29 +421,37 @@ def test_pools_match_pytorch_geometry(h, w, kh, kw, sh, sw, data):
 
 # ---- dropout ------------------------------------------------------------------------------------
 
-def dropout(x, xp=np, **attrs):
+def dropout(x, k=(0, 0), xp=np, **attrs):
     d = lookup("dropout")
-    full = Call(Op.get("dropout"), [Var("x")], attrs).attrs
-    return np.asarray(d.numpy_ref(x, **full) if xp is np else d.jax_lower(jnp.asarray(x), **full))
+    full = Call(Op.get("dropout"), [Var("x"), Var("k")], attrs).attrs
+    k = np.asarray(k)
+    return np.asarray(d.numpy_ref(x, k, **full) if xp is np else
+                      d.jax_lower(jnp.asarray(x), jnp.asarray(k), **full))
 
 
 def test_dropout_numpy_and_jax_agree_bit_for_bit():
     x = f32(64, 65)
-    for rate, seed in ((0.5, 0), (0.1, 12345), (0.9, 2**32 + 5), (0.3, -1)):
-        a = dropout(x, training=True, rate=rate, seed=seed)
-        b = dropout(x, jnp, training=True, rate=rate, seed=seed)
+    for rate, k in ((0.5, key(0, 0)), (0.1, key(12345, 3)), (0.9, key(2**32 + 5, 1)),
+                    (0.3, key(-1, -2, np.int32))):
+        a = dropout(x, k, training=True, rate=rate)
+        b = dropout(x, k, jnp, training=True, rate=rate)
         assert a.dtype == b.dtype == np.float32 and np.array_equal(a, b)
 
 
-def test_dropout_keeps_about_one_minus_rate_and_depends_on_the_seed():
+def test_dropout_keeps_about_one_minus_rate_and_depends_on_both_key_words():
     x = np.ones((100, 100), np.float32)
     for rate in (0.1, 0.5, 0.8):
         kept = dropout(x, training=True, rate=rate) != 0
         assert abs(kept.mean() - (1 - rate)) < 0.02
         assert np.allclose(dropout(x, training=True, rate=rate)[kept], 1 / (1 - rate))
-    seed0, seed1 = (dropout(x, training=True, seed=s) != 0 for s in (0, 1))
-    assert np.array_equal(seed0, dropout(x, training=True, seed=0) != 0)
-    assert 0.4 < (seed0 != seed1).mean() < 0.6  # independent masks disagree half the time
+    base = dropout(x, key(0, 0), training=True) != 0
+    assert np.array_equal(base, dropout(x, key(0, 0), training=True) != 0)
+    for other in (key(1, 0), key(0, 1), key(2**32, 0)):
+        mask = dropout(x, other, training=True) != 0
+        if other[0] == 2**32:  # the same low 32 bits: the same key
+            assert np.array_equal(mask, base)
+        else:  # independent masks disagree half the time
+            assert 0.4 < (mask != base).mean() < 0.6
 
 
 # ---- type relations: symbolic dims --------------------------------------------------------------
@@ -470,7 +489,7 @@ def relation(op, *types, **attrs):
     ("batch_norm", [T(n, 3, m, m), T(3), T(3), T(3), T(3)], {},
      TupleType((T(n, 3, m, m), T(3), T(3)))),
     ("layer_norm", [T(n, 8), T(8), T(8)], {}, T(n, 8)),
-    ("dropout", [T(n, m)], {"training": True}, T(n, m)),
+    ("dropout", [T(n, m), T(2, dtype="int64")], {"training": True}, T(n, m)),
     ("pad", [T(n, 3)], {"pad_width": (0, 0, 1, 1)}, T(n, 5)),
     ("pad", [T(n, 3)], {"pad_width": (1, 0, 0, 0)}, T(Any, 3)),
     ("flatten", [T(n, 3, 4)], {}, T(n, 12)),
@@ -560,7 +579,14 @@ def ty(text):
      ty("layer_norm: beta Tensor[(4,), float32] must have data.shape[1] = 5 elements: 4 vs 5")),
     ("bias_add", [T(2, 3, 4), T(4)], {},
      ty("bias_add: bias Tensor[(4,), float32] must have data.shape[1] = 3 elements: 4 vs 3")),
-    ("dropout", [T(3, dtype="int32")], {}, r"dropout: the inputs must have a floating-point"),
+    ("dropout", [T(3, dtype="int32"), T(2, dtype="int32")], {},
+     r"dropout: the inputs must have a floating-point"),
+    ("dropout", [T(3), T(2)], {}, ty("dropout: the key must have an integer dtype, got "
+                                      "Tensor[(2,), float32]")),
+    ("dropout", [T(3), T(3, dtype="int32")], {},
+     ty("dropout: the key must be a pair of integers, shape (2,): 3 vs 2")),
+    ("dropout", [T(3), T(dtype="int32")], {},
+     ty("dropout: the key must be a pair of integers, shape (2,), got key Tensor[(), int32]")),
     ("pad", [T(2, 3)], {"pad_width": (1, 1)},
      ty("pad: pad_width has 2 values; data Tensor[(2, 3), float32] needs 2 per axis")),
     ("flatten", [T()], {}, r"flatten: data Tensor\[\(\), float32\] must have rank >= 1"),
@@ -601,7 +627,7 @@ def test_inference_error_names_the_op_and_the_types():
     ("avg_pool2d", {"pool_size": (2, 2, 2)}, r"'pool_size': expected an int or 2 ints"),
     ("dropout", {"rate": 1.0}, r"'rate': must be in \[0.0, 1.0\), got 1.0"),
     ("dropout", {"rate": -0.1}, r"'rate': must be in \[0.0, 1.0\)"),
-    ("dropout", {"seed": 1.5}, r"'seed' must be an int"),
+    ("dropout", {"seed": 1}, r"dropout: unknown attribute\(s\) seed"),
     ("batch_norm", {"momentum": 1.5}, r"'momentum': must be in \[0.0, 1.0\]"),
     ("batch_norm", {"training": "yes"}, r"'training' must be a bool"),
     ("layer_norm", {"epsilon": -1.0}, r"'epsilon': must be in \[0.0, inf\]"),

@@ -366,13 +366,20 @@ def test_layer_norm_rule() -> None:
 
 def test_dropout_rule_is_bit_exact() -> None:
     x = floats((3, 4, 5))
-    check("dropout", [x], tol=0)  # inference: the identity
-    check("dropout", [x], tol=0, rate=0.9, seed=3)
-    for rate, seed in [(0.5, 0), (0.1, 7), (0.9, -1), (0.0, 12345), (0.3, 2**40 + 5)]:
-        check("dropout", [x], tol=0, rate=rate, training=True, seed=seed)
-    check("dropout", [RNG.normal(size=(1000,))], tol=0, rate=0.5, training=True, seed=99)
-    check("dropout", [floats(())], tol=0, rate=0.5, training=True, seed=1)
-    check("dropout", [floats((2, 3)).astype("float16")], tol=0, rate=0.3, training=True)
+
+    def key(k0: int, k1: int, dtype: str = "int64") -> np.ndarray:
+        return np.array([k0, k1], dtype)
+
+    check("dropout", [x, key(1, 2)], tol=0)  # inference: the identity
+    check("dropout", [x, key(3, 0)], tol=0, rate=0.9)
+    for rate, k in [(0.5, key(0, 0)), (0.1, key(7, 1)), (0.9, key(-1, -5)),
+                    (0.0, key(12345, 2)), (0.3, key(2**40 + 5, 2**33 - 1)),
+                    (0.5, key(-3, 4, "int32")), (0.5, key(200, 6, "uint8"))]:
+        check("dropout", [x, k], tol=0, rate=rate, training=True)
+    check("dropout", [RNG.normal(size=(1000,)), key(99, 1)], tol=0, rate=0.5, training=True)
+    check("dropout", [floats(()), key(1, 0)], tol=0, rate=0.5, training=True)
+    check("dropout", [floats((2, 3)).astype("float16"), key(0, 0)], tol=0, rate=0.3,
+          training=True)
 
 
 def test_dropout_hash_matches_the_reference_mix() -> None:

@@ -82,8 +82,8 @@ def test_the_moving_statistics_still_come_out():
 def test_inference_dropout_goes_and_training_calls_stay():
     params = channel_params(3)
     mod = main_module((4, 3), lambda x: ops.add(
-        ops.dropout(x, rate=0.5),
-        ops.add(ops.dropout(x, rate=0.5, training=True, seed=3),
+        ops.dropout(x, Constant(np.array([1, 2])), rate=0.5),
+        ops.add(ops.dropout(x, Constant(np.array([3, 0])), rate=0.5, training=True),
                 TupleGetItem(ops.batch_norm(x, *map(Constant, params), training=True), 0))))
     simplified = simplify_inference(mod)
     x = RNG.standard_normal((4, 3)).astype(np.float32)
