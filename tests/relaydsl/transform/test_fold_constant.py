@@ -8,7 +8,7 @@ import pytest
 
 from relaydsl.backend.interpreter import evaluate, to_value
 from relaydsl.backend.target import get_target
-from relaydsl.ir.expr import Call, Op
+from relaydsl.ir.expr import Call, Constant, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.parser import parse
 from relaydsl.ir.structural import structural_equal
@@ -257,14 +257,20 @@ def test_shape_of_a_static_shape_is_a_constant():
     }''', np.array([8, 9, 10], np.int32))
 
 
-def test_dropout_is_never_folded():
+def test_dropout_of_constants_folds_to_the_mask_its_key_gives():
+    # dropout is a pure function of its key: on constants it folds like any op, to the
+    # value it has at run time
     text = '''
     def @main() {
-      add(dropout(meta[Constant][0], rate=0.5, training=True), 1f)
+      add(dropout(meta[Constant][0], meta[Constant][1], rate=0.5, training=True), 1f)
     }'''
-    data = np.arange(10, dtype=np.float32)
-    mod = module(text, data)
-    assert same(fold_constants(mod), text, data)
+    data, key = np.arange(10, dtype=np.float32), np.array([7, 3], np.int32)
+    mod = module(text, data, key)
+    folded = fold_constants(mod)
+    body = folded["main"].body
+    assert isinstance(body, Constant)
+    np.testing.assert_array_equal(body.data, run(mod, "llvm"))
+    np.testing.assert_array_equal(body.data, run(mod, "interp"))
 
 
 EFFECTS = '''
