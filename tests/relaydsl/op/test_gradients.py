@@ -152,7 +152,8 @@ def check_gradient(case: GradCase) -> None:
 # ---- the cases ----------------------------------------------------------------------------------
 
 UNARY = {"negative": f64, "exp": f64, "log": pos, "sqrt": pos, "rsqrt": pos, "tanh": f64,
-         "sigmoid": f64, "relu": f64, "abs": f64}
+         "sigmoid": f64, "relu": f64, "abs": f64, "sin": f64, "cos": f64,
+         "tan": lambda *s: rng.uniform(-1.4, 1.4, s), "atan": f64, "erf": f64}
 BROADCASTS = [((3, 4), (3, 4)), ((3, 1), (4,)), ((), (2, 3)), ((2, 3), ()), ((2, 1, 4), (3, 1))]
 REDUCE_ATTRS = [{}, {"axis": 1}, {"axis": -1, "keepdims": True}, {"axis": (0, 2)},
                 {"keepdims": True}]
@@ -162,7 +163,9 @@ INDICES = np.array([[5, -1], [0, -7]], np.int32)
 CASES = [
     # ---- elementwise
     *[GradCase(op, [make(3, 4)]) for op, make in UNARY.items()],
-    *[GradCase(op, [f32(5)], **F32) for op in ("exp", "tanh", "sigmoid")],
+    *[GradCase(op, [f32(5)], **F32) for op in ("exp", "tanh", "sigmoid", "sin", "erf")],
+    GradCase("erf", [f64(3, 4)], truth=lambda x: jax.scipy.special.erf(x)),
+    GradCase("atan", [f64(6)], truth=lambda x: jnp.arctan2(x, jnp.ones_like(x))),
     GradCase("clip", [f64(3, 4)], {"a_min": -0.5, "a_max": 0.7},
              lambda x: jnp.minimum(jnp.maximum(x, -0.5), 0.7)),
     GradCase("cast", [f32(2, 3)], {"dtype": "float64"}, name="float32 to float64"),
@@ -178,6 +181,9 @@ CASES = [
                                                   "minimum") for a, b in BROADCASTS],
     *[GradCase("divide", [f64(*a), pos(*b)]) for a, b in BROADCASTS],
     *[GradCase("power", [pos(*a), f64(*b)]) for a, b in BROADCASTS],
+    *[GradCase("floor_mod", [f64(*a), pos(*b)], truth=lambda x, y: jnp.mod(x, y))
+      for a, b in BROADCASTS],
+    GradCase("floor_mod", [i32(3, 4), np.full(4, 3, np.int32)], name="int32: zero"),
     GradCase("power", [np.array([0.0, 2.0, 0.0]), np.array([2.0, 0.0, 0.5])], name="zeros"),
     GradCase("maximum", [TIES, TIES[:, 1:2]], name="ties share g"),
     GradCase("minimum", [TIES, TIES[1]], name="ties share g"),
@@ -380,7 +386,8 @@ def test_non_differentiable_ops_have_no_rule():
     expected = [
         "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
         "logical_or", "logical_not", "argmax", "argmin", "sign", "floor", "ceil", "round",
-        "shape_of", "zeros", "ones", "zeros_like", "ones_like",
+        "shape_of", "zeros", "ones", "zeros_like", "ones_like", "trunc", "floor_divide",
+        "left_shift", "right_shift",
     ]
     assert all(not all_ops()[n].differentiable for n in expected)
 

@@ -61,6 +61,8 @@ UNARY_INPUTS = {
     "rsqrt": [floats((3, 4), 0.1, 5)], "floor": [floats((3, 4))], "ceil": [floats((3, 4))],
     "round": [np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.4, 2.6], "float32")],
     "logical_not": [np.array([True, False, True])],
+    "trunc": [floats((3, 4))], "sin": [floats((3, 4))], "cos": [floats((3, 4))],
+    "tan": [floats((3, 4), -1.4, 1.4)], "atan": [floats((3, 4), -9, 9)], "erf": [floats((3, 4))],
 }
 
 
@@ -70,7 +72,8 @@ def test_unary_rules(op: str) -> None:
         check(op, [x])
 
 
-@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "maximum", "minimum"])
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "maximum", "minimum",
+                                "floor_divide", "floor_mod"])
 @pytest.mark.parametrize("shapes", BINARY_SHAPES)
 def test_arithmetic_rules_broadcast(op: str, shapes: tuple[tuple[int, ...], ...]) -> None:
     a, b = shapes
@@ -84,6 +87,14 @@ def test_comparison_rules(op: str) -> None:
     for a, b in BINARY_SHAPES:
         check(op, [np.round(floats(a)), np.round(floats(b))])  # rounded: some ties
         check(op, [ints(a), ints(b)])
+
+
+@pytest.mark.parametrize("op", ["left_shift", "right_shift"])
+def test_shift_rules(op: str) -> None:
+    for dtype, bits in (("int32", 32), ("uint8", 8), ("int64", 64)):
+        x = RNG.integers(0 if dtype == "uint8" else -99, 100, (3, 1)).astype(dtype)
+        counts = np.array([0, 1, bits - 1, bits, bits + 5], dtype)  # the last two: out
+        check(op, [x, counts])
 
 
 def test_power_logic_and_where() -> None:
