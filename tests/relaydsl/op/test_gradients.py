@@ -194,6 +194,10 @@ CASES = [
     # ---- reductions
     *[GradCase(op, [f64(2, 3, 4)], attrs) for op in ("sum", "mean", "max", "min", "prod")
       for attrs in REDUCE_ATTRS],
+    *[GradCase("variance", [f64(2, 3, 4)], attrs) for attrs in REDUCE_ATTRS],
+    GradCase("variance", [f64(3, 5)], {"axis": 1, "unbiased": True},
+             lambda x: jnp.var(x, axis=1, ddof=1), "unbiased"),
+    GradCase("variance", [f32(4, 5)], {"axis": 0, "keepdims": True}, name="float32", **F32),
     GradCase("sum", [f64(3)], {"axis": ()}, name="no axes"),
     GradCase("mean", [f32(4, 5)], {"axis": 0}, **F32),
     GradCase("max", [TIES], {"axis": 1}, name="ties share g"),
@@ -387,7 +391,7 @@ def test_non_differentiable_ops_have_no_rule():
         "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
         "logical_or", "logical_not", "argmax", "argmin", "sign", "floor", "ceil", "round",
         "shape_of", "zeros", "ones", "zeros_like", "ones_like", "trunc", "floor_divide",
-        "left_shift", "right_shift",
+        "left_shift", "right_shift", "all", "any",
     ]
     assert all(not all_ops()[n].differentiable for n in expected)
 

@@ -65,7 +65,8 @@ ONE_BLOCK_FAMILIES = {
         "right_shift",
     ],
     "relaydsl.op.reduce": [
-        "sum", "mean", "max", "min", "prod", "argmax", "argmin", "collapse_sum_like",
+        "sum", "mean", "max", "min", "prod", "argmax", "argmin", "collapse_sum_like", "all",
+        "any", "variance",
     ],
 }
 

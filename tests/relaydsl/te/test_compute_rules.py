@@ -157,6 +157,23 @@ def test_reduction_rules_edge_cases() -> None:
     check("prod", [ints((7,))], axis=0)  # wraps in int32 as NumPy does
 
 
+@pytest.mark.parametrize("axis", REDUCE_AXES)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_bool_reduction_and_variance_rules(axis: object, keepdims: bool) -> None:
+    for op, p in (("all", 0.8), ("any", 0.2)):
+        check(op, [RNG.random((2, 3, 4)) < p], axis=axis, keepdims=keepdims)
+    for unbiased in (False, True):  # over no axis and unbiased: 0 / 0, NaN
+        check("variance", [floats((2, 3, 4))], tol=1e-5, axis=axis, keepdims=keepdims,
+              unbiased=unbiased)
+
+
+def test_bool_reduction_and_variance_edge_cases() -> None:
+    check("all", [np.ones((2, 0), bool)], axis=1)  # True over no element
+    check("any", [np.ones((0, 3), bool)], axis=0)  # False over no element
+    check("variance", [floats((5,)).astype("float16")], tol=1e-3)
+    check("variance", [floats((4, 3), 999, 1001)], tol=1e-3, axis=0)  # two passes
+
+
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
 @pytest.mark.parametrize("axis", [None, 0, 1, -1])
 @pytest.mark.parametrize("keepdims", [False, True])
