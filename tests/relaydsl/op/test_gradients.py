@@ -243,6 +243,16 @@ CASES = [
     GradCase("full", [np.array(2.5)], {"shape": (2, 3)}),
     GradCase("full", [np.array(2.5)], {"shape": (2, 3), "dtype": "float32"}),
     GradCase("full", [np.array(2.5)], {"shape": (2,), "dtype": "int32"}, name="to int32: zero"),
+    GradCase("tile", [f64(2, 3)], {"reps": (2, 3)}),
+    GradCase("tile", [f64(3)], {"reps": (2, 1, 2)}, name="more reps than axes"),
+    GradCase("tile", [f64(2, 1, 3)], {"reps": (2,)}, lambda x: jnp.tile(x, (2,)),
+             "fewer reps than axes"),
+    GradCase("one_hot", [np.array([[0, 3], [-1, 1]], np.int32), f64(), f64()],
+             {"depth": 3, "axis": 1, "dtype": "float64"}),
+    GradCase("one_hot", [np.array([2, 0, 1], np.int64), f64(), f32()], {"depth": 4},
+             name="float64 and float32 values to float32", **F32),
+    GradCase("one_hot", [np.array([2, 0], np.int32), f64(), i32()], {"depth": 3},
+             name="int32 off_value: zero"),
     GradCase("pad", [f64(2, 3)], {"pad_width": (1, 2, 0, 3)}),
     GradCase("pad", [f64(1, 2, 3)], {"pad_width": (0, 0, 1, 1, 2, 0), "pad_value": -1.5}),
     # ---- products
@@ -391,7 +401,7 @@ def test_non_differentiable_ops_have_no_rule():
         "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
         "logical_or", "logical_not", "argmax", "argmin", "sign", "floor", "ceil", "round",
         "shape_of", "zeros", "ones", "zeros_like", "ones_like", "trunc", "floor_divide",
-        "left_shift", "right_shift", "all", "any",
+        "left_shift", "right_shift", "all", "any", "ndarray_size",
     ]
     assert all(not all_ops()[n].differentiable for n in expected)
 

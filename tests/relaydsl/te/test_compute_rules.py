@@ -256,6 +256,22 @@ def test_constructor_rules() -> None:
     check("full", [np.array(2.7, "float32")], shape=(2, 3))
     check("full", [np.array(-2.7, "float32")], shape=(3,), dtype="int32")
     check("full", [np.array(7, "int32")], shape=(1, 2), dtype="float64")
+    check("ndarray_size", [floats((2, 3, 4))])
+    check("ndarray_size", [floats((2, 0))], dtype="int64")
+    check("one_hot", [ints((2, 3)), np.array(1.5, "float32"), np.array(-1, "int32")],
+          depth=5, axis=1, dtype="float64")  # ints in -9 .. 9: some out of range
+    check("one_hot", [np.array([3, 0, 200], "uint8"), np.array(True), np.array(False)],
+          depth=201, dtype="bool")
+    check("one_hot", [np.array(2, "int64"), np.array(1.0, "float32"), np.array(0.0, "float32")],
+          depth=3)
+
+
+def test_tile_rule() -> None:
+    check("tile", [floats((2, 3))], reps=(2, 3))
+    check("tile", [ints((2, 1, 3))], reps=(2,))
+    check("tile", [floats((3,))], reps=(2, 1, 2))
+    check("tile", [floats((1, 2))], reps=(3, 0))
+    check("tile", [floats(())], reps=(4,))
 
 
 # ---- nn ---------------------------------------------------------------------------------
