@@ -2,7 +2,7 @@
 
 * shape.py: reshape (and its adjoint reshape_like), transpose, expand_dims, squeeze,
   broadcast_to, tile;
-* index.py: take, strided_slice and their adjoints take_grad, strided_slice_grad;
+* index.py: take, strided_slice, gather_nd and the adjoints take_grad, strided_slice_grad;
 * join.py: concatenate, stack (one tuple-typed input) and split (a tuple result);
 * create.py: zeros, ones, full, zeros_like, ones_like, one_hot, shape_of, ndarray_size.
 
@@ -21,15 +21,17 @@ axis, reshape's -1, a sliced axis) is ``Any``.
 from relaydsl.op.transform.shape import (
     broadcast_to, expand_dims, reshape, reshape_like, squeeze, tile, transpose,
 )
-from relaydsl.op.transform.index import strided_slice, strided_slice_grad, take, take_grad
+from relaydsl.op.transform.index import (
+    gather_nd, strided_slice, strided_slice_grad, take, take_grad,
+)
 from relaydsl.op.transform.join import concatenate, split, stack
 from relaydsl.op.transform.create import (
     full, ndarray_size, one_hot, ones, ones_like, shape_of, zeros, zeros_like,
 )
 
 __all__ = [
-    "broadcast_to", "concatenate", "expand_dims", "full", "ndarray_size", "one_hot", "ones",
-    "ones_like", "reshape", "reshape_like", "shape_of", "split", "squeeze", "stack",
+    "broadcast_to", "concatenate", "expand_dims", "full", "gather_nd", "ndarray_size", "one_hot",
+    "ones", "ones_like", "reshape", "reshape_like", "shape_of", "split", "squeeze", "stack",
     "strided_slice", "strided_slice_grad", "take", "take_grad", "tile", "transpose", "zeros",
     "zeros_like",
 ]

@@ -68,13 +68,29 @@ def tiled(reps):
     return run
 
 
+def gathered(batch_dims):
+    """gather_nd as a loop over the batch and index positions, reading with dynamic_index."""
+
+    def run(x, indices):
+        b, m = batch_dims, indices.shape[0]
+        index_shape = indices.shape[1:]
+        rows = []
+        for at in np.ndindex(*index_shape):
+            pos = [jnp.clip(jnp.where(i < 0, i + n, i), 0, n - 1)
+                   for i, n in zip(indices[(slice(None), *at)], x.shape[b:b + m])]
+            rows.append(x[(*at[:b], *pos)])
+        return jnp.stack(rows).reshape(index_shape + x.shape[b + m:])
+
+    return run
+
+
 def one_hot_truth(depth, axis, dtype):
     """one_hot as lax.eq of broadcast iotas, with jnp.where choosing on/off."""
 
     def run(indices, on, off):
         shape = list(indices.shape)
         ax = axis % (len(shape) + 1)
-        out_shape = shape[:ax] + [depth] + shape[ax:]
+        out_shape = [*shape[:ax], depth, *shape[ax:]]
         spread = jnp.expand_dims(indices, ax)
         hit = lax.broadcasted_iota(indices.dtype, out_shape, ax) == spread
         return jnp.where(hit, on.astype(dtype), off.astype(dtype))
@@ -168,6 +184,14 @@ CASES = [
     OpCase("tile", [f64(3)], tiled((2, 1, 2)), {"reps": (2, 1, 2)}, name="more reps than axes"),
     OpCase("tile", [bools(1, 2)], tiled((3, 0)), {"reps": (3, 0)}, name="zero reps"),
     OpCase("tile", [f32()], tiled((4,)), {"reps": (4,)}, name="scalar"),
+    OpCase("gather_nd", [f32(2, 3, 4), np.array([[1, 0, -1], [2, 9, 0]], np.int32)],
+           gathered(0), name="negative and past-the-end indices"),
+    OpCase("gather_nd", [i32(3, 4), np.array([[[2, 0], [1, 1]], [[3, 0], [0, -4]]], np.int64)],
+           gathered(0), name="every axis: elements"),
+    OpCase("gather_nd", [f64(2, 3, 4), np.array([[[2, 0], [1, 1]]], np.uint8)], gathered(1),
+           {"batch_dims": 1}, name="batch_dims 1"),
+    OpCase("gather_nd", [f32(2, 3, 4), np.array([[0, 2], [1, 3]], np.int32)], gathered(1),
+           {"batch_dims": 1}, name="batch_dims 1, to elements"),
     OpCase("one_hot", [np.array([0, 2, 1, 3], np.int32), np.array(1.0, np.float32),
                        np.array(0.0, np.float32)], one_hot_truth(4, -1, jnp.float32),
            {"depth": 4}),
@@ -242,6 +266,12 @@ def rel(op, *arg_types, **attrs):
      r"'shape' = \(2, 4\)"),
     ("broadcast_to", [T((1, 3))], {"shape": (3,)}, r"broadcast_to: .*cannot be broadcast"),
     ("full", [T((2,))], {"shape": (2,)}, r"full: the fill value must be a scalar tensor"),
+    ("gather_nd", [T((2, 3)), T((2, 2))], {}, r"gather_nd: the indices must have an integer"),
+    ("gather_nd", [T((2, 3)), T((3, 2), "int32")], {},
+     r"gather_nd: the indices Tensor\[\(3, 2\), int32\] index 3 axes after batch_dims = 0, too "
+     r"many for the data Tensor\[\(2, 3\), float32\]"),
+    ("gather_nd", [T((2, 3)), T((1, 3), "int32")], {"batch_dims": 1},
+     r"gather_nd: batch axis 0 of the data and the indices differ"),
     ("one_hot", [T((2,)), T(()), T(())], {"depth": 3},
      r"one_hot: the indices must have an integer dtype"),
     ("one_hot", [T((2,), "int32"), T((1,)), T(())], {"depth": 3},
@@ -291,6 +321,9 @@ def test_symbolic_dims():
     assert rel("tile", T((n, 3)), reps=(2, 2, 1)) == T((2, Any, 3))
     assert rel("one_hot", T((n,), "int32"), T(()), T(()), depth=4, axis=0) == T((4, n))
     assert rel("ndarray_size", T((n, m))) == T((), "int32")
+    assert rel("gather_nd", T((n, 3, m)), T((2, 5), "int32")) == T((5, m))
+    with pytest.raises(RelayTypeError, match=r"gather_nd: .* must have a static first axis"):
+        rel("gather_nd", T((2, 3)), T((n, 5), "int32"))
     assert rel("concatenate", TupleType([T((n, 3)), T((n, 4))]), axis=1) == T((n, 7))
     assert rel("concatenate", TupleType([T((n, 3)), T((2, 3))])) == T((Any, 3))
     assert rel("stack", TupleType([T((n, m)), T((n, Any))]), axis=1) == T((n, 2, m))

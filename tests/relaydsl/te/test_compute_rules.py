@@ -266,6 +266,13 @@ def test_constructor_rules() -> None:
           depth=3)
 
 
+def test_gather_nd_rule() -> None:
+    check("gather_nd", [floats((2, 3, 4)), np.array([[1, 0, -1], [2, 9, -5]], "int32")])
+    check("gather_nd", [ints((3, 4)), np.array([[[2, 0]], [[3, -1]]], "int8")])
+    check("gather_nd", [floats((2, 3, 4)), np.array([[[2, 0], [1, 1]]], "uint8")], batch_dims=1)
+    check("gather_nd", [floats((2, 3)), np.array([[0, -1]], "int64")], batch_dims=1)
+
+
 def test_tile_rule() -> None:
     check("tile", [floats((2, 3))], reps=(2, 3))
     check("tile", [ints((2, 1, 3))], reps=(2,))
