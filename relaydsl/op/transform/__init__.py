@@ -4,7 +4,8 @@
   broadcast_to, tile;
 * index.py: take, strided_slice, gather_nd and the adjoints take_grad, strided_slice_grad;
 * join.py: concatenate, stack (one tuple-typed input) and split (a tuple result);
-* create.py: zeros, ones, full, zeros_like, ones_like, one_hot, shape_of, ndarray_size.
+* create.py: zeros, ones, full, zeros_like, ones_like, one_hot, shape_of, ndarray_size;
+* sort.py: topk.
 
 Dims that pass through stay symbolic; a dim computed from a symbolic one (a concatenated
 axis, reshape's -1, a sliced axis) is ``Any``.
@@ -28,10 +29,11 @@ from relaydsl.op.transform.join import concatenate, split, stack
 from relaydsl.op.transform.create import (
     full, ndarray_size, one_hot, ones, ones_like, shape_of, zeros, zeros_like,
 )
+from relaydsl.op.transform.sort import topk
 
 __all__ = [
     "broadcast_to", "concatenate", "expand_dims", "full", "gather_nd", "ndarray_size", "one_hot",
     "ones", "ones_like", "reshape", "reshape_like", "shape_of", "split", "squeeze", "stack",
-    "strided_slice", "strided_slice_grad", "take", "take_grad", "tile", "transpose", "zeros",
-    "zeros_like",
+    "strided_slice", "strided_slice_grad", "take", "take_grad", "tile", "topk", "transpose",
+    "zeros", "zeros_like",
 ]

@@ -96,15 +96,21 @@ def _zeros_like(x: Any) -> Any:
 
 def jax_vjp(f: Callable[..., Any], inputs: Sequence[Any], g: Any, jit: bool = True) -> list[Any]:
     """The adjoint of each input of f at `inputs` given g: JAX's vjp for the float inputs
-    (all zeros when f's output is not float), zeros for the others. Jitted unless told not to:
-    one compilation is faster than dispatching each op eagerly."""
+    (all zeros when f's output is not float; a tuple output's integer fields, topk's indices,
+    carry none), zeros for the others. Jitted unless told not to: one compilation is faster
+    than dispatching each op eagerly."""
     wrt = [i for i, x in enumerate(inputs) if _is_float(x)]
+    fields = None  # all of f's output, or the float fields of a tuple
+    if isinstance(g, tuple) and not _is_float(g):
+        fields = [i for i, leaf in enumerate(g) if _is_float(leaf)]
+        g = tuple(g[i] for i in fields)
 
     def of_float_inputs(*xs: Any) -> Any:
         args = [jax.tree_util.tree_map(jnp.asarray, x) for x in inputs]
         for i, x in zip(wrt, xs):
             args[i] = x
-        return f(*args)
+        out = f(*args)
+        return out if fields is None else tuple(out[i] for i in fields)
 
     def pull(primals: list[Any], g: Any) -> Any:
         return jax.vjp(of_float_inputs, *primals)[1](g)
@@ -253,6 +259,13 @@ CASES = [
              name="every axis: elements"),
     GradCase("gather_nd", [f64(2, 3, 4), np.array([[[2, 0], [1, 1]]], np.uint8)],
              {"batch_dims": 1}, name="batch_dims 1"),
+    GradCase("topk", [f64(3, 5)], {"k": 2}),
+    GradCase("topk", [f64(4, 3, 2)], {"k": 3, "axis": 1, "ret_type": "values",
+                                      "is_ascend": True}),
+    GradCase("topk", [np.array([[1.0, 2.0, 2.0, 0.5], [3.0, 3.0, 3.0, 3.0]])],
+             {"k": 3, "ret_type": "values"},
+             lambda x: jax.lax.top_k(x, 3)[0], "ties by index"),
+    GradCase("topk", [f64(3, 4)], {"k": 0, "ret_type": "indices"}, name="indices: zero"),
     GradCase("one_hot", [np.array([[0, 3], [-1, 1]], np.int32), f64(), f64()],
              {"depth": 3, "axis": 1, "dtype": "float64"}),
     GradCase("one_hot", [np.array([2, 0, 1], np.int64), f64(), f32()], {"depth": 4},

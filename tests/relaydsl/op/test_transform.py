@@ -84,6 +84,22 @@ def gathered(batch_dims):
     return run
 
 
+def top_k(k, axis=-1, ret_type="both", is_ascend=False, dtype=jnp.int32):
+    """topk as lax.top_k (equal values by index) on the axis moved last; ascending on -x."""
+
+    def run(x):
+        moved = jnp.moveaxis(x, axis, -1)
+        values, indices = lax.top_k(-moved if is_ascend else moved, k or moved.shape[-1])
+        values = -values if is_ascend else values
+        both = (jnp.moveaxis(values, -1, axis), jnp.moveaxis(indices, -1, axis).astype(dtype))
+        return {"both": both, "values": both[0], "indices": both[1]}[ret_type]
+
+    return run
+
+
+TOPK_TIES = np.array([[3, 5, 5, 1, 5], [0, -1, 2, 2, -1]], np.int32)
+
+
 def one_hot_truth(depth, axis, dtype):
     """one_hot as lax.eq of broadcast iotas, with jnp.where choosing on/off."""
 
@@ -192,6 +208,21 @@ CASES = [
            {"batch_dims": 1}, name="batch_dims 1"),
     OpCase("gather_nd", [f32(2, 3, 4), np.array([[0, 2], [1, 3]], np.int32)], gathered(1),
            {"batch_dims": 1}, name="batch_dims 1, to elements"),
+    OpCase("topk", [f32(3, 6)], top_k(2), {"k": 2}),
+    OpCase("topk", [f64(4, 3, 2)], top_k(3, axis=1, ret_type="values"),
+           {"k": 3, "axis": 1, "ret_type": "values"}),
+    OpCase("topk", [f32(5, 2)], top_k(0, axis=0, is_ascend=True),
+           {"k": 0, "axis": 0, "is_ascend": True}, name="k 0: the whole axis, ascending"),
+    OpCase("topk", [TOPK_TIES], top_k(3, dtype=jnp.int64),
+           {"k": 3, "dtype": "int64"}, name="ties by index"),
+    OpCase("topk", [TOPK_TIES], top_k(4, ret_type="indices", is_ascend=True),
+           {"k": 4, "ret_type": "indices", "is_ascend": True}, name="ties by index, ascending"),
+    OpCase("topk", [np.array([1.0, np.nan, -np.inf, np.inf, np.nan], np.float32)],
+           lambda x: (jnp.array([np.nan, np.nan, np.inf], jnp.float32),
+                      jnp.array([1, 4, 3], jnp.int32)), {"k": 3}, name="NaN above inf"),
+    OpCase("topk", [np.array([1.0, np.nan, -np.inf, np.inf, np.nan])],
+           lambda x: (jnp.array([-np.inf, 1.0, np.inf, np.nan]), jnp.array([2, 0, 3, 1],
+                      jnp.int32)), {"k": 4, "is_ascend": True}, name="NaN last, ascending"),
     OpCase("one_hot", [np.array([0, 2, 1, 3], np.int32), np.array(1.0, np.float32),
                        np.array(0.0, np.float32)], one_hot_truth(4, -1, jnp.float32),
            {"depth": 4}),
@@ -266,6 +297,10 @@ def rel(op, *arg_types, **attrs):
      r"'shape' = \(2, 4\)"),
     ("broadcast_to", [T((1, 3))], {"shape": (3,)}, r"broadcast_to: .*cannot be broadcast"),
     ("full", [T((2,))], {"shape": (2,)}, r"full: the fill value must be a scalar tensor"),
+    ("topk", [T((2, 3))], {"k": 4}, r"topk: attribute 'k' = 4 is more than axis 1 of the "
+                                    r"input Tensor\[\(2, 3\), float32\] holds"),
+    ("topk", [T((2, 3))], {"axis": 2}, r"topk: attribute 'axis' = 2 is out of range"),
+    ("topk", [T((2, 3), "bool")], {}, r"topk: the input must have a numeric"),
     ("gather_nd", [T((2, 3)), T((2, 2))], {}, r"gather_nd: the indices must have an integer"),
     ("gather_nd", [T((2, 3)), T((3, 2), "int32")], {},
      r"gather_nd: the indices Tensor\[\(3, 2\), int32\] index 3 axes after batch_dims = 0, too "
@@ -300,6 +335,8 @@ def test_type_errors(op, arg_types, attrs, message):
     ("full", [T(())], {"shape": (2,), "dtype": 3}, r"full: attribute 'dtype' must be None or"),
     ("concatenate", [T((2,))], {"axis": "x"}, r"concatenate: attribute 'axis' must be an int"),
     ("tile", [T((6,))], {"reps": (2, -1)}, r"tile: attribute 'reps': must be >= 0"),
+    ("topk", [T((6,))], {"ret_type": "value"}, r"topk: attribute 'ret_type': must be one of"),
+    ("topk", [T((6,))], {"dtype": "float32"}, r"topk: attribute 'dtype': must be int32 or int64"),
     ("one_hot", [T((2,), "int32"), T(()), T(())], {"depth": -1},
      r"one_hot: attribute 'depth': must be >= 0"),
     ("one_hot", [T((2,), "int32"), T(()), T(())], {}, r"one_hot: attribute 'depth' is required"),
@@ -321,6 +358,10 @@ def test_symbolic_dims():
     assert rel("tile", T((n, 3)), reps=(2, 2, 1)) == T((2, Any, 3))
     assert rel("one_hot", T((n,), "int32"), T(()), T(()), depth=4, axis=0) == T((4, n))
     assert rel("ndarray_size", T((n, m))) == T((), "int32")
+    assert rel("topk", T((n, 5)), k=2) == TupleType([T((n, 2)), T((n, 2), "int32")])
+    assert rel("topk", T((3, n)), k=0, ret_type="values") == T((3, n))
+    assert ops.topk.traits.result_arity(Attrs({"ret_type": "both"})) == 2
+    assert ops.topk.traits.result_arity(Attrs({"ret_type": "indices"})) is None
     assert rel("gather_nd", T((n, 3, m)), T((2, 5), "int32")) == T((5, m))
     with pytest.raises(RelayTypeError, match=r"gather_nd: .* must have a static first axis"):
         rel("gather_nd", T((2, 3)), T((n, 5), "int32"))

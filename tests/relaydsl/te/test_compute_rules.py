@@ -273,6 +273,16 @@ def test_gather_nd_rule() -> None:
     check("gather_nd", [floats((2, 3)), np.array([[0, -1]], "int64")], batch_dims=1)
 
 
+def test_topk_rule() -> None:
+    check("topk", [floats((3, 6))], k=2)
+    check("topk", [floats((4, 3, 2))], k=3, axis=1, ret_type="values", is_ascend=True)
+    check("topk", [RNG.integers(0, 3, (3, 5)).astype("int32")], k=0, dtype="int64")  # ties
+    check("topk", [np.array([1.0, np.nan, -np.inf, np.inf, np.nan], "float32")], k=4)
+    check("topk", [np.array([1.0, np.nan, -np.inf, np.nan])], k=0, is_ascend=True,
+          ret_type="indices")
+    check("topk", [floats((2, 0))], k=0)
+
+
 def test_tile_rule() -> None:
     check("tile", [floats((2, 3))], reps=(2, 3))
     check("tile", [ints((2, 1, 3))], reps=(2,))

@@ -412,7 +412,8 @@ def new_ops_program(x: Tensor[Float, (3, 4)], i: Tensor[Int, (2, 2)]) -> Float:
     picked = relay.gather_nd(relay.tile(smooth, reps=(2, 1)), i)
     spread = relay.variance(picked, unbiased=True)
     onehot = relay.one_hot(relay.take(i, 0, axis=0), 2.0, -0.5, depth=4, dtype="float32")
-    return spread + relay.sum(onehot * relay.sum(smooth, axis=0))
+    top = relay.topk(smooth, k=2, axis=1)[0]
+    return spread + relay.sum(onehot * relay.sum(smooth, axis=0)) + relay.sum(top * top)
 
 
 def jax_new_ops_program(x, i):
@@ -422,13 +423,15 @@ def jax_new_ops_program(x, i):
     tiled = jnp.tile(smooth, (2, 1))
     picked = tiled[jnp.clip(i[0], 0, 5), jnp.clip(i[1], 0, 3)]
     onehot = jnp.where(i[0][:, None] == jnp.arange(4), 2.0, -0.5).astype(jnp.float32)
-    return jnp.var(picked, ddof=1) + jnp.sum(onehot * jnp.sum(smooth, axis=0))
+    top = jax.lax.top_k(smooth, 2)[0]
+    return (jnp.var(picked, ddof=1) + jnp.sum(onehot * jnp.sum(smooth, axis=0))
+            + jnp.sum(top * top))
 
 
 @pytest.mark.parametrize("target", ["interp", "llvm"])
 def test_new_ops_in_one_program_match_jax(target):
-    """sin, cos, tan, atan, erf, floor_mod, variance, tile, gather_nd, one_hot compiled together
-    (fused on llvm), and their gradients through relay.grad, against JAX."""
+    """sin, cos, tan, atan, erf, floor_mod, variance, tile, gather_nd, one_hot, topk compiled
+    together (fused on llvm), and their gradients through relay.grad, against JAX."""
     x = rng.uniform(-2, 2, (3, 4)).astype(np.float32)
     i = np.array([[5, 1], [3, 0]], np.int32)
     expected = jax_new_ops_program(jnp.asarray(x), jnp.asarray(i))
