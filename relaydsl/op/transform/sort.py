@@ -79,7 +79,8 @@ def _topk_gradient(call: Call, g: Expr) -> list[Expr]:
     if a.ret_type == "indices":
         return [zeros_for(x)]
     g_values = TupleGetItem(g, 0) if a.ret_type == "both" else g
-    n, axis = static_dims(x, "topk")[a.axis % tensor_type(x).ndim], a.axis % tensor_type(x).ndim
+    axis = a.axis % tensor_type(x).ndim
+    n = static_dims(x, "topk")[axis]
     indices = topk(x, a.k, a.axis, "indices", a.is_ascend, "int32")
     dtype = tensor_type(x).concrete_dtype()
     # hit[..., p, j, ...] = 1 where output position p came from x's position j (axis + 1)
