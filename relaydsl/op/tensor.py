@@ -200,7 +200,7 @@ atan = _unary(
           lambda g, x, y: divide(g, add(scalar(1, x), multiply(x, x)))))
 erf = _unary(
     "erf", FLOAT, "the error function, 2/sqrt(pi) * integral of e**-t**2 from 0 to x",
-    te=lambda x: E.call("erf", x), numpy=te_erf, jax=lambda x: jax.scipy.special.erf(x),
+    te=lambda x: E.call("erf", x), numpy=te_erf, jax=lambda x: lax.erf(x),
     grad=("d erf(x) = g * 2/sqrt(pi) * e**(-x**2).",
           lambda g, x, y: multiply(multiply(g, scalar(2 / math.sqrt(math.pi), x)),
                                    exp(negative(multiply(x, x))))))
@@ -384,6 +384,7 @@ minimum = _binary(
     grad=("d min(x, y) = (sum_b(g * [x < y] + g/2 * [x == y], x), likewise for y).",
           _chooser(lambda a, b: less(a, b))))
 
+# ---- floor division and modulo (TVM's floor_divide, floor_mod) -----------------
 
 
 def _floor_divide_reference(xp: AnyValue) -> Callable:

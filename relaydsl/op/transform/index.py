@@ -348,7 +348,10 @@ def _gather_nd_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type
 
 
 def _gather_positions(indices: AnyValue, dims: tuple[int, ...], xp: AnyValue) -> list:
-    """indices[j] as positions on axis dims[j]: negative ones count from the end, then clamped."""
+    """indices[j] as positions on axis dims[j]: negative ones count from the end, then clamped
+    (in int32 or int64: a narrow dtype has no room for i + n)."""
+    if indices.dtype != xp.int64:
+        indices = indices.astype(xp.int32)
     return [xp.clip(xp.where(i < 0, i + n, i), 0, n - 1) for i, n in zip(indices, dims)]
 
 
