@@ -17,8 +17,8 @@ vectorised loop (see shared/PERFORMANCE.md), so float32 ``exp``, ``log``,
 
 float16 goes through the float32 code; float64 uses LLVM intrinsics and libm
 (scalar, accurate). ``sqrt``, ``floor``, ``ceil``, ``round`` (to even) and
-``abs`` are LLVM intrinsics with vector instructions; ``sin``, ``cos`` and
-``pow`` are ``llvm.*`` calls (scalar libm).
+``abs`` are LLVM intrinsics with vector instructions (``trunc`` too); ``sin``, ``cos`` and
+``pow`` are ``llvm.*`` calls (scalar libm); ``tan``, ``atan`` and ``erf`` call libm.
 
 Every routine takes the IR builder and returns the value, e.g.::
 
@@ -181,7 +181,9 @@ _F32_INLINE: dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
     "exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "sigmoid": sigmoid_f32,
 }
 _LLVM_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "round": "roundeven",
-               "sin": "sin", "cos": "cos", "exp": "exp", "log": "log", "abs": "fabs"}
+               "trunc": "trunc", "sin": "sin", "cos": "cos", "exp": "exp", "log": "log",
+               "abs": "fabs"}
+_LIBM = ("tan", "atan", "erf")  # no LLVM intrinsic: libm's tan/tanf, atan/atanf, erf/erff
 
 
 def _libm(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
@@ -200,6 +202,8 @@ def float_call(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
         return _F32_INLINE[name](b, x)
     if name == "tanh":  # float64: libm (scalar, accurate)
         return _libm(b, "tanh", x)
+    if name in _LIBM:
+        return _libm(b, name + "f" if isinstance(t, ir.FloatType) else name, x)
     if name == "sigmoid":
         e = call1(b, "exp", b.fsub(const(t, -0.0), call1(b, "fabs", x)))
         num = b.select(b.fcmp_ordered("olt", x, const(t, 0.0)), e, const(t, 1.0))
@@ -217,9 +221,19 @@ def float_call(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
 
 
 def int_call(b: ir.IRBuilder, name: str, args: list[ir.Value], unsigned: bool) -> ir.Value:
-    """``abs`` and ``sign`` on integers (abs of the minimum wraps, as NumPy's does)."""
+    """``abs`` and ``sign`` on integers (abs of the minimum wraps, as NumPy's does); the
+    shifts, as NumPy's: a count outside 0 .. bits-1 (negative ones too) shifts every bit out,
+    where LLVM's shl/ashr/lshr would give poison."""
     x = args[0]
     zero = ir.Constant(x.type, 0)
+    if name in ("left_shift", "right_shift"):
+        count, bits = args[1], ir.Constant(x.type, x.type.width)
+        in_range = b.icmp_unsigned("<", count, bits)
+        if name == "left_shift":
+            return b.select(in_range, b.shl(x, b.select(in_range, count, zero)), zero)
+        if unsigned:
+            return b.select(in_range, b.lshr(x, b.select(in_range, count, zero)), zero)
+        return b.ashr(x, b.select(in_range, count, ir.Constant(x.type, x.type.width - 1)))
     if name == "abs":
         if unsigned:
             return x

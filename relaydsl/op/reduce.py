@@ -1,10 +1,11 @@
-"""Reductions: sum, mean, max, min, prod over a set of axes; argmax, argmin along one axis;
-collapse_sum_like, which sums a tensor down to a shape that broadcasts to it.
+"""Reductions: sum, mean, max, min, prod, all, any, variance over a set of axes; argmax, argmin
+along one axis; collapse_sum_like, which sums a tensor down to a shape that broadcasts to it.
 
 ``axis=None`` reduces every axis (argmax/argmin: the flattened tensor);
 negative axes count from the end; ``keepdims`` keeps reduced axes with size 1.
 A reduction keeps its input dtype (an int32 sum is int32, accumulating in
-int32); ``mean`` accepts only floating-point tensors; argmax/argmin give int32.
+int32); ``mean`` and ``variance`` accept only floating-point tensors, ``all`` and ``any``
+only bool ones; argmax/argmin give int32.
 
 Every op is one block: its gradient rule and te compute rule written out just above
 one ``name = _reduce(...)`` row (or ``register(OpDef(...))``) that holds the rest.
@@ -37,8 +38,8 @@ from relaydsl.te.indexing import over_axes, ravel
 from relaydsl.te.rules import ComputeRule
 from relaydsl.te.tensor import Reducer, Tensor, compute, reduce_axis
 from relaydsl.typing.relations import (
-    ANY_DTYPE, FLOAT, NUMERIC, DTypeClass, RelationContext, attr_axes, attr_axis, require_dtype,
-    shape_of, tensor_arg,
+    ANY_DTYPE, BOOL, FLOAT, NUMERIC, DTypeClass, RelationContext, attr_axes, attr_axis,
+    require_dtype, shape_of, tensor_arg,
 )
 
 _KEEPDIMS = Attr("keepdims", "bool", False, doc="keep reduced axes with size 1")
@@ -78,15 +79,17 @@ def _reduce_rel(op: str, accepts: DTypeClass) -> Relation:
     return rel
 
 
+_AXIS = Attr("axis", "optional_ints", None, doc="axes to reduce; None reduces all")
+
+
 def _reduce(name: str, accepts: DTypeClass, doc: str, *, te: ComputeRule, numpy: Callable,
-            jax: Callable, grad: Callable[[Call, Expr], list[Expr]]) -> OpDef:
-    """Registers the reduction of one row: attributes ``axis`` (None: all) and ``keepdims``."""
+            jax: Callable, grad: Callable[[Call, Expr], list[Expr]] | None) -> OpDef:
+    """Registers the reduction of one row: attributes ``axis`` (None: all) and ``keepdims``;
+    ``grad=None``: not differentiable."""
     return register(OpDef(
         name, ("data",), _reduce_rel(name, accepts), OpPattern.COMM_REDUCE,
         numpy_ref=numpy, jax_lower=jax, compute=te, gradient=grad,
-        attrs=(Attr("axis", "optional_ints", None, doc="axes to reduce; None reduces all"),
-               _KEEPDIMS),
-        doc=doc,
+        differentiable=grad is not None, attrs=(_AXIS, _KEEPDIMS), doc=doc,
     ))
 
 
@@ -219,6 +222,104 @@ prod = _reduce(
     numpy=lambda x, axis, keepdims: np.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
     jax=lambda x, axis, keepdims: jnp.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype),
     grad=_prod_grad)
+
+
+# ---- all, any: bool reductions ------------------------------------------------------------
+
+
+def _logical_fold(reducer: Reducer, empty: bool) -> ComputeRule:
+    """The te rule of all (min) / any (max) over bools, folded as int8 0/1; `empty` over no
+    element (all: True, any: False, as NumPy)."""
+
+    def rule(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+        (x,) = inputs
+        axes, shape = indexing.norm_axes(attrs.axis, x.ndim), out_type.concrete_shape()
+        name = "T_all" if empty else "T_any"
+        if not axes:
+            return _copy(x, shape, name)
+        if _over_nothing(x, axes):
+            return compute(shape, lambda *o: const(empty, "bool"), name)
+        return over_axes(x, axes, attrs.keepdims, shape, lambda idx, r, o: not_equal(
+            reducer(cast("int8", x[idx]), r), 0), name)
+
+    return rule
+
+
+all_ = _reduce(
+    "all", BOOL, "whether every element over the axes is true (True over no element)",
+    te=_logical_fold(T.min, True),
+    numpy=lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims),
+    jax=lambda x, axis, keepdims: jnp.all(x, axis=axis, keepdims=keepdims), grad=None)
+any_ = _reduce(
+    "any", BOOL, "whether some element over the axes is true (False over no element)",
+    te=_logical_fold(T.max, False),
+    numpy=lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims),
+    jax=lambda x, axis, keepdims: jnp.any(x, axis=axis, keepdims=keepdims), grad=None)
+
+
+# ---- variance ------------------------------------------------------------------------------
+
+
+def _variance_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """Two passes: the mean m (keeping the axes), then sum((x - m)**2) / (n - unbiased);
+    float16 through float32, as mean."""
+    (x,) = inputs
+    axes, shape = indexing.norm_axes(attrs.axis, x.ndim), out_type.concrete_shape()
+    n, ddof = math.prod(x.shape[a] for a in axes), int(attrs.unbiased)
+    if n == 0:  # 0 / 0, as NumPy and JAX give
+        return compute(shape, lambda *o: const(float("nan"), x.dtype), "T_variance")
+    if not axes:  # each element its own mean: (x - x)**2 / (1 - unbiased), NaN for x = inf
+        return compute(shape, lambda *o: (x[o] - x[o]) * (x[o] - x[o]) / float(1 - ddof),
+                       "T_variance")
+    acc = "float32" if x.dtype == "float16" else x.dtype
+
+    def value(idx: tuple) -> PrimExpr:
+        return x[idx] if acc == x.dtype else cast(acc, x[idx])
+
+    kept = tuple(1 if d in axes else e for d, e in enumerate(x.shape))
+    m = over_axes(x, axes, True, kept, lambda idx, r, o: T.sum(value(idx), r) / float(n),
+                  "T_variance_mean")
+
+    def body(idx: tuple, r: list, o: tuple) -> PrimExpr:
+        d = value(idx) - m[tuple(const(0) if a in axes else i for a, i in enumerate(idx))]
+        v = T.sum(d * d, r) / float(n - ddof)
+        return v if acc == x.dtype else cast(x.dtype, v)
+
+    return over_axes(x, axes, attrs.keepdims, shape, body, "T_variance")
+
+
+def _numpy_variance(x: np.ndarray, axis: AnyValue, keepdims: bool,
+                    unbiased: bool) -> np.ndarray:
+    # np.var's arithmetic without its warnings: NaN over no element, and for one element when
+    # unbiased (0 / 0), silently, as JAX and the llvm target give
+    centred = x - _numpy_mean(x, axis, keepdims=True)
+    total = np.sum(centred * centred, axis=axis, keepdims=keepdims)
+    count = x.size // total.size if total.size else 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.divide(total, count - int(unbiased), dtype=total.dtype)
+
+
+def _variance_grad(call: Call, g: Expr) -> list[Expr]:
+    """d var(x, axes) = g * 2 * (x - mean(x)) / (n - unbiased), broadcast back."""
+    x, a = call.args[0], call.attrs
+    n = count(x, norm_axes(a.axis, tensor_type(x).ndim))
+    if a.unbiased:
+        n = ops.subtract(n, scalar(1, x))
+    centred = ops.subtract(x, ops.mean(x, axis=a.axis, keepdims=True))
+    scale = ops.divide(ops.multiply(unreduce(g, x, a.axis, a.keepdims), scalar(2, x)), n)
+    return [ops.multiply(centred, scale)]
+
+
+variance = register(OpDef(
+    "variance", ("data",), _reduce_rel("variance", FLOAT), OpPattern.COMM_REDUCE,
+    numpy_ref=_numpy_variance,
+    jax_lower=lambda x, axis, keepdims, unbiased: jnp.var(
+        x, axis=axis, ddof=int(unbiased), keepdims=keepdims),
+    compute=_variance_compute, gradient=_variance_grad,
+    attrs=(_AXIS, _KEEPDIMS,
+           Attr("unbiased", "bool", False, doc="divide by n - 1 (Bessel's correction), not n")),
+    doc="the mean squared deviation from the mean over the axes (TVM's variance)",
+))
 
 
 # ---- argmax, argmin: one row each ------------------------------------------------------

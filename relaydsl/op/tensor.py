@@ -23,6 +23,7 @@ broadcasting). The rest (clip, cast, cast_like, where) are written out in full.
 """
 from __future__ import annotations
 
+import math
 from typing import Any as AnyValue, Callable, Sequence
 
 import numpy as np
@@ -34,12 +35,13 @@ from relaydsl.op.grad_util import collapse, scalar, tensor_type, through_cast, z
 from relaydsl.op.lazy_jax import jax, jnp, lax
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
 from relaydsl.te import expr as E
+from relaydsl.te.evaluate import erf as te_erf
 from relaydsl.te.expr import INT_DTYPES, PrimExpr
 from relaydsl.te.rules import broadcast_read, elementwise
 from relaydsl.te.tensor import Tensor, compute
 from relaydsl.typing.relations import (
-    BOOL, FLOAT, NUMERIC, DTypeClass, RelationContext, broadcast_shapes, require_dtype, same_dtype,
-    tensor_arg,
+    BOOL, FLOAT, INTEGER, NUMERIC, DTypeClass, RelationContext, broadcast_shapes, require_dtype,
+    same_dtype, tensor_arg,
 )
 
 Relation = Callable[[list[Type], Attrs, RelationContext], Type]
@@ -175,6 +177,33 @@ ceil = _unary(
 round_ = _unary(
     "round", FLOAT, "nearest integer, ties to even",
     te=lambda x: E.call("round", x), numpy=np.round, jax=lambda x: jnp.round(x))
+trunc = _unary(
+    "trunc", FLOAT, "x rounded toward zero",
+    te=lambda x: E.call("trunc", x), numpy=np.trunc, jax=lambda x: jnp.trunc(x))
+sin = _unary(
+    "sin", FLOAT, "sine of x (radians)",
+    te=lambda x: E.call("sin", x), numpy=np.sin, jax=lambda x: jnp.sin(x),
+    grad=("d sin(x) = g * cos(x).", lambda g, x, y: multiply(g, cos(x))))
+cos = _unary(
+    "cos", FLOAT, "cosine of x (radians)",
+    te=lambda x: E.call("cos", x), numpy=np.cos, jax=lambda x: jnp.cos(x),
+    grad=("d cos(x) = -g * sin(x).", lambda g, x, y: multiply(negative(g), sin(x))))
+tan = _unary(
+    "tan", FLOAT, "tangent of x (radians)",
+    te=lambda x: E.call("tan", x), numpy=np.tan, jax=lambda x: jnp.tan(x),
+    grad=("d tan(x) = g * (1 + tan(x)**2).",
+          lambda g, x, y: multiply(g, add(scalar(1, x), multiply(y, y)))))
+atan = _unary(
+    "atan", FLOAT, "arctangent of x, in (-pi/2, pi/2)",
+    te=lambda x: E.call("atan", x), numpy=np.arctan, jax=lambda x: jnp.arctan(x),
+    grad=("d atan(x) = g / (1 + x**2).",
+          lambda g, x, y: divide(g, add(scalar(1, x), multiply(x, x)))))
+erf = _unary(
+    "erf", FLOAT, "the error function, 2/sqrt(pi) * integral of e**-t**2 from 0 to x",
+    te=lambda x: E.call("erf", x), numpy=te_erf, jax=lambda x: lax.erf(x),
+    grad=("d erf(x) = g * 2/sqrt(pi) * e**(-x**2).",
+          lambda g, x, y: multiply(multiply(g, scalar(2 / math.sqrt(math.pi), x)),
+                                   exp(negative(multiply(x, x))))))
 
 
 # ---- clip ----------------------------------------------------------------------
@@ -354,6 +383,56 @@ minimum = _binary(
     te=E.Min, numpy=np.minimum, jax=lambda x, y: jnp.minimum(x, y),
     grad=("d min(x, y) = (sum_b(g * [x < y] + g/2 * [x == y], x), likewise for y).",
           _chooser(lambda a, b: less(a, b))))
+
+# ---- floor division and modulo (TVM's floor_divide, floor_mod) -----------------
+
+
+def _floor_divide_reference(xp: AnyValue) -> Callable:
+    """floor(x / y): NumPy's // for integers, TVM's floor(x / y) for floats (where NumPy's
+    fmod-based // can differ by one when x / y rounds up to an integer)."""
+
+    def ref(x: AnyValue, y: AnyValue) -> AnyValue:
+        if xp.issubdtype(x.dtype, xp.integer):
+            return xp.floor_divide(x, y)
+        return xp.floor(x / y)
+
+    return ref
+
+
+def _floor_mod_reference(xp: AnyValue) -> Callable:
+    """x - floor(x / y) * y, with the sign of y: NumPy's % for integers, TVM's for floats."""
+
+    def ref(x: AnyValue, y: AnyValue) -> AnyValue:
+        if xp.issubdtype(x.dtype, xp.integer):
+            return xp.mod(x, y)
+        return x - xp.floor(x / y) * y
+
+    return ref
+
+
+floor_divide = _binary(
+    "floor_divide", NUMERIC, "floor(x / y), broadcasting; integers: 0 for a zero divisor",
+    te=E.FloorDiv, numpy=_floor_divide_reference(np),
+    jax=lambda x, y: _floor_divide_reference(jnp)(x, y))
+floor_mod = _binary(
+    "floor_mod", NUMERIC, "x - floor(x / y) * y (the sign of y), broadcasting; integers: 0 for "
+    "a zero divisor",
+    te=E.FloorMod, numpy=_floor_mod_reference(np), jax=lambda x, y: _floor_mod_reference(jnp)(x, y),
+    grad=("d(x mod y) = (sum_b(g, x), sum_b(-g * floor(x / y), y)).",
+          lambda g, x, y, z: (g, multiply(negative(g), floor(divide(x, y))))))
+
+# ---- shifts (integers) ---------------------------------------------------------
+# As NumPy's: a count outside 0 .. bits-1 shifts every bit out (right: the sign bit fills).
+
+left_shift = _binary(
+    "left_shift", INTEGER, "x << y, broadcasting; 0 for a count outside 0 .. bits-1",
+    te=lambda x, y: E.call("left_shift", x, y), numpy=np.left_shift,
+    jax=lambda x, y: jnp.left_shift(x, y))
+right_shift = _binary(
+    "right_shift", INTEGER, "x >> y (arithmetic for signed x), broadcasting; a count outside "
+    "0 .. bits-1 leaves only the sign (0 or -1)",
+    te=lambda x, y: E.call("right_shift", x, y), numpy=np.right_shift,
+    jax=lambda x, y: jnp.right_shift(x, y))
 
 # ---- comparisons (any dtype, bool result) --------------------------------------
 

@@ -55,6 +55,12 @@ BINARY: dict[type, Callable[[Array, Array], AnyValue]] = {
 }
 
 
+def erf(x: Array) -> Array:
+    """The error function elementwise, in x's dtype (NumPy has none: math.erf per element)."""
+    x = np.asarray(x)
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
 def _half(x: Array) -> AnyValue:
     return x.dtype.type(0.5)
 
@@ -62,8 +68,10 @@ def _half(x: Array) -> AnyValue:
 INTRINSICS: dict[str, Callable[..., AnyValue]] = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: np.reciprocal(np.sqrt(x)),
     "tanh": np.tanh, "sigmoid": lambda x: _half(x) * (np.tanh(_half(x) * x) + x.dtype.type(1)),
-    "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "round": np.round,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan, "erf": erf,
+    "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc,
     "pow": np.power, "abs": np.abs, "sign": np.sign,
+    "left_shift": np.left_shift, "right_shift": np.right_shift,
 }
 
 

@@ -297,12 +297,15 @@ class Cast(PrimExpr):
         _check_dtype(self.dtype, "Cast")
 
 
-# name -> (arity, float operands only)
-INTRINSICS: dict[str, tuple[int, bool]] = {
-    "exp": (1, True), "log": (1, True), "sqrt": (1, True), "rsqrt": (1, True),
-    "tanh": (1, True), "sigmoid": (1, True), "sin": (1, True), "cos": (1, True),
-    "floor": (1, True), "ceil": (1, True), "round": (1, True), "pow": (2, True),
-    "abs": (1, False), "sign": (1, False),
+# name -> (arity, the operand dtypes it takes: "float", "int" or "numeric")
+INTRINSICS: dict[str, tuple[int, str]] = {
+    "exp": (1, "float"), "log": (1, "float"), "sqrt": (1, "float"), "rsqrt": (1, "float"),
+    "tanh": (1, "float"), "sigmoid": (1, "float"), "sin": (1, "float"), "cos": (1, "float"),
+    "tan": (1, "float"), "atan": (1, "float"), "erf": (1, "float"),
+    "floor": (1, "float"), "ceil": (1, "float"), "round": (1, "float"), "trunc": (1, "float"),
+    "pow": (2, "float"), "abs": (1, "numeric"), "sign": (1, "numeric"),
+    # NumPy's shifts: a count outside 0 .. bits-1 shifts every bit out (right: the sign fills)
+    "left_shift": (2, "int"), "right_shift": (2, "int"),
 }
 
 
@@ -318,15 +321,17 @@ class Call(PrimExpr):
     def __post_init__(self) -> None:
         if self.name not in INTRINSICS:
             raise IRError(f"unknown intrinsic {self.name!r}; known: {', '.join(INTRINSICS)}")
-        arity, float_only = INTRINSICS[self.name]
+        arity, operands = INTRINSICS[self.name]
         if len(self.args) != arity:
             raise IRError(f"{self.name} takes {arity} operand(s), got {len(self.args)}")
         dtypes = {a.dtype for a in self.args}
         if len(dtypes) != 1:
             raise IRError(f"{self.name}: operand dtypes differ: {sorted(dtypes)}")
         (dtype,) = dtypes
-        if float_only and dtype not in FLOAT_DTYPES:
+        if operands == "float" and dtype not in FLOAT_DTYPES:
             raise IRError(f"{self.name} needs a float operand, got {dtype} ({self.args[0]})")
+        if operands == "int" and dtype not in INT_DTYPES:
+            raise IRError(f"{self.name} needs integer operands, got {dtype} ({self.args[0]})")
         if dtype == "bool":
             raise IRError(f"{self.name}: bool operand {self.args[0]}")
         object.__setattr__(self, "dtype", dtype)

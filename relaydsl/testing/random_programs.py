@@ -44,8 +44,8 @@ def _sqrt_of_abs(x: Expr) -> Expr:
 # the unary steps: bounded where the op alone is not (exp of tanh; sqrt of abs)
 UNARY: tuple[Callable[[Expr], Expr], ...] = (
     ops.negative, ops.tanh, ops.sigmoid, ops.abs, ops.relu, _exp_of_tanh, _sqrt_of_abs,
-    ops.floor, ops.sign)
-REDUCE = (ops.sum, ops.mean, ops.max, ops.min)
+    ops.floor, ops.sign, ops.sin, ops.cos, ops.atan, ops.erf, ops.trunc)
+REDUCE = (ops.sum, ops.mean, ops.max, ops.min, ops.variance)
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """Shape transformations and tensor constructors, with NumPy semantics: one block per op.
 
 * shape.py: reshape (and its adjoint reshape_like), transpose, expand_dims, squeeze,
-  broadcast_to;
-* index.py: take, strided_slice and their adjoints take_grad, strided_slice_grad;
+  broadcast_to, tile;
+* index.py: take, strided_slice, gather_nd and the adjoints take_grad, strided_slice_grad;
 * join.py: concatenate, stack (one tuple-typed input) and split (a tuple result);
-* create.py: zeros, ones, full, zeros_like, ones_like, shape_of.
+* create.py: zeros, ones, full, zeros_like, ones_like, one_hot, shape_of, ndarray_size;
+* sort.py: topk.
 
 Dims that pass through stay symbolic; a dim computed from a symbolic one (a concatenated
 axis, reshape's -1, a sliced axis) is ``Any``.
@@ -19,14 +20,20 @@ axis, reshape's -1, a sliced axis) is ``Any``.
 """
 # The files in dependency order: a later one's gradient rules use the earlier ones' ops.
 from relaydsl.op.transform.shape import (
-    broadcast_to, expand_dims, reshape, reshape_like, squeeze, transpose,
+    broadcast_to, expand_dims, reshape, reshape_like, squeeze, tile, transpose,
 )
-from relaydsl.op.transform.index import strided_slice, strided_slice_grad, take, take_grad
+from relaydsl.op.transform.index import (
+    gather_nd, strided_slice, strided_slice_grad, take, take_grad,
+)
 from relaydsl.op.transform.join import concatenate, split, stack
-from relaydsl.op.transform.create import full, ones, ones_like, shape_of, zeros, zeros_like
+from relaydsl.op.transform.create import (
+    full, ndarray_size, one_hot, ones, ones_like, shape_of, zeros, zeros_like,
+)
+from relaydsl.op.transform.sort import topk
 
 __all__ = [
-    "broadcast_to", "concatenate", "expand_dims", "full", "ones", "ones_like", "reshape",
-    "reshape_like", "shape_of", "split", "squeeze", "stack", "strided_slice",
-    "strided_slice_grad", "take", "take_grad", "transpose", "zeros", "zeros_like",
+    "broadcast_to", "concatenate", "expand_dims", "full", "gather_nd", "ndarray_size", "one_hot",
+    "ones", "ones_like", "reshape", "reshape_like", "shape_of", "split", "squeeze", "stack",
+    "strided_slice", "strided_slice_grad", "take", "take_grad", "tile", "topk", "transpose",
+    "zeros", "zeros_like",
 ]

@@ -1,26 +1,30 @@
-"""Ops that make a tensor from a shape: zeros, ones, full, zeros_like, ones_like, and
-shape_of, a tensor's shape as a tensor.
+"""Ops that make a tensor from a shape: zeros, ones, full, zeros_like, ones_like, one_hot;
+and shape_of and ndarray_size, a tensor's shape and size as tensors.
 
-Only full is differentiable (in its fill value); the others' results do not depend on the
-values of their inputs.
+Only full and one_hot are differentiable (in their fill values); the others' results do not
+depend on the values of their inputs.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
+from typing import Any as AnyValue
 
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Call, Constant, Expr
+from relaydsl.ir.expr import Call, Constant, Expr, const as ir_const
 from relaydsl.ir.types import TensorType, Type, type_to_str
-from relaydsl.op.grad_util import sum_, tensor_type, through_cast
+from relaydsl.op.grad_util import sum_, tensor_type, through_cast, zeros_for
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
+from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.op.transform.common import shape_attr
 from relaydsl.te.expr import PrimExpr, cast, const, equal, select
 from relaydsl.te.rules import ComputeRule
 from relaydsl.te.tensor import Tensor, compute
-from relaydsl.typing.relations import RelationContext, identity_rel, tensor_arg
+from relaydsl.typing.relations import (
+    INTEGER, RelationContext, identity_rel, require_dtype, shape_of as dims_of, tensor_arg,
+)
 
 # ---- zeros, ones ---------------------------------------------------------------------------
 
@@ -141,4 +145,106 @@ shape_of = register(OpDef(
     compute=_shape_of_compute, differentiable=False,
     doc="the shape of x as a 1-D int32 tensor (loops over a tensor's first axis use it)",
     traits=Traits(fold_from_types=_shape_of_from_types),
+))
+
+# ---- ndarray_size --------------------------------------------------------------------------
+
+
+def _ndarray_size_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    tensor_arg(ctx, args[0], "ndarray_size: the input")
+    return TensorType((), attrs.dtype)
+
+
+def _ndarray_size_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """The static element count as a constant scalar."""
+    return compute((), lambda: const(math.prod(inputs[0].shape), attrs.dtype), "T_ndarray_size")
+
+
+def _ndarray_size_from_types(call: Call, arg_types: Sequence[Type]) -> Expr | None:
+    """ndarray_size(x) of a statically shaped x: the element count, a constant scalar."""
+    t = arg_types[0]
+    if isinstance(t, TensorType) and t.is_static:
+        return Constant(np.array(math.prod(t.concrete_shape()), call.attrs.dtype), span=call.span)
+    return None
+
+
+ndarray_size = register(OpDef(
+    "ndarray_size", ("data",), _ndarray_size_rel, OpPattern.OPAQUE,
+    numpy_ref=lambda x, dtype: np.array(np.size(x), dtype),
+    jax_lower=lambda x, dtype: jnp.array(x.size, dtype),
+    compute=_ndarray_size_compute, differentiable=False,
+    attrs=(Attr("dtype", "dtype", "int32", doc="the result dtype"),),
+    doc="the number of elements of x, a scalar of `dtype`",
+    traits=Traits(fold_from_types=_ndarray_size_from_types),
+))
+
+# ---- one_hot -------------------------------------------------------------------------------
+
+
+def _one_hot_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    indices = tensor_arg(ctx, args[0], "one_hot: the indices")
+    require_dtype(ctx, "one_hot", "the indices", indices, INTEGER)
+    for arg, what in zip(args[1:], ("on_value", "off_value")):
+        value = tensor_arg(ctx, arg, f"one_hot: {what}")
+        if value.ndim != 0:
+            ctx.fail(f"one_hot: {what} must be a scalar, got {type_to_str(value)}")
+    shape = dims_of(ctx, indices)
+    if not -len(shape) - 1 <= attrs.axis <= len(shape):
+        ctx.fail(f"one_hot: attribute 'axis' = {attrs.axis} is out of range for the "
+                 f"{len(shape) + 1}-D result")
+    axis = attrs.axis % (len(shape) + 1)
+    return TensorType((*shape[:axis], attrs.depth, *shape[axis:]), attrs.dtype)
+
+
+def _one_hot_reference(xp: AnyValue) -> Callable:
+    """The NumPy reference (xp = numpy) or the JAX lowering (xp = jax.numpy)."""
+
+    def ref(indices: AnyValue, on: AnyValue, off: AnyValue, depth: int, axis: int,
+            dtype: str) -> AnyValue:
+        axis %= indices.ndim + 1
+        positions = xp.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
+        hit = xp.expand_dims(indices, axis) == positions
+        return xp.where(hit, xp.asarray(on).astype(dtype), xp.asarray(off).astype(dtype))
+
+    return ref
+
+
+def _one_hot_gradient(call: Call, g: Expr) -> list[Expr]:
+    """d one_hot(i, on, off) = (0, sum(g where hit), sum(g where not hit)), through the casts."""
+    indices, on, off = call.args
+    a = call.attrs
+    hit = one_hot(indices, ir_const(True), ir_const(False), a.depth, a.axis, "bool")
+    zero = ir_const(0, a.dtype)
+    return [zeros_for(indices),
+            through_cast(sum_(ops.where(hit, g, zero), None), on, a.dtype),
+            through_cast(sum_(ops.where(hit, zero, g), None), off, a.dtype)]
+
+
+def _one_hot_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """out[o] = on where indices[o without the axis] == o[axis], else off."""
+    indices, on, off = inputs
+    shape = out_type.concrete_shape()
+    axis = attrs.axis % len(shape)
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        i = indices[o[:axis] + o[axis + 1:]]
+        if i.dtype not in ("int32", "int64"):  # room for depth - 1
+            i = cast("int32", i)
+        k = o[axis] if i.dtype == "int32" else cast(i.dtype, o[axis])
+        return select(equal(i, k), cast(attrs.dtype, on[()]), cast(attrs.dtype, off[()]))
+
+    return compute(shape, f, "T_one_hot")
+
+
+one_hot = register(OpDef(
+    "one_hot", ("indices", "on_value", "off_value"), _one_hot_rel, OpPattern.INJECTIVE,
+    numpy_ref=_one_hot_reference(np),
+    jax_lower=lambda *args, **attrs: _one_hot_reference(jnp)(*args, **attrs),
+    compute=_one_hot_compute, gradient=_one_hot_gradient,
+    attrs=(Attr("depth", "int", check=lambda d: f"must be >= 0, got {d}" if d < 0 else None,
+                doc="the size of the one-hot axis"),
+           Attr("axis", "int", -1, doc="where the one-hot axis goes; -1: last"),
+           Attr("dtype", "dtype", "float32", doc="the result dtype")),
+    doc="on_value where the one-hot axis's position equals the index, off_value elsewhere "
+        "(indices outside 0 .. depth-1 give all off_value), as TVM's one_hot",
 ))

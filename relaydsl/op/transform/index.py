@@ -1,5 +1,6 @@
-"""Ops that read part of a tensor: take and strided_slice, and their adjoints take_grad and
-strided_slice_grad, which gradient rules build.
+"""Ops that read part of a tensor: take, strided_slice and gather_nd, and the adjoints take_grad
+and strided_slice_grad, which gradient rules build (gather_nd's is a take_grad of the data
+flattened on its indexed axes).
 
 take clamps or wraps its indices as ``mode`` says; strided_slice has Python's slice
 semantics. The adjoints scatter: strided_slice_grad reads out_grad where the output index is
@@ -14,12 +15,13 @@ from typing import Any as AnyValue
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Call, Expr
+from relaydsl.ir.expr import Call, Expr, const as ir_const
 from relaydsl.ir.types import TensorType, Type, type_to_str
-from relaydsl.op.grad_util import zeros_for
+from relaydsl.op.grad_util import static_dims, tensor_type, zeros_for
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, register
+from relaydsl.op.registry import Attr, OpDef, OpPattern, ops, register
 from relaydsl.op.transform.common import along, as_tuple
+from relaydsl.op.transform.shape import reshape, reshape_like
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import PrimExpr, cast, const, equal, maximum, minimum, select
 from relaydsl.te.indexing import ravel, unravel
@@ -322,4 +324,98 @@ strided_slice_grad = register(OpDef(
     attrs=_SLICE_ATTRS,
     doc="zeros shaped like `like` holding out_grad at like[begin:end:strides]: "
         "the adjoint of strided_slice",
+))
+
+# ---- gather_nd -----------------------------------------------------------------------------
+
+
+def _gather_nd_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    data = tensor_arg(ctx, args[0], "gather_nd: the data")
+    indices = tensor_arg(ctx, args[1], "gather_nd: the indices")
+    require_dtype(ctx, "gather_nd", "the indices", indices, INTEGER)
+    shape, index_shape, b = shape_of(ctx, data), shape_of(ctx, indices), attrs.batch_dims
+    if not index_shape or not isinstance(index_shape[0], int):
+        ctx.fail(f"gather_nd: the indices {type_to_str(indices)} must have a static first axis "
+                 "(the number of indexed axes)")
+    m = index_shape[0]
+    if b + m > len(shape) or b > len(index_shape) - 1:
+        ctx.fail(f"gather_nd: the indices {type_to_str(indices)} index {m} axes after "
+                 f"batch_dims = {b}, too many for the data {type_to_str(data)}")
+    for d in range(b):
+        ctx.unify_dims(shape[d], index_shape[1 + d],
+                       f"gather_nd: batch axis {d} of the data and the indices differ")
+    return TensorType(index_shape[1:] + shape[b + m:], data.dtype)
+
+
+def _gather_positions(indices: AnyValue, dims: tuple[int, ...], xp: AnyValue) -> list:
+    """indices[j] as positions on axis dims[j]: negative ones count from the end, then clamped
+    (in int32 or int64: a narrow dtype has no room for i + n)."""
+    if indices.dtype != xp.int64:
+        indices = indices.astype(xp.int32)
+    return [xp.clip(xp.where(i < 0, i + n, i), 0, n - 1) for i, n in zip(indices, dims)]
+
+
+def _gather_nd_reference(xp: AnyValue) -> AnyValue:
+    """The NumPy reference (xp = numpy) or the JAX lowering (xp = jax.numpy)."""
+
+    def ref(data: AnyValue, indices: AnyValue, batch_dims: int) -> AnyValue:
+        b, m, k = batch_dims, indices.shape[0], indices.ndim - 1
+        batch = [xp.arange(data.shape[d]).reshape((1,) * d + (-1,) + (1,) * (k - d - 1))
+                 for d in range(b)]
+        return data[tuple(batch + _gather_positions(indices, data.shape[b:b + m], xp))]
+
+    return ref
+
+
+def _gather_nd_gradient(call: Call, g: Expr) -> list[Expr]:
+    """d gather_nd(x, i) = (take_grad(g, flat positions, x flattened on the indexed axes), 0)."""
+    x, indices = call.args
+    dims, b = static_dims(x, "gather_nd"), call.attrs.batch_dims
+    index_shape = static_dims(indices, "gather_nd")
+    m, k = index_shape[0], len(index_shape) - 1
+    dtype = "int64" if tensor_type(indices).dtype == "int64" else "int32"
+    lead = dims[:b + m]
+    strides = [math.prod(lead[d + 1:]) for d in range(b + m)]
+    offsets = sum(np.arange(dims[d]).reshape((1,) * d + (-1,) + (1,) * (k - d - 1)) * strides[d]
+                  for d in range(b))
+    flat: Expr = ir_const(np.broadcast_to(offsets, index_shape[1:]).astype(dtype))
+    for j in range(m):
+        n = dims[b + j]
+        i = ops.cast(take(indices, ir_const(j, dtype), axis=0), dtype)
+        wrapped = ops.where(ops.less(i, ir_const(0, dtype)), ops.add(i, ir_const(n, dtype)), i)
+        position = ops.clip(wrapped, 0, n - 1)
+        flat = ops.add(flat, ops.multiply(position, ir_const(strides[b + j], dtype)))
+    rows = reshape(x, (math.prod(lead), *dims[b + m:]))
+    return [reshape_like(take_grad(g, flat, rows, axis=0), x), zeros_for(indices)]
+
+
+def _gather_nd_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """out[o] = x[o's batch part, position(indices[j, o's index part]) for each j, the rest]."""
+    x, indices = inputs
+    b, m, k = attrs.batch_dims, indices.shape[0], indices.ndim - 1
+
+    def position(i: PrimExpr, n: int) -> PrimExpr:
+        if i.dtype in ("int8", "int16", "uint8"):  # room for n - 1
+            i = cast("int32", i)
+        return minimum(maximum(select(i < 0, i + n, i), 0), n - 1)
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        at = [position(indices[(const(j), *o[:k])], x.shape[b + j]) for j in range(m)]
+        return x[(*o[:b], *at, *o[k:])]
+
+    return compute(out_type.concrete_shape(), f, "T_gather_nd")
+
+
+gather_nd = register(OpDef(
+    "gather_nd", ("data", "indices"), _gather_nd_rel, OpPattern.INJECTIVE,
+    numpy_ref=_gather_nd_reference(np),
+    jax_lower=lambda data, indices, batch_dims: _gather_nd_reference(jnp)(
+        data, indices, batch_dims),
+    compute=_gather_nd_compute, gradient=_gather_nd_gradient,
+    attrs=(Attr("batch_dims", "int", 0,
+                check=lambda b: f"must be >= 0, got {b}" if b < 0 else None,
+                doc="leading axes shared by the data and indices[1:], gathered from one to one"),),
+    doc="x at the positions indices[:, y...] on its axes after the batch axes, as TVM's "
+        "gather_nd: out[b, y, rest] = x[b, indices[0, b, y], ..., indices[M-1, b, y], rest]; "
+        "negative indices count from the end, then indices are clamped into range",
 ))

@@ -1,5 +1,5 @@
 """Ops that move a tensor's elements into another shape: reshape (and its adjoint
-reshape_like), transpose, expand_dims, squeeze, broadcast_to.
+reshape_like), transpose, expand_dims, squeeze, broadcast_to, tile.
 
 Their compute rules are pure index mappings: the output element at ``o`` reads one input
 element. reshape goes through the row-major flat position; squeeze with ``axis=None``
@@ -14,7 +14,7 @@ import numpy as np
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import AnyDim, Dim, TensorType, Type, type_to_str
-from relaydsl.op.grad_util import collapse, norm_axes, tensor_type, zeros_for
+from relaydsl.op.grad_util import collapse, norm_axes, static_dims, sum_, tensor_type, zeros_for
 from relaydsl.op.lazy_jax import jnp
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
 from relaydsl.op.transform.common import as_tuple, shape_attr
@@ -281,4 +281,59 @@ broadcast_to = register(OpDef(
     compute=_broadcast_to_compute, gradient=_broadcast_to_gradient,
     attrs=(shape_attr("the target shape"),),
     doc="x broadcast (NumPy rules) to `shape`",
+))
+
+# ---- tile ----------------------------------------------------------------------------------
+
+
+def _tiled(shape: tuple[Dim, ...], reps: tuple[int, ...]) -> tuple[Dim, ...]:
+    """NumPy's tile shape: the shorter of shape and reps padded with leading 1s, times."""
+    n = max(len(shape), len(reps))
+    shape = (1,) * (n - len(shape)) + shape
+    reps = (1,) * (n - len(reps)) + reps
+    return tuple(d * r if isinstance(d, int) else d if r == 1 else AnyDim()
+                 for d, r in zip(shape, reps))
+
+
+def _tile_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    t = tensor_arg(ctx, args[0], "tile: the input")
+    return TensorType(_tiled(shape_of(ctx, t), attrs.reps), t.dtype)
+
+
+def _tile_gradient(call: Call, g: Expr) -> list[Expr]:
+    """d tile(x, reps) = sum over the r axes of g reshaped to (r0, d0, r1, d1, ...)."""
+    x = call.args[0]
+    dims = static_dims(x, "tile")
+    n = max(len(dims), len(call.attrs.reps))
+    dims = (1,) * (n - len(dims)) + dims
+    reps = (1,) * (n - len(call.attrs.reps)) + call.attrs.reps
+    tiles = reshape(g, tuple(v for pair in zip(reps, dims) for v in pair))
+    return [reshape_like(sum_(tiles, tuple(range(0, 2 * n, 2))), x)]
+
+
+def _tile_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """out[o] = x[o % x.shape on x's axes, the trailing ones of o]."""
+    (x,) = inputs
+    shape = out_type.concrete_shape()
+    lead = len(shape) - x.ndim
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        index = []
+        for i, n in enumerate(x.shape):
+            at = o[lead + i]
+            index.append(const(0) if n == 1 else at if shape[lead + i] == n else at % n)
+        return x[tuple(index)]
+
+    return compute(shape, f, "T_tile")
+
+
+tile = register(OpDef(
+    "tile", ("data",), _tile_rel, OpPattern.INJECTIVE,
+    numpy_ref=lambda x, reps: np.tile(x, reps),
+    jax_lower=lambda x, reps: jnp.tile(x, reps),
+    compute=_tile_compute, gradient=_tile_gradient,
+    attrs=(Attr("reps", "ints",
+                check=lambda r: f"must be >= 0, got {r}" if any(v < 0 for v in r) else None,
+                doc="repetitions per axis; the shorter of reps and x's shape gets leading 1s"),),
+    doc="x repeated `reps` times along each axis, as numpy.tile",
 ))

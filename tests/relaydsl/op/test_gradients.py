@@ -96,15 +96,21 @@ def _zeros_like(x: Any) -> Any:
 
 def jax_vjp(f: Callable[..., Any], inputs: Sequence[Any], g: Any, jit: bool = True) -> list[Any]:
     """The adjoint of each input of f at `inputs` given g: JAX's vjp for the float inputs
-    (all zeros when f's output is not float), zeros for the others. Jitted unless told not to:
-    one compilation is faster than dispatching each op eagerly."""
+    (all zeros when f's output is not float; a tuple output's integer fields, topk's indices,
+    carry none), zeros for the others. Jitted unless told not to: one compilation is faster
+    than dispatching each op eagerly."""
     wrt = [i for i, x in enumerate(inputs) if _is_float(x)]
+    fields = None  # all of f's output, or the float fields of a tuple
+    if isinstance(g, tuple) and not _is_float(g):
+        fields = [i for i, leaf in enumerate(g) if _is_float(leaf)]
+        g = tuple(g[i] for i in fields)
 
     def of_float_inputs(*xs: Any) -> Any:
         args = [jax.tree_util.tree_map(jnp.asarray, x) for x in inputs]
         for i, x in zip(wrt, xs):
             args[i] = x
-        return f(*args)
+        out = f(*args)
+        return out if fields is None else tuple(out[i] for i in fields)
 
     def pull(primals: list[Any], g: Any) -> Any:
         return jax.vjp(of_float_inputs, *primals)[1](g)
@@ -152,7 +158,8 @@ def check_gradient(case: GradCase) -> None:
 # ---- the cases ----------------------------------------------------------------------------------
 
 UNARY = {"negative": f64, "exp": f64, "log": pos, "sqrt": pos, "rsqrt": pos, "tanh": f64,
-         "sigmoid": f64, "relu": f64, "abs": f64}
+         "sigmoid": f64, "relu": f64, "abs": f64, "sin": f64, "cos": f64,
+         "tan": lambda *s: rng.uniform(-1.4, 1.4, s), "atan": f64, "erf": f64}
 BROADCASTS = [((3, 4), (3, 4)), ((3, 1), (4,)), ((), (2, 3)), ((2, 3), ()), ((2, 1, 4), (3, 1))]
 REDUCE_ATTRS = [{}, {"axis": 1}, {"axis": -1, "keepdims": True}, {"axis": (0, 2)},
                 {"keepdims": True}]
@@ -162,7 +169,9 @@ INDICES = np.array([[5, -1], [0, -7]], np.int32)
 CASES = [
     # ---- elementwise
     *[GradCase(op, [make(3, 4)]) for op, make in UNARY.items()],
-    *[GradCase(op, [f32(5)], **F32) for op in ("exp", "tanh", "sigmoid")],
+    *[GradCase(op, [f32(5)], **F32) for op in ("exp", "tanh", "sigmoid", "sin", "erf")],
+    GradCase("erf", [f64(3, 4)], truth=lambda x: jax.scipy.special.erf(x)),
+    GradCase("atan", [f64(6)], truth=lambda x: jnp.arctan2(x, jnp.ones_like(x))),
     GradCase("clip", [f64(3, 4)], {"a_min": -0.5, "a_max": 0.7},
              lambda x: jnp.minimum(jnp.maximum(x, -0.5), 0.7)),
     GradCase("cast", [f32(2, 3)], {"dtype": "float64"}, name="float32 to float64"),
@@ -178,6 +187,9 @@ CASES = [
                                                   "minimum") for a, b in BROADCASTS],
     *[GradCase("divide", [f64(*a), pos(*b)]) for a, b in BROADCASTS],
     *[GradCase("power", [pos(*a), f64(*b)]) for a, b in BROADCASTS],
+    *[GradCase("floor_mod", [f64(*a), pos(*b)], truth=lambda x, y: jnp.mod(x, y))
+      for a, b in BROADCASTS],
+    GradCase("floor_mod", [i32(3, 4), np.full(4, 3, np.int32)], name="int32: zero"),
     GradCase("power", [np.array([0.0, 2.0, 0.0]), np.array([2.0, 0.0, 0.5])], name="zeros"),
     GradCase("maximum", [TIES, TIES[:, 1:2]], name="ties share g"),
     GradCase("minimum", [TIES, TIES[1]], name="ties share g"),
@@ -188,6 +200,10 @@ CASES = [
     # ---- reductions
     *[GradCase(op, [f64(2, 3, 4)], attrs) for op in ("sum", "mean", "max", "min", "prod")
       for attrs in REDUCE_ATTRS],
+    *[GradCase("variance", [f64(2, 3, 4)], attrs) for attrs in REDUCE_ATTRS],
+    GradCase("variance", [f64(3, 5)], {"axis": 1, "unbiased": True},
+             lambda x: jnp.var(x, axis=1, ddof=1), "unbiased"),
+    GradCase("variance", [f32(4, 5)], {"axis": 0, "keepdims": True}, name="float32", **F32),
     GradCase("sum", [f64(3)], {"axis": ()}, name="no axes"),
     GradCase("mean", [f32(4, 5)], {"axis": 0}, **F32),
     GradCase("max", [TIES], {"axis": 1}, name="ties share g"),
@@ -233,6 +249,29 @@ CASES = [
     GradCase("full", [np.array(2.5)], {"shape": (2, 3)}),
     GradCase("full", [np.array(2.5)], {"shape": (2, 3), "dtype": "float32"}),
     GradCase("full", [np.array(2.5)], {"shape": (2,), "dtype": "int32"}, name="to int32: zero"),
+    GradCase("tile", [f64(2, 3)], {"reps": (2, 3)}),
+    GradCase("tile", [f64(3)], {"reps": (2, 1, 2)}, name="more reps than axes"),
+    GradCase("tile", [f64(2, 1, 3)], {"reps": (2,)}, lambda x: jnp.tile(x, (2,)),
+             "fewer reps than axes"),
+    GradCase("gather_nd", [f64(2, 3, 4), np.array([[1, 0, -1, 1], [2, 9, 0, 2]], np.int32)],
+             name="repeated, negative and past-the-end indices"),
+    GradCase("gather_nd", [f64(3, 4), np.array([[[2, 0], [1, 1]], [[3, 0], [0, -4]]], np.int64)],
+             name="every axis: elements"),
+    GradCase("gather_nd", [f64(2, 3, 4), np.array([[[2, 0], [1, 1]]], np.uint8)],
+             {"batch_dims": 1}, name="batch_dims 1"),
+    GradCase("topk", [f64(3, 5)], {"k": 2}),
+    GradCase("topk", [f64(4, 3, 2)], {"k": 3, "axis": 1, "ret_type": "values",
+                                      "is_ascend": True}),
+    GradCase("topk", [np.array([[1.0, 2.0, 2.0, 0.5], [3.0, 3.0, 3.0, 3.0]])],
+             {"k": 3, "ret_type": "values"},
+             lambda x: jax.lax.top_k(x, 3)[0], "ties by index"),
+    GradCase("topk", [f64(3, 4)], {"k": 0, "ret_type": "indices"}, name="indices: zero"),
+    GradCase("one_hot", [np.array([[0, 3], [-1, 1]], np.int32), f64(), f64()],
+             {"depth": 3, "axis": 1, "dtype": "float64"}),
+    GradCase("one_hot", [np.array([2, 0, 1], np.int64), f64(), f32()], {"depth": 4},
+             name="float64 and float32 values to float32", **F32),
+    GradCase("one_hot", [np.array([2, 0], np.int32), f64(), i32()], {"depth": 3},
+             name="int32 off_value: zero"),
     GradCase("pad", [f64(2, 3)], {"pad_width": (1, 2, 0, 3)}),
     GradCase("pad", [f64(1, 2, 3)], {"pad_width": (0, 0, 1, 1, 2, 0), "pad_value": -1.5}),
     # ---- products
@@ -381,7 +420,8 @@ def test_non_differentiable_ops_have_no_rule():
     expected = [
         "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
         "logical_or", "logical_not", "argmax", "argmin", "sign", "floor", "ceil", "round",
-        "shape_of", "zeros", "ones", "zeros_like", "ones_like",
+        "shape_of", "zeros", "ones", "zeros_like", "ones_like", "trunc", "floor_divide",
+        "left_shift", "right_shift", "all", "any", "ndarray_size",
     ]
     assert all(not all_ops()[n].differentiable for n in expected)
 

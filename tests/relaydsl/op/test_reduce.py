@@ -84,6 +84,26 @@ def collapsed(x, like):
 
 TIES = np.array([[1, 5, 5, 0], [7, 7, 2, 7], [3, 3, 3, 3]], np.int32)
 
+
+def variance(axis=None, keepdims=False, unbiased=False):
+    """The mean squared deviation from the mean, divided by n - 1 when unbiased."""
+
+    def run(x):
+        centred = x - mean(axis, True)(x)
+        total = SUM(axis, keepdims)(centred * centred)
+        n = x.size // total.size
+        return total / jnp.array(n - unbiased, x.dtype)
+
+    return run
+
+
+def logical(monoid, init):
+    """all/any as lax.reduce of and/or over the axes."""
+    return reduce_with(monoid, lambda d: init)
+
+
+ALL, ANY = logical(lax.bitwise_and, True), logical(lax.bitwise_or, False)
+
 CASES = [
     *reduce_cases("sum", SUM),
     OpCase("sum", [f32(3)], SUM(axis=()), {"axis": ()}, name="empty axes"),
@@ -96,6 +116,20 @@ CASES = [
     *reduce_cases("prod", PROD),
     OpCase("prod", [np.full((2, 40), 3, np.int32)], PROD(axis=1), {"axis": 1},
            name="int32 wraps around"),
+    *reduce_cases("all", ALL, (bools,)),
+    OpCase("all", [np.ones((2, 3), bool)], ALL(axis=1), {"axis": 1}, name="all true"),
+    OpCase("all", [np.ones((2, 0), bool)], ALL(axis=1), {"axis": 1}, name="over no element"),
+    *reduce_cases("any", ANY, (bools,)),
+    OpCase("any", [np.zeros((2, 3), bool)], ANY(axis=0, keepdims=True),
+           {"axis": 0, "keepdims": True}, name="all false"),
+    OpCase("any", [np.zeros((0, 3), bool)], ANY(axis=0), {"axis": 0}, name="over no element"),
+    *reduce_cases("variance", variance, (f32, f64)),
+    OpCase("variance", [f64(3, 5)], variance(axis=1, unbiased=True),
+           {"axis": 1, "unbiased": True}, name="unbiased"),
+    OpCase("variance", [f32(2, 3, 4)], variance(axis=(0, 2), keepdims=True, unbiased=True),
+           {"axis": (0, 2), "keepdims": True, "unbiased": True}, name="unbiased keepdims"),
+    OpCase("variance", [(f32(4, 6) * 10 + 1000).astype(np.float32)], variance(axis=1),
+           {"axis": 1}, rtol=1e-3, name="large mean: two passes"),
     *reduce_cases("argmax", arg_truth(jnp.max), (f32, i32), count=3),
     OpCase("argmin", [f64(3, 4)], arg_truth(jnp.min)(axis=0), {"axis": 0}),
     OpCase("argmax", [TIES], arg_truth(jnp.max)(axis=1), {"axis": 1}, name="ties"),
@@ -135,6 +169,10 @@ def rel(op, arg_type, **attrs):
                                       r"got Tensor\[\(2, 3\), int32\]"),
     ("sum", T((2,), "bool"), {}, r"sum: the input must have a numeric \(non-bool\) dtype"),
     ("argmax", T((2, 3)), {"axis": 5}, r"argmax: attribute 'axis' = 5 is out of range"),
+    ("all", T((2, 3)), {}, r"all: the input must have a bool dtype"),
+    ("any", T((2, 3), "int32"), {"axis": 0}, r"any: the input must have a bool dtype"),
+    ("variance", T((2, 3), "int32"), {}, r"variance: the input must have a floating-point"),
+    ("variance", T((2, 3)), {"axis": 2}, r"variance: attribute 'axis' = 2 is out of range"),
     ("argmin", T(()), {"axis": 0}, r"argmin: attribute 'axis' = 0 is out of range"),
 ])
 def test_type_errors(op, arg_type, attrs, message):

@@ -61,9 +61,12 @@ ONE_BLOCK_FAMILIES = {
         "floor", "ceil", "round", "clip", "cast", "cast_like", "add", "subtract", "multiply",
         "divide", "power", "maximum", "minimum", "equal", "not_equal", "less", "less_equal",
         "greater", "greater_equal", "logical_and", "logical_or", "logical_not", "where",
+        "trunc", "sin", "cos", "tan", "atan", "erf", "floor_divide", "floor_mod", "left_shift",
+        "right_shift",
     ],
     "relaydsl.op.reduce": [
-        "sum", "mean", "max", "min", "prod", "argmax", "argmin", "collapse_sum_like",
+        "sum", "mean", "max", "min", "prod", "argmax", "argmin", "collapse_sum_like", "all",
+        "any", "variance",
     ],
 }
 

@@ -53,6 +53,67 @@ def adjoint_of(forward):
 
 OUT_OF_RANGE = np.array([[5, -1], [0, -7]], np.int32)
 
+
+def tiled(reps):
+    """tile as a broadcast of x against a new size-r axis before each axis, then a reshape."""
+
+    def run(x):
+        n = max(x.ndim, len(reps))
+        dims = (1,) * (n - x.ndim) + x.shape
+        r = (1,) * (n - len(reps)) + tuple(reps)
+        spread = jnp.broadcast_to(x.reshape([v for d in dims for v in (1, d)]),
+                                  [v for pair in zip(r, dims) for v in pair])
+        return spread.reshape([a * b for a, b in zip(r, dims)])
+
+    return run
+
+
+def gathered(batch_dims):
+    """gather_nd as a loop over the batch and index positions, reading with dynamic_index."""
+
+    def run(x, indices):
+        b, m = batch_dims, indices.shape[0]
+        index_shape = indices.shape[1:]
+        rows = []
+        for at in np.ndindex(*index_shape):
+            pos = [jnp.clip(jnp.where(i < 0, i + n, i), 0, n - 1)
+                   for i, n in zip(indices[(slice(None), *at)], x.shape[b:b + m])]
+            rows.append(x[(*at[:b], *pos)])
+        return jnp.stack(rows).reshape(index_shape + x.shape[b + m:])
+
+    return run
+
+
+def top_k(k, axis=-1, ret_type="both", is_ascend=False, dtype=jnp.int32):
+    """topk as lax.top_k (equal values by index) on the axis moved last; ascending on -x."""
+
+    def run(x):
+        moved = jnp.moveaxis(x, axis, -1)
+        values, indices = lax.top_k(-moved if is_ascend else moved, k or moved.shape[-1])
+        values = -values if is_ascend else values
+        both = (jnp.moveaxis(values, -1, axis), jnp.moveaxis(indices, -1, axis).astype(dtype))
+        return {"both": both, "values": both[0], "indices": both[1]}[ret_type]
+
+    return run
+
+
+TOPK_TIES = np.array([[3, 5, 5, 1, 5], [0, -1, 2, 2, -1]], np.int32)
+
+
+def one_hot_truth(depth, axis, dtype):
+    """one_hot as lax.eq of broadcast iotas, with jnp.where choosing on/off."""
+
+    def run(indices, on, off):
+        shape = list(indices.shape)
+        ax = axis % (len(shape) + 1)
+        out_shape = [*shape[:ax], depth, *shape[ax:]]
+        spread = jnp.expand_dims(indices, ax)
+        hit = lax.broadcasted_iota(indices.dtype, out_shape, ax) == spread
+        return jnp.where(hit, on.astype(dtype), off.astype(dtype))
+
+    return run
+
+
 CASES = [
     OpCase("reshape", [f32(2, 3, 4)], lambda x: lax.reshape(x, (6, 4)), {"newshape": (6, 4)}),
     OpCase("reshape", [f64(2, 3, 4)], lambda x: lax.reshape(x, (12, 2)), {"newshape": (-1, 2)}),
@@ -130,6 +191,47 @@ CASES = [
     OpCase("full", [np.array(True)], lambda v: lax.full((2, 2), v), {"shape": (2, 2)}),
     OpCase("shape_of", [f32(2, 3)], lambda x: jnp.array([2, 3], jnp.int32)),
     OpCase("shape_of", [f32()], lambda x: jnp.zeros((0,), jnp.int32)),
+    OpCase("ndarray_size", [f32(2, 3)], lambda x: jnp.array(6, jnp.int32)),
+    OpCase("ndarray_size", [bools(4, 0, 2)], lambda x: jnp.array(0, jnp.int64),
+           {"dtype": "int64"}),
+    OpCase("ndarray_size", [i32()], lambda x: jnp.array(1.0, jnp.float32), {"dtype": "float32"}),
+    OpCase("tile", [f32(2, 3)], tiled((2, 3)), {"reps": (2, 3)}),
+    OpCase("tile", [i32(2, 3)], tiled((2,)), {"reps": (2,)}, name="fewer reps than axes"),
+    OpCase("tile", [f64(3)], tiled((2, 1, 2)), {"reps": (2, 1, 2)}, name="more reps than axes"),
+    OpCase("tile", [bools(1, 2)], tiled((3, 0)), {"reps": (3, 0)}, name="zero reps"),
+    OpCase("tile", [f32()], tiled((4,)), {"reps": (4,)}, name="scalar"),
+    OpCase("gather_nd", [f32(2, 3, 4), np.array([[1, 0, -1], [2, 9, 0]], np.int32)],
+           gathered(0), name="negative and past-the-end indices"),
+    OpCase("gather_nd", [i32(3, 4), np.array([[[2, 0], [1, 1]], [[3, 0], [0, -4]]], np.int64)],
+           gathered(0), name="every axis: elements"),
+    OpCase("gather_nd", [f64(2, 3, 4), np.array([[[2, 0], [1, 1]]], np.uint8)], gathered(1),
+           {"batch_dims": 1}, name="batch_dims 1"),
+    OpCase("gather_nd", [f32(2, 3, 4), np.array([[0, 2], [1, 3]], np.int32)], gathered(1),
+           {"batch_dims": 1}, name="batch_dims 1, to elements"),
+    OpCase("topk", [f32(3, 6)], top_k(2), {"k": 2}),
+    OpCase("topk", [f64(4, 3, 2)], top_k(3, axis=1, ret_type="values"),
+           {"k": 3, "axis": 1, "ret_type": "values"}),
+    OpCase("topk", [f32(5, 2)], top_k(0, axis=0, is_ascend=True),
+           {"k": 0, "axis": 0, "is_ascend": True}, name="k 0: the whole axis, ascending"),
+    OpCase("topk", [TOPK_TIES], top_k(3, dtype=jnp.int64),
+           {"k": 3, "dtype": "int64"}, name="ties by index"),
+    OpCase("topk", [TOPK_TIES], top_k(4, ret_type="indices", is_ascend=True),
+           {"k": 4, "ret_type": "indices", "is_ascend": True}, name="ties by index, ascending"),
+    OpCase("topk", [np.array([1.0, np.nan, -np.inf, np.inf, np.nan], np.float32)],
+           lambda x: (jnp.array([np.nan, np.nan, np.inf], jnp.float32),
+                      jnp.array([1, 4, 3], jnp.int32)), {"k": 3}, name="NaN above inf"),
+    OpCase("topk", [np.array([1.0, np.nan, -np.inf, np.inf, np.nan])],
+           lambda x: (jnp.array([-np.inf, 1.0, np.inf, np.nan]), jnp.array([2, 0, 3, 1],
+                      jnp.int32)), {"k": 4, "is_ascend": True}, name="NaN last, ascending"),
+    OpCase("one_hot", [np.array([0, 2, 1, 3], np.int32), np.array(1.0, np.float32),
+                       np.array(0.0, np.float32)], one_hot_truth(4, -1, jnp.float32),
+           {"depth": 4}),
+    OpCase("one_hot", [np.array([[0, 5], [-1, 2]], np.int64), np.array(7, np.int32),
+                       np.array(-1, np.int32)], one_hot_truth(3, 0, jnp.int32),
+           {"depth": 3, "axis": 0, "dtype": "int32"}, name="out of range, axis 0"),
+    OpCase("one_hot", [np.array([[1, 0, 2]], np.uint8), np.array(2.5), np.array(0.5)],
+           one_hot_truth(3, 1, jnp.float32), {"depth": 3, "axis": 1},
+           name="uint8 indices, float64 values to float32, middle axis"),
     OpCase("zeros_like", [f32(2, 3)], lambda x: lax.full(x.shape, 0, x.dtype)),
     OpCase("zeros_like", [i32(4)], lambda x: lax.full(x.shape, 0, x.dtype)),
     OpCase("ones_like", [f64(2, 3)], lambda x: lax.full(x.shape, 1, x.dtype)),
@@ -195,6 +297,22 @@ def rel(op, *arg_types, **attrs):
      r"'shape' = \(2, 4\)"),
     ("broadcast_to", [T((1, 3))], {"shape": (3,)}, r"broadcast_to: .*cannot be broadcast"),
     ("full", [T((2,))], {"shape": (2,)}, r"full: the fill value must be a scalar tensor"),
+    ("topk", [T((2, 3))], {"k": 4}, r"topk: attribute 'k' = 4 is more than axis 1 of the "
+                                    r"input Tensor\[\(2, 3\), float32\] holds"),
+    ("topk", [T((2, 3))], {"axis": 2}, r"topk: attribute 'axis' = 2 is out of range"),
+    ("topk", [T((2, 3), "bool")], {}, r"topk: the input must have a numeric"),
+    ("gather_nd", [T((2, 3)), T((2, 2))], {}, r"gather_nd: the indices must have an integer"),
+    ("gather_nd", [T((2, 3)), T((3, 2), "int32")], {},
+     r"gather_nd: the indices Tensor\[\(3, 2\), int32\] index 3 axes after batch_dims = 0, too "
+     r"many for the data Tensor\[\(2, 3\), float32\]"),
+    ("gather_nd", [T((2, 3)), T((1, 3), "int32")], {"batch_dims": 1},
+     r"gather_nd: batch axis 0 of the data and the indices differ"),
+    ("one_hot", [T((2,)), T(()), T(())], {"depth": 3},
+     r"one_hot: the indices must have an integer dtype"),
+    ("one_hot", [T((2,), "int32"), T((1,)), T(())], {"depth": 3},
+     r"one_hot: on_value must be a scalar, got Tensor\[\(1,\), float32\]"),
+    ("one_hot", [T((2,), "int32"), T(()), T(())], {"depth": 3, "axis": 2},
+     r"one_hot: attribute 'axis' = 2 is out of range for the 2-D result"),
 ])
 def test_type_errors(op, arg_types, attrs, message):
     with pytest.raises(RelayTypeError, match=message):
@@ -216,6 +334,12 @@ def test_type_errors(op, arg_types, attrs, message):
     ("zeros", [], {"shape": (2,), "dtype": "complex64"}, r"zeros: attribute 'dtype' must be"),
     ("full", [T(())], {"shape": (2,), "dtype": 3}, r"full: attribute 'dtype' must be None or"),
     ("concatenate", [T((2,))], {"axis": "x"}, r"concatenate: attribute 'axis' must be an int"),
+    ("tile", [T((6,))], {"reps": (2, -1)}, r"tile: attribute 'reps': must be >= 0"),
+    ("topk", [T((6,))], {"ret_type": "value"}, r"topk: attribute 'ret_type': must be one of"),
+    ("topk", [T((6,))], {"dtype": "float32"}, r"topk: attribute 'dtype': must be int32 or int64"),
+    ("one_hot", [T((2,), "int32"), T(()), T(())], {"depth": -1},
+     r"one_hot: attribute 'depth': must be >= 0"),
+    ("one_hot", [T((2,), "int32"), T(()), T(())], {}, r"one_hot: attribute 'depth' is required"),
 ])
 def test_bad_attributes(op, arg_types, attrs, message):
     with pytest.raises(IRError, match=message):
@@ -230,6 +354,17 @@ def test_symbolic_dims():
     assert rel("expand_dims", T((n, m)), axis=-1) == T((n, m, 1))
     assert rel("squeeze", T((n, 1, m))) == T((n, m))  # symbolic dims are kept by axis=None
     assert rel("squeeze", T((Any, 3)), axis=0) == T((3,))
+    assert rel("tile", T((n, 3)), reps=(1, 2)) == T((n, 6))
+    assert rel("tile", T((n, 3)), reps=(2, 2, 1)) == T((2, Any, 3))
+    assert rel("one_hot", T((n,), "int32"), T(()), T(()), depth=4, axis=0) == T((4, n))
+    assert rel("ndarray_size", T((n, m))) == T((), "int32")
+    assert rel("topk", T((n, 5)), k=2) == TupleType([T((n, 2)), T((n, 2), "int32")])
+    assert rel("topk", T((3, n)), k=0, ret_type="values") == T((3, n))
+    assert ops.topk.traits.result_arity(Attrs({"ret_type": "both"})) == 2
+    assert ops.topk.traits.result_arity(Attrs({"ret_type": "indices"})) is None
+    assert rel("gather_nd", T((n, 3, m)), T((2, 5), "int32")) == T((5, m))
+    with pytest.raises(RelayTypeError, match=r"gather_nd: .* must have a static first axis"):
+        rel("gather_nd", T((2, 3)), T((n, 5), "int32"))
     assert rel("concatenate", TupleType([T((n, 3)), T((n, 4))]), axis=1) == T((n, 7))
     assert rel("concatenate", TupleType([T((n, 3)), T((2, 3))])) == T((Any, 3))
     assert rel("stack", TupleType([T((n, m)), T((n, Any))]), axis=1) == T((n, 2, m))
@@ -259,8 +394,14 @@ def test_traits():
     assert ops.transpose.traits.transpose and not ops.reshape.traits.transpose
     assert ops.reshape.traits.result_arity is None  # one tensor
 
-    fold = ops.shape_of.traits.fold_from_types
+    size = ops.ndarray_size.traits.fold_from_types
     x = Var("x", T((2, 3)))
+    folded = size(ops.ndarray_size(x, dtype="int64"), [x.type_annotation])
+    assert isinstance(folded, Constant) and folded.data.dtype == np.int64 and folded.data == 6
+    n = Var("n", T((TypeVar("n", Kind.Shape), 3)))
+    assert size(ops.ndarray_size(n), [n.type_annotation]) is None
+
+    fold = ops.shape_of.traits.fold_from_types
     folded = fold(ops.shape_of(x), [x.type_annotation])
     assert isinstance(folded, Constant) and folded.data.dtype == np.int32
     assert folded.data.tolist() == [2, 3]

@@ -61,6 +61,8 @@ UNARY_INPUTS = {
     "rsqrt": [floats((3, 4), 0.1, 5)], "floor": [floats((3, 4))], "ceil": [floats((3, 4))],
     "round": [np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.4, 2.6], "float32")],
     "logical_not": [np.array([True, False, True])],
+    "trunc": [floats((3, 4))], "sin": [floats((3, 4))], "cos": [floats((3, 4))],
+    "tan": [floats((3, 4), -1.4, 1.4)], "atan": [floats((3, 4), -9, 9)], "erf": [floats((3, 4))],
 }
 
 
@@ -70,7 +72,8 @@ def test_unary_rules(op: str) -> None:
         check(op, [x])
 
 
-@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "maximum", "minimum"])
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "maximum", "minimum",
+                                "floor_divide", "floor_mod"])
 @pytest.mark.parametrize("shapes", BINARY_SHAPES)
 def test_arithmetic_rules_broadcast(op: str, shapes: tuple[tuple[int, ...], ...]) -> None:
     a, b = shapes
@@ -84,6 +87,14 @@ def test_comparison_rules(op: str) -> None:
     for a, b in BINARY_SHAPES:
         check(op, [np.round(floats(a)), np.round(floats(b))])  # rounded: some ties
         check(op, [ints(a), ints(b)])
+
+
+@pytest.mark.parametrize("op", ["left_shift", "right_shift"])
+def test_shift_rules(op: str) -> None:
+    for dtype, bits in (("int32", 32), ("uint8", 8), ("int64", 64)):
+        x = RNG.integers(0 if dtype == "uint8" else -99, 100, (3, 1)).astype(dtype)
+        counts = np.array([0, 1, bits - 1, bits, bits + 5], dtype)  # the last two: out
+        check(op, [x, counts])
 
 
 def test_power_logic_and_where() -> None:
@@ -144,6 +155,23 @@ def test_reduction_rules_edge_cases() -> None:
     check("max", [RNG.random((3, 4)) < 0.3], axis=1)  # any
     check("min", [RNG.random((3, 4)) < 0.7], axis=0, keepdims=True)  # all
     check("prod", [ints((7,))], axis=0)  # wraps in int32 as NumPy does
+
+
+@pytest.mark.parametrize("axis", REDUCE_AXES)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_bool_reduction_and_variance_rules(axis: object, keepdims: bool) -> None:
+    for op, p in (("all", 0.8), ("any", 0.2)):
+        check(op, [RNG.random((2, 3, 4)) < p], axis=axis, keepdims=keepdims)
+    for unbiased in (False, True):  # over no axis and unbiased: 0 / 0, NaN
+        check("variance", [floats((2, 3, 4))], tol=1e-5, axis=axis, keepdims=keepdims,
+              unbiased=unbiased)
+
+
+def test_bool_reduction_and_variance_edge_cases() -> None:
+    check("all", [np.ones((2, 0), bool)], axis=1)  # True over no element
+    check("any", [np.ones((0, 3), bool)], axis=0)  # False over no element
+    check("variance", [floats((5,)).astype("float16")], tol=1e-3)
+    check("variance", [floats((4, 3), 999, 1001)], tol=1e-3, axis=0)  # two passes
 
 
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
@@ -228,6 +256,39 @@ def test_constructor_rules() -> None:
     check("full", [np.array(2.7, "float32")], shape=(2, 3))
     check("full", [np.array(-2.7, "float32")], shape=(3,), dtype="int32")
     check("full", [np.array(7, "int32")], shape=(1, 2), dtype="float64")
+    check("ndarray_size", [floats((2, 3, 4))])
+    check("ndarray_size", [floats((2, 0))], dtype="int64")
+    check("one_hot", [ints((2, 3)), np.array(1.5, "float32"), np.array(-1, "int32")],
+          depth=5, axis=1, dtype="float64")  # ints in -9 .. 9: some out of range
+    check("one_hot", [np.array([3, 0, 200], "uint8"), np.array(True), np.array(False)],
+          depth=201, dtype="bool")
+    check("one_hot", [np.array(2, "int64"), np.array(1.0, "float32"), np.array(0.0, "float32")],
+          depth=3)
+
+
+def test_gather_nd_rule() -> None:
+    check("gather_nd", [floats((2, 3, 4)), np.array([[1, 0, -1], [2, 9, -5]], "int32")])
+    check("gather_nd", [ints((3, 4)), np.array([[[2, 0]], [[3, -1]]], "int8")])
+    check("gather_nd", [floats((2, 3, 4)), np.array([[[2, 0], [1, 1]]], "uint8")], batch_dims=1)
+    check("gather_nd", [floats((2, 3)), np.array([[0, -1]], "int64")], batch_dims=1)
+
+
+def test_topk_rule() -> None:
+    check("topk", [floats((3, 6))], k=2)
+    check("topk", [floats((4, 3, 2))], k=3, axis=1, ret_type="values", is_ascend=True)
+    check("topk", [RNG.integers(0, 3, (3, 5)).astype("int32")], k=0, dtype="int64")  # ties
+    check("topk", [np.array([1.0, np.nan, -np.inf, np.inf, np.nan], "float32")], k=4)
+    check("topk", [np.array([1.0, np.nan, -np.inf, np.nan])], k=0, is_ascend=True,
+          ret_type="indices")
+    check("topk", [floats((2, 0))], k=0)
+
+
+def test_tile_rule() -> None:
+    check("tile", [floats((2, 3))], reps=(2, 3))
+    check("tile", [ints((2, 1, 3))], reps=(2,))
+    check("tile", [floats((3,))], reps=(2, 1, 2))
+    check("tile", [floats((1, 2))], reps=(3, 0))
+    check("tile", [floats(())], reps=(4,))
 
 
 # ---- nn ---------------------------------------------------------------------------------

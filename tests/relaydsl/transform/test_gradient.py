@@ -400,3 +400,44 @@ def test_grad_through_a_polymorphic_global_used_as_a_value(target, monkeypatch):
     expected = jax.grad(lambda v: jnp.sum(v * v) + jnp.sum((2 * v) ** 2))(x)
     np.testing.assert_allclose(value, 5 * np.sum(x * x), rtol=1e-5)
     np.testing.assert_allclose(dx, expected, rtol=1e-5)
+
+
+# ---- the operators of issue 12, item 7, in one program ------------------------------------------
+
+
+@relay
+def new_ops_program(x: Tensor[Float, (3, 4)], i: Tensor[Int, (2, 2)]) -> Float:
+    waves = relay.sin(x) * relay.cos(x * 0.5) + relay.atan(relay.tan(x * 0.3))
+    smooth = relay.erf(waves) + relay.floor_mod(x, relay.variance(x, axis=1, keepdims=True))
+    picked = relay.gather_nd(relay.tile(smooth, reps=(2, 1)), i)
+    spread = relay.variance(picked, unbiased=True)
+    onehot = relay.one_hot(relay.take(i, 0, axis=0), 2.0, -0.5, depth=4, dtype="float32")
+    top = relay.topk(smooth, k=2, axis=1)[0]
+    return spread + relay.sum(onehot * relay.sum(smooth, axis=0)) + relay.sum(top * top)
+
+
+def jax_new_ops_program(x, i):
+    waves = jnp.sin(x) * jnp.cos(x * 0.5) + jnp.arctan(jnp.tan(x * 0.3))
+    var = jnp.var(x, axis=1, keepdims=True)
+    smooth = jax.scipy.special.erf(waves) + (x - jnp.floor(x / var) * var)
+    tiled = jnp.tile(smooth, (2, 1))
+    picked = tiled[jnp.clip(i[0], 0, 5), jnp.clip(i[1], 0, 3)]
+    onehot = jnp.where(i[0][:, None] == jnp.arange(4), 2.0, -0.5).astype(jnp.float32)
+    top = jax.lax.top_k(smooth, 2)[0]
+    return (jnp.var(picked, ddof=1) + jnp.sum(onehot * jnp.sum(smooth, axis=0))
+            + jnp.sum(top * top))
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_new_ops_in_one_program_match_jax(target):
+    """sin, cos, tan, atan, erf, floor_mod, variance, tile, gather_nd, one_hot, topk compiled
+    together (fused on llvm), and their gradients through relay.grad, against JAX."""
+    x = rng.uniform(-2, 2, (3, 4)).astype(np.float32)
+    i = np.array([[5, 1], [3, 0]], np.int32)
+    expected = jax_new_ops_program(jnp.asarray(x), jnp.asarray(i))
+    np.testing.assert_allclose(new_ops_program.build(target)(x, i), expected, rtol=1e-4,
+                               atol=1e-5)
+    value, (dx, _) = relay.grad(new_ops_program)(x, i)
+    np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dx, jax.grad(jax_new_ops_program)(jnp.asarray(x), jnp.asarray(i)),
+                               rtol=1e-3, atol=1e-4)
