@@ -2,9 +2,10 @@
 lowering, gradient rule, compute rule, pattern, traits) ending in ``name = register(OpDef(...))``.
 
 * linear.py: matmul, dense, batch_matmul (contractions), bias_add
-* conv.py: conv2d;  pool.py: max_pool2d, max_pool2d_grad, avg_pool2d, global_avg_pool2d;
+* conv.py: conv2d, conv1d;  pool.py: max_pool2d, max_pool2d_grad, avg_pool2d, global_avg_pool2d,
+  global_max_pool2d, max_pool1d, avg_pool1d;
   window.py: the sliding-window geometry both share (the output size, written once)
-* activation.py: softmax, log_softmax;  loss.py: softmax_cross_entropy
+* activation.py: leaky_relu, prelu, softmax, log_softmax;  loss.py: softmax_cross_entropy
 * norm.py: batch_norm, layer_norm;  dropout.py: dropout
 * shape.py: pad, flatten;  common.py: what the relations share
 

@@ -1,4 +1,5 @@
-"""2-D convolution: conv2d (TVM's: NCHW data, or one CHW example; OIHW weight; groups).
+"""Convolution: conv2d (TVM's: NCHW data, or one CHW example; OIHW weight; groups); conv1d
+(NCW data, OIW weight: conv2d over a height of 1, window.py).
 
 The window geometry (strides, padding, dilation, the output size) is window.py's. The
 NumPy reference contracts sliding-window views with the filters; the JAX lowering is
@@ -15,7 +16,10 @@ from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import lax
 from relaydsl.op.nn.common import Array, Inputs, all_positive, non_negative, positive
 from relaydsl.op.nn.shape import pad
-from relaydsl.op.nn.window import Window, as_batch, image, out_size, single_example, unbatch
+from relaydsl.op.nn.window import (
+    Window, as_batch, compute_via_2d, gradient_via_2d, image, out_size, reference_via_2d,
+    single_example, unbatch, window_dim,
+)
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import PrimExpr
@@ -189,5 +193,55 @@ conv2d = register(OpDef(
     ),
     doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight; "
         "in-channels = I * groups",
+    traits=Traits(infers_inputs=(1,)),
+))
+
+# ---- conv1d -------------------------------------------------------------------------------------
+
+
+def _conv1d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | None:
+    if is_unknown(args[1]):  # a hidden parameter: OIW from channels, kernel_size and the data
+        data = tensor_arg(ctx, args[0], "conv1d: data")
+        if attrs.channels is None or attrs.kernel_size is None or data.ndim != 3:
+            return None
+        cin = ctx.resolve_dim(data.shape[1])
+        cin_per_group = cin // attrs.groups if isinstance(cin, int) else cin
+        args[1] = ctx.unify_types(
+            args[1], TensorType((attrs.channels, cin_per_group, *attrs.kernel_size), data.dtype),
+            "conv1d: the weight")
+    c = Inputs(ctx, "conv1d", args, ("data", "weight"))
+    (n, cin, w), (cout, cin_per_group, k) = c.shape(0, rank=3), c.shape(1, rank=3)
+    groups = attrs.groups
+    mismatch = f"the in-channels of {c.arg(0)} and {c.arg(1)} differ"
+    if groups == 1:
+        c.same(cin, cin_per_group, mismatch)
+    elif isinstance(cin_per_group, int):
+        c.same(cin, cin_per_group * groups, f"{mismatch} (with groups={groups})")
+    if isinstance(cout, int) and cout % groups:
+        c.fail(f"the out-channels of {c.arg(1)} are not divisible by groups={groups}")
+    if attrs.channels is not None:
+        c.same(cout, attrs.channels, f"{c.arg(1)} does not have channels={attrs.channels}")
+    if attrs.kernel_size is not None:
+        c.same(k, attrs.kernel_size[0], f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
+    (stride,), (dilation,) = attrs.strides, attrs.dilation
+    return c.tensor((n, cout, window_dim(c, w, k, stride, dilation, attrs.padding, False, 2)))
+
+
+conv1d = register(OpDef(
+    "conv1d", ("data", "weight"), _conv1d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=reference_via_2d(conv2d.numpy_ref), jax_lower=reference_via_2d(conv2d.jax_lower),
+    compute=compute_via_2d(conv2d.compute),
+    gradient=gradient_via_2d(
+        conv2d, "d conv1d(x, w) = (conv1d(spread(g), flip(w)ᵀ), conv1d(xᵀ, gᵀ)), as conv2d's."),
+    attrs=(
+        Attr("strides", "single", (1,), all_positive, "window step (w,)"),
+        Attr("padding", "padding1d", (0, 0), non_negative, "an int or (left, right)"),
+        Attr("dilation", "single", (1,), all_positive, "kernel dilation (w,)"),
+        Attr("groups", "int", 1, positive, "channel groups (groups = in-channels: depthwise)"),
+        Attr("channels", "optional_int", None,
+             doc="out-channels O; with kernel_size, lets inference infer the weight"),
+        Attr("kernel_size", "optional_single", None, all_positive, "kernel (w,)"),
+    ),
+    doc="1-D cross-correlation of NCW data with OIW weight; in-channels = I * groups",
     traits=Traits(infers_inputs=(1,)),
 ))

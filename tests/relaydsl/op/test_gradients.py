@@ -24,8 +24,9 @@ from relaydsl.op.grad_util import input_adjoints
 from relaydsl.typing import infer_type
 from tests.relaydsl.op.harness import assert_same, type_of
 from tests.relaydsl.op.test_nn import (
-    avg_pool_truth, batch_norm_truth, bias_add_truth, conv_truth, cross_entropy_truth,
-    layer_norm_truth, max_pool_truth, one_hot,
+    avg_pool1d_truth, avg_pool_truth, batch_norm_truth, bias_add_truth, conv1d_truth, conv_truth,
+    cross_entropy_truth, global_max_truth, layer_norm_truth, leaky_relu_truth, max_pool1d_truth,
+    max_pool_truth, one_hot, prelu_truth,
 )
 
 rng = np.random.default_rng(1)
@@ -131,7 +132,8 @@ def rule_adjoints(op: str, params: list[Var], attrs: dict[str, Any]) -> tuple[Ca
 
 
 # lax.reduce_window with an array init value (the pools) is differentiable only outside jit.
-EAGER = {"max_pool2d", "avg_pool2d", "max_pool2d_grad"}
+EAGER = {"max_pool2d", "avg_pool2d", "max_pool2d_grad", "max_pool1d", "avg_pool1d",
+         "global_max_pool2d"}
 
 
 def check_gradient(case: GradCase) -> None:
@@ -307,11 +309,32 @@ CASES = [
               "ceil_mode": True, "count_include_pad": True}, name="everything at once"),
     GradCase("avg_pool2d", [f64(3, 6, 6)], {"pool_size": 3}, name="single-CHW-example"),
     GradCase("global_avg_pool2d", [f64(2, 3, 4, 5)]),
+    GradCase("global_max_pool2d", [f64(2, 3, 4, 5)], truth=global_max_truth),
+    GradCase("max_pool1d", [f64(2, 3, 8)], {"pool_size": 2, "strides": 2},
+             max_pool1d_truth(2, 2, (0, 0))),
+    GradCase("max_pool1d", [f64(1, 2, 7)],
+             {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True},
+             max_pool1d_truth(3, 2, (1, 2)), "padding, ceil_mode"),
+    GradCase("avg_pool1d", [f64(2, 3, 8)], {"pool_size": 2, "strides": 2},
+             avg_pool1d_truth(2, 2, (0, 0))),
+    GradCase("avg_pool1d", [f64(1, 2, 7)],
+             {"pool_size": 3, "strides": 2, "padding": (1, 0), "count_include_pad": True},
+             avg_pool1d_truth(3, 2, (1, 0), counted=(1, 0)), "padding counted"),
+    GradCase("conv1d", [f64(2, 3, 9), f64(4, 3, 3)], truth=conv1d_truth()),
+    GradCase("conv1d", [f64(2, 4, 11), f64(6, 2, 3)],
+             {"strides": 2, "padding": (1, 2), "dilation": 2, "groups": 2},
+             conv1d_truth(2, (1, 2), 2, 2), "everything at once"),
+    GradCase("conv1d", [f32(2, 3, 8), f32(4, 3, 3)], {"strides": 2, "padding": 1},
+             name="float32", **F32),
     # ---- normalisation, dropout, losses
     *[GradCase(op, [f64(2, 3, 4)], {"axis": axis}, lambda x, f=f, axis=axis: f(x, axis=axis))
       for op, f in (("softmax", jax.nn.softmax), ("log_softmax", jax.nn.log_softmax))
       for axis in (-1, 0, 1)],
     GradCase("softmax", [f32(3, 5)], **F32),
+    GradCase("leaky_relu", [f64(3, 4)], truth=leaky_relu_truth(0.25)),
+    GradCase("leaky_relu", [f64(2, 5)], {"alpha": 0.1}, leaky_relu_truth(0.1)),
+    GradCase("prelu", [f64(2, 3, 4, 4), f64(3)], truth=prelu_truth()),
+    GradCase("prelu", [f64(5, 3), f64(3)], {"axis": -1}, prelu_truth(-1)),
     GradCase("batch_norm", [f64(2, 3, 4, 4), f64(3), f64(3), f64(3), pos(3)],
              truth=batch_norm_truth(), name="inference"),
     GradCase("batch_norm", [f64(4, 3, 2, 2), f64(3), f64(3), f64(3), pos(3)],

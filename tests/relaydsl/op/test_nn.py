@@ -88,6 +88,53 @@ def avg_pool_truth(k, s, pads, counted=((0, 0), (0, 0))):
     return truth
 
 
+def conv1d_truth(strides=1, pads=(0, 0), dilation=1, groups=1):
+    def truth(x, w):
+        return lax.conv_general_dilated(
+            x, w, (strides,), (pads,), rhs_dilation=(dilation,), feature_group_count=groups,
+            dimension_numbers=("NCH", "OIH", "NCH"), precision=HIGHEST)
+
+    return truth
+
+
+def max_pool1d_truth(k, s, pads):
+    """pads: (left, right) including any padding ceil_mode adds."""
+    return lambda x: lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, 1, k),
+                                       (1, 1, s), ((0, 0), (0, 0), pads))
+
+
+def avg_pool1d_truth(k, s, pads, counted=(0, 0)):
+    """Window sums over `pads` divided by the window's count of an all-ones input padded with
+    ones by `counted` (the part of the padding the mean counts)."""
+    def window_sum(x, pads):
+        return lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (1, 1, k), (1, 1, s),
+                                 ((0, 0), (0, 0), pads))
+
+    def truth(x):
+        ones = jnp.pad(jnp.ones_like(x), ((0, 0), (0, 0), counted), constant_values=1)
+        return window_sum(x, pads) / window_sum(ones, (pads[0] - counted[0],
+                                                       pads[1] - counted[1]))
+
+    return truth
+
+
+def global_max_truth(x):
+    return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, 1, *x.shape[2:]),
+                             (1, 1, 1, 1), "VALID")
+
+
+def leaky_relu_truth(alpha):
+    return lambda x: jax.nn.leaky_relu(x, negative_slope=alpha)
+
+
+def prelu_truth(axis=1):
+    def truth(x, alpha):
+        slope = lax.broadcast_in_dim(alpha, x.shape, (axis % x.ndim,))
+        return jnp.where(x >= 0, x, slope * x)
+
+    return truth
+
+
 def global_avg_truth(x):
     h, w = x.shape[2:]
     return _window_sum(x, (h, w), (1, 1), ((0, 0), (0, 0))) / (h * w)
@@ -264,6 +311,37 @@ CASES = [
     # global_avg_pool2d
     OpCase("global_avg_pool2d", [f32(2, 3, 4, 5)], global_avg_truth),
     OpCase("global_avg_pool2d", [f64(1, 2, 3, 3)], global_avg_truth),
+    # global_max_pool2d
+    OpCase("global_max_pool2d", [f32(2, 3, 4, 5)], global_max_truth),
+    OpCase("global_max_pool2d", [f64(1, 2, 3, 3)], global_max_truth),
+    # max_pool1d, avg_pool1d: NCW
+    OpCase("max_pool1d", [f32(2, 3, 8)], max_pool1d_truth(2, 2, (0, 0)),
+           {"pool_size": 2, "strides": 2}),
+    OpCase("max_pool1d", [f64(1, 2, 7)], max_pool1d_truth(3, 2, (1, 2)),
+           {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True},
+           name="padding, ceil_mode"),
+    OpCase("max_pool1d", [f32(2, 2, 9)], max_pool1d_truth(3, 1, (2, 0)),
+           {"pool_size": (3,), "padding": (2, 0)}, name="padding (left, right)"),
+    OpCase("avg_pool1d", [f32(2, 3, 8)], avg_pool1d_truth(2, 2, (0, 0)),
+           {"pool_size": 2, "strides": 2}),
+    OpCase("avg_pool1d", [f64(1, 2, 7)], avg_pool1d_truth(3, 1, (1, 1)),
+           {"pool_size": 3, "padding": 1}, name="padding not counted"),
+    OpCase("avg_pool1d", [f32(1, 2, 7)], avg_pool1d_truth(3, 2, (1, 2), counted=(1, 1)),
+           {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True,
+            "count_include_pad": True}, name="ceil_mode, padding counted but not ceil's"),
+    # conv1d: NCW, OIW
+    OpCase("conv1d", [f32(2, 3, 9), f32(4, 3, 3)], conv1d_truth(), **CONV),
+    OpCase("conv1d", [f32(2, 3, 10), f32(4, 3, 3)], conv1d_truth(2, (1, 2)),
+           {"strides": 2, "padding": (1, 2)}, **CONV, name="stride 2, padding (left, right)"),
+    OpCase("conv1d", [f64(1, 4, 11), f64(6, 2, 3)], conv1d_truth(1, (2, 2), 2, 2),
+           {"padding": 2, "dilation": 2, "groups": 2}, name="dilation 2, groups 2"),
+    OpCase("conv1d", [f32(1, 3, 6), f32(3, 1, 2)], conv1d_truth(groups=3), {"groups": 3},
+           **CONV, name="depthwise"),
+    # leaky_relu, prelu
+    OpCase("leaky_relu", [f32(3, 4)], leaky_relu_truth(0.25)),
+    OpCase("leaky_relu", [f64(2, 3, 4)], leaky_relu_truth(0.1), {"alpha": 0.1}),
+    OpCase("prelu", [f32(2, 3, 4, 4), f32(3)], prelu_truth()),
+    OpCase("prelu", [f64(5, 3), f64(3)], prelu_truth(-1), {"axis": -1}),
     # softmax, log_softmax
     *[OpCase(op, [x], lambda x, f=f, axis=axis: f(x, axis=axis), {"axis": axis})
       for op, f in (("softmax", jax.nn.softmax), ("log_softmax", jax.nn.log_softmax))
@@ -344,14 +422,15 @@ def test_op_matches_jax(case):
 
 
 def test_patterns():
-    fusable = ["matmul", "dense", "batch_matmul", "conv2d", "max_pool2d", "avg_pool2d",
-               "global_avg_pool2d"]
+    fusable = ["matmul", "dense", "batch_matmul", "conv2d", "conv1d", "max_pool2d",
+               "avg_pool2d", "max_pool1d", "avg_pool1d", "global_avg_pool2d", "global_max_pool2d"]
     opaque = ["softmax", "log_softmax", "batch_norm", "layer_norm", "dropout",
               "softmax_cross_entropy"]
     expected = {**dict.fromkeys(fusable, OpPattern.OUT_ELEMWISE_FUSABLE),
                 **dict.fromkeys(opaque, OpPattern.OPAQUE),
                 "pad": OpPattern.INJECTIVE, "flatten": OpPattern.INJECTIVE,
-                "bias_add": OpPattern.BROADCAST}
+                "bias_add": OpPattern.BROADCAST, "prelu": OpPattern.BROADCAST,
+                "leaky_relu": OpPattern.ELEMWISE}
     assert {op: lookup(op).pattern for op in expected} == expected
 
 

@@ -290,6 +290,38 @@ def test_global_avg_pool2d_rule() -> None:
     check("global_avg_pool2d", [floats((1, 1, 1, 1))])
 
 
+def test_global_max_pool2d_rule() -> None:
+    check("global_max_pool2d", [floats((2, 3, 4, 5))])
+    check("global_max_pool2d", [floats((1, 1, 1, 1))])
+
+
+@pytest.mark.parametrize("attrs", [
+    {"pool_size": 2},
+    {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True},
+    {"pool_size": 3, "strides": 2, "padding": (2, 0)},
+])
+def test_pool1d_rules(attrs: dict) -> None:
+    x = floats((2, 3, 7))
+    check("max_pool1d", [x], **attrs)
+    check("avg_pool1d", [x], tol=1e-5, **attrs)
+    check("avg_pool1d", [x], tol=1e-5, count_include_pad=True, **attrs)
+
+
+@pytest.mark.parametrize("data,weight,attrs", [
+    ((2, 3, 9), (4, 3, 3), {}),
+    ((1, 4, 10), (6, 2, 3), {"strides": 2, "padding": (1, 2), "dilation": 2, "groups": 2}),
+])
+def test_conv1d_rule(data: tuple, weight: tuple, attrs: dict) -> None:
+    check("conv1d", [floats(data), floats(weight)], tol=1e-5, **attrs)
+
+
+def test_leaky_relu_and_prelu_rules() -> None:
+    check("leaky_relu", [floats((3, 4))])
+    check("leaky_relu", [floats((2, 5))], alpha=0.1)
+    check("prelu", [floats((2, 3, 4)), floats((3,))])
+    check("prelu", [floats((2, 3, 4)), floats((4,))], axis=-1)
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_softmax_rules(op: str) -> None:
     check(op, [floats((3, 5), -9, 9)], tol=1e-5)
