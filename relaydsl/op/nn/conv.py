@@ -3,7 +3,9 @@
 
 The window geometry (strides, padding, dilation, the output size) is window.py's. The
 NumPy reference contracts sliding-window views with the filters; the JAX lowering is
-``lax.conv_general_dilated``; the compute rule reduces over in-channels and the taps.
+``lax.conv_general_dilated``; the compute rule reduces over in-channels and the taps. Both take
+any numeric dtype; ``out_dtype`` is the dtype the products are summed in and the result's (int8
+inputs accumulated in int32), the inputs converted to it first.
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import lax
-from relaydsl.op.nn.common import Array, Inputs, all_positive, non_negative, positive
+from relaydsl.op.nn.common import (
+    Array, Inputs, all_positive, non_negative, out_dtype_attr, positive,
+)
 from relaydsl.op.nn.shape import pad
 from relaydsl.op.nn.window import (
     Window, as_batch, compute_via_2d, gradient_via_2d, image, out_size, reference_via_2d,
@@ -22,9 +26,9 @@ from relaydsl.op.nn.window import (
 )
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.te import tensor as T
-from relaydsl.te.expr import PrimExpr
+from relaydsl.te.expr import PrimExpr, cast
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
-from relaydsl.typing.relations import RelationContext, is_unknown, tensor_arg
+from relaydsl.typing.relations import NUMERIC, RelationContext, is_unknown, tensor_arg
 
 STRIDES = Attr("strides", "pair", (1, 1), all_positive, "window step (h, w)")
 PADDING = Attr("padding", "padding", (0, 0, 0, 0), non_negative,
@@ -41,7 +45,7 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
         args[1] = ctx.unify_types(
             args[1], TensorType((attrs.channels, cin_per_group, *attrs.kernel_size), data.dtype),
             "conv2d: the weight")
-    c = Inputs(ctx, "conv2d", args, ("data", "weight"))
+    c = Inputs(ctx, "conv2d", args, ("data", "weight"), NUMERIC)
     data, (cout, cin_per_group, *kernel) = image(c), c.shape(1, rank=4)
     n, cin, *hw = data
     groups = attrs.groups
@@ -60,13 +64,15 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
     # The kernel may be symbolic here (an unknown weight): out_dims, the one method a
     # relation calls, reads it as a Dim.
     oh, ow = Window.conv(attrs, kernel).out_dims(c, hw)  # pyright: ignore[reportArgumentType]
-    return c.tensor((n, cout, oh, ow)[n is None:])
+    return c.tensor((n, cout, oh, ow)[n is None:], attrs.out_dtype)
 
 
 @single_example
-def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int,
+def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int, out_dtype: str | None,
                **attrs: object) -> np.ndarray:
     """Each group's windows (n, cin/groups, oh, ow, kh, kw) contracted with its filters."""
+    if out_dtype is not None:
+        data, weight = data.astype(out_dtype), weight.astype(out_dtype)
     windows = Window.conv(attrs, weight.shape[2:]).np_windows(data, 0.0)
     per_group = [
         np.tensordot(w_in, w, axes=([1, 4, 5], [1, 2, 3]))  # (n, oh, ow, cout/groups)
@@ -76,8 +82,11 @@ def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int,
 
 
 @single_example
-def _conv2d_jax(data: Array, weight: Array, *, groups: int, **attrs: object) -> Array:
+def _conv2d_jax(data: Array, weight: Array, *, groups: int, out_dtype: str | None,
+                **attrs: object) -> Array:
     win = Window.conv(attrs, weight.shape[2:])
+    if out_dtype is not None:
+        data, weight = data.astype(out_dtype), weight.astype(out_dtype)
     return lax.conv_general_dilated(
         data, weight, win.strides, win.pad_pairs(data.shape[-2:]), rhs_dilation=win.dilation,
         dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=groups,
@@ -154,8 +163,10 @@ def _conv_weight_grad(x: Expr, g: Expr, weight: tuple[int, ...], hw: tuple[int, 
 
 
 def _conv2d_grad(call: Call, g: Expr) -> list[Expr]:
-    """d conv2d(x, w) = (conv2d(spread(g), flip(w)ᵀ), conv2d(xᵀ, gᵀ)): see the comment above."""
+    """d conv2d(x, w) = (conv2d(spread(g), flip(w)ᵀ), conv2d(xᵀ, gᵀ)), g in x's dtype: see above."""
     (x, single), w, a = as_batch(call.args[0]), call.args[1], call.attrs
+    if a.out_dtype not in (None, gu.tensor_type(call.args[0]).dtype):
+        g = ops.cast_like(g, call.args[0])
     g = ops.expand_dims(g, axis=0) if single else g
     weight, hw = gu.static_dims(w, "conv2d"), gu.image_hw(call.args[0], "conv2d")
     win = Window.conv(a, weight[2:])
@@ -168,14 +179,17 @@ def _conv2d_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) ->
     cout, cin_per_group, kh, kw = weight.shape
     per_group = cout // attrs.groups
     win = Window.conv(attrs, (kh, kw))
+    dtype = out_type.dtype
 
     def f(*o: PrimExpr) -> PrimExpr:
         *batch, co, y, x = o
         rc, ry, rx = reduce_axis(cin_per_group, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
         c = rc if attrs.groups == 1 else co // per_group * cin_per_group + rc
         iy, ix = win.te_position(y, x, ry, rx)
-        return T.sum(win.te_read(data, (*batch, c), iy, ix, 0.0) * weight[co, rc, ry, rx],
-                     [rc, ry, rx])
+        a, b = win.te_read(data, (*batch, c), iy, ix, 0), weight[co, rc, ry, rx]
+        if data.dtype != dtype:
+            a, b = cast(dtype, a), cast(dtype, b)
+        return T.sum(a * b, [rc, ry, rx])
 
     return compute(out_type.concrete_shape(), f, "T_conv2d")
 
@@ -190,8 +204,9 @@ conv2d = register(OpDef(
         Attr("channels", "optional_int", None,
              doc="out-channels O; with kernel_size, lets inference infer the weight"),
         Attr("kernel_size", "optional_pair", None, all_positive, "kernel (h, w)"),
+        out_dtype_attr(),
     ),
-    doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight; "
+    doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight, summed in out_dtype; "
         "in-channels = I * groups",
     traits=Traits(infers_inputs=(1,)),
 ))
@@ -209,7 +224,7 @@ def _conv1d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
         args[1] = ctx.unify_types(
             args[1], TensorType((attrs.channels, cin_per_group, *attrs.kernel_size), data.dtype),
             "conv1d: the weight")
-    c = Inputs(ctx, "conv1d", args, ("data", "weight"))
+    c = Inputs(ctx, "conv1d", args, ("data", "weight"), NUMERIC)
     (n, cin, w), (cout, cin_per_group, k) = c.shape(0, rank=3), c.shape(1, rank=3)
     groups = attrs.groups
     mismatch = f"the in-channels of {c.arg(0)} and {c.arg(1)} differ"
@@ -224,7 +239,8 @@ def _conv1d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
     if attrs.kernel_size is not None:
         c.same(k, attrs.kernel_size[0], f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
     (stride,), (dilation,) = attrs.strides, attrs.dilation
-    return c.tensor((n, cout, window_dim(c, w, k, stride, dilation, attrs.padding, False, 2)))
+    ow = window_dim(c, w, k, stride, dilation, attrs.padding, False, 2)
+    return c.tensor((n, cout, ow), attrs.out_dtype)
 
 
 conv1d = register(OpDef(
@@ -241,7 +257,9 @@ conv1d = register(OpDef(
         Attr("channels", "optional_int", None,
              doc="out-channels O; with kernel_size, lets inference infer the weight"),
         Attr("kernel_size", "optional_single", None, all_positive, "kernel (w,)"),
+        out_dtype_attr(),
     ),
-    doc="1-D cross-correlation of NCW data with OIW weight; in-channels = I * groups",
+    doc="1-D cross-correlation of NCW data with OIW weight, summed in out_dtype; "
+        "in-channels = I * groups",
     traits=Traits(infers_inputs=(1,)),
 ))

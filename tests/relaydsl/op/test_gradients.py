@@ -248,6 +248,10 @@ CASES = [
     GradCase("dense", [f64(4, 6), f64(3, 6)]),
     GradCase("dense", [f64(2, 5, 6), f64(3, 6)]),
     GradCase("dense", [f64(6), f64(3, 6)]),
+    GradCase("dense", [f32(4, 6), f32(3, 6)], {"out_dtype": "float64"},
+             name="float32 summed in float64", **F32),
+    GradCase("dense", [i32(4, 6), i32(3, 6)], {"out_dtype": "float64"}, name="int32: zero"),
+    GradCase("matmul", [i32(3, 4), i32(4, 5)], name="int32: zero"),
     *[GradCase("batch_matmul", [f64(2, *x), f64(2, *y)], {"transpose_a": ta, "transpose_b": tb})
       for ta, x in ((False, (3, 4)), (True, (4, 3)))
       for tb, y in ((False, (4, 5)), (True, (5, 4)))],
@@ -279,6 +283,9 @@ CASES = [
              lambda x, w: conv_truth((2, 2))(x[None], w)[0], "single-CHW-example"),
     GradCase("conv2d", [f32(2, 3, 6, 6), f32(4, 3, 3, 3)], {"strides": 2, "padding": 1},
              name="float32", **F32),
+    GradCase("conv2d", [f32(1, 2, 5, 5), f32(3, 2, 3, 3)], {"out_dtype": "float64"},
+             name="float32 summed in float64", **F32),
+    GradCase("conv2d", [i32(1, 2, 5, 5), i32(3, 2, 3, 3)], name="int32: zero"),
     GradCase("max_pool2d", [f64(2, 3, 6, 6)], {"pool_size": 2, "strides": 2},
              max_pool_truth((2, 2), (2, 2), ((0, 0), (0, 0)))),
     GradCase("max_pool2d", [f64(2, 3, 6, 6)], {"pool_size": 3, "padding": 1},

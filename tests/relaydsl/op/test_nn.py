@@ -33,6 +33,14 @@ def f64(*shape):
     return rng.standard_normal(shape)
 
 
+def i8(*shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+def i32(*shape):
+    return rng.integers(-100, 101, shape).astype(np.int32)
+
+
 def pos(x):
     """Positive values (variances)."""
     return np.abs(x) + np.asarray(0.5, x.dtype)
@@ -49,11 +57,13 @@ def probabilities(*shape):
 
 # ---- JAX truths ---------------------------------------------------------------------------------
 
-def conv_truth(strides=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1), groups=1):
+def conv_truth(strides=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1), groups=1,
+               out_dtype=None):
     def truth(x, w):
         return lax.conv_general_dilated(
             x, w, strides, pads, rhs_dilation=dilation, feature_group_count=groups,
-            dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=HIGHEST)
+            dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=HIGHEST,
+            preferred_element_type=out_dtype)
 
     return truth
 
@@ -88,11 +98,12 @@ def avg_pool_truth(k, s, pads, counted=((0, 0), (0, 0))):
     return truth
 
 
-def conv1d_truth(strides=1, pads=(0, 0), dilation=1, groups=1):
+def conv1d_truth(strides=1, pads=(0, 0), dilation=1, groups=1, out_dtype=None):
     def truth(x, w):
         return lax.conv_general_dilated(
             x, w, (strides,), (pads,), rhs_dilation=(dilation,), feature_group_count=groups,
-            dimension_numbers=("NCH", "OIH", "NCH"), precision=HIGHEST)
+            dimension_numbers=("NCH", "OIH", "NCH"), precision=HIGHEST,
+            preferred_element_type=out_dtype)
 
     return truth
 
@@ -225,8 +236,9 @@ def bmm_truth(transpose_a=False, transpose_b=False):
     return truth
 
 
-def einsum(spec):
-    return lambda a, b: jnp.einsum(spec, a, b, precision=HIGHEST)
+def einsum(spec, out_dtype=None):
+    return lambda a, b: jnp.einsum(spec, a, b, precision=HIGHEST,
+                                   preferred_element_type=out_dtype)
 
 
 CONV = dict(rtol=1e-4, atol=1e-4)
@@ -242,6 +254,25 @@ CASES = [
     OpCase("dense", [f32(4, 6), f32(3, 6)], einsum("nk,uk->nu")),
     OpCase("dense", [f64(2, 5, 6), f64(3, 6)], einsum("bnk,uk->bnu")),
     OpCase("dense", [f32(6), f32(3, 6)], einsum("k,uk->u")),
+    # integer products; out_dtype: int8 inputs summed in int32 (quantized models)
+    OpCase("matmul", [i32(3, 4), i32(4, 5)], einsum("mk,kn->mn")),
+    OpCase("matmul", [i32(2, 3, 4), i32(4)], einsum("bmk,k->bm")),
+    OpCase("dense", [i32(4, 6), i32(3, 6)], einsum("nk,uk->nu")),
+    OpCase("dense", [i8(4, 16), i8(3, 16)], einsum("nk,uk->nu", jnp.int32),
+           {"out_dtype": "int32"}, name="int8 summed in int32"),
+    OpCase("dense", [i8(2, 5, 64), i8(7, 64)], einsum("bnk,uk->bnu", jnp.int32),
+           {"out_dtype": "int32", "units": 7}, name="int8 summed in int32, 3-D"),
+    OpCase("dense", [f32(4, 6), f32(3, 6)], einsum("nk,uk->nu", jnp.float64),
+           {"out_dtype": "float64"}, name="float32 summed in float64"),
+    OpCase("conv2d", [i32(2, 3, 7, 7), i32(4, 3, 3, 3)], conv_truth(), name="int32"),
+    OpCase("conv2d", [i8(2, 4, 8, 8), i8(6, 2, 3, 3)],
+           conv_truth((2, 2), ((1, 1), (1, 1)), groups=2, out_dtype=jnp.int32),
+           {"strides": 2, "padding": 1, "groups": 2, "out_dtype": "int32"},
+           name="int8 summed in int32"),
+    OpCase("conv2d", [f32(1, 2, 6, 6), f32(3, 2, 3, 3)], conv_truth(out_dtype=jnp.float64),
+           {"out_dtype": "float64"}, name="float32 summed in float64"),
+    OpCase("conv1d", [i8(2, 3, 9), i8(4, 3, 3)], conv1d_truth(1, (1, 1), out_dtype=jnp.int32),
+           {"padding": 1, "out_dtype": "int32"}, name="int8 summed in int32"),
     # batch_matmul
     OpCase("batch_matmul", [f32(2, 3, 4), f32(2, 4, 5)], bmm_truth()),
     OpCase("batch_matmul", [f32(2, 4, 3), f32(2, 4, 5)], bmm_truth(True),
@@ -557,6 +588,18 @@ def relation(op, *types, **attrs):
     ("flatten", [T(n, m, 2)], {}, T(n, Any)),
     ("bias_add", [T(n, 3, m), T(3)], {}, T(n, 3, m)),
     ("softmax_cross_entropy", [T(n, 10), T(n, 10)], {}, T()),
+    ("conv1d", [T(n, 3, 10), T(4, 3, 3)], {"padding": 1}, T(n, 4, 10)),
+    ("conv1d", [T(n, 4, m), T(6, 2, 3)], {"groups": 2}, T(n, 6, Any)),
+    ("max_pool1d", [T(n, 3, 8)], {"pool_size": 2, "strides": 2}, T(n, 3, 4)),
+    ("avg_pool1d", [T(n, 3, Any)], {"pool_size": 3}, T(n, 3, Any)),
+    ("global_max_pool2d", [T(n, 3, m, m)], {}, T(n, 3, 1, 1)),
+    ("leaky_relu", [T(n, m)], {}, T(n, m)),
+    ("prelu", [T(n, 3, m), T(3)], {}, T(n, 3, m)),
+    ("dense", [T(n, 16, dtype="int8"), T(4, 16, dtype="int8")], {"out_dtype": "int32"},
+     T(n, 4, dtype="int32")),
+    ("conv2d", [T(n, 2, 5, 5, dtype="int8"), T(3, 2, 3, 3, dtype="int8")],
+     {"out_dtype": "int32"}, T(n, 3, 3, 3, dtype="int32")),
+    ("matmul", [T(n, 4, dtype="int32"), T(4, 2, dtype="int32")], {}, T(n, 2, dtype="int32")),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_relation_on_symbolic_dims(op, types, attrs, expected):
     assert relation(op, *types, **attrs) == expected
@@ -586,8 +629,10 @@ def ty(text):
     ("dense", [T(2, 3), T(4, 5)], {},
      ty("dense: the reduction dimensions of data Tensor[(2, 3), float32] and weight "
         "Tensor[(4, 5), float32] differ: 3 vs 5")),
-    ("dense", [T(2, 3, dtype="int32"), T(4, 3, dtype="int32")], {},
-     ty("dense: the inputs must have a floating-point dtype, got Tensor[(2, 3), int32]")),
+    ("dense", [T(2, 3, dtype="bool"), T(4, 3, dtype="bool")], {},
+     ty("dense: the inputs must have a numeric (non-bool) dtype, got Tensor[(2, 3), bool]")),
+    ("dense", [T(2, 3, dtype="int8"), T(4, 3, dtype="int32")], {"out_dtype": "int32"},
+     r"dense.*int8 vs int32"),
     ("dense", [T(2, 3), T(4, 3, dtype="float64")], {}, r"dense.*float32 vs float64"),
     ("dense", [T(2, 3), T(3)], {}, ty("dense: weight Tensor[(3,), float32] must have rank 2")),
     ("dense", [T(n, k), T(10, 784)], {}, r"dense: the reduction dimensions .*: k vs 784"),
@@ -617,8 +662,24 @@ def ty(text):
         "along axis 2 of data Tensor[(1, 1, 2, 5), float32]")),
     ("conv2d", [T(1, 1, 5, 5), T(1, 1, 3, 3)], {"dilation": 3},
      r"conv2d: the window .* dilation 3"),
-    ("conv2d", [T(1, 1, 5, 5, dtype="int8"), T(1, 1, 3, 3, dtype="int8")], {},
-     r"conv2d: the inputs must have a floating-point dtype"),
+    ("conv2d", [T(1, 1, 5, 5, dtype="bool"), T(1, 1, 3, 3, dtype="bool")], {},
+     r"conv2d: the inputs must have a numeric \(non-bool\) dtype"),
+    ("conv1d", [T(1, 3, 8), T(4, 2, 3)], {},
+     ty("conv1d: the in-channels of data Tensor[(1, 3, 8), float32] and weight "
+        "Tensor[(4, 2, 3), float32] differ: 3 vs 2")),
+    ("conv1d", [T(1, 3, 8, 8), T(4, 3, 3)], {},
+     ty("conv1d: data Tensor[(1, 3, 8, 8), float32] must have rank 3")),
+    ("conv1d", [T(1, 4, 8), T(3, 2, 3)], {"groups": 2},
+     r"conv1d: the out-channels of weight .* are not divisible by groups=2"),
+    ("max_pool1d", [T(1, 1, 2)], {"pool_size": 3},
+     ty("max_pool1d: the window (size 3, dilation 1) is larger than the padded input "
+        "(2 + 0 + 0) along axis 2 of data Tensor[(1, 1, 2), float32]")),
+    ("avg_pool1d", [T(1, 4, 4, 4)], {"pool_size": 2}, r"avg_pool1d: data .* must have rank 3"),
+    ("global_max_pool2d", [T(2, 3)], {}, r"global_max_pool2d: data .* must have rank 4"),
+    ("leaky_relu", [T(3, dtype="int32")], {},
+     r"leaky_relu: the inputs must have a floating-point"),
+    ("prelu", [T(2, 3, 4), T(4)], {},
+     ty("prelu: alpha Tensor[(4,), float32] must have data.shape[1] = 3 elements: 4 vs 3")),
     ("max_pool2d", [T(3, 8)], {"pool_size": 2}, r"max_pool2d: data .* must have rank 4"),
     ("max_pool2d", [T(1, 1, 8, 2)], {"pool_size": 3, "padding": (0, 0, 0, 0)},
      r"max_pool2d: the window \(size 3, dilation 1\) is larger .* \(2 \+ 0 \+ 0\) along axis 3"),
@@ -687,6 +748,12 @@ def test_inference_error_names_the_op_and_the_types():
     ("softmax", {"axis": 1.0}, r"'axis' must be an int"),
     ("pad", {"pad_width": (1, -1)}, r"'pad_width': values must be non-negative"),
     ("pad", {}, r"pad: attribute 'pad_width' is required"),
+    ("max_pool1d", {"pool_size": (2, 2)}, r"'pool_size': expected an int or 1 int \(w\)"),
+    ("conv1d", {"padding": (1, 2, 3)},
+     r"conv1d: attribute 'padding': expected an int, 1 int or 2 ints \(left, right\)"),
+    ("conv1d", {"strides": (0,)}, r"'strides': values must be positive"),
+    ("dense", {"out_dtype": "int4"}, r"dense: attribute 'out_dtype' must be None or a dtype"),
+    ("leaky_relu", {"alpha": "0.1"}, r"'alpha' must be a number"),
 ])
 def test_bad_attributes(op, attrs, message):
     args = [Var(f"x{i}") for i in range(lookup(op).num_inputs)]
@@ -698,13 +765,17 @@ def test_window_attributes_are_canonical_with_defaults_filled_in():
     conv, args = Op.get("conv2d"), [Var("x"), Var("w")]
     assert dict(Call(conv, args).attrs) == {
         "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
-        "channels": None, "kernel_size": None}
+        "channels": None, "kernel_size": None, "out_dtype": None}
     attrs = Call(conv, args, {"padding": [1, 2], "strides": 2, "kernel_size": 3}).attrs
     assert (attrs.padding, attrs.strides, attrs.kernel_size) == ((1, 2, 1, 2), (2, 2), (3, 3))
     assert Call(conv, args, {"padding": 3}).attrs.padding == (3, 3, 3, 3)
     assert Call(conv, args, {"padding": (0, 1, 2, 3)}).attrs.padding == (0, 1, 2, 3)
     pool = Call(Op.get("max_pool2d"), [Var("x")], {"pool_size": 2}).attrs
     assert (pool.pool_size, pool.strides, pool.padding) == ((2, 2), (1, 1), (0, 0, 0, 0))
+    pool1d = Call(Op.get("max_pool1d"), [Var("x")], {"pool_size": 2, "padding": 1}).attrs
+    assert (pool1d.pool_size, pool1d.strides, pool1d.padding) == ((2,), (1,), (1, 1))
+    conv1d = Call(Op.get("conv1d"), args, {"padding": (3,), "dilation": (2,)}).attrs
+    assert (conv1d.padding, conv1d.dilation) == ((3, 3), (2,))
 
 
 def test_unannotated_weights_and_per_channel_parameters_are_inferred():
@@ -726,6 +797,19 @@ def test_unannotated_weights_and_per_channel_parameters_are_inferred():
         assert v.checked_type == TensorType((6,))
     assert w2.checked_type == TensorType((4, 6 * 10 * 10))
     assert out.checked_type == TensorType((8, 4))
+
+
+def test_unannotated_conv1d_weight_and_prelu_slopes_are_inferred():
+    from relaydsl.ir import Function, IRModule
+    from relaydsl.typing import infer_types
+
+    x, w, alpha = Var("x", TensorType((2, 4, 10))), Var("w"), Var("alpha")
+    h = Call(Op.get("conv1d"), [x, w], {"channels": 6, "kernel_size": 3, "groups": 2})
+    mod = IRModule()
+    mod["main"] = Function([x, w, alpha], Call(Op.get("prelu"), [h, alpha]))
+    infer_types(mod)
+    assert w.checked_type == TensorType((6, 2, 3))
+    assert alpha.checked_type == TensorType((6,))
 
 
 def test_a_weight_without_units_is_underconstrained():

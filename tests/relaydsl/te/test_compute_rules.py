@@ -245,6 +245,10 @@ def test_product_rules() -> None:
             x = floats((2, 4, 3) if ta else (2, 3, 4))
             y = floats((1, 5, 4) if tb else (1, 4, 5))
             check("batch_matmul", [x, y], tol=1e-5, transpose_a=ta, transpose_b=tb)
+    check("matmul", [ints((2, 3, 4)), ints((4, 5))])
+    check("dense", [ints((3, 4)), ints((5, 4))])
+    int8 = RNG.integers(-128, 128, (3, 64)).astype("int8")
+    check("dense", [int8, int8[:2]], out_dtype="int32")  # int8 would overflow
     check("bias_add", [floats((2, 3, 4)), floats((3,))])
     check("bias_add", [floats((2, 3, 4)), floats((4,))], axis=-1)
     check("bias_add", [floats((5,)), floats((5,))], axis=0)
@@ -265,6 +269,8 @@ CONV_CASES = [
 @pytest.mark.parametrize("data,weight,attrs", CONV_CASES)
 def test_conv2d_rule(data: tuple, weight: tuple, attrs: dict) -> None:
     check("conv2d", [floats(data), floats(weight)], tol=1e-5, **attrs)
+    int8 = [RNG.integers(-128, 128, s).astype("int8") for s in (data, weight)]
+    check("conv2d", int8, out_dtype="int32", **attrs)
 
 
 POOL_CASES = [
