@@ -7,7 +7,7 @@ lowering, gradient rule, compute rule, pattern, traits) ending in ``name = regis
   window.py: the sliding-window geometry both share (the output size, written once)
 * activation.py: leaky_relu, prelu, softmax, log_softmax;  loss.py: softmax_cross_entropy
 * norm.py: batch_norm, layer_norm;  dropout.py: dropout
-* shape.py: pad, flatten;  common.py: what the relations share
+* shape.py: pad, dilate, flatten;  common.py: what the relations share
 
 Conventions (TVM's unless noted): every op takes floating-point tensors of one dtype (integer
 inputs are type errors), but for the products (matmul, dense, conv2d, conv1d: any numeric

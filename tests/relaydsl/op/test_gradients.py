@@ -237,6 +237,8 @@ CASES = [
     GradCase("full", [np.array(2.5)], {"shape": (2,), "dtype": "int32"}, name="to int32: zero"),
     GradCase("pad", [f64(2, 3)], {"pad_width": (1, 2, 0, 3)}),
     GradCase("pad", [f64(1, 2, 3)], {"pad_width": (0, 0, 1, 1, 2, 0), "pad_value": -1.5}),
+    GradCase("dilate", [f64(2, 3, 4)], {"strides": (1, 2, 3)}),
+    GradCase("dilate", [f64(3, 2)], {"strides": (2, 1), "dilation_value": 5.0}),
     # ---- products
     GradCase("matmul", [f64(3, 4), f64(4, 5)]),
     GradCase("matmul", [f64(4), f64(4, 5)]),

@@ -217,6 +217,15 @@ def pad_truth(widths, value=0.0):
     return truth
 
 
+def dilate_truth(strides, value=0.0):
+    def truth(x):
+        shape = [(d - 1) * s + 1 for d, s in zip(x.shape, strides)]
+        grid = tuple(slice(None, None, s) for s in strides)
+        return jnp.full(shape, value, x.dtype).at[grid].set(x)
+
+    return truth
+
+
 def bias_add_truth(axis):
     return lambda x, b: x + lax.broadcast_in_dim(b, x.shape, (axis % x.ndim,))
 
@@ -407,6 +416,11 @@ CASES = [
     OpCase("pad", [f64(1, 2, 3)], pad_truth((0, 0, 1, 1, 2, 0), -1.5),
            {"pad_width": (0, 0, 1, 1, 2, 0), "pad_value": -1.5}),
     OpCase("pad", [f32(4)], pad_truth((0, 0)), {"pad_width": (0, 0)}),
+    # dilate
+    OpCase("dilate", [f32(2, 3, 3, 4)], dilate_truth((1, 1, 2, 3)), {"strides": (1, 1, 2, 3)}),
+    OpCase("dilate", [f64(3, 2)], dilate_truth((2, 1), -1.5),
+           {"strides": (2, 1), "dilation_value": -1.5}),
+    OpCase("dilate", [f32(4)], dilate_truth((1,)), {"strides": (1,)}, name="stride 1"),
     # flatten
     *[OpCase("flatten", [x], lambda x: jnp.reshape(x, (x.shape[0], -1)))
       for x in (f32(2, 3, 4), f32(5), f64(3, 2, 2))],
@@ -459,7 +473,8 @@ def test_patterns():
               "softmax_cross_entropy"]
     expected = {**dict.fromkeys(fusable, OpPattern.OUT_ELEMWISE_FUSABLE),
                 **dict.fromkeys(opaque, OpPattern.OPAQUE),
-                "pad": OpPattern.INJECTIVE, "flatten": OpPattern.INJECTIVE,
+                "pad": OpPattern.INJECTIVE, "dilate": OpPattern.INJECTIVE,
+                "flatten": OpPattern.INJECTIVE,
                 "bias_add": OpPattern.BROADCAST, "prelu": OpPattern.BROADCAST,
                 "leaky_relu": OpPattern.ELEMWISE}
     assert {op: lookup(op).pattern for op in expected} == expected
@@ -583,6 +598,8 @@ def relation(op, *types, **attrs):
     ("dropout", [T(n, m)], {"training": True}, T(n, m)),
     ("pad", [T(n, 3)], {"pad_width": (0, 0, 1, 1)}, T(n, 5)),
     ("pad", [T(n, 3)], {"pad_width": (1, 0, 0, 0)}, T(Any, 3)),
+    ("dilate", [T(n, 3, 4)], {"strides": (1, 2, 3)}, T(n, 5, 10)),
+    ("dilate", [T(n, 3)], {"strides": (2, 1)}, T(Any, 3)),
     ("flatten", [T(n, 3, 4)], {}, T(n, 12)),
     ("flatten", [T(n, m)], {}, T(n, m)),
     ("flatten", [T(n, m, 2)], {}, T(n, Any)),
@@ -703,6 +720,8 @@ def ty(text):
     ("dropout", [T(3, dtype="int32")], {}, r"dropout: the inputs must have a floating-point"),
     ("pad", [T(2, 3)], {"pad_width": (1, 1)},
      ty("pad: pad_width has 2 values; data Tensor[(2, 3), float32] needs 2 per axis")),
+    ("dilate", [T(2, 3)], {"strides": (2,)},
+     ty("dilate: strides has 1 values; data Tensor[(2, 3), float32] needs one per axis")),
     ("flatten", [T()], {}, r"flatten: data Tensor\[\(\), float32\] must have rank >= 1"),
     ("softmax_cross_entropy", [T(4, 10), T(4, 9)], {},
      ty("softmax_cross_entropy: labels Tensor[(4, 9), float32] must have the shape of logits "
@@ -748,6 +767,7 @@ def test_inference_error_names_the_op_and_the_types():
     ("softmax", {"axis": 1.0}, r"'axis' must be an int"),
     ("pad", {"pad_width": (1, -1)}, r"'pad_width': values must be non-negative"),
     ("pad", {}, r"pad: attribute 'pad_width' is required"),
+    ("dilate", {"strides": (1, 0)}, r"'strides': values must be positive"),
     ("max_pool1d", {"pool_size": (2, 2)}, r"'pool_size': expected an int or 1 int \(w\)"),
     ("conv1d", {"padding": (1, 2, 3)},
      r"conv1d: attribute 'padding': expected an int, 1 int or 2 ints \(left, right\)"),

@@ -349,6 +349,12 @@ def test_pad_rule() -> None:
     check("pad", [floats((4,))], pad_width=(0, 0))
 
 
+def test_dilate_rule() -> None:
+    check("dilate", [floats((2, 3, 4))], strides=(1, 2, 3))
+    check("dilate", [floats((3, 2))], strides=(2, 2), dilation_value=-1.5)
+    check("dilate", [floats((3,))], strides=(1,))
+
+
 def test_max_pool2d_grad_rule() -> None:
     for data, attrs in POOL_CASES:
         x = floats(data)
