@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from relaydsl import Float, Tensor, relay
 from relaydsl.backend.interpreter import Interpreter
 from relaydsl.ir import Call, Expr, Let, Op, TensorType, Tuple, TupleType, Var
 from relaydsl.ir.types import Kind, TypeVar
@@ -449,3 +450,31 @@ def test_rules_keep_symbolic_dims(op, types, attrs):
     actual = Interpreter().eval(adjoints, {**dict(zip(params, concrete)), g: g_value})
     expected = jax_vjp(lambda *xs: lowering(*xs, **call.attrs), concrete, g_value)
     assert_same(actual, tuple(expected), 1e-6, 1e-8, f"{op} on symbolic dims")
+
+
+# ---- through the AD transform and llvm ----------------------------------------------------------
+
+def test_new_nn_ops_train_through_relay_grad_on_llvm():
+    """The 1-D ops' rules (the 2-D rules on let-bound tall inputs) and the activations', in a
+    whole program differentiated by relay.grad and compiled for llvm, against jax.grad."""
+    @relay
+    def f(x: Tensor[Float, (2, 3, 12)], w: Tensor[Float, (4, 3, 3)],
+          a: Tensor[Float, 4]) -> Float:
+        h = relay.prelu(relay.conv1d(x, w, padding=1), a)
+        h = relay.avg_pool1d(relay.max_pool1d(h, pool_size=2, strides=2), pool_size=2)
+        return relay.sum(relay.leaky_relu(h, alpha=0.1))
+
+    def truth(x, w, a):
+        h = jax.lax.conv_general_dilated(x, w, (1,), ((1, 1),), precision="highest",
+                                         dimension_numbers=("NCH", "OIH", "NCH"))
+        h = jnp.where(h >= 0, h, a[None, :, None] * h)
+        h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2), (1, 1, 2), "VALID")
+        h = jax.lax.reduce_window(h, 0.0, jax.lax.add, (1, 1, 2), (1, 1, 1), "VALID") / 2
+        return jnp.sum(jax.nn.leaky_relu(h, 0.1))
+
+    inputs = [f32(2, 3, 12), f32(4, 3, 3), f32(4)]
+    value, grads = relay.grad(f)(*inputs)
+    expected, expected_grads = jax.value_and_grad(truth, argnums=(0, 1, 2))(*inputs)
+    np.testing.assert_allclose(value, expected, rtol=1e-4)
+    for g, e in zip(grads, expected_grads):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
