@@ -90,6 +90,26 @@ def _padding(v: int | tuple[int, ...]) -> tuple[int, int, int, int]:
     return (v[0], v[1], v[2], v[3])
 
 
+def _single(v: int | tuple[int, ...]) -> tuple[int]:
+    """An int or (w,) as (w,), the 1-D counterpart of "pair": ``2 -> (2,)``."""
+    if isinstance(v, int):
+        return (v,)
+    if len(v) != 1:
+        raise ValueError(f"expected an int or 1 int (w), got {len(v)} values")
+    return (v[0],)
+
+
+def _padding1d(v: int | tuple[int, ...]) -> tuple[int, int]:
+    """An int, (w,) or (left, right) as the two: ``1 -> (1, 1)``."""
+    if isinstance(v, int):
+        return (v, v)
+    if len(v) == 1:
+        return (v[0], v[0])
+    if len(v) != 2:
+        raise ValueError(f"expected an int, 1 int or 2 ints (left, right), got {v}")
+    return (v[0], v[1])
+
+
 _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "int": ("an int", _is_int),
     "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
@@ -108,6 +128,10 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "optional_pair": ("None, an int or a tuple of ints",
                       lambda v: v is None or _is_int(v) or _ints(v)),
     "padding": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
+    "single": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
+    "optional_single": ("None, an int or a tuple of ints",
+                        lambda v: v is None or _is_int(v) or _ints(v)),
+    "padding1d": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
 }
 
 # Kinds whose values are stored in one canonical form, so every consumer reads that form.
@@ -117,6 +141,9 @@ _KIND_CANONICAL: dict[str, Callable[[AnyValue], AnyValue]] = {
     "pair": _pair,  # (h, w)
     "optional_pair": lambda v: None if v is None else _pair(v),
     "padding": _padding,  # (top, left, bottom, right)
+    "single": _single,  # (w,)
+    "optional_single": lambda v: None if v is None else _single(v),
+    "padding1d": _padding1d,  # (left, right)
 }
 
 
@@ -125,9 +152,10 @@ class Attr:
     """One attribute of an op: name, kind (a key of _KIND_CHECKS), default, extra check.
 
     A value of a kind in _KIND_CANONICAL is stored canonicalised: a "pair" given as ``2`` is
-    ``(2, 2)``, a "padding" given as ``(1, 2)`` is ``(1, 2, 1, 2)``; a default is written
-    in canonical form. `check(value)` sees the canonical value and returns an error message
-    or None.
+    ``(2, 2)``, a "padding" given as ``(1, 2)`` is ``(1, 2, 1, 2)`` (and their 1-D
+    counterparts: a "single" ``2`` is ``(2,)``, a "padding1d" ``1`` is ``(1, 1)``); a default
+    is written in canonical form. `check(value)` sees the canonical value and returns an error
+    message or None.
     """
 
     name: str

@@ -2,14 +2,17 @@
 lowering, gradient rule, compute rule, pattern, traits) ending in ``name = register(OpDef(...))``.
 
 * linear.py: matmul, dense, batch_matmul (contractions), bias_add
-* conv.py: conv2d;  pool.py: max_pool2d, max_pool2d_grad, avg_pool2d, global_avg_pool2d;
+* conv.py: conv2d, conv1d;  pool.py: max_pool2d, max_pool2d_grad, avg_pool2d, global_avg_pool2d,
+  global_max_pool2d, max_pool1d, avg_pool1d;
   window.py: the sliding-window geometry both share (the output size, written once)
-* activation.py: softmax, log_softmax;  loss.py: softmax_cross_entropy
+* activation.py: leaky_relu, prelu, softmax, log_softmax;  loss.py: softmax_cross_entropy
 * norm.py: batch_norm, layer_norm;  dropout.py: dropout
-* shape.py: pad, flatten;  common.py: what the relations share
+* shape.py: pad, dilate, flatten;  common.py: what the relations share
 
-Conventions (TVM's unless noted): every op takes floating-point tensors of one dtype
-(integer inputs are type errors); images are NCHW and conv2d weights OIHW; window attributes
+Conventions (TVM's unless noted): every op takes floating-point tensors of one dtype (integer
+inputs are type errors), but for the products (matmul, dense, conv2d, conv1d: any numeric
+dtype; dense's and the convolutions' ``out_dtype`` is the dtype they sum in); images are NCHW
+(1-D: NCW) and conv2d weights OIHW (conv1d: OIW); window attributes
 are canonical tuples (``strides=2`` is stored as ``(2, 2)``, ``padding=1`` as
 ``(1, 1, 1, 1)``: the registry's "pair" and "padding" attribute kinds). Type relations keep
 symbolic dims that pass through (dense on ``(n, 784)`` gives ``(n, units)``), unify dims that

@@ -1,7 +1,8 @@
 """What the nn ops' definitions share: checking a call's inputs in a relation, attribute checks.
 
-Every nn op takes floating-point tensors of one dtype; ``Inputs`` checks that and names the
-op and the offending input types in its failures.
+Every nn op takes tensors of one dtype, floating point but for the products (matmul, dense,
+conv2d, conv1d: any numeric dtype); ``Inputs`` checks that and names the op and the offending
+input types in its failures.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from relaydsl.ir.types import Dim, DType, TensorType, Type, type_to_str
 from relaydsl.op.lazy_jax import LazyModule
 from relaydsl.op.registry import Attr
 from relaydsl.typing.relations import (
-    FLOAT, RelationContext, attr_axis, is_unknown, require_dtype, same_dtype, tensor_arg,
+    FLOAT, DTypeClass, RelationContext, attr_axis, is_unknown, require_dtype, same_dtype,
+    tensor_arg,
 )
 
 Array = AnyValue  # a numpy.ndarray or a jax.Array
@@ -21,13 +23,14 @@ ArrayModule = ModuleType | LazyModule  # numpy, or jax.numpy (lazy_jax.jnp)
 
 
 class Inputs:
-    """The arguments of one call of an nn op: tensors of one floating-point dtype."""
+    """The arguments of one call of an nn op: tensors of one dtype of the class `dtypes`."""
 
-    def __init__(self, ctx: RelationContext, op: str, args: list[Type], names: Sequence[str]):
+    def __init__(self, ctx: RelationContext, op: str, args: list[Type], names: Sequence[str],
+                 dtypes: DTypeClass = FLOAT):
         self.ctx, self.op, self.names = ctx, op, names
         self.ts = [tensor_arg(ctx, a, f"{op}: {n}") for a, n in zip(args, names)]
         self.dtype: DType = same_dtype(ctx, self.ts, op)
-        require_dtype(ctx, op, "the inputs", self.ts[0], FLOAT)
+        require_dtype(ctx, op, "the inputs", self.ts[0], dtypes)
 
     def arg(self, i: int) -> str:
         """``data Tensor[(1, 3), float32]``: an argument's name and type, for messages."""
@@ -57,8 +60,9 @@ class Inputs:
         (n,) = self.shape(i, rank=1)
         self.same(n, size, f"{self.arg(i)} must have {what} elements")
 
-    def tensor(self, shape: Sequence[Dim]) -> TensorType:
-        return TensorType(tuple(shape), self.dtype)
+    def tensor(self, shape: Sequence[Dim], dtype: DType | None = None) -> TensorType:
+        """The result type: `shape`, of `dtype` (an out_dtype attribute) or the inputs'."""
+        return TensorType(tuple(shape), dtype or self.dtype)
 
 
 def per_channel_inputs(op: str, params: tuple[str, ...], args: list[Type], attrs: Attrs,
@@ -110,3 +114,9 @@ def non_negative(v: tuple[int, ...]) -> str | None:
 
 def axis_attr(default: int, doc: str) -> Attr:
     return Attr("axis", "int", default, doc=doc)
+
+
+def out_dtype_attr() -> Attr:
+    """A product's ``out_dtype``: the result's (and the accumulation's) dtype, as TVM's."""
+    return Attr("out_dtype", "optional_dtype", None,
+                doc="the result dtype, accumulated in (int8 inputs to int32); None: the inputs'")

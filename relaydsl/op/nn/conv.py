@@ -1,8 +1,11 @@
-"""2-D convolution: conv2d (TVM's: NCHW data, or one CHW example; OIHW weight; groups).
+"""Convolution: conv2d (TVM's: NCHW data, or one CHW example; OIHW weight; groups); conv1d
+(NCW data, OIW weight: conv2d over a height of 1, window.py).
 
 The window geometry (strides, padding, dilation, the output size) is window.py's. The
 NumPy reference contracts sliding-window views with the filters; the JAX lowering is
-``lax.conv_general_dilated``; the compute rule reduces over in-channels and the taps.
+``lax.conv_general_dilated``; the compute rule reduces over in-channels and the taps. Both take
+any numeric dtype; ``out_dtype`` is the dtype the products are summed in and the result's (int8
+inputs accumulated in int32), the inputs converted to it first.
 """
 from __future__ import annotations
 
@@ -13,14 +16,19 @@ from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import lax
-from relaydsl.op.nn.common import Array, Inputs, all_positive, non_negative, positive
+from relaydsl.op.nn.common import (
+    Array, Inputs, all_positive, non_negative, out_dtype_attr, positive,
+)
 from relaydsl.op.nn.shape import pad
-from relaydsl.op.nn.window import Window, as_batch, image, out_size, single_example, unbatch
+from relaydsl.op.nn.window import (
+    Window, as_batch, compute_via_2d, gradient_via_2d, image, out_size, reference_via_2d,
+    single_example, unbatch, window_dim,
+)
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.te import tensor as T
-from relaydsl.te.expr import PrimExpr
+from relaydsl.te.expr import PrimExpr, cast
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
-from relaydsl.typing.relations import RelationContext, is_unknown, tensor_arg
+from relaydsl.typing.relations import NUMERIC, RelationContext, is_unknown, tensor_arg
 
 STRIDES = Attr("strides", "pair", (1, 1), all_positive, "window step (h, w)")
 PADDING = Attr("padding", "padding", (0, 0, 0, 0), non_negative,
@@ -37,7 +45,7 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
         args[1] = ctx.unify_types(
             args[1], TensorType((attrs.channels, cin_per_group, *attrs.kernel_size), data.dtype),
             "conv2d: the weight")
-    c = Inputs(ctx, "conv2d", args, ("data", "weight"))
+    c = Inputs(ctx, "conv2d", args, ("data", "weight"), NUMERIC)
     data, (cout, cin_per_group, *kernel) = image(c), c.shape(1, rank=4)
     n, cin, *hw = data
     groups = attrs.groups
@@ -56,13 +64,15 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
     # The kernel may be symbolic here (an unknown weight): out_dims, the one method a
     # relation calls, reads it as a Dim.
     oh, ow = Window.conv(attrs, kernel).out_dims(c, hw)  # pyright: ignore[reportArgumentType]
-    return c.tensor((n, cout, oh, ow)[n is None:])
+    return c.tensor((n, cout, oh, ow)[n is None:], attrs.out_dtype)
 
 
 @single_example
-def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int,
+def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int, out_dtype: str | None,
                **attrs: object) -> np.ndarray:
     """Each group's windows (n, cin/groups, oh, ow, kh, kw) contracted with its filters."""
+    if out_dtype is not None:
+        data, weight = data.astype(out_dtype), weight.astype(out_dtype)
     windows = Window.conv(attrs, weight.shape[2:]).np_windows(data, 0.0)
     per_group = [
         np.tensordot(w_in, w, axes=([1, 4, 5], [1, 2, 3]))  # (n, oh, ow, cout/groups)
@@ -72,8 +82,11 @@ def _conv2d_np(data: np.ndarray, weight: np.ndarray, *, groups: int,
 
 
 @single_example
-def _conv2d_jax(data: Array, weight: Array, *, groups: int, **attrs: object) -> Array:
+def _conv2d_jax(data: Array, weight: Array, *, groups: int, out_dtype: str | None,
+                **attrs: object) -> Array:
     win = Window.conv(attrs, weight.shape[2:])
+    if out_dtype is not None:
+        data, weight = data.astype(out_dtype), weight.astype(out_dtype)
     return lax.conv_general_dilated(
         data, weight, win.strides, win.pad_pairs(data.shape[-2:]), rhs_dilation=win.dilation,
         dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=groups,
@@ -150,8 +163,10 @@ def _conv_weight_grad(x: Expr, g: Expr, weight: tuple[int, ...], hw: tuple[int, 
 
 
 def _conv2d_grad(call: Call, g: Expr) -> list[Expr]:
-    """d conv2d(x, w) = (conv2d(spread(g), flip(w)ᵀ), conv2d(xᵀ, gᵀ)): see the comment above."""
+    """d conv2d(x, w) = (conv2d(spread(g), flip(w)ᵀ), conv2d(xᵀ, gᵀ)), g in x's dtype: see above."""
     (x, single), w, a = as_batch(call.args[0]), call.args[1], call.attrs
+    if a.out_dtype not in (None, gu.tensor_type(call.args[0]).dtype):
+        g = ops.cast_like(g, call.args[0])
     g = ops.expand_dims(g, axis=0) if single else g
     weight, hw = gu.static_dims(w, "conv2d"), gu.image_hw(call.args[0], "conv2d")
     win = Window.conv(a, weight[2:])
@@ -164,14 +179,17 @@ def _conv2d_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) ->
     cout, cin_per_group, kh, kw = weight.shape
     per_group = cout // attrs.groups
     win = Window.conv(attrs, (kh, kw))
+    dtype = out_type.dtype
 
     def f(*o: PrimExpr) -> PrimExpr:
         *batch, co, y, x = o
         rc, ry, rx = reduce_axis(cin_per_group, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
         c = rc if attrs.groups == 1 else co // per_group * cin_per_group + rc
         iy, ix = win.te_position(y, x, ry, rx)
-        return T.sum(win.te_read(data, (*batch, c), iy, ix, 0.0) * weight[co, rc, ry, rx],
-                     [rc, ry, rx])
+        a, b = win.te_read(data, (*batch, c), iy, ix, 0), weight[co, rc, ry, rx]
+        if data.dtype != dtype:
+            a, b = cast(dtype, a), cast(dtype, b)
+        return T.sum(a * b, [rc, ry, rx])
 
     return compute(out_type.concrete_shape(), f, "T_conv2d")
 
@@ -186,8 +204,62 @@ conv2d = register(OpDef(
         Attr("channels", "optional_int", None,
              doc="out-channels O; with kernel_size, lets inference infer the weight"),
         Attr("kernel_size", "optional_pair", None, all_positive, "kernel (h, w)"),
+        out_dtype_attr(),
     ),
-    doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight; "
+    doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight, summed in out_dtype; "
+        "in-channels = I * groups",
+    traits=Traits(infers_inputs=(1,)),
+))
+
+# ---- conv1d -------------------------------------------------------------------------------------
+
+
+def _conv1d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | None:
+    if is_unknown(args[1]):  # a hidden parameter: OIW from channels, kernel_size and the data
+        data = tensor_arg(ctx, args[0], "conv1d: data")
+        if attrs.channels is None or attrs.kernel_size is None or data.ndim != 3:
+            return None
+        cin = ctx.resolve_dim(data.shape[1])
+        cin_per_group = cin // attrs.groups if isinstance(cin, int) else cin
+        args[1] = ctx.unify_types(
+            args[1], TensorType((attrs.channels, cin_per_group, *attrs.kernel_size), data.dtype),
+            "conv1d: the weight")
+    c = Inputs(ctx, "conv1d", args, ("data", "weight"), NUMERIC)
+    (n, cin, w), (cout, cin_per_group, k) = c.shape(0, rank=3), c.shape(1, rank=3)
+    groups = attrs.groups
+    mismatch = f"the in-channels of {c.arg(0)} and {c.arg(1)} differ"
+    if groups == 1:
+        c.same(cin, cin_per_group, mismatch)
+    elif isinstance(cin_per_group, int):
+        c.same(cin, cin_per_group * groups, f"{mismatch} (with groups={groups})")
+    if isinstance(cout, int) and cout % groups:
+        c.fail(f"the out-channels of {c.arg(1)} are not divisible by groups={groups}")
+    if attrs.channels is not None:
+        c.same(cout, attrs.channels, f"{c.arg(1)} does not have channels={attrs.channels}")
+    if attrs.kernel_size is not None:
+        c.same(k, attrs.kernel_size[0], f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
+    (stride,), (dilation,) = attrs.strides, attrs.dilation
+    ow = window_dim(c, w, k, stride, dilation, attrs.padding, False, 2)
+    return c.tensor((n, cout, ow), attrs.out_dtype)
+
+
+conv1d = register(OpDef(
+    "conv1d", ("data", "weight"), _conv1d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=reference_via_2d(conv2d.numpy_ref), jax_lower=reference_via_2d(conv2d.jax_lower),
+    compute=compute_via_2d(conv2d.compute),
+    gradient=gradient_via_2d(
+        conv2d, "d conv1d(x, w) = (conv1d(spread(g), flip(w)ᵀ), conv1d(xᵀ, gᵀ)), as conv2d's."),
+    attrs=(
+        Attr("strides", "single", (1,), all_positive, "window step (w,)"),
+        Attr("padding", "padding1d", (0, 0), non_negative, "an int or (left, right)"),
+        Attr("dilation", "single", (1,), all_positive, "kernel dilation (w,)"),
+        Attr("groups", "int", 1, positive, "channel groups (groups = in-channels: depthwise)"),
+        Attr("channels", "optional_int", None,
+             doc="out-channels O; with kernel_size, lets inference infer the weight"),
+        Attr("kernel_size", "optional_single", None, all_positive, "kernel (w,)"),
+        out_dtype_attr(),
+    ),
+    doc="1-D cross-correlation of NCW data with OIW weight, summed in out_dtype; "
         "in-channels = I * groups",
     traits=Traits(infers_inputs=(1,)),
 ))

@@ -3,6 +3,11 @@
 The three products are contractions (``Traits.contraction``): the llvm backend runs them as
 GEMMs, and fusion lets a 2-D transpose feeding one join its group (the GEMM reads that operand
 through strides). Their compute rules reduce over the contraction axis ``k``.
+
+matmul and dense also take integer tensors (the llvm GEMMs are float32 only: integer calls run
+the compute rules). dense's ``out_dtype`` is the dtype its products are summed in and its
+result's (int8 inputs accumulated in int32, as quantized models need); the references and the
+compute rule convert the inputs to it first.
 """
 from __future__ import annotations
 
@@ -14,14 +19,16 @@ from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.nn.common import Array, Inputs, along, axis_attr, per_channel_inputs
+from relaydsl.op.nn.common import (
+    Array, Inputs, along, axis_attr, out_dtype_attr, per_channel_inputs,
+)
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.te import tensor as T
-from relaydsl.te.expr import PrimExpr, const
+from relaydsl.te.expr import PrimExpr, cast, const
 from relaydsl.te.indexing import right_aligned
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
 from relaydsl.typing.relations import (
-    RelationContext, broadcast_shapes, is_unknown, tensor_arg,
+    NUMERIC, RelationContext, broadcast_shapes, is_unknown, tensor_arg,
 )
 
 _CONTRACTION = Traits(contraction=True)
@@ -30,7 +37,7 @@ _CONTRACTION = Traits(contraction=True)
 
 
 def _matmul_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
-    c = Inputs(ctx, "matmul", args, ("a", "b"))
+    c = Inputs(ctx, "matmul", args, ("a", "b"), NUMERIC)
     a, b = c.shape(0, min_rank=1), c.shape(1, min_rank=1)
     b_rows = b[-2] if len(b) > 1 else b[0]
     c.same(a[-1], b_rows, f"the contraction dimensions of {c.arg(0)} and {c.arg(1)} differ")
@@ -84,7 +91,8 @@ def _matmul_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) ->
 matmul = register(OpDef(
     "matmul", ("a", "b"), _matmul_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     numpy_ref=np.matmul, jax_lower=_matmul_jax, compute=_matmul_compute, gradient=_matmul_grad,
-    doc="numpy.matmul: (..., m, k) @ (..., k, n), batch dims broadcast, 1-D operands promoted",
+    doc="numpy.matmul: (..., m, k) @ (..., k, n), batch dims broadcast, 1-D operands promoted; "
+        "any numeric dtype",
     traits=_CONTRACTION,
 ))
 
@@ -98,21 +106,26 @@ def _dense_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | N
             return None
         args[1] = ctx.unify_types(args[1], TensorType((attrs.units, data.shape[-1]), data.dtype),
                                   "dense: the weight")
-    c = Inputs(ctx, "dense", args, ("data", "weight"))
+    c = Inputs(ctx, "dense", args, ("data", "weight"), NUMERIC)
     data, (units, k) = c.shape(0, min_rank=1), c.shape(1, rank=2)
     c.same(data[-1], k, f"the reduction dimensions of {c.arg(0)} and {c.arg(1)} differ")
     if attrs.units is not None:
         c.same(units, attrs.units, f"{c.arg(1)} does not have units={attrs.units} rows")
-    return c.tensor((*data[:-1], units))
+    return c.tensor((*data[:-1], units), attrs.out_dtype)
 
 
-def _dense_ref(data: Array, weight: Array, *, units: int | None = None) -> Array:
-    return data @ weight.T  # units only guides type inference
+def _dense_ref(data: Array, weight: Array, *, units: int | None, out_dtype: str | None) -> Array:
+    # units only guides type inference
+    if out_dtype is not None:
+        data, weight = data.astype(out_dtype), weight.astype(out_dtype)
+    return data @ weight.T
 
 
 def _dense_grad(call: Call, g: Expr) -> list[Expr]:
-    """d dense(x, w) = (g @ w, gᵀ @ x), the leading dims of x and g flattened."""
+    """d dense(x, w) = (g @ w, gᵀ @ x), the leading dims of x and g flattened, g in x's dtype."""
     x, w = call.args
+    if call.attrs.out_dtype not in (None, gu.tensor_type(x).dtype):
+        g = ops.cast_like(g, x)
     rank = gu.tensor_type(x).ndim
     if rank == 1:
         dw = gu.mul(ops.expand_dims(g, axis=1), ops.expand_dims(x, axis=0))
@@ -127,10 +140,14 @@ def _dense_grad(call: Call, g: Expr) -> list[Expr]:
 
 def _dense_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
     data, weight = inputs
+    dtype = out_type.dtype
 
     def f(*o: PrimExpr) -> PrimExpr:
         k = reduce_axis(weight.shape[1], "k")
-        return T.sum(data[(*o[:-1], k)] * weight[o[-1], k], k)
+        a, b = data[(*o[:-1], k)], weight[o[-1], k]
+        if data.dtype != dtype:
+            a, b = cast(dtype, a), cast(dtype, b)
+        return T.sum(a * b, k)
 
     return compute(out_type.concrete_shape(), f, "T_dense")
 
@@ -139,8 +156,8 @@ dense = register(OpDef(
     "dense", ("data", "weight"), _dense_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     numpy_ref=_dense_ref, jax_lower=_dense_ref, compute=_dense_compute, gradient=_dense_grad,
     attrs=(Attr("units", "optional_int", None,
-                doc="rows of weight; lets inference infer the weight"),),
-    doc="data (..., k) @ weight (units, k).T -> (..., units)",
+                doc="rows of weight; lets inference infer the weight"), out_dtype_attr()),
+    doc="data (..., k) @ weight (units, k).T -> (..., units), summed in out_dtype",
     traits=Traits(contraction=True, infers_inputs=(1,)),
 ))
 

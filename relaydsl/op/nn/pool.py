@@ -1,4 +1,5 @@
-"""Pooling: max_pool2d, its adjoint max_pool2d_grad, avg_pool2d, global_avg_pool2d.
+"""Pooling: max_pool2d, its adjoint max_pool2d_grad, avg_pool2d, global_avg_pool2d,
+global_max_pool2d; max_pool1d, avg_pool1d (NCW: the 2-D pools over a height of 1, window.py).
 
 The window geometry is window.py's. Pooling with ``ceil_mode`` pads the extra windows with
 -inf (max) or leaves them out of the count (avg). ``avg_pool2d`` divides by the number of
@@ -22,10 +23,13 @@ from relaydsl.ir.expr import Call, Expr, const as relay_const
 from relaydsl.ir.types import TensorType, Type, type_to_str
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jax, jnp, lax
-from relaydsl.op.nn.common import Array, Inputs, all_positive
+from relaydsl.op.nn.common import Array, Inputs, all_positive, non_negative
 from relaydsl.op.nn.conv import PADDING, STRIDES, conv_data_grad
 from relaydsl.op.nn.shape import pad
-from relaydsl.op.nn.window import Window, as_batch, image, single_example, unbatch
+from relaydsl.op.nn.window import (
+    Window, as_batch, compute_via_2d, gradient_via_2d, image, reference_via_2d, single_example,
+    unbatch, window_dim,
+)
 from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, Relation, ops, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import (
@@ -293,10 +297,31 @@ avg_pool2d = register(OpDef(
 # ---- global_avg_pool2d --------------------------------------------------------------------------
 
 
-def _global_pool_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
-    c = Inputs(ctx, "global_avg_pool2d", args, ("data",))
-    n, ch, _, _ = c.shape(0, rank=4)
-    return c.tensor((n, ch, 1, 1))
+def _global_pool_rel(op: str) -> Relation:
+    def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+        c = Inputs(ctx, op, args, ("data",))
+        n, ch, _, _ = c.shape(0, rank=4)
+        return c.tensor((n, ch, 1, 1))
+
+    return rel
+
+
+def _global_pool_compute(op: str) -> ComputeRule:
+    """global_avg_pool2d's and global_max_pool2d's rule: a reduction over H and W."""
+
+    def rule(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+        (data,) = inputs
+        h, w = data.shape[-2:]
+
+        def f(n: PrimExpr, c: PrimExpr, _y: PrimExpr, _x: PrimExpr) -> PrimExpr:
+            ry, rx = reduce_axis(h, "ry"), reduce_axis(w, "rx")
+            if op == "global_max_pool2d":
+                return T.max(data[n, c, ry, rx], [ry, rx])
+            return T.sum(data[n, c, ry, rx], [ry, rx]) / float(h * w)
+
+        return compute(out_type.concrete_shape(), f, "T_" + op)
+
+    return rule
 
 
 def _global_avg_pool2d_ref(data: Array) -> Array:
@@ -309,21 +334,78 @@ def _global_avg_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
     return [gu.div(gu.broadcast_like(g, x), gu.count(x, (2, 3)))]
 
 
-def _global_avg_pool2d_compute(attrs: Attrs, inputs: list[Tensor],
-                               out_type: TensorType) -> Tensor:
-    (data,) = inputs
-    h, w = data.shape[-2:]
-
-    def f(n: PrimExpr, c: PrimExpr, _y: PrimExpr, _x: PrimExpr) -> PrimExpr:
-        ry, rx = reduce_axis(h, "ry"), reduce_axis(w, "rx")
-        return T.sum(data[n, c, ry, rx], [ry, rx]) / float(h * w)
-
-    return compute(out_type.concrete_shape(), f, "T_global_avg_pool2d")
-
-
 global_avg_pool2d = register(OpDef(
-    "global_avg_pool2d", ("data",), _global_pool_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    "global_avg_pool2d", ("data",), _global_pool_rel("global_avg_pool2d"),
+    OpPattern.OUT_ELEMWISE_FUSABLE,
     numpy_ref=_global_avg_pool2d_ref, jax_lower=_global_avg_pool2d_ref,
-    compute=_global_avg_pool2d_compute, gradient=_global_avg_pool2d_grad,
+    compute=_global_pool_compute("global_avg_pool2d"), gradient=_global_avg_pool2d_grad,
     doc="mean over H and W of NCHW data -> (N, C, 1, 1)",
+))
+
+# ---- global_max_pool2d --------------------------------------------------------------------------
+
+
+def _global_max_pool2d_ref(data: Array) -> Array:
+    return data.max(axis=(2, 3), keepdims=True)
+
+
+def _global_max_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
+    """d global_max_pool2d(x) = g * [x == max] / (number of ties), as max over H and W."""
+    x = call.args[0]
+    return ops.max.gradient(ops.max(x, axis=(2, 3), keepdims=True), g)
+
+
+global_max_pool2d = register(OpDef(
+    "global_max_pool2d", ("data",), _global_pool_rel("global_max_pool2d"),
+    OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=_global_max_pool2d_ref, jax_lower=_global_max_pool2d_ref,
+    compute=_global_pool_compute("global_max_pool2d"), gradient=_global_max_pool2d_grad,
+    doc="maximum over H and W of NCHW data -> (N, C, 1, 1)",
+))
+
+# ---- max_pool1d, avg_pool1d ---------------------------------------------------------------------
+
+POOL1D = (
+    Attr("pool_size", "single", REQUIRED, all_positive, "window size (w,)"),
+    Attr("strides", "single", (1,), all_positive, "window step (w,)"),
+    Attr("padding", "padding1d", (0, 0), non_negative, "an int or (left, right)"),
+    Attr("ceil_mode", "bool", False, doc="round the output size up (see window.py)"),
+)
+
+
+def _pool1d_rel(op: str) -> Relation:
+    """NCW data: (n, c, w) -> (n, c, ow), ow the number of windows along W."""
+
+    def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+        c = Inputs(ctx, op, args, ("data",))
+        n, ch, w = c.shape(0, rank=3)
+        (k,), (stride,) = attrs.pool_size, attrs.strides
+        ow = window_dim(c, w, k, stride, 1, attrs.padding, attrs.ceil_mode, 2)
+        return c.tensor((n, ch, ow))
+
+    return rel
+
+
+max_pool1d = register(OpDef(
+    "max_pool1d", ("data",), _pool1d_rel("max_pool1d"), OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=reference_via_2d(max_pool2d.numpy_ref),
+    jax_lower=reference_via_2d(max_pool2d.jax_lower),
+    compute=compute_via_2d(max_pool2d.compute),
+    gradient=gradient_via_2d(
+        max_pool2d, "d max_pool1d(x) = g at each window's first maximum, as max_pool2d's."),
+    attrs=POOL1D,
+    doc="maximum over each pool_size window of NCW data, padding with -inf",
+))
+
+avg_pool1d = register(OpDef(
+    "avg_pool1d", ("data",), _pool1d_rel("avg_pool1d"), OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=reference_via_2d(avg_pool2d.numpy_ref),
+    jax_lower=reference_via_2d(avg_pool2d.jax_lower),
+    compute=compute_via_2d(avg_pool2d.compute),
+    gradient=gradient_via_2d(
+        avg_pool2d, "d avg_pool1d(x) = g / window counts spread over each window, as "
+                    "avg_pool2d's."),
+    attrs=(*POOL1D, Attr("count_include_pad", "bool", False,
+                         doc="count explicit padding in the mean")),
+    doc="mean over each pool_size window of NCW data (padding not counted unless asked)",
 ))

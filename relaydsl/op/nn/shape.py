@@ -1,6 +1,7 @@
-"""Ops that move a tensor's elements without computing on them: pad, flatten.
+"""Ops that move a tensor's elements without computing on them: pad, dilate, flatten.
 
-Both are injective: each output element reads one input element (or, for pad, the constant).
+All are injective: each output element reads one input element (or, for pad and dilate, the
+constant).
 """
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import Any, Dim, TensorType, Type
 from relaydsl.op import grad_util as gu
-from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.nn.common import Array, ArrayModule, Inputs, non_negative
+from relaydsl.op.lazy_jax import jnp, lax
+from relaydsl.op.nn.common import Array, ArrayModule, Inputs, all_positive, non_negative
 from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, ops, register
-from relaydsl.te.expr import PrimExpr, const, select
+from relaydsl.te.expr import PrimExpr, const, equal, select
 from relaydsl.te.indexing import ravel, unravel
 from relaydsl.te.tensor import Tensor, compute
 from relaydsl.typing.relations import RelationContext, known_product
@@ -81,6 +82,66 @@ pad = register(OpDef(
     attrs=(Attr("pad_width", "ints", REQUIRED, non_negative, "2 values per axis"),
            Attr("pad_value", "float", 0.0, doc="the value of the new elements")),
     doc="constant padding: pad_width = (before0, after0, before1, after1, ...)",
+))
+
+# ---- dilate -------------------------------------------------------------------------------------
+
+
+def _dilate_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    c = Inputs(ctx, "dilate", args, ("data",))
+    shape, strides = c.shape(0), attrs.strides
+    if len(strides) != len(shape):
+        c.fail(f"strides has {len(strides)} values; {c.arg(0)} needs one per axis")
+    out: list[Dim] = []
+    for d, s in zip(shape, strides):
+        if isinstance(d, int):
+            out.append((d - 1) * s + 1 if d else 0)
+        else:
+            out.append(d if s == 1 else Any)
+    return c.tensor(out)
+
+
+def _dilate_np(data: Array, *, strides: tuple[int, ...], dilation_value: float) -> Array:
+    shape = [(d - 1) * s + 1 if d else 0 for d, s in zip(data.shape, strides)]
+    out = np.full(shape, dilation_value, data.dtype)
+    out[tuple(slice(None, None, s) for s in strides)] = data
+    return out
+
+
+def _dilate_jax(data: Array, *, strides: tuple[int, ...], dilation_value: float) -> Array:
+    interior = [(0, 0, s - 1) for s in strides]
+    return lax.pad(data, jnp.asarray(dilation_value, data.dtype), interior)
+
+
+def _dilate_grad(call: Call, g: Expr) -> list[Expr]:
+    """d dilate(x) = g[::strides] on every axis."""
+    strides = call.attrs.strides
+    return [ops.strided_slice(g, begin=(0,) * len(strides), end=(gu.END,) * len(strides),
+                              strides=strides)]
+
+
+def _dilate_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    (x,) = inputs
+
+    def f(*o: PrimExpr) -> PrimExpr:
+        on_grid = None  # whether every index is a multiple of its stride
+        for i, s in zip(o, attrs.strides):
+            if s > 1:
+                here = equal(i % s, 0)
+                on_grid = here if on_grid is None else on_grid & here
+        v = x[tuple(i // s if s > 1 else i for i, s in zip(o, attrs.strides))]
+        return v if on_grid is None else select(on_grid, v, const(attrs.dilation_value, x.dtype))
+
+    return compute(out_type.concrete_shape(), f, "T_dilate")
+
+
+dilate = register(OpDef(
+    "dilate", ("data",), _dilate_rel, OpPattern.INJECTIVE,
+    numpy_ref=_dilate_np, jax_lower=_dilate_jax, compute=_dilate_compute, gradient=_dilate_grad,
+    attrs=(Attr("strides", "ints", REQUIRED, all_positive, "one per axis"),
+           Attr("dilation_value", "float", 0.0, doc="the value of the new elements")),
+    doc="strides[i] - 1 elements of dilation_value between neighbours along each axis i: "
+        "(d - 1) * s + 1 elements",
 ))
 
 # ---- flatten ------------------------------------------------------------------------------------

@@ -6,6 +6,9 @@ of them (``out_size``; the relations, the references, the gradients and the llvm
 ask it). With ``ceil_mode`` (the pools) the division rounds up and, as in PyTorch (not TVM), a
 last window that would start inside the bottom/right padding is dropped.
 
+The NCW ops (max_pool1d, avg_pool1d, conv1d) are their 2-D counterparts over a height of 1:
+``reference_via_2d``, ``compute_via_2d`` and ``gradient_via_2d`` carry each facet over.
+
 ``Window`` holds one op call's geometry from its canonical attributes (``strides`` and
 ``dilation`` as ``(h, w)``, ``padding`` as ``(top, left, bottom, right)``) and reads the
 windows in NumPy (sliding-window views), JAX (``lax.reduce_window``) and te (guarded reads).
@@ -23,14 +26,16 @@ from typing import Any as AnyValue, Callable, Mapping, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from relaydsl.ir.expr import Expr
-from relaydsl.ir.types import Any, Dim
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Call, Expr, Let, Var
+from relaydsl.ir.types import Any, Dim, TensorType
 from relaydsl.op.grad_util import tensor_type
 from relaydsl.op.lazy_jax import jnp, lax
 from relaydsl.op.nn.common import Array, Inputs
-from relaydsl.op.registry import ops
+from relaydsl.op.registry import GradientRule, OpDef, ops
+from relaydsl.te.rules import ComputeRule
 from relaydsl.te.expr import PrimExpr, const, select
-from relaydsl.te.tensor import Tensor
+from relaydsl.te.tensor import Tensor, compute
 
 
 def out_size(size: int, k: int, stride: int, dilation: int, before: int, after: int,
@@ -49,6 +54,19 @@ def out_size(size: int, k: int, stride: int, dilation: int, before: int, after: 
     if (out - 1) * stride >= size + before:  # the last window would start in the padding
         out -= 1
     return out
+
+
+def window_dim(c: Inputs, size: Dim, k: Dim, stride: int, dilation: int,
+               pads: tuple[int, int], ceil_mode: bool, axis: int) -> Dim:
+    """The number of windows along `axis` of the data in a relation (out_size); Any where the
+    size or the kernel is symbolic; a failure naming the data where no window fits."""
+    if not (isinstance(size, int) and isinstance(k, int)):
+        return Any
+    n = out_size(size, k, stride, dilation, pads[0], pads[1], ceil_mode)
+    if n < 1:
+        c.fail(f"the window (size {k}, dilation {dilation}) is larger than the padded input "
+               f"({size} + {pads[0]} + {pads[1]}) along axis {axis} of {c.arg(0)}")
+    return n
 
 
 @dataclass(frozen=True)
@@ -90,20 +108,9 @@ class Window:
     def out_dims(self, c: Inputs, hw: Sequence[Dim]) -> list[Dim]:
         """Output height and width in a relation; Any where an input size (or, for a
         conv2d with an unknown weight, the kernel) is symbolic."""
-        out: list[Dim] = []
-        for i in (0, 1):
-            size, k, d = hw[i], self.kernel[i], self.dilation[i]
-            if not (isinstance(size, int) and isinstance(k, int)):
-                out.append(Any)
-                continue
-            n = out_size(size, k, self.strides[i], d, self.pads[i], self.pads[i + 2],
-                         self.ceil_mode)
-            if n < 1:
-                c.fail(f"the window (size {k}, dilation {d}) is larger than the padded input "
-                       f"({size} + {self.pads[i]} + {self.pads[i + 2]}) along axis {i + 2} "
-                       f"of {c.arg(0)}")
-            out.append(n)
-        return out
+        return [window_dim(c, hw[i], self.kernel[i], self.strides[i], self.dilation[i],
+                           (self.pads[i], self.pads[i + 2]), self.ceil_mode, i + 2)
+                for i in (0, 1)]
 
     # ---- the references
 
@@ -179,3 +186,75 @@ def as_batch(x: Expr) -> tuple[Expr, bool]:
 def unbatch(dx: Expr, single: bool) -> Expr:
     """The adjoint of as_batch."""
     return ops.squeeze(dx, axis=(0,)) if single else dx
+
+
+# ---- 1-D windows: the 2-D ones over a height of 1 ----------------------------------------------
+# An NCW op (max_pool1d, avg_pool1d, conv1d) is its 2-D counterpart on NC1W data (and OI1W
+# weights): every input gains a height-1 axis 2 (``tall``), the attributes gain height 1 and no
+# padding along it, and the result loses the axis again. The facets below carry each facet of
+# the 2-D op over, so the 1-D ops share its geometry, references, gradients and compute rules.
+
+
+def attrs_2d(attrs: Mapping[str, AnyValue]) -> Attrs:
+    """A 1-D op's attributes (windows (w,), padding (left, right)) as its 2-D counterpart's."""
+    out = dict(attrs)
+    for name in ("pool_size", "strides", "dilation", "kernel_size"):
+        if out.get(name) is not None:
+            out[name] = (1, *out[name])
+    if "padding" in out:
+        left, right = out["padding"]
+        out["padding"] = (0, left, 0, right)
+    return Attrs(out)
+
+
+def tall_type(t: TensorType) -> TensorType:
+    """(n, c, w) as (n, c, 1, w)."""
+    return TensorType((*t.shape[:2], 1, *t.shape[2:]), t.dtype)
+
+
+def reference_via_2d(f: Callable[..., Array]) -> Callable[..., Array]:
+    """A 1-D op's NumPy reference or JAX lowering from the 2-D op's `f`."""
+
+    def run(*arrays: Array, **attrs: AnyValue) -> Array:
+        return f(*(a[:, :, None] for a in arrays), **attrs_2d(attrs))[:, :, 0]
+
+    return run
+
+
+def compute_via_2d(rule: ComputeRule) -> ComputeRule:
+    """A 1-D op's compute rule from the 2-D op's `rule`: height-1 views in, the height dropped."""
+
+    def tall(t: Tensor) -> Tensor:
+        return compute(tall_type(TensorType(t.shape, t.dtype)).concrete_shape(),
+                       lambda n, c, _h, w: t[n, c, w], t.name + "_tall")
+
+    def run(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+        out = rule(attrs_2d(attrs), [tall(t) for t in inputs], tall_type(out_type))
+        assert isinstance(out, Tensor)
+        return compute(out_type.concrete_shape(), lambda n, c, w: out[n, c, 0, w],
+                       out.name + "_1d")
+
+    return run
+
+
+def gradient_via_2d(op2d: OpDef, math: str) -> GradientRule:
+    """A 1-D op's gradient rule from the 2-D op's: each adjoint is the 2-D rule's on the tall
+    inputs (let-bound variables of the tall types, as the 2-D rule reads its inputs' types),
+    height dropped. `math` is the rule's one-line docstring."""
+    rule2d = op2d.gradient
+    assert rule2d is not None
+
+    def rule(call: Call, g: Expr) -> list[Expr]:
+        adjoints: list[Expr] = []
+        for i in range(len(call.args)):  # fresh variables per adjoint: each binds its own
+            tall = [Var(f"{name}_tall", tall_type(tensor_type(a)))
+                    for name, a in zip(op2d.inputs, call.args)]
+            call2d = op2d(*tall, **attrs_2d(call.attrs))
+            adjoint = ops.squeeze(rule2d(call2d, ops.expand_dims(g, axis=2))[i], axis=(2,))
+            for v, a in reversed(list(zip(tall, call.args))):
+                adjoint = Let(v, ops.expand_dims(a, axis=2), adjoint)
+            adjoints.append(adjoint)
+        return adjoints
+
+    rule.__doc__ = math
+    return rule

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from relaydsl import Float, Tensor, relay
 from relaydsl.backend.interpreter import Interpreter
 from relaydsl.ir import Call, Expr, Let, Op, TensorType, Tuple, TupleType, Var
 from relaydsl.ir.types import Kind, TypeVar
@@ -24,8 +25,9 @@ from relaydsl.op.grad_util import input_adjoints
 from relaydsl.typing import infer_type
 from tests.relaydsl.op.harness import assert_same, type_of
 from tests.relaydsl.op.test_nn import (
-    avg_pool_truth, batch_norm_truth, bias_add_truth, conv_truth, cross_entropy_truth,
-    layer_norm_truth, max_pool_truth, one_hot,
+    avg_pool1d_truth, avg_pool_truth, batch_norm_truth, bias_add_truth, conv1d_truth, conv_truth,
+    cross_entropy_truth, global_max_truth, layer_norm_truth, leaky_relu_truth, max_pool1d_truth,
+    max_pool_truth, one_hot, prelu_truth,
 )
 
 rng = np.random.default_rng(1)
@@ -137,7 +139,8 @@ def rule_adjoints(op: str, params: list[Var], attrs: dict[str, Any]) -> tuple[Ca
 
 
 # lax.reduce_window with an array init value (the pools) is differentiable only outside jit.
-EAGER = {"max_pool2d", "avg_pool2d", "max_pool2d_grad"}
+EAGER = {"max_pool2d", "avg_pool2d", "max_pool2d_grad", "max_pool1d", "avg_pool1d",
+         "global_max_pool2d"}
 
 
 def check_gradient(case: GradCase) -> None:
@@ -274,6 +277,8 @@ CASES = [
              name="int32 off_value: zero"),
     GradCase("pad", [f64(2, 3)], {"pad_width": (1, 2, 0, 3)}),
     GradCase("pad", [f64(1, 2, 3)], {"pad_width": (0, 0, 1, 1, 2, 0), "pad_value": -1.5}),
+    GradCase("dilate", [f64(2, 3, 4)], {"strides": (1, 2, 3)}),
+    GradCase("dilate", [f64(3, 2)], {"strides": (2, 1), "dilation_value": 5.0}),
     # ---- products
     GradCase("matmul", [f64(3, 4), f64(4, 5)]),
     GradCase("matmul", [f64(4), f64(4, 5)]),
@@ -285,6 +290,10 @@ CASES = [
     GradCase("dense", [f64(4, 6), f64(3, 6)]),
     GradCase("dense", [f64(2, 5, 6), f64(3, 6)]),
     GradCase("dense", [f64(6), f64(3, 6)]),
+    GradCase("dense", [f32(4, 6), f32(3, 6)], {"out_dtype": "float64"},
+             name="float32 summed in float64", **F32),
+    GradCase("dense", [i32(4, 6), i32(3, 6)], {"out_dtype": "float64"}, name="int32: zero"),
+    GradCase("matmul", [i32(3, 4), i32(4, 5)], name="int32: zero"),
     *[GradCase("batch_matmul", [f64(2, *x), f64(2, *y)], {"transpose_a": ta, "transpose_b": tb})
       for ta, x in ((False, (3, 4)), (True, (4, 3)))
       for tb, y in ((False, (4, 5)), (True, (5, 4)))],
@@ -316,6 +325,9 @@ CASES = [
              lambda x, w: conv_truth((2, 2))(x[None], w)[0], "single-CHW-example"),
     GradCase("conv2d", [f32(2, 3, 6, 6), f32(4, 3, 3, 3)], {"strides": 2, "padding": 1},
              name="float32", **F32),
+    GradCase("conv2d", [f32(1, 2, 5, 5), f32(3, 2, 3, 3)], {"out_dtype": "float64"},
+             name="float32 summed in float64", **F32),
+    GradCase("conv2d", [i32(1, 2, 5, 5), i32(3, 2, 3, 3)], name="int32: zero"),
     GradCase("max_pool2d", [f64(2, 3, 6, 6)], {"pool_size": 2, "strides": 2},
              max_pool_truth((2, 2), (2, 2), ((0, 0), (0, 0)))),
     GradCase("max_pool2d", [f64(2, 3, 6, 6)], {"pool_size": 3, "padding": 1},
@@ -346,11 +358,32 @@ CASES = [
               "ceil_mode": True, "count_include_pad": True}, name="everything at once"),
     GradCase("avg_pool2d", [f64(3, 6, 6)], {"pool_size": 3}, name="single-CHW-example"),
     GradCase("global_avg_pool2d", [f64(2, 3, 4, 5)]),
+    GradCase("global_max_pool2d", [f64(2, 3, 4, 5)], truth=global_max_truth),
+    GradCase("max_pool1d", [f64(2, 3, 8)], {"pool_size": 2, "strides": 2},
+             max_pool1d_truth(2, 2, (0, 0))),
+    GradCase("max_pool1d", [f64(1, 2, 7)],
+             {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True},
+             max_pool1d_truth(3, 2, (1, 2)), "padding, ceil_mode"),
+    GradCase("avg_pool1d", [f64(2, 3, 8)], {"pool_size": 2, "strides": 2},
+             avg_pool1d_truth(2, 2, (0, 0))),
+    GradCase("avg_pool1d", [f64(1, 2, 7)],
+             {"pool_size": 3, "strides": 2, "padding": (1, 0), "count_include_pad": True},
+             avg_pool1d_truth(3, 2, (1, 0), counted=(1, 0)), "padding counted"),
+    GradCase("conv1d", [f64(2, 3, 9), f64(4, 3, 3)], truth=conv1d_truth()),
+    GradCase("conv1d", [f64(2, 4, 11), f64(6, 2, 3)],
+             {"strides": 2, "padding": (1, 2), "dilation": 2, "groups": 2},
+             conv1d_truth(2, (1, 2), 2, 2), "everything at once"),
+    GradCase("conv1d", [f32(2, 3, 8), f32(4, 3, 3)], {"strides": 2, "padding": 1},
+             name="float32", **F32),
     # ---- normalisation, dropout, losses
     *[GradCase(op, [f64(2, 3, 4)], {"axis": axis}, lambda x, f=f, axis=axis: f(x, axis=axis))
       for op, f in (("softmax", jax.nn.softmax), ("log_softmax", jax.nn.log_softmax))
       for axis in (-1, 0, 1)],
     GradCase("softmax", [f32(3, 5)], **F32),
+    GradCase("leaky_relu", [f64(3, 4)], truth=leaky_relu_truth(0.25)),
+    GradCase("leaky_relu", [f64(2, 5)], {"alpha": 0.1}, leaky_relu_truth(0.1)),
+    GradCase("prelu", [f64(2, 3, 4, 4), f64(3)], truth=prelu_truth()),
+    GradCase("prelu", [f64(5, 3), f64(3)], {"axis": -1}, prelu_truth(-1)),
     GradCase("batch_norm", [f64(2, 3, 4, 4), f64(3), f64(3), f64(3), pos(3)],
              truth=batch_norm_truth(), name="inference"),
     GradCase("batch_norm", [f64(4, 3, 2, 2), f64(3), f64(3), f64(3), pos(3)],
@@ -458,3 +491,31 @@ def test_rules_keep_symbolic_dims(op, types, attrs):
     actual = Interpreter().eval(adjoints, {**dict(zip(params, concrete)), g: g_value})
     expected = jax_vjp(lambda *xs: lowering(*xs, **call.attrs), concrete, g_value)
     assert_same(actual, tuple(expected), 1e-6, 1e-8, f"{op} on symbolic dims")
+
+
+# ---- through the AD transform and llvm ----------------------------------------------------------
+
+def test_new_nn_ops_train_through_relay_grad_on_llvm():
+    """The 1-D ops' rules (the 2-D rules on let-bound tall inputs) and the activations', in a
+    whole program differentiated by relay.grad and compiled for llvm, against jax.grad."""
+    @relay
+    def f(x: Tensor[Float, (2, 3, 12)], w: Tensor[Float, (4, 3, 3)],
+          a: Tensor[Float, 4]) -> Float:
+        h = relay.prelu(relay.conv1d(x, w, padding=1), a)
+        h = relay.avg_pool1d(relay.max_pool1d(h, pool_size=2, strides=2), pool_size=2)
+        return relay.sum(relay.leaky_relu(h, alpha=0.1))
+
+    def truth(x, w, a):
+        h = jax.lax.conv_general_dilated(x, w, (1,), ((1, 1),), precision="highest",
+                                         dimension_numbers=("NCH", "OIH", "NCH"))
+        h = jnp.where(h >= 0, h, a[None, :, None] * h)
+        h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2), (1, 1, 2), "VALID")
+        h = jax.lax.reduce_window(h, 0.0, jax.lax.add, (1, 1, 2), (1, 1, 1), "VALID") / 2
+        return jnp.sum(jax.nn.leaky_relu(h, 0.1))
+
+    inputs = [f32(2, 3, 12), f32(4, 3, 3), f32(4)]
+    value, grads = relay.grad(f)(*inputs)
+    expected, expected_grads = jax.value_and_grad(truth, argnums=(0, 1, 2))(*inputs)
+    np.testing.assert_allclose(value, expected, rtol=1e-4)
+    for g, e in zip(grads, expected_grads):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)

@@ -33,6 +33,14 @@ def f64(*shape):
     return rng.standard_normal(shape)
 
 
+def i8(*shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+def i32(*shape):
+    return rng.integers(-100, 101, shape).astype(np.int32)
+
+
 def pos(x):
     """Positive values (variances)."""
     return np.abs(x) + np.asarray(0.5, x.dtype)
@@ -49,11 +57,13 @@ def probabilities(*shape):
 
 # ---- JAX truths ---------------------------------------------------------------------------------
 
-def conv_truth(strides=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1), groups=1):
+def conv_truth(strides=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1), groups=1,
+               out_dtype=None):
     def truth(x, w):
         return lax.conv_general_dilated(
             x, w, strides, pads, rhs_dilation=dilation, feature_group_count=groups,
-            dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=HIGHEST)
+            dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=HIGHEST,
+            preferred_element_type=out_dtype)
 
     return truth
 
@@ -84,6 +94,54 @@ def avg_pool_truth(k, s, pads, counted=((0, 0), (0, 0))):
         ones = jnp.pad(jnp.ones_like(x), ((0, 0), (0, 0), *counted), constant_values=1)
         rest = [(p[0] - c[0], p[1] - c[1]) for p, c in zip(pads, counted)]
         return _window_sum(x, k, s, pads) / _window_sum(ones, k, s, rest)
+
+    return truth
+
+
+def conv1d_truth(strides=1, pads=(0, 0), dilation=1, groups=1, out_dtype=None):
+    def truth(x, w):
+        return lax.conv_general_dilated(
+            x, w, (strides,), (pads,), rhs_dilation=(dilation,), feature_group_count=groups,
+            dimension_numbers=("NCH", "OIH", "NCH"), precision=HIGHEST,
+            preferred_element_type=out_dtype)
+
+    return truth
+
+
+def max_pool1d_truth(k, s, pads):
+    """pads: (left, right) including any padding ceil_mode adds."""
+    return lambda x: lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, 1, k),
+                                       (1, 1, s), ((0, 0), (0, 0), pads))
+
+
+def avg_pool1d_truth(k, s, pads, counted=(0, 0)):
+    """Window sums over `pads` divided by the window's count of an all-ones input padded with
+    ones by `counted` (the part of the padding the mean counts)."""
+    def window_sum(x, pads):
+        return lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (1, 1, k), (1, 1, s),
+                                 ((0, 0), (0, 0), pads))
+
+    def truth(x):
+        ones = jnp.pad(jnp.ones_like(x), ((0, 0), (0, 0), counted), constant_values=1)
+        return window_sum(x, pads) / window_sum(ones, (pads[0] - counted[0],
+                                                       pads[1] - counted[1]))
+
+    return truth
+
+
+def global_max_truth(x):
+    return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, 1, *x.shape[2:]),
+                             (1, 1, 1, 1), "VALID")
+
+
+def leaky_relu_truth(alpha):
+    return lambda x: jax.nn.leaky_relu(x, negative_slope=alpha)
+
+
+def prelu_truth(axis=1):
+    def truth(x, alpha):
+        slope = lax.broadcast_in_dim(alpha, x.shape, (axis % x.ndim,))
+        return jnp.where(x >= 0, x, slope * x)
 
     return truth
 
@@ -166,6 +224,15 @@ def pad_truth(widths, value=0.0):
     return truth
 
 
+def dilate_truth(strides, value=0.0):
+    def truth(x):
+        shape = [(d - 1) * s + 1 for d, s in zip(x.shape, strides)]
+        grid = tuple(slice(None, None, s) for s in strides)
+        return jnp.full(shape, value, x.dtype).at[grid].set(x)
+
+    return truth
+
+
 def bias_add_truth(axis):
     return lambda x, b: x + lax.broadcast_in_dim(b, x.shape, (axis % x.ndim,))
 
@@ -185,8 +252,9 @@ def bmm_truth(transpose_a=False, transpose_b=False):
     return truth
 
 
-def einsum(spec):
-    return lambda a, b: jnp.einsum(spec, a, b, precision=HIGHEST)
+def einsum(spec, out_dtype=None):
+    return lambda a, b: jnp.einsum(spec, a, b, precision=HIGHEST,
+                                   preferred_element_type=out_dtype)
 
 
 CONV = dict(rtol=1e-4, atol=1e-4)
@@ -202,6 +270,25 @@ CASES = [
     OpCase("dense", [f32(4, 6), f32(3, 6)], einsum("nk,uk->nu")),
     OpCase("dense", [f64(2, 5, 6), f64(3, 6)], einsum("bnk,uk->bnu")),
     OpCase("dense", [f32(6), f32(3, 6)], einsum("k,uk->u")),
+    # integer products; out_dtype: int8 inputs summed in int32 (quantized models)
+    OpCase("matmul", [i32(3, 4), i32(4, 5)], einsum("mk,kn->mn")),
+    OpCase("matmul", [i32(2, 3, 4), i32(4)], einsum("bmk,k->bm")),
+    OpCase("dense", [i32(4, 6), i32(3, 6)], einsum("nk,uk->nu")),
+    OpCase("dense", [i8(4, 16), i8(3, 16)], einsum("nk,uk->nu", jnp.int32),
+           {"out_dtype": "int32"}, name="int8 summed in int32"),
+    OpCase("dense", [i8(2, 5, 64), i8(7, 64)], einsum("bnk,uk->bnu", jnp.int32),
+           {"out_dtype": "int32", "units": 7}, name="int8 summed in int32, 3-D"),
+    OpCase("dense", [f32(4, 6), f32(3, 6)], einsum("nk,uk->nu", jnp.float64),
+           {"out_dtype": "float64"}, name="float32 summed in float64"),
+    OpCase("conv2d", [i32(2, 3, 7, 7), i32(4, 3, 3, 3)], conv_truth(), name="int32"),
+    OpCase("conv2d", [i8(2, 4, 8, 8), i8(6, 2, 3, 3)],
+           conv_truth((2, 2), ((1, 1), (1, 1)), groups=2, out_dtype=jnp.int32),
+           {"strides": 2, "padding": 1, "groups": 2, "out_dtype": "int32"},
+           name="int8 summed in int32"),
+    OpCase("conv2d", [f32(1, 2, 6, 6), f32(3, 2, 3, 3)], conv_truth(out_dtype=jnp.float64),
+           {"out_dtype": "float64"}, name="float32 summed in float64"),
+    OpCase("conv1d", [i8(2, 3, 9), i8(4, 3, 3)], conv1d_truth(1, (1, 1), out_dtype=jnp.int32),
+           {"padding": 1, "out_dtype": "int32"}, name="int8 summed in int32"),
     # batch_matmul
     OpCase("batch_matmul", [f32(2, 3, 4), f32(2, 4, 5)], bmm_truth()),
     OpCase("batch_matmul", [f32(2, 4, 3), f32(2, 4, 5)], bmm_truth(True),
@@ -271,6 +358,37 @@ CASES = [
     # global_avg_pool2d
     OpCase("global_avg_pool2d", [f32(2, 3, 4, 5)], global_avg_truth),
     OpCase("global_avg_pool2d", [f64(1, 2, 3, 3)], global_avg_truth),
+    # global_max_pool2d
+    OpCase("global_max_pool2d", [f32(2, 3, 4, 5)], global_max_truth),
+    OpCase("global_max_pool2d", [f64(1, 2, 3, 3)], global_max_truth),
+    # max_pool1d, avg_pool1d: NCW
+    OpCase("max_pool1d", [f32(2, 3, 8)], max_pool1d_truth(2, 2, (0, 0)),
+           {"pool_size": 2, "strides": 2}),
+    OpCase("max_pool1d", [f64(1, 2, 7)], max_pool1d_truth(3, 2, (1, 2)),
+           {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True},
+           name="padding, ceil_mode"),
+    OpCase("max_pool1d", [f32(2, 2, 9)], max_pool1d_truth(3, 1, (2, 0)),
+           {"pool_size": (3,), "padding": (2, 0)}, name="padding (left, right)"),
+    OpCase("avg_pool1d", [f32(2, 3, 8)], avg_pool1d_truth(2, 2, (0, 0)),
+           {"pool_size": 2, "strides": 2}),
+    OpCase("avg_pool1d", [f64(1, 2, 7)], avg_pool1d_truth(3, 1, (1, 1)),
+           {"pool_size": 3, "padding": 1}, name="padding not counted"),
+    OpCase("avg_pool1d", [f32(1, 2, 7)], avg_pool1d_truth(3, 2, (1, 2), counted=(1, 1)),
+           {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True,
+            "count_include_pad": True}, name="ceil_mode, padding counted but not ceil's"),
+    # conv1d: NCW, OIW
+    OpCase("conv1d", [f32(2, 3, 9), f32(4, 3, 3)], conv1d_truth(), **CONV),
+    OpCase("conv1d", [f32(2, 3, 10), f32(4, 3, 3)], conv1d_truth(2, (1, 2)),
+           {"strides": 2, "padding": (1, 2)}, **CONV, name="stride 2, padding (left, right)"),
+    OpCase("conv1d", [f64(1, 4, 11), f64(6, 2, 3)], conv1d_truth(1, (2, 2), 2, 2),
+           {"padding": 2, "dilation": 2, "groups": 2}, name="dilation 2, groups 2"),
+    OpCase("conv1d", [f32(1, 3, 6), f32(3, 1, 2)], conv1d_truth(groups=3), {"groups": 3},
+           **CONV, name="depthwise"),
+    # leaky_relu, prelu
+    OpCase("leaky_relu", [f32(3, 4)], leaky_relu_truth(0.25)),
+    OpCase("leaky_relu", [f64(2, 3, 4)], leaky_relu_truth(0.1), {"alpha": 0.1}),
+    OpCase("prelu", [f32(2, 3, 4, 4), f32(3)], prelu_truth()),
+    OpCase("prelu", [f64(5, 3), f64(3)], prelu_truth(-1), {"axis": -1}),
     # softmax, log_softmax
     *[OpCase(op, [x], lambda x, f=f, axis=axis: f(x, axis=axis), {"axis": axis})
       for op, f in (("softmax", jax.nn.softmax), ("log_softmax", jax.nn.log_softmax))
@@ -309,6 +427,11 @@ CASES = [
     OpCase("pad", [f64(1, 2, 3)], pad_truth((0, 0, 1, 1, 2, 0), -1.5),
            {"pad_width": (0, 0, 1, 1, 2, 0), "pad_value": -1.5}),
     OpCase("pad", [f32(4)], pad_truth((0, 0)), {"pad_width": (0, 0)}),
+    # dilate
+    OpCase("dilate", [f32(2, 3, 3, 4)], dilate_truth((1, 1, 2, 3)), {"strides": (1, 1, 2, 3)}),
+    OpCase("dilate", [f64(3, 2)], dilate_truth((2, 1), -1.5),
+           {"strides": (2, 1), "dilation_value": -1.5}),
+    OpCase("dilate", [f32(4)], dilate_truth((1,)), {"strides": (1,)}, name="stride 1"),
     # flatten
     *[OpCase("flatten", [x], lambda x: jnp.reshape(x, (x.shape[0], -1)))
       for x in (f32(2, 3, 4), f32(5), f64(3, 2, 2))],
@@ -355,14 +478,16 @@ def test_op_matches_jax(case):
 
 
 def test_patterns():
-    fusable = ["matmul", "dense", "batch_matmul", "conv2d", "max_pool2d", "avg_pool2d",
-               "global_avg_pool2d"]
+    fusable = ["matmul", "dense", "batch_matmul", "conv2d", "conv1d", "max_pool2d",
+               "avg_pool2d", "max_pool1d", "avg_pool1d", "global_avg_pool2d", "global_max_pool2d"]
     opaque = ["softmax", "log_softmax", "batch_norm", "layer_norm", "dropout",
               "softmax_cross_entropy"]
     expected = {**dict.fromkeys(fusable, OpPattern.OUT_ELEMWISE_FUSABLE),
                 **dict.fromkeys(opaque, OpPattern.OPAQUE),
-                "pad": OpPattern.INJECTIVE, "flatten": OpPattern.INJECTIVE,
-                "bias_add": OpPattern.BROADCAST}
+                "pad": OpPattern.INJECTIVE, "dilate": OpPattern.INJECTIVE,
+                "flatten": OpPattern.INJECTIVE,
+                "bias_add": OpPattern.BROADCAST, "prelu": OpPattern.BROADCAST,
+                "leaky_relu": OpPattern.ELEMWISE}
     assert {op: lookup(op).pattern for op in expected} == expected
 
 
@@ -492,11 +617,25 @@ def relation(op, *types, **attrs):
     ("dropout", [T(n, m), T(2, dtype="int64")], {"training": True}, T(n, m)),
     ("pad", [T(n, 3)], {"pad_width": (0, 0, 1, 1)}, T(n, 5)),
     ("pad", [T(n, 3)], {"pad_width": (1, 0, 0, 0)}, T(Any, 3)),
+    ("dilate", [T(n, 3, 4)], {"strides": (1, 2, 3)}, T(n, 5, 10)),
+    ("dilate", [T(n, 3)], {"strides": (2, 1)}, T(Any, 3)),
     ("flatten", [T(n, 3, 4)], {}, T(n, 12)),
     ("flatten", [T(n, m)], {}, T(n, m)),
     ("flatten", [T(n, m, 2)], {}, T(n, Any)),
     ("bias_add", [T(n, 3, m), T(3)], {}, T(n, 3, m)),
     ("softmax_cross_entropy", [T(n, 10), T(n, 10)], {}, T()),
+    ("conv1d", [T(n, 3, 10), T(4, 3, 3)], {"padding": 1}, T(n, 4, 10)),
+    ("conv1d", [T(n, 4, m), T(6, 2, 3)], {"groups": 2}, T(n, 6, Any)),
+    ("max_pool1d", [T(n, 3, 8)], {"pool_size": 2, "strides": 2}, T(n, 3, 4)),
+    ("avg_pool1d", [T(n, 3, Any)], {"pool_size": 3}, T(n, 3, Any)),
+    ("global_max_pool2d", [T(n, 3, m, m)], {}, T(n, 3, 1, 1)),
+    ("leaky_relu", [T(n, m)], {}, T(n, m)),
+    ("prelu", [T(n, 3, m), T(3)], {}, T(n, 3, m)),
+    ("dense", [T(n, 16, dtype="int8"), T(4, 16, dtype="int8")], {"out_dtype": "int32"},
+     T(n, 4, dtype="int32")),
+    ("conv2d", [T(n, 2, 5, 5, dtype="int8"), T(3, 2, 3, 3, dtype="int8")],
+     {"out_dtype": "int32"}, T(n, 3, 3, 3, dtype="int32")),
+    ("matmul", [T(n, 4, dtype="int32"), T(4, 2, dtype="int32")], {}, T(n, 2, dtype="int32")),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_relation_on_symbolic_dims(op, types, attrs, expected):
     assert relation(op, *types, **attrs) == expected
@@ -526,8 +665,10 @@ def ty(text):
     ("dense", [T(2, 3), T(4, 5)], {},
      ty("dense: the reduction dimensions of data Tensor[(2, 3), float32] and weight "
         "Tensor[(4, 5), float32] differ: 3 vs 5")),
-    ("dense", [T(2, 3, dtype="int32"), T(4, 3, dtype="int32")], {},
-     ty("dense: the inputs must have a floating-point dtype, got Tensor[(2, 3), int32]")),
+    ("dense", [T(2, 3, dtype="bool"), T(4, 3, dtype="bool")], {},
+     ty("dense: the inputs must have a numeric (non-bool) dtype, got Tensor[(2, 3), bool]")),
+    ("dense", [T(2, 3, dtype="int8"), T(4, 3, dtype="int32")], {"out_dtype": "int32"},
+     r"dense.*int8 vs int32"),
     ("dense", [T(2, 3), T(4, 3, dtype="float64")], {}, r"dense.*float32 vs float64"),
     ("dense", [T(2, 3), T(3)], {}, ty("dense: weight Tensor[(3,), float32] must have rank 2")),
     ("dense", [T(n, k), T(10, 784)], {}, r"dense: the reduction dimensions .*: k vs 784"),
@@ -557,8 +698,24 @@ def ty(text):
         "along axis 2 of data Tensor[(1, 1, 2, 5), float32]")),
     ("conv2d", [T(1, 1, 5, 5), T(1, 1, 3, 3)], {"dilation": 3},
      r"conv2d: the window .* dilation 3"),
-    ("conv2d", [T(1, 1, 5, 5, dtype="int8"), T(1, 1, 3, 3, dtype="int8")], {},
-     r"conv2d: the inputs must have a floating-point dtype"),
+    ("conv2d", [T(1, 1, 5, 5, dtype="bool"), T(1, 1, 3, 3, dtype="bool")], {},
+     r"conv2d: the inputs must have a numeric \(non-bool\) dtype"),
+    ("conv1d", [T(1, 3, 8), T(4, 2, 3)], {},
+     ty("conv1d: the in-channels of data Tensor[(1, 3, 8), float32] and weight "
+        "Tensor[(4, 2, 3), float32] differ: 3 vs 2")),
+    ("conv1d", [T(1, 3, 8, 8), T(4, 3, 3)], {},
+     ty("conv1d: data Tensor[(1, 3, 8, 8), float32] must have rank 3")),
+    ("conv1d", [T(1, 4, 8), T(3, 2, 3)], {"groups": 2},
+     r"conv1d: the out-channels of weight .* are not divisible by groups=2"),
+    ("max_pool1d", [T(1, 1, 2)], {"pool_size": 3},
+     ty("max_pool1d: the window (size 3, dilation 1) is larger than the padded input "
+        "(2 + 0 + 0) along axis 2 of data Tensor[(1, 1, 2), float32]")),
+    ("avg_pool1d", [T(1, 4, 4, 4)], {"pool_size": 2}, r"avg_pool1d: data .* must have rank 3"),
+    ("global_max_pool2d", [T(2, 3)], {}, r"global_max_pool2d: data .* must have rank 4"),
+    ("leaky_relu", [T(3, dtype="int32")], {},
+     r"leaky_relu: the inputs must have a floating-point"),
+    ("prelu", [T(2, 3, 4), T(4)], {},
+     ty("prelu: alpha Tensor[(4,), float32] must have data.shape[1] = 3 elements: 4 vs 3")),
     ("max_pool2d", [T(3, 8)], {"pool_size": 2}, r"max_pool2d: data .* must have rank 4"),
     ("max_pool2d", [T(1, 1, 8, 2)], {"pool_size": 3, "padding": (0, 0, 0, 0)},
      r"max_pool2d: the window \(size 3, dilation 1\) is larger .* \(2 \+ 0 \+ 0\) along axis 3"),
@@ -589,6 +746,8 @@ def ty(text):
      ty("dropout: the key must be a pair of integers, shape (2,), got key Tensor[(), int32]")),
     ("pad", [T(2, 3)], {"pad_width": (1, 1)},
      ty("pad: pad_width has 2 values; data Tensor[(2, 3), float32] needs 2 per axis")),
+    ("dilate", [T(2, 3)], {"strides": (2,)},
+     ty("dilate: strides has 1 values; data Tensor[(2, 3), float32] needs one per axis")),
     ("flatten", [T()], {}, r"flatten: data Tensor\[\(\), float32\] must have rank >= 1"),
     ("softmax_cross_entropy", [T(4, 10), T(4, 9)], {},
      ty("softmax_cross_entropy: labels Tensor[(4, 9), float32] must have the shape of logits "
@@ -634,6 +793,13 @@ def test_inference_error_names_the_op_and_the_types():
     ("softmax", {"axis": 1.0}, r"'axis' must be an int"),
     ("pad", {"pad_width": (1, -1)}, r"'pad_width': values must be non-negative"),
     ("pad", {}, r"pad: attribute 'pad_width' is required"),
+    ("dilate", {"strides": (1, 0)}, r"'strides': values must be positive"),
+    ("max_pool1d", {"pool_size": (2, 2)}, r"'pool_size': expected an int or 1 int \(w\)"),
+    ("conv1d", {"padding": (1, 2, 3)},
+     r"conv1d: attribute 'padding': expected an int, 1 int or 2 ints \(left, right\)"),
+    ("conv1d", {"strides": (0,)}, r"'strides': values must be positive"),
+    ("dense", {"out_dtype": "int4"}, r"dense: attribute 'out_dtype' must be None or a dtype"),
+    ("leaky_relu", {"alpha": "0.1"}, r"'alpha' must be a number"),
 ])
 def test_bad_attributes(op, attrs, message):
     args = [Var(f"x{i}") for i in range(lookup(op).num_inputs)]
@@ -645,13 +811,17 @@ def test_window_attributes_are_canonical_with_defaults_filled_in():
     conv, args = Op.get("conv2d"), [Var("x"), Var("w")]
     assert dict(Call(conv, args).attrs) == {
         "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
-        "channels": None, "kernel_size": None}
+        "channels": None, "kernel_size": None, "out_dtype": None}
     attrs = Call(conv, args, {"padding": [1, 2], "strides": 2, "kernel_size": 3}).attrs
     assert (attrs.padding, attrs.strides, attrs.kernel_size) == ((1, 2, 1, 2), (2, 2), (3, 3))
     assert Call(conv, args, {"padding": 3}).attrs.padding == (3, 3, 3, 3)
     assert Call(conv, args, {"padding": (0, 1, 2, 3)}).attrs.padding == (0, 1, 2, 3)
     pool = Call(Op.get("max_pool2d"), [Var("x")], {"pool_size": 2}).attrs
     assert (pool.pool_size, pool.strides, pool.padding) == ((2, 2), (1, 1), (0, 0, 0, 0))
+    pool1d = Call(Op.get("max_pool1d"), [Var("x")], {"pool_size": 2, "padding": 1}).attrs
+    assert (pool1d.pool_size, pool1d.strides, pool1d.padding) == ((2,), (1,), (1, 1))
+    conv1d = Call(Op.get("conv1d"), args, {"padding": (3,), "dilation": (2,)}).attrs
+    assert (conv1d.padding, conv1d.dilation) == ((3, 3), (2,))
 
 
 def test_unannotated_weights_and_per_channel_parameters_are_inferred():
@@ -673,6 +843,19 @@ def test_unannotated_weights_and_per_channel_parameters_are_inferred():
         assert v.checked_type == TensorType((6,))
     assert w2.checked_type == TensorType((4, 6 * 10 * 10))
     assert out.checked_type == TensorType((8, 4))
+
+
+def test_unannotated_conv1d_weight_and_prelu_slopes_are_inferred():
+    from relaydsl.ir import Function, IRModule
+    from relaydsl.typing import infer_types
+
+    x, w, alpha = Var("x", TensorType((2, 4, 10))), Var("w"), Var("alpha")
+    h = Call(Op.get("conv1d"), [x, w], {"channels": 6, "kernel_size": 3, "groups": 2})
+    mod = IRModule()
+    mod["main"] = Function([x, w, alpha], Call(Op.get("prelu"), [h, alpha]))
+    infer_types(mod)
+    assert w.checked_type == TensorType((6, 2, 3))
+    assert alpha.checked_type == TensorType((6,))
 
 
 def test_a_weight_without_units_is_underconstrained():

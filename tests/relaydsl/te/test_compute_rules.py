@@ -306,6 +306,10 @@ def test_product_rules() -> None:
             x = floats((2, 4, 3) if ta else (2, 3, 4))
             y = floats((1, 5, 4) if tb else (1, 4, 5))
             check("batch_matmul", [x, y], tol=1e-5, transpose_a=ta, transpose_b=tb)
+    check("matmul", [ints((2, 3, 4)), ints((4, 5))])
+    check("dense", [ints((3, 4)), ints((5, 4))])
+    int8 = RNG.integers(-128, 128, (3, 64)).astype("int8")
+    check("dense", [int8, int8[:2]], out_dtype="int32")  # int8 would overflow
     check("bias_add", [floats((2, 3, 4)), floats((3,))])
     check("bias_add", [floats((2, 3, 4)), floats((4,))], axis=-1)
     check("bias_add", [floats((5,)), floats((5,))], axis=0)
@@ -326,6 +330,8 @@ CONV_CASES = [
 @pytest.mark.parametrize("data,weight,attrs", CONV_CASES)
 def test_conv2d_rule(data: tuple, weight: tuple, attrs: dict) -> None:
     check("conv2d", [floats(data), floats(weight)], tol=1e-5, **attrs)
+    int8 = [RNG.integers(-128, 128, s).astype("int8") for s in (data, weight)]
+    check("conv2d", int8, out_dtype="int32", **attrs)
 
 
 POOL_CASES = [
@@ -351,6 +357,38 @@ def test_global_avg_pool2d_rule() -> None:
     check("global_avg_pool2d", [floats((1, 1, 1, 1))])
 
 
+def test_global_max_pool2d_rule() -> None:
+    check("global_max_pool2d", [floats((2, 3, 4, 5))])
+    check("global_max_pool2d", [floats((1, 1, 1, 1))])
+
+
+@pytest.mark.parametrize("attrs", [
+    {"pool_size": 2},
+    {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True},
+    {"pool_size": 3, "strides": 2, "padding": (2, 0)},
+])
+def test_pool1d_rules(attrs: dict) -> None:
+    x = floats((2, 3, 7))
+    check("max_pool1d", [x], **attrs)
+    check("avg_pool1d", [x], tol=1e-5, **attrs)
+    check("avg_pool1d", [x], tol=1e-5, count_include_pad=True, **attrs)
+
+
+@pytest.mark.parametrize("data,weight,attrs", [
+    ((2, 3, 9), (4, 3, 3), {}),
+    ((1, 4, 10), (6, 2, 3), {"strides": 2, "padding": (1, 2), "dilation": 2, "groups": 2}),
+])
+def test_conv1d_rule(data: tuple, weight: tuple, attrs: dict) -> None:
+    check("conv1d", [floats(data), floats(weight)], tol=1e-5, **attrs)
+
+
+def test_leaky_relu_and_prelu_rules() -> None:
+    check("leaky_relu", [floats((3, 4))])
+    check("leaky_relu", [floats((2, 5))], alpha=0.1)
+    check("prelu", [floats((2, 3, 4)), floats((3,))])
+    check("prelu", [floats((2, 3, 4)), floats((4,))], axis=-1)
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_softmax_rules(op: str) -> None:
     check(op, [floats((3, 5), -9, 9)], tol=1e-5)
@@ -370,6 +408,12 @@ def test_pad_rule() -> None:
     check("pad", [floats((2, 3))], pad_width=(1, 2, 0, 3))
     check("pad", [floats((2, 3, 2))], pad_width=(0, 0, 2, 0, 1, 1), pad_value=-1.5)
     check("pad", [floats((4,))], pad_width=(0, 0))
+
+
+def test_dilate_rule() -> None:
+    check("dilate", [floats((2, 3, 4))], strides=(1, 2, 3))
+    check("dilate", [floats((3, 2))], strides=(2, 2), dilation_value=-1.5)
+    check("dilate", [floats((3,))], strides=(1,))
 
 
 def test_max_pool2d_grad_rule() -> None:
