@@ -179,7 +179,7 @@ def _conv2d_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) ->
     cout, cin_per_group, kh, kw = weight.shape
     per_group = cout // attrs.groups
     win = Window.conv(attrs, (kh, kw))
-    dtype = out_type.dtype
+    dtype = str(out_type.dtype)  # a compute rule sees concrete types
 
     def f(*o: PrimExpr) -> PrimExpr:
         *batch, co, y, x = o

@@ -140,7 +140,7 @@ def _dense_grad(call: Call, g: Expr) -> list[Expr]:
 
 def _dense_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
     data, weight = inputs
-    dtype = out_type.dtype
+    dtype = str(out_type.dtype)  # a compute rule sees concrete types
 
     def f(*o: PrimExpr) -> PrimExpr:
         k = reduce_axis(weight.shape[1], "k")

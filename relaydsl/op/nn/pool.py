@@ -352,7 +352,7 @@ def _global_max_pool2d_ref(data: Array) -> Array:
 def _global_max_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
     """d global_max_pool2d(x) = g * [x == max] / (number of ties), as max over H and W."""
     x = call.args[0]
-    return ops.max.gradient(ops.max(x, axis=(2, 3), keepdims=True), g)
+    return gu.input_adjoints(ops.max(x, axis=(2, 3), keepdims=True), g)
 
 
 global_max_pool2d = register(OpDef(
