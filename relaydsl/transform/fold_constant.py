@@ -47,25 +47,18 @@ from typing import Any as AnyValue
 import numpy as np
 
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem,
+    Call, Constant, Expr, If, Let, Op, Tuple, TupleGetItem,
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform._util import ascribes, is_pure, retyped
+from relaydsl.transform._util import ascribes, is_pure, retyped, rewrite_functions
 
 
 def fold_constants(mod: IRModule) -> IRModule:
     """A copy of `mod` with what is known at compile time folded (in every user function)."""
-    out = retyped(mod, types_kept=True).copy()  # a folded value must have its call's type
-    changed = False
-    for gv, fn in list(out.user_functions().items()):
-        folded = _Fold().visit(fn)
-        assert isinstance(folded, Function)  # a function's rewrite is a function
-        if folded is not fn:
-            out.add(gv, folded)
-            changed = True
-    return retyped(out, types_kept=not changed)
+    typed = retyped(mod, types_kept=True)  # a folded value must have its call's type
+    return rewrite_functions(typed, lambda fn: _Fold().visit(fn))
 
 
 def is_constant(e: Expr) -> bool:

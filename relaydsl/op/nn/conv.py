@@ -13,7 +13,7 @@ import numpy as np
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr
-from relaydsl.ir.types import TensorType, Type
+from relaydsl.ir.types import Dim, TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import lax
 from relaydsl.op.nn.common import (
@@ -35,6 +35,21 @@ PADDING = Attr("padding", "padding", (0, 0, 0, 0), non_negative,
                "an int, (h, w) or (top, left, bottom, right)")
 
 
+def _check_channels(c: Inputs, attrs: Attrs, cin: Dim, cin_per_group: Dim, cout: Dim) -> None:
+    """A convolution's channels agree: data and weight in-channels (per group), out-channels
+    divisible by the groups, and the `channels` attribute where given."""
+    groups = attrs.groups
+    mismatch = f"the in-channels of {c.arg(0)} and {c.arg(1)} differ"
+    if groups == 1:
+        c.same(cin, cin_per_group, mismatch)
+    elif isinstance(cin_per_group, int):
+        c.same(cin, cin_per_group * groups, f"{mismatch} (with groups={groups})")
+    if isinstance(cout, int) and cout % groups:
+        c.fail(f"the out-channels of {c.arg(1)} are not divisible by groups={groups}")
+    if attrs.channels is not None:
+        c.same(cout, attrs.channels, f"{c.arg(1)} does not have channels={attrs.channels}")
+
+
 def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | None:
     if is_unknown(args[1]):  # a hidden parameter: OIHW from channels, kernel_size and the data
         data = tensor_arg(ctx, args[0], "conv2d: data")
@@ -48,16 +63,7 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
     c = Inputs(ctx, "conv2d", args, ("data", "weight"), NUMERIC)
     data, (cout, cin_per_group, *kernel) = image(c), c.shape(1, rank=4)
     n, cin, *hw = data
-    groups = attrs.groups
-    mismatch = f"the in-channels of {c.arg(0)} and {c.arg(1)} differ"
-    if groups == 1:
-        c.same(cin, cin_per_group, mismatch)
-    elif isinstance(cin_per_group, int):
-        c.same(cin, cin_per_group * groups, f"{mismatch} (with groups={groups})")
-    if isinstance(cout, int) and cout % groups:
-        c.fail(f"the out-channels of {c.arg(1)} are not divisible by groups={groups}")
-    if attrs.channels is not None:
-        c.same(cout, attrs.channels, f"{c.arg(1)} does not have channels={attrs.channels}")
+    _check_channels(c, attrs, cin, cin_per_group, cout)
     if attrs.kernel_size is not None:
         for k, want in zip(kernel, attrs.kernel_size):
             c.same(k, want, f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
@@ -226,16 +232,7 @@ def _conv1d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
             "conv1d: the weight")
     c = Inputs(ctx, "conv1d", args, ("data", "weight"), NUMERIC)
     (n, cin, w), (cout, cin_per_group, k) = c.shape(0, rank=3), c.shape(1, rank=3)
-    groups = attrs.groups
-    mismatch = f"the in-channels of {c.arg(0)} and {c.arg(1)} differ"
-    if groups == 1:
-        c.same(cin, cin_per_group, mismatch)
-    elif isinstance(cin_per_group, int):
-        c.same(cin, cin_per_group * groups, f"{mismatch} (with groups={groups})")
-    if isinstance(cout, int) and cout % groups:
-        c.fail(f"the out-channels of {c.arg(1)} are not divisible by groups={groups}")
-    if attrs.channels is not None:
-        c.same(cout, attrs.channels, f"{c.arg(1)} does not have channels={attrs.channels}")
+    _check_channels(c, attrs, cin, cin_per_group, cout)
     if attrs.kernel_size is not None:
         c.same(k, attrs.kernel_size[0], f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
     (stride,), (dilation,) = attrs.strides, attrs.dilation
