@@ -71,7 +71,6 @@ class _Eliminator(ExprMutator):
         self.nodes: dict[Hashable, Expr] = {}    # computation -> its first node (anywhere)
         self.bound: dict[Hashable, Var] = {}     # computation -> the let variable holding it
         self.scopes: list[list[Hashable]] = [[]]  # the keys of `bound` each open scope added
-        self.in_scope_only: set[int] = set()     # ids of nodes memoised as a scoped variable
 
     # -- what a computation is --------------------------------------------------------------
     def key(self, e: Expr) -> Hashable | None:
