@@ -114,9 +114,10 @@ class ModelGrad:
         self._update = None
         if self.state:
             refs = {k: Var(k) for k in self.state}
+            spec = {h.name: h.spec for h in loss.hidden}
             body: Expr = Let(Var("_"), Call(loss.global_var_for("update"), [
                 *user, *(refs.get(h.name, v) for h, v in zip(loss.hidden, hidden))]),
-                Tuple([RefRead(r) for r in refs.values()]))
+                Tuple([spec[k].after_step(RefRead(r)) for k, r in refs.items()]))
             for k, ref in reversed(refs.items()):
                 body = Let(ref, RefCreate(by_name[k]), body)
             self._update = _lowered(loss, Function([*user, *hidden], body), "update")

@@ -58,6 +58,11 @@ class ParamSpec:
     kind: str  # "weight" (random), "zeros", "ones" or "key" (a dropout key, from the seed)
     state: bool = False
 
+    def after_step(self, state: Expr) -> Expr:
+        """This state's value for the next training step, from its value at the end of the
+        update variant: a dropout key advances by one step, however often its layer ran."""
+        return ops.add(state, Constant(_NEXT_STEP)) if self.kind == "key" else state
+
 
 # A layer's training form: the rewritten arguments of its inference call and whether to update
 # the state (whose parameters are then references) in, an expression of the call's type out.
@@ -173,31 +178,35 @@ def batch_norm(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
 
 
 # A dropout layer's key, model state: (k0, step). create_model draws k0 from its seed and the
-# parameter's name (ParamSpec kind "key"); each training step adds one to the step, so every
-# step draws a new mask, and a model created with the same seed draws the same sequence.
+# parameter's name (ParamSpec kind "key"); each training step adds one to the step
+# (`ParamSpec.after_step`), so every step draws a new mask, and a model created with the same
+# seed draws the same sequence.
 KEY_TYPE = TensorType((2,), "int64")
 _NEXT_STEP = np.array([0, 1], "int64")
 
 
 def dropout(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     """Inference: the identity. Training: zero each element with probability `rate` and scale
-    the rest by 1 / (1 - rate), the mask a hash of the layer's key, which each step advances."""
+    the rest by 1 / (1 - rate), the mask a hash of the layer's key, which each step advances.
+
+    A layer that runs several times in one step (in a loop) draws the same mask each time,
+    in the gradient pass and the update pass alike: variational dropout (Gal and Ghahramani,
+    2016), what recurrent models use. For a mask per run, use the op with a key of your own:
+    ``relay.dropout(x, key, rate=, training=True)``."""
     (x,) = args
     rate = float(kwargs.pop("rate", 0.5))
     _no_extra(kwargs, "dropout", ctx)
     key = ctx.param("dropout", "key", "key", annotation=KEY_TYPE, state=True)
 
     def training(args: list[Expr], update: bool) -> Expr:
-        """Drop with the step's key; to update, advance the key for the next step."""
-        if not update:
-            return ctx.op(dropout_op, *args, rate=rate, training=True)
-        data, key_ref = args
-        k = Var("key", KEY_TYPE)
-        advance = RefWrite(key_ref, ctx.op(ops.add, k, Constant(_NEXT_STEP)))
-        return Let(k, RefRead(key_ref), Let(Var("_"), advance, ctx.op(
-            dropout_op, data, k, rate=rate, training=True)), span=ctx.span)
+        """Drop with the step's key (in the update variant read from its reference, which
+        `ParamSpec.after_step` advances once the step is over)."""
+        data, key = args
+        return ctx.op(dropout_op, data, RefRead(key) if update else key,
+                      rate=rate, training=True)
 
     return ctx.modal(ctx.op(dropout_op, x, key, rate=rate, training=False), training)
+
 
 
 def embedding(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:

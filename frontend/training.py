@@ -100,8 +100,8 @@ def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Exp
     if refs:  # the update variant's final state goes back into the model
         owner.mode_callees.append((loss, "update"))
         g = Var("grads")
-        new = Tuple([RefRead(refs[i]) if i in refs else TupleGetItem(params, i)
-                     for i in range(len(hidden))])
+        new = Tuple([hidden[i].spec.after_step(RefRead(refs[i])) if i in refs
+                     else TupleGetItem(params, i) for i in range(len(hidden))])
         update = Let(Var("_"), Call(loss.global_var_for("update"), loss_args(refs)),
                      Let(Var("_"), RefWrite(model_expr, new), g))
         for i, ref in reversed(refs.items()):

@@ -535,6 +535,51 @@ def test_each_training_step_draws_a_new_dropout_mask_from_the_key(target, monkey
         assert 0.25 < (masks[a] != masks[b]).mean() < 0.55
 
 
+@relay_model
+def looped_dropout(x: Tensor[Float, ("n", 3)]) -> Tensor[Float, ("n", 3)]:
+    h = x
+    for _ in range(3):
+        h = relay.dropout(relay.tanh(relay.linear(h, num_hidden=3)), rate=RATE)
+    return h
+
+
+@relay
+def looped_loss(x: Tensor[Float, ("n", 3)]) -> Float:
+    return relay.sum(looped_dropout(x) ** 2.0)
+
+
+@pytest.mark.parametrize("target", ["llvm", "interp"])
+def test_a_dropout_layer_in_a_loop_draws_one_mask_per_step_and_its_key_advances_once(
+        target, monkeypatch):
+    """Variational dropout: each run of the layer in one step uses the step's mask, in the
+    gradient and the update pass alike, and the step advances the key by one."""
+    import jax
+    import jax.numpy as jnp
+
+    monkeypatch.setenv("RELAYDSL_TARGET", target)
+    model = relay.create_model(looped_dropout, seed=5, sigma=0.8)
+    k0 = model.params["dropout_0.key"][0]
+    step = relay.grad(model, looped_loss)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    for i in range(2):
+        np.testing.assert_array_equal(model.params["dropout_0.key"], [k0, i])
+        keep = dropout_mask(model.params["dropout_0.key"], (4, 3))
+
+        def loss(w, b, keep=keep):
+            h = jnp.asarray(x)
+            for _ in range(3):
+                h = jnp.where(keep, jnp.tanh(h @ w.T + b) / (1 - RATE), 0.0)
+            return jnp.sum(h ** 2)
+
+        value, (gw, gb) = jax.value_and_grad(loss, argnums=(0, 1))(
+            model.params["linear_0.weight"], model.params["linear_0.bias"])
+        grads = step(x)
+        np.testing.assert_allclose(step.last_loss, value, rtol=1e-5)
+        np.testing.assert_allclose(grads["linear_0.weight"], gw, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(grads["linear_0.bias"], gb, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(model.params["dropout_0.key"], [k0, 2])
+
+
 def train_dropped(seed, steps=3):
     model = relay.create_model(dropped, seed=seed, sigma=0.5)
     step = relay.grad(model, dropped_loss)
