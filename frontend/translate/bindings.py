@@ -32,6 +32,8 @@ class _Context:
 
     fallthrough: Callable[[Env], Expr]
     in_loop: bool = False
+    # names first bound in the block that the fallthrough reads (a join of branches)
+    live: frozenset[str] = frozenset()
 
 
 def _is_atomic(e: Expr) -> bool:

@@ -207,15 +207,19 @@ class Statements(TranslatorBase):
         return {**env, target.id: Binding(v, kind)}, [(v, self.materialize(value), self.span(s))]
 
     # ---- if / match ------------------------------------------------------------
-    def _join(self, branches: list[list[ast.stmt]], env: Env, rest: list[ast.stmt]
-              ) -> list[str]:
-        """Names coming out of branches that fall through: bound before, or in every branch."""
+    def _join(self, branches: list[list[ast.stmt]], env: Env, rest: list[ast.stmt],
+              ctx: _Context) -> list[str]:
+        """Names coming out of branches that fall through: bound before, or in every branch
+        and read after it (an unread one, e.g. a helper ``def`` in each branch, stays local:
+        joining it would only ask for types nothing constrains)."""
         assigned = [_assigned_names(b) for b in branches]
         everywhere = set.intersection(*(set(a) for a in assigned)) if assigned else set()
+        read_after = ctx.live | {n.id for s in rest for n in ast.walk(s)
+                                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         out = []
         for names in assigned:
             for n in names:
-                if n not in out and (n in env or n in everywhere):
+                if n not in out and (n in env or (n in everywhere and n in read_after)):
                     out.append(n)
         return out
 
@@ -230,7 +234,7 @@ class Statements(TranslatorBase):
             # The rest of the block goes into each branch that falls through.
             return make(lambda stmts, e, c: self.block(
                 stmts if _always_returns(stmts) else stmts + rest, e, ctx))
-        outs = self._join(branches, env, rest)
+        outs = self._join(branches, env, rest, ctx)
         branch_kinds: list[list[Kind]] = []
 
         def fall(e: Env) -> Expr:
@@ -242,7 +246,8 @@ class Statements(TranslatorBase):
             vals = [e[n].expr for n in outs]
             return vals[0] if len(vals) == 1 else Tuple(vals)
 
-        joined = make(lambda stmts, e, c: self.block(stmts, e, _Context(fall, ctx.in_loop)))
+        joined = make(lambda stmts, e, c: self.block(
+            stmts, e, _Context(fall, ctx.in_loop, frozenset(outs))))
         self._note_partial_names(node, branches, env)  # again: nested branches noted theirs
         if not outs:
             return Let(self.temp("_"), joined, self.block(rest, env, ctx))

@@ -483,6 +483,41 @@ def test_unused_nested_functions_with_unannotated_parameters_are_accepted():
     check(f, lambda x: (x + 2.0) * 3.0, rand(3))
 
 
+def test_a_helper_defined_in_every_branch_joins_only_when_read_after_the_branch():
+    @relay
+    def unread(x: Tensor[Float, 3], c: Bool) -> Tensor[Float, 3]:
+        if c:
+            def g(y):
+                return y + 1.0
+        else:
+            def g(y):
+                return y * 2.0
+        return x * 3.0
+
+    @relay
+    def read_after_the_outer_branch(x: Tensor[Float, 3], a: Bool, b: Bool) -> Tensor[Float, 3]:
+        if a:
+            if b:
+                def g(y):
+                    return y + 1.0
+            else:
+                def g(y):
+                    return y * 2.0
+            k = 1.0
+        else:
+            def g(y):
+                return y - 1.0
+            k = 2.0
+        return g(x) * k
+
+    x = rand(3)
+    for c in (True, False):
+        np.testing.assert_allclose(unread(x, c), x * 3.0, rtol=1e-6)
+    for a, b, want in [(True, True, (x + 1.0) * 1.0), (True, False, x * 2.0),
+                       (False, True, (x - 1.0) * 2.0), (False, False, (x - 1.0) * 2.0)]:
+        np.testing.assert_allclose(read_after_the_outer_branch(x, a, b), want, rtol=1e-6)
+
+
 @relay
 def factorial(n: Int) -> Int:
     if n <= 1:
