@@ -2,8 +2,8 @@
 
 A program is a Function over 1-3 tensor parameters whose body is a chain of
 ``let`` bindings, each applying a random op (unary math, broadcasting binary
-arithmetic, comparisons with ``where``, reductions, shape ops, ``if`` on a
-reduced comparison, tuples and projections) to earlier values of compatible
+arithmetic, comparisons with ``where``, reductions, shape ops, dropout in training or
+inference mode, ``if`` on a reduced comparison, tuples and projections) to earlier values of compatible
 shapes. The shapes are tracked while generating, so every program
 type-checks by construction; values are kept bounded (``tanh``/``sigmoid``
 and safe denominators) so results are finite and comparable. Optionally some
@@ -79,8 +79,8 @@ class _Builder:
         self.rng = rng
         self.dtype = dtype
         self.annotate = annotate
-        self.kinds = ["unary", "binary", "binary", "reduce", "shape", "where", "tuple"] + (
-            ["if"] if control_flow else [])
+        self.kinds = ["unary", "binary", "binary", "reduce", "shape", "where", "tuple",
+                      "dropout"] + (["if"] if control_flow else [])
         self.values: list[_Value] = []
         self.bindings: list[tuple[Var, Expr]] = []
         self.binaries: tuple[Callable[[Expr, Expr], Expr], ...] = (
@@ -149,6 +149,11 @@ class _Builder:
             partners = [v for v in self.values if v.shape == x.shape]  # same dims, same vars
             y = partners[int(self.rng.integers(len(partners)))]
             self.bind(ops.where(ops.greater(x.expr, y.expr), x.expr, y.expr), x.shape)
+        elif kind == "dropout":
+            # a mask hashed from a constant key (training), or the identity (inference)
+            key = Constant(self.rng.integers(0, 2**40, size=2, dtype=np.int64))
+            self.bind(ops.dropout(x.expr, key, rate=float(self.rng.choice([0.25, 0.5])),
+                                  training=bool(self.rng.integers(2))), x.shape)
         elif kind == "if":
             # The condition reads a parameter exactly (max, not a sum of computed values), so
             # rounding differences between backends cannot flip the branch.
