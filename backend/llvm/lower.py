@@ -26,8 +26,9 @@ import numpy as np
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem, Var
 from relaydsl.ir.types import TensorType, TupleType, Type
+from relaydsl.ir.visitor import ExprFunctor
 from relaydsl.op.registry import OpDef, OpPattern
 from relaydsl.te import expr as E
 from relaydsl.te.tensor import Tensor, compute, placeholder
@@ -69,10 +70,11 @@ def tensor_type(t: Type, what: str) -> TensorType:
 
 def lower(func: Function) -> Lowered:
     """The te graph of primitive function ``func`` (typed: nodes carry ``checked_type``)."""
+    lowerer = _Lowerer()
     params = [placeholder(tensor_type(p.checked_type, f"parameter {p.name_hint}").shape,
                           p.checked_type.dtype, f"p{i}") for i, p in enumerate(func.params)]
-    lowerer = _Lowerer(dict(zip(func.params, params)))
-    result = lowerer.value(func.body)
+    lowerer.bound.update(zip(func.params, params))
+    result = lowerer.visit(func.body)
     returns_tuple = isinstance(result, tuple)
     leaves = _flatten(result)
     outputs: list[Tensor] = []
@@ -85,41 +87,36 @@ def lower(func: Function) -> Lowered:
                    lowerer.empty)
 
 
-class _Lowerer:
-    def __init__(self, env: dict[Var, Value]):
-        self.env: dict[Var, Value] = dict(env)
-        self.memo: dict[int, Value] = {}
+def _unsupported(expr: Expr) -> IRError:
+    if isinstance(expr, Var):
+        return IRError(f"llvm backend: free variable {expr.name_hint} in a primitive function")
+    return IRError(f"llvm backend: a primitive function may not contain {type(expr).__name__} "
+                   f"nodes (only op calls, tuples, constants, lets)")
+
+
+class _Lowerer(ExprFunctor[Value]):
+    """Each node of a primitive function's body to its te value (a tensor, or a tuple)."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.constants: list[tuple[Tensor, np.ndarray]] = []
         self.origin: dict[Tensor, OpStage] = {}
         self.empty: set[Tensor] = set()
 
-    def value(self, e: Expr) -> Value:
-        while isinstance(e, Let):  # tolerate lets: bind and continue (no recursion on chains)
-            self.env[e.var] = self.value(e.value)
-            e = e.body
-        if isinstance(e, Var):
-            if e not in self.env:
-                raise IRError(f"llvm backend: free variable {e.name_hint} in a primitive function")
-            return self.env[e]
-        key = id(e)
-        if key not in self.memo:
-            self.memo[key] = self._compute(e)
-        return self.memo[key]
+    def unsupported(self, expr: Expr) -> Exception:
+        return _unsupported(expr)
 
-    def _compute(self, e: Expr) -> Value:
-        if isinstance(e, Constant):
-            return self.constant(e.data)
-        if isinstance(e, Tuple):
-            return tuple(self.value(f) for f in e.fields)
-        if isinstance(e, TupleGetItem):
-            t = self.value(e.tuple_value)
-            if not isinstance(t, tuple):
-                raise IRError("llvm backend: projection of a non-tuple value")
-            return t[e.index]
-        if isinstance(e, Call) and isinstance(e.op, Op):
-            return self.call(e)
-        raise IRError(f"llvm backend: a primitive function may not contain "
-                      f"{type(e).__name__} nodes (only op calls, tuples, constants, lets)")
+    def visit_constant(self, c: Constant) -> Value:
+        return self.constant(c.data)
+
+    def visit_tuple(self, t: Tuple) -> Value:
+        return tuple(self.visit(f) for f in t.fields)
+
+    def visit_tuple_getitem(self, t: TupleGetItem) -> Value:
+        value = self.visit(t.tuple_value)
+        if not isinstance(value, tuple):
+            raise IRError("llvm backend: projection of a non-tuple value")
+        return value[t.index]
 
     def constant(self, data: np.ndarray) -> Tensor:
         dtype = data.dtype.name
@@ -133,9 +130,11 @@ class _Lowerer:
             self.empty.add(t)
         return t
 
-    def call(self, call: Call) -> Value:
+    def visit_call(self, call: Call) -> Value:
+        if not isinstance(call.op, Op):
+            raise self.unsupported(call)
         opdef = call.op.definition
-        args = _flatten([self.value(a) for a in call.args])
+        args = _flatten([self.visit(a) for a in call.args])
         flat_types = [TensorType(t.shape, t.dtype) for t in args]
         out_type = call.checked_type
         if isinstance(out_type, TensorType) and math.prod(tensor_type(
@@ -184,41 +183,43 @@ def _flatten(v: Value) -> list[Tensor]:
 
 def stable_digest(func: Function) -> str:
     """A process-independent digest of everything that decides ``func``'s compiled code."""
-    ids: dict[int, int] = {}
-    lines: list[str] = []
-    params = {p: i for i, p in enumerate(func.params)}
-
-    def visit(e: Expr) -> int:
-        if isinstance(e, Var) and e in params:
-            return -1 - params[e]
-        if id(e) in ids:
-            return ids[id(e)]
-        if isinstance(e, Let):  # a let-bound var stands for its value's line
-            while isinstance(e, Let):
-                ids[id(e.var)] = visit(e.value)
-                e = e.body
-            return visit(e)
-        if isinstance(e, Var):
-            if id(e) in ids:
-                return ids[id(e)]
-            raise IRError(f"llvm backend: free variable {e.name_hint} in a primitive function")
-        if isinstance(e, Constant):
-            d = e.data
-            text = f"const {d.dtype.name} {d.shape} {hashlib.sha256(d.tobytes()).hexdigest()}"
-        elif isinstance(e, Tuple):
-            text = f"tuple {[visit(f) for f in e.fields]}"
-        elif isinstance(e, TupleGetItem):
-            text = f"get {visit(e.tuple_value)} {e.index}"
-        elif isinstance(e, Call) and isinstance(e.op, Op):
-            args = [visit(a) for a in e.args]
-            attrs = sorted((k, repr(v)) for k, v in e.attrs.items())
-            text = f"call {e.op.name} {args} {attrs} : {e.checked_type}"
-        else:
-            raise IRError(f"llvm backend: unsupported node {type(e).__name__}")
-        ids[id(e)] = len(lines)
-        lines.append(text)
-        return ids[id(e)]
-
-    lines.append(f"result {visit(func.body)}")
-    lines.append("params " + " ".join(str(p.checked_type) for p in func.params))
+    digest = _Digest()
+    digest.bound.update({p: -1 - i for i, p in enumerate(func.params)})
+    result = digest.visit(func.body)
+    lines = [*digest.lines, f"result {result}",
+             "params " + " ".join(str(p.checked_type) for p in func.params)]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+class _Digest(ExprFunctor[int]):
+    """Each node to the number of its line, which describes it by its children's numbers (a
+    parameter is numbered -1 - its position; a let-bound variable stands for its value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def unsupported(self, expr: Expr) -> Exception:
+        return _unsupported(expr)
+
+    def line(self, text: str) -> int:
+        self.lines.append(text)
+        return len(self.lines) - 1
+
+    def visit_constant(self, c: Constant) -> int:
+        d = c.data
+        return self.line(f"const {d.dtype.name} {d.shape} "
+                         f"{hashlib.sha256(d.tobytes()).hexdigest()}")
+
+    def visit_tuple(self, t: Tuple) -> int:
+        return self.line(f"tuple {[self.visit(f) for f in t.fields]}")
+
+    def visit_tuple_getitem(self, t: TupleGetItem) -> int:
+        return self.line(f"get {self.visit(t.tuple_value)} {t.index}")
+
+    def visit_call(self, call: Call) -> int:
+        if not isinstance(call.op, Op):
+            raise self.unsupported(call)
+        args = [self.visit(a) for a in call.args]
+        attrs = sorted((k, repr(v)) for k, v in call.attrs.items())
+        return self.line(f"call {call.op.name} {args} {attrs} : {call.checked_type}")

@@ -20,12 +20,13 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 
-from typing import Callable, cast
+from typing import Callable, Generic, TypeVar as PyTypeVar, cast
 
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar,
 )
 from relaydsl.ir.adt import pattern_vars
+from relaydsl.errors import IRError
 from relaydsl.ir.expr import (
     Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var,
@@ -34,6 +35,8 @@ from relaydsl.ir.types import (
     AnyDim, Dim, DType, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall,
     TypeRelation, TypeVar,
 )
+
+T = PyTypeVar("T")
 
 _VISIT_NAME = {
     Var: "visit_var", GlobalVar: "visit_global_var", Constant: "visit_constant", Op: "visit_op",
@@ -347,6 +350,57 @@ class ExprMutator:
     def visit_ref_write(self, r: RefWrite) -> Expr:
         ref, v = self.visit(r.ref), self.visit(r.value)
         return r if ref is r.ref and v is r.value else RefWrite(ref, v, span=r.span)
+
+
+class ExprFunctor(Generic[T]):
+    """A memoised function of expressions with a result per node (TVM's ExprFunctor), for
+    evaluators of a subset of the IR: ``visit(e)`` dispatches on e's kind to ``visit_<kind>``
+    and computes a shared node once. A kind the subclass does not handle is refused with
+    ``unsupported``. A let chain binds each variable to its value's result (``bound``) and
+    is walked iteratively; a variable's result is what it is bound to.
+
+    >>> from relaydsl.ir.expr import Var, Tuple, Let
+    >>> class Depth(ExprFunctor[int]):
+    ...     def visit_tuple(self, t): return 1 + max(self.visit(f) for f in t.fields)
+    >>> x = Var("x"); d = Depth(); d.bound[x] = 0
+    >>> d.visit(Let(Var("y"), Tuple([x]), Tuple([x, Tuple([x])])))
+    2
+    """
+
+    def __init__(self) -> None:
+        self.memo: dict[int, T] = {}
+        self._keep: list[Expr] = []  # keeps ids stable while memoised
+        self.bound: dict[Var, T] = {}
+
+    def visit(self, expr: Expr) -> T:
+        key = id(expr)
+        if key not in self.memo:
+            self.memo[key] = getattr(self, _VISIT_NAME[type(expr)])(expr)
+            self._keep.append(expr)
+        return self.memo[key]
+
+    def unsupported(self, expr: Expr) -> Exception:
+        """The error for a node this functor does not handle (subclasses word it)."""
+        return IRError(f"{type(self).__name__}: unsupported {type(expr).__name__} node")
+
+    def visit_let(self, let: Let) -> T:
+        e: Expr = let
+        while isinstance(e, Let):
+            self.bound[e.var] = self.visit(e.value)
+            e = e.body
+        return self.visit(e)
+
+    def visit_var(self, var: Var) -> T:
+        if var not in self.bound:
+            raise self.unsupported(var)
+        return self.bound[var]
+
+    def _refuse(self, expr: Expr) -> T:
+        raise self.unsupported(expr)
+
+    visit_global_var = visit_constant = visit_op = visit_constructor = visit_call = _refuse
+    visit_function = visit_tuple = visit_tuple_getitem = visit_if = visit_match = _refuse
+    visit_grad = visit_ref_create = visit_ref_read = visit_ref_write = _refuse
 
 
 def post_order(expr: Expr, fn: Callable[[Expr], None]) -> None:

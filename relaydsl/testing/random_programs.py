@@ -3,8 +3,8 @@
 A program is a Function over 1-3 tensor parameters whose body is a chain of
 ``let`` bindings, each applying a random op (unary math, broadcasting binary
 arithmetic, comparisons with ``where``, reductions, shape ops, dropout in training or
-inference mode, ``if`` on a reduced comparison, tuples and projections) to earlier values of compatible
-shapes. The shapes are tracked while generating, so every program
+inference mode, ``if`` on a reduced comparison, tuples and projections) to earlier values
+of compatible shapes. The shapes are tracked while generating, so every program
 type-checks by construction; values are kept bounded (``tanh``/``sigmoid``
 and safe denominators) so results are finite and comparable. Optionally some
 ``let``s annotate their variable: exactly the value's type, or with some
