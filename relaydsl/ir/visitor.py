@@ -471,24 +471,29 @@ class TypeMutator:
             if dtype is t.dtype and all(a is b for a, b in zip(shape, t.shape)):
                 return t
             return TensorType(shape, dtype)
+        # each rebuilt only when a part changed: type inference resolves many types a pass
         if isinstance(t, TupleType):
-            return TupleType(tuple(self.visit(f) for f in t.fields))
+            fields = tuple(self.visit(f) for f in t.fields)
+            return t if _same(fields, t.fields) else TupleType(fields)
         if isinstance(t, RefType):
-            return RefType(self.visit(t.value))
+            value = self.visit(t.value)
+            return t if value is t.value else RefType(value)
         if isinstance(t, FuncType):
-            return FuncType(
-                tuple(self.visit(a) for a in t.arg_types),
-                self.visit(t.ret_type),
-                t.type_params,
-                tuple(
-                    TypeRelation(r.name, r.func, tuple(self.visit(a) for a in r.args),
-                                 self.visit(r.out), r.attrs)
-                    for r in t.relations
-                ),
-            )
+            args, ret = tuple(self.visit(a) for a in t.arg_types), self.visit(t.ret_type)
+            relations = tuple(self._visit_relation(r) for r in t.relations)
+            if ret is t.ret_type and _same(args, t.arg_types) and _same(relations, t.relations):
+                return t
+            return FuncType(args, ret, t.type_params, relations)
         if isinstance(t, TypeCall):
-            return TypeCall(t.func, tuple(self.visit(a) for a in t.args))
+            args = tuple(self.visit(a) for a in t.args)
+            return t if _same(args, t.args) else TypeCall(t.func, args)
         return t  # GlobalTypeVar
+
+    def _visit_relation(self, r: TypeRelation) -> TypeRelation:
+        args, out = tuple(self.visit(a) for a in r.args), self.visit(r.out)
+        if out is r.out and _same(args, r.args):
+            return r
+        return TypeRelation(r.name, r.func, args, out, r.attrs)
 
     def visit_type_var(self, tv: TypeVar) -> Type:
         return tv
@@ -502,6 +507,10 @@ class TypeMutator:
         if isinstance(d, TypeVar):
             return cast(DType, self.visit_type_var(d))  # a BaseType variable stands for a dtype
         return d
+
+
+def _same(new: tuple, old: tuple) -> bool:
+    return all(a is b for a, b in zip(new, old))
 
 
 class _SubstituteTypes(TypeMutator):
@@ -528,6 +537,9 @@ def substitute_types(t: Type, mapping: Mapping[TypeVar, object]) -> Type:
 
 def type_vars_of(t: Type) -> list[TypeVar]:
     """All type variables occurring in `t`, in order, without duplicates."""
+    if isinstance(t, TensorType) and isinstance(t.dtype, str) and not any(
+            isinstance(d, TypeVar) for d in t.shape):
+        return []  # the common case, a concrete tensor type, without a walk
     collect = _CollectTypeVars()
     collect.visit(t)
     return list(collect.found)

@@ -411,27 +411,32 @@ class _Inferencer:
             if rel.span is None:
                 text += f"\n  in: {_where(rel.call)}"
             raise RelayTypeError(text, rel.span)
-        self._default_unconstrained(interface)
-        for node in self.nodes:
-            t = self.solver.resolve(self.types[id(node)])
+        typed = [*self.nodes, *self.pattern_vars]
+        types = [self.solver.resolve(self.types[id(n)]) for n in typed]
+        if self._default_unconstrained(interface, types):
+            types = [self.solver.resolve(self.types[id(n)]) for n in typed]
+        for node, t in zip(self.nodes, types):
             if not isinstance(node, Op):
                 self._check_complete(node, t)
             node.set_checked_type(t)
-        for var in self.pattern_vars:
-            var.set_checked_type(self.solver.resolve(self.types[id(var)]))
+        for var, t in zip(self.pattern_vars, types[len(self.nodes):]):
+            var.set_checked_type(t)
 
-    def _default_unconstrained(self, interface: tuple[Type, ...]) -> None:
-        """Make the empty tuple every type variable that nothing constrains and the caller
-        does not see, such as the element type in ``length(Nil())``. Any type would do: no
-        value of such a type is ever built (nothing could build one without constraining it;
-        an empty list holds none), so it needs no layout. Shape and dtype variables are not
-        defaulted: tensors of them would be built."""
+    def _default_unconstrained(self, interface: tuple[Type, ...], types: list[Type]) -> bool:
+        """Make the empty tuple every type variable in `types` (resolved) that nothing
+        constrains and the caller does not see, such as the element type in
+        ``length(Nil())``; whether there was one. Any type would do: no value of such a type
+        is ever built (nothing could build one without constraining it; an empty list holds
+        none), so it needs no layout. Shape and dtype variables are not defaulted: tensors of
+        them would be built."""
         seen = {v for t in interface for v in type_vars_of(self.solver.resolve(t))}
-        for t in [*(self.types[id(n)] for n in self.nodes),
-                  *(self.types[id(v)] for v in self.pattern_vars)]:
-            for v in type_vars_of(self.solver.resolve(t)):
+        defaulted = False
+        for t in types:
+            for v in type_vars_of(t):
                 if v.kind is Kind.Type and v not in seen and self.solver.is_flexible(v):
                     self.solver.unify(v, TupleType(()))
+                    defaulted = True
+        return defaulted
 
     def _check_parameters_inferred(self, types: tuple[Type, ...]) -> None:
         """Raise at the function, naming it and its parameter, if what is still unknown in
