@@ -156,13 +156,15 @@ class RelayFunction:
     def _special_call(self, translator: Translator, target: AnyValue, node: ast.Call, args: list,
                       kwargs: dict[str, ast.expr]) -> Expr | None:
         """Relay operators and layers, prelude functions, models, and Python builtins."""
-        from relaydsl.frontend.namespace import LayerFunction, OpFunction, PreludeFunction
+        from relaydsl.frontend.namespace import LayerFunction, PreludeFunction
 
-        name = getattr(target, "name", None)
-        if isinstance(target, (OpFunction, LayerFunction)) and is_layer_call(name, args, kwargs):
+        relay_op = getattr(target, "relay_op", None)  # relay.<op>
+        name = relay_op.name if relay_op is not None else getattr(target, "name", None)
+        if (relay_op is not None or isinstance(target, LayerFunction)) and is_layer_call(
+                name, args, kwargs):
             return self._layer(translator, name, node, args, kwargs)
-        if isinstance(target, OpFunction):
-            return translator.op_call(target.name, node, args, kwargs)
+        if relay_op is not None:
+            return translator.op_call(relay_op, node, args, kwargs)
         training = self._training_call(translator, target, node, args, kwargs)
         if training is not None:
             return training

@@ -299,9 +299,10 @@ def is_layer_call(name: str, args: list, kwargs: dict) -> bool:
     if name not in LAYERS:
         return False
     if name == "conv2d":
-        return "num_filter" in kwargs or len(args) == 1
+        return "num_filter" in kwargs or (len(args) == 1 and "weight" not in kwargs)
     if name in ("batch_norm", "dropout"):
-        return len(args) == 1
+        op_inputs = (batch_norm_op if name == "batch_norm" else dropout_op).inputs
+        return len(args) == 1 and not set(op_inputs).intersection(kwargs)
     return True
 
 

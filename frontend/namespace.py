@@ -16,11 +16,12 @@ AttributeError: relay has no operator or function 'sofmax'. Did you mean softmax
 """
 from __future__ import annotations
 
+import functools
 from typing import Any as AnyValue, Callable
 
 import numpy as np
 
-from relaydsl.errors import DSLSyntaxError, ModelFileError, RelayTypeError, SettingError
+from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeError, SettingError
 from relaydsl.frontend import annotations
 from relaydsl.frontend.layers import LAYERS
 from relaydsl.ir.attrs import Attrs
@@ -31,21 +32,30 @@ from relaydsl.prelude import prelude_definitions
 from relaydsl.typing.relations import check_relation
 
 
-class OpFunction:
-    """``relay.<op>``: an operator; called outside decorated code it runs on NumPy arrays."""
+@functools.cache
+def op_function(name: str) -> Callable[..., AnyValue]:
+    """``relay.<name>``: the operator as a Python function (one per op: ``relay.softmax is
+    relay.softmax``), with the op's signature and documentation for ``help()``. Inside
+    decorated code a call of it is the op's call; outside, it runs on NumPy arrays. Its
+    ``relay_op`` is the op's definition."""
+    opdef = lookup(name)
 
-    def __init__(self, name: str):
-        self.name = name
+    def call(*args: AnyValue, **kwargs: AnyValue) -> AnyValue:
+        try:
+            inputs, attrs = opdef.bind_arguments(args, kwargs)
+        except IRError as e:  # as Python reports a call that does not fit the signature
+            raise TypeError(e.raw_message) from None
+        values = [_array(a) for a in inputs]
+        checked = opdef.check_call(tuple(values), Attrs(attrs))
+        check_relation(opdef.type_relation, [_type_of(v) for v in values], checked)
+        return opdef.numpy_ref(*values, **checked)
 
-    def __call__(self, *args: AnyValue, **attrs: AnyValue) -> AnyValue:
-        opdef = lookup(self.name)
-        values = [_array(a) for a in args]
-        attrs = opdef.check_call(tuple(values), Attrs(attrs))
-        check_relation(opdef.type_relation, [_type_of(v) for v in values], attrs)
-        return opdef.numpy_ref(*values, **attrs)
-
-    def __repr__(self) -> str:
-        return f"relay.{self.name}"
+    call.__name__ = call.__qualname__ = name
+    call.__module__ = "relaydsl.relay"
+    call.__doc__ = opdef.help_text()
+    call.__signature__ = opdef.signature  # type: ignore[attr-defined]
+    call.relay_op = opdef  # type: ignore[attr-defined]
+    return call
 
 
 class LayerFunction:
@@ -117,7 +127,7 @@ class RelayNamespace:
 
     def __getattr__(self, name: str) -> AnyValue:
         if name in all_ops():
-            return OpFunction(name)
+            return op_function(name)
         if name in _PRELUDE_FUNCTIONS:
             return PreludeFunction(name)
         if name in LAYERS:

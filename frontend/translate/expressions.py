@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from typing import Any as AnyValue
 
 from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.frontend.translate.base import TranslatorBase
@@ -11,7 +12,8 @@ from relaydsl.frontend.translate.kinds import _declared_result_kind, _is_tuple_k
 from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
 from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_EXPRESSIONS
 from relaydsl.ir.expr import Call, Expr, GlobalVar, If, Tuple, TupleGetItem, Var
-from relaydsl.op import lookup, ops
+from relaydsl.op import ops
+from relaydsl.op.registry import OpDef
 from relaydsl.prelude import prelude_definitions
 
 _BINOPS = {
@@ -175,7 +177,11 @@ class Expressions(TranslatorBase):
                 if isinstance(func, ast.Attribute):
                     raise
             if target is not None:
-                args = [self.expr(a, env) for a in node.args]
+                # an operator's attributes given positionally are Python constants, read by
+                # op_call from the syntax: only its inputs are translated here
+                relay_op = getattr(target, "relay_op", None)
+                inputs = node.args if relay_op is None else node.args[:relay_op.num_inputs]
+                args = [self.expr(a, env) for a in inputs]
                 kwargs = {k.arg: k.value for k in node.keywords}
                 self.current_env = env  # what a special call may ask kind_of about
                 special = self.resolver.special(self, target, node, args, kwargs)
@@ -212,20 +218,29 @@ class Expressions(TranslatorBase):
             root = root.value
         return not isinstance(root, ast.Name) or root.id in env
 
-    def op_call(self, name: str, node: ast.Call, args: list, kwargs: dict[str, ast.expr]) -> Expr:
-        """``relay.<op>(args, attr=constant, ...)``."""
-        attrs = {}
-        for key, value_node in kwargs.items():
+    def op_call(self, relay_op: OpDef, node: ast.Call, args: list,
+                kwargs: dict[str, ast.expr]) -> Expr:
+        """``relay.<op>(inputs, attributes)``, as in Python: the inputs (`args`, translated)
+        positionally or by name, then the attributes, Python constants, positionally in
+        TVM's order (the rest of ``node.args``) or by name."""
+        def static(value_node: ast.expr, what: str) -> AnyValue:
             try:
-                attrs[key] = self._static(value_node)
+                return self._static(value_node)
             except DSLSyntaxError:
-                raise self.error(value_node, f"the attribute {key}= of {name} must be a constant "
-                                             "known when the function is translated") from None
+                raise self.error(value_node, f"the attribute {what} of {relay_op.name} must be "
+                                             "a constant known when the function is "
+                                             "translated") from None
+
+        names = [a.name for a in relay_op.attrs]
+        positional = [static(v, names[i] if i < len(names) else f"#{i + 1}")
+                      for i, v in enumerate(node.args[len(args):])]
+        given = {k: self.expr(v, self.current_env) if k in relay_op.inputs else
+                 static(v, f"{k}=") for k, v in kwargs.items()}
         try:
-            relay_op = lookup(name)
+            inputs, attrs = relay_op.bind_arguments([*args, *positional], given)
         except IRError as e:
             raise DSLSyntaxError(e.raw_message, self.span(node)) from None
-        return self.op(relay_op, args, node, **attrs)
+        return self.op(relay_op, list(inputs), node, **attrs)
 
     def subscript(self, node: ast.Subscript, env: Env):
         value = self.materialize(self.expr(node.value, env))

@@ -50,10 +50,9 @@ class PythonValues(TranslatorBase):
         gv = self.resolver.to_global(value)
         if gv is not None:
             return gv
-        from relaydsl.frontend.namespace import OpFunction
-
-        if isinstance(value, OpFunction):
-            return self._op_as_function(value.name, node)
+        relay_op = getattr(value, "relay_op", None)  # relay.<op>
+        if relay_op is not None:
+            return self._op_as_function(relay_op.name, node)
         ctor = getattr(value, "constructor", value)
         if isinstance(ctor, Constructor):
             return ctor

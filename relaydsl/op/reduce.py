@@ -317,7 +317,8 @@ variance = register(OpDef(
         x, axis=axis, ddof=int(unbiased), keepdims=keepdims),
     compute=_variance_compute, gradient=_variance_grad,
     attrs=(_AXIS, _KEEPDIMS,
-           Attr("unbiased", "bool", False, doc="divide by n - 1 (Bessel's correction), not n")),
+           Attr("unbiased", "bool", False, doc="divide by n - 1 (Bessel's correction), not n",
+                keyword_only=True)),
     doc="the mean squared deviation from the mean over the axes (TVM's variance)",
 ))
 

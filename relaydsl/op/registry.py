@@ -30,6 +30,7 @@ its family (what gradient rules of one family use to call another's ops).
 from __future__ import annotations
 
 import enum
+import inspect
 from dataclasses import dataclass, field
 from typing import Any as AnyValue, Callable, Sequence
 
@@ -163,6 +164,10 @@ class Attr:
     default: AnyValue = REQUIRED
     check: Callable[[AnyValue], str | None] | None = None
     doc: str = ""
+    # Given by keyword only: where TVM's signature has a parameter we lack before this one
+    # (take's batch_dims before mode, the pools' dilation before padding), a positional
+    # argument would mean something else to a TVM user.
+    keyword_only: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in _KIND_CHECKS:
@@ -247,17 +252,74 @@ class OpDef:
 
     def __call__(self, *args: AnyValue, span: Span | None = None, **attrs: AnyValue) -> Call:
         """A call of this op: ``ops.sum(x, 1)`` or ``ops.sum(x, axis=1)``."""
-        if len(args) > self.num_inputs:
-            extra = args[self.num_inputs:]
-            if len(extra) > len(self.attrs):
-                raise IRError(f"{self.name} takes {self.num_inputs} input(s) and "
-                              f"{len(self.attrs)} attribute(s), got {len(args)} arguments", span)
-            for a, value in zip(self.attrs, extra):
-                if a.name in attrs:
-                    raise IRError(f"{self.name}: attribute {a.name!r} given twice", span)
-                attrs[a.name] = value
-            args = args[:self.num_inputs]
-        return Call(self.op, args, Attrs(attrs), span=span)
+        inputs, attrs = self.bind_arguments(args, attrs, span)
+        return Call(self.op, inputs, Attrs(attrs), span=span)
+
+    @property
+    def positional_attrs(self) -> tuple[Attr, ...]:
+        """The attributes a call may give positionally after the inputs, in TVM's order."""
+        n = next((i for i, a in enumerate(self.attrs) if a.keyword_only), len(self.attrs))
+        return self.attrs[:n]
+
+    def bind_arguments(self, args: Sequence[AnyValue], kwargs: dict[str, AnyValue],
+                       span: Span | None = None) -> tuple[tuple, dict[str, AnyValue]]:
+        """(inputs, attributes) of a call written as in Python: the inputs positionally or by
+        name, then the attributes positionally (``positional_attrs``) or by name. Unknown
+        and repeated names, and a missing input, are IRErrors; attribute values are checked
+        later (``check_call``)."""
+        kwargs = dict(kwargs)
+        positional = self.positional_attrs
+        if len(args) > self.num_inputs + len(positional):
+            kw = len(self.attrs) - len(positional)
+            raise IRError(
+                f"{self.name} takes {self.num_inputs} input(s) and {len(positional)} "
+                f"positional attribute(s){f' ({kw} more by keyword only)' if kw else ''}, "
+                f"got {len(args)} positional arguments; see help(relay.{self.name})", span)
+        inputs = list(args[:self.num_inputs])
+        for name in self.inputs[len(inputs):]:
+            if name not in kwargs:
+                given = ", ".join(self.inputs[:len(inputs)]) or "none"
+                raise IRError(f"{self.name}: missing input {name!r} (inputs "
+                              f"{', '.join(self.inputs)}; given: {given})", span)
+            inputs.append(kwargs.pop(name))
+        for a, value in zip(positional, args[self.num_inputs:]):
+            if a.name in kwargs:
+                raise IRError(f"{self.name}: attribute {a.name!r} given twice", span)
+            kwargs[a.name] = value
+        for name in kwargs:
+            if name in self.inputs:
+                raise IRError(f"{self.name}: input {name!r} given twice", span)
+        return tuple(inputs), kwargs
+
+    @property
+    def signature(self) -> inspect.Signature:
+        """The Python signature of ``relay.<name>``: inputs, then attributes with defaults."""
+        P = inspect.Parameter
+        params = [P(n, P.POSITIONAL_OR_KEYWORD) for n in self.inputs]
+        for a in self.attrs:
+            kind = P.KEYWORD_ONLY if a.keyword_only or a not in self.positional_attrs \
+                else P.POSITIONAL_OR_KEYWORD
+            params.append(P(a.name, kind, default=P.empty if a.default is REQUIRED
+                            else a.default))
+        return inspect.Signature(_in_order(params))
+
+    def help_text(self) -> str:
+        """The docstring of ``relay.<name>``: what it computes, its attributes, its gradient."""
+        lines = [self.doc or f"The {self.name} operator.", ""]
+        lines.append("Inputs: " + (", ".join(self.inputs) or "none") + ".")
+        if self.attrs:
+            lines += ["", "Attributes:"]
+            for a in self.attrs:
+                what = _KIND_CHECKS[a.kind][0]
+                default = "required" if a.default is REQUIRED else f"default {a.default!r}"
+                note = f": {a.doc}" if a.doc else ""
+                lines.append(f"    {a.name} ({what}, {default}){note}")
+        if self.gradient is not None and self.gradient.__doc__:
+            lines += ["", "Gradient: " + " ".join(self.gradient.__doc__.split())]
+        elif not self.differentiable:
+            lines += ["", "Not differentiable."]
+        lines += ["", f"Fusion pattern: {self.pattern.name}."]
+        return "\n".join(lines)
 
     def check_call(self, args: tuple, attrs: Attrs, span: Span | None = None) -> Attrs:
         """Arity and attributes of a call; returns the attributes with defaults filled in."""
@@ -289,6 +351,12 @@ class OpDef:
         ret = TypeVar(f"{self.name}_out", Kind.Type)
         rel = TypeRelation(self.name, self.type_relation, params, ret, attrs)
         return FuncType(params, ret, (*params, ret), (rel,))
+
+
+def _in_order(params: list[inspect.Parameter]) -> list[inspect.Parameter]:
+    """Keyword-only parameters after the others (a Signature requires it)."""
+    keyword = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return [p for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY] + keyword
 
 
 _REGISTRY: dict[str, OpDef] = {}

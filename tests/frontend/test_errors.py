@@ -606,7 +606,7 @@ CASES = [
     (gives_a_constructor_too_few_fields, "constructor arity", "relay.Cons(x)",
      "Cons takes 2 arguments, got 1"),
     (calls_an_operator_with_too_few_arguments, "operator arity", "relay.add(x)",
-     "add takes 2 argument(s)"),
+     "add: missing input 'rhs' (inputs lhs, rhs; given: lhs)"),
     (gives_an_unknown_attribute, "unknown attribute", "relay.sum", "unknown attribute(s)"),
     (uses_a_string, "string", '"one"', "only numbers and arrays can be values"),
     (annotates_a_local_badly, "bad annotation", "Tensor[Float, (-1,)]", "negative dimension"),

@@ -116,7 +116,8 @@ def axis_attr(default: int, doc: str) -> Attr:
     return Attr("axis", "int", default, doc=doc)
 
 
-def out_dtype_attr() -> Attr:
+def out_dtype_attr(keyword_only: bool = False) -> Attr:
     """A product's ``out_dtype``: the result's (and the accumulation's) dtype, as TVM's."""
     return Attr("out_dtype", "optional_dtype", None,
-                doc="the result dtype, accumulated in (int8 inputs to int32); None: the inputs'")
+                doc="the result dtype, accumulated in (int8 inputs to int32); None: the inputs'",
+                keyword_only=keyword_only)

@@ -210,7 +210,7 @@ conv2d = register(OpDef(
         Attr("channels", "optional_int", None,
              doc="out-channels O; with kernel_size, lets inference infer the weight"),
         Attr("kernel_size", "optional_pair", None, all_positive, "kernel (h, w)"),
-        out_dtype_attr(),
+        out_dtype_attr(keyword_only=True),  # TVM's layouts come first
     ),
     doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight, summed in out_dtype; "
         "in-channels = I * groups",
@@ -254,7 +254,7 @@ conv1d = register(OpDef(
         Attr("channels", "optional_int", None,
              doc="out-channels O; with kernel_size, lets inference infer the weight"),
         Attr("kernel_size", "optional_single", None, all_positive, "kernel (w,)"),
-        out_dtype_attr(),
+        out_dtype_attr(keyword_only=True),  # TVM's layouts come first
     ),
     doc="1-D cross-correlation of NCW data with OIW weight, summed in out_dtype; "
         "in-channels = I * groups",

@@ -214,7 +214,7 @@ batch_matmul = register(OpDef(
     "batch_matmul", ("x", "y"), _batch_matmul_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     numpy_ref=_batch_matmul_ref, jax_lower=_batch_matmul_ref, compute=_batch_matmul_compute,
     gradient=_batch_matmul_grad,
-    attrs=(Attr("transpose_a", "bool", False, doc="x is (b, k, m)"),
+    attrs=(Attr("transpose_a", "bool", False, doc="x is (b, k, m)", keyword_only=True),
            Attr("transpose_b", "bool", False, doc="y is (b, n, k)")),
     doc="x (b, m, k) @ y (b, k, n) -> (b, m, n), each optionally transposed; a batch of 1 "
         "broadcasts",

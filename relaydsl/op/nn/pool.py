@@ -12,6 +12,7 @@ elementwise consumer fuses into them.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import partial
 from typing import Any as AnyValue, Sequence
 
@@ -41,7 +42,8 @@ from relaydsl.typing.relations import RelationContext
 
 POOL = (
     Attr("pool_size", "pair", REQUIRED, all_positive, "window size (h, w)"),
-    STRIDES, PADDING,
+    # TVM's pools take dilation before padding: padding on is by keyword only
+    STRIDES, replace(PADDING, keyword_only=True),
     Attr("ceil_mode", "bool", False, doc="round the output size up (see window.py)"),
 )
 
@@ -368,7 +370,8 @@ global_max_pool2d = register(OpDef(
 POOL1D = (
     Attr("pool_size", "single", REQUIRED, all_positive, "window size (w,)"),
     Attr("strides", "single", (1,), all_positive, "window step (w,)"),
-    Attr("padding", "padding1d", (0, 0), non_negative, "an int or (left, right)"),
+    Attr("padding", "padding1d", (0, 0), non_negative, "an int or (left, right)",
+         keyword_only=True),
     Attr("ceil_mode", "bool", False, doc="round the output size up (see window.py)"),
 )
 

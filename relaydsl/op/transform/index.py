@@ -79,7 +79,8 @@ _TAKE_ATTRS = (
     Attr("axis", "optional_int", None, doc="the axis to index; None indexes the flattened x"),
     Attr("mode", "str", "clip",
          lambda m: None if m in ("clip", "wrap") else "must be 'clip' or 'wrap'",
-         doc="out-of-range indices: 'clip' clamps (negative to 0), 'wrap' wraps around"),
+         doc="out-of-range indices: 'clip' clamps (negative to 0), 'wrap' wraps around",
+         keyword_only=True),
 )
 
 take = register(OpDef(
