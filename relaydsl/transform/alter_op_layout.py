@@ -55,6 +55,10 @@ from relaydsl.transform._util import is_primitive, rewrite_functions
 BLOCK = 16
 """The widest channel block: one AVX-512 vector of float32."""
 
+_LAYOUT_BOUND = ("axis", "shape")
+"""Attributes naming an axis or the result's shape (bias_add, prelu, broadcast_to, full): an
+op with one means them in NCHW, so it is not moved into a blocked layout as it is."""
+
 
 def alter_op_layout(mod: IRModule, block: int = BLOCK) -> IRModule:
     """A copy of `mod` with its NCHW conv2d calls in blocked layouts (see the module doc);
@@ -139,7 +143,8 @@ class _AlterLayout(ExprMutator):
             return self._conv2d(call, new)
         if new.op == bias_add.op:
             return self._bias_add(call, new)
-        if new.op.definition.pattern <= OpPattern.BROADCAST and "axis" not in new.attrs:
+        if new.op.definition.pattern <= OpPattern.BROADCAST and \
+                not any(a in new.attrs for a in _LAYOUT_BOUND):
             return self._broadcast(call, new)
         return new
 
@@ -155,9 +160,8 @@ class _AlterLayout(ExprMutator):
     def _conv2d(self, call: Call, new: Call) -> Expr:
         data, weight = _static_shape(call.args[0]), _static_shape(call.args[1])
         a = call.attrs
-        dtype = call.args[0].checked_type.dtype  # pyright: ignore[reportAttributeAccessIssue]
         if data is None or weight is None or len(data) != 4 or a.groups != 1 or \
-                a.out_dtype not in (None, dtype):
+                a.out_dtype not in (None, call.args[0].checked_type.dtype):  # pyright: ignore
             return new
         ib, ob = channel_block(data[1], self.block), channel_block(weight[0], self.block)
         _, weight_layout, _ = nchwc_layouts(ib, ob)

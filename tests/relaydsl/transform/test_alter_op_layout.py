@@ -10,7 +10,7 @@ import pytest
 
 from relaydsl.backend.interpreter import to_value
 from relaydsl.backend.target import get_target
-from relaydsl.ir.expr import Call, Constant, Function, Op, Var
+from relaydsl.ir.expr import Call, Constant, Function, Op, Var, const
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.parser import parse
 from relaydsl.ir.structural import structural_equal
@@ -219,3 +219,26 @@ def test_strided_and_dilated_convs_keep_their_values():
     assert transforms(altered).count(("NCHW", "NCHW16c")) == 1
     for target in ("interp", "llvm"):
         np.testing.assert_allclose(run(altered, target, *args), want, rtol=1e-4, atol=1e-4)
+
+
+def test_ops_with_an_axis_or_a_shape_stay_nchw():
+    x, w = Var("x", TensorType((1, 8, 5, 5))), Var("w", TensorType((8, 8, 1, 1)))
+    alpha = Var("alpha", TensorType((8,)))
+    h = ops.prelu(ops.conv2d(x, w), alpha, axis=1)
+    body = ops.add(ops.broadcast_to(ops.conv2d(h, w), shape=(1, 8, 5, 5)), const(1.0))
+    altered = eliminate_dead_code(alter_op_layout(module([x, w, alpha], body)))
+    prelu = _calls(altered, "prelu")
+    assert len(prelu) == 1 and prelu[0].args[0].attrs.dst_layout == "NCHW"
+    args = [f32(1, 8, 5, 5), f32(8, 8, 1, 1), f32(8)]
+    c = conv_jax(args[0], args[1], padding=0)
+    h = jnp.where(c > 0, c, c * args[2][None, :, None, None])
+    want = conv_jax(h, args[1], padding=0) + 1.0
+    for target in ("interp", "llvm"):
+        np.testing.assert_allclose(run(altered, target, *args), want, rtol=1e-4, atol=1e-4)
+
+
+def _calls(mod: IRModule, name: str) -> list[Call]:
+    found: list[Call] = []
+    post_order(mod["main"], lambda e: found.append(e) if isinstance(e, Call) and
+               isinstance(e.op, Op) and e.op.name == name else None)
+    return found
