@@ -20,7 +20,9 @@ What each opt_level adds:
   program (which the llvm target runs as one static plan); common-subexpression
   elimination. Everything but the passes run on demand;
 - on demand (``PassContext(required_pass=[...])``), at no level: InlineAll, a whole network
-  as one function with no other globals (for an accelerator's code generator).
+  as one function with no other globals (for an accelerator's code generator);
+  AlterOpLayout, conv2d in the blocked NCHW16c layout (on this CPU slower than our NCHW
+  conv2d, an implicit GEMM on the tuned micro-kernel).
 
 Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
 reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
@@ -39,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from relaydsl.ir.module import IRModule
+from relaydsl.transform.alter_op_layout import alter_op_layout
 from relaydsl.transform.a_normal_form import to_a_normal_form
 from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.eliminate_common_subexpr import eliminate_common_subexpr
@@ -78,6 +81,9 @@ LowerGrads = module_pass(
 SimplifyInference = module_pass(
     simplify_inference, opt_level=2, name="SimplifyInference",
     description="inference-mode batch_norm becomes a per-channel multiply-add; dropout goes")
+AlterOpLayout = module_pass(
+    alter_op_layout, opt_level=ON_DEMAND, name="AlterOpLayout",
+    description="conv2d in the blocked NCHW16c layout; inverse layout_transform pairs cancel")
 DeadCodeElimination = module_pass(
     eliminate_dead_code, opt_level=2, name="DeadCodeElimination",
     description="drop let bindings of pure values that are never used")
@@ -101,8 +107,11 @@ ToANormalForm = module_pass(
 # InlineGlobals runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
 # SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift.
+# AlterOpLayout runs after SimplifyInference (whose per-channel multiply-adds it keeps blocked)
+# and before DeadCodeElimination (the bindings it bypasses) and FoldConstant (the transforms
+# of constant weights and biases).
 OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
-                              LowerGrads, InlineGlobals, SimplifyInference,
+                              LowerGrads, InlineGlobals, SimplifyInference, AlterOpLayout,
                               DeadCodeElimination, FoldConstant, EliminateCommonSubexpr)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
@@ -163,6 +172,7 @@ def table() -> str:
 
 
 __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "run",
-           "pass_names", "table", "Inline", "InlineAll", "InlineGlobals", "FirstOrderGradients",
+           "pass_names", "table", "AlterOpLayout", "Inline", "InlineAll", "InlineGlobals",
+           "FirstOrderGradients",
            "LowerGrads", "SimplifyInference", "DeadCodeElimination", "FoldConstant",
            "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]

@@ -1,5 +1,6 @@
 """Convolution: conv2d (TVM's: NCHW data, or one CHW example; OIHW weight; groups); conv1d
-(NCW data, OIW weight: conv2d over a height of 1, window.py).
+(NCW data, OIW weight: conv2d over a height of 1, window.py); conv2d_nchwc (conv2d in the
+blocked layouts NCHW{i}c / OIHW{i}i{o}o, which AlterOpLayout rewrites conv2d into).
 
 The window geometry (strides, padding, dilation, the output size) is window.py's. The
 NumPy reference contracts sliding-window views with the filters; the JAX lowering is
@@ -9,13 +10,15 @@ inputs accumulated in int32), the inputs converted to it first.
 """
 from __future__ import annotations
 
+from typing import Any as AnyValue, Callable
+
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Call, Expr
+from relaydsl.ir.expr import Call, Expr, Let, Var
 from relaydsl.ir.types import Dim, TensorType, Type
 from relaydsl.op import grad_util as gu
-from relaydsl.op.lazy_jax import lax
+from relaydsl.op.lazy_jax import jnp, lax
 from relaydsl.op.nn.common import (
     Array, Inputs, all_positive, non_negative, out_dtype_attr, positive,
 )
@@ -25,8 +28,9 @@ from relaydsl.op.nn.window import (
     single_example, unbatch, window_dim,
 )
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
+from relaydsl.op.transform.layout import Layout, layout_transform, transform_array
 from relaydsl.te import tensor as T
-from relaydsl.te.expr import PrimExpr, cast
+from relaydsl.te.expr import PrimExpr, cast, const, select
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
 from relaydsl.typing.relations import NUMERIC, RelationContext, is_unknown, tensor_arg
 
@@ -259,4 +263,101 @@ conv1d = register(OpDef(
     doc="1-D cross-correlation of NCW data with OIW weight, summed in out_dtype; "
         "in-channels = I * groups",
     traits=Traits(infers_inputs=(1,)),
+))
+
+# ---- conv2d_nchwc -------------------------------------------------------------------------------
+# conv2d in TVM's blocked layouts (its contrib_conv2d_NCHWc): data NCHW{i}c (N, C/i, H, W, i),
+# weight OIHW{i}i{o}o (O/o, C/i, KH, KW, i, o), result NCHW{o}c (N, O/o, OH, OW, o). The block
+# sizes are the shapes' last dims. Each output pixel's o-wide block is a sum of weight rows
+# contiguous along o, so the loop over the block vectorises (AlterOpLayout makes these calls).
+
+
+def nchwc_layouts(in_block: int, out_block: int) -> tuple[str, str, str]:
+    """The data, weight and result layouts of a conv2d_nchwc with these block sizes."""
+    return f"NCHW{in_block}c", f"OIHW{in_block}i{out_block}o", f"NCHW{out_block}c"
+
+
+def _conv2d_nchwc_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    c = Inputs(ctx, "conv2d_nchwc", args, ("data", "weight"), NUMERIC)
+    n, cin_blocks, h, w, block = c.shape(0, rank=5)
+    cout_blocks, w_cin_blocks, kh, kw, w_block, out_block = c.shape(1, rank=6)
+    c.same(cin_blocks, w_cin_blocks, f"the in-channel blocks of {c.arg(0)} and {c.arg(1)} differ")
+    c.same(block, w_block, f"the in-channel block sizes of {c.arg(0)} and {c.arg(1)} differ")
+    oh, ow = Window.conv(attrs, (kh, kw)).out_dims(c, (h, w))  # pyright: ignore[reportArgumentType]
+    return c.tensor((n, cout_blocks, oh, ow, out_block))
+
+
+def _via_nchw(conv: Callable[..., Array], xp: AnyValue) -> Callable[..., Array]:
+    """conv2d_nchwc's reference (or lowering) from conv2d's `conv`: unblocked, run, reblocked."""
+
+    def run(data: Array, weight: Array, **attrs: AnyValue) -> Array:
+        data_layout, weight_layout, out_layout = nchwc_layouts(data.shape[-1], weight.shape[-1])
+        out = conv(transform_array(data, data_layout, "NCHW", xp),
+                   transform_array(weight, weight_layout, "OIHW", xp),
+                   groups=1, out_dtype=None, **attrs)
+        return transform_array(out, "NCHW", out_layout, xp)
+
+    return run
+
+
+def _conv2d_nchwc_np(data: np.ndarray, weight: np.ndarray, **attrs: AnyValue) -> np.ndarray:
+    return np.ascontiguousarray(_via_nchw(_conv2d_np, np)(data, weight, **attrs))
+
+
+def _conv2d_nchwc_grad(call: Call, g: Expr) -> list[Expr]:
+    """d conv2d_nchwc(x, w) = conv2d's adjoints of the unblocked x and w, blocked again."""
+    x, w = call.args
+    in_block, out_block = gu.tensor_type(w).concrete_shape()[-2:]
+    data_layout, weight_layout, out_layout = nchwc_layouts(in_block, out_block)
+    g_nchw = layout_transform(g, src_layout=out_layout, dst_layout="NCHW")
+    adjoints: list[Expr] = []
+    for i, layout in enumerate((data_layout, weight_layout)):  # fresh variables per adjoint
+        unblocked = [layout_transform(x, src_layout=data_layout, dst_layout="NCHW"),
+                     layout_transform(w, src_layout=weight_layout, dst_layout="OIHW")]
+        plain = [Var("data", _unblocked_type(x, data_layout, "NCHW")),
+                 Var("weight", _unblocked_type(w, weight_layout, "OIHW"))]
+        call2d = conv2d(*plain, **call.attrs)
+        adjoint = _conv2d_grad(call2d, g_nchw)[i]
+        adjoint = layout_transform(adjoint, src_layout="OIHW" if i else "NCHW", dst_layout=layout)
+        for v, u in reversed(list(zip(plain, unblocked))):
+            adjoint = Let(v, u, adjoint)
+        adjoints.append(adjoint)
+    return adjoints
+
+
+def _unblocked_type(x: Expr, blocked: str, unblocked: str) -> TensorType:
+    """The type of `x`, of layout `blocked`, in layout `unblocked`."""
+    t = gu.tensor_type(x)
+    src, dst = Layout.parse(blocked), Layout.parse(unblocked)
+    return TensorType(dst.shape(src.primal_sizes(t.concrete_shape())), t.dtype)
+
+
+def _conv2d_nchwc_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    data, weight = inputs
+    cin_blocks, kh, kw, block = weight.shape[1], weight.shape[2], weight.shape[3], weight.shape[4]
+    h, w = data.shape[2:4]
+    win = Window.conv(attrs, (kh, kw))
+    padded = any(win.pads)
+
+    def f(n: PrimExpr, ob: PrimExpr, y: PrimExpr, x: PrimExpr, oc: PrimExpr) -> PrimExpr:
+        rc, ry, rx = reduce_axis(cin_blocks, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+        ri = reduce_axis(block, "ri")
+        iy, ix = win.te_position(y, x, ry, rx)
+        a = data[n, rc, iy, ix, ri]
+        if padded:
+            inside = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
+            a = select(inside, a, const(0, data.dtype))
+        return T.sum(a * weight[ob, rc, ry, rx, ri, oc], [rc, ry, rx, ri])
+
+    return compute(out_type.concrete_shape(), f, "T_conv2d_nchwc")
+
+
+conv2d_nchwc = register(OpDef(
+    "conv2d_nchwc", ("data", "weight"), _conv2d_nchwc_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=_conv2d_nchwc_np, jax_lower=_via_nchw(_conv2d_jax, jnp),
+    compute=_conv2d_nchwc_compute, gradient=_conv2d_nchwc_grad,
+    attrs=(STRIDES, PADDING,
+           Attr("dilation", "pair", (1, 1), all_positive, "kernel dilation (h, w)")),
+    doc="conv2d of NCHW{i}c data (N, C/i, H, W, i) with OIHW{i}i{o}o weight "
+        "(O/o, C/i, KH, KW, i, o), giving NCHW{o}c: the blocked layout AlterOpLayout uses",
 ))

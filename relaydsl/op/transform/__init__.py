@@ -5,7 +5,8 @@
 * index.py: take, strided_slice, gather_nd and the adjoints take_grad, strided_slice_grad;
 * join.py: concatenate, stack (one tuple-typed input) and split (a tuple result);
 * create.py: zeros, ones, full, zeros_like, ones_like, one_hot, shape_of, ndarray_size;
-* sort.py: topk.
+* sort.py: topk;
+* layout.py: layout_transform (NCHW <-> NCHW8c and the like).
 
 Dims that pass through stay symbolic; a dim computed from a symbolic one (a concatenated
 axis, reshape's -1, a sliced axis) is ``Any``.
@@ -30,10 +31,12 @@ from relaydsl.op.transform.create import (
     full, ndarray_size, one_hot, ones, ones_like, shape_of, zeros, zeros_like,
 )
 from relaydsl.op.transform.sort import topk
+from relaydsl.op.transform.layout import layout_transform
 
 __all__ = [
-    "broadcast_to", "concatenate", "expand_dims", "full", "gather_nd", "ndarray_size", "one_hot",
-    "ones", "ones_like", "reshape", "reshape_like", "shape_of", "split", "squeeze", "stack",
+    "broadcast_to", "concatenate", "expand_dims", "full", "gather_nd", "layout_transform",
+    "ndarray_size", "one_hot", "ones", "ones_like", "reshape", "reshape_like", "shape_of",
+    "split", "squeeze", "stack",
     "strided_slice", "strided_slice_grad", "take", "take_grad", "tile", "topk", "transpose",
     "zeros", "zeros_like",
 ]

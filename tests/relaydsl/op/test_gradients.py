@@ -25,7 +25,8 @@ from relaydsl.op.grad_util import input_adjoints
 from relaydsl.typing import infer_type
 from tests.relaydsl.op.harness import assert_same, type_of
 from tests.relaydsl.op.test_nn import (
-    avg_pool1d_truth, avg_pool_truth, batch_norm_truth, bias_add_truth, conv1d_truth, conv_truth,
+    avg_pool1d_truth, avg_pool_truth, batch_norm_truth, bias_add_truth, conv1d_truth,
+    conv_nchwc_truth, conv_truth,
     cross_entropy_truth, global_max_truth, layer_norm_truth, leaky_relu_truth, max_pool1d_truth,
     max_pool_truth, one_hot, prelu_truth,
 )
@@ -224,6 +225,9 @@ CASES = [
     GradCase("squeeze", [f64(2, 1, 3, 1)], {"axis": (-1,)}),
     GradCase("flatten", [f64(2, 3, 4)]),
     GradCase("transpose", [f64(2, 3, 4)]),
+    GradCase("layout_transform", [f64(2, 8, 3, 2)], {"src_layout": "NCHW", "dst_layout": "NCHW4c"}),
+    GradCase("layout_transform", [f64(2, 3, 4, 2, 2)],
+             {"src_layout": "NCHW2c", "dst_layout": "NHWC"}),
     GradCase("transpose", [f64(2, 3, 4)], {"axes": (1, 0, 2)}),
     GradCase("transpose", [f64(2, 3, 4)], {"axes": (-1, 0, 1)}),
     GradCase("expand_dims", [f64(2, 3)], {"axis": 1}),
@@ -302,6 +306,12 @@ CASES = [
              "transpose_b": True}, name="transposed, batch 1 broadcasts"),
     # ---- convolution and pooling
     GradCase("conv2d", [f64(2, 3, 7, 7), f64(4, 3, 3, 3)], truth=conv_truth()),
+    GradCase("conv2d_nchwc", [f64(2, 2, 5, 5, 2), f64(3, 2, 3, 3, 2, 2)],
+             truth=conv_nchwc_truth()),
+    GradCase("conv2d_nchwc", [f64(1, 1, 6, 7, 4), f64(1, 1, 3, 2, 4, 4)],
+             {"strides": 2, "padding": (1, 0, 0, 1)},
+             truth=conv_nchwc_truth((2, 2), ((1, 0), (0, 1))),
+             name="strides 2, padding"),
     GradCase("conv2d", [f64(2, 3, 8, 8), f64(4, 3, 3, 3)], {"strides": 2, "padding": 1},
              name="stride 2, padding 1"),
     GradCase("conv2d", [f64(1, 2, 6, 7), f64(3, 2, 3, 3)], {"padding": (1, 2)},

@@ -68,6 +68,21 @@ def conv_truth(strides=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1), groups=1,
     return truth
 
 
+def conv_nchwc_truth(strides=(1, 1), pads=((0, 0), (0, 0)), dilation=(1, 1)):
+    """conv2d_nchwc as NCHW conv2d on the unblocked data and weight, the result blocked."""
+    nchw = conv_truth(strides, pads, dilation)
+
+    def truth(x, w):
+        n, cb, h, wd, ib = x.shape
+        ob_count, _, kh, kw, _, ob = w.shape
+        out = nchw(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * ib, h, wd),
+                   w.transpose(0, 5, 1, 4, 2, 3).reshape(ob_count * ob, cb * ib, kh, kw))
+        _, _, oh, ow = out.shape
+        return out.reshape(n, ob_count, ob, oh, ow).transpose(0, 1, 3, 4, 2)
+
+    return truth
+
+
 def _window_sum(x, k, s, pads):
     return lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (1, 1, *k), (1, 1, *s),
                              ((0, 0), (0, 0), *pads))
@@ -323,6 +338,15 @@ CASES = [
     OpCase("conv2d", [f32(2, 5, 4, 4), f32(3, 5, 1, 1)], conv_truth(), **CONV, name="1x1"),
     OpCase("conv2d", [f32(64, 1, 28, 28), f32(20, 1, 5, 5)], conv_truth(), **CONV,
            name="LeNet's first layer, batch 64"),
+    # conv2d_nchwc: data NCHW{i}c, weight OIHW{i}i{o}o, result NCHW{o}c
+    OpCase("conv2d_nchwc", [f32(2, 2, 6, 6, 4), f32(3, 2, 3, 3, 4, 8)], conv_nchwc_truth(),
+           **CONV),
+    OpCase("conv2d_nchwc", [f32(1, 3, 7, 8, 2), f32(2, 3, 3, 2, 2, 4)],
+           conv_nchwc_truth((2, 1), ((1, 2), (0, 1)), (1, 2)),
+           {"strides": (2, 1), "padding": (1, 0, 2, 1), "dilation": (1, 2)}, **CONV,
+           name="strides, padding, dilation"),
+    OpCase("conv2d_nchwc", [f64(1, 1, 5, 5, 8), f64(2, 1, 1, 1, 8, 4)], conv_nchwc_truth(),
+           name="float64 1x1"),
     # max_pool2d
     OpCase("max_pool2d", [f32(2, 3, 6, 6)], max_pool_truth((2, 2), (2, 2), ((0, 0), (0, 0))),
            {"pool_size": 2, "strides": 2}),

@@ -236,6 +236,26 @@ CASES = [
     OpCase("zeros_like", [i32(4)], lambda x: lax.full(x.shape, 0, x.dtype)),
     OpCase("ones_like", [f64(2, 3)], lambda x: lax.full(x.shape, 1, x.dtype)),
     OpCase("ones_like", [bools(3)], lambda x: lax.full(x.shape, True, x.dtype)),
+    # layout_transform: the blocked layouts as reshape + transpose, written out per case
+    OpCase("layout_transform", [f32(2, 16, 3, 5)],
+           lambda x: x.reshape(2, 2, 8, 3, 5).transpose(0, 1, 3, 4, 2),
+           {"src_layout": "NCHW", "dst_layout": "NCHW8c"}, name="NCHW to NCHW8c"),
+    OpCase("layout_transform", [f32(2, 2, 3, 5, 8)],
+           lambda x: x.transpose(0, 1, 4, 2, 3).reshape(2, 16, 3, 5),
+           {"src_layout": "NCHW8c", "dst_layout": "NCHW"}, name="NCHW8c to NCHW"),
+    OpCase("layout_transform", [f32(2, 2, 3, 5, 8)],
+           lambda x: x.reshape(2, 2, 3, 5, 2, 4).transpose(0, 1, 4, 2, 3, 5).reshape(2, 4, 3, 5, 4),
+           {"src_layout": "NCHW8c", "dst_layout": "NCHW4c"}, name="NCHW8c to NCHW4c"),
+    OpCase("layout_transform", [f64(8, 12, 3, 3)],
+           lambda w: w.reshape(2, 4, 3, 4, 3, 3).transpose(0, 2, 4, 5, 3, 1),
+           {"src_layout": "OIHW", "dst_layout": "OIHW4i4o"}, name="OIHW to OIHW4i4o"),
+    OpCase("layout_transform", [i32(2, 3, 4, 5)], lambda x: x.transpose(0, 2, 3, 1),
+           {"src_layout": "NCHW", "dst_layout": "NHWC"}, name="NCHW to NHWC"),
+    OpCase("layout_transform", [f32(1, 4, 2, 3, 2)],
+           lambda x: x.transpose(0, 2, 3, 1, 4).reshape(1, 2, 3, 8),
+           {"src_layout": "NCHW2c", "dst_layout": "NHWC"}, name="NCHW2c to NHWC"),
+    OpCase("layout_transform", [f32(16, 3)], lambda x: x.reshape(4, 4, 3).transpose(0, 2, 1),
+           {"src_layout": "CW", "dst_layout": "CW4c"}, name="CW to CW4c"),
 ]
 
 
@@ -313,6 +333,15 @@ def rel(op, *arg_types, **attrs):
      r"one_hot: on_value must be a scalar, got Tensor\[\(1,\), float32\]"),
     ("one_hot", [T((2,), "int32"), T(()), T(())], {"depth": 3, "axis": 2},
      r"one_hot: attribute 'axis' = 2 is out of range for the 2-D result"),
+    ("layout_transform", [T((2, 12, 3, 3))], {"src_layout": "NCHW", "dst_layout": "NCHW8c"},
+     r"layout_transform from NCHW to NCHW8c: axis C of the input Tensor\[\(2, 12, 3, 3\), "
+     r"float32\] \(12\) is not a multiple of the block 8c"),
+    ("layout_transform", [T((2, 12, 3))], {"src_layout": "NCHW", "dst_layout": "NHWC"},
+     r"layout_transform from NCHW to NHWC: the input .* does not have rank 4"),
+    ("layout_transform", [T((2, 12, 3, 3))], {"src_layout": "NCHW", "dst_layout": "NCDW"},
+     r"layout_transform from NCHW to NCDW: the layouts do not have the same primal axes"),
+    ("layout_transform", [T((2, 1, 3, 3, 4))], {"src_layout": "NCHW8c", "dst_layout": "NCHW"},
+     r"axis 4 of the input .* is the block 8c, not of size 8"),
 ])
 def test_type_errors(op, arg_types, attrs, message):
     with pytest.raises(RelayTypeError, match=message):
@@ -340,6 +369,14 @@ def test_type_errors(op, arg_types, attrs, message):
     ("one_hot", [T((2,), "int32"), T(()), T(())], {"depth": -1},
      r"one_hot: attribute 'depth': must be >= 0"),
     ("one_hot", [T((2,), "int32"), T(()), T(())], {}, r"one_hot: attribute 'depth' is required"),
+    ("layout_transform", [T((6,))], {"src_layout": "NCC", "dst_layout": "N"},
+     r"layout_transform: attribute 'src_layout': an axis appears twice in 'NCC'"),
+    ("layout_transform", [T((6,))], {"src_layout": "N4c", "dst_layout": "N"},
+     r"layout_transform: attribute 'src_layout': a block axis of 'N4c' has no primal axis"),
+    ("layout_transform", [T((6,))], {"src_layout": "Nc", "dst_layout": "N"},
+     r"layout_transform: attribute 'src_layout': block axis c needs a factor"),
+    ("layout_transform", [T((6,))], {"src_layout": "N", "dst_layout": "N-"},
+     r"layout_transform: attribute 'dst_layout': 'N-' is not a layout"),
 ])
 def test_bad_attributes(op, arg_types, attrs, message):
     with pytest.raises(IRError, match=message):

@@ -334,6 +334,17 @@ def test_conv2d_rule(data: tuple, weight: tuple, attrs: dict) -> None:
     check("conv2d", int8, out_dtype="int32", **attrs)
 
 
+def test_conv2d_nchwc_and_layout_transform_rules() -> None:
+    check("conv2d_nchwc", [floats((1, 2, 6, 7, 4)), floats((3, 2, 3, 3, 4, 2))], tol=1e-5)
+    check("conv2d_nchwc", [floats((2, 3, 8, 9, 1)), floats((2, 3, 3, 2, 1, 4))], tol=1e-5,
+          strides=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2))
+    check("layout_transform", [floats((2, 8, 3, 3))], src_layout="NCHW", dst_layout="NCHW4c")
+    check("layout_transform", [floats((2, 2, 3, 3, 4))], src_layout="NCHW4c",
+          dst_layout="NCHW")
+    check("layout_transform", [ints((1, 2, 3, 3, 4))], src_layout="NCHW4c", dst_layout="NHWC2c")
+    check("layout_transform", [floats((8, 12, 3, 3))], src_layout="OIHW", dst_layout="OIHW4i2o")
+
+
 POOL_CASES = [
     ((2, 3, 6, 6), {"pool_size": 2}),
     ((1, 2, 7, 8), {"pool_size": 3, "strides": 2, "padding": 1}),
