@@ -91,6 +91,16 @@ def skipped(layers: Sequence[Layer], known: set[str]) -> list[str]:
                               if p not in known))
 
 
+def labels(layers: Sequence[Layer], known: set[str]) -> list[str]:
+    """The layers' labels, each marked with the passes it adds that the pipeline lacks."""
+    out, before = [], set()
+    for layer in layers:
+        lacking = [p for p in layer.required_pass if p not in known and p not in before]
+        out.append(layer.label + (f" (no {', '.join(lacking)})" if lacking else ""))
+        before.update(layer.required_pass)
+    return out
+
+
 @dataclass
 class ModelResult:
     name: str
@@ -155,7 +165,7 @@ def speedup(r: ModelResult, i: int) -> float | None:
 def table(results: Sequence[ModelResult], layers: Sequence[Layer]) -> tuple[str, list[str]]:
     """The Markdown table (speedup over opt_level 0, and the median time) and its notes."""
     notes: list[str] = []
-    header = ["network", *[layer.label for layer in layers], "jax.jit (NCHW)"]
+    header = ["network", *labels(layers, known_passes()), "jax.jit (NCHW)"]
     lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for r in results:
         cells = [r.result.case.name]
@@ -186,9 +196,9 @@ def draw(results: Sequence[ModelResult], layers: Sequence[Layer], path: Path) ->
         return False
     fig, ax = plt.subplots(figsize=(9, 4.2))
     width = 0.8 / len(layers)
-    for i, layer in enumerate(layers):
+    for i, label in enumerate(labels(layers, known_passes())):
         xs = [m + (i - (len(layers) - 1) / 2) * width for m in range(len(results))]
-        ax.bar(xs, [speedup(r, i) or 0.0 for r in results], width, label=layer.label)
+        ax.bar(xs, [speedup(r, i) or 0.0 for r in results], width, label=label)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(results)), [vision.TITLES[r.name] for r in results])
     ax.set_ylabel("speedup over opt_level 0")

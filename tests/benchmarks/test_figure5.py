@@ -38,6 +38,9 @@ def test_a_pass_the_pipeline_lacks_is_left_out_of_the_context():
     assert "FoldConstant" in known and "NoSuchPass" not in known
     assert figure5.context(layer, known).required_pass == frozenset({"FoldConstant"})
     assert figure5.skipped([figure5.LAYERS[0], layer], known) == ["NoSuchPass"]
+    later = figure5.Layer("+ more", 1, ("FoldConstant", "NoSuchPass", "EliminateCommonSubexpr"))
+    # the table and the chart name what a layer lacks where it would have added it
+    assert figure5.labels([layer, later], known) == ["+ new (no NoSuchPass)", "+ more"]
 
 
 def test_sections_are_replaced_in_place_or_appended():
