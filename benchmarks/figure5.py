@@ -162,6 +162,12 @@ def speedup(r: ModelResult, i: int) -> float | None:
     return base / t if base and t else None
 
 
+def ms(seconds: float) -> str:
+    """Milliseconds, three significant digits (no exponent for the slow networks)."""
+    value = seconds * 1e3
+    return f"{value:.0f} ms" if value >= 100 else f"{value:.3g} ms"
+
+
 def table(results: Sequence[ModelResult], layers: Sequence[Layer]) -> tuple[str, list[str]]:
     """The Markdown table (speedup over opt_level 0, and the median time) and its notes."""
     notes: list[str] = []
@@ -177,10 +183,9 @@ def table(results: Sequence[ModelResult], layers: Sequence[Layer]) -> tuple[str,
                 cells.append(cell.status)
                 continue
             s = speedup(r, i)
-            cells.append(f"{s:.2f}x ({cell.seconds * 1e3:.3g} ms)" if s else
-                         f"— ({cell.seconds * 1e3:.3g} ms)")
+            cells.append(f"{s:.2f}x ({ms(cell.seconds)})" if s else f"— ({ms(cell.seconds)})")
         jax = r.result.cells["jax"]
-        cells.append(f"{jax.seconds * 1e3:.3g} ms" if jax.seconds else jax.status)
+        cells.append(ms(jax.seconds) if jax.seconds else jax.status)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines), notes
 
@@ -211,11 +216,12 @@ def draw(results: Sequence[ModelResult], layers: Sequence[Layer], path: Path) ->
 
 
 def section_text(results: Sequence[ModelResult], layers: Sequence[Layer], missing: list[str],
-                 settings: Settings, load: tuple[str, str]) -> str:
+                 settings: Settings, load: tuple[str, str], argv: Sequence[str]) -> str:
     known = known_passes()
     table_md, notes = table(results, layers)
+    command = " ".join(["python benchmarks/figure5.py", *argv])
     lines = [
-        f"Written by `python benchmarks/figure5.py {' '.join(sys.argv[1:])}`".rstrip() +
+        f"Written by `{command}`"
         f" on {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; load average "
         f"{load[0]} at the start, {load[1]} at the end. Batch 1, float32, NCHW, random "
         "weights bound as constants; the speedup of each pass set over opt_level 0 "
@@ -257,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Markdown file whose Figure 5 section is written ('' to skip)")
     parser.add_argument("--chart", default=str(ROOT / "benchmarks" / "figure5.png"),
                         help="where the bar chart goes ('' to skip)")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in vision.MODELS]
@@ -270,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.for_mode(TARGET, args.quick)
     start_load = load_average()
     results = measure(names, LAYERS, settings, args.image)
-    text = section_text(results, LAYERS, missing, settings, (start_load, load_average()))
+    text = section_text(results, LAYERS, missing, settings, (start_load, load_average()), argv)
     print("\n" + text)
     if args.output:
         path = Path(args.output)

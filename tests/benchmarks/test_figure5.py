@@ -17,6 +17,7 @@ def test_a_quick_run_checks_every_pass_set_and_writes_its_section(tmp_path, caps
     text = results.read_text()
     assert text.startswith(OTHER)  # the sections run.py writes are untouched
     assert "an earlier run" not in text
+    assert "Written by `python benchmarks/figure5.py --quick --models dqn --output " in text
     (row,) = [line for line in text.splitlines() if line.startswith("| Nature-DQN (36x36)")]
     cells = row.strip("|").split("|")[1:]
     assert len(cells) == len(figure5.LAYERS) + 1
