@@ -107,8 +107,9 @@ def labels(layers: Sequence[Layer], known: set[str]) -> list[str]:
 
 @dataclass
 class ModelResult:
+    """One network's row: the harness's cells, keyed "jax" and layer_key(i)."""
+
     name: str
-    image: int
     result: Result
 
     def seconds(self, key: str) -> float | None:
@@ -149,6 +150,8 @@ def network_case(name: str, image: int, layers: Sequence[Layer], known: set[str]
 
 def measure(names: Sequence[str], layers: Sequence[Layer], settings: Settings,
             image: int | None = None) -> list[ModelResult]:
+    """Checks and times every network of `names` under every layer (image: their size, by
+    default the paper's, or 32x32 for a quick run)."""
     known = known_passes()
     results = []
     for name in names:
@@ -156,7 +159,7 @@ def measure(names: Sequence[str], layers: Sequence[Layer], settings: Settings,
         case = network_case(name, size, layers, known)
         print(f"  {case.name} ...", file=sys.stderr, flush=True)
         (result,) = run_case(case, settings)
-        results.append(ModelResult(name, size, result))
+        results.append(ModelResult(name, result))
     return results
 
 
