@@ -223,3 +223,29 @@ def _debug() -> bool:
     import os
 
     return bool(os.environ.get("RELAYDSL_BENCH_DEBUG"))
+
+
+# ---- RESULTS.md: one file, sections written by different scripts ----------------------------
+def sections(text: str) -> list[tuple[str, str]]:
+    """The ``## `` sections of a Markdown text, in order: (heading line, whole section text,
+    heading included, up to the next ``## `` heading). What precedes the first is left out."""
+    out: list[tuple[str, str]] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            out.append((line.rstrip("\n"), line))
+        elif out:
+            heading, body = out[-1]
+            out[-1] = (heading, body + line)
+    return out
+
+
+def replace_section(text: str, heading: str, body: str) -> str:
+    """`text` with the section under `heading` (a ``## `` line) replaced by `body`, or with
+    the section appended when there is none; the rest of the text is unchanged."""
+    new = f"{heading}\n\n{body.rstrip()}\n"
+    for old_heading, old in sections(text):
+        if old_heading == heading:
+            start = text.index(old)  # sections are found in order: the first match is it
+            rest = text[start + len(old):]
+            return text[:start] + new + ("\n" + rest if rest else "")
+    return text.rstrip("\n") + "\n\n" + new

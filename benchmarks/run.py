@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python benchmarks/run.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness import SYSTEMS, Result, Settings, best_of, run_case  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    SYSTEMS, Result, Settings, best_of, run_case, sections,
+)
 from benchmarks.workloads import GROUPS  # noqa: E402
 from benchmarks.workloads.common import RELAY_TARGET  # noqa: E402
 
@@ -265,7 +267,11 @@ def write_results(path: Path, args: argparse.Namespace, machine: list[tuple[str,
     if notes.texts:
         lines += ["Notes:", ""]
         lines += [f"{i}. {t}" for i, t in enumerate(notes.texts, 1)] + [""]
-    path.write_text("\n".join(lines))
+    # sections other scripts wrote into the file (benchmarks/figure5.py's) stay
+    old = path.read_text() if path.exists() else ""
+    kept = [text.rstrip() + "\n" for heading, text in sections(old)
+            if heading not in ("## Machine", "## Results")]
+    path.write_text("\n".join(lines + kept))
 
 
 # ---- main ------------------------------------------------------------------------------------

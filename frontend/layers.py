@@ -10,7 +10,8 @@ inference solves them (the ops' relations infer a weight from ``units`` or
 The layer forms (Figure 4 of the MAPL paper, with TensorFlow-style window
 sizes accepted as written there):
 
-- ``relay.conv2d(x, num_filter=, ksize=, strides=1, padding=0, no_bias=False)``
+- ``relay.conv2d(x, num_filter=, ksize=, strides=1, padding=0, groups=1, no_bias=False)``
+  (``groups`` channel groups; groups = in-channels = num_filter is a depthwise convolution)
 - ``relay.linear(x, num_hidden=, no_bias=False)``
 - ``relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1)`` (learned scale and shift; in
   training the batch statistics, folded into the running ones; in inference the running ones)
@@ -126,11 +127,12 @@ def conv2d(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     kernel = _window(_required(kwargs, "ksize", "conv2d", ctx), "ksize", ctx)
     strides = _window(kwargs.pop("strides", 1), "strides", ctx)
     padding = kwargs.pop("padding", 0)
+    groups = int(kwargs.pop("groups", 1))
     no_bias = bool(kwargs.pop("no_bias", False))
     _no_extra(kwargs, "conv2d", ctx)
     w = ctx.param("conv2d", "weight")
     out = ctx.op(conv2d_op, x, w, channels=channels, kernel_size=kernel, strides=strides,
-                 padding=padding)
+                 padding=padding, groups=groups)
     if no_bias:
         return out
     # The channel axis: 0 for one CHW example, 1 for an NCHW batch.

@@ -13,8 +13,9 @@ from relaydsl import relay
 RELAY_TARGET = {"target": "llvm"}
 
 
-def specialize(template: Callable, **constants: Any):
-    """``@relay`` applied to `template` with shape constants (``N=512``) bound in its globals.
+def specialize(template: Callable, decorator: Callable = relay, **constants: Any):
+    """``@relay`` (or `decorator`: ``relay_model``) applied to `template` with shape constants
+    (``N=512``) bound in its globals.
 
     The DSL resolves the names in a function's annotations in its module globals (or its
     closure), so one template written with ``Tensor[Float, (N, N)]`` gives a statically shaped
@@ -25,7 +26,7 @@ def specialize(template: Callable, **constants: Any):
     fn = types.FunctionType(template.__code__, {**template.__globals__, **constants},
                             template.__name__, template.__defaults__, template.__closure__)
     fn.__qualname__ = template.__qualname__
-    return relay(fn)
+    return decorator(fn)
 
 
 def build(fn, target: str | None = None):

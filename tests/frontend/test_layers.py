@@ -80,6 +80,28 @@ def test_seeds_and_initialisers():
         relay.create_model(loss)
 
 
+
+@relay_model
+def separable(x: Tensor[Float, (1, 4, 6, 6)]) -> Tensor[Float, (1, 8, 3, 3)]:
+    h = relay.conv2d(x, num_filter=4, ksize=3, strides=2, padding=1, groups=4, no_bias=True)
+    return relay.conv2d(h, num_filter=8, ksize=1)
+
+
+def test_a_conv2d_layer_with_groups_is_depthwise_when_groups_equal_the_channels():
+    model = relay.create_model(separable, seed=0, init="glorot")
+    p = model.params
+    # one 3x3 filter per channel: the weight's in-channel axis is in-channels / groups = 1
+    assert p["conv2d_0.weight"].shape == (4, 1, 3, 3)
+    assert p["conv2d_1.weight"].shape == (8, 4, 1, 1)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    conv = jax.lax.conv_general_dilated
+    h = conv(x, p["conv2d_0.weight"], (2, 2), [(1, 1), (1, 1)], feature_group_count=4,
+             precision=jax.lax.Precision.HIGHEST)
+    expected = conv(h, p["conv2d_1.weight"], (1, 1), "VALID",
+                    precision=jax.lax.Precision.HIGHEST) + p["conv2d_1.bias"][:, None, None]
+    np.testing.assert_allclose(model(x), expected, rtol=RTOL, atol=ATOL)
+
+
 @relay_model
 def mlp(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 3)]:
     h = relay.relu(relay.linear(x, num_hidden=5))
