@@ -17,8 +17,9 @@ What each opt_level adds:
   batch_norm and dropout as arithmetic (SimplifyInference), dead code elimination, constant
   folding;
 - 3: first-order gradients: a grad of straight-line code becomes a reference-free adjoint
-  program (which the llvm target runs as one static plan); common-subexpression
-  elimination. Everything but the passes run on demand;
+  program (which the llvm target runs as one static plan); per-channel scales folded into
+  conv2d/dense weights (FoldScaleAxis); common-subexpression elimination. Everything but
+  the passes run on demand;
 - on demand (``PassContext(required_pass=[...])``), at no level: InlineAll, a whole network
   as one function with no other globals (for an accelerator's code generator).
 
@@ -43,6 +44,7 @@ from relaydsl.transform.a_normal_form import to_a_normal_form
 from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.eliminate_common_subexpr import eliminate_common_subexpr
 from relaydsl.transform.fold_constant import fold_constants
+from relaydsl.transform.fold_scale_axis import fold_scale_axis
 from relaydsl.transform.fuse_ops import fuse_ops
 from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
@@ -84,6 +86,9 @@ DeadCodeElimination = module_pass(
 FoldConstant = module_pass(
     fold_constants, opt_level=2, name="FoldConstant",
     description="evaluate what is known at compile time: constant op calls, lets, projections, ifs")
+FoldScaleAxis = module_pass(
+    fold_scale_axis, opt_level=3, name="FoldScaleAxis",
+    description="fold per-channel scales (inference batch_norm) into conv2d/dense weights")
 EliminateCommonSubexpr = module_pass(
     eliminate_common_subexpr, opt_level=3, name="EliminateCommonSubexpr",
     description="compute each pure op call once: equal calls share one node")
@@ -100,10 +105,13 @@ ToANormalForm = module_pass(
 # Inline and InlineAll run first: the globals they remove are gone for every later pass.
 # InlineGlobals runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
-# SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift.
+# SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift,
+# which FoldScaleAxis (as TVM's, after FoldConstant: it needs constant scales) then moves
+# into the weights of the convolutions before it.
 OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
                               LowerGrads, InlineGlobals, SimplifyInference,
-                              DeadCodeElimination, FoldConstant, EliminateCommonSubexpr)
+                              DeadCodeElimination, FoldConstant, FoldScaleAxis,
+                              EliminateCommonSubexpr)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
     "llvm": (FuseOps, ToANormalForm),
@@ -165,4 +173,5 @@ def table() -> str:
 __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "run",
            "pass_names", "table", "Inline", "InlineAll", "InlineGlobals", "FirstOrderGradients",
            "LowerGrads", "SimplifyInference", "DeadCodeElimination", "FoldConstant",
-           "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
+           "FoldScaleAxis", "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps",
+           "ToANormalForm"]

@@ -17,9 +17,10 @@ from relaydsl.transform import PassContext, PassTimingInstrument, PrintIR, pipel
 README = Path(__file__).resolve().parents[3] / "README.md"
 RNG = np.random.default_rng(0)
 OPTIMIZE = ["Inline", "InlineGlobals", "FirstOrderGradients", "LowerGrads", "InlineGlobals",
-            "SimplifyInference", "DeadCodeElimination", "FoldConstant", "EliminateCommonSubexpr"]
+            "SimplifyInference", "DeadCodeElimination", "FoldConstant", "FoldScaleAxis",
+            "EliminateCommonSubexpr"]
 LLVM_LOWERING = ["ToGraphNormalForm", "FuseOps", "ToANormalForm"]
-LEVEL_3 = ["FirstOrderGradients", "EliminateCommonSubexpr"]
+LEVEL_3 = ["FirstOrderGradients", "FoldScaleAxis", "EliminateCommonSubexpr"]
 
 
 @relay
