@@ -13,24 +13,30 @@ reference).
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Callable
 
-from relaydsl.ir.expr import Expr
+from relaydsl.ir.expr import Call, Expr, Op
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import children
+from relaydsl.ir.visitor import children, post_order
 from relaydsl.transform._util import retyped
 from relaydsl.transform.a_normal_form import a_normal_form_function
 from relaydsl.transform.fold_constant import fold_constants
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
 
 
-def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule]) -> IRModule:
+def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule],
+                     anchors: Collection[str]) -> IRModule:
     """`mod` with the functions that ``transform(graph form of mod)`` changed replaced by
     their new version, constants folded, in A-normal form; `mod` itself if none changed.
 
     `transform` must keep each function it leaves alone (the same object), as
-    ``rewrite_functions`` does, and return a typed module.
+    ``rewrite_functions`` does, and return a typed module. A module calling none of the
+    operators named in `anchors` (those every rewrite of the pass involves) is returned at
+    once: most programs have nothing to rewrite, and the graph form costs an inference.
     """
+    if not _calls_any(mod, anchors):
+        return mod
     graph = to_graph_normal_form(mod)
     out = transform(graph)
     changed = [gv for gv, fn in out.user_functions().items()
@@ -42,6 +48,21 @@ def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule]) -
     for gv in changed:
         result.add(gv, a_normal_form_function(folded[gv]))
     return retyped(result, types_kept=True)
+
+
+def _calls_any(mod: IRModule, names: Collection[str]) -> bool:
+    """Whether a user function of `mod` calls an operator named in `names`."""
+    found = False
+
+    def visit(e: Expr) -> None:
+        nonlocal found
+        found = found or (isinstance(e, Call) and isinstance(e.op, Op) and e.op.name in names)
+
+    for fn in mod.user_functions().values():
+        post_order(fn, visit)
+        if found:
+            return True
+    return False
 
 
 def use_counts(root: Expr) -> dict[int, int]:

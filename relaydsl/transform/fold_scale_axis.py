@@ -69,7 +69,8 @@ _BIAS_OPS = ("add", "subtract")
 def fold_scale_axis(mod: IRModule) -> IRModule:
     """`mod` with per-channel scalings folded into conv2d/dense weights, backward then
     forward (as TVM's FoldScaleAxis sequence), and the scaled constant weights folded."""
-    return rewrite_dataflow(mod, lambda graph: forward_fold(backward_fold(graph)))
+    return rewrite_dataflow(mod, lambda graph: forward_fold(backward_fold(graph)),
+                            anchors=_CONTRACTIONS)
 
 
 def backward_fold(mod: IRModule) -> IRModule:
