@@ -82,4 +82,18 @@ def use_counts(root: Expr) -> dict[int, int]:
     return uses
 
 
-__all__ = ["rewrite_dataflow", "use_counts"]
+def op_consumers(root: Expr) -> dict[int, list[tuple[Call, int]]]:
+    """The operator calls reading each node of the graph under `root` (by id), with the
+    argument position, in evaluation order."""
+    readers: dict[int, list[tuple[Call, int]]] = {}
+
+    def record(e: Expr) -> None:
+        if isinstance(e, Call) and isinstance(e.op, Op):
+            for i, a in enumerate(e.args):
+                readers.setdefault(id(a), []).append((e, i))
+
+    post_order(root, record)
+    return readers
+
+
+__all__ = ["rewrite_dataflow", "use_counts", "op_consumers"]

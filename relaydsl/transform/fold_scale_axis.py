@@ -53,13 +53,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, is_float
-from relaydsl.ir.visitor import ExprMutator, children
+from relaydsl.ir.visitor import ExprMutator
 from relaydsl.op.registry import ops
-from relaydsl.transform._dataflow import rewrite_dataflow, use_counts
+from relaydsl.transform._dataflow import op_consumers, rewrite_dataflow, use_counts
 from relaydsl.transform._util import rewrite_functions
 
 _CONTRACTIONS = ("conv2d", "dense")
@@ -137,7 +136,7 @@ def _scale_vector(c: Expr, like: TensorType, axis: int) -> np.ndarray | None:
     if not _per_channel(t, like, axis):
         return None
     along = c.data.reshape(((1,) * (like.ndim - c.data.ndim) + c.data.shape)[axis])
-    return np.broadcast_to(along, (like.shape[axis],))
+    return np.broadcast_to(along, (like.concrete_shape()[axis],))
 
 
 def _candidate_axes(t: TensorType) -> list[int]:
@@ -155,7 +154,7 @@ def _out_scaled_weight(call: Call, weight: Expr, vec: np.ndarray) -> Expr:
     """`weight` with its out-channel (row) `o` scaled by ``vec[o]``."""
     w = _static_type(call.args[1])
     assert w is not None
-    return ops.multiply(weight, _along(vec, 0, w.ndim, w.dtype))
+    return ops.multiply(weight, _along(vec, 0, w.ndim, w.concrete_dtype()))
 
 
 def _in_scaled_weight(call: Call, weight: Expr, vec: np.ndarray) -> Expr:
@@ -167,16 +166,17 @@ def _in_scaled_weight(call: Call, weight: Expr, vec: np.ndarray) -> Expr:
     if _is(call, "dense"):
         scale = vec.reshape(1, -1)
     else:
-        out_channels, per_group_in = w.shape[0], w.shape[1]
+        out_channels, per_group_in = w.concrete_shape()[:2]
         per_group_out = out_channels // call.attrs.groups
         channel = (np.arange(out_channels) // per_group_out)[:, None] * per_group_in + \
             np.arange(per_group_in)[None, :]
         scale = vec[channel][:, :, None, None]
-    return ops.multiply(weight, Constant(np.ascontiguousarray(scale, dtype=w.dtype)))
+    return ops.multiply(weight, Constant(np.ascontiguousarray(scale, dtype=w.concrete_dtype())))
 
 
-def _rebuild(call: Call, args: list[Expr], attrs: Attrs | None = None) -> Call:
-    return Call(call.op, tuple(args), call.attrs if attrs is None else attrs, span=call.span)
+def _rebuild(call: Call, args: list[Expr]) -> Call:
+    """`call` on new arguments."""
+    return Call(call.op, tuple(args), call.attrs, span=call.span)
 
 
 # ---- backward: the scale after the convolution ----------------------------------------------
@@ -232,7 +232,7 @@ class _Backward(ExprMutator):
             bias_type = _static_type(e.args[1])
             assert bias_type is not None
             return _rebuild(e, [inner, ops.multiply(self.visit(e.args[1]),
-                                                    _along(vec, 0, 1, bias_type.dtype))])
+                                                    _along(vec, 0, 1, bias_type.concrete_dtype()))])
         if _is(e, *_BIAS_OPS):
             pushed = [self.push(a, vec, axis) if _static_type(a) == t else None for a in e.args]
             if all(p is None for p in pushed):
@@ -243,7 +243,7 @@ class _Backward(ExprMutator):
                     a_type = _static_type(a)
                     if a_type is None or not _per_channel(a_type, t, axis):
                         return None
-                    p = ops.multiply(self.visit(a), _along(vec, axis, t.ndim, t.dtype))
+                    p = ops.multiply(self.visit(a), _along(vec, axis, t.ndim, t.concrete_dtype()))
                 args.append(p)
             return _rebuild(e, args)
         return None
@@ -259,45 +259,28 @@ class _Forward(ExprMutator):
     def __init__(self, fn: Function) -> None:
         super().__init__()
         self.uses = use_counts(fn)
-        self.consumers: dict[int, list[tuple[Expr, int]]] = {}
+        self.consumers = op_consumers(fn)
         self.pulled: dict[int, tuple[Expr, np.ndarray] | None] = {}
-        self._index(fn)
-
-    def _index(self, fn: Function) -> None:
-        """Record, for each node, the convolutions reading it and at which argument."""
-        seen: set[int] = set()
-        stack: list[Expr] = [fn]
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if isinstance(node, Call):
-                for i, a in enumerate(node.args):
-                    self.consumers.setdefault(id(a), []).append((node, i))
-                stack.extend(node.args)
-            else:
-                stack.extend(children(node))
 
     def visit_call(self, call: Call) -> Expr:
         if _foldable(call):
             data_type = _static_type(call.args[0])
             assert data_type is not None
-            pulled = self.pull_input(call.args[0], _channel_axis(call, data_type))
+            pulled = self.pull_input(call.args[0], data_type, _channel_axis(call, data_type))
             if pulled is not None:
                 data, vec = pulled
                 return _rebuild(call, [data, _in_scaled_weight(call, self.visit(call.args[1]),
                                                                vec)])
         return super().visit_call(call)
 
-    def pull_input(self, x: Expr, axis: int) -> tuple[Expr, np.ndarray] | None:
+    def pull_input(self, x: Expr, x_type: TensorType, axis: int
+                   ) -> tuple[Expr, np.ndarray] | None:
         """(x', vec) with ``x = x' * vec`` along `axis`, when every consumer of `x` is a
         convolution reading it as data along that channel axis (memoised: one x' for all)."""
         if id(x) not in self.pulled:
             readers = self.consumers.get(id(x), [])
             fold = len(readers) == self.uses.get(id(x), 0) and all(
-                i == 0 and _foldable(c) and _channel_axis(c, _static_type(x)) == axis  # type: ignore[arg-type]
-                for c, i in readers)
+                i == 0 and _foldable(c) and _channel_axis(c, x_type) == axis for c, i in readers)
             self.pulled[id(x)] = self.pull(x, axis) if fold else None
         return self.pulled[id(x)]
 
@@ -335,8 +318,10 @@ class _Forward(ExprMutator):
         if inner is None or not np.all(inner[1] != 0):
             return None
         data, vec = inner
+        t = _static_type(x)
+        assert t is not None  # pull() checked it
         bias = ops.divide(self.visit(x.args[1 - i]),
-                          _along(vec, 0, bias_ndim, _static_type(x).dtype))  # type: ignore[union-attr]
+                          _along(vec, 0, bias_ndim, t.concrete_dtype()))
         return _rebuild(x, [data, bias] if i == 0 else [bias, data]), vec
 
     def pull_inner(self, x: Expr, axis: int) -> tuple[Expr, np.ndarray] | None:

@@ -21,7 +21,8 @@ What each opt_level adds:
   conv2d/dense weights (FoldScaleAxis); common-subexpression elimination. Everything but
   the passes run on demand;
 - on demand (``PassContext(required_pass=[...])``), at no level: InlineAll, a whole network
-  as one function with no other globals (for an accelerator's code generator).
+  as one function with no other globals (for an accelerator's code generator);
+  CombineParallelConv2D, convolutions of one input (an Inception block's) as one.
 
 Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
 reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
@@ -41,6 +42,7 @@ from collections.abc import Sequence
 
 from relaydsl.ir.module import IRModule
 from relaydsl.transform.a_normal_form import to_a_normal_form
+from relaydsl.transform.combine_parallel_conv2d import combine_parallel_conv2d
 from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.eliminate_common_subexpr import eliminate_common_subexpr
 from relaydsl.transform.fold_constant import fold_constants
@@ -92,6 +94,9 @@ FoldScaleAxis = module_pass(
 EliminateCommonSubexpr = module_pass(
     eliminate_common_subexpr, opt_level=3, name="EliminateCommonSubexpr",
     description="compute each pure op call once: equal calls share one node")
+CombineParallelConv2D = module_pass(
+    combine_parallel_conv2d, opt_level=ON_DEMAND, name="CombineParallelConv2D",
+    description="conv2d calls of one input (3 or more) become one wider conv2d and slices")
 ToGraphNormalForm = module_pass(
     to_graph_normal_form, opt_level=0, name="ToGraphNormalForm",
     description="inline let-bound pure dataflow into a DAG of shared nodes")
@@ -107,11 +112,14 @@ ToANormalForm = module_pass(
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
 # SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift,
 # which FoldScaleAxis (as TVM's, after FoldConstant: it needs constant scales) then moves
-# into the weights of the convolutions before it.
+# into the weights of the convolutions before it. CombineParallelConv2D comes after both (a
+# batch_norm folds into each branch's weights before they are concatenated) and after CSE
+# (equal inputs are one node). It runs on demand, at TVM's opt_level 4: one wide convolution
+# is not always faster than several narrow ones on a CPU.
 OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
                               LowerGrads, InlineGlobals, SimplifyInference,
                               DeadCodeElimination, FoldConstant, FoldScaleAxis,
-                              EliminateCommonSubexpr)
+                              EliminateCommonSubexpr, CombineParallelConv2D)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
     "llvm": (FuseOps, ToANormalForm),
@@ -173,5 +181,5 @@ def table() -> str:
 __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "run",
            "pass_names", "table", "Inline", "InlineAll", "InlineGlobals", "FirstOrderGradients",
            "LowerGrads", "SimplifyInference", "DeadCodeElimination", "FoldConstant",
-           "FoldScaleAxis", "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps",
-           "ToANormalForm"]
+           "FoldScaleAxis", "EliminateCommonSubexpr", "CombineParallelConv2D",
+           "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
