@@ -100,8 +100,8 @@ def _static_type(e: Expr) -> TensorType | None:
 
 
 def _channel_axis(call: Call, data_type: TensorType) -> int:
-    """The axis of `call`'s data and result that indexes channels: the weight's axis 1 and 0
-    (conv2d: C of NCHW or of one CHW example; dense: the last axis)."""
+    """The channel axis of `call`'s data and of its result, along which a per-channel scale
+    varies: C of NCHW (or of one CHW example) for conv2d, the last axis for dense."""
     if _is(call, "conv2d"):
         return data_type.ndim - 3
     return data_type.ndim - 1

@@ -272,6 +272,19 @@ def test_inference_conv_batch_norm_relu_becomes_conv_bias_relu():
         np.testing.assert_allclose(run(out, target, x), want, rtol=1e-4, atol=1e-4)
 
 
+def test_inference_dense_batch_norm_becomes_dense_bias():
+    w, params = normal(5, 8), bn_params(5)
+    mod = module([(3, 8)], lambda x: TupleGetItem(ops.batch_norm(
+        ops.dense(x, Constant(w)), *map(Constant, params)), 0))
+    out = optimized(mod)
+    assert op_names(out) == ["add", "dense"]
+    x = normal(3, 8)
+    gamma, beta, mean, var = params
+    want = (x @ w.T - mean) / jnp.sqrt(var + 1e-5) * gamma + beta
+    for target in ("interp", "llvm"):
+        np.testing.assert_allclose(run(out, target, x), want, rtol=1e-4, atol=1e-4)
+
+
 W_FRONTEND = normal(C_OUT, C_IN, 3, 3)
 BN_FRONTEND = GAMMA, BETA, MEAN, VAR = bn_params(C_OUT)
 
