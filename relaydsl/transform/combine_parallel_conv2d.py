@@ -50,7 +50,7 @@ from typing import Hashable
 from relaydsl.ir.expr import Call, Expr, Function, Op, Tuple
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import ExprMutator, post_order
+from relaydsl.ir.visitor import ExprMutator, children, post_order
 from relaydsl.op.registry import OpPattern, ops
 from relaydsl.transform._dataflow import op_consumers, rewrite_dataflow, use_counts
 from relaydsl.transform._util import rewrite_functions
@@ -87,6 +87,22 @@ def _concrete_shape(e: Expr) -> tuple[int, ...]:
     t = _static_type(e)
     assert t is not None
     return t.concrete_shape()
+
+
+def _reaches(e: Expr, convs: list[Call]) -> bool:
+    """Whether `e` depends on one of `convs`: it then cannot be an operand of their combination,
+    which would read its own result."""
+    targets = {id(c) for c in convs}
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if id(node) in targets:
+            return True
+        if id(node) not in seen:
+            seen.add(id(node))
+            stack.extend(children(node))
+    return False
 
 
 @dataclass
@@ -132,7 +148,8 @@ class _Combine(ExprMutator):
                     groups.setdefault(key, []).append(call)
             for convs in groups.values():
                 convs = list({id(c): c for c in convs}.values())
-                if len(convs) >= min_num_branches:
+                if len(convs) >= min_num_branches and not any(
+                        _reaches(c.args[1], convs) for c in convs):
                     shapes = [_concrete_shape(c) for c in convs]
                     axis = len(shapes[0]) - 3  # C of NCHW, or of one CHW example
                     found.append(_Branches(convs, axis, [shape[axis] for shape in shapes]))
@@ -189,6 +206,8 @@ class _Combine(ExprMutator):
             return call.attrs.axis % out.ndim == branches.axis
         if call.op.name not in _BINARY:
             return False
+        if _reaches(call.args[1 - p], branches.convs):
+            return False  # the combined op would read a slice of itself
         other = _static_type(call.args[1 - p])
         first_other = _static_type(first.args[1 - p])
         if other is None or first_other is None or other.ndim != first_other.ndim:

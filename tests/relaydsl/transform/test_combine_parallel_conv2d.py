@@ -131,6 +131,26 @@ def test_branch_ops_that_disagree_end_the_combined_chain():
                        args)
 
 
+def test_an_operand_computed_from_another_branch_ends_the_chain():
+    # branch 1 scales by a value computed from branch 2's convolution: combining that multiply
+    # would make the combined convolution's result depend on itself
+    shapes = [(1, 4, 6, 6), (3, 4, 1, 1), (3, 4, 1, 1), (3, 1, 1), (3, 1, 1)]
+
+    def body(x, w1, w2, s1, s2):
+        y2 = ops.multiply(ops.conv2d(x, w2), s2)
+        scale = ops.expand_dims(ops.sum(y2, axis=(0, 2, 3)), axis=1, num_newaxis=2)
+        return Tuple((ops.multiply(ops.conv2d(x, w1), ops.multiply(scale, s1)), y2))
+
+    mod = module(shapes, body)
+    combined = combine_parallel_conv2d(mod, min_num_branches=2)
+    assert op_names(combined).count("conv2d") == 1
+    args = [normal(*s) for s in shapes]
+    x, w1, w2, s1, s2 = args
+    y2 = conv(x, w2) * s2
+    want = (conv(x, w1) * y2.sum(axis=(0, 2, 3))[:, None, None] * s1, y2)
+    assert_same_values(mod, combined, want, args)
+
+
 # ---- an Inception block, written in the frontend (its assignments are let bindings) -----------
 
 C = 8
