@@ -51,6 +51,7 @@ from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.registry import OpPattern, ops
 from relaydsl.op.transform.layout import layout_transform
 from relaydsl.transform._util import is_primitive, rewrite_functions
+from relaydsl.transform.fold_constant import fold_constants
 
 BLOCK = 16
 """The widest channel block: one AVX-512 vector of float32."""
@@ -62,14 +63,15 @@ op with one means them in NCHW, so it is not moved into a blocked layout as it i
 
 def alter_op_layout(mod: IRModule, block: int = BLOCK) -> IRModule:
     """A copy of `mod` with its NCHW conv2d calls in blocked layouts (see the module doc);
-    channel blocks are powers of two up to `block`."""
+    channel blocks are powers of two up to `block`. The transforms of constant weights and
+    biases are folded."""
 
     def alter(fn: Function) -> Expr:
         if is_primitive(fn) or not any(c == "conv2d" for c in op_calls(fn)):
             return fn
         return _AlterLayout(block).visit(fn)
 
-    return rewrite_functions(mod, alter)
+    return fold_constants(rewrite_functions(mod, alter))
 
 
 def op_calls(e: Expr) -> list[str]:

@@ -17,10 +17,12 @@ What each opt_level adds:
   batch_norm and dropout as arithmetic (SimplifyInference), dead code elimination, constant
   folding;
 - 3: first-order gradients: a grad of straight-line code becomes a reference-free adjoint
-  program (which the llvm target runs as one static plan); common-subexpression
-  elimination. Everything but the passes run on demand;
+  program (which the llvm target runs as one static plan); per-channel scales folded into
+  conv2d/dense weights (FoldScaleAxis); common-subexpression elimination. Everything but
+  the passes run on demand;
 - on demand (``PassContext(required_pass=[...])``), at no level: InlineAll, a whole network
   as one function with no other globals (for an accelerator's code generator);
+  CombineParallelConv2D, convolutions of one input (an Inception block's) as one;
   AlterOpLayout, conv2d in the blocked NCHW16c layout (on this CPU slower than our NCHW
   conv2d, an implicit GEMM on the tuned micro-kernel).
 
@@ -43,9 +45,11 @@ from collections.abc import Sequence
 from relaydsl.ir.module import IRModule
 from relaydsl.transform.alter_op_layout import alter_op_layout
 from relaydsl.transform.a_normal_form import to_a_normal_form
+from relaydsl.transform.combine_parallel_conv2d import combine_parallel_conv2d
 from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.eliminate_common_subexpr import eliminate_common_subexpr
 from relaydsl.transform.fold_constant import fold_constants
+from relaydsl.transform.fold_scale_axis import fold_scale_axis
 from relaydsl.transform.fuse_ops import fuse_ops
 from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
@@ -90,9 +94,15 @@ DeadCodeElimination = module_pass(
 FoldConstant = module_pass(
     fold_constants, opt_level=2, name="FoldConstant",
     description="evaluate what is known at compile time: constant op calls, lets, projections, ifs")
+FoldScaleAxis = module_pass(
+    fold_scale_axis, opt_level=3, name="FoldScaleAxis",
+    description="fold per-channel scales (inference batch_norm) into conv2d/dense weights")
 EliminateCommonSubexpr = module_pass(
     eliminate_common_subexpr, opt_level=3, name="EliminateCommonSubexpr",
     description="compute each pure op call once: equal calls share one node")
+CombineParallelConv2D = module_pass(
+    combine_parallel_conv2d, opt_level=ON_DEMAND, name="CombineParallelConv2D",
+    description="conv2d calls of one input (3 or more) become one wider conv2d and slices")
 ToGraphNormalForm = module_pass(
     to_graph_normal_form, opt_level=0, name="ToGraphNormalForm",
     description="inline let-bound pure dataflow into a DAG of shared nodes")
@@ -106,13 +116,18 @@ ToANormalForm = module_pass(
 # Inline and InlineAll run first: the globals they remove are gone for every later pass.
 # InlineGlobals runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
-# SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift.
-# AlterOpLayout runs after SimplifyInference (whose per-channel multiply-adds it keeps blocked)
-# and before DeadCodeElimination (the bindings it bypasses) and FoldConstant (the transforms
-# of constant weights and biases).
+# SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift,
+# which FoldScaleAxis (as TVM's, after FoldConstant: it needs constant scales) then moves
+# into the weights of the convolutions before it. CombineParallelConv2D comes after both (a
+# batch_norm folds into each branch's weights before they are concatenated) and after CSE
+# (equal inputs are one node). It runs on demand, at TVM's opt_level 4: one wide convolution
+# is not always faster than several narrow ones on a CPU. AlterOpLayout comes last (as in
+# TVM's build): the passes before it read conv2d in NCHW; it folds the layout transforms of
+# constant weights itself.
 OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
-                              LowerGrads, InlineGlobals, SimplifyInference, AlterOpLayout,
-                              DeadCodeElimination, FoldConstant, EliminateCommonSubexpr)
+                              LowerGrads, InlineGlobals, SimplifyInference,
+                              DeadCodeElimination, FoldConstant, FoldScaleAxis,
+                              EliminateCommonSubexpr, CombineParallelConv2D, AlterOpLayout)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
     "llvm": (FuseOps, ToANormalForm),
@@ -175,4 +190,5 @@ __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "
            "pass_names", "table", "AlterOpLayout", "Inline", "InlineAll", "InlineGlobals",
            "FirstOrderGradients",
            "LowerGrads", "SimplifyInference", "DeadCodeElimination", "FoldConstant",
-           "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
+           "FoldScaleAxis", "EliminateCommonSubexpr", "CombineParallelConv2D",
+           "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
