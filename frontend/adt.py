@@ -18,9 +18,11 @@ BTree[Tensor[Float, (3,)]]
 """
 from __future__ import annotations
 
+import sys
 from typing import Any as AnyValue, Callable
 
-from relaydsl.frontend.annotations import AdtAnnotation, annotation_to_type
+from relaydsl.backend.interpreter import ConstructorValue
+from relaydsl.frontend.annotations import AdtAnnotation, annotation_to_type, check_argument
 from relaydsl.ir.adt import Constructor, TypeData
 from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall, TypeVar
 
@@ -29,11 +31,28 @@ USER_TYPES: dict[GlobalTypeVar, TypeData] = {}
 
 
 class ConstructorRef:
-    """``BTree.Leaf``: a constructor; called in decorated code it builds a value."""
+    """``BTree.Leaf``, ``relay.Cons``: a constructor. Called in decorated code it builds a
+    value there; called in Python it builds the value programs take and return, each field
+    checked against its declared type (a number in a polymorphic field takes its default
+    dtype, as in decorated code).
+
+    >>> from relaydsl import relay
+    >>> relay.Cons(1.5, relay.Cons(2.5, relay.Nil()))
+    Cons(1.5, Cons(2.5, Nil))
+    """
 
     def __init__(self, owner: str, constructor: Constructor):
         self.owner = owner
         self.constructor = constructor
+
+    def __call__(self, *fields: AnyValue) -> ConstructorValue:
+        c = self.constructor
+        if len(fields) != len(c.inputs):
+            raise TypeError(f"{self} takes {len(c.inputs)} field(s), got {len(fields)}")
+        bindings: dict = {}
+        return ConstructorValue(c, tuple(
+            check_argument(f"{self} field {i}", t, v, bindings)
+            for i, (t, v) in enumerate(zip(c.inputs, fields))))
 
     def __repr__(self) -> str:
         return f"{self.owner}.{self.constructor.name}"
@@ -81,9 +100,23 @@ def declare_adt(cls: type, params: tuple[str, ...] = ()) -> UserADT:
         except TypeError as e:
             raise TypeError(f"{cls.__name__}.{ctor}: {e}") from None
 
+    def evaluated(ann: AnyValue, ctor: str) -> AnyValue:
+        """Under ``from __future__ import annotations`` every annotation is its source text:
+        evaluate it where the class was defined (the class's own name stands for itself)."""
+        if not isinstance(ann, str) or ann in params or ann == cls.__name__:
+            return ann
+        namespace = vars(sys.modules[cls.__module__]) if cls.__module__ in sys.modules else {}
+        try:
+            return eval(ann, dict(namespace), {cls.__name__: cls.__name__})
+        except Exception as e:
+            raise TypeError(f"{cls.__name__}.{ctor}: cannot evaluate the annotation {ann!r} "
+                            f"({type(e).__name__}: {e}); declare the ADT at module level") \
+                from None
+
     constructors = []
     for tag, (name, spec) in enumerate(fields_by_ctor.items()):
-        fields = spec if isinstance(spec, tuple) else (spec,)
+        spec = evaluated(spec, name)
+        fields = tuple(evaluated(f, name) for f in spec) if isinstance(spec, tuple) else (spec,)
         inputs = tuple(field_type(f, name) for f in fields)
         constructors.append(Constructor(name, inputs, header, tag))
     td = TypeData(header, type_vars, tuple(constructors))

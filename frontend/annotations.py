@@ -33,7 +33,9 @@ from typing import final
 import numpy as np
 import typeguard
 
+from relaydsl.backend.interpreter import Closure, ConstructorValue
 from relaydsl.ir.adt import Constructor, TypeData
+from relaydsl.ir.expr import Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
     Any, AnyDim, FuncType, Kind, RefType, TensorType, TupleType, Type, TypeCall, TypeVar,
@@ -391,7 +393,9 @@ class _Check:
     who: str              # "argument 'x'"
     name: str             # "x", used in cast hints
     bindings: dict[TypeVar, typing.Any]
-    allow_lists: bool
+    # the value goes into a Relay program (check_argument), not a typeguard check of Python
+    # code: lists and NumPy's int64 convert, and a function must be one a program can call
+    for_program: bool
     token: object = field(default_factory=object)
 
 
@@ -420,7 +424,7 @@ def check_argument(param_name: str, expected: Type, value: object,
     TypeError: argument 'y': expected Tensor[(n, 2), float32], got a float64 array of shape \
 (2, 2); cast it with y.astype(np.float32)
     """
-    check = _Check(f"argument {param_name!r}", param_name, bindings, allow_lists=True)
+    check = _Check(f"argument {param_name!r}", param_name, bindings, for_program=True)
     try:
         return _conform(expected, value, check, "")
     except _Mismatch as m:
@@ -437,12 +441,45 @@ def _conform(expected: Type, value: object, check: _Check, where: str) -> object
             raise _Mismatch(expected, value, where, hint)
         return tuple(_conform(t, v, check, f"{where}[{i}]")
                      for i, (t, v) in enumerate(zip(expected.fields, value)))
+    if check.for_program and isinstance(expected, TypeCall) and isinstance(value, list) and \
+            expected.func is prelude_definitions()[0][0].header:
+        # a Python list for a relay.List: Cons(v0, Cons(v1, ... Nil))
+        cons, nil = prelude_definitions()[0][0].constructors
+        items = [_conform(expected.args[0], v, check, f"{where}[{i}]")
+                 for i, v in enumerate(value)]
+        out = ConstructorValue(nil)
+        for item in reversed(items):
+            out = ConstructorValue(cons, (item, out))
+        return out
+    if check.for_program and isinstance(expected, FuncType) and not _is_data(value):
+        closure = getattr(value, "relay_closure", None)  # a function a program returned
+        if closure is not None:
+            return closure
+        if not isinstance(value, (Closure, Op, Constructor)):
+            raise _Mismatch(expected, value, where, "; pass a @relay function or a relay "
+                                                    "operator (Python code cannot run inside "
+                                                    "a program)")
+        return value
+    if check.for_program and isinstance(expected, TypeVar) and expected.kind is Kind.Type:
+        return python_data(value)  # a polymorphic field: a number takes its default dtype
     if isinstance(expected, (FuncType, TypeCall, RefType)) and _is_data(value):
         raise _Mismatch(expected, value, where)
     if isinstance(expected, TypeCall):
         ctor = getattr(value, "constructor", None)
         if isinstance(ctor, Constructor) and ctor.belong_to is not expected.func:
             raise _Mismatch(expected, value, where)
+    return value
+
+
+def python_data(value: object) -> object:
+    """A value for a place of unknown type: Python numbers (and lists of them) as arrays of
+    the default dtypes (bool, int32, float32, as in decorated code); anything else as is."""
+    if type(value) in (bool, int, float) or (isinstance(value, list) and value
+                                             and _all_python_numbers(value)):
+        arr = np.asarray(value)
+        return arr.astype({"b": "bool", "i": "int32", "f": "float32"}[arr.dtype.kind])
+    if isinstance(value, np.generic):  # a NumPy scalar keeps its dtype
+        return np.asarray(value)
     return value
 
 
@@ -489,12 +526,16 @@ def _inconsistent(dim: TypeVar, size: int, axis: int, bound: object, check: _Che
 def _as_array(value: object, dtype: np.dtype | None, expected: TensorType, check: _Check,
               where: str) -> np.ndarray:
     """`value` as an array of `dtype` (any dtype when None), or a _Mismatch."""
-    if type(value) in (bool, int, float) or (check.allow_lists and isinstance(value, list)):
+    if type(value) in (bool, int, float) or (check.for_program and isinstance(value, list)):
         arr = _from_python(value, dtype, expected, where)
     elif isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__array__"):
         arr = np.asarray(value)
         if arr.dtype.kind in "biuf" and not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))
+        if check.for_program and dtype is not None and arr.dtype != dtype and \
+                arr.dtype.kind in "iu" and dtype.kind in "iu":
+            # NumPy's default int64 for an Int (int32) parameter: taken when the values fit
+            return _narrowed(arr, dtype, expected, value, where)
         if dtype is not None and arr.dtype != dtype:
             name = check.name + "".join(f"[{i}]" for i in _indices(where)) if check.name else ""
             hint = f"; cast it with {name}.astype(np.{_numpy_name(dtype)})"
@@ -503,6 +544,18 @@ def _as_array(value: object, dtype: np.dtype | None, expected: TensorType, check
         hint = "; pass a NumPy array" if isinstance(value, list) else ""
         raise _Mismatch(expected, value, where, hint)
     return arr
+
+
+def _narrowed(arr: np.ndarray, dtype: np.dtype, expected: TensorType, value: object,
+              where: str) -> np.ndarray:
+    """An integer array as another integer dtype, or a _Mismatch naming the value that does
+    not fit."""
+    info = np.iinfo(dtype)
+    if arr.size and (arr.min() < info.min or arr.max() > info.max):
+        bad = arr.min() if arr.min() < info.min else arr.max()
+        raise _Mismatch(expected, value, where,
+                        f"; {int(bad)} is out of range for {dtype.name}")
+    return arr.astype(dtype)
 
 
 def _indices(where: str) -> list[str]:
@@ -610,7 +663,7 @@ def _typeguard_check(value: object, origin_type: object, args: tuple,
         return
     symbols, bindings = _typeguard_state(memo)
     expected = annotation_to_type(origin_type, symbols=symbols)
-    check = _Check("an earlier argument", "", bindings, allow_lists=False)
+    check = _Check("an earlier argument", "", bindings, for_program=False)
     try:
         _conform(expected, value, check, "")
     except _Mismatch as m:

@@ -21,6 +21,7 @@ import ast
 import builtins
 import contextlib
 import functools
+import inspect
 import itertools
 from collections import Counter
 from dataclasses import dataclass
@@ -388,8 +389,19 @@ class RelayFunction:
             self._executables[key] = exe
         return exe
 
-    def __call__(self, *args: AnyValue) -> AnyValue:
-        return self.build()(*args)
+    def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
+        return self.build()(*args, **kwargs)
+
+    def bind_arguments(self, args: tuple, kwargs: dict[str, AnyValue]) -> tuple:
+        """The user's arguments in parameter order, from a Python call: positionally or by
+        name, with Python's errors for a call that does not fit."""
+        if not kwargs:
+            return args
+        try:
+            bound = inspect.signature(self.pyfunc).bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.__name__}(): {e}") from None
+        return bound.args
 
     def __repr__(self) -> str:
         return f"<relay function {self.global_var.name_hint}>"
@@ -402,8 +414,11 @@ class Executable:
         self.fn, self.target, self.options = fn, target, options
         self.program = get_target(target).build(fn.mod, fn.global_var.name_hint, options)
         self.type = fn.checked_type
+        # programs with decorated functions or ops bound to `relay.Fn` parameters, by the
+        # positions and identities of the functions (kept alive with the program)
+        self._with_functions: dict[tuple, tuple[Program, FuncType, tuple]] = {}
 
-    def __call__(self, *args: AnyValue) -> AnyValue:
+    def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         if self.fn.hidden:
             models = sorted({h.model.__name__ for h in self.fn.hidden if h.model} or
                             {self.fn.__name__})
@@ -411,21 +426,78 @@ class Executable:
                             f"{', '.join(models)}: create one with relay.create_model and run "
                             f"it under that model (model(...), model.apply({self.fn.__name__}, "
                             "...), relay.grad(model, ...))")
-        return self.run(args, [])
+        return self.run(args, [], kwargs)
 
-    def run(self, args: tuple, hidden_values: list[AnyValue]) -> AnyValue:
-        """Check the user's arguments, then run with the hidden parameters' values appended."""
+    def run(self, args: tuple, hidden_values: list[AnyValue],
+            kwargs: dict[str, AnyValue] | None = None) -> AnyValue:
+        """Check the user's arguments (positional, or by name in `kwargs`), then run with the
+        hidden parameters' values appended."""
+        args = self.fn.bind_arguments(args, kwargs or {})
         params = self.fn.function.params[:self.fn.num_user_params]
         if len(args) != len(params):
             raise TypeError(f"{self.fn.__name__}() takes {len(params)} argument(s) "
                             f"({', '.join(p.name_hint for p in params)}), got {len(args)}")
+        functions = {i: a for i, a in enumerate(args) if _is_function_argument(a)}
+        program, type_ = self.program, self.type
+        if functions:  # run a program calling fn with those functions in their places
+            program, type_ = self._program_with(functions)
+            params = [p for i, p in enumerate(params) if i not in functions]
+            args = tuple(a for i, a in enumerate(args) if i not in functions)
         bindings: dict = {}
         values = [annotations.check_argument(p.name_hint, t, a, bindings)
-                  for p, t, a in zip(params, self.type.arg_types, args)]
-        hidden_types = self.type.arg_types[len(params):]
+                  for p, t, a in zip(params, type_.arg_types, args)]
+        hidden_types = type_.arg_types[len(params):]
         values += [annotations.check_argument(h.name, t, v, bindings)
                    for h, t, v in zip(self.fn.hidden, hidden_types, hidden_values)]
-        return to_python(self.program(*values), self.program)
+        return to_python(program(*values), program)
+
+    def _program_with(self, functions: dict[int, AnyValue]) -> tuple[Program, FuncType]:
+        """The program of ``fn(x0, .., @g, .., xn)``: fn with decorated functions or relay
+        ops as the arguments at the positions of `functions` (the others stay parameters),
+        as JAX treats a callable argument as static."""
+        key = tuple((i, id(f)) for i, f in functions.items())
+        if key not in self._with_functions:
+            mod = self.fn.mod.copy()
+            for f in functions.values():
+                if isinstance(f, RelayFunction):
+                    if f.hidden:
+                        raise TypeError(f"{f.__name__} uses model parameters: it cannot be "
+                                        "passed as a function argument")
+                    for gv, g in f.mod.functions.items():
+                        if gv not in mod.functions:
+                            mod.add(gv, g)
+                    for td in f.mod.type_definitions.values():
+                        if td.header not in mod.type_definitions:
+                            mod.add_type(td)
+            params = self.fn.function.params
+            kept = [Var(p.name_hint, t) for i, (p, t) in enumerate(zip(params, self.type.arg_types))
+                    if i not in functions]
+            rest = iter(kept)
+            call = Call(self.fn.global_var, [_function_expr(functions[i]) if i in functions
+                                             else next(rest) for i in range(len(params))])
+            entry = mod.add("__with_functions", Function(kept, call))
+            with deep_recursion():
+                infer_types(mod)
+            program = get_target(self.target).build(mod, entry.name_hint, self.options)
+            fn_type = mod[entry].checked_type
+            assert isinstance(fn_type, FuncType)
+            self._with_functions[key] = (program, fn_type, tuple(functions.values()))
+        program, fn_type, _ = self._with_functions[key]
+        return program, fn_type
+
+
+def _is_function_argument(value: AnyValue) -> bool:
+    """A decorated function or a relay op given for a ``relay.Fn`` parameter."""
+    return isinstance(value, RelayFunction) or getattr(value, "relay_op", None) is not None
+
+
+def _function_expr(value: AnyValue) -> Expr:
+    """The Relay value of a function argument: a decorated function's global, or an op as
+    ``fn (%data, ..) { op(%data, ..) }``."""
+    if isinstance(value, RelayFunction):
+        return value.global_var
+    params = [Var(name) for name in value.relay_op.inputs]
+    return Function(params, value.relay_op(*params))
 
 
 def to_python(value: AnyValue, program: "Program") -> AnyValue:
@@ -443,6 +515,7 @@ def to_python(value: AnyValue, program: "Program") -> AnyValue:
                        for p, a in zip(params, args)]
             return to_python(program.call_closure(value, checked), program)
 
+        call.relay_closure = value  # type: ignore[attr-defined]  # passed back to a program
         return call
     return value
 

@@ -65,14 +65,14 @@ class Model:
         by gradients (batch_norm's running mean and variance, dropout's key)."""
         return tuple(h.name for h in self.fn.hidden if h.spec.state)
 
-    def __call__(self, *args: AnyValue) -> AnyValue:
+    def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         """The model's forward pass, in inference mode."""
-        return self.apply(self.fn, *args)
+        return self.apply(self.fn, *args, **kwargs)
 
-    def apply(self, fn: "RelayFunction", *args: AnyValue) -> AnyValue:
+    def apply(self, fn: "RelayFunction", *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         """Run a decorated function that uses this model (e.g. a loss) with its parameters,
         in inference mode."""
-        return fn.build().run(args, self.values_for(fn))
+        return fn.build().run(args, self.values_for(fn), kwargs)
 
     def values_for(self, fn: "RelayFunction") -> list[np.ndarray]:
         """The values of `fn`'s hidden parameters under this model."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeError, SettingError
 from relaydsl.frontend import annotations
+from relaydsl.frontend.adt import ConstructorRef
 from relaydsl.frontend.layers import LAYERS
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import suggest
@@ -79,16 +80,6 @@ class PreludeFunction:
         return f"relay.{self.name}"
 
 
-class ConstructorRef:
-    """``relay.Cons``, ``relay.Nil``, ``relay.Some``: a prelude ADT constructor."""
-
-    def __init__(self, constructor):
-        self.constructor = constructor
-
-    def __repr__(self) -> str:
-        return f"relay.{self.constructor.name}"
-
-
 def _array(value: AnyValue) -> AnyValue:
     if isinstance(value, (tuple, list)) and value and isinstance(value[0], np.ndarray):
         return tuple(value)
@@ -135,7 +126,7 @@ class RelayNamespace:
         for td in prelude_definitions()[0]:
             for c in td.constructors:
                 if c.name == name:
-                    return ConstructorRef(c)
+                    return ConstructorRef("relay", c)
         api = _api()
         if name in api:
             return api[name]

@@ -136,8 +136,8 @@ def _layout_transform_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) 
             ctx.fail(f"{what}: the blocked axis {a} of {type_to_str(t)} must be static")
         primal[a] = d if k is None else d * k  # pyright: ignore[reportOperatorIssue]
     for a in dst.primal:
-        k = dst.factor(a)
-        if k is not None and (not isinstance(primal[a], int) or primal[a] % k):
+        k, size = dst.factor(a), primal[a]
+        if k is not None and (not isinstance(size, int) or size % k):
             ctx.fail(f"{what}: axis {a} of the input {type_to_str(t)} ({primal[a]}) is not "
                      f"a multiple of the block {k}{a.lower()}")
     return TensorType(dst.shape(primal), t.dtype)
