@@ -74,25 +74,25 @@ class _Copies:
         self.mod = mod
         self.made: dict[tuple[GlobalVar, int, Target, tuple[Type | None, ...]], GlobalVar] = {}
 
-    def get(self, g: GlobalVar, i: int, target: Target, captured: list[Var],
+    def get(self, g: GlobalVar, i: int, target: Target, name: str, captured: list[Var],
             arg_types: list[Type]) -> GlobalVar | None:
-        """The copy of `g` with parameter `i` fixed to `target` (whose captured variables
-        lead its parameters) for a call with arguments of `arg_types`, or None if `g`
-        passes that parameter on changed."""
+        """The copy of `g` with parameter `i` fixed to `target` (called `name`; its captured
+        variables lead the copy's parameters) for a call with arguments of `arg_types`, or
+        None if `g` passes that parameter on changed."""
         signature = _instantiate(g.checked_type, arg_types, first=i)
         key = (g, i, target, (*signature[0], signature[1]))
         if key not in self.made:
             fn = self.mod[g]
             if not _passes_on_unchanged(g, fn, i):
                 return None
-            self.made[key] = self._make(g, fn, i, target, captured, signature)
+            gv = GlobalVar(self._fresh_name(f"{g.name_hint}_{name}"))
+            self._make(gv, g, fn, i, target, captured, signature)
+            self.made[key] = gv
         return self.made[key]
 
-    def _make(self, g: GlobalVar, fn: Function, i: int, target: Target,
-              captured: list[Var], signature: tuple[list[Type | None], Type | None]
-              ) -> GlobalVar:
-        name = target.name_hint if isinstance(target, GlobalVar) else "fn"
-        gv = GlobalVar(self._fresh_name(f"{g.name_hint}_{name}"))
+    def _make(self, gv: GlobalVar, g: GlobalVar, fn: Function, i: int, target: Target,
+              captured: list[Var], signature: tuple[list[Type | None], Type | None]) -> None:
+        """Adds `gv`, the copy of `fn` (global `g`) with parameter `i` fixed to `target`."""
         fn = fresh_copy(fn)  # its annotations with g's type variables are dropped
         leading = [Var(v.name_hint, v.checked_type) for v in captured]
         if isinstance(target, Function):
@@ -105,7 +105,6 @@ class _Copies:
         del params[i]
         self.mod.add(gv, Function([*leading, *params], body, ret_type, (), fn.attrs,
                                   span=fn.span))
-        return gv
 
     def _fresh_name(self, base: str) -> str:
         name, i = base, 0
@@ -197,13 +196,13 @@ class _Specialise(ExprMutator):
         mod = self.copies.mod
         if isinstance(g, GlobalVar) and g in mod.functions and not is_primitive(mod[g]):
             for i, arg in enumerate(call.args):
-                target = self._static_target(arg)
+                target, name = self._static_target(arg)
                 if target is None or not isinstance(g.checked_type.arg_types[i], FuncType):
                     continue
                 captured = [] if isinstance(target, GlobalVar) else free_vars(target)
                 if any(isinstance(v.checked_type, FuncType) for v in captured):
                     continue  # the copy would still take a function
-                copy = self.copies.get(g, i, target, captured,
+                copy = self.copies.get(g, i, target, name, captured,
                                        [a.checked_type for a in call.args])
                 if copy is None:
                     continue
@@ -211,15 +210,15 @@ class _Specialise(ExprMutator):
                 return Call(copy, [*captured, *rest], span=call.span)
         return super().visit_call(call)
 
-    def _static_target(self, arg: Expr) -> Target | None:
-        mod = self.copies.mod
-        if isinstance(arg, GlobalVar) and arg in mod.functions:
-            return arg
+    def _static_target(self, arg: Expr) -> tuple[Target | None, str]:
+        """The function `arg` is, if known here, and a name for it."""
+        if isinstance(arg, GlobalVar) and arg in self.copies.mod.functions:
+            return arg, arg.name_hint
         if isinstance(arg, Var):
-            return self.literals.get(arg)
+            return self.literals.get(arg), arg.name_hint
         if isinstance(arg, Function) and not is_primitive(arg):
-            return arg
-        return None
+            return arg, "fn"
+        return None, ""
 
 
 class _Instantiate(ExprMutator):
