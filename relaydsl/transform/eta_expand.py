@@ -17,7 +17,7 @@ a literal of its own, so no variable is bound twice.
 """
 from __future__ import annotations
 
-from relaydsl.ir.adt import Constructor
+from relaydsl.ir.adt import Constructor, Pattern
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, Type
@@ -60,6 +60,10 @@ class _EtaExpand(ExprMutator):
 
     def visit_function(self, fn: Function) -> Expr:
         return fn if is_primitive(fn) else super().visit_function(fn)
+
+    def visit_pattern(self, p: Pattern) -> Pattern:
+        return p  # a pattern's constructor is matched against, not a value
+
 
     def visit_global_var(self, gv: GlobalVar) -> Expr:
         if not self.globals or gv not in self.mod.functions:

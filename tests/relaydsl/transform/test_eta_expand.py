@@ -52,7 +52,8 @@ def @main(%a: float32, %l: List[float32]) {
   let %f = @aux;
   let %c = Cons;
   let %g = if (less(%a, 0f)) { @aux } else { fn (%y: float32) { multiply(%y, 2f) } };
-  (%f(%a), %g(%a), %c(%a, %l), @foldr(Cons, Nil, %l), @aux(%a))
+  let %head = match (%l) { Cons(%h, _) => %h, Nil => %a };
+  (%f(%a), %g(%a), %c(%a, %l), @foldr(Cons, Nil, %l), add(@aux(%a), %head))
 }'''
 
 
@@ -91,8 +92,8 @@ def test_values_are_unchanged(target):
     items = [np.float32(1.5), np.float32(-2.0)]
     for a in (np.float32(-3.0), np.float32(0.5)):
         for program in (mod, out):
-            f, g, c, copy, aux = run(program, target, a, list_value(items))
-            assert f == a and aux == a
+            f, g, c, copy, aux_and_head = run(program, target, a, list_value(items))
+            assert f == a and aux_and_head == a + items[0]
             assert g == (a if a < 0 else 2 * a)
             np.testing.assert_array_equal(list_items(c), [a, *items])
             np.testing.assert_array_equal(list_items(copy), items)
