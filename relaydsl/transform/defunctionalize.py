@@ -103,7 +103,7 @@ class _Copies:
                   zip(fn.params, arg_types)]  # typed as at the call
         body = substitute(body, dict(zip(fn.params, params)))
         del params[i]
-        self.mod.add(gv, Function([*leading, *params], body, ret_type, (), fn.attrs,
+        self.mod.add(gv, Function((*leading, *params), body, ret_type, (), fn.attrs,
                                   span=fn.span))
 
     def _fresh_name(self, base: str) -> str:
@@ -139,10 +139,11 @@ def _instantiate(t: Type, arg_types: list[Type], first: int
             for p, a in zip((*pattern.arg_types, pattern.ret_type),
                             (*actual.arg_types, actual.ret_type)):
                 match(p, a)
-        elif isinstance(pattern, (TupleType, TypeCall)) and type(actual) is type(pattern):
-            fields = (pattern.fields, actual.fields) if isinstance(pattern, TupleType) else \
-                (pattern.args, actual.args)  # type: ignore[union-attr]
-            for p, a in zip(*fields):
+        elif isinstance(pattern, TupleType) and isinstance(actual, TupleType):
+            for p, a in zip(pattern.fields, actual.fields):
+                match(p, a)
+        elif isinstance(pattern, TypeCall) and isinstance(actual, TypeCall):
+            for p, a in zip(pattern.args, actual.args):
                 match(p, a)
         elif isinstance(pattern, RefType) and isinstance(actual, RefType):
             match(pattern.value, actual.value)
@@ -193,21 +194,23 @@ class _Specialise(ExprMutator):
 
     def visit_call(self, call: Call) -> Expr:
         g = call.op
-        mod = self.copies.mod
-        if isinstance(g, GlobalVar) and g in mod.functions and not is_primitive(mod[g]):
-            for i, arg in enumerate(call.args):
-                target, name = self._static_target(arg)
-                if target is None or not isinstance(g.checked_type.arg_types[i], FuncType):
-                    continue
-                captured = [] if isinstance(target, GlobalVar) else free_vars(target)
-                if any(isinstance(v.checked_type, FuncType) for v in captured):
-                    continue  # the copy would still take a function
-                copy = self.copies.get(g, i, target, name, captured,
-                                       [a.checked_type for a in call.args])
-                if copy is None:
-                    continue
-                rest = [self.visit(a) for j, a in enumerate(call.args) if j != i]
-                return Call(copy, [*captured, *rest], span=call.span)
+        if not (isinstance(g, GlobalVar) and g in self.copies.mod.functions):
+            return super().visit_call(call)
+        signature = g.checked_type
+        assert isinstance(signature, FuncType)
+        for i, arg in enumerate(call.args):
+            target, name = self._static_target(arg)
+            if target is None or not isinstance(signature.arg_types[i], FuncType):
+                continue
+            captured = [] if isinstance(target, GlobalVar) else free_vars(target)
+            if any(isinstance(v.checked_type, FuncType) for v in captured):
+                continue  # the copy would still take a function
+            copy = self.copies.get(g, i, target, name, captured,
+                                   [a.checked_type for a in call.args])
+            if copy is None:
+                continue
+            rest = [self.visit(a) for j, a in enumerate(call.args) if j != i]
+            return Call(copy, (*captured, *rest), span=call.span)
         return super().visit_call(call)
 
     def _static_target(self, arg: Expr) -> tuple[Target | None, str]:
@@ -242,11 +245,11 @@ class _Instantiate(ExprMutator):
         if call.op is self.param:
             args = [self.visit(a) for a in call.args]
             if isinstance(self.target, GlobalVar):
-                return Call(self.target, args, span=call.span)
+                return Call(self.target, tuple(args), span=call.span)
             return inlined_call(self.target, args, call.span)
         if call.op is self.g:
             args = [self.visit(a) for j, a in enumerate(call.args) if j != self.i]
-            return Call(self.gv, [*self.leading, *args], span=call.span)
+            return Call(self.gv, (*self.leading, *args), span=call.span)
         return super().visit_call(call)
 
 

@@ -56,7 +56,7 @@ class _EtaExpand(ExprMutator):
         args = [self.visit(a) for a in call.args]  # the callee stays: it is called
         if all(a is b for a, b in zip(args, call.args)):
             return call
-        return Call(call.op, args, call.attrs, call.type_args, span=call.span)
+        return Call(call.op, tuple(args), call.attrs, call.type_args, span=call.span)
 
     def visit_function(self, fn: Function) -> Expr:
         return fn if is_primitive(fn) else super().visit_function(fn)
@@ -82,7 +82,7 @@ class _EtaExpand(ExprMutator):
 def _calling(callee: Expr, names: list[str], types: tuple[Type, ...]) -> Function:
     """``fn (%names: types) { callee(%names) }``, without annotations that mention type
     variables."""
-    params = [Var(name, None if type_vars_of(t) else t) for name, t in zip(names, types)]
+    params = tuple(Var(name, None if type_vars_of(t) else t) for name, t in zip(names, types))
     return Function(params, Call(callee, params))
 
 

@@ -135,12 +135,12 @@ class _Lifter(ExprMutator):
         applied to the captured variables."""
         body = self.visit(fn.body)  # inner literals first: their captures become ours
         # a global's signature must stand on its own: unannotated parameters get their types
-        params = [p if p.type_annotation is not None else
-                  Var(p.name_hint, p.checked_type, span=p.span) for p in fn.params]
+        params = tuple(p if p.type_annotation is not None else
+                       Var(p.name_hint, p.checked_type, span=p.span) for p in fn.params)
         mapping: dict[Var, Expr] = {p: q for p, q in zip(fn.params, params) if q is not p}
         captured = [v for v in free_vars(Function(fn.params, body)) if v is not recursive_var]
         gv = GlobalVar(self._fresh_name(recursive_var))
-        inner_captured = [Var(v.name_hint, v.checked_type, span=v.span) for v in captured]
+        inner_captured = tuple(Var(v.name_hint, v.checked_type, span=v.span) for v in captured)
         mapping.update(zip(captured, inner_captured))
         if recursive_var is not None:  # the body calls the global (with what it captures)
             mapping[recursive_var] = Call(gv, inner_captured) if captured else gv
@@ -150,7 +150,7 @@ class _Lifter(ExprMutator):
             self.mod.add(gv, literal)
             return gv
         self.mod.add(gv, Function(inner_captured, literal, None, (), CLOSURE, span=fn.span))
-        return Call(gv, captured, span=fn.span)
+        return Call(gv, tuple(captured), span=fn.span)
 
     def _fresh_name(self, var: Var | None) -> str:
         base = f"{self.prefix}_{var.name_hint if var is not None else 'lambda'}"
