@@ -19,13 +19,15 @@ call the copy::
             }
             def @main(%l: List[float32], %s: float32) { @map_fn(%s, %l) }
 
-A call with several static function arguments is specialised once per round, each round
-re-typing the module; the copies are memoised by (global, parameter, target), so
-specialising ``@a`` and ``@b`` that pass ``%f`` to each other ends, and a bound on the
-rounds ends any other chain. A literal capturing a function-typed variable (a recursive
-local function, another closure) is not a static target: its copy would still be higher
-order. The specialised globals stay (other calls may use them); copies are monomorphic
-where the call fixes the types, as inference gives them afresh.
+A copy is typed as the call instantiates the global: its parameters and result take the
+types the call's arguments give the global's type parameters (those of a polymorphic target,
+like ``@id``, count for nothing), and an annotation that still mentions one is left to
+inference. A call with several static function arguments is specialised once per round,
+each round re-typing the module; the copies are memoised by (global, parameter, target,
+instantiated types), so specialising ``@a`` and ``@b`` that pass ``%f`` to each other ends,
+and a bound on the rounds ends any other chain. A literal capturing a function-typed
+variable (a recursive local function, another closure) is not a static target: its copy
+would still be higher order. The original globals stay (other calls may use them).
 """
 from __future__ import annotations
 
