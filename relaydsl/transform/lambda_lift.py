@@ -31,14 +31,15 @@ functions (fused kernels) and the function a ``grad`` differentiates stay where 
 the inner literal of a ``Closure=1`` global stays too, so lifting twice lifts nothing more.
 Parameters without annotation get the type inference gave them (a global's signature must
 stand on its own); a global lifted from a polymorphic function is generalised over the
-type variables its signature mentions.
+type variables its signature mentions, and where the literal was, a let ascribes the
+global's value the literal's type, so that they stay the enclosing function's variables.
 """
 from __future__ import annotations
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Let, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator, free_vars
+from relaydsl.ir.visitor import ExprMutator, free_vars, type_vars_of
 from relaydsl.transform._util import is_primitive, retyped, substitute
 
 CLOSURE = Attrs({"Closure": 1})
@@ -93,7 +94,11 @@ class _Lifter(ExprMutator):
     def visit_function(self, fn: Function) -> Expr:
         if is_primitive(fn):
             return fn
-        return self.lift(fn, None)
+        value = self.lift(fn, None)
+        if not _mentions_type_vars(fn):
+            return value
+        var = Var("lambda", fn.checked_type, span=fn.span)
+        return Let(var, value, var, span=fn.span)
 
     def visit_grad(self, g: Grad) -> Expr:
         if isinstance(g.fn, Function):  # grad needs its literal: lift only inside it
@@ -111,20 +116,24 @@ class _Lifter(ExprMutator):
         while isinstance(node, Let):
             chain.append(node)
             node = node.body
-        kept: list[tuple[Let, Expr]] = []
+        kept: list[tuple[Let, Var, Expr]] = []
         for link in chain:
-            if isinstance(link.value, Function) and not is_primitive(link.value):
-                value = self.lift(link.value, link.var)
-                if isinstance(value, GlobalVar):  # no closure to build: the let goes
-                    self.replaced[link.var] = value
-                    continue
-            else:
-                value = self.visit(link.value)
-            kept.append((link, value))
+            var, fn = link.var, link.value
+            if not isinstance(fn, Function) or is_primitive(fn):
+                kept.append((link, var, self.visit(fn)))
+                continue
+            value = self.lift(fn, var)
+            if _mentions_type_vars(fn):
+                var = Var(var.name_hint, fn.checked_type, span=var.span)
+                self.replaced[link.var] = var
+            elif isinstance(value, GlobalVar):  # no closure to build: the let goes
+                self.replaced[link.var] = value
+                continue
+            kept.append((link, var, value))
         body = self.visit(node)
-        for link, value in reversed(kept):
-            if value is not link.value or body is not link.body:
-                body = Let(link.var, value, body, span=link.span)
+        for link, var, value in reversed(kept):
+            if var is not link.var or value is not link.value or body is not link.body:
+                body = Let(var, value, body, span=link.span)
             else:
                 body = link
         return body
@@ -140,7 +149,9 @@ class _Lifter(ExprMutator):
         mapping: dict[Var, Expr] = {p: q for p, q in zip(fn.params, params) if q is not p}
         captured = [v for v in free_vars(Function(fn.params, body)) if v is not recursive_var]
         gv = GlobalVar(self._fresh_name(recursive_var))
-        inner_captured = tuple(Var(v.name_hint, v.checked_type, span=v.span) for v in captured)
+        # (a variable this pass made is not typed yet, but annotated)
+        inner_captured = tuple(Var(v.name_hint, v.checked_type if v.has_type else
+                                   v.type_annotation, span=v.span) for v in captured)
         mapping.update(zip(captured, inner_captured))
         if recursive_var is not None:  # the body calls the global (with what it captures)
             mapping[recursive_var] = Call(gv, inner_captured) if captured else gv
@@ -159,6 +170,15 @@ class _Lifter(ExprMutator):
             i += 1
             name = f"{base}{i}"
         return name
+
+
+def _mentions_type_vars(fn: Function) -> bool:
+    """Whether the type of the literal `fn` mentions type variables: those of the function
+    around it (its shape variable ``n``), which the global's own type quantifies afresh.
+    Where the literal was, a let then ascribes the global's value the literal's type, tying
+    them back to the enclosing function's: without it, a closure that escapes (a model
+    returned by ``export_model``) would leave ``n`` unknown."""
+    return bool(type_vars_of(fn.checked_type))
 
 
 __all__ = ["lambda_lift", "is_closure_global", "CLOSURE"]

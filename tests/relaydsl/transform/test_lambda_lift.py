@@ -18,6 +18,7 @@ from relaydsl.transform.lambda_lift import is_closure_global, lambda_lift
 from relaydsl.typing import infer_types
 
 TARGETS = ["interp", "llvm"]
+RNG = np.random.default_rng(0)
 
 
 def typed(text: str) -> IRModule:
@@ -172,6 +173,33 @@ def test_lifting_twice_lifts_nothing_more():
     twice = lambda_lift(once)
     assert user_globals(twice) == user_globals(once)
     assert structural_equal(twice, once)
+
+
+POLYMORPHIC = '''
+def @make(%w: Tensor[(4, 3), float32]) {
+  let %apply = fn (%x: Tensor[(n, 4), float32]) { matmul(%x, %w) };
+  (%apply, fn (%y: Tensor[(n, 4), float32]) { %apply(%y) })
+}
+def @main(%x: Tensor[(2, 4), float32], %w: Tensor[(4, 3), float32]) {
+  let %fs = @make(%w);
+  (%fs.0(%x), %fs.1(%x))
+}'''
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_escaping_closures_keep_the_shape_variable_of_their_function(target):
+    # @make is polymorphic in n through its closures' annotations; where they were, a let
+    # ascribes the lifted globals' values their types, so n stays @make's (without it, the
+    # closure global's own n was left unknown: "cannot infer a complete type")
+    out = lambda_lift(typed(POLYMORPHIC))
+    assert local_literals(out) == 0
+    assert str(out["make"].checked_type) == \
+        "fn<n: Shape>(Tensor[(4, 3), float32]) -> (fn(Tensor[(n, 4), float32]) -> " \
+        "Tensor[(n, 3), float32], fn(Tensor[(n, 4), float32]) -> Tensor[(n, 3), float32])"
+    x, w = RNG.standard_normal((2, 4)).astype(np.float32), \
+        RNG.standard_normal((4, 3)).astype(np.float32)
+    for result in run(out, target, x, w):
+        np.testing.assert_allclose(result, x @ w, rtol=1e-5)
 
 
 def test_primitive_functions_stay():
