@@ -1,6 +1,7 @@
 """Small helpers shared by the passes."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable
 
 from relaydsl.ir.adt import Constructor
@@ -10,7 +11,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
+from relaydsl.ir.visitor import ExprMutator, deep_recursion  # noqa: F401  (used by the passes)
 from relaydsl.typing.infer import infer_types
 
 PRIMITIVE = Attrs({"Primitive": 1})
@@ -79,3 +80,18 @@ def ascribes(var: Var, value: Expr) -> bool:
     if isinstance(value, GlobalVar):
         return value.checked_type != t
     return True
+
+
+def substitute(expr: Expr, mapping: Mapping[Var, Expr]) -> Expr:
+    """`expr` with every occurrence of a variable of `mapping` replaced by its expression
+    (the variables are free in `expr`: variables are unique, so no capture can occur)."""
+    return _Substitute(mapping).visit(expr)
+
+
+class _Substitute(ExprMutator):
+    def __init__(self, mapping: Mapping[Var, Expr]):
+        super().__init__()
+        self.mapping = mapping
+
+    def visit_var(self, var: Var) -> Expr:
+        return self.mapping.get(var, var)

@@ -1,4 +1,6 @@
-"""Dead-code elimination: drop ``let`` bindings whose variable is unused and whose value is pure.
+"""Dead-code elimination: drop ``let`` bindings whose variable is unused and whose value is pure;
+with ``inline_once``, also inline a pure value bound once and used once (TVM's
+``DeadCodeElimination(inline_once=True)``).
 
 A value is pure when evaluating it can have no effect other than its result:
 variables, constants, ops and constructors applied to pure arguments, tuples,
@@ -8,6 +10,18 @@ closures or globals may write references, so their lets stay.
 Besides saving work, this keeps the adjoint of dead code out of gradients: a
 dead ``sqrt(abs(x - x))`` would otherwise send ``0 * inf = nan`` back to ``x``,
 where jax.grad (and the first-order transform) give 0.
+
+Inlining a value used once moves it to its use: being pure, it cannot change the order of
+effects, and it runs at most as often as before -- once, or not at all when its use is in
+a branch not taken. It is never moved into a function literal (a loop body, a closure),
+which may run many times; a let whose annotation ascribes a type stays::
+
+    let %x = add(1f, 1f);                          let %x = add(1f, 1f);
+    let %f = fn (%y) {                             let %f = fn (%y) {
+      let %z = add(%y, %y);        inline_once       add(%x, add(%y, %y))
+      add(%x, %z)                      =>          };
+    };                                             (%f(2f), %f(3f))
+    (%f(2f), %f(3f))
 
 >>> from relaydsl.ir.parser import parse
 >>> from relaydsl.typing import infer_types
@@ -23,33 +37,96 @@ let %y = tanh(%x: Tensor[(2,), float32]);
 """
 from __future__ import annotations
 
-from relaydsl.ir.expr import Expr, Let
+from relaydsl.ir.expr import Expr, Function, Let, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator, free_vars
+from relaydsl.ir.visitor import ExprMutator, ExprVisitor, free_vars
 from relaydsl.transform._util import ascribes, is_pure, rewrite_functions
 
 
-def eliminate_dead_code(mod: IRModule) -> IRModule:
-    """A copy of `mod` without dead pure lets (in every function, nested ones included)."""
-    return rewrite_functions(mod, remove_dead_lets)
+def eliminate_dead_code(mod: IRModule, *, inline_once: bool = False) -> IRModule:
+    """A copy of `mod` without dead pure lets (in every function, nested ones included); with
+    `inline_once`, pure lets used once are inlined at their use too."""
+    return rewrite_functions(mod, lambda fn: remove_dead_lets(fn, inline_once=inline_once))
 
 
-def remove_dead_lets(expr: Expr) -> Expr:
-    return _DeadLets().visit(expr)
+def inline_once(mod: IRModule) -> IRModule:
+    """``eliminate_dead_code(mod, inline_once=True)``: the pass InlineOnce."""
+    return eliminate_dead_code(mod, inline_once=True)
+
+
+def remove_dead_lets(expr: Expr, *, inline_once: bool = False) -> Expr:
+    """`expr` without dead pure lets; with `inline_once`, pure lets used once inlined."""
+    uses = _Uses()
+    if inline_once:
+        uses.visit(expr)
+    return _DeadLets(uses).visit(expr)
+
+
+class _Uses(ExprVisitor):
+    """How often each variable occurs, and which let-bound ones occur in a function literal
+    inside the scope of their let (where inlining could make their value run more often)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count: dict[Var, int] = {}
+        self.in_nested_function: set[Var] = set()
+        self._let_depth: dict[Var, int] = {}
+        self._depth = 0  # how many function literals enclose the node visited
+
+    def visit(self, expr: Expr) -> None:
+        if isinstance(expr, Var):  # every occurrence counts, so no memo
+            self.count[expr] = self.count.get(expr, 0) + 1
+            if self._depth > self._let_depth.get(expr, self._depth):
+                self.in_nested_function.add(expr)
+            return
+        super().visit(expr)
+
+    def visit_let(self, let: Let) -> None:
+        node: Expr = let
+        while isinstance(node, Let):  # the bound variable is no occurrence
+            self._let_depth[node.var] = self._depth
+            self.visit(node.value)
+            node = node.body
+        self.visit(node)
+
+    def visit_function(self, fn: Function) -> None:
+        self._depth += 1
+        self.visit(fn.body)
+        self._depth -= 1
+
+    def inlinable(self, var: Var) -> bool:
+        return self.count.get(var, 0) == 1 and var not in self.in_nested_function
 
 
 class _DeadLets(ExprMutator):
+    def __init__(self, uses: _Uses):
+        super().__init__()
+        self.uses = uses
+        self.inlined: dict[Var, Expr] = {}
+
+    def visit(self, expr: Expr) -> Expr:
+        if isinstance(expr, Var):  # not memoised: an inlined variable is replaced wherever
+            return self.inlined.get(expr, expr)
+        return super().visit(expr)
+
     def visit_let(self, let: Let) -> Expr:
         chain: list[Let] = []
         node: Expr = let
         while isinstance(node, Let):
             chain.append(node)
             node = node.body
+        bindings: list[tuple[Let, Expr]] = []
+        for binding in chain:  # in order: an inlined value is in place before its use
+            value = self.visit(binding.value)
+            if self.uses.inlinable(binding.var) and is_pure(value) and \
+                    not ascribes(binding.var, value):
+                self.inlined[binding.var] = value
+            else:
+                bindings.append((binding, value))
         body = self.visit(node)
         used = set(free_vars(body))
         kept: list[tuple[Let, Expr]] = []
-        for binding in reversed(chain):
-            value = self.visit(binding.value)
+        for binding, value in reversed(bindings):
             if binding.var not in used and is_pure(value) and \
                     not ascribes(binding.var, value):  # it may type a parameter: keep it
                 continue

@@ -24,7 +24,14 @@ What each opt_level adds:
   as one function with no other globals (for an accelerator's code generator);
   CombineParallelConv2D, convolutions of one input (an Inception block's) as one;
   AlterOpLayout, conv2d in the blocked NCHW16c layout (on this CPU slower than our NCHW
-  conv2d, an implicit GEMM on the tuned micro-kernel).
+  conv2d, an implicit GEMM on the tuned micro-kernel); and the closure conversions
+  EtaExpand, Defunctionalization, LambdaLift and InlineOnce (dead-code elimination that also
+  inlines a pure let used once). Our executors run closures as cheaply as globals -- the
+  llvm target's dispatcher is the interpreter calling compiled kernels -- so these buy
+  neither backend speed; lifting would even cost the llvm plan its loops (local
+  tail-recursive functions, which a plan runs as jumps). They are for a code generator that
+  wants first-order globals (an accelerator's, a C backend's), as in TVM, where none of them
+  is in the default pipeline either.
 
 Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
 reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
@@ -46,14 +53,17 @@ from relaydsl.ir.module import IRModule
 from relaydsl.transform.alter_op_layout import alter_op_layout
 from relaydsl.transform.a_normal_form import to_a_normal_form
 from relaydsl.transform.combine_parallel_conv2d import combine_parallel_conv2d
-from relaydsl.transform.dead_code import eliminate_dead_code
+from relaydsl.transform.dead_code import eliminate_dead_code, inline_once
+from relaydsl.transform.defunctionalize import defunctionalize
 from relaydsl.transform.eliminate_common_subexpr import eliminate_common_subexpr
+from relaydsl.transform.eta_expand import eta_expand
 from relaydsl.transform.fold_constant import fold_constants
 from relaydsl.transform.fold_scale_axis import fold_scale_axis
 from relaydsl.transform.fuse_ops import fuse_ops
 from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
 from relaydsl.transform.inline import inline, inline_all, inline_globals
+from relaydsl.transform.lambda_lift import lambda_lift
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
 from relaydsl.transform.simplify_inference import simplify_inference
 
@@ -82,6 +92,17 @@ FirstOrderGradients = module_pass(
 LowerGrads = module_pass(
     lower_grads, opt_level=0, name="LowerGrads",
     description="the remaining grad nodes become reverse-mode AD code (closures, references)")
+EtaExpand = module_pass(
+    eta_expand, opt_level=ON_DEMAND, name="EtaExpand",
+    description="a global or constructor used as a value becomes a literal calling it")
+Defunctionalization = module_pass(
+    defunctionalize, opt_level=ON_DEMAND, name="Defunctionalization",
+    description="a higher-order global called with a known function becomes a first-order "
+                "copy")
+LambdaLift = module_pass(
+    lambda_lift, opt_level=ON_DEMAND, name="LambdaLift",
+    description="local function literals become globals (a closure: a Closure=1 global of "
+                "its captures)")
 SimplifyInference = module_pass(
     simplify_inference, opt_level=2, name="SimplifyInference",
     description="inference-mode batch_norm becomes a per-channel multiply-add; dropout goes")
@@ -91,6 +112,10 @@ AlterOpLayout = module_pass(
 DeadCodeElimination = module_pass(
     eliminate_dead_code, opt_level=2, name="DeadCodeElimination",
     description="drop let bindings of pure values that are never used")
+InlineOnce = module_pass(
+    inline_once, opt_level=ON_DEMAND, name="InlineOnce",
+    description="dead-code elimination that also inlines a pure let used once (never into "
+                "a function)")
 FoldConstant = module_pass(
     fold_constants, opt_level=2, name="FoldConstant",
     description="evaluate what is known at compile time: constant op calls, lets, projections, ifs")
@@ -123,11 +148,15 @@ ToANormalForm = module_pass(
 # (equal inputs are one node). It runs on demand, at TVM's opt_level 4: one wide convolution
 # is not always faster than several narrow ones on a CPU. AlterOpLayout comes last (as in
 # TVM's build): the passes before it read conv2d in NCHW; it folds the layout transforms of
-# constant weights itself.
+# constant weights itself. The closure conversions run on lowered grads (which make
+# closures): eta-expansion first, so that defunctionalization sees globals passed as values
+# as literals too, then lifting of what stays local.
 OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
-                              LowerGrads, InlineGlobals, SimplifyInference,
-                              DeadCodeElimination, FoldConstant, FoldScaleAxis,
-                              EliminateCommonSubexpr, CombineParallelConv2D, AlterOpLayout)
+                              LowerGrads, InlineGlobals,
+                              EtaExpand, Defunctionalization, LambdaLift,
+                              SimplifyInference, DeadCodeElimination, InlineOnce,
+                              FoldConstant, FoldScaleAxis, EliminateCommonSubexpr,
+                              CombineParallelConv2D, AlterOpLayout)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
     "llvm": (FuseOps, ToANormalForm),
@@ -187,8 +216,8 @@ def table() -> str:
 
 
 __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "run",
-           "pass_names", "table", "AlterOpLayout", "Inline", "InlineAll", "InlineGlobals",
-           "FirstOrderGradients",
-           "LowerGrads", "SimplifyInference", "DeadCodeElimination", "FoldConstant",
-           "FoldScaleAxis", "EliminateCommonSubexpr", "CombineParallelConv2D",
+           "pass_names", "table", "Inline", "InlineAll", "InlineGlobals", "FirstOrderGradients",
+           "LowerGrads", "EtaExpand", "Defunctionalization", "LambdaLift",
+           "SimplifyInference", "DeadCodeElimination", "InlineOnce", "FoldConstant",
+           "FoldScaleAxis", "EliminateCommonSubexpr", "CombineParallelConv2D", "AlterOpLayout",
            "ToGraphNormalForm", "FuseOps", "ToANormalForm"]

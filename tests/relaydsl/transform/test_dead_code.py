@@ -1,11 +1,20 @@
-"""Dead-code elimination: unused pure lets go, effects stay, values are unchanged."""
+"""Dead-code elimination: unused pure lets go, effects stay, values are unchanged; with
+inline_once, pure lets used once are inlined (never into a function), values compared with
+NumPy and JAX on both targets."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
 
-from relaydsl.backend.interpreter import evaluate
+from relaydsl.backend.interpreter import evaluate, to_value
+from relaydsl.backend.target import get_target
 from relaydsl.ir.expr import Let
+from relaydsl.ir.module import IRModule
 from relaydsl.ir.parser import parse
+from relaydsl.ir.structural import structural_equal
+from relaydsl.testing.oracle import assert_matches_jax
+from relaydsl.testing.random_programs import random_programs
 from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.gradient import lower_grads
 from relaydsl.typing import infer_types
@@ -63,3 +72,109 @@ def test_a_dead_let_that_types_a_parameter_stays():
     assert let_names(out["main"]) == ["unused"]
     x = np.array([0.5, -1.0, 2.0], np.float32)
     np.testing.assert_allclose(evaluate(out, x, x), jnp.tanh(x), rtol=1e-6)
+
+
+# ---- inline_once (TVM's DeadCodeElimination(inline_once=True), test_pass_dead_code_elimination.py)
+
+def inline_once(text: str) -> tuple[IRModule, IRModule]:
+    mod = infer_types(parse(text))
+    return mod, eliminate_dead_code(mod, inline_once=True)
+
+
+def assert_same(got: IRModule, expected_text: str) -> None:
+    expected = infer_types(parse(expected_text))
+    assert structural_equal(got, expected), f"got\n{got.astext()}\nexpected\n{expected.astext()}"
+
+
+def run(mod: IRModule, target: str, *args):
+    program = get_target(target).build(mod, "main", {})
+    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod["main"].params)])
+
+
+def test_a_chain_of_lets_used_once_becomes_one_expression():
+    mod, out = inline_once('''
+    def @main(%x: Tensor[(3), float32]) {
+      let %a = exp(%x);
+      let %b = tanh(%a);
+      let %twice = add(%x, %x);
+      multiply(%b, add(%twice, %twice))
+    }''')
+    assert_same(out, '''
+    def @main(%x: Tensor[(3), float32]) {
+      let %twice = add(%x, %x);
+      multiply(tanh(exp(%x)), add(%twice, %twice))
+    }''')
+    assert eliminate_dead_code(mod)["main"] is mod["main"]  # without the flag: nothing dead
+
+
+def test_nothing_is_inlined_into_a_function():  # TVM's test_inline_into_function
+    _, out = inline_once('''
+    def @main() {
+      let %x = add(1, 1);
+      let %f = fn (%y: int32) -> int32 {
+        let %z = add(%y, %y);
+        add(%x, %z)
+      };
+      (%f(2), %f(3))
+    }''')
+    assert_same(out, '''
+    def @main() {
+      let %x = add(1, 1);
+      let %f = fn (%y: int32) -> int32 { add(%x, add(%y, %y)) };
+      (%f(2), %f(3))
+    }''')
+
+
+def test_effects_stay_in_order():  # TVM's test_refs
+    text = '''
+    def @f(%r: Ref[int32]) -> int32 {
+      let %v = ref_read(%r);
+      let %u = ref_write(%r, add(%v, 1));
+      %v
+    }
+    def @main() -> int32 {
+      let %r = ref(0);
+      let %y = @f(%r);
+      let %z = @f(%r);
+      %z
+    }'''
+    mod, out = inline_once(text)
+    assert_same(out, text)
+    assert int(evaluate(mod)) == int(evaluate(out)) == 1
+
+
+LOOP_AND_BRANCH = '''
+def @main(%x: Tensor[(3), float32], %c: bool) {
+  let %e = exp(%x);
+  let %t = tanh(%x);
+  let %loop = fn (%i: int32, %acc: Tensor[(3), float32]) -> Tensor[(3), float32] {
+    if (less(%i, 3)) { %loop(add(%i, 1), add(%acc, %e)) } else { %acc }
+  };
+  let %s = sigmoid(%x);
+  let %r = if (%c) { multiply(%t, 2f) } else { %x };
+  (%loop(0, %x), %r)
+}'''
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_a_value_moves_into_a_branch_but_not_into_a_loop(target):
+    mod, out = inline_once(LOOP_AND_BRANCH)
+    # %e, used once but in the loop, stays; %t goes into the branch; %s is dead; the loop,
+    # used once, stays: it is recursive; %r, an if (whose branches might have effects), stays
+    assert let_names(out["main"]) == ["e", "loop", "r"]
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    for c in (True, False):
+        for program in (mod, out):
+            loop, r = run(program, target, x, np.bool_(c))
+            np.testing.assert_allclose(loop, x + 3 * np.exp(x), rtol=1e-5)
+            np.testing.assert_allclose(r, 2 * np.tanh(x) if c else x, rtol=1e-5)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(max_ops=10))
+def test_random_programs_keep_their_values_with_inline_once(program_and_inputs):
+    fn, inputs = program_and_inputs
+    mod = infer_types(IRModule.from_expr(fn))
+    out = eliminate_dead_code(mod, inline_once=True)
+    for target in ("interp", "llvm"):
+        assert_matches_jax(out, inputs, target=target, rtol=1e-4, atol=1e-5)
