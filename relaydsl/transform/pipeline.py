@@ -20,7 +20,10 @@ What each opt_level adds:
   program (which the llvm target runs as one static plan); common-subexpression
   elimination. Everything but the passes run on demand;
 - on demand (``PassContext(required_pass=[...])``), at no level: InlineAll, a whole network
-  as one function with no other globals (for an accelerator's code generator).
+  as one function with no other globals (for an accelerator's code generator);
+  PartialEvaluate, as in TVM, where it runs only on request: it inlines every call it can
+  and unrolls loops on static counts, which can grow a program a lot (up to FUEL nested
+  calls of one function), so the user asks for it (a model with static loops, before fusion).
 
 Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
 reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
@@ -47,6 +50,7 @@ from relaydsl.transform.fuse_ops import fuse_ops
 from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
 from relaydsl.transform.inline import inline, inline_all, inline_globals
+from relaydsl.transform.partial_eval import partial_evaluate
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
 from relaydsl.transform.simplify_inference import simplify_inference
 
@@ -75,6 +79,9 @@ FirstOrderGradients = module_pass(
 LowerGrads = module_pass(
     lower_grads, opt_level=0, name="LowerGrads",
     description="the remaining grad nodes become reverse-mode AD code (closures, references)")
+PartialEvaluate = module_pass(
+    partial_evaluate, opt_level=ON_DEMAND, name="PartialEvaluate",
+    description="run what is static, emit the rest: inlines closures, unrolls static loops")
 SimplifyInference = module_pass(
     simplify_inference, opt_level=2, name="SimplifyInference",
     description="inference-mode batch_norm becomes a per-channel multiply-add; dropout goes")
@@ -100,9 +107,11 @@ ToANormalForm = module_pass(
 # Inline and InlineAll run first: the globals they remove are gone for every later pass.
 # InlineGlobals runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
+# PartialEvaluate runs once grads are lowered (it leaves grad nodes alone) and before
+# FoldConstant and fusion, which then see the unrolled straight-line code.
 # SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift.
 OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
-                              LowerGrads, InlineGlobals, SimplifyInference,
+                              LowerGrads, InlineGlobals, PartialEvaluate, SimplifyInference,
                               DeadCodeElimination, FoldConstant, EliminateCommonSubexpr)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
@@ -164,5 +173,6 @@ def table() -> str:
 
 __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "run",
            "pass_names", "table", "Inline", "InlineAll", "InlineGlobals", "FirstOrderGradients",
-           "LowerGrads", "SimplifyInference", "DeadCodeElimination", "FoldConstant",
-           "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
+           "LowerGrads", "PartialEvaluate", "SimplifyInference", "DeadCodeElimination",
+           "FoldConstant", "EliminateCommonSubexpr", "ToGraphNormalForm", "FuseOps",
+           "ToANormalForm"]

@@ -52,7 +52,7 @@ def timed_build(fn, context_options, **build_options):
 def test_every_pass_has_a_name_and_a_description():
     passes = [q for target in pipeline.LOWERING for p in pipeline.for_target(target).passes
               for q in (*p.required, p)]
-    assert {p.name for p in passes} == {*OPTIMIZE, "InlineAll", *LLVM_LOWERING}
+    assert {p.name for p in passes} == {*OPTIMIZE, "InlineAll", "PartialEvaluate", *LLVM_LOWERING}
     for p in passes:
         assert re.fullmatch(r"[A-Z][A-Za-z]+", p.name)
         assert p.description and "\n" not in p.description and len(p.description) <= 90
