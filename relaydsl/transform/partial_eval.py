@@ -594,9 +594,9 @@ class _PartialEvaluator:
             return _Data(callee.expr, tuple(args))
         if isinstance(callee, _Name) and isinstance(callee.expr, GlobalVar) \
                 and callee.expr in self.mod.functions:
-            return self.apply(callee.expr, self.mod[callee.expr], None, args, callee.expr)
+            return self.apply(call, callee.expr, self.mod[callee.expr], None, args, callee.expr)
         if isinstance(callee, _Closure):
-            return self.apply(callee, callee.fn, callee.frame, args, None)
+            return self.apply(call, callee, callee.fn, callee.frame, args, None)
         return self.residual_call(self.reify(callee), args, call)
 
     def residual_call(self, callee: Expr, args: Sequence[_Value], call: Call | None = None
@@ -619,10 +619,11 @@ class _PartialEvaluator:
                 return _Tensor(folded)
         return self.push(new)
 
-    def apply(self, key: object, fn: Function, frame: _Frame | None, args: list[_Value],
-              gv: GlobalVar | None) -> _Value:
-        """A call of the function `fn` (the global `gv`, or a closure over `frame`): inlined,
-        unless it recurses with the same static signature (then specialised) or too deep."""
+    def apply(self, call: Call, key: object, fn: Function, frame: _Frame | None,
+              args: list[_Value], gv: GlobalVar | None) -> _Value:
+        """The `call` of the function `fn` (the global `gv`, or a closure over `frame`):
+        inlined, unless it recurses with the same static signature (then specialised) or too
+        deep."""
         if is_primitive(fn):
             return self.residual_call(fn, args)
         signature = tuple(_signature(a) for a in args)
@@ -651,25 +652,29 @@ class _PartialEvaluator:
         finally:
             self.stack.pop()
         self.rollback(mark)
-        return self.specialise(key, fn, frame, args, gv)
+        return self.specialise(call, key, fn, frame, args, gv)
 
-    def specialise(self, key: object, fn: Function, frame: _Frame | None,
+    def specialise(self, call: Call, key: object, fn: Function, frame: _Frame | None,
                    args: list[_Value], gv: GlobalVar | None) -> _Value:
-        """A call of a recursive function as a call of a residual function of the dynamic
-        parts of `args` (their static parts evaluated in its body), made here; for a global
-        with dynamic arguments only, the global itself."""
+        """The `call` of a recursive function as a call of a residual function of the
+        dynamic parts of `args` (their static parts evaluated in its body), made here; for a
+        global with dynamic arguments only, the global itself. The function's result type is
+        the call's, where that is known (a loop that never ends has no other)."""
         self.materialise_reachable([*args, *([key] if isinstance(key, _Closure) else [])])
         signature = tuple(_signature(a) for a in args)
         leaves = [leaf for a in args for leaf in _leaves(a)]
         if gv is not None and all(s == ("D",) for s in signature):
             return self.residual_call(gv, args)
-        var = Var(self.name if self.name != "x" else "f")
+        var = Var(gv.name_hint if gv is not None else self.name if self.name != "x" else "f")
         self.scope.specialised[(id(key), signature)] = (var, [*args, key])  # (kept alive)
         params = [Var(f"p{i}") for i in range(len(leaves))]
         new = iter([_Dynamic(p) for p in params])
         values = [_replace_leaves(a, new) for a in args]
         body = self.residual_body(fn, frame, values, target=var, key=key)
-        specialised = Function(params, body, _ret_type(fn), span=fn.span)
+        result = call.checked_type if call.has_type else None
+        if result is None or type_vars_of(result):
+            result = _ret_type(fn)
+        specialised = Function(params, body, result, span=fn.span)
         self.scope.bindings.append((var, specialised))
         return self.residual_call(var, leaves)
 
