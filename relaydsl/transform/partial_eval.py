@@ -67,8 +67,8 @@ from relaydsl.ir.expr import (
     RefRead, RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import Type
-from relaydsl.ir.visitor import free_vars, type_vars_of
+from relaydsl.ir.types import Type, TypeVar
+from relaydsl.ir.visitor import free_vars, post_order, type_vars_of
 from relaydsl.transform._util import ascribes, deep_recursion, is_primitive, retyped, \
     rewrite_functions
 from relaydsl.transform.fold_constant import evaluate_call
@@ -230,17 +230,6 @@ class _Unsupported(Exception):
     the function is kept as it is."""
 
 
-def _annotation(v: Var) -> Type | None:
-    """`v`'s annotation for a copy of it in another function: none if it mentions the type
-    variables of the function it came from."""
-    t = v.type_annotation
-    return None if t is None or type_vars_of(t) else t
-
-
-def _fresh(v: Var) -> Var:
-    return Var(v.name_hint, _annotation(v), span=v.span)
-
-
 def _signature(v: _Value) -> tuple:
     """The static part of `v`: calls with equal signatures compute the same residual code."""
     if isinstance(v, _Tensor):
@@ -335,10 +324,22 @@ class _PartialEvaluator:
         self.stack: list[_Entry] = []
         self.name = "x"  # the name of the variable being bound, for the residual ones
         self.free_vars: dict[Function, list[Var]] = {}
+        self.own_type_vars: set[TypeVar] = set()
+
+    def own(self, t: Type | None) -> Type | None:
+        """`t`, for an annotation in the residual function, unless it mentions type
+        variables of another global (one inlined here): inference finds those types."""
+        if t is None or not set(type_vars_of(t)) <= self.own_type_vars:
+            return None
+        return t
+
+    def fresh(self, v: Var) -> Var:
+        return Var(v.name_hint, self.own(v.type_annotation), span=v.span)
 
     def function(self, gv: GlobalVar) -> Function:
         """The global function `gv` partially evaluated (its parameters kept)."""
         fn = self.mod[gv]
+        self.own_type_vars = _type_vars_in(fn)
         try:
             with deep_recursion():
                 body = self.residual_body(fn, None, fn.params, target=gv, key=gv)
@@ -454,9 +455,9 @@ class _PartialEvaluator:
         self.materialise_reachable([c])
         var = Var(self.name if self.name != "x" else "f")
         self.scope.reified[id(c)] = (c, var)
-        params = [_fresh(p) for p in c.fn.params]
+        params = [self.fresh(p) for p in c.fn.params]
         body = self.residual_body(c.fn, c.frame, params, target=var, key=c)
-        fn = Function(params, body, _ret_type(c.fn), attrs=c.fn.attrs, span=c.fn.span)
+        fn = Function(params, body, self.own(c.fn.ret_type), attrs=c.fn.attrs, span=c.fn.span)
         self.scope.bindings.append((var, fn))
         return var
 
@@ -490,14 +491,19 @@ class _PartialEvaluator:
                 value = self.eval(node.value, frame)
             finally:
                 self.name = outer
-            if isinstance(value, _Dynamic) and ascribes(node.var, value.expr) \
-                    and _annotation(node.var) is not None:
-                # the annotation may be all inference knows of a parameter's type: kept
-                var = self.scope.push(value.expr, node.var.name_hint, _annotation(node.var))
-                value = _Dynamic(var)
-            frame.values[node.var] = value
+            annotation = self.own(node.var.type_annotation)
+            frame.values[node.var] = self.ascribed(node.var, value, annotation)
             node = node.body
         return self.eval(node, frame)
+
+    def ascribed(self, var: Var, value: _Value, annotation: Type | None) -> _Value:
+        """`value` bound to `var`, keeping the type `annotation` (`var`'s) ascribes it: that
+        may be all inference knows of a parameter's type (a model's weight, typed by the
+        function it is passed to)."""
+        if annotation is None or not isinstance(value, _Dynamic) \
+                or not ascribes(var, value.expr):
+            return value
+        return _Dynamic(self.scope.push(value.expr, var.name_hint, annotation))
 
     def eval_tuple(self, t: Tuple, frame: _Frame) -> _Value:
         return _Tuple(tuple(self.eval(f, frame) for f in t.fields))
@@ -549,7 +555,7 @@ class _PartialEvaluator:
     def fresh_pattern(self, p: Pattern, frame: _Frame) -> Pattern:
         """`p` binding new variables (dynamic values in `frame`) for a residual clause."""
         if isinstance(p, PatternVar):
-            var = _fresh(p.var)
+            var = self.fresh(p.var)
             frame.values[p.var] = _Dynamic(var)
             return PatternVar(var, span=p.span)
         if isinstance(p, PatternConstructor):
@@ -645,7 +651,13 @@ class _PartialEvaluator:
         mark = self.mark()
         self.stack.append(entry)
         try:
-            return self.eval(fn.body, _Frame(frame, dict(zip(fn.params, args))))
+            bound = {}
+            for p, a in zip(fn.params, args):
+                t = p.type_annotation
+                if gv is not None and t is not None and type_vars_of(t):
+                    t = None  # the global's own type variables: inference finds these types
+                bound[p] = self.ascribed(p, a, self.own(t))
+            return self.eval(fn.body, _Frame(frame, bound))
         except _Specialise as again:
             if again.entry is not entry:
                 raise
@@ -671,9 +683,7 @@ class _PartialEvaluator:
         new = iter([_Dynamic(p) for p in params])
         values = [_replace_leaves(a, new) for a in args]
         body = self.residual_body(fn, frame, values, target=var, key=key)
-        result = call.checked_type if call.has_type else None
-        if result is None or type_vars_of(result):
-            result = _ret_type(fn)
+        result = self.own(call.checked_type if call.has_type else None) or self.own(fn.ret_type)
         specialised = Function(params, body, result, span=fn.span)
         self.scope.bindings.append((var, specialised))
         return self.residual_call(var, leaves)
@@ -695,9 +705,18 @@ class _PartialEvaluator:
             cell.contents, cell.residual = value, residual
 
 
-def _ret_type(fn: Function) -> Type | None:
-    t = fn.ret_type
-    return None if t is None or type_vars_of(t) else t
+def _type_vars_in(fn: Function) -> set[TypeVar]:
+    """The type variables of `fn`'s own annotations (its type parameters and those free in
+    it; a function nested in it included)."""
+    found: set[TypeVar] = set(fn.type_params)
+
+    def visit(e: Expr) -> None:
+        if isinstance(e, Var) and e.type_annotation is not None:
+            found.update(type_vars_of(e.type_annotation))
+        elif isinstance(e, Function) and e.ret_type is not None:
+            found.update(type_vars_of(e.ret_type))
+    post_order(fn, visit)
+    return found
 
 
 _DISPATCH: dict[type, Callable[[_PartialEvaluator, AnyValue, _Frame], _Value]] = {
