@@ -325,6 +325,7 @@ class _PartialEvaluator:
         self.name = "x"  # the name of the variable being bound, for the residual ones
         self.free_vars: dict[Function, list[Var]] = {}
         self.own_type_vars: set[TypeVar] = set()
+        self.params: set[Expr] = set()  # the parameters of the function being evaluated
 
     def own(self, t: Type | None) -> Type | None:
         """`t`, for an annotation in the residual function, unless it mentions type
@@ -340,6 +341,7 @@ class _PartialEvaluator:
         """The global function `gv` partially evaluated (its parameters kept)."""
         fn = self.mod[gv]
         self.own_type_vars = _type_vars_in(fn)
+        self.params = set(fn.params)
         try:
             with deep_recursion():
                 body = self.residual_body(fn, None, fn.params, target=gv, key=gv)
@@ -497,9 +499,8 @@ class _PartialEvaluator:
         return self.eval(node, frame)
 
     def ascribed(self, var: Var, value: _Value, annotation: Type | None) -> _Value:
-        """`value` bound to `var`, keeping the type `annotation` (`var`'s) ascribes it: that
-        may be all inference knows of a parameter's type (a model's weight, typed by the
-        function it is passed to)."""
+        """`value` bound to `var`, keeping the type `annotation` (`var`'s) ascribes it (a
+        let's annotation may be there to make a type less static, ``relay.Any``)."""
         if annotation is None or not isinstance(value, _Dynamic) \
                 or not ascribes(var, value.expr):
             return value
@@ -656,6 +657,11 @@ class _PartialEvaluator:
                 t = p.type_annotation
                 if gv is not None and t is not None and type_vars_of(t):
                     t = None  # the global's own type variables: inference finds these types
+                if not (isinstance(a, _Dynamic) and a.expr in self.params):
+                    t = None
+                # An argument that is a parameter of ours keeps the parameter's type: that
+                # may be all inference knows of it (a model's weight, typed by the function
+                # it is passed to); other arguments have types of their own.
                 bound[p] = self.ascribed(p, a, self.own(t))
             return self.eval(fn.body, _Frame(frame, bound))
         except _Specialise as again:
