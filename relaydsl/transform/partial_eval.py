@@ -29,9 +29,10 @@ with arguments of the same static signature would unroll forever, so the outer c
 global called with dynamic arguments only, the global itself), which the inner call calls.
 A recursive function on a dynamic list becomes a loop over it; a recursive function whose
 static arguments change on every call (a counter) unrolls, up to FUEL nested calls of the
-same function. Loop unrolling falls out of it: a frontend ``for i in range(3)`` is a
-recursive closure on a static counter, so it unrolls into straight-line code, which fusion
-may then turn into one kernel.
+same function (and BUDGET calls inlined in all; a program cut there is not a fixed point of
+the pass, since running it again unrolls further). Loop unrolling falls out of it: a
+frontend ``for i in range(3)`` is a recursive closure on a static counter, so it unrolls
+into straight-line code, which fusion may then turn into one kernel.
 
 Before and after:
 
@@ -77,6 +78,10 @@ FUEL = 64
 """How many calls of one function may be inlined inside each other (a recursion whose
 static arguments change on every call, such as a loop over a static counter, unrolls this
 far; the rest is a residual call)."""
+BUDGET = 10_000
+"""How many calls the evaluation of one global function may inline in all (a recursion that
+calls itself in both branches of a dynamic ``if`` would unroll exponentially); the calls
+after those stay calls."""
 
 
 def partial_evaluate(mod: IRModule) -> IRModule:
@@ -326,6 +331,7 @@ class _PartialEvaluator:
         self.free_vars: dict[Function, list[Var]] = {}
         self.own_type_vars: set[TypeVar] = set()
         self.params: set[Expr] = set()  # the parameters of the function being evaluated
+        self.inlined = 0  # calls inlined so far
 
     def own(self, t: Type | None) -> Type | None:
         """`t`, for an annotation in the residual function, unless it mentions type
@@ -646,8 +652,9 @@ class _PartialEvaluator:
                     return self.residual_call(entry.target, args)
                 raise _Specialise(entry)
             depth += entry.key is key
-        if depth >= FUEL:
+        if depth >= FUEL or self.inlined >= BUDGET:
             return self.residual_call(gv or self.reify(key), args)  # type: ignore[arg-type]
+        self.inlined += 1
         entry = _Entry(key, signature, args)
         mark = self.mark()
         self.stack.append(entry)
