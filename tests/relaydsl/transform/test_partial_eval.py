@@ -3,6 +3,7 @@ form; values are unchanged (checked against JAX, or NumPy where JAX's oracle has
 references or data types, on both targets). The structural cases follow TVM's
 tests/python/relay/test_pass_partial_eval.py."""
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from relaydsl import Float, Tensor, relay
@@ -323,6 +324,39 @@ def test_a_static_for_loop_unrolls_into_one_fused_kernel():
     with context:
         for target in ("interp", "llvm"):
             np.testing.assert_allclose(three_steps.build(target)(x), expected, rtol=1e-5)
+
+
+@relay
+def looped(x: Tensor[Float, (3,)]) -> Float:
+    y = x
+    for _ in range(3):
+        y = relay.tanh(y) * x
+    return relay.sum(y)
+
+
+@relay
+def looped_gradient(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:
+    return relay.grad(looped)(x)[1][0]
+
+
+@pytest.mark.parametrize("level", [0, 3])
+def test_the_gradient_of_a_loop_is_partially_evaluated(level):
+    # at level 0 the gradient is reverse-mode code with closures and references (the
+    # backpropagator); at level 3, a first-order adjoint program
+    import jax
+    import jax.numpy as jnp
+
+    def loop(x):
+        y = x
+        for _ in range(3):
+            y = jnp.tanh(y) * x
+        return jnp.sum(y)
+
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    expected = jax.grad(loop)(x)
+    with PassContext(opt_level=level, required_pass=["PartialEvaluate"]):
+        for target in ("interp", "llvm"):
+            np.testing.assert_allclose(looped_gradient.build(target)(x), expected, rtol=1e-5)
 
 
 # ---- every program: values kept, types check, a fixed point -------------------------------
