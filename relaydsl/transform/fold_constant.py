@@ -146,14 +146,15 @@ class _Fold(ExprMutator):
                 return folded
         if not all(is_constant(a) for a in new.args) or not call.has_type:
             return new
-        return self.evaluate(new, [_value(a) for a in new.args], call.checked_type) or new
+        return evaluate_call(new, [_value(a) for a in new.args], call.checked_type) or new
 
-    @staticmethod
-    def evaluate(call: Call, args: Sequence[AnyValue], t: Type) -> Expr | None:
-        """The call's value as a literal of type `t`, or None to leave it for run time."""
-        assert isinstance(call.op, Op)
-        try:
-            value = call.op.definition.numpy_ref(*args, **call.attrs)
-        except Exception:  # left for run time, where the error is reported with its location
-            return None
-        return _literal(value, t, call)
+
+def evaluate_call(call: Call, args: Sequence[AnyValue], t: Type) -> Expr | None:
+    """The value of the op call `call` on the NumPy values `args` (arrays, or tuples of them
+    for tuple-taking ops), as a literal of type `t`; None to leave the call for run time."""
+    assert isinstance(call.op, Op)
+    try:
+        value = call.op.definition.numpy_ref(*args, **call.attrs)
+    except Exception:  # left for run time, where the error is reported with its location
+        return None
+    return _literal(value, t, call)

@@ -31,7 +31,10 @@ What each opt_level adds:
   neither backend speed; lifting would even cost the llvm plan its loops (local
   tail-recursive functions, which a plan runs as jumps). They are for a code generator that
   wants first-order globals (an accelerator's, a C backend's), as in TVM, where none of them
-  is in the default pipeline either.
+  is in the default pipeline either; and PartialEvaluate, as in TVM, where it runs only on
+  request: it inlines every call it can and unrolls loops on static counts, which can grow
+  a program a lot (up to FUEL nested calls of one function), so the user asks for it (a
+  model with static loops, before fusion).
 
 Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
 reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
@@ -64,6 +67,7 @@ from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
 from relaydsl.transform.inline import inline, inline_all, inline_globals
 from relaydsl.transform.lambda_lift import lambda_lift
+from relaydsl.transform.partial_eval import partial_evaluate
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
 from relaydsl.transform.simplify_inference import simplify_inference
 
@@ -103,6 +107,9 @@ LambdaLift = module_pass(
     lambda_lift, opt_level=ON_DEMAND, name="LambdaLift",
     description="local function literals become globals (a closure: a Closure=1 global of "
                 "its captures)")
+PartialEvaluate = module_pass(
+    partial_evaluate, opt_level=ON_DEMAND, name="PartialEvaluate",
+    description="run what is static, emit the rest: inlines closures, unrolls static loops")
 SimplifyInference = module_pass(
     simplify_inference, opt_level=2, name="SimplifyInference",
     description="inference-mode batch_norm becomes a per-channel multiply-add; dropout goes")
@@ -141,6 +148,8 @@ ToANormalForm = module_pass(
 # Inline and InlineAll run first: the globals they remove are gone for every later pass.
 # InlineGlobals runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
+# PartialEvaluate runs once grads are lowered (it leaves grad nodes alone) and before
+# FoldConstant and fusion, which then see the unrolled straight-line code.
 # SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift,
 # which FoldScaleAxis (as TVM's, after FoldConstant: it needs constant scales) then moves
 # into the weights of the convolutions before it. CombineParallelConv2D comes after both (a
@@ -152,7 +161,7 @@ ToANormalForm = module_pass(
 # closures): eta-expansion first, so that defunctionalization sees globals passed as values
 # as literals too, then lifting of what stays local.
 OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
-                              LowerGrads, InlineGlobals,
+                              LowerGrads, InlineGlobals, PartialEvaluate,
                               EtaExpand, Defunctionalization, LambdaLift,
                               SimplifyInference, DeadCodeElimination, InlineOnce,
                               FoldConstant, FoldScaleAxis, EliminateCommonSubexpr,
@@ -217,7 +226,7 @@ def table() -> str:
 
 __all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "run",
            "pass_names", "table", "Inline", "InlineAll", "InlineGlobals", "FirstOrderGradients",
-           "LowerGrads", "EtaExpand", "Defunctionalization", "LambdaLift",
+           "LowerGrads", "PartialEvaluate", "EtaExpand", "Defunctionalization", "LambdaLift",
            "SimplifyInference", "DeadCodeElimination", "InlineOnce", "FoldConstant",
            "FoldScaleAxis", "EliminateCommonSubexpr", "CombineParallelConv2D", "AlterOpLayout",
            "ToGraphNormalForm", "FuseOps", "ToANormalForm"]

@@ -21,8 +21,8 @@ OPTIMIZE = ["Inline", "InlineGlobals", "FirstOrderGradients", "LowerGrads", "Inl
             "EliminateCommonSubexpr"]
 LLVM_LOWERING = ["ToGraphNormalForm", "FuseOps", "ToANormalForm"]
 LEVEL_3 = ["FirstOrderGradients", "FoldScaleAxis", "EliminateCommonSubexpr"]
-ON_DEMAND = ["InlineAll", "EtaExpand", "Defunctionalization", "LambdaLift", "InlineOnce",
-             "CombineParallelConv2D", "AlterOpLayout"]
+ON_DEMAND = ["InlineAll", "PartialEvaluate", "EtaExpand", "Defunctionalization", "LambdaLift",
+             "InlineOnce", "CombineParallelConv2D", "AlterOpLayout"]
 
 
 @relay
