@@ -99,7 +99,9 @@ def _type_of(value: AnyValue):
     return TensorType(value.shape, value.dtype.name)
 
 
-_PRELUDE_FUNCTIONS = ("map", "foldl", "foldr", "zip", "length", "nth")
+def _prelude_functions() -> list[str]:
+    """The prelude's functions by name; an op of the same name (``sum``) comes first."""
+    return [gv.name_hint for gv in prelude_definitions()[1] if gv.name_hint not in all_ops()]
 
 
 class RelayNamespace:
@@ -119,7 +121,7 @@ class RelayNamespace:
     def __getattr__(self, name: str) -> AnyValue:
         if name in all_ops():
             return op_function(name)
-        if name in _PRELUDE_FUNCTIONS:
+        if name in _prelude_functions():
             return PreludeFunction(name)
         if name in LAYERS:
             return LayerFunction(name)
@@ -130,11 +132,11 @@ class RelayNamespace:
         api = _api()
         if name in api:
             return api[name]
-        known = [*all_ops(), *_PRELUDE_FUNCTIONS, *LAYERS, *api]
+        known = [*all_ops(), *_prelude_functions(), *LAYERS, *api]
         raise AttributeError(f"relay has no operator or function {name!r}.{suggest(name, known)}")
 
     def __dir__(self) -> list[str]:
-        return sorted({*all_ops(), *_PRELUDE_FUNCTIONS, *LAYERS, *_api(), "Any", "Fn", "List",
+        return sorted({*all_ops(), *_prelude_functions(), *LAYERS, *_api(), "Any", "Fn", "List",
                        "Option", "Tree"})
 
     def __repr__(self) -> str:

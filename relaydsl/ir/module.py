@@ -75,25 +75,28 @@ class IRModule:
     # ---- functions -------------------------------------------------------
     def add(self, name: str | GlobalVar, fn: Function, *, replace: bool = True) -> GlobalVar:
         """Add or replace a global function; returns its GlobalVar. A definition named like
-        one of the prelude's replaces it under a GlobalVar of its own (the prelude's nodes are
-        shared by every module)."""
+        one of the prelude's takes its name under a GlobalVar of its own (the prelude's nodes
+        are shared by every module); the prelude's function stays, unnamed, for the prelude
+        functions that call it (a user's ``@sum`` leaves the prelude's ``@size`` working)."""
         if not isinstance(fn, Function):
             raise IRError(f"a global must be a Function, got {type(fn).__name__}")
         if isinstance(name, GlobalVar):
             gv = name
             existing = self._global_vars.get(gv.name_hint)
             if existing is not None and existing is not gv:
+                if is_prelude_function(gv) and not is_prelude_function(existing):
+                    self.functions[gv] = fn  # a shadowed prelude function, copied over
+                    return gv
                 if not replace:
                     raise IRError(f"global {gv.name_hint} is already defined")
-                del self.functions[existing]
+                if not is_prelude_function(existing):
+                    del self.functions[existing]
         else:
             existing = self._global_vars.get(name)
             if existing is not None and not replace:
                 raise IRError(f"global {name} is already defined")
             gv = existing if existing is not None and not is_prelude_function(existing) \
                 else GlobalVar(name)
-            if existing is not None and existing is not gv:
-                del self.functions[existing]
         self._global_vars[gv.name_hint] = gv
         self.functions[gv] = fn
         return gv
@@ -103,7 +106,8 @@ class IRModule:
         if gv not in self.functions:
             raise IRError(f"global {gv.name_hint} is not in this module")
         del self.functions[gv]
-        del self._global_vars[gv.name_hint]
+        if self._global_vars.get(gv.name_hint) is gv:  # not a prelude function a user's shadows
+            del self._global_vars[gv.name_hint]
 
     def get_global_var(self, name: str) -> GlobalVar:
         try:

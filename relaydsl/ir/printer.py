@@ -165,6 +165,8 @@ class _Printer:
         self.reserved = _module_type_names(mod)
         types = mod.type_definitions if include_prelude else mod.user_types()
         funcs = mod.functions if include_prelude else mod.user_functions()
+        # A prelude function the module's own definition shadows has no name of its own to print.
+        funcs = {gv: fn for gv, fn in funcs.items() if mod.get_global_var(gv.name_hint) is gv}
         parts = [self.type_data(td) for td in types.values()]
         parts += [self.definition(gv, fn) for gv, fn in funcs.items()]
         return "\n".join(parts)

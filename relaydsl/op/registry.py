@@ -111,6 +111,27 @@ def _padding1d(v: int | tuple[int, ...]) -> tuple[int, int]:
     return (v[0], v[1])
 
 
+def _triple(v: int | tuple[int, ...]) -> tuple[int, int, int]:
+    """An int or (d, h, w) as (d, h, w), the 3-D counterpart of "pair": ``2 -> (2, 2, 2)``."""
+    if isinstance(v, int):
+        return (v, v, v)
+    if len(v) != 3:
+        raise ValueError(f"expected an int or 3 ints (d, h, w), got {len(v)} values")
+    return (v[0], v[1], v[2])
+
+
+def _padding3d(v: int | tuple[int, ...]) -> tuple[int, ...]:
+    """An int, (d, h, w) or (front, top, left, back, bottom, right) as the six, as TVM's."""
+    if isinstance(v, int):
+        return (v,) * 6
+    if len(v) == 3:
+        return (*v, *v)
+    if len(v) != 6:
+        raise ValueError("expected an int, 3 ints (d, h, w) or 6 ints "
+                         f"(front, top, left, back, bottom, right), got {v}")
+    return tuple(v)
+
+
 _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "int": ("an int", _is_int),
     "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
@@ -133,6 +154,8 @@ _KIND_CHECKS: dict[str, tuple[str, Callable[[AnyValue], bool]]] = {
     "optional_single": ("None, an int or a tuple of ints",
                         lambda v: v is None or _is_int(v) or _ints(v)),
     "padding1d": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
+    "triple": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
+    "padding3d": ("an int or a tuple of ints", lambda v: _is_int(v) or _ints(v)),
 }
 
 # Kinds whose values are stored in one canonical form, so every consumer reads that form.
@@ -145,6 +168,8 @@ _KIND_CANONICAL: dict[str, Callable[[AnyValue], AnyValue]] = {
     "single": _single,  # (w,)
     "optional_single": lambda v: None if v is None else _single(v),
     "padding1d": _padding1d,  # (left, right)
+    "triple": _triple,  # (d, h, w)
+    "padding3d": _padding3d,  # (front, top, left, back, bottom, right)
 }
 
 
@@ -154,7 +179,8 @@ class Attr:
 
     A value of a kind in _KIND_CANONICAL is stored canonicalised: a "pair" given as ``2`` is
     ``(2, 2)``, a "padding" given as ``(1, 2)`` is ``(1, 2, 1, 2)`` (and their 1-D
-    counterparts: a "single" ``2`` is ``(2,)``, a "padding1d" ``1`` is ``(1, 1)``); a default
+    counterparts: a "single" ``2`` is ``(2,)``, a "padding1d" ``1`` is ``(1, 1)``; and 3-D ones: a
+    "triple" ``2`` is ``(2, 2, 2)``, a "padding3d" ``1`` is ``(1,) * 6``); a default
     is written in canonical form. `check(value)` sees the canonical value and returns an error
     message or None.
     """

@@ -1,6 +1,8 @@
 """Convolution: conv2d (TVM's: NCHW data, or one CHW example; OIHW weight; groups); conv1d
 (NCW data, OIW weight: conv2d over a height of 1, window.py); conv2d_nchwc (conv2d in the
-blocked layouts NCHW{i}c / OIHW{i}i{o}o, which AlterOpLayout rewrites conv2d into).
+blocked layouts NCHW{i}c / OIHW{i}i{o}o, which AlterOpLayout rewrites conv2d into);
+conv2d_transpose (NCHW data, IOHW weight as TVM's: the adjoint of conv2d's data, conv2d
+being its own adjoint).
 
 The window geometry (strides, padding, dilation, the output size) is window.py's. The
 NumPy reference contracts sliding-window views with the filters; the JAX lowering is
@@ -16,7 +18,7 @@ import numpy as np
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr, Let, Var
-from relaydsl.ir.types import Dim, TensorType, Type
+from relaydsl.ir.types import Any, Dim, TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp, lax
 from relaydsl.op.nn.common import (
@@ -30,9 +32,11 @@ from relaydsl.op.nn.window import (
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.op.transform.layout import Layout, layout_transform, transform_array
 from relaydsl.te import tensor as T
-from relaydsl.te.expr import PrimExpr, cast, const, select
+from relaydsl.te.expr import PrimExpr, cast, const, equal, select
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
-from relaydsl.typing.relations import NUMERIC, RelationContext, is_unknown, tensor_arg
+from relaydsl.typing.relations import (
+    FLOAT, NUMERIC, RelationContext, is_unknown, tensor_arg,
+)
 
 STRIDES = Attr("strides", "pair", (1, 1), all_positive, "window step (h, w)")
 PADDING = Attr("padding", "padding", (0, 0, 0, 0), non_negative,
@@ -360,4 +364,149 @@ conv2d_nchwc = register(OpDef(
            Attr("dilation", "pair", (1, 1), all_positive, "kernel dilation (h, w)")),
     doc="conv2d of NCHW{i}c data (N, C/i, H, W, i) with OIHW{i}i{o}o weight "
         "(O/o, C/i, KH, KW, i, o), giving NCHW{o}c: the blocked layout AlterOpLayout uses",
+))
+
+
+# ---- conv2d_transpose ---------------------------------------------------------------------------
+# conv2d_transpose(x, w) scatters each input element through the kernel: along one axis
+# y[i*s + k*d - p] += x[i] w[k], so y has (size - 1)*s - p_before - p_after + d*(k - 1) + 1
+# + output_padding elements. It is the adjoint of x' -> conv2d(x', w) (w read as OIHW) with
+# the same strides, padding, dilation and groups; output_padding < strides only lengthens the
+# result, which conv2d's windows then leave out. Its gradient is therefore conv2d's forward
+# (data) and conv2d's weight adjoint with the data and the output gradient in each other's
+# places.
+
+
+def _transpose_size(size: Dim, k: Dim, stride: int, dilation: int, pads: tuple[int, int],
+                    extra: int) -> Dim:
+    if not (isinstance(size, int) and isinstance(k, int)):
+        return Any
+    return (size - 1) * stride - pads[0] - pads[1] + dilation * (k - 1) + 1 + extra
+
+
+def _conv2d_transpose_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+    c = Inputs(ctx, "conv2d_transpose", args, ("data", "weight"), FLOAT)
+    (n, cin, *hw), (w_cin, cout_per_group, *kernel) = c.shape(0, rank=4), c.shape(1, rank=4)
+    groups = attrs.groups
+    c.same(cin, w_cin, f"the in-channels of {c.arg(0)} and {c.arg(1)} (its first axis) differ")
+    if isinstance(cin, int) and cin % groups:
+        c.fail(f"the in-channels of {c.arg(0)} are not divisible by groups={groups}")
+    cout = cout_per_group * groups if isinstance(cout_per_group, int) else Any
+    if attrs.channels is not None:
+        cout = c.same(cout, attrs.channels, f"{c.arg(1)} does not give channels="
+                      f"{attrs.channels} (weight.shape[1] * groups)")
+    if attrs.kernel_size is not None:
+        for k, want in zip(kernel, attrs.kernel_size):
+            c.same(k, want, f"{c.arg(1)} does not have kernel_size={attrs.kernel_size}")
+    for extra, stride in zip(attrs.output_padding, attrs.strides):
+        if extra >= stride:
+            c.fail(f"output_padding {attrs.output_padding} must be smaller than the strides "
+                   f"{attrs.strides}")
+    p = attrs.padding
+    out = [_transpose_size(hw[i], kernel[i], attrs.strides[i], attrs.dilation[i],
+                           (p[i], p[i + 2]), attrs.output_padding[i]) for i in (0, 1)]
+    if any(isinstance(o, int) and o < 1 for o in out):
+        c.fail(f"the padding {p} leaves no output of {c.arg(0)} with {c.arg(1)}")
+    return c.tensor((n, cout, *out))
+
+
+def _conv2d_transpose_np(data: np.ndarray, weight: np.ndarray, *, strides: tuple[int, int],
+                         padding: tuple[int, ...], output_padding: tuple[int, int],
+                         dilation: tuple[int, int], groups: int, **_: object) -> np.ndarray:
+    """Each kernel tap's products added at their strided positions, then the padding cut."""
+    n, cin, h, w = data.shape
+    _, per_group, kh, kw = weight.shape
+    (sh, sw), (dh, dw), (top, left) = strides, dilation, padding[:2]
+    oh, ow = (_transpose_size(size, k, s, d, (padding[i], padding[i + 2]), output_padding[i])
+              for i, (size, k, s, d) in enumerate(((h, kh, sh, dh), (w, kw, sw, dw))))
+    assert isinstance(oh, int) and isinstance(ow, int)
+    canvas = np.zeros((n, per_group * groups, max((h - 1) * sh + dh * (kh - 1) + 1, top + oh),
+                       max((w - 1) * sw + dw * (kw - 1) + 1, left + ow)), data.dtype)
+    cg = cin // groups
+    for g in range(groups):
+        x, k = data[:, g * cg:(g + 1) * cg], weight[g * cg:(g + 1) * cg]
+        out = canvas[:, g * per_group:(g + 1) * per_group]
+        for ky, kx in np.ndindex(kh, kw):
+            out[:, :, ky * dh:ky * dh + (h - 1) * sh + 1:sh,
+                kx * dw:kx * dw + (w - 1) * sw + 1:sw] += np.einsum("nchw,co->nohw", x,
+                                                                    k[:, :, ky, kx])
+    return canvas[:, :, top:top + oh, left:left + ow]
+
+
+def _conv2d_transpose_jax(data: Array, weight: Array, *, strides: tuple[int, int],
+                          padding: tuple[int, ...], output_padding: tuple[int, int],
+                          dilation: tuple[int, int], groups: int, **_: object) -> Array:
+    """A stride-1 convolution of the input dilated by the strides with the flipped kernel."""
+    cin, per_group, kh, kw = weight.shape
+    kernel = weight.reshape(groups, cin // groups, per_group, kh, kw).transpose(0, 2, 1, 3, 4)
+    kernel = kernel.reshape(groups * per_group, cin // groups, kh, kw)[:, :, ::-1, ::-1]
+    pads = [(dilation[i] * (k - 1) - padding[i],
+             dilation[i] * (k - 1) - padding[i + 2] + output_padding[i])
+            for i, k in enumerate((kh, kw))]
+    return lax.conv_general_dilated(
+        data, kernel, (1, 1), pads, lhs_dilation=strides, rhs_dilation=dilation,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=groups,
+        precision=lax.Precision.HIGHEST,
+    )
+
+
+def _conv2d_transpose_grad(call: Call, g: Expr) -> list[Expr]:
+    """d conv2d_transpose(x, w) = (conv2d(g, w), conv2d's weight adjoint of (g, x)): see above."""
+    x, w, a = call.args[0], call.args[1], call.attrs
+    weight, hw = gu.static_dims(w, "conv2d_transpose"), gu.image_hw(x, "conv2d_transpose")
+    p = a.padding
+    out_hw = tuple(_transpose_size(hw[i], weight[2 + i], a.strides[i], a.dilation[i],
+                                   (p[i], p[i + 2]), a.output_padding[i]) for i in (0, 1))
+    assert isinstance(out_hw[0], int) and isinstance(out_hw[1], int)
+    win = Window.conv(a, weight[2:])
+    dx = conv2d(g, w, strides=a.strides, padding=p, dilation=a.dilation, groups=a.groups)
+    return [dx, _conv_weight_grad(g, x, weight, (out_hw[0], out_hw[1]), win, a.groups)]
+
+
+def _conv2d_transpose_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+    """y[n, o, y, x] sums x[n, c, i, j] w[c, o, ky, kx] over the taps with i*s + ky*d - pad = y
+    (and likewise along W): a tap contributes where y + pad - ky*d is a multiple of s inside x."""
+    data, weight = inputs
+    cin, per_group, kh, kw = weight.shape
+    cg = cin // attrs.groups
+    h, w = data.shape[-2:]
+    (sh, sw), (dh, dw), (top, left) = attrs.strides, attrs.dilation, attrs.padding[:2]
+
+    def source(o: PrimExpr, tap: PrimExpr, stride: int, dilation: int, before: int,
+               size: int) -> tuple[PrimExpr, PrimExpr]:
+        """The input index feeding output `o` through `tap`, and whether there is one."""
+        t = o + before - (tap * dilation if dilation != 1 else tap)
+        i = t // stride if stride != 1 else t
+        ok = (t >= 0) & (i < size)
+        return i, (ok & equal(t % stride, 0)) if stride != 1 else ok
+
+    def f(n: PrimExpr, co: PrimExpr, y: PrimExpr, x: PrimExpr) -> PrimExpr:
+        rc, ry, rx = reduce_axis(cg, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
+        c = rc if attrs.groups == 1 else co // per_group * cg + rc
+        iy, ok_y = source(y, ry, sh, dh, top, h)
+        ix, ok_x = source(x, rx, sw, dw, left, w)
+        term = data[n, c, iy, ix] * weight[c, co % per_group if attrs.groups > 1 else co, ry, rx]
+        return T.sum(select(ok_y & ok_x, term, const(0, data.dtype)), [rc, ry, rx])
+
+    return compute(out_type.concrete_shape(), f, "T_conv2d_transpose")
+
+
+conv2d_transpose = register(OpDef(
+    "conv2d_transpose", ("data", "weight"), _conv2d_transpose_rel,
+    OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=_conv2d_transpose_np, jax_lower=_conv2d_transpose_jax,
+    compute=_conv2d_transpose_compute, gradient=_conv2d_transpose_grad,
+    attrs=(
+        STRIDES, PADDING,
+        Attr("dilation", "pair", (1, 1), all_positive, "kernel dilation (h, w)"),
+        Attr("groups", "int", 1, positive, "channel groups"),
+        Attr("channels", "optional_int", None, doc="out-channels: weight.shape[1] * groups"),
+        Attr("kernel_size", "optional_pair", None, all_positive, "kernel (h, w)"),
+        # keyword only: TVM's layouts come before it
+        Attr("output_padding", "pair", (0, 0), non_negative,
+             "extra rows and columns at the bottom and right (h, w), each below the stride",
+             keyword_only=True),
+    ),
+    doc="transposed 2-D convolution of NCHW data with IOHW weight (TVM's): the adjoint of "
+        "conv2d's data; out-channels = O * groups",
 ))

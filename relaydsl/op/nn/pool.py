@@ -1,5 +1,6 @@
 """Pooling: max_pool2d, its adjoint max_pool2d_grad, avg_pool2d, global_avg_pool2d,
-global_max_pool2d; max_pool1d, avg_pool1d (NCW: the 2-D pools over a height of 1, window.py).
+global_max_pool2d; max_pool1d, avg_pool1d (NCW: the 2-D pools over a height of 1, window.py);
+max_pool3d, avg_pool3d (NCDHW: the 2-D pools over (H, W) and then over D, window.py).
 
 The window geometry is window.py's. Pooling with ``ceil_mode`` pads the extra windows with
 -inf (max) or leaves them out of the count (avg). ``avg_pool2d`` divides by the number of
@@ -28,7 +29,8 @@ from relaydsl.op.nn.common import Array, Inputs, all_positive, non_negative
 from relaydsl.op.nn.conv import PADDING, STRIDES, conv_data_grad
 from relaydsl.op.nn.shape import pad
 from relaydsl.op.nn.window import (
-    Window, as_batch, compute_via_2d, gradient_via_2d, image, reference_via_2d, single_example,
+    Window, as_batch, compute_via_2d, compute_via_2d_twice, gradient_via_2d,
+    gradient_via_2d_twice, image, reference_via_2d, reference_via_2d_twice, single_example,
     unbatch, window_dim,
 )
 from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, Relation, ops, register
@@ -411,4 +413,53 @@ avg_pool1d = register(OpDef(
     attrs=(*POOL1D, Attr("count_include_pad", "bool", False,
                          doc="count explicit padding in the mean")),
     doc="mean over each pool_size window of NCW data (padding not counted unless asked)",
+))
+
+# ---- max_pool3d, avg_pool3d ---------------------------------------------------------------------
+
+POOL3D = (
+    Attr("pool_size", "triple", REQUIRED, all_positive, "window size (d, h, w)"),
+    Attr("strides", "triple", (1, 1, 1), all_positive, "window step (d, h, w)"),
+    Attr("padding", "padding3d", (0,) * 6, non_negative,
+         "an int, (d, h, w) or (front, top, left, back, bottom, right)",
+         keyword_only=True),  # TVM's dilation comes first
+    Attr("ceil_mode", "bool", False, doc="round the output size up (see window.py)"),
+)
+
+
+def _pool3d_rel(op: str) -> Relation:
+    """NCDHW data: (n, c, d, h, w) -> (n, c, od, oh, ow), the numbers of windows per axis."""
+
+    def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
+        c = Inputs(ctx, op, args, ("data",))
+        n, ch, *dhw = c.shape(0, rank=5)
+        p = attrs.padding
+        out = [window_dim(c, dhw[i], attrs.pool_size[i], attrs.strides[i], 1, (p[i], p[i + 3]),
+                          attrs.ceil_mode, i + 2) for i in range(3)]
+        return c.tensor((n, ch, *out))
+
+    return rel
+
+
+max_pool3d = register(OpDef(
+    "max_pool3d", ("data",), _pool3d_rel("max_pool3d"), OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=reference_via_2d_twice(max_pool2d.numpy_ref),
+    jax_lower=reference_via_2d_twice(max_pool2d.jax_lower),
+    compute=compute_via_2d_twice(max_pool2d.compute),
+    gradient=gradient_via_2d_twice(
+        max_pool2d, "d max_pool3d(x) = g at each window's first maximum in (d, h, w) order."),
+    attrs=POOL3D,
+    doc="maximum over each pool_size window of NCDHW data, padding with -inf",
+))
+
+avg_pool3d = register(OpDef(
+    "avg_pool3d", ("data",), _pool3d_rel("avg_pool3d"), OpPattern.OUT_ELEMWISE_FUSABLE,
+    numpy_ref=reference_via_2d_twice(avg_pool2d.numpy_ref),
+    jax_lower=reference_via_2d_twice(avg_pool2d.jax_lower),
+    compute=compute_via_2d_twice(avg_pool2d.compute),
+    gradient=gradient_via_2d_twice(
+        avg_pool2d, "d avg_pool3d(x) = g / window counts spread over each window."),
+    attrs=(*POOL3D, Attr("count_include_pad", "bool", False,
+                         doc="count explicit padding in the mean")),
+    doc="mean over each pool_size window of NCDHW data (padding not counted unless asked)",
 ))

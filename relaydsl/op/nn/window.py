@@ -9,6 +9,11 @@ last window that would start inside the bottom/right padding is dropped.
 The NCW ops (max_pool1d, avg_pool1d, conv1d) are their 2-D counterparts over a height of 1:
 ``reference_via_2d``, ``compute_via_2d`` and ``gradient_via_2d`` carry each facet over.
 
+The NCDHW pools (max_pool3d, avg_pool3d) are separable: a box's maximum (or mean, whose
+divisor is the product of per-axis counts) is the 2-D pool's over (H, W) of each depth slice,
+then the 2-D pool's over (D, 1) of the result. ``reference_via_2d_twice``,
+``compute_via_2d_twice`` and ``gradient_via_2d_twice`` carry the 2-D op's facets over.
+
 ``Window`` holds one op call's geometry from its canonical attributes (``strides`` and
 ``dilation`` as ``(h, w)``, ``padding`` as ``(top, left, bottom, right)``) and reads the
 windows in NumPy (sliding-window views), JAX (``lax.reduce_window``) and te (guarded reads).
@@ -26,9 +31,10 @@ from typing import Any as AnyValue, Callable, Mapping, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr, Let, Var
-from relaydsl.ir.types import Any, Dim, TensorType
+from relaydsl.ir.types import Any, Dim, TensorType, type_to_str
 from relaydsl.op.grad_util import tensor_type
 from relaydsl.op.lazy_jax import jnp, lax
 from relaydsl.op.nn.common import Array, Inputs
@@ -258,3 +264,103 @@ def gradient_via_2d(op2d: OpDef, math: str) -> GradientRule:
 
     rule.__doc__ = math
     return rule
+
+
+# ---- 3-D pools: the 2-D pool over (H, W), then over (D, 1) ---------------------------------------
+# NCDHW data is viewed as (N, C*D, H, W) for the first pass and its result (N, C*D, OH, OW) as
+# (N, C, D, OH*OW) for the second, whose window is (kd, 1) along (D, OH*OW). Every window
+# attribute splits by axis (ceil_mode's extra windows and count_include_pad too), so the two
+# passes give the 3-D pool exactly, with its ties broken at the first maximum in (d, h, w) order.
+
+
+def attrs_hw(attrs: Mapping[str, AnyValue]) -> Attrs:
+    """A 3-D pool's attributes for its (H, W) pass."""
+    out, p = dict(attrs), attrs["padding"]
+    out["pool_size"], out["strides"] = attrs["pool_size"][1:], attrs["strides"][1:]
+    out["padding"] = (p[1], p[2], p[4], p[5])
+    return Attrs(out)
+
+
+def attrs_d(attrs: Mapping[str, AnyValue]) -> Attrs:
+    """A 3-D pool's attributes for its (D, 1) pass."""
+    out, p = dict(attrs), attrs["padding"]
+    out["pool_size"], out["strides"] = (attrs["pool_size"][0], 1), (attrs["strides"][0], 1)
+    out["padding"] = (p[0], 0, p[3], 0)
+    return Attrs(out)
+
+
+def _pool3d_sizes(attrs: Mapping[str, AnyValue],
+                  dhw: Sequence[int]) -> tuple[int, int, int]:
+    """The output (OD, OH, OW) of a 3-D pool over static (D, H, W)."""
+    oh, ow = Window.pool(attrs_hw(attrs)).out_hw(dhw[1:])
+    od, _ = Window.pool(attrs_d(attrs)).out_hw((dhw[0], 1))
+    return od, oh, ow
+
+
+def reference_via_2d_twice(f: Callable[..., Array]) -> Callable[..., Array]:
+    """A 3-D pool's NumPy reference or JAX lowering from the 2-D pool's `f`."""
+
+    def run(data: Array, **attrs: AnyValue) -> Array:
+        n, c, d, h, w = data.shape
+        flat = f(data.reshape(n, c * d, h, w), **attrs_hw(attrs))
+        oh, ow = flat.shape[-2:]
+        out = f(flat.reshape(n, c, d, oh * ow), **attrs_d(attrs))
+        return out.reshape(n, c, out.shape[2], oh, ow)
+
+    return run
+
+
+def compute_via_2d_twice(rule: ComputeRule) -> ComputeRule:
+    """A 3-D pool's compute rule from the 2-D pool's `rule`: two passes over reshaped views."""
+
+    def run(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
+        (x,) = inputs
+        n, c, d, h, w = x.shape
+        od, oh, ow = out_type.concrete_shape()[2:]
+        flat = compute((n, c * d, h, w), lambda i, cd, y, z: x[i, cd // d, cd % d, y, z],
+                       x.name + "_flat")
+        hw = rule(attrs_hw(attrs), [flat], TensorType((n, c * d, oh, ow), x.dtype))
+        assert isinstance(hw, Tensor)
+        rows = compute((n, c, d, oh * ow),
+                       lambda i, ch, z, yx: hw[i, ch * d + z, yx // ow, yx % ow], hw.name + "_rows")
+        out = rule(attrs_d(attrs), [rows], TensorType((n, c, od, oh * ow), x.dtype))
+        assert isinstance(out, Tensor)
+        return compute(out_type.concrete_shape(),
+                       lambda i, ch, z, y, xx: out[i, ch, z, y * ow + xx], out.name + "_3d")
+
+    return run
+
+
+def gradient_via_2d_twice(op2d: OpDef, math: str) -> GradientRule:
+    """A 3-D pool's gradient rule from the 2-D pool's: the (D, 1) pass's adjoint, then the
+    (H, W) pass's, on let-bound variables of the views' types (the 2-D rule reads them).
+    `math` is the rule's one-line docstring."""
+    rule2d = op2d.gradient
+    assert rule2d is not None
+
+    def rule(call: Call, g: Expr) -> list[Expr]:
+        x, a = call.args[0], call.attrs
+        t = tensor_type(x)
+        n, (c, d, h, w) = t.shape[0], static_spatial(t, op2d.name.replace("2d", "3d"))
+        od, oh, ow = _pool3d_sizes(a, (d, h, w))
+        flat = Var("flat", TensorType((n, c * d, h, w), t.dtype))
+        rows = Var("rows", TensorType((n, c, d, oh * ow), t.dtype))
+        g_rows = rule2d(op2d(rows, **attrs_d(a)),
+                        ops.reshape(g, newshape=(-1, c, od, oh * ow)))[0]
+        g_flat = rule2d(op2d(flat, **attrs_hw(a)),
+                        ops.reshape(g_rows, newshape=(-1, c * d, oh, ow)))[0]
+        dx = ops.reshape(g_flat, newshape=(-1, c, d, h, w))
+        pooled = ops.reshape(op2d(flat, **attrs_hw(a)), newshape=(-1, c, d, oh * ow))
+        return [Let(flat, ops.reshape(x, newshape=(-1, c * d, h, w)), Let(rows, pooled, dx))]
+
+    rule.__doc__ = math
+    return rule
+
+
+def static_spatial(t: TensorType, what: str) -> tuple[int, ...]:
+    """The static dims after the batch of t; `what` names the gradient that needs them."""
+    dims = [d for d in t.shape[1:] if isinstance(d, int)]
+    if len(dims) != t.ndim - 1:
+        raise IRError(f"the gradient of {what} needs static dims after the batch, "
+                      f"got {type_to_str(t)}")
+    return tuple(dims)

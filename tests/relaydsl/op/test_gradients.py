@@ -25,10 +25,10 @@ from relaydsl.op.grad_util import input_adjoints
 from relaydsl.typing import infer_type
 from tests.relaydsl.op.harness import assert_same, type_of
 from tests.relaydsl.op.test_nn import (
-    avg_pool1d_truth, avg_pool_truth, batch_norm_truth, bias_add_truth, conv1d_truth,
-    conv_nchwc_truth, conv_truth,
-    cross_entropy_truth, global_max_truth, layer_norm_truth, leaky_relu_truth, max_pool1d_truth,
-    max_pool_truth, one_hot, prelu_truth,
+    avg_pool1d_truth, avg_pool3d_truth, avg_pool_truth, batch_norm_truth, bias_add_truth,
+    conv1d_truth, conv_nchwc_truth, conv_transpose_truth, conv_truth, cross_entropy_truth,
+    global_max_truth, layer_norm_truth, leaky_relu_truth, max_pool1d_truth, max_pool3d_truth,
+    max_pool_truth, one_hot, prelu_truth, upsampling_truth,
 )
 
 rng = np.random.default_rng(1)
@@ -141,7 +141,7 @@ def rule_adjoints(op: str, params: list[Var], attrs: dict[str, Any]) -> tuple[Ca
 
 # lax.reduce_window with an array init value (the pools) is differentiable only outside jit.
 EAGER = {"max_pool2d", "avg_pool2d", "max_pool2d_grad", "max_pool1d", "avg_pool1d",
-         "global_max_pool2d"}
+         "global_max_pool2d", "max_pool3d", "avg_pool3d"}
 
 
 def check_gradient(case: GradCase) -> None:
@@ -417,6 +417,45 @@ CASES = [
     GradCase("dropout", [f64(3, 4), np.array([1, 2], np.int64)], name="inference"),
     GradCase("dropout", [f64(2, 3, 7), np.array([7, 3], np.int32)],
              {"training": True, "rate": 0.2}),
+    # ---- 3-D pools, transposed convolution, upsampling
+    GradCase("max_pool3d", [f64(2, 2, 4, 6, 6)], {"pool_size": 2, "strides": 2},
+             max_pool3d_truth((2, 2, 2), (2, 2, 2), ((0, 0),) * 3)),
+    GradCase("max_pool3d", [f64(1, 2, 5, 6, 7)],
+             {"pool_size": (2, 3, 2), "strides": (1, 2, 2), "padding": (1, 1, 0, 0, 1, 1),
+              "ceil_mode": True},
+             max_pool3d_truth((2, 3, 2), (1, 2, 2), ((1, 0), (1, 2), (0, 1))),
+             "padding, ceil_mode"),
+    GradCase("avg_pool3d", [f64(2, 2, 4, 6, 6)], {"pool_size": 2, "strides": 2},
+             avg_pool3d_truth((2, 2, 2), (2, 2, 2), ((0, 0),) * 3)),
+    GradCase("avg_pool3d", [f64(1, 2, 5, 5, 6)],
+             {"pool_size": (3, 3, 2), "strides": (1, 2, 2), "padding": 1},
+             avg_pool3d_truth((3, 3, 2), (1, 2, 2), ((1, 1),) * 3), "padding not counted"),
+    GradCase("avg_pool3d", [f64(1, 2, 5, 5, 6)],
+             {"pool_size": (3, 3, 2), "strides": (1, 2, 2), "padding": 1,
+              "count_include_pad": True}, name="padding counted"),
+    GradCase("conv2d_transpose", [f64(2, 4, 5, 6), f64(4, 3, 3, 3)],
+             truth=conv_transpose_truth()),
+    GradCase("conv2d_transpose", [f64(1, 3, 4, 5), f64(3, 2, 3, 2)],
+             {"strides": (2, 3), "padding": (1, 2, 0, 1), "output_padding": (1, 2)},
+             conv_transpose_truth((2, 3), ((1, 0), (2, 1)), (1, 2)),
+             "strides, padding, output_padding"),
+    GradCase("conv2d_transpose", [f64(2, 4, 4, 4), f64(4, 3, 2, 3)],
+             {"strides": 2, "padding": 1, "output_padding": (1, 0), "dilation": (2, 1),
+              "groups": 2}, conv_transpose_truth((2, 2), ((1, 1), (1, 1)), (1, 0), (2, 1), 2),
+             "dilation, groups 2"),
+    GradCase("conv2d_transpose", [f32(1, 2, 4, 4), f32(2, 3, 3, 3)], {"strides": 2},
+             name="float32", **F32),
+    GradCase("upsampling", [f64(2, 3, 4, 5)], {"scale_h": 2.0, "scale_w": 3.0},
+             upsampling_truth(2, 3), "nearest"),
+    GradCase("upsampling", [f64(1, 2, 3, 5)],
+             {"scale_h": 2.0, "scale_w": 1.5, "align_corners": True},
+             upsampling_truth(2, 1.5, align_corners=True), "nearest, align_corners"),
+    GradCase("upsampling", [f64(2, 3, 4, 5)],
+             {"scale_h": 2.0, "scale_w": 3.0, "method": "bilinear"},
+             upsampling_truth(2, 3, "bilinear"), "bilinear"),
+    GradCase("upsampling", [f64(1, 2, 4, 3)],
+             {"scale_h": 2.5, "scale_w": 1.5, "method": "bilinear", "align_corners": True},
+             upsampling_truth(2.5, 1.5, "bilinear", True), "bilinear, align_corners"),
     GradCase("bias_add", [f64(2, 3, 4, 4), f64(3)], truth=bias_add_truth(1)),
     GradCase("bias_add", [f64(5, 3), f64(3)], {"axis": -1}, bias_add_truth(-1)),
     GradCase("softmax_cross_entropy", [f64(4, 10), one_hot(4, 10, np.float64)],
@@ -524,6 +563,41 @@ def test_new_nn_ops_train_through_relay_grad_on_llvm():
         return jnp.sum(jax.nn.leaky_relu(h, 0.1))
 
     inputs = [f32(2, 3, 12), f32(4, 3, 3), f32(4)]
+    value, grads = relay.grad(f)(*inputs)
+    expected, expected_grads = jax.value_and_grad(truth, argnums=(0, 1, 2))(*inputs)
+    np.testing.assert_allclose(value, expected, rtol=1e-4)
+    for g, e in zip(grads, expected_grads):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_pool3d_conv_transpose_upsampling_through_relay_grad(target, monkeypatch):
+    """max_pool3d, avg_pool3d, conv2d_transpose and upsampling in one program: its value on
+    the target (build) and its gradient (relay.grad, whose rules run as Relay on the target)
+    against JAX."""
+    monkeypatch.setenv("RELAYDSL_TARGET", target)  # relay.grad runs on the default target
+
+    @relay
+    def f(v: Tensor[Float, (1, 2, 4, 6, 6)], x: Tensor[Float, (2, 4, 3, 3)],
+          w: Tensor[Float, (4, 3, 3, 3)]) -> Float:
+        p = relay.avg_pool3d(relay.max_pool3d(v, pool_size=2, strides=(1, 2, 2), padding=1),
+                             pool_size=(2, 2, 2), strides=2, count_include_pad=True)
+        y = relay.conv2d_transpose(x, w, strides=2, padding=1, output_padding=1)
+        u = relay.upsampling(y, scale_h=2.0, scale_w=1.5, method="bilinear")
+        n = relay.upsampling(y, scale_h=1.0, scale_w=2.0, align_corners=True)
+        return relay.sum(p * p) + relay.sum(relay.tanh(u)) + relay.sum(n * n)
+
+    def truth(v, x, w):
+        p = max_pool3d_truth((2, 2, 2), (1, 2, 2), ((1, 1),) * 3)(v)
+        p = avg_pool3d_truth((2, 2, 2), (2, 2, 2), ((0, 0),) * 3)(p)
+        y = conv_transpose_truth((2, 2), ((1, 1), (1, 1)), (1, 1))(x, w)
+        u = upsampling_truth(2.0, 1.5, "bilinear")(y)
+        n = upsampling_truth(1.0, 2.0, align_corners=True)(y)
+        return jnp.sum(p * p) + jnp.sum(jnp.tanh(u)) + jnp.sum(n * n)
+
+    inputs = [f32(1, 2, 4, 6, 6), f32(2, 4, 3, 3), f32(4, 3, 3, 3)]
+    np.testing.assert_allclose(relay.build(f, target=target)(*inputs), truth(*inputs),
+                               rtol=1e-4)
     value, grads = relay.grad(f)(*inputs)
     expected, expected_grads = jax.value_and_grad(truth, argnums=(0, 1, 2))(*inputs)
     np.testing.assert_allclose(value, expected, rtol=1e-4)

@@ -144,6 +144,68 @@ def avg_pool1d_truth(k, s, pads, counted=(0, 0)):
     return truth
 
 
+def max_pool3d_truth(k, s, pads):
+    """pads: ((front, back), (top, bottom), (left, right)) including ceil_mode's padding."""
+    return lambda x: lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, 1, *k),
+                                       (1, 1, *s), ((0, 0), (0, 0), *pads))
+
+
+def avg_pool3d_truth(k, s, pads, counted=((0, 0),) * 3):
+    """Window sums over `pads` divided by the window's count of an all-ones input padded with
+    ones by `counted` (the part of the padding the mean counts)."""
+    def window_sum(x, pads):
+        return lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, (1, 1, *k), (1, 1, *s),
+                                 ((0, 0), (0, 0), *pads))
+
+    def truth(x):
+        ones = jnp.pad(jnp.ones_like(x), ((0, 0), (0, 0), *counted), constant_values=1)
+        rest = [(p[0] - c[0], p[1] - c[1]) for p, c in zip(pads, counted)]
+        return window_sum(x, pads) / window_sum(ones, rest)
+
+    return truth
+
+
+def conv_transpose_truth(strides=(1, 1), pads=((0, 0), (0, 0)), output_padding=(0, 0),
+                         dilation=(1, 1), groups=1):
+    """conv2d_transpose as JAX's vjp of conv2d (its IOHW weight read as OIHW) with respect to
+    the data, the data of the size the transposed convolution gives."""
+    def truth(x, w):
+        def conv(y):
+            return lax.conv_general_dilated(
+                y, w, strides, pads, rhs_dilation=dilation, feature_group_count=groups,
+                dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=HIGHEST)
+
+        size = [(x.shape[2 + i] - 1) * strides[i] - sum(pads[i])
+                + dilation[i] * (w.shape[2 + i] - 1) + 1 + output_padding[i] for i in (0, 1)]
+        y = jnp.zeros((x.shape[0], w.shape[1] * groups, *size), x.dtype)
+        return jax.vjp(conv, y)[1](x)[0]
+
+    return truth
+
+
+def upsampling_truth(scale_h, scale_w, method="nearest_neighbor", align_corners=False):
+    """TVM's upsampling (topi.image.resize2d): output row y reads input row y * H / OH, or
+    y * (H - 1) / (OH - 1) with align_corners, floored (asymmetric) or rounded to even (align
+    corners) for nearest_neighbor, interpolated with clamped neighbours for bilinear
+    (map_coordinates, order 1, mode "nearest"); likewise along W."""
+    def coords(size, out):
+        if align_corners:
+            return jnp.arange(out) * ((size - 1) / (out - 1) if out > 1 else 0.0)
+        return jnp.arange(out) * (size / out)
+
+    def truth(x):
+        n, c, h, w = x.shape
+        ys, xs = coords(h, round(h * scale_h)), coords(w, round(w * scale_w))
+        if method == "nearest_neighbor":
+            pick = jnp.round if align_corners else (lambda v: jnp.floor(v + 1e-5))
+            iy, ix = pick(ys).astype(int), pick(xs).astype(int)
+            return x[:, :, iy][:, :, :, ix]
+        grid = jnp.meshgrid(jnp.arange(n), jnp.arange(c), ys, xs, indexing="ij")
+        return jax.scipy.ndimage.map_coordinates(x, grid, order=1, mode="nearest")
+
+    return truth
+
+
 def global_max_truth(x):
     return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, 1, *x.shape[2:]),
                              (1, 1, 1, 1), "VALID")
@@ -408,6 +470,50 @@ CASES = [
            {"padding": 2, "dilation": 2, "groups": 2}, name="dilation 2, groups 2"),
     OpCase("conv1d", [f32(1, 3, 6), f32(3, 1, 2)], conv1d_truth(groups=3), {"groups": 3},
            **CONV, name="depthwise"),
+    # max_pool3d, avg_pool3d: NCDHW
+    OpCase("max_pool3d", [f32(2, 3, 4, 6, 6)],
+           max_pool3d_truth((2, 2, 2), (2, 2, 2), ((0, 0),) * 3),
+           {"pool_size": 2, "strides": 2}),
+    OpCase("max_pool3d", [f64(1, 2, 5, 7, 6)],
+           max_pool3d_truth((2, 3, 2), (2, 1, 3), ((1, 1), (0, 1), (1, 2))),
+           {"pool_size": (2, 3, 2), "strides": (2, 1, 3), "padding": (1, 0, 1, 1, 1, 0),
+            "ceil_mode": True}, name="padding (front, top, left, back, bottom, right), ceil_mode"),
+    OpCase("avg_pool3d", [f32(2, 3, 4, 6, 6)],
+           avg_pool3d_truth((2, 2, 2), (2, 2, 2), ((0, 0),) * 3),
+           {"pool_size": 2, "strides": 2}),
+    OpCase("avg_pool3d", [f64(1, 2, 5, 5, 6)],
+           avg_pool3d_truth((3, 3, 2), (1, 2, 2), ((1, 1), (1, 1), (1, 1))),
+           {"pool_size": (3, 3, 2), "strides": (1, 2, 2), "padding": 1},
+           name="padding not counted"),
+    OpCase("avg_pool3d", [f32(1, 2, 6, 7, 6)],
+           avg_pool3d_truth((2, 3, 3), (2, 2, 2), ((1, 1), (1, 1), (0, 1)),
+                            counted=((1, 0), (1, 1), (0, 0))),
+           {"pool_size": (2, 3, 3), "strides": 2, "padding": (1, 1, 0, 0, 1, 0),
+            "ceil_mode": True,
+            "count_include_pad": True}, name="ceil_mode, padding counted but not ceil's"),
+    # conv2d_transpose: NCHW, IOHW
+    OpCase("conv2d_transpose", [f32(2, 4, 5, 6), f32(4, 3, 3, 3)], conv_transpose_truth(), **CONV),
+    OpCase("conv2d_transpose", [f64(1, 3, 4, 5), f64(3, 2, 3, 2)],
+           conv_transpose_truth((2, 3), ((1, 0), (2, 1)), (1, 2)),
+           {"strides": (2, 3), "padding": (1, 2, 0, 1), "output_padding": (1, 2)},
+           name="strides, padding, output_padding"),
+    OpCase("conv2d_transpose", [f64(2, 4, 4, 4), f64(4, 3, 2, 3)],
+           conv_transpose_truth((2, 2), ((1, 1), (1, 1)), (1, 0), (2, 1), 2),
+           {"strides": 2, "padding": 1, "output_padding": (1, 0), "dilation": (2, 1),
+            "groups": 2, "channels": 6, "kernel_size": (2, 3)}, name="dilation, groups 2"),
+    # upsampling: NCHW
+    OpCase("upsampling", [f32(2, 3, 4, 5)], upsampling_truth(2, 3),
+           {"scale_h": 2.0, "scale_w": 3.0}, name="nearest"),
+    OpCase("upsampling", [f32(1, 2, 5, 4)], upsampling_truth(1.5, 2.5),
+           {"scale_h": 1.5, "scale_w": 2.5}, name="nearest, fractional scales"),
+    OpCase("upsampling", [f32(1, 2, 3, 5)], upsampling_truth(2, 1.5, align_corners=True),
+           {"scale_h": 2.0, "scale_w": 1.5, "align_corners": True},
+           name="nearest, align_corners (ties to even)"),
+    OpCase("upsampling", [f64(2, 3, 4, 5)], upsampling_truth(2, 3, "bilinear"),
+           {"scale_h": 2.0, "scale_w": 3.0, "method": "bilinear"}, name="bilinear"),
+    OpCase("upsampling", [f32(1, 2, 4, 3)], upsampling_truth(2.5, 1.5, "bilinear", True),
+           {"scale_h": 2.5, "scale_w": 1.5, "method": "bilinear", "align_corners": True},
+           name="bilinear, align_corners"),
     # leaky_relu, prelu
     OpCase("leaky_relu", [f32(3, 4)], leaky_relu_truth(0.25)),
     OpCase("leaky_relu", [f64(2, 3, 4)], leaky_relu_truth(0.1), {"alpha": 0.1}),
@@ -503,7 +609,8 @@ def test_op_matches_jax(case):
 
 def test_patterns():
     fusable = ["matmul", "dense", "batch_matmul", "conv2d", "conv1d", "max_pool2d",
-               "avg_pool2d", "max_pool1d", "avg_pool1d", "global_avg_pool2d", "global_max_pool2d"]
+               "avg_pool2d", "max_pool1d", "avg_pool1d", "global_avg_pool2d", "global_max_pool2d",
+               "max_pool3d", "avg_pool3d", "conv2d_transpose"]
     opaque = ["softmax", "log_softmax", "batch_norm", "layer_norm", "dropout",
               "softmax_cross_entropy"]
     expected = {**dict.fromkeys(fusable, OpPattern.OUT_ELEMWISE_FUSABLE),
@@ -650,6 +757,11 @@ def relation(op, *types, **attrs):
     ("softmax_cross_entropy", [T(n, 10), T(n, 10)], {}, T()),
     ("conv1d", [T(n, 3, 10), T(4, 3, 3)], {"padding": 1}, T(n, 4, 10)),
     ("conv1d", [T(n, 4, m), T(6, 2, 3)], {"groups": 2}, T(n, 6, Any)),
+    ("max_pool3d", [T(n, 3, 8, m, 6)], {"pool_size": 2, "strides": 2}, T(n, 3, 4, Any, 3)),
+    ("avg_pool3d", [T(n, 3, 5, 5, 5)], {"pool_size": 3, "padding": 1}, T(n, 3, 5, 5, 5)),
+    ("conv2d_transpose", [T(n, 4, m, 5), T(4, 3, 3, 3)], {"strides": 2, "groups": 2},
+     T(n, 6, Any, 11)),
+    ("upsampling", [T(n, 3, m, 5)], {"scale_h": 2.0, "scale_w": 1.5}, T(n, 3, Any, 8)),
     ("max_pool1d", [T(n, 3, 8)], {"pool_size": 2, "strides": 2}, T(n, 3, 4)),
     ("avg_pool1d", [T(n, 3, Any)], {"pool_size": 3}, T(n, 3, Any)),
     ("global_max_pool2d", [T(n, 3, m, m)], {}, T(n, 3, 1, 1)),
@@ -736,6 +848,28 @@ def ty(text):
         "(2 + 0 + 0) along axis 2 of data Tensor[(1, 1, 2), float32]")),
     ("avg_pool1d", [T(1, 4, 4, 4)], {"pool_size": 2}, r"avg_pool1d: data .* must have rank 3"),
     ("global_max_pool2d", [T(2, 3)], {}, r"global_max_pool2d: data .* must have rank 4"),
+    ("max_pool3d", [T(1, 2, 8, 8)], {"pool_size": 2},
+     ty("max_pool3d: data Tensor[(1, 2, 8, 8), float32] must have rank 5")),
+    ("avg_pool3d", [T(1, 1, 2, 4, 4)], {"pool_size": 3, "padding": (0, 1, 1)},
+     ty("avg_pool3d: the window (size 3, dilation 1) is larger than the padded input "
+        "(2 + 0 + 0) along axis 2 of data Tensor[(1, 1, 2, 4, 4), float32]")),
+    ("conv2d_transpose", [T(1, 3, 5, 5), T(4, 2, 3, 3)], {},
+     ty("conv2d_transpose: the in-channels of data Tensor[(1, 3, 5, 5), float32] and weight "
+        "Tensor[(4, 2, 3, 3), float32] (its first axis) differ: 3 vs 4")),
+    ("conv2d_transpose", [T(1, 3, 5, 5), T(3, 2, 3, 3)], {"groups": 2},
+     r"conv2d_transpose: the in-channels of data .* are not divisible by groups=2"),
+    ("conv2d_transpose", [T(1, 4, 5, 5), T(4, 2, 3, 3)], {"channels": 3},
+     r"conv2d_transpose: weight .* does not give channels=3 \(weight.shape\[1\] \* groups\)"),
+    ("conv2d_transpose", [T(1, 4, 5, 5), T(4, 2, 3, 3)], {"strides": 2, "output_padding": 2},
+     ty("conv2d_transpose: output_padding (2, 2) must be smaller than the strides (2, 2)")),
+    ("conv2d_transpose", [T(1, 4, 5, 5), T(4, 2, 3, 3)], {"padding": 4},
+     r"conv2d_transpose: the padding \(4, 4, 4, 4\) leaves no output"),
+    ("conv2d_transpose", [T(1, 4, 5, 5, dtype="int32"), T(4, 2, 3, 3, dtype="int32")], {},
+     r"conv2d_transpose: the inputs must have a floating-point dtype"),
+    ("upsampling", [T(1, 2, 3)], {}, ty("upsampling: data Tensor[(1, 2, 3), float32] must have "
+                                       "rank 4")),
+    ("upsampling", [T(1, 2, 3, 3)], {"scale_h": 0.1},
+     r"upsampling: scale_h=0.1, scale_w=1.0 leave no output of data"),
     ("leaky_relu", [T(3, dtype="int32")], {},
      r"leaky_relu: the inputs must have a floating-point"),
     ("prelu", [T(2, 3, 4), T(4)], {},
@@ -824,6 +958,14 @@ def test_inference_error_names_the_op_and_the_types():
     ("conv1d", {"strides": (0,)}, r"'strides': values must be positive"),
     ("dense", {"out_dtype": "int4"}, r"dense: attribute 'out_dtype' must be None or a dtype"),
     ("leaky_relu", {"alpha": "0.1"}, r"'alpha' must be a number"),
+    ("max_pool3d", {"pool_size": (2, 2)}, r"'pool_size': expected an int or 3 ints \(d, h, w\)"),
+    ("avg_pool3d", {"pool_size": 2, "padding": (1, 1, 1, 1)},
+     r"avg_pool3d: attribute 'padding': expected an int, 3 ints \(d, h, w\) or 6 ints"),
+    ("conv2d_transpose", {"output_padding": -1}, r"'output_padding': values must be non-negative"),
+    ("upsampling", {"method": "bicubic"},
+     r"upsampling: attribute 'method': must be one of nearest_neighbor, bilinear, got 'bicubic'"),
+    ("upsampling", {"layout": "NHWC"}, r"'layout': only NCHW is supported, got 'NHWC'"),
+    ("upsampling", {"scale_h": 0}, r"'scale_h': must be positive, got 0.0"),
 ])
 def test_bad_attributes(op, attrs, message):
     args = [Var(f"x{i}") for i in range(lookup(op).num_inputs)]

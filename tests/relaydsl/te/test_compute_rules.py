@@ -393,6 +393,37 @@ def test_conv1d_rule(data: tuple, weight: tuple, attrs: dict) -> None:
     check("conv1d", [floats(data), floats(weight)], tol=1e-5, **attrs)
 
 
+@pytest.mark.parametrize("attrs", [
+    {"pool_size": 2, "strides": 2},
+    {"pool_size": (2, 3, 2), "strides": (1, 2, 2), "padding": (1, 1, 0, 0, 1, 1),
+     "ceil_mode": True},
+])
+def test_pool3d_rules(attrs: dict) -> None:
+    x = floats((1, 2, 5, 6, 7))
+    check("max_pool3d", [x], **attrs)
+    check("avg_pool3d", [x], tol=1e-5, **attrs)
+    check("avg_pool3d", [x], tol=1e-5, count_include_pad=True, **attrs)
+
+
+@pytest.mark.parametrize("data,weight,attrs", [
+    ((2, 4, 5, 6), (4, 3, 3, 3), {}),
+    ((1, 4, 4, 5), (4, 2, 3, 2), {"strides": (2, 3), "padding": (1, 0, 2, 1),
+                                  "output_padding": (1, 2), "dilation": (2, 1), "groups": 2}),
+])
+def test_conv2d_transpose_rule(data: tuple, weight: tuple, attrs: dict) -> None:
+    check("conv2d_transpose", [floats(data), floats(weight)], tol=1e-5, **attrs)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"scale_h": 2.0, "scale_w": 3.0},
+    {"scale_h": 1.5, "scale_w": 2.5, "align_corners": True},
+    {"scale_h": 2.0, "scale_w": 1.5, "method": "bilinear"},
+    {"scale_h": 2.5, "scale_w": 2.0, "method": "bilinear", "align_corners": True},
+])
+def test_upsampling_rule(attrs: dict) -> None:
+    check("upsampling", [floats((2, 3, 4, 5))], tol=1e-5, **attrs)
+
+
 def test_leaky_relu_and_prelu_rules() -> None:
     check("leaky_relu", [floats((3, 4))])
     check("leaky_relu", [floats((2, 5))], alpha=0.1)
