@@ -148,6 +148,17 @@ def _api() -> dict[str, AnyValue]:
         callable."""
         return fn.build(target, **options)
 
+    def visualize(fn, *, fused: bool = False):
+        """The dataflow graph of a decorated function (op calls; shapes on the edges; with
+        `fused`, the fused groups the llvm backend compiles, as clusters): DOT text in
+        ``.source``, rendered by Graphviz where installed (``.render("f.svg")``, Jupyter)."""
+        return fn.visualize(fused=fused)
+
+    def to_python(fn) -> str:
+        """A decorated function's typed program as runnable Python/NumPy source: one
+        statement per let, each op call its NumPy reference (relaydsl/tools/to_python.py)."""
+        return python_source(fn.mod, fn.global_var.name_hint)
+
     from relaydsl import datasets
     from relaydsl.frontend.model import (
         SGD, Adam, Model, Momentum, create_model, export_model, load_model, save_model,
@@ -156,7 +167,10 @@ def _api() -> dict[str, AnyValue]:
 
     from relaydsl.frontend.adt import adt
     from relaydsl.frontend.autodiff import grad
-    from relaydsl.transform import PassContext, PassInstrument, PassTimingInstrument, PrintIR
+    from relaydsl.tools.to_python import python_source
+    from relaydsl.transform import (
+        DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR,
+    )
 
     return {"build": build, "create_model": create_model, "Model": Model, "adt": adt, "grad": grad,
             "update_model_params": update_model_params, "export_model": export_model,
@@ -165,7 +179,8 @@ def _api() -> dict[str, AnyValue]:
             "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError,
             "ModelFileError": ModelFileError, "SettingError": SettingError,
             "PassContext": PassContext, "PassInstrument": PassInstrument,
-            "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR}
+            "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR, "DumpIR": DumpIR,
+            "visualize": visualize, "to_python": to_python}
 
 
 relay = RelayNamespace()
