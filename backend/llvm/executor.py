@@ -101,7 +101,7 @@ class Program:
             reason = "parameters of symbolic shape" if Plan.unsupported(fn, static=False) \
                 is None else Plan.unsupported(fn, static=False)
             _log.info("@%s runs on the dispatcher (the interpreter, each primitive function "
-                      "a compiled kernel): a plan does not take %s", self.entry, reason)
+                      "a compiled kernel); a plan does not apply: %s", self.entry, reason)
 
     @property
     def uses_plan(self) -> bool:
