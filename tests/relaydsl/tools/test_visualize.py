@@ -33,7 +33,8 @@ def edges(source: str) -> list[tuple[str, str, str]]:
 def test_the_graph_is_the_dataflow_of_op_calls_with_shapes_on_the_edges():
     graph = relay.visualize(mlp)
     source = graph.source
-    assert source.startswith('digraph "mlp" {') and source.rstrip().endswith("}")
+    assert source.startswith(f'digraph "{mlp.global_var.name_hint}" {{')
+    assert source.rstrip().endswith("}")
     assert sorted(nodes(source).values()) == sorted(
         ["%x", "%w1", "%b1", "%w2", "dense", "add", "relu", "dense", "softmax", "return"])
     flow = edges(source)
