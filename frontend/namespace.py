@@ -155,9 +155,10 @@ def _api() -> dict[str, AnyValue]:
         return fn.visualize(fused=fused)
 
     def to_python(fn) -> str:
-        """A decorated function's typed program as runnable Python/NumPy source: one
-        statement per let, each op call its NumPy reference (relaydsl/tools/to_python.py)."""
-        return python_source(fn.mod, fn.global_var.name_hint)
+        """A decorated function's typed program as runnable Python/NumPy source defining a
+        function of its name: one statement per let, each op call its NumPy reference
+        (relaydsl/tools/to_python.py)."""
+        return python_source(fn.mod, fn.global_var.name_hint, fn.__name__)
 
     from relaydsl import datasets
     from relaydsl.frontend.model import (

@@ -85,12 +85,12 @@ def _as_value(out: AnyValue) -> AnyValue:
     return out if isinstance(out, np.ndarray) else np.asarray(out)
 
 
-def python_source(mod: IRModule, entry: str = "main") -> str:
+def python_source(mod: IRModule, entry: str = "main", name: str | None = None) -> str:
     """The typed module's `entry`, and every global it reaches, as Python source; running
-    it defines a function named after `entry` (as Python spells it: see the ``def``)."""
+    it defines the function `name` (default: `entry`)."""
     mod = LowerGrads(mod)
     renderer = _Renderer(mod)
-    tree = renderer.module(mod.get_global_var(entry))
+    tree = renderer.module(mod.get_global_var(entry), name or entry)
     source = astunparse.unparse(ast.fix_missing_locations(tree)).lstrip("\n")
     return f"# @{entry}, rendered from its typed Relay program by relay.to_python\n{source}"
 
@@ -128,9 +128,9 @@ class _Renderer:
             self.names[var] = self.fresh(var.name_hint)
         return self.names[var]
 
-    def global_name(self, gv: GlobalVar) -> str:
+    def global_name(self, gv: GlobalVar, hint: str | None = None) -> str:
         if gv not in self.names:
-            self.names[gv] = self.fresh(gv.name_hint)
+            self.names[gv] = self.fresh(hint or gv.name_hint)
             self.pending.append(gv)
         return self.names[gv]
 
@@ -147,8 +147,8 @@ class _Renderer:
         return self.names[key]
 
     # ---- the module -------------------------------------------------------------------------
-    def module(self, entry: GlobalVar) -> ast.Module:
-        self.global_name(entry)
+    def module(self, entry: GlobalVar, name: str) -> ast.Module:
+        self.global_name(entry, name)
         defs: list[ast.stmt] = []
         while self.pending:  # the entry, then each global it reaches
             gv = self.pending.pop(0)
