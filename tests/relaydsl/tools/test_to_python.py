@@ -8,8 +8,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from relaydsl import Float, Int, Tensor, relay
+from relaydsl.backend.target import get_target
+from relaydsl.ir import IRModule
+from relaydsl.testing import to_jax
+from relaydsl.testing.random_programs import random_programs
+from relaydsl.tools.to_python import python_source
+from relaydsl.typing import infer_types
 
 RNG = np.random.default_rng(0)
 
@@ -144,3 +151,22 @@ def test_a_gradient_renders_as_its_ad_program():
     rendered, _ = run_source(square_grad, x)
     expected = jax.grad(lambda v: jnp.sum(v * v))(x)
     assert_same(rendered, square_grad(x), expected)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs())
+def test_random_programs_rendered_as_python_match_jax_and_the_interpreter(program_and_inputs):
+    fn, inputs = program_and_inputs
+    mod = infer_types(IRModule.from_expr(fn))
+    namespace: dict = {}
+    exec(python_source(mod), namespace)
+    ours = namespace["main"](*inputs)
+    interpreted = get_target("interp").build(mod, "main", {})(*inputs)
+    expected = to_jax(mod, "main")(*inputs)
+    leaves = [jax.tree_util.tree_leaves(v) for v in (ours, interpreted, expected)]
+    assert len(leaves[0]) == len(leaves[1]) == len(leaves[2])
+    for a, b, c in zip(*leaves):
+        a = np.asarray(a)
+        assert a.dtype == np.asarray(c).dtype and a.shape == np.asarray(c).shape
+        np.testing.assert_array_equal(a, b)  # the same NumPy references, in the same order
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-5)
