@@ -140,6 +140,16 @@ class RelayNamespace:
         return "<relaydsl.relay>"
 
 
+def _decorated(fn: AnyValue, what: str) -> AnyValue:
+    """`fn` if it is a decorated function, else a TypeError naming `relay.<what>`'s parameter."""
+    from relaydsl.frontend.decorators import RelayFunction
+
+    if not isinstance(fn, RelayFunction):
+        raise TypeError(f"relay.{what}(fn) takes a function decorated with @relay, got "
+                        f"{type(fn).__name__}")
+    return fn
+
+
 def _api() -> dict[str, AnyValue]:
     """The non-operator functions of the namespace."""
     def build(fn, target: str | None = None, **options):
@@ -152,12 +162,13 @@ def _api() -> dict[str, AnyValue]:
         """The dataflow graph of a decorated function (op calls; shapes on the edges; with
         `fused`, the fused groups the llvm backend compiles, as clusters): DOT text in
         ``.source``, rendered by Graphviz where installed (``.render("f.svg")``, Jupyter)."""
-        return fn.visualize(fused=fused)
+        return _decorated(fn, "visualize").visualize(fused=fused)
 
     def to_python(fn) -> str:
         """A decorated function's typed program as runnable Python/NumPy source defining a
         function of its name: one statement per let, each op call its NumPy reference
         (relaydsl/tools/to_python.py)."""
+        fn = _decorated(fn, "to_python")
         return python_source(fn.mod, fn.global_var.name_hint, fn.__name__)
 
     from relaydsl import datasets

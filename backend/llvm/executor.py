@@ -98,8 +98,7 @@ class Program:
             _log.info("@%s runs as a plan per call signature (its shapes are symbolic)",
                       self.entry)
         else:
-            reason = "parameters of symbolic shape" if Plan.unsupported(fn, static=False) \
-                is None else Plan.unsupported(fn, static=False)
+            reason = Plan.unsupported(fn, static=False) or "parameters of symbolic shape"
             _log.info("@%s runs on the dispatcher (the interpreter, each primitive function "
                       "a compiled kernel); a plan does not apply: %s", self.entry, reason)
 

@@ -90,3 +90,12 @@ def test_without_graphviz_the_error_says_what_to_install(monkeypatch, tmp_path):
     assert "install Graphviz" in graph._repr_html_() and "digraph" in graph._repr_html_()
     # the DOT text itself needs nothing
     assert graph.render(tmp_path / "mlp.dot").read_text() == graph.source
+
+
+def test_a_plain_python_function_is_refused_naming_the_parameter():
+    with pytest.raises(TypeError, match=r"relay.visualize\(fn\) takes a function decorated "
+                                        r"with @relay, got function"):
+        relay.visualize(lambda x: x)
+    with pytest.raises(TypeError, match=r"relay.to_python\(fn\) takes a function decorated "
+                                        r"with @relay, got int"):
+        relay.to_python(3)
