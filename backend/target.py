@@ -22,6 +22,7 @@ context's, else the target's default (llvm 3, interp 0).
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any as AnyValue, Callable, Protocol, Sequence
 
@@ -29,9 +30,11 @@ from relaydsl import settings
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform import pipeline
+from relaydsl.transform.instrument import DumpIR
 from relaydsl.transform.pass_infra import PassContext
 
 DEFAULT_TARGET = "llvm"
+_log = logging.getLogger(__name__)
 
 
 class Program(Protocol):
@@ -67,7 +70,18 @@ class Target:
         return {**self.options, **options, "opt_level": level}, _at_level(context, level)
 
     def build(self, mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
+        """`entry` of `mod` compiled with `options` under the current PassContext.
+
+        Where the settings ask for it, what it does is logged (``RELAYDSL_LOG``) and the IR
+        after each pass written to files (``RELAYDSL_DUMP_IR``: a subdirectory
+        ``<entry>.<target>`` per build)."""
+        settings.apply_log_setting()
         options, context = self.configure(options)
+        dump = settings.dump_ir_dir()
+        if dump is not None:
+            instrument = DumpIR.fresh(dump, f"{entry}.{self.name}")
+            context = replace(context, instruments=(*context.instruments, instrument))
+        _log.info("building @%s for %s at opt_level %d", entry, self.name, options["opt_level"])
         with context, deep_recursion():
             return self.compile(mod, entry, options)
 
@@ -113,6 +127,7 @@ class InterpreterProgram:
 
         self.mod, self.entry = pipeline.for_target("interp")(mod), entry
         self._interpreter = Interpreter(self.mod)
+        _log.info("@%s runs on the interpreter", entry)
 
     def __call__(self, *values: AnyValue) -> AnyValue:
         from relaydsl.backend.interpreter import evaluate

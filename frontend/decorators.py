@@ -47,6 +47,8 @@ from relaydsl.ir.adt import PatternVar
 from relaydsl.ir.types import FuncType, GlobalTypeVar, RefType, TensorType, Type, TypeCall
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, TypeMutator, deep_recursion
 from relaydsl.prelude import prelude_definitions
+from relaydsl.tools.visualize import Graph, visualize
+from relaydsl.transform import pipeline
 from relaydsl.typing import infer_types
 
 _used_global_names: set[str] = set()
@@ -374,9 +376,24 @@ class RelayFunction:
         assert isinstance(t, FuncType)
         return t
 
-    def astext(self, *, show_types: bool = False) -> str:
-        """The Relay text of the typed module."""
-        return astext(self.mod, show_types=show_types)
+    def astext(self, *, show_types: bool = False, fused: bool = False) -> str:
+        """The Relay text of the typed module; with `fused`, of the program the llvm backend
+        runs (``lowered()``: fused primitive functions, in A-normal form)."""
+        return astext(self.lowered() if fused else self.mod, show_types=show_types)
+
+    def lowered(self, target: str = "llvm") -> IRModule:
+        """The module as `target` runs it: after the target's pipeline, under the current
+        ``relay.PassContext`` at the level a build would take (for llvm: op calls fused into
+        primitive functions, in A-normal form)."""
+        chosen = get_target(target)
+        _, context = chosen.configure({})
+        with deep_recursion():
+            return pipeline.run(self.mod, chosen.name, context)
+
+    def visualize(self, *, fused: bool = False) -> "Graph":
+        """The dataflow graph of this function (``relay.visualize``): op calls, shapes on
+        the edges, with `fused` the fused groups the llvm backend compiles as clusters."""
+        return visualize(self.lowered() if fused else self.mod, self.global_var.name_hint)
 
     # ---- running -------------------------------------------------------------
     def build(self, target: str | None = None, **options: AnyValue) -> "Executable":

@@ -143,6 +143,16 @@ class RelayNamespace:
         return "<relaydsl.relay>"
 
 
+def _decorated(fn: AnyValue, what: str) -> AnyValue:
+    """`fn` if it is a decorated function, else a TypeError naming `relay.<what>`'s parameter."""
+    from relaydsl.frontend.decorators import RelayFunction
+
+    if not isinstance(fn, RelayFunction):
+        raise TypeError(f"relay.{what}(fn) takes a function decorated with @relay, got "
+                        f"{type(fn).__name__}")
+    return fn
+
+
 def _api() -> dict[str, AnyValue]:
     """The non-operator functions of the namespace."""
     def build(fn, target: str | None = None, **options):
@@ -150,6 +160,19 @@ def _api() -> dict[str, AnyValue]:
         llvm or $RELAYDSL_TARGET) under the current ``relay.PassContext``; returns a
         callable."""
         return fn.build(target, **options)
+
+    def visualize(fn, *, fused: bool = False):
+        """The dataflow graph of a decorated function (op calls; shapes on the edges; with
+        `fused`, the fused groups the llvm backend compiles, as clusters): DOT text in
+        ``.source``, rendered by Graphviz where installed (``.render("f.svg")``, Jupyter)."""
+        return _decorated(fn, "visualize").visualize(fused=fused)
+
+    def to_python(fn) -> str:
+        """A decorated function's typed program as runnable Python/NumPy source defining a
+        function of its name: one statement per let, each op call its NumPy reference
+        (relaydsl/tools/to_python.py)."""
+        fn = _decorated(fn, "to_python")
+        return python_source(fn.mod, fn.global_var.name_hint, fn.__name__)
 
     from relaydsl import datasets
     from relaydsl.frontend.model import (
@@ -159,7 +182,10 @@ def _api() -> dict[str, AnyValue]:
 
     from relaydsl.frontend.adt import adt
     from relaydsl.frontend.autodiff import grad
-    from relaydsl.transform import PassContext, PassInstrument, PassTimingInstrument, PrintIR
+    from relaydsl.tools.to_python import python_source
+    from relaydsl.transform import (
+        DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR,
+    )
 
     return {"build": build, "create_model": create_model, "Model": Model, "adt": adt, "grad": grad,
             "update_model_params": update_model_params, "export_model": export_model,
@@ -168,7 +194,8 @@ def _api() -> dict[str, AnyValue]:
             "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError,
             "ModelFileError": ModelFileError, "SettingError": SettingError,
             "PassContext": PassContext, "PassInstrument": PassInstrument,
-            "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR}
+            "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR, "DumpIR": DumpIR,
+            "visualize": visualize, "to_python": to_python}
 
 
 relay = RelayNamespace()

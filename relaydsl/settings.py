@@ -7,6 +7,10 @@
                        from 1; more than the usable cores is capped to them (with a warning)
 ``RELAYDSL_CACHE_DIR`` the directory of the on-disk kernel cache (created if missing)
 ``RELAYDSL_DATA``      a directory holding datasets (MNIST), or holding an ``mnist/`` folder
+``RELAYDSL_LOG``       ``info`` or ``debug``: what the compiler does, logged to standard
+                       error (a handler on the ``relaydsl`` logger, installed at a build)
+``RELAYDSL_DUMP_IR``   a directory: the IR text after each pass of every build is written
+                       to a subdirectory per compiled program (created if missing)
 =====================  ===============================================================
 
 An unset or empty variable means the default. A value that is not accepted raises a
@@ -17,7 +21,9 @@ is built afterwards (the native thread pool is started once, with the count of t
 """
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Iterable
@@ -93,3 +99,64 @@ def _directory(name: str, must_exist: bool) -> Path | None:
     accepted = "an existing directory" if must_exist else \
         "a directory, or a path where one can be created"
     raise SettingError(f"{name}={value!r}: {path} {what}; expected {accepted}")
+
+
+def dump_ir_dir() -> Path | None:
+    """``$RELAYDSL_DUMP_IR``: a directory, or a path where one can be created; None when
+    unset."""
+    return _directory("RELAYDSL_DUMP_IR", must_exist=False)
+
+
+_LOG_LEVELS = {"info": logging.INFO, "debug": logging.DEBUG}
+
+
+def log_level() -> int | None:
+    """``$RELAYDSL_LOG`` (``info`` or ``debug``, in any case) as a logging level; None when
+    unset."""
+    value = _read("RELAYDSL_LOG")
+    if value is None:
+        return None
+    level = _LOG_LEVELS.get(value.lower())
+    if level is None:
+        raise SettingError(f"RELAYDSL_LOG={value!r}: expected one of "
+                           f"{', '.join(repr(n) for n in _LOG_LEVELS)}")
+    return level
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the ``sys.stderr`` of the moment, which a notebook or a test may replace
+    after the handler is installed (as logging's own last-resort handler does)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+
+_handler: _StderrHandler | None = None
+
+
+def apply_log_setting() -> None:
+    """Make the ``relaydsl`` logger follow ``$RELAYDSL_LOG``: when set, our standard-error
+    handler is installed and the logger's level set; when unset, that handler is removed
+    (handlers and levels the application configured itself are left alone).
+
+    The library configures logging nowhere else; a build calls this, so a change of the
+    environment applies to what is built afterwards.
+    """
+    global _handler
+    level = log_level()
+    logger = logging.getLogger("relaydsl")
+    if level is None:
+        if _handler is not None:
+            logger.removeHandler(_handler)
+            logger.setLevel(logging.NOTSET)
+            _handler = None
+        return
+    if _handler is None:
+        _handler = _StderrHandler()
+        logger.addHandler(_handler)
+    logger.setLevel(level)

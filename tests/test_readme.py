@@ -56,3 +56,14 @@ def test_the_unsupported_list_names_reassigning_a_captured_name():
     text = README.read_text()
     unsupported = re.search(r"- \*\*Not supported\*\*(.*?)\n\n", text, re.S).group(1)
     assert "after a nested `def` or `lambda` captured it" in " ".join(unsupported.split())
+
+
+def test_the_seeing_section_runs(tmp_path, capsys):
+    """Issue 13, item 6: the README's "Seeing what the compiler does" example runs as shown."""
+    block = re.search(r"## Seeing what the compiler does\n\n```python\n(.*?)```",
+                      README.read_text(), re.S).group(1)
+    script = tmp_path / "seeing.py"
+    script.write_text(block)
+    exec(compile(block, str(script), "exec"), {"__name__": "readme_seeing"})
+    out = capsys.readouterr().out
+    assert out.count("Primitive=1") == 3 and 'label="fused: dense + relu"' in out

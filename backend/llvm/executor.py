@@ -21,9 +21,14 @@ runs; the executors then hand each kernel only C-contiguous, aligned arrays of
 exactly the shapes and dtypes it was compiled for (a plan binds and checks its
 kernels once; the dispatcher keys its kernels by the arguments' shapes), so no
 input can make compiled code touch memory out of bounds.
+
+The path chosen is logged (INFO, logger ``relaydsl.backend.llvm.executor``): "a plan", "a
+plan per call signature" (and each signature's plan as it is made), or "the dispatcher"
+with the reason a plan does not apply (plan.py's ``Plan.unsupported``).
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Sequence
 
@@ -38,6 +43,8 @@ from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator
 from relaydsl.transform import pipeline
 from relaydsl.transform.pass_infra import PassContext
+
+_log = logging.getLogger(__name__)
 
 
 def prepare(mod: IRModule, context: PassContext) -> IRModule:
@@ -81,6 +88,19 @@ class Program:
         # later one) and argument shapes
         self._kernels: dict[tuple, Kernel] = {}
         self._interpreter = Interpreter(self.mod, call_primitive=self._run_kernel)
+        if _log.isEnabledFor(logging.INFO):
+            self._log_path(fn)
+
+    def _log_path(self, fn: Function) -> None:
+        if self.plan is not None:
+            _log.info("@%s runs as a plan: %s", self.entry, self.plan.describe())
+        elif self._per_signature:
+            _log.info("@%s runs as a plan per call signature (its shapes are symbolic)",
+                      self.entry)
+        else:
+            reason = Plan.unsupported(fn, static=False) or "parameters of symbolic shape"
+            _log.info("@%s runs on the dispatcher (the interpreter, each primitive function "
+                      "a compiled kernel); a plan does not apply: %s", self.entry, reason)
 
     @property
     def uses_plan(self) -> bool:
@@ -101,7 +121,11 @@ class Program:
         if key not in self._plans:
             fn = prepare(specialize_entry(self.source, self.entry, values),
                          self.context)[self.entry]
-            self._plans[key] = Plan.build(fn, self.opt_level)
+            plan = self._plans[key] = Plan.build(fn, self.opt_level)
+            if _log.isEnabledFor(logging.INFO):
+                shapes = ", ".join(f"{v.dtype}{list(v.shape)}" for v in values)
+                _log.info("@%s for (%s): %s", self.entry, shapes,
+                          f"a plan: {plan.describe()}" if plan else "the dispatcher")
         return self._plans[key]
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
@@ -114,6 +138,9 @@ class Program:
         kernel = self._kernels.get(key)
         if kernel is None:
             kernel = compile_primitive(specialize(fn, arrays), opt_level=self.opt_level)
+            if _log.isEnabledFor(logging.DEBUG):
+                shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
+                _log.debug("dispatcher: for (%s) %r", shapes, kernel)
             self._kernels[key] = kernel
         outputs = kernel.call_trusted(arrays)
         return tuple(outputs) if kernel.returns_tuple else outputs[0]

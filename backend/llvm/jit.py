@@ -8,7 +8,8 @@ emits a native object for the host CPU and loads it. The object is also written
 to the cache directory (``$RELAYDSL_CACHE_DIR``, else ``~/.cache/relaydsl``)
 under a name derived from the key, the host target and the backend's source
 fingerprint, so a second process loads it without recompiling and a change to
-the code generator never reuses a stale object.
+the code generator never reuses a stale object. Each module compiled or loaded is logged
+(INFO, logger ``relaydsl.backend.llvm.jit``).
 
 >>> lib = compile_ir('define i64 @twice(i64 %x) {\\n  %y = add i64 %x, %x\\n  ret i64 %y\\n}',
 ...                  key="doc-twice")
@@ -21,11 +22,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
 import pathlib
 import re
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -39,6 +42,7 @@ from relaydsl import settings
 
 # Held over each compilation and loading of an object (the JIT engine is shared).
 _LOCK = threading.Lock()
+_log = logging.getLogger(__name__)
 
 
 def _before_fork() -> None:
@@ -212,10 +216,16 @@ def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
     For callers that know their symbols and can then skip building the IR on a cache hit.
     """
     path = object_path(key)
+    start = time.perf_counter()
     with _LOCK:
         symbols, compiled = _obtain(_engine(), path, names, build_ir,
                                     (speed_level, vectorize, unroll), use_disk_cache)
     stats["compiled" if compiled else "disk_hits"] += 1
+    if _log.isEnabledFor(logging.INFO):
+        _log.info("LLVM module of %d function(s) %s in %.1f ms (%s)", len(names),
+                  "compiled" if compiled else "loaded from the disk cache",
+                  1000 * (time.perf_counter() - start),
+                  path if use_disk_cache else "not cached on disk")
     return Library(symbols)
 
 

@@ -27,6 +27,9 @@ Caches: four layers, each for a reason.
 4. The GEMM library's modules (templates/gemm_library.py), loaded once per process and
    read from disk without building their IR (``jit.load_or_compile``).
 
+What each call found in which cache, and what it compiled, is logged (INFO, logger
+``relaydsl.backend.llvm.kernel``; jit.py logs each LLVM module compiled or loaded from disk).
+
 The executors only keep what they built (a plan per call signature, the dispatcher's
 kernels per primitive function and shapes) in front of these.
 
@@ -39,9 +42,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import math
 import os
 import threading
+import time
 from typing import Sequence
 
 import numpy as np
@@ -58,6 +63,7 @@ from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import deep_recursion
 
 _ALIGN = 64
+_log = logging.getLogger(__name__)
 
 
 class Kernel:
@@ -241,6 +247,7 @@ def compile_primitives(funcs: Sequence[Function], *, opt_level: int = 3) -> list
                 _BY_HASH.setdefault(h, []).append((f, kernel))
             stats["hits"] += 1
             results[i] = kernel
+        start = time.perf_counter()
         if todo:
             for digest, kernel in _build(todo, speed).items():
                 f, h, indices = todo[digest]
@@ -248,6 +255,10 @@ def compile_primitives(funcs: Sequence[Function], *, opt_level: int = 3) -> list
                 _BY_HASH.setdefault(h, []).append((f, kernel))
                 for i in indices:
                     results[i] = kernel
+        if _log.isEnabledFor(logging.INFO):
+            _log.info("%d kernel(s): %d from the memory cache, %d built in %.1f ms "
+                      "(LLVM speed level %d)", len(funcs), len(funcs) - len(todo), len(todo),
+                      1000 * (time.perf_counter() - start), speed)
         return results  # type: ignore[return-value]
 
 

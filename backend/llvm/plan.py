@@ -367,11 +367,23 @@ class Plan:
     @staticmethod
     def applies(fn: Function, static: bool = True) -> bool:
         """Whether `fn` has a plan (with static shapes, if `static`; else once retyped)."""
+        return Plan.unsupported(fn, static) is None
+
+    @staticmethod
+    def unsupported(fn: Function, static: bool = True) -> str | None:
+        """What in `fn` a plan does not take ("a value of type ..."); None when it has a plan
+        (with static shapes, if `static`; else once retyped)."""
         try:
             _Compiler(fn, static).compile()
-        except Unsupported:
-            return False
-        return True
+        except Unsupported as e:
+            return str(e)
+        return None
+
+    def describe(self) -> str:
+        """It in a line: kernel calls, loops, arena bytes (for the executor's log)."""
+        flow = "with loops" if self.loops else "no loops"
+        return (f"{len(self.steps)} kernel call(s), {flow}, "
+                f"{self.arena_bytes} bytes of intermediates")
 
     @staticmethod
     def build(fn: Function, opt_level: int = 3) -> "Plan | None":

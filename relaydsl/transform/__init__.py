@@ -18,8 +18,8 @@ The fusion pipeline, in order::
     to_graph_normal_form -> fuse_ops -> to_a_normal_form
     # or: Sequential([FuseOps, ToANormalForm]) (FuseOps requires ToGraphNormalForm)
 """
-from relaydsl.transform.instrument import PassInstrument, PassTimingInstrument, PrintIR
+from relaydsl.transform.instrument import DumpIR, PassInstrument, PassTimingInstrument, PrintIR
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
 
-__all__ = ["Pass", "PassContext", "PassInstrument", "PassTimingInstrument", "PrintIR",
+__all__ = ["Pass", "PassContext", "PassInstrument", "PassTimingInstrument", "PrintIR", "DumpIR",
            "Sequential", "module_pass"]

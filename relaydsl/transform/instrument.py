@@ -6,6 +6,9 @@ every pass to, before and after it runs.
   tabulates it.
 - ``PrintIR("FuseOps")``: prints the module's text before and after the named pass;
   ``PrintIR()`` for every pass.
+- ``DumpIR(directory)``: writes the module's text going in (``00_input.txt``) and after
+  each pass (``01_LowerGrads.txt``, ...) to files; ``RELAYDSL_DUMP_IR=dir`` adds one to
+  every build, in a fresh subdirectory per compiled program (``DumpIR.fresh``).
 
 >>> from relaydsl.ir.parser import parse
 >>> from relaydsl.transform import PassContext, pipeline
@@ -22,8 +25,10 @@ exe = relay.build(f)``, then ``print(timing.render())``.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from relaydsl.ir.module import IRModule
@@ -116,4 +121,45 @@ class PrintIR(PassInstrument):
         self._print("after", mod, p)
 
 
-__all__ = ["PassInstrument", "PassTimingInstrument", "PrintIR"]
+class DumpIR(PassInstrument):
+    """Writes the module's Relay text to numbered files in `directory` (created when the
+    first pass runs): ``00_input.txt`` before the first pass, then ``<NN>_<pass name>.txt``
+    after each pass, in the order they ran. The numbering continues over every pipeline run
+    under it (the llvm target prepares an entry again per call signature of symbolic
+    shapes)."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, show_types: bool = False):
+        self.directory, self.show_types = Path(directory), show_types
+        self.written = 0
+
+    @classmethod
+    def fresh(cls, root: str | os.PathLike[str], name: str, *, show_types: bool = False
+              ) -> "DumpIR":
+        """A DumpIR writing into a new subdirectory of `root`: `name`, else the first free
+        of ``name.2``, ``name.3``, ...; created now, so that builds never share one."""
+        Path(root).mkdir(parents=True, exist_ok=True)
+        attempt = 1
+        while True:
+            directory = Path(root) / (name if attempt == 1 else f"{name}.{attempt}")
+            try:
+                directory.mkdir()
+            except FileExistsError:
+                attempt += 1
+                continue
+            return cls(directory, show_types=show_types)
+
+    def _write(self, mod: IRModule, label: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{self.written:02d}_{label}.txt"
+        path.write_text(astext(mod, show_types=self.show_types) + "\n")
+        self.written += 1
+
+    def run_before_pass(self, mod: IRModule, p: "Pass") -> None:
+        if self.written == 0:
+            self._write(mod, "input")
+
+    def run_after_pass(self, mod: IRModule, p: "Pass") -> None:
+        self._write(mod, p.name)
+
+
+__all__ = ["PassInstrument", "PassTimingInstrument", "PrintIR", "DumpIR"]

@@ -14,6 +14,8 @@ PassContext.
   leaves the level to whoever runs the passes: ``relay.build`` takes the target's default
   level, a Sequential run on its own runs every level.
 - Instruments (instrument.py) watch every pass called under the context: timing, IR dumps.
+- Logging: each Sequential run logs its passes and their times to the
+  ``relaydsl.transform.pass_infra`` logger (INFO: the pipeline in one line; DEBUG: each pass).
 
 The passes a target runs, and their levels, are listed in pipeline.py.
 
@@ -37,7 +39,9 @@ fn(Tensor[(2,), float32]) -> Tensor[(2,), float32]
 """
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -47,6 +51,8 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform._util import retyped
 from relaydsl.transform.instrument import PassInstrument
+
+_log = logging.getLogger(__name__)
 
 
 def _names(value: Iterable[str], what: str) -> frozenset[str]:
@@ -219,9 +225,20 @@ class Sequential(Pass):
     def _run(self, mod: IRModule) -> IRModule:
         plan = self.plan()
         mod = retyped(mod, types_kept=True)
+        timings: list[tuple[str, float]] = []
         for p in plan:
+            start = time.perf_counter()
             mod = p(mod)
+            timings.append((p.name, 1000 * (time.perf_counter() - start)))
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("%s: %s in %.2f ms", self.name, *timings[-1])
         object.__setattr__(self, "last_run", tuple(p.name for p in plan))
+        if _log.isEnabledFor(logging.INFO):
+            level = PassContext.current().opt_level
+            _log.info("%s (opt_level %s): %s; %.1f ms in all", self.name,
+                      "any" if level is None else level,
+                      ", ".join(f"{name} {ms:.1f} ms" for name, ms in timings) or "no passes",
+                      sum(ms for _, ms in timings))
         return mod
 
     def __repr__(self) -> str:
