@@ -53,7 +53,13 @@ INITIALISERS = ("normal", "glorot")
 
 
 class Model:
-    """The parameters of one model function, by name, in the function's order."""
+    """The parameters of one model function, by name, in the function's order.
+
+    A plain Python value: ``copy.deepcopy(model)`` is an independent model of the same function
+    (a best-model snapshot, an EMA of the weights), and a model pickles as its arrays plus a
+    reference to its function (module and qualified name, as pickle stores functions), so a
+    ``multiprocessing`` worker can receive one.
+    """
 
     def __init__(self, fn: "RelayModelFunction", params: dict[str, np.ndarray]):
         self.fn = fn
