@@ -7,6 +7,10 @@ MNIST is read from --data, $RELAYDSL_DATA, ~/.cache/relaydsl/mnist, or the proje
 shared copy (../shared/data/mnist) when present. The model is the paper's, on mini-batches:
 the images carry a leading batch dimension "n", so the same program trains on batches of 64
 and evaluates on batches of 1,000.
+
+At the end the model (and its optimiser's state) is saved to --out, reloaded from the file
+and evaluated; with matplotlib installed (pip install -e ".[plots]") the training curve and
+the confusion matrix are drawn into --out/lenet_mnist.png.
 """
 from __future__ import annotations
 
@@ -44,17 +48,14 @@ def predict_labels(x: Tensor[Float, ("n", 1, 28, 28)]) -> Tensor[Int, ("n",)]:
     return relay.argmax(lenet(x), axis=1)
 
 
-def find_mnist(path: str | None):
-    from relaydsl.datasets import mnist
-    from relaydsl.datasets.mnist import DatasetError
+SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
 
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
-    try:
-        return mnist(path)
-    except DatasetError:
-        if path is None and shared.is_dir():
-            return mnist(shared)
-        raise
+
+def find_mnist(path: str | None):
+    """MNIST from `path`, else from relaydsl's places or the project's shared copy."""
+    from relaydsl.datasets import mnist
+
+    return mnist(path, fallbacks=[SHARED_MNIST])
 
 
 def progress(epoch: int, step: int, steps: int, loss_value: float, images_per_s: float) -> None:
@@ -74,6 +75,50 @@ def accuracy_and_confusion(model, images, labels, batch=1000):
     return np.trace(confusion) / confusion.sum(), confusion
 
 
+def save_plots(losses: list[float], accuracies: list[float], confusion: np.ndarray,
+               path: Path) -> Path | None:
+    """The training curve and the confusion matrix side by side, as a PNG; None (and a note)
+    when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        print('matplotlib is not installed: skipped the plots (pip install -e ".[plots]")')
+        return None
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    fig, (curve, matrix) = plt.subplots(1, 2, figsize=(11, 4.5))
+    steps = np.arange(1, len(losses) + 1)
+    window = max(1, len(losses) // 20)  # a moving mean once there are enough steps
+    curve.plot(steps, losses, color="tab:blue", alpha=0.35 if window > 1 else 1.0,
+               linewidth=0.8, label="batch loss")
+    if window > 1:
+        smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
+        curve.plot(steps[window - 1:], smooth, color="tab:blue",
+                   label=f"mean of {window} batches")
+    curve.set(xlabel="training step", ylabel="cross-entropy loss", yscale="log",
+              title="training curve")
+    per_epoch = len(losses) // len(accuracies)
+    for epoch, accuracy in enumerate(accuracies, start=1):
+        curve.axvline(epoch * per_epoch, color="tab:gray", linestyle=":", linewidth=1)
+        curve.annotate(f"epoch {epoch}\ntest accuracy {accuracy:.1%}", (epoch * per_epoch, 1),
+                       xycoords=("data", "axes fraction"), textcoords="offset points",
+                       xytext=(-4, -6), ha="right", va="top", fontsize=8)
+    curve.legend(loc="lower left")
+    image = matrix.imshow(confusion, cmap="Blues")
+    matrix.set(xticks=range(10), yticks=range(10), xlabel="predicted digit",
+               ylabel="true digit", title=f"confusion matrix (test accuracy {accuracies[-1]:.1%})")
+    for (i, j), n in np.ndenumerate(confusion):
+        if n:
+            matrix.text(j, i, str(n), ha="center", va="center", fontsize=7,
+                        color="white" if n > confusion.max() / 2 else "black")
+    fig.colorbar(image, ax=matrix, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> float:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawTextHelpFormatter)
@@ -82,22 +127,31 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--data", default=None, help="directory holding the four MNIST files")
+    parser.add_argument("--out", default="lenet_mnist_out",
+                        help="directory for the saved model and the plots (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    (train_x, train_y), (test_x, test_y) = find_mnist(args.data)
+    from relaydsl.datasets.mnist import DatasetError
+    try:
+        (train_x, train_y), (test_x, test_y) = find_mnist(args.data)
+    except DatasetError as e:
+        sys.exit(f"lenet_mnist.py: {e}")
     epochs = args.epochs or (1 if args.quick else 4)
     if args.quick:
         train_x, train_y = train_x[:2000], train_y[:2000]
         test_x, test_y = test_x[:1000], test_y[:1000]
     one_hot = np.eye(10, dtype=np.float32)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
 
     model = relay.create_model(lenet, seed=args.seed, init="glorot")
     step = relay.grad(model, loss)
     optimizer = relay.Momentum(lr=args.lr, momentum=0.9)
     rng = np.random.default_rng(args.seed)
     steps = len(train_x) // args.batch
-    accuracy = 0.0
+    losses: list[float] = []
+    accuracies: list[float] = []
     for epoch in range(1, epochs + 1):
         order = rng.permutation(len(train_x))
         start, running = time.perf_counter(), None
@@ -106,17 +160,29 @@ def main(argv: list[str] | None = None) -> float:
             grads = step(train_x[idx], one_hot[train_y[idx]])
             relay.update_model_params(model, grads, optimizer=optimizer)
             value = float(step.last_loss)
+            losses.append(value)
             running = value if running is None else 0.95 * running + 0.05 * value
             if s % 10 == 0 or s == steps - 1:
                 rate = (s + 1) * args.batch / (time.perf_counter() - start)
                 progress(epoch, s + 1, steps, running, rate)
         seconds = time.perf_counter() - start
-        accuracy, confusion = accuracy_and_confusion(model, test_x, test_y)
+        accuracy, _ = accuracy_and_confusion(model, test_x, test_y)
+        accuracies.append(accuracy)
         print(f"\nepoch {epoch}: {seconds:.1f} s, test accuracy {accuracy:.2%}")
+
+    # Save the model with its optimiser (training could resume from the file), then evaluate
+    # what a later program would load.
+    saved = relay.save_model(model, out / "lenet", optimizer=optimizer)
+    reloaded = relay.load_model(saved)
+    accuracy, confusion = accuracy_and_confusion(reloaded, test_x, test_y)
+    print(f"saved the model to {saved}; reloaded, its test accuracy is {accuracy:.2%}")
     print("confusion matrix (rows: true digit, columns: predicted):")
     print("     " + " ".join(f"{d:5d}" for d in range(10)))
     for d in range(10):
         print(f"{d:3d}  " + " ".join(f"{n:5d}" for n in confusion[d]))
+    picture = save_plots(losses, accuracies, confusion, out / "lenet_mnist.png")
+    if picture is not None:
+        print(f"saved the training curve and the confusion matrix to {picture}")
     return accuracy
 
 

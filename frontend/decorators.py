@@ -133,14 +133,24 @@ class RelayFunction:
     def _annotation_type(ann: AnyValue, symbols: dict) -> Type:
         return annotations.annotation_to_type(ann, symbols=symbols)
 
-    def _resolve_forward_refs(self) -> dict[GlobalVar, GlobalVar]:
-        """Names used before their decorated function existed: find them now."""
-        mapping = {}
+    def _resolve_forward_refs(self) -> "_ReplaceGlobals":
+        """Names used before their decorated function existed: find them now.
+
+        The result rewrites this function's body with them. A function with hidden parameters
+        (a model, or a function using one) may call itself, as a TreeLSTM applies its cell to
+        each subtree: the recursive call passes the same hidden parameters on (shared weights).
+        A call of another one must see its hidden parameters at translation time.
+        """
+        mapping, self_calls = {}, {}
         for name, placeholder in self._resolver.forward_refs.items():
             try:
                 value = self._lookup(name)
             except KeyError:
                 raise DSLSyntaxError(f"name {name!r} is not defined", placeholder.span) from None
+            if value is self and self.hidden:
+                self_calls[placeholder] = tuple(h.var for h in self.hidden)
+                mapping[placeholder] = self.global_var
+                continue
             if isinstance(value, RelayFunction) and (value.is_model or value.hidden):
                 raise DSLSyntaxError(
                     f"{name!r} uses model parameters, so it must be defined before the functions "
@@ -153,7 +163,7 @@ class RelayFunction:
                     "defined when this function was decorated, so only a decorated function "
                     "can be meant", placeholder.span)
             mapping[placeholder] = gv
-        return mapping
+        return _ReplaceGlobals(mapping, self_calls)
 
     # ---- calls with a meaning of their own ------------------------------------
     def _special_call(self, translator: Translator, target: AnyValue, node: ast.Call, args: list,
@@ -351,16 +361,17 @@ class RelayFunction:
             if (f, m) in seen:
                 continue
             seen.add((f, m))
-            mapping = f._resolve_forward_refs()
+            resolve = f._resolve_forward_refs()
             if m == "inference":
-                fn = _replace_globals(f.function, mapping)
+                out = resolve.visit(f.function)
             else:
                 variants = {c.global_var: c.global_var_for(m) for c in [f, *f.callees]}
                 state = {h.var for h in f.hidden if h.spec.state}
                 out = _ModeVariant(f._training_forms, state if m == "update" else set(),
-                                   {**mapping, **variants}).visit(f.function)
-                assert isinstance(out, Function)
-                fn = out
+                                   resolve.followed_by(variants), resolve.self_calls
+                                   ).visit(f.function)
+            assert isinstance(out, Function)
+            fn = out
             for td in _user_types_in(fn):
                 if td.header not in mod.type_definitions:
                     mod.add_type(td)
@@ -419,6 +430,12 @@ class RelayFunction:
         except TypeError as e:
             raise TypeError(f"{self.__name__}(): {e}") from None
         return bound.args
+
+    def __reduce__(self) -> str:
+        """Pickled and copied as a Python function is: by reference, its module and qualified
+        name (so a Model pickles as its arrays plus this reference, and a deep copy of a Model
+        keeps its function)."""
+        return self.__qualname__
 
     def __repr__(self) -> str:
         return f"<relay function {self.global_var.name_hint}>"
@@ -537,28 +554,38 @@ def to_python(value: AnyValue, program: "Program") -> AnyValue:
     return value
 
 
-def _replace_globals(fn: Function, mapping: dict[GlobalVar, GlobalVar]) -> Function:
-    if not mapping:
-        return fn
-
-    out = _ReplaceGlobals(mapping).visit(fn)
-    assert isinstance(out, Function)
-    return out
-
-
 class _ReplaceGlobals(ExprMutator):
-    def __init__(self, mapping: dict[GlobalVar, GlobalVar]) -> None:
+    """Replaces globals by `mapping`; a call of a global in `self_calls` (a function's call
+    of itself) also passes those hidden parameters on."""
+
+    def __init__(self, mapping: dict[GlobalVar, GlobalVar],
+                 self_calls: dict[GlobalVar, tuple[Var, ...]] | None = None) -> None:
         super().__init__()
         self.mapping = mapping
+        self.self_calls = self_calls or {}
+
+    def followed_by(self, mapping: dict[GlobalVar, GlobalVar]) -> dict[GlobalVar, GlobalVar]:
+        """This mutator's replacements, each followed by `mapping`, and `mapping`'s."""
+        return {**mapping, **{k: mapping.get(v, v) for k, v in self.mapping.items()}}
 
     def visit_global_var(self, gv: GlobalVar) -> Expr:
+        if gv in self.self_calls:
+            raise DSLSyntaxError(f"{gv.name_hint} has hidden parameters, so it can only be "
+                                 "called, not used as a value", gv.span)
         return self.mapping.get(gv, gv)
+
+    def visit_call(self, call: Call) -> Expr:
+        hidden = self.self_calls.get(call.op) if isinstance(call.op, GlobalVar) else None
+        if hidden is None:
+            return super().visit_call(call)
+        args = [self.visit(a) for a in (*call.args, *hidden)]
+        return Call(self.mapping[call.op], args, call.attrs, call.type_args, span=call.span)
 
 
 MODES = ("inference", "training", "update")
 
 
-class _ModeVariant(ExprMutator):
+class _ModeVariant(_ReplaceGlobals):
     """A function's training (or update) variant, from its inference form: each
     mode-dependent layer call in its training form, the calls of functions with modes to
     their variants in the same mode. Every variable is bound anew: the variants share no
@@ -566,9 +593,10 @@ class _ModeVariant(ExprMutator):
     state parameters of the update variant, their annotations wrapped in Ref)."""
 
     def __init__(self, forms: dict[int, tuple[Call, TrainingForm]], refs: set[Var],
-                 globals_: dict[GlobalVar, GlobalVar]) -> None:
-        super().__init__()
-        self.forms, self.refs, self.globals = forms, refs, globals_
+                 globals_: dict[GlobalVar, GlobalVar],
+                 self_calls: dict[GlobalVar, tuple[Var, ...]]) -> None:
+        super().__init__(globals_, self_calls)
+        self.forms, self.refs = forms, refs
         self.update = bool(refs)
         self.renamed: dict[Var, Var] = {}
 
@@ -585,9 +613,6 @@ class _ModeVariant(ExprMutator):
 
     def visit_let_var(self, v: Var) -> Var:
         return self.bind(v)
-
-    def visit_global_var(self, gv: GlobalVar) -> Expr:
-        return self.globals.get(gv, gv)
 
     def visit_function(self, f: Function) -> Expr:
         for p in f.params:

@@ -39,7 +39,7 @@ import time
 import tokenize
 import zlib
 import zipfile
-from typing import IO, TYPE_CHECKING, Any as AnyValue, Callable
+from typing import IO, TYPE_CHECKING, Any as AnyValue, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -53,7 +53,13 @@ INITIALISERS = ("normal", "glorot")
 
 
 class Model:
-    """The parameters of one model function, by name, in the function's order."""
+    """The parameters of one model function, by name, in the function's order.
+
+    A plain Python value: ``copy.deepcopy(model)`` is an independent model of the same function
+    (a best-model snapshot, an EMA of the weights), and a model pickles as its arrays plus a
+    reference to its function (module and qualified name, as pickle stores functions), so a
+    ``multiprocessing`` worker can receive one.
+    """
 
     def __init__(self, fn: "RelayModelFunction", params: dict[str, np.ndarray]):
         self.fn = fn
@@ -142,60 +148,112 @@ def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
 
 # ---- training: optimisers and parameter updates --------------------------------------------
 
-class SGD:
+class Optimizer:
+    """Base of the optimisers: hyperparameters (floats, as attributes) and state arrays by slot
+    and parameter name (Momentum's velocities, Adam's moments and step counts).
+
+    An optimiser serves one model, as a PyTorch optimiser is made for one model's parameters:
+    its state is keyed by parameter name. ``save_model(model, path, optimizer=opt)`` stores its
+    hyperparameters and state beside the parameters, ``load_model(path, optimizer=opt)``
+    restores them, so training resumes where it stopped. A copy of an optimiser
+    (``copy.deepcopy``) is an independent one, like a copy of a model.
+    """
+
+    kind: ClassVar[str]  # its name in update_model_params(optimizer=...) and in model files
+    HYPERPARAMETERS: ClassVar[tuple[str, ...]] = ("lr",)
+    SLOTS: ClassVar[tuple[str, ...]] = ()  # per-parameter state, each shaped as its parameter
+    STEP_SLOTS: ClassVar[tuple[str, ...]] = ()  # per-parameter step counts (int64 scalars)
+
+    def __init__(self) -> None:
+        self.state: dict[str, dict[str, np.ndarray]] = {
+            slot: {} for slot in (*self.SLOTS, *self.STEP_SLOTS)}
+
+    @property
+    def hyperparameters(self) -> dict[str, float]:
+        return {name: float(getattr(self, name)) for name in self.HYPERPARAMETERS}
+
+    def step(self, model: Model, grads: dict[str, np.ndarray]) -> None:
+        """Update `model`'s parameters in place from their gradients."""
+        for name, g in grads.items():
+            p = model.params[name]
+            p -= np.asarray(self.update(name, g), p.dtype)
+
+    def update(self, name: str, g: np.ndarray) -> np.ndarray:
+        """The amount to subtract from parameter `name` given its gradient `g`."""
+        raise NotImplementedError
+
+    def load_state(self, hyperparameters: dict[str, float],
+                   state: dict[str, dict[str, np.ndarray]]) -> None:
+        """Continue as the optimiser that was saved: its hyperparameters and state."""
+        for name in self.HYPERPARAMETERS:
+            setattr(self, name, hyperparameters[name])
+        self.state = {slot: dict(state.get(slot, {})) for slot in self.state}
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v}" for k, v in self.hyperparameters.items())
+        return f"{type(self).__name__}({settings})"
+
+
+class SGD(Optimizer):
     """Plain stochastic gradient descent: p -= lr * g."""
 
+    kind = "sgd"
+
     def __init__(self, lr: float = 0.01):
+        super().__init__()
         self.lr = lr
 
-    def step(self, model: Model, grads: dict[str, np.ndarray]) -> None:
-        for name, g in grads.items():
-            model.params[name] -= np.asarray(self.lr * g, model.params[name].dtype)
+    def update(self, name: str, g: np.ndarray) -> np.ndarray:
+        return self.lr * g
 
 
-class Momentum:
+class Momentum(Optimizer):
     """SGD with momentum: v = momentum * v + g; p -= lr * v."""
 
+    kind = "momentum"
+    HYPERPARAMETERS = ("lr", "momentum")
+    SLOTS = ("velocity",)
+
     def __init__(self, lr: float = 0.01, momentum: float = 0.9):
+        super().__init__()
         self.lr, self.momentum = lr, momentum
-        self._velocity: dict[tuple[int, str], np.ndarray] = {}
 
-    def step(self, model: Model, grads: dict[str, np.ndarray]) -> None:
-        for name, g in grads.items():
-            key = (id(model), name)
-            v = self._velocity.get(key)
-            v = g.copy() if v is None else self.momentum * v + g
-            self._velocity[key] = v
-            model.params[name] -= np.asarray(self.lr * v, model.params[name].dtype)
+    def update(self, name: str, g: np.ndarray) -> np.ndarray:
+        velocity = self.state["velocity"]
+        v = velocity.get(name)
+        velocity[name] = v = g.copy() if v is None else self.momentum * v + g
+        return self.lr * v
 
 
-class Adam:
+class Adam(Optimizer):
     """Adam (Kingma & Ba): bias-corrected first and second moment estimates."""
+
+    kind = "adam"
+    HYPERPARAMETERS = ("lr", "beta1", "beta2", "eps")
+    SLOTS = ("m", "v")
+    STEP_SLOTS = ("t",)
 
     def __init__(self, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-8):
+        super().__init__()
         self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
-        self._state: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, int]] = {}
 
-    def step(self, model: Model, grads: dict[str, np.ndarray]) -> None:
-        for name, g in grads.items():
-            key = (id(model), name)
-            m, v, t = self._state.get(key, (np.zeros_like(g), np.zeros_like(g), 0))
-            t += 1
-            m = self.beta1 * m + (1 - self.beta1) * g
-            v = self.beta2 * v + (1 - self.beta2) * g * g
-            self._state[key] = (m, v, t)
-            m_hat = m / (1 - self.beta1 ** t)
-            v_hat = v / (1 - self.beta2 ** t)
-            update = self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
-            model.params[name] -= np.asarray(update, model.params[name].dtype)
+    def update(self, name: str, g: np.ndarray) -> np.ndarray:
+        m, v, t = (self.state[slot].get(name) for slot in ("m", "v", "t"))
+        t = np.int64(1 if t is None else t + 1)
+        m = (1 - self.beta1) * g if m is None else self.beta1 * m + (1 - self.beta1) * g
+        v = (1 - self.beta2) * g * g if v is None else self.beta2 * v + (1 - self.beta2) * g * g
+        self.state["m"][name], self.state["v"][name], self.state["t"][name] = m, v, t
+        m_hat = m / (1 - self.beta1 ** t)
+        v_hat = v / (1 - self.beta2 ** t)
+        return self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
 
-_OPTIMISERS = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
+_OPTIMISERS: dict[str, type[Optimizer]] = {o.kind: o for o in (SGD, Momentum, Adam)}
 
 
 def update_model_params(model: Model, grads: dict[str, np.ndarray], lr: float = 0.01,
-                        optimizer: "str | SGD | Momentum | Adam" = "sgd") -> None:
+                        optimizer: "str | Optimizer" = "sgd") -> None:
     """Apply gradients to the model's parameters in place.
 
     `optimizer` is "sgd" (default), "momentum", "adam", or an optimiser object (SGD, Momentum,
@@ -244,21 +302,34 @@ _MANIFEST_KEY = "__relaydsl_manifest__"
 FORMAT = "relaydsl-model"
 
 
-def save_model(model: Model, path: str) -> str:
+def model_file_path(path: "str | os.PathLike[str]") -> str:
+    """The file save_model writes and load_model reads for `path`: ".npz" added if missing."""
+    path = os.fspath(path)
+    return path if path.endswith(".npz") else path + ".npz"
+
+
+def save_model(model: Model, path: "str | os.PathLike[str]", *,
+               optimizer: Optimizer | None = None) -> str:
     """Write the parameters and a JSON manifest into one .npz file, atomically.
 
-    The file is written beside its final name and renamed into place, so an interrupted save
-    leaves any earlier file intact. Returns the path written (".npz" is added if missing).
+    With `optimizer`, its hyperparameters and state (velocities, moments, step counts) are
+    saved too, for ``load_model(path, optimizer=...)`` to resume training. The file is written
+    beside its final name and renamed into place, so an interrupted save leaves any earlier
+    file intact. Returns the path written, ``model_file_path(path)`` (".npz" is added if
+    missing); load_model takes either.
     """
-    path = str(path)
-    if not path.endswith(".npz"):
-        path += ".npz"
-    manifest = {
+    path = model_file_path(path)
+    manifest: dict[str, AnyValue] = {
         "format": FORMAT, "version": 1, "model": model.fn.__qualname__,
-        "params": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)}
-                   for k, v in model.params.items()],
+        "params": _entries(model.params),
     }
     arrays = {f"param/{k}": v for k, v in model.params.items()}
+    if optimizer is not None:
+        state = _flat_state(optimizer)
+        manifest["optimizer"] = {"kind": optimizer.kind,
+                                 "hyperparameters": optimizer.hyperparameters,
+                                 "state": _entries(state)}
+        arrays.update({f"optimizer/{k}": v for k, v in state.items()})
     arrays[_MANIFEST_KEY] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
     directory = os.path.dirname(os.path.abspath(path))
     _remove_stale_temp_files(directory)
@@ -275,6 +346,17 @@ def save_model(model: Model, path: str) -> str:
             os.remove(tmp)
         raise
     return path
+
+
+def _entries(arrays: dict[str, np.ndarray]) -> list[dict[str, AnyValue]]:
+    return [{"name": k, "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
+            for k, v in arrays.items()]
+
+
+def _flat_state(optimizer: Optimizer) -> dict[str, np.ndarray]:
+    """An optimiser's state as "<slot>/<parameter>" -> array."""
+    return {f"{slot}/{name}": np.asarray(v)
+            for slot, values in optimizer.state.items() for name, v in values.items()}
 
 
 # A save writes `.relaydsl-<host>-<pid>-<random>.npz` and renames it into place; a killed save
@@ -328,37 +410,71 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-def load_model(path: str, fn: "RelayModelFunction | None" = None) -> Model:
+def load_model(path: "str | os.PathLike[str]", fn: "RelayModelFunction | None" = None, *,
+               optimizer: Optimizer | None = None) -> Model:
     """Read a model saved by save_model. No code runs: only arrays and JSON are read.
 
-    `fn` is the model function; by default the @relay_model function of the manifest's name
-    that this program has defined. A file that is damaged, not in save_model's format, or does
-    not match the function's parameters (names, shapes, dtypes) is a ModelFileError naming it;
-    nothing is allocated before the manifest and the array headers agree with the file's size.
+    `path` is what save_model was given or returned: "m" reads "m.npz". A missing file is a
+    FileNotFoundError. `fn` is the model function; by default the @relay_model function of the
+    manifest's name that this program has defined. With `optimizer` (an optimiser of the kind
+    that was saved), its hyperparameters and state are restored from the file. A file that is
+    damaged, not in save_model's format, or does not match the function's parameters (names,
+    shapes, dtypes) or the optimiser is a ModelFileError naming it; nothing is allocated before
+    the manifest and the array headers agree with the file's size.
     """
     from relaydsl.frontend.decorators import RelayModelFunction
 
-    model_name, arrays = _read_model_file(path)
+    path = model_file_path(path)
+    contents = _read_model_file(path)
     if fn is None:
-        fn = RelayModelFunction.defined.get(model_name)
+        fn = RelayModelFunction.defined.get(contents.model)
         if fn is None:
-            raise ModelFileError(f"{path} holds parameters of the model {model_name!r}, which "
-                                 "this program has not defined: pass it, load_model(path, fn)")
-    expected = {h.name: v for h, v in zip(fn.hidden, create_model(fn).params.values())}
+            raise ModelFileError(f"{path} holds parameters of the model {contents.model!r}, "
+                                 "which this program has not defined: pass it, "
+                                 "load_model(path, fn)")
+    expected = dict(zip((h.name for h in fn.hidden), create_model(fn).params.values()))
     problems = []
     for name, ref in expected.items():
-        got = arrays.get(name)
+        got = contents.params.get(name)
         if got is None:
             problems.append(f"{name} is missing")
         elif got.shape != ref.shape or got.dtype != ref.dtype:
             problems.append(f"{name} is {got.dtype}{list(got.shape)}, the model needs "
                             f"{ref.dtype}{list(ref.shape)}")
     problems += [f"{name} is not a parameter of {fn.__name__}"
-                 for name in arrays if name not in expected]
+                 for name in contents.params if name not in expected]
     if problems:
         raise ModelFileError(f"{path} does not match the model {fn.__name__}: "
                              + "; ".join(problems))
-    return Model(fn, {name: arrays[name] for name in expected})
+    model = Model(fn, {name: contents.params[name] for name in expected})
+    if optimizer is not None:
+        _restore_optimizer(path, optimizer, contents, model)
+    return model
+
+
+def _restore_optimizer(path: str, optimizer: Optimizer, contents: "_ModelFile",
+                       model: Model) -> None:
+    saved = contents.optimizer
+    if saved is None:
+        raise ModelFileError(f"{path} holds no optimiser state: save it with "
+                             "save_model(model, path, optimizer=...)")
+    kind, hyperparameters, flat = saved
+    if kind != optimizer.kind or set(hyperparameters) != set(optimizer.HYPERPARAMETERS):
+        raise ModelFileError(f"{path} holds the state of a {kind} optimiser, not of "
+                             f"{type(optimizer).__name__}")
+    state: dict[str, dict[str, np.ndarray]] = {slot: {} for slot in optimizer.state}
+    for key, value in flat.items():
+        slot, _, name = key.partition("/")
+        param = model.params.get(name)
+        if slot not in state or param is None or name in model.state_names:
+            raise ModelFileError(f"{path} holds optimiser state {key}, which is not a slot of "
+                                 f"{type(optimizer).__name__} for a trainable parameter")
+        shape = () if slot in optimizer.STEP_SLOTS else param.shape
+        if value.shape != shape:
+            raise ModelFileError(f"{path}: the optimiser state {key} has shape "
+                                 f"{value.shape}, not {shape}")
+        state[slot][name] = value
+    optimizer.load_state(hyperparameters, state)
 
 
 _MANIFEST_MEMBER = f"{_MANIFEST_KEY}.npy"
@@ -371,8 +487,17 @@ _DAMAGE = (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, ValueErro
            tokenize.TokenError, RecursionError)
 
 
-def _read_model_file(path: str) -> tuple[str, dict[str, np.ndarray]]:
-    """The model name and the parameters of a file written by save_model, checked throughout."""
+class _ModelFile(NamedTuple):
+    """What a model file holds, checked: the model's name, its parameters, and the optimiser's
+    (kind, hyperparameters, state by "<slot>/<parameter>") when one was saved."""
+
+    model: str
+    params: dict[str, np.ndarray]
+    optimizer: tuple[str, dict[str, float], dict[str, np.ndarray]] | None
+
+
+def _read_model_file(path: str) -> _ModelFile:
+    """The contents of a file written by save_model, checked throughout."""
     with open(path, "rb") as f:  # a missing file stays a FileNotFoundError
         try:
             return _read_archive(f, os.fstat(f.fileno()).st_size, path)
@@ -382,7 +507,7 @@ def _read_model_file(path: str) -> tuple[str, dict[str, np.ndarray]]:
             raise ModelFileError(f"cannot read the model file {path}: {e}") from None
 
 
-def _read_archive(f: IO[bytes], size: int, path: str) -> tuple[str, dict[str, np.ndarray]]:
+def _read_archive(f: IO[bytes], size: int, path: str) -> _ModelFile:
     def damaged(problem: str) -> ModelFileError:
         return ModelFileError(f"cannot read the model file {path}: {problem}")
 
@@ -406,20 +531,30 @@ def _read_archive(f: IO[bytes], size: int, path: str) -> tuple[str, dict[str, np
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise damaged(f"its manifest is not valid JSON: {e}") from None
         model_name, params = _check_manifest(manifest, damaged)
-        names = {f"param/{name}.npy": name for name in params}
+        optimizer = _check_optimizer_manifest(manifest.get("optimizer"), damaged)
+        declared = {f"param/{name}.npy": (params, name) for name in params}
+        if optimizer is not None:
+            declared.update({f"optimizer/{key}.npy": (optimizer[2], key) for key in optimizer[2]})
         for member in members:
-            if member != _MANIFEST_MEMBER and member not in names:
+            if member != _MANIFEST_MEMBER and member not in declared:
                 raise damaged(f"it holds a member {member!r} that the manifest does not list")
-        arrays = {}
-        for member, name in names.items():
+        arrays: dict[str, np.ndarray] = {}
+        state: dict[str, np.ndarray] = {}
+        for member, (entries, name) in declared.items():
             if member not in members:
-                raise damaged(f"the manifest lists the parameter {name}, which the file lacks")
-            arrays[name] = _read_npy(archive, members[member], params[name], damaged)
-    return model_name, arrays
+                what = "parameter" if entries is params else "optimiser state"
+                raise damaged(f"the manifest lists the {what} {name}, which the file lacks")
+            out = arrays if entries is params else state
+            out[name] = _read_npy(archive, members[member], entries[name], damaged)
+    return _ModelFile(model_name, arrays,
+                      None if optimizer is None else (optimizer[0], optimizer[1], state))
+
+
+_Entries = dict[str, tuple[tuple[int, ...], np.dtype]]
 
 
 def _check_manifest(manifest: AnyValue, damaged: Callable[[str], ModelFileError]
-                    ) -> tuple[str, dict[str, tuple[tuple[int, ...], np.dtype]]]:
+                    ) -> tuple[str, _Entries]:
     """The model name and each parameter's (shape, dtype), from a manifest checked whole."""
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise damaged("it is not a relaydsl model file")
@@ -429,18 +564,39 @@ def _check_manifest(manifest: AnyValue, damaged: Callable[[str], ModelFileError]
     model_name, entries = manifest.get("model"), manifest.get("params")
     if not isinstance(model_name, str) or not isinstance(entries, list):
         raise damaged("its manifest does not name the model and list its parameters")
-    params: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    return model_name, _check_entries(entries, "parameter", damaged)
+
+
+def _check_optimizer_manifest(section: AnyValue, damaged: Callable[[str], ModelFileError]
+                              ) -> tuple[str, dict[str, float], _Entries] | None:
+    """The saved optimiser's kind, hyperparameters and state entries, if the file has one."""
+    if section is None:
+        return None
+    ok = (isinstance(section, dict) and set(section) == {"kind", "hyperparameters", "state"}
+          and section["kind"] in _OPTIMISERS and isinstance(section["hyperparameters"], dict)
+          and all(isinstance(k, str) and type(v) in (int, float)
+                  for k, v in section["hyperparameters"].items())
+          and isinstance(section["state"], list))
+    if not ok:
+        raise damaged("its manifest has a malformed optimizer section")
+    return (section["kind"], {k: float(v) for k, v in section["hyperparameters"].items()},
+            _check_entries(section["state"], "optimiser state", damaged))
+
+
+def _check_entries(entries: list, what: str, damaged: Callable[[str], ModelFileError]
+                   ) -> _Entries:
+    out: _Entries = {}
     for entry in entries:
         ok = (isinstance(entry, dict) and set(entry) == {"name", "shape", "dtype"}
               and isinstance(entry["name"], str) and entry["dtype"] in DTYPES
               and isinstance(entry["shape"], list)
               and all(type(d) is int and d >= 0 for d in entry["shape"]))
         if not ok:
-            raise damaged(f"its manifest has a malformed parameter entry {str(entry)[:80]}")
-        if entry["name"] in params:
-            raise damaged(f"its manifest lists the parameter {entry['name']} twice")
-        params[entry["name"]] = (tuple(entry["shape"]), np.dtype(entry["dtype"]))
-    return model_name, params
+            raise damaged(f"its manifest has a malformed {what} entry {str(entry)[:80]}")
+        if entry["name"] in out:
+            raise damaged(f"its manifest lists the {what} {entry['name']} twice")
+        out[entry["name"]] = (tuple(entry["shape"]), np.dtype(entry["dtype"]))
+    return out
 
 
 def _read_npy(archive: zipfile.ZipFile, info: zipfile.ZipInfo,

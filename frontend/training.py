@@ -24,9 +24,12 @@ reference into references of its own, which the training variant updates, and ba
 """
 from __future__ import annotations
 
+import ast
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from relaydsl.errors import DSLSyntaxError
 
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, Grad, Let, RefCreate, RefRead, RefWrite, Tuple,
@@ -36,26 +39,86 @@ from relaydsl.op.registry import ops
 
 if TYPE_CHECKING:
     from relaydsl.frontend.decorators import RelayFunction, RelayModelFunction
+    from relaydsl.frontend.model import Optimizer
     from relaydsl.frontend.translate import Translator
 
 
 class ModelValue:
-    """What the translator knows of a model value: its function and its parameters' dtypes."""
+    """What the translator knows of a model value: its function, its parameters' dtypes, and
+    the optimiser its updates use.
 
-    def __init__(self, fn: "RelayModelFunction", dtypes: list[str]):
-        self.fn, self.dtypes = fn, dtypes
+    The model reference holds a tuple: the parameters (trainable and state, in the function's
+    order), then the optimiser's state: for each of its slots (Momentum's velocity, Adam's
+    moments) one array per trainable parameter, and, for Adam, the step count.
+    """
+
+    def __init__(self, fn: "RelayModelFunction", dtypes: list[str],
+                 optimizer: "type[Optimizer]"):
+        self.fn, self.dtypes, self.optimizer = fn, dtypes, optimizer
         # the indices of the parameters gradients update (the others are state)
         self.trainable = [i for i, h in enumerate(fn.hidden) if not h.spec.state]
+        self.num_fields = (len(dtypes) + len(optimizer.SLOTS) * len(self.trainable)
+                           + (1 if optimizer.STEP_SLOTS else 0))
+
+    def slot_index(self, slot: str, k: int) -> int:
+        """The tuple index of `slot`'s array for the k-th trainable parameter."""
+        return len(self.dtypes) + self.optimizer.SLOTS.index(slot) * len(self.trainable) + k
+
+    @property
+    def step_index(self) -> int:
+        return self.num_fields - 1
 
 
 def create_model(tr: "Translator", owner: "RelayFunction", node, model_fn, static: dict) -> Expr:
+    """relay.create_model(fn, seed=, init=, sigma=): a reference to the parameters' initial
+    values, and to zeros for the state of the optimiser this function's updates of the model
+    use (found in the function's text: the state must exist before the training loop)."""
     from relaydsl.frontend.model import create_model as create
 
     params = create(model_fn, **static).params
     owner._to_global(model_fn)
-    expr = RefCreate(Tuple([Constant(v) for v in params.values()]), span=tr.span(node))
-    tr._kinds[expr] = ModelValue(model_fn, [str(v.dtype) for v in params.values()])
+    optimizer = _optimizer_of(tr, owner, node)
+    model = ModelValue(model_fn, [str(v.dtype) for v in params.values()], optimizer)
+    values = list(params.values())
+    trainable = [values[i] for i in model.trainable]
+    fields = [Constant(v) for v in values]
+    fields += [Constant(np.zeros_like(v)) for _ in optimizer.SLOTS for v in trainable]
+    if optimizer.STEP_SLOTS:
+        fields.append(Constant(np.array(0, "int32")))
+    expr = RefCreate(Tuple(fields), span=tr.span(node))
+    tr._kinds[expr] = model
     return expr
+
+
+def _optimizer_of(tr: "Translator", owner: "RelayFunction", node: ast.Call
+                  ) -> "type[Optimizer]":
+    """The optimiser of the `relay.update_model_params(model, ..., optimizer=...)` calls in
+    `owner` of the model that `node` creates (assigned to a name); SGD when there are none."""
+    from relaydsl.frontend.model import SGD, _OPTIMISERS, update_model_params
+
+    tree = owner.source.tree
+    names = {t.id for a in ast.walk(tree) if isinstance(a, ast.Assign) and a.value is node
+             for t in a.targets if isinstance(t, ast.Name)}
+    found: dict[str, ast.Call] = {}
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Name)
+                and call.args[0].id in names and isinstance(call.func, (ast.Name, ast.Attribute))):
+            continue
+        try:
+            target = tr.python_value(call.func)
+        except DSLSyntaxError:  # a local function: not the update
+            continue
+        if target is not update_model_params:
+            continue
+        chosen = next((k.value for k in call.keywords if k.arg == "optimizer"), None)
+        kind = "sgd" if chosen is None else tr._static(chosen)
+        if kind not in _OPTIMISERS:
+            raise tr.error(call, f"optimizer must be one of {sorted(_OPTIMISERS)}, got {kind!r}")
+        found.setdefault(kind, call)
+    if len(found) > 1:
+        raise tr.error(list(found.values())[1], f"one model's updates use one optimiser; this "
+                                                f"function uses {' and '.join(found)}")
+    return _OPTIMISERS[next(iter(found))] if found else SGD
 
 
 def _model(tr: "Translator", value: Expr, env, node) -> ModelValue:
@@ -101,7 +164,7 @@ def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Exp
         owner.mode_callees.append((loss, "update"))
         g = Var("grads")
         new = Tuple([hidden[i].spec.after_step(RefRead(refs[i])) if i in refs
-                     else TupleGetItem(params, i) for i in range(len(hidden))])
+                     else TupleGetItem(params, i) for i in range(model.num_fields)])
         update = Let(Var("_"), Call(loss.global_var_for("update"), loss_args(refs)),
                      Let(Var("_"), RefWrite(model_expr, new), g))
         for i, ref in reversed(refs.items()):
@@ -115,28 +178,69 @@ def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Exp
 
 
 def update(tr: "Translator", node, args: list, static: dict, env) -> Expr:
-    """relay.update_model_params(model, grads, lr=0.01): SGD on the trainable parameters, in
-    place."""
+    """relay.update_model_params(model, grads, lr=0.01, optimizer="sgd", ...): a step of the
+    optimiser on the trainable parameters, in place, as the Python API's (its hyperparameters
+    by keyword: momentum=; beta1=, beta2=, eps=), its state kept in the model reference."""
+    from relaydsl.frontend.model import _OPTIMISERS, Adam, Momentum
+
     model_expr, grads = args
     model = _model(tr, model_expr, env, node)
-    lr = float(static.pop("lr", 0.01))
-    if static:
-        raise tr.error(node, f"relay.update_model_params inside decorated code takes lr= only "
-                             f"(SGD); got {', '.join(static)}")
+    static.pop("optimizer", None)  # create_model chose the model's optimiser from this call
+    try:
+        optimizer = _OPTIMISERS[model.optimizer.kind](**static)
+    except TypeError:
+        raise tr.error(node, f"relay.update_model_params with optimizer="
+                             f"{model.optimizer.kind!r} takes the keyword arguments "
+                             f"{', '.join(f'{h}=' for h in model.optimizer.HYPERPARAMETERS)}; "
+                             f"got {', '.join(static)}") from None
     params, g = Var("params"), Var("grads")
-    grad_of = {i: k for k, i in enumerate(model.trainable)}  # parameter index -> grads index
+    lets: list[tuple[Var, Expr]] = [(g, grads), (params, RefRead(model_expr))]
+    fields: list[Expr] = [TupleGetItem(params, i) for i in range(model.num_fields)]
 
-    def updated(i: int, dtype: str) -> Expr:
-        p = TupleGetItem(params, i)
-        if i not in grad_of:
-            return p
-        return ops.subtract(p, ops.multiply(Constant(np.array(lr, dtype)),
-                                            TupleGetItem(g, grad_of[i])))
+    def bind(name: str, value: Expr) -> Var:
+        var = Var(name)
+        lets.append((var, value))
+        return var
 
-    new = Tuple([updated(i, dtype) for i, dtype in enumerate(model.dtypes)])
+    def const(value: float, dtype: str) -> Constant:
+        return Constant(np.array(value, dtype))
+
+    step = None
+    if model.optimizer.STEP_SLOTS:
+        step = bind("t", ops.add(fields[model.step_index], Constant(np.array(1, "int32"))))
+        fields[model.step_index] = step
+    for k, i in enumerate(model.trainable):
+        dtype, grad_k = model.dtypes[i], TupleGetItem(g, k)
+        if isinstance(optimizer, Momentum):
+            v = bind("velocity", ops.add(ops.multiply(const(optimizer.momentum, dtype),
+                                                      fields[model.slot_index("velocity", k)]),
+                                         grad_k))
+            fields[model.slot_index("velocity", k)] = v
+            delta: Expr = ops.multiply(const(optimizer.lr, dtype), v)
+        elif isinstance(optimizer, Adam):
+            assert step is not None
+            grad_k = bind("g", grad_k)
+            b1, b2 = const(optimizer.beta1, dtype), const(optimizer.beta2, dtype)
+            one = const(1.0, dtype)
+            m = bind("m", ops.add(ops.multiply(b1, fields[model.slot_index("m", k)]),
+                                  ops.multiply(ops.subtract(one, b1), grad_k)))
+            v = bind("v", ops.add(ops.multiply(b2, fields[model.slot_index("v", k)]),
+                                  ops.multiply(ops.subtract(one, b2),
+                                               ops.multiply(grad_k, grad_k))))
+            fields[model.slot_index("m", k)], fields[model.slot_index("v", k)] = m, v
+            t = ops.cast(step, dtype=dtype)
+            m_hat = ops.divide(m, ops.subtract(one, ops.power(b1, t)))
+            v_hat = ops.divide(v, ops.subtract(one, ops.power(b2, t)))
+            delta = ops.divide(ops.multiply(const(optimizer.lr, dtype), m_hat),
+                               ops.add(ops.sqrt(v_hat), const(optimizer.eps, dtype)))
+        else:
+            delta = ops.multiply(const(optimizer.lr, dtype), grad_k)
+        fields[i] = ops.subtract(fields[i], delta)
     # the gradients first: computing them may update the model's state
-    return Let(g, grads, Let(params, RefRead(model_expr), RefWrite(model_expr, new)),
-               span=tr.span(node))
+    out: Expr = RefWrite(model_expr, Tuple(fields))
+    for var, value in reversed(lets[1:]):
+        out = Let(var, value, out)
+    return Let(g, grads, out, span=tr.span(node))
 
 
 def export(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Expr:

@@ -19,10 +19,11 @@ from relaydsl.frontend.annotations import (
     Bool, Float, Float16, Float32, Float64, Fn, Int, Int8, Int16, Int32, Int64, Tensor, UInt8,
 )
 from relaydsl.frontend.decorators import relay_model_decorator as relay_model
+from relaydsl.frontend.model import Model
 from relaydsl.frontend.namespace import relay
 
 __all__ = [
     "Bool", "DSLSyntaxError", "Float", "Float16", "Float32", "Float64", "Fn", "IRError", "Int",
-    "Int8", "Int16", "Int32", "Int64", "ModelFileError", "ParseError", "RelayError",
+    "Int8", "Int16", "Int32", "Int64", "Model", "ModelFileError", "ParseError", "RelayError",
     "RelayTypeError", "SettingError", "Tensor", "UInt8", "relay", "relay_model",
 ]

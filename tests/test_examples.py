@@ -1,4 +1,5 @@
 """The examples a user copies from run as scripts."""
+import importlib.util
 import os
 import re
 import subprocess
@@ -28,8 +29,53 @@ def test_quickstart():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason="the shared MNIST copy is not present")
-def test_lenet_mnist_quick():
-    out = run("lenet_mnist.py", "--quick", "--data", str(SHARED_MNIST))
-    accuracy = float(re.search(r"test accuracy ([\d.]+)%", out).group(1))
+def test_lenet_mnist_quick(tmp_path):
+    out = run("lenet_mnist.py", "--quick", "--data", str(SHARED_MNIST), "--out", str(tmp_path))
+    accuracy = float(re.search(r"epoch 1: .* test accuracy ([\d.]+)%", out).group(1))
     assert accuracy > 70.0  # one epoch on 2,000 images
+    # the model saved at the end, reloaded, evaluates as the model that was trained
+    reloaded = float(re.search(r"reloaded, its test accuracy is ([\d.]+)%", out).group(1))
+    assert reloaded == accuracy
+    assert (tmp_path / "lenet.npz").is_file()
     assert "confusion matrix" in out
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "lenet_mnist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_lenet_mnist_without_data_says_where_to_put_it(tmp_path):
+    missing = tmp_path / "no-mnist-here"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "lenet_mnist.py"), "--data",
+                           str(missing)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "MNIST not found" in done.stderr and f"\n  {missing}\n" in done.stderr
+    assert "curl -fO https://storage.googleapis.com/cvdf-datasets/mnist/" in done.stderr
+
+
+_PLOT = """
+import sys, runpy
+import numpy as np
+if sys.argv[1] == "without":
+    sys.modules["matplotlib"] = None  # as in the runtime-only venv
+example = runpy.run_path(sys.argv[2])  # defines the functions; main() does not run
+confusion = np.diag(np.arange(10, 20))
+print(example["save_plots"]([2.3, 1.5, 0.9, 0.7], [0.8, 0.9], confusion, sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("matplotlib", ["with", "without"])
+def test_lenet_mnist_plots_or_says_it_skipped_them(tmp_path, matplotlib):
+    if matplotlib == "with":
+        pytest.importorskip("matplotlib")
+    png = tmp_path / "plots.png"
+    done = subprocess.run([sys.executable, "-c", _PLOT, matplotlib,
+                           str(ROOT / "examples" / "lenet_mnist.py"), str(png)],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    if matplotlib == "with":
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "matplotlib is not installed: skipped the plots" in done.stdout
+        assert not png.exists()

@@ -11,6 +11,7 @@ else in ``~/.cache/relaydsl/mnist``.
 from __future__ import annotations
 
 import gzip
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,15 @@ def read_idx(path: str | Path) -> np.ndarray:
     return np.frombuffer(raw, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
 
-def _candidates(path: str | Path | None) -> list[Path]:
+# Where the four files can be fetched (the original site is often unavailable: this mirror
+# holds the same gzipped files), and a command that puts them where mnist() looks.
+DOWNLOAD_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
+DOWNLOAD_COMMAND = (
+    "mkdir -p ~/.cache/relaydsl/mnist && cd ~/.cache/relaydsl/mnist && for f in "
+    + " ".join(FILES.values()) + f"; do curl -fO {DOWNLOAD_URL}$f.gz; done")
+
+
+def _candidates(path: str | Path | None, fallbacks: Sequence[str | Path]) -> list[Path]:
     if path is not None:
         return [Path(path)]
     out = []
@@ -62,7 +71,7 @@ def _candidates(path: str | Path | None) -> list[Path]:
     if env is not None:
         out += [env, env / "mnist"]
     out.append(Path.home() / ".cache" / "relaydsl" / "mnist")
-    return out
+    return out + [Path(d) for d in fallbacks]
 
 
 def _find(directory: Path, stem: str) -> Path | None:
@@ -72,13 +81,16 @@ def _find(directory: Path, stem: str) -> Path | None:
     return None
 
 
-def mnist(path: str | Path | None = None
+def mnist(path: str | Path | None = None, *, fallbacks: Sequence[str | Path] = ()
           ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """((train_images, train_labels), (test_images, test_labels)).
 
-    Images are float32 in [0, 1] with shape (N, 1, 28, 28); labels are int32.
+    Images are float32 in [0, 1] with shape (N, 1, 28, 28); labels are int32. Without `path`,
+    the directories of the module docstring are searched, then `fallbacks` (a program's own
+    places). When no directory holds the four files, the DatasetError lists every directory
+    searched and how to download MNIST.
     """
-    tried = _candidates(path)
+    tried = _candidates(path, fallbacks)
     for directory in tried:
         found = {k: _find(directory, stem) for k, stem in FILES.items()}
         if all(found.values()):
@@ -95,6 +107,8 @@ def mnist(path: str | Path | None = None
                 for s in ("train", "test"))
     names = ", ".join(f"{stem}[.gz]" for stem in FILES.values())
     where = "\n  ".join(str(d) for d in tried)
-    raise DatasetError(f"MNIST not found. Put the four files ({names}) in a directory and pass "
-                       f"it as mnist(path), or set RELAYDSL_DATA to it, or place them in "
-                       f"~/.cache/relaydsl/mnist. Looked in:\n  {where}")
+    raise DatasetError(
+        f"MNIST not found. Looked for the four files ({names}) in:\n  {where}\n"
+        f"Put them in one of these directories, or in a directory passed as mnist(path) or "
+        f"named by RELAYDSL_DATA. They can be downloaded from {DOWNLOAD_URL}, e.g.:\n"
+        f"  {DOWNLOAD_COMMAND}")

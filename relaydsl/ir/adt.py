@@ -10,6 +10,7 @@ from typing import Callable, final
 
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Expr, Var
+from relaydsl.ir.node import Immutable
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall, TypeVar
 
@@ -37,7 +38,7 @@ class Constructor(Expr):
 
 @final
 @dataclass(frozen=True, slots=True, eq=False)
-class TypeData:
+class TypeData(Immutable):
     """An ADT definition: ``type header[type_vars] { constructors }``."""
 
     header: GlobalTypeVar
@@ -87,7 +88,7 @@ def define_adt(name: str, type_var_names: list[str],
     return TypeData(header, type_vars, tuple(ctors))
 
 
-class Pattern:
+class Pattern(Immutable):
     """Base of match patterns."""
 
     __slots__ = ()

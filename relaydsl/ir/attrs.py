@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any as AnyValue
 
+from relaydsl.ir.node import Immutable
+
 
 def freeze(value: AnyValue) -> AnyValue:
     """Lists become tuples so attributes are hashable and immutable."""
@@ -14,7 +16,7 @@ def freeze(value: AnyValue) -> AnyValue:
     return value
 
 
-class Attrs(Mapping[str, AnyValue]):
+class Attrs(Immutable, Mapping[str, AnyValue]):
     """Read-only attribute mapping; also readable as ``attrs.axis``."""
 
     __slots__ = ("_items",)
@@ -26,6 +28,8 @@ class Attrs(Mapping[str, AnyValue]):
         return self._items[key]
 
     def __getattr__(self, key: str) -> AnyValue:
+        if key.startswith("_"):  # not an attribute name: e.g. `_items` before __init__ ran
+            raise AttributeError(key)
         try:
             return self._items[key]
         except KeyError:
@@ -34,6 +38,9 @@ class Attrs(Mapping[str, AnyValue]):
 
     def __setattr__(self, key: str, value: AnyValue) -> None:
         raise AttributeError("Attrs are immutable")
+
+    def __reduce__(self) -> tuple:  # rebuilt through __init__: __setattr__ refuses the slot
+        return (Attrs, (self._items,))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)

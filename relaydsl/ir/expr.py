@@ -16,6 +16,7 @@ import numpy as np
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.node import Immutable
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import DTYPES, Type, TypeVar, type_to_str
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Expr:
+class Expr(Immutable):
     """Base of all expressions."""
 
     span: Span | None = field(default=None, kw_only=True, repr=False)
@@ -282,7 +283,7 @@ class If(Expr):
 
 @final
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
-class Clause:
+class Clause(Immutable):
     """``pattern => rhs`` in a Match."""
 
     lhs: "Pattern"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, SupportsIndex, final
 
 from relaydsl.errors import IRError
+from relaydsl.ir.node import Immutable
 
 if TYPE_CHECKING:
     from relaydsl.ir.attrs import Attrs
@@ -32,7 +33,7 @@ class Kind(enum.Enum):
     BaseType = "BaseType"  # a dtype
 
 
-class Type:
+class Type(Immutable):
     """Base of all types."""
 
     __slots__ = ()
@@ -158,7 +159,7 @@ class RefType(Type):
 
 @final
 @dataclass(frozen=True, slots=True, eq=False)
-class TypeRelation:
+class TypeRelation(Immutable):
     """A call of a type relation over some types: ``Broadcast(t0, t1, t_out)``.
 
     ``func(arg_types, attrs, ctx)`` returns the output type, or None while

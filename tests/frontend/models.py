@@ -19,3 +19,14 @@ def lenet(x: Tensor[Float, (1, 28, 28)]) -> Tensor[Float, 10]:
 @relay
 def loss(x: Tensor[Float, (1, 28, 28)], y: Tensor[Float, 10]) -> Float:
     return relay.softmax_cross_entropy(lenet(x), y)
+
+
+@relay_model
+def affine(x: Tensor[Float, ("n", 3)]) -> Tensor[Float, ("n", 2)]:
+    return relay.linear(x, num_hidden=2)
+
+
+def predict_affine(model, x):
+    """Run in a worker process: the model arrives pickled (its arrays and a reference to
+    `affine`)."""
+    return model(x)

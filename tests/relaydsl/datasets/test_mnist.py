@@ -68,6 +68,24 @@ def test_missing_files_say_where_to_put_them(tmp_path, monkeypatch):
         mnist(tmp_path / "nowhere")
 
 
+def test_the_error_lists_every_place_searched_and_how_to_download(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    monkeypatch.setenv("RELAYDSL_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(DatasetError) as info:
+        mnist(fallbacks=[tmp_path / "shared"])
+    message = str(info.value)
+    for place in (tmp_path / "data", tmp_path / "data" / "mnist",
+                  tmp_path / "home" / ".cache" / "relaydsl" / "mnist", tmp_path / "shared"):
+        assert f"\n  {place}\n" in message, message
+    assert "https://storage.googleapis.com/cvdf-datasets/mnist/" in message
+    assert "curl -fO https://storage.googleapis.com/cvdf-datasets/mnist/$f.gz" in message
+    (tmp_path / "shared").mkdir()
+    make_mnist(tmp_path / "shared")  # a fallback is searched after the usual places
+    (tx, _), _ = mnist(fallbacks=[tmp_path / "shared"])
+    assert tx.shape == (5, 1, 28, 28)
+
+
 def test_wrong_magic_and_truncated_files_are_clear_errors(tmp_path):
     bad = tmp_path / "bad.idx"
     bad.write_bytes(b"\x12\x34\x08\x01" + b"\x00" * 8)
