@@ -31,7 +31,7 @@ from typing import Any as AnyValue, Callable, ClassVar
 from relaydsl.backend.interpreter import Closure
 from relaydsl.backend.target import Program, get_target
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.frontend import annotations
+from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import USER_TYPES
 from relaydsl.frontend.autodiff import grad
 from relaydsl.frontend.layers import (
@@ -168,6 +168,13 @@ class RelayFunction:
             return self._layer(translator, name, node, args, kwargs)
         if relay_op is not None:
             return translator.op_call(relay_op, node, args, kwargs)
+        if target in references.ARITY:
+            name = target.__name__
+            if kwargs or len(args) != references.ARITY[target]:
+                raise translator.error(node, f"relay.{name} takes {references.ARITY[target]} "
+                                             "positional argument(s)")
+            return references.translate(target, translator.materialize_all(args),
+                                        translator.span(node))
         training = self._training_call(translator, target, node, args, kwargs)
         if training is not None:
             return training

@@ -22,7 +22,7 @@ from typing import Any as AnyValue, Callable
 import numpy as np
 
 from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeError, SettingError
-from relaydsl.frontend import annotations
+from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import ConstructorRef
 from relaydsl.frontend.layers import LAYERS
 from relaydsl.ir.attrs import Attrs
@@ -109,6 +109,7 @@ class RelayNamespace:
 
     Any = annotations.Any
     Fn = annotations.Fn
+    Ref = annotations.Ref
     List = annotations.List
     Option = annotations.Option
     Tree = annotations.Tree
@@ -136,8 +137,8 @@ class RelayNamespace:
         raise AttributeError(f"relay has no operator or function {name!r}.{suggest(name, known)}")
 
     def __dir__(self) -> list[str]:
-        return sorted({*all_ops(), *_prelude_functions(), *LAYERS, *_api(), "Any", "Fn", "List",
-                       "Option", "Tree"})
+        return sorted({*all_ops(), *_prelude_functions(), *LAYERS, *_api(), "Any", "Fn", "Ref",
+                       "List", "Option", "Tree"})
 
     def __repr__(self) -> str:
         return "<relaydsl.relay>"
@@ -195,7 +196,9 @@ def _api() -> dict[str, AnyValue]:
             "ModelFileError": ModelFileError, "SettingError": SettingError,
             "PassContext": PassContext, "PassInstrument": PassInstrument,
             "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR, "DumpIR": DumpIR,
-            "visualize": visualize, "to_python": to_python}
+            "visualize": visualize, "to_python": to_python,
+            "ref": references.ref, "ref_read": references.ref_read,
+            "ref_write": references.ref_write}
 
 
 relay = RelayNamespace()
