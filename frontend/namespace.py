@@ -25,6 +25,7 @@ from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeEr
 from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import ConstructorRef
 from relaydsl.frontend.layers import LAYERS
+from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import suggest
 from relaydsl.ir.types import TensorType, TupleType
@@ -114,6 +115,7 @@ class RelayNamespace:
     Option = annotations.Option
     Tree = annotations.Tree
 
+    @user_facing
     def __call__(self, pyfunc: Callable):
         from relaydsl.frontend.decorators import relay_decorator
 
@@ -183,6 +185,7 @@ def _api() -> dict[str, AnyValue]:
 
     from relaydsl.frontend.adt import adt
     from relaydsl.frontend.autodiff import grad
+    from relaydsl.frontend.from_source import function_from_source
     from relaydsl.tools.to_python import python_source
     from relaydsl.transform import (
         DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR,
@@ -197,6 +200,7 @@ def _api() -> dict[str, AnyValue]:
             "PassContext": PassContext, "PassInstrument": PassInstrument,
             "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR, "DumpIR": DumpIR,
             "visualize": visualize, "to_python": to_python,
+            "function_from_source": function_from_source,
             "ref": references.ref, "ref_read": references.ref_read,
             "ref_write": references.ref_write}
 
