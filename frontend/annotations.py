@@ -203,7 +203,7 @@ class Ref:
     """``Ref[T]``: the annotation of a reference (a mutable cell holding a T).
 
     >>> annotation_to_type(Ref[Tensor[Float, 3]], symbols={})
-    ref(Tensor[(3,), float32])
+    Ref[Tensor[(3,), float32]]
     """
 
     value: object

@@ -31,7 +31,7 @@ def test_a_function_calling_one_defined_later_is_checked_at_its_first_call():
 
     @relay
     def typo(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:
-        return x + undefined_name  # noqa: F821
+        return x + undefined_name
 
     with pytest.raises(DSLSyntaxError, match=r"test_user_errors.py:\d+:\d+: name "
                                              r"'undefined_name' is not defined"):
