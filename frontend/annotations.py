@@ -197,6 +197,27 @@ class Fn:
         return f"Fn[[{params}], {_annotation_repr(self.ret)}]"
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """``Ref[T]``: the annotation of a reference (a mutable cell holding a T).
+
+    >>> annotation_to_type(Ref[Tensor[Float, 3]], symbols={})
+    Ref[Tensor[(3,), float32]]
+    """
+
+    value: object
+
+    def __post_init__(self) -> None:
+        annotation_to_type(self.value, symbols={})  # fail here, where it is written
+
+    def __class_getitem__(cls, item: object) -> Ref:
+        return cls(item)
+
+    def __repr__(self) -> str:
+        return f"Ref[{_annotation_repr(self.value)}]"
+
+
 def _annotation_repr(ann: object) -> str:
     if isinstance(ann, type):
         return ann.__name__
@@ -296,6 +317,8 @@ Tensor[Float, (2, 3)], Float, tuple[...], relay.Fn[[...], R] or an ADT
         return TensorType(tuple(_dim_type(d, symbols) for d in ann.shape), ann.dtype.dtype)
     if isinstance(ann, Fn):
         return FuncType(tuple(sub(p) for p in ann.params), sub(ann.ret))
+    if isinstance(ann, Ref):
+        return RefType(sub(ann.value))
     adt = _as_adt(ann)
     if adt is not None:
         return _adt_type(adt, sub, mod)

@@ -28,6 +28,7 @@ import numpy as np
 
 from relaydsl.backend.target import Program, get_target
 from relaydsl.frontend import annotations
+from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.expr import Call, Expr, Function, Grad, Let, RefCreate, RefRead, Tuple, Var
 from relaydsl.ir.types import TensorType, is_float
 from relaydsl.typing import infer_types
@@ -52,6 +53,7 @@ class GradFunction:
         params = [Var(p.name_hint, a) for p, a in zip(fn.function.params, t.arg_types)]
         self._program = _lowered(fn, Function(params, Call(Grad(fn.global_var), params)))
 
+    @user_facing
     def __call__(self, *args: AnyValue) -> tuple[np.ndarray, tuple]:
         return _run(self._program, self.fn, args)
 
@@ -122,6 +124,7 @@ class ModelGrad:
                 body = Let(ref, RefCreate(by_name[k]), body)
             self._update = _lowered(loss, Function([*user, *hidden], body), "update")
 
+    @user_facing
     def __call__(self, *args: AnyValue) -> dict[str, np.ndarray]:
         values = self.model.values_for(self.loss)
         value, grads = _run(self._program, self.loss, args, values)

@@ -31,13 +31,14 @@ from typing import Any as AnyValue, Callable, ClassVar
 from relaydsl.backend.interpreter import Closure
 from relaydsl.backend.target import Program, get_target
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.frontend import annotations
+from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import USER_TYPES
 from relaydsl.frontend.autodiff import grad
 from relaydsl.frontend.layers import (
     LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, TrainingForm, is_layer_call,
 )
 from relaydsl.frontend.source import Source
+from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.frontend.translate import Resolver, Translator
 from relaydsl.ir.adt import TypeData
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var
@@ -106,6 +107,26 @@ class RelayFunction:
         self.num_user_params = len(self.source.tree.args.args)
         self._modules: dict[str, IRModule] = {}  # by mode
         self._executables: dict[tuple, AnyValue] = {}
+        if self._names_defined():
+            self.mod  # noqa: B018  # type errors now, at the `def`, not at the first call
+
+    def _names_defined(self) -> bool:
+        """Whether every name this function and the functions it calls use is defined now.
+        A name that is not may be a function defined further down (checked at first use, as
+        Python looks names up when a function runs); until then, types are not checked."""
+        pending, seen = [self], set()
+        while pending:
+            f = pending.pop()
+            if f in seen:
+                continue
+            seen.add(f)
+            for name in f._resolver.forward_refs:
+                try:
+                    f._lookup(name)
+                except KeyError:
+                    return False
+            pending.extend(f.callees)
+        return True
 
     # ---- name resolution -------------------------------------------------
     def _lookup(self, name: str) -> AnyValue:
@@ -178,6 +199,13 @@ class RelayFunction:
             return self._layer(translator, name, node, args, kwargs)
         if relay_op is not None:
             return translator.op_call(relay_op, node, args, kwargs)
+        if target in references.ARITY:
+            name = target.__name__
+            if kwargs or len(args) != references.ARITY[target]:
+                raise translator.error(node, f"relay.{name} takes {references.ARITY[target]} "
+                                             "positional argument(s)")
+            return references.translate(target, translator.materialize_all(args),
+                                        translator.span(node))
         training = self._training_call(translator, target, node, args, kwargs)
         if training is not None:
             return training
@@ -407,6 +435,7 @@ class RelayFunction:
         return visualize(self.lowered() if fused else self.mod, self.global_var.name_hint)
 
     # ---- running -------------------------------------------------------------
+    @user_facing
     def build(self, target: str | None = None, **options: AnyValue) -> "Executable":
         chosen = get_target(target)
         options, context = chosen.configure(options)  # the current PassContext's settings
@@ -417,6 +446,7 @@ class RelayFunction:
             self._executables[key] = exe
         return exe
 
+    @user_facing
     def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         return self.build()(*args, **kwargs)
 
@@ -452,6 +482,7 @@ class Executable:
         # positions and identities of the functions (kept alive with the program)
         self._with_functions: dict[tuple, tuple[Program, FuncType, tuple]] = {}
 
+    @user_facing
     def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         if self.fn.hidden:
             models = sorted({h.model.__name__ for h in self.fn.hidden if h.model} or
@@ -714,6 +745,7 @@ def _closure_dict(pyfunc: Callable) -> dict[str, AnyValue]:
     return out
 
 
+@user_facing
 def relay_model_decorator(pyfunc: Callable) -> RelayModelFunction:
     """``@relay_model``: a function whose layer calls own hidden parameters (Figure 4)."""
     if not callable(pyfunc):
@@ -721,6 +753,7 @@ def relay_model_decorator(pyfunc: Callable) -> RelayModelFunction:
     return RelayModelFunction(pyfunc)
 
 
+@user_facing
 def relay_decorator(pyfunc: Callable) -> RelayFunction:
     """``@relay``: see the module docstring."""
     if isinstance(pyfunc, RelayFunction):

@@ -45,6 +45,7 @@ import numpy as np
 
 from relaydsl.errors import ModelFileError, RelayTypeError
 from relaydsl.ir.types import DTYPES, TensorType, type_to_str
+from relaydsl.frontend.tracebacks import user_facing
 
 if TYPE_CHECKING:
     from relaydsl.frontend.decorators import RelayFunction, RelayModelFunction
@@ -71,10 +72,12 @@ class Model:
         by gradients (batch_norm's running mean and variance, dropout's key)."""
         return tuple(h.name for h in self.fn.hidden if h.spec.state)
 
+    @user_facing
     def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         """The model's forward pass, in inference mode."""
         return self.apply(self.fn, *args, **kwargs)
 
+    @user_facing
     def apply(self, fn: "RelayFunction", *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         """Run a decorated function that uses this model (e.g. a loss) with its parameters,
         in inference mode."""

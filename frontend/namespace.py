@@ -22,9 +22,10 @@ from typing import Any as AnyValue, Callable
 import numpy as np
 
 from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeError, SettingError
-from relaydsl.frontend import annotations
+from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import ConstructorRef
 from relaydsl.frontend.layers import LAYERS
+from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import suggest
 from relaydsl.ir.types import TensorType, TupleType
@@ -109,10 +110,12 @@ class RelayNamespace:
 
     Any = annotations.Any
     Fn = annotations.Fn
+    Ref = annotations.Ref
     List = annotations.List
     Option = annotations.Option
     Tree = annotations.Tree
 
+    @user_facing
     def __call__(self, pyfunc: Callable):
         from relaydsl.frontend.decorators import relay_decorator
 
@@ -136,8 +139,8 @@ class RelayNamespace:
         raise AttributeError(f"relay has no operator or function {name!r}.{suggest(name, known)}")
 
     def __dir__(self) -> list[str]:
-        return sorted({*all_ops(), *_prelude_functions(), *LAYERS, *_api(), "Any", "Fn", "List",
-                       "Option", "Tree"})
+        return sorted({*all_ops(), *_prelude_functions(), *LAYERS, *_api(), "Any", "Fn", "Ref",
+                       "List", "Option", "Tree"})
 
     def __repr__(self) -> str:
         return "<relaydsl.relay>"
@@ -182,6 +185,7 @@ def _api() -> dict[str, AnyValue]:
 
     from relaydsl.frontend.adt import adt
     from relaydsl.frontend.autodiff import grad
+    from relaydsl.frontend.from_source import function_from_source
     from relaydsl.tools.to_python import python_source
     from relaydsl.transform import (
         DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR,
@@ -195,7 +199,10 @@ def _api() -> dict[str, AnyValue]:
             "ModelFileError": ModelFileError, "SettingError": SettingError,
             "PassContext": PassContext, "PassInstrument": PassInstrument,
             "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR, "DumpIR": DumpIR,
-            "visualize": visualize, "to_python": to_python}
+            "visualize": visualize, "to_python": to_python,
+            "function_from_source": function_from_source,
+            "ref": references.ref, "ref_read": references.ref_read,
+            "ref_write": references.ref_write}
 
 
 relay = RelayNamespace()

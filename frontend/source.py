@@ -29,7 +29,8 @@ class Source:
         except (OSError, TypeError) as e:
             raise DSLSyntaxError(
                 f"cannot read the source of {getattr(func, '__qualname__', func)!r}: {e}. "
-                "Decorated functions must be defined in a file (not in exec() or the bare REPL)"
+                "Decorated functions must be defined in a file; for code without one (python -c, "
+                "exec(), the bare REPL) use relay.function_from_source(text)"
             ) from None
         text = "".join(lines)
         dedented = textwrap.dedent(text)

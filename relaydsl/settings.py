@@ -11,6 +11,8 @@
                        error (a handler on the ``relaydsl`` logger, installed at a build)
 ``RELAYDSL_DUMP_IR``   a directory: the IR text after each pass of every build is written
                        to a subdirectory per compiled program (created if missing)
+``RELAYDSL_TRACEBACK`` ``filtered`` (the default: an error in your program shows your
+                       frames, not the compiler's) or ``full`` (every frame)
 =====================  ===============================================================
 
 An unset or empty variable means the default. A value that is not accepted raises a
@@ -99,6 +101,14 @@ def _directory(name: str, must_exist: bool) -> Path | None:
     accepted = "an existing directory" if must_exist else \
         "a directory, or a path where one can be created"
     raise SettingError(f"{name}={value!r}: {path} {what}; expected {accepted}")
+
+
+def full_tracebacks() -> bool:
+    """Whether ``$RELAYDSL_TRACEBACK`` asks for every frame of a user error's traceback."""
+    value = _read("RELAYDSL_TRACEBACK")
+    if value not in (None, "filtered", "full"):
+        raise SettingError(f"RELAYDSL_TRACEBACK={value!r}: expected 'filtered' or 'full'")
+    return value == "full"
 
 
 def dump_ir_dir() -> Path | None:

@@ -693,13 +693,12 @@ def test_a_later_name_that_is_not_a_decorated_function_is_reported():
 
 
 def test_a_broadcast_mismatch_points_at_the_operator_and_shows_both_types():
-    @relay
     def f(x: Tensor[Float, (2, 3)], y: Tensor[Float, (3, 3)]) -> Tensor[Float, (2, 3)]:
         z = x * 2.0
         return z + y  # <-- broadcast
 
     with pytest.raises(RelayTypeError) as info:
-        f.checked_type
+        relay(f).checked_type
     assert isinstance(info.value, TypeError)
     assert_located(info.value, "broadcast", "z + y")
     assert "Tensor[(2, 3), float32]" in str(info.value)
@@ -707,20 +706,18 @@ def test_a_broadcast_mismatch_points_at_the_operator_and_shows_both_types():
 
 
 def test_a_result_that_does_not_match_the_declared_type_points_at_the_return():
-    @relay
     def f(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (3, 3)]:
         y = x * 2.0
         return y + 1.0  # <-- declared result
 
     with pytest.raises(RelayTypeError) as info:
-        f.checked_type
+        relay(f).checked_type
     assert_located(info.value, "declared result", "y + 1.0")
     assert "Tensor[(2, 3), float32]" in str(info.value)
     assert "Tensor[(3, 3), float32]" in str(info.value)
 
 
 def test_branches_of_different_types_point_at_the_disagreeing_value():
-    @relay
     def f(x: Tensor[Float, (2, 3)], c: Bool) -> Tensor[Float, (2, 3)]:
         if c:
             y = x
@@ -729,32 +726,30 @@ def test_branches_of_different_types_point_at_the_disagreeing_value():
         return y
 
     with pytest.raises(RelayTypeError) as info:
-        f.checked_type
+        relay(f).checked_type
     assert_located(info.value, "branch type", "relay.sum(x)")
     assert "Tensor[(), float32]" in str(info.value)
     assert "Tensor[(2, 3), float32]" in str(info.value)
 
 
 def test_a_loop_that_changes_a_variables_type_points_at_the_assignment():
-    @relay
     def f(x: Tensor[Float, (2, 3)], n: Int) -> Tensor[Float, (2, 3)]:
         for i in range(n):
             x = relay.sum(x, axis=0)  # <-- loop type
         return x
 
     with pytest.raises(RelayTypeError) as info:
-        f.checked_type
+        relay(f).checked_type
     assert_located(info.value, "loop type", "relay.sum(x, axis=0)")
     assert "Tensor[(3,), float32]" in str(info.value)
 
 
 def test_a_bad_attribute_value_points_at_the_call():
-    @relay
     def f(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (4, 4)]:
         return relay.reshape(x, newshape=(4, 4))  # <-- reshape
 
     with pytest.raises(RelayTypeError) as info:
-        f.checked_type
+        relay(f).checked_type
     assert_located(info.value, "reshape", "relay.reshape")
     assert "(4, 4)" in str(info.value) and "Tensor[(2, 3), float32]" in str(info.value)
 
@@ -763,13 +758,11 @@ def test_a_wrongly_typed_argument_to_a_decorated_function_names_both_types():
     @relay
     def g(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (2, 3)]:
         return x
-
-    @relay
     def f(x: Tensor[Float, (3, 3)]) -> Tensor[Float, (2, 3)]:
         return g(x * 1.0)  # <-- callee argument
 
     with pytest.raises(RelayTypeError) as info:
-        f.checked_type
+        relay(f).checked_type
     assert_located(info.value, "callee argument", "x * 1.0")
     assert "Tensor[(2, 3), float32]" in str(info.value)
     assert "Tensor[(3, 3), float32]" in str(info.value)
@@ -778,27 +771,24 @@ def test_a_wrongly_typed_argument_to_a_decorated_function_names_both_types():
 def test_an_error_on_a_bare_variable_points_at_the_expression_using_it():
     # A Var node is shared by all its uses (its own span is its binding), so the error
     # points at the construct using it: the `if`, the call.
-    @relay
     def f(x: Tensor[Float, (2, 3)], c: Float) -> Tensor[Float, (2, 3)]:
         if c:  # <-- bare condition
             return x
         return x
 
     with pytest.raises(RelayTypeError) as info:
-        f.checked_type
+        relay(f).checked_type
     assert_located(info.value, "bare condition", "if c")
     assert "Tensor[(), bool]" in str(info.value) and "Tensor[(), float32]" in str(info.value)
 
     @relay
     def g(v: Tensor[Float, 3]) -> Tensor[Float, 3]:
         return v
-
-    @relay
     def h(w: Tensor[Float, 4]) -> Tensor[Float, 3]:
         return g(w)  # <-- bare argument
 
     with pytest.raises(RelayTypeError) as info:
-        h.checked_type
+        relay(h).checked_type
     assert_located(info.value, "bare argument", "g(w)")
 
 
@@ -1010,11 +1000,8 @@ def test_a_wrong_return_annotation_on_a_loop_result_is_located_at_the_loop():
 def test_a_wrong_return_annotation_is_reported_as_such_with_both_types():
     # issue 11, item 16: the declared result was pushed into the operator computing it, which
     # then reported the mismatch as its own ("multiply: result type ...")
-    @relay
     def scaled(x: Tensor[Float, 3]) -> Int:
         return x * 2.0  # <-- wrong return annotation
-
-    @relay
     def outer(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
         def inner(y: Tensor[Float, 3]) -> Float:
             return relay.tanh(y)  # <-- wrong nested return annotation
@@ -1027,7 +1014,7 @@ def test_a_wrong_return_annotation_is_reported_as_such_with_both_types():
             (outer, "wrong nested return annotation", "relay.tanh(y)",
              ("Tensor[(3,), float32]", "Tensor[(), float32]"))):
         with pytest.raises(RelayTypeError) as info:
-            f(np.ones(3, np.float32))
+            relay(f)(np.ones(3, np.float32))
         assert_located(info.value, name, construct)
         assert (f"the function returns {types[0]}, but its return annotation is {types[1]}"
                 in str(info.value))
@@ -1039,12 +1026,8 @@ def test_an_operator_result_of_the_wrong_type_is_reported_by_the_context_expecti
     @relay
     def takes_four(v: Tensor[Float, 4]) -> Tensor[Float, 4]:
         return v
-
-    @relay
     def passes(x: Tensor[Float, 3]) -> Tensor[Float, 4]:
         return takes_four(x * 2.0)  # <-- computed argument
-
-    @relay
     def tests(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
         if relay.sum(x):  # <-- computed condition
             return x
@@ -1057,23 +1040,21 @@ def test_an_operator_result_of_the_wrong_type_is_reported_by_the_context_expecti
             (tests, "computed condition", "relay.sum(x)",
              "the condition of an if: expected Tensor[(), bool], got Tensor[(), float32]")):
         with pytest.raises(RelayTypeError) as info:
-            f(np.ones(3, np.float32))
+            relay(f)(np.ones(3, np.float32))
         assert_located(info.value, name, construct)
         assert text in str(info.value)
 
 
 def test_a_local_function_whose_parameter_types_nothing_fixes_is_named_with_advice():
     # issue 11, item 16: used (so kept) but never called, its parameter's type is unknown; the
-    # message named the internal operator of the literal (cast_like)
-    @relay
+    # message named the internal operator of the literal (cast_like). Type errors are
+    # reported when a function is decorated: relay(f) inside the raises block
     def f(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
         def g(y):  # <-- uncalled def
             return y * 2.0
 
         pair = (g, x)
         return pair[1]
-
-    @relay
     def h(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
         pair = (lambda y: y + 1.0, x)  # <-- uncalled lambda
         return pair[1]
@@ -1082,7 +1063,7 @@ def test_a_local_function_whose_parameter_types_nothing_fixes_is_named_with_advi
             (f, "uncalled def", "def g", "parameter y of the function %g"),
             (h, "uncalled lambda", "lambda", "parameter y of a lambda")):
         with pytest.raises(RelayTypeError) as info:
-            fn(np.ones(3, np.float32))
+            relay(fn)(np.ones(3, np.float32))
         assert_located(info.value, name, construct)
         message = str(info.value)
         assert text in message and "annotate the parameter" in message
