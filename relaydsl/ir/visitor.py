@@ -403,6 +403,17 @@ class ExprFunctor(Generic[T]):
     visit_grad = visit_ref_create = visit_ref_read = visit_ref_write = _refuse
 
 
+def let_chain(let: Let) -> tuple[list[Let], Expr]:
+    """The lets of a chain starting at `let`, outermost first, and the body after the last:
+    what a pass walks iteratively, so a long chain does not recurse."""
+    chain: list[Let] = []
+    node: Expr = let
+    while isinstance(node, Let):
+        chain.append(node)
+        node = node.body
+    return chain, node
+
+
 def post_order(expr: Expr, fn: Callable[[Expr], None]) -> None:
     """Call `fn` on every sub-expression once, children before parents."""
     _PostOrder(fn).visit(expr)
@@ -546,8 +557,8 @@ def type_vars_of(t: Type) -> list[TypeVar]:
 
 
 __all__ = [
-    "ExprVisitor", "ExprMutator", "children", "pattern_vars", "post_order", "free_vars",
-    "TypeMutator", "substitute_types",
+    "ExprVisitor", "ExprMutator", "ExprFunctor", "children", "let_chain", "pattern_vars",
+    "post_order", "free_vars", "TypeMutator", "substitute_types",
     "type_vars_of", "AnyDim", "GlobalTypeVar",
 ]
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from relaydsl.ir.expr import Expr, Function, Let, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator, ExprVisitor, free_vars
+from relaydsl.ir.visitor import ExprMutator, ExprVisitor, free_vars, let_chain
 from relaydsl.transform._util import ascribes, is_pure, rewrite_functions
 
 
@@ -110,11 +110,7 @@ class _DeadLets(ExprMutator):
         return super().visit(expr)
 
     def visit_let(self, let: Let) -> Expr:
-        chain: list[Let] = []
-        node: Expr = let
-        while isinstance(node, Let):
-            chain.append(node)
-            node = node.body
+        chain, node = let_chain(let)
         bindings: list[tuple[Let, Expr]] = []
         for binding in chain:  # in order: an inlined value is in place before its use
             value = self.visit(binding.value)

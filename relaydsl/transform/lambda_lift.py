@@ -39,7 +39,7 @@ from __future__ import annotations
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Let, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator, free_vars, type_vars_of
+from relaydsl.ir.visitor import ExprMutator, free_vars, let_chain, type_vars_of
 from relaydsl.transform._util import is_primitive, retyped, substitute
 
 CLOSURE = Attrs({"Closure": 1})
@@ -111,11 +111,7 @@ class _Lifter(ExprMutator):
         return super().visit_grad(g)
 
     def visit_let(self, let: Let) -> Expr:
-        chain: list[Let] = []
-        node: Expr = let
-        while isinstance(node, Let):
-            chain.append(node)
-            node = node.body
+        chain, node = let_chain(let)
         kept: list[tuple[Let, Var, Expr]] = []
         for link in chain:
             var, fn = link.var, link.value
