@@ -24,6 +24,17 @@ import numpy as np
 from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeError, SettingError
 from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import ConstructorRef
+from relaydsl import datasets
+from relaydsl.frontend.adt import adt
+from relaydsl.frontend.autodiff import grad
+from relaydsl.frontend.decorators import RelayFunction, relay_decorator
+from relaydsl.frontend.from_source import function_from_source
+from relaydsl.frontend.model import (
+    SGD, Adam, Model, Momentum, create_model, export_model, load_model, save_model,
+    update_model_params,
+)
+from relaydsl.tools.to_python import python_source
+from relaydsl.transform import DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR
 from relaydsl.frontend.layers import LAYERS
 from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.attrs import Attrs
@@ -117,8 +128,6 @@ class RelayNamespace:
 
     @user_facing
     def __call__(self, pyfunc: Callable):
-        from relaydsl.frontend.decorators import relay_decorator
-
         return relay_decorator(pyfunc)
 
     def __getattr__(self, name: str) -> AnyValue:
@@ -148,8 +157,6 @@ class RelayNamespace:
 
 def _decorated(fn: AnyValue, what: str) -> AnyValue:
     """`fn` if it is a decorated function, else a TypeError naming `relay.<what>`'s parameter."""
-    from relaydsl.frontend.decorators import RelayFunction
-
     if not isinstance(fn, RelayFunction):
         raise TypeError(f"relay.{what}(fn) takes a function decorated with @relay, got "
                         f"{type(fn).__name__}")
@@ -176,20 +183,6 @@ def _api() -> dict[str, AnyValue]:
         (relaydsl/tools/to_python.py)."""
         fn = _decorated(fn, "to_python")
         return python_source(fn.mod, fn.global_var.name_hint, fn.__name__)
-
-    from relaydsl import datasets
-    from relaydsl.frontend.model import (
-        SGD, Adam, Model, Momentum, create_model, export_model, load_model, save_model,
-        update_model_params,
-    )
-
-    from relaydsl.frontend.adt import adt
-    from relaydsl.frontend.autodiff import grad
-    from relaydsl.frontend.from_source import function_from_source
-    from relaydsl.tools.to_python import python_source
-    from relaydsl.transform import (
-        DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR,
-    )
 
     return {"build": build, "create_model": create_model, "Model": Model, "adt": adt, "grad": grad,
             "update_model_params": update_model_params, "export_model": export_model,
