@@ -30,9 +30,28 @@ from relaydsl.ir.adt import (
     PatternWildcard,
 )
 from relaydsl.ir.expr import (
-    Clause, Expr, Function, If, Let, Match, Tuple, TupleGetItem, Var, const,
+    Call, Clause, Expr, Function, If, Let, Match, Tuple, TupleGetItem, Var, const,
 )
+from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import free_vars
+from relaydsl.op.registry import ops
+
+
+def _mutually_recursive_defs(stmts: list[ast.stmt]) -> list[ast.FunctionDef]:
+    """The consecutive ``def``s at the head of `stmts` that a forward call ties together (a
+    def calling one defined after it), or fewer than two."""
+    run: list[ast.FunctionDef] = []
+    for s in stmts:
+        if not isinstance(s, ast.FunctionDef):
+            break
+        run.append(s)
+    names = [d.name for d in run]
+    end, k = 0, 0
+    while k <= end < len(run):
+        free = _free_names(run[k])
+        end = max([end, *(j for j in range(k + 1, len(run)) if names[j] in free)])
+        k += 1
+    return run[:end + 1] if end > 0 else []
 
 
 def _without_unused_functions(lets: list[_LetBinding], body: Expr) -> list[_LetBinding]:
@@ -63,15 +82,74 @@ class Statements(TranslatorBase):
         tail), so a long function does not nest Python calls; a statement that needs the rest
         of the block (return, if, match, loops) translates it and ends the iteration."""
         lets: list[_LetBinding] = []
-        for i, s in enumerate(stmts):
+        i = 0
+        while i < len(stmts):
+            s = stmts[i]
+            group = _mutually_recursive_defs(stmts[i:])
+            if len(group) > 1:
+                env, new_lets = self.mutually_recursive_defs(group, env)
+                for d in group:
+                    env, _ = self._mark_captures(d, env, [])
+                lets.extend(new_lets)
+                i += len(group)
+                continue
             bound = self.binding_statement(s, env)
             if bound is None:
                 tail = self.control_statement(s, stmts[i + 1:], env, ctx)
                 return _let_all(_without_unused_functions(lets, tail), tail)
             env, new_lets = self._mark_captures(s, *bound)
             lets.extend(new_lets)
+            i += 1
         tail = ctx.fallthrough(env)
         return _let_all(_without_unused_functions(lets, tail), tail)
+
+    def mutually_recursive_defs(self, defs: list[ast.FunctionDef], env: Env
+                                ) -> tuple[Env, list[_LetBinding]]:
+        """Nested ``def``s that call each other (``even`` calls ``odd``, defined after it).
+        Relay's recursive let binds one function, so the group becomes one recursive
+        function dispatching on a tag, and each name a function calling it::
+
+            let %group = fn (%tag, %p..) {
+              let %even = fn (%q..) { %group(0, %q..) }; let %odd = ...;
+              if (%tag == 0) { (fn (%n..) { even's body })(%p..) } else { ... }
+            };
+            let %even = fn (%q..) { %group(0, %q..) }; let %odd = ...
+
+        The functions must take as many parameters; their types and results unify."""
+        arity = {len(d.args.args) for d in defs}
+        names = ", ".join(d.name for d in defs)
+        if len(arity) > 1:
+            raise self.error(defs[0], f"the mutually recursive nested functions {names} take "
+                                      "different numbers of parameters; give them the same "
+                                      "parameters, or define them at module level with @relay")
+        for d in defs:
+            if d.decorator_list:
+                raise self.error(d.decorator_list[0], "nested functions cannot be decorated")
+            self._check_rebind(d.name, env, d)
+        n = arity.pop()
+        group = self.var("_".join(d.name for d in defs) + "_group", defs[0])
+        tag = self.var("tag", defs[0], TensorType((), "int32"))
+
+        def callers(node: ast.FunctionDef | None) -> list[tuple[Var, Function]]:
+            out = []
+            for k, d in enumerate(defs):
+                qs = [self.var(a.arg, d) for a in d.args.args]
+                out.append((self.var(d.name, d if node is None else node),
+                            Function(qs, Call(group, [const(k, "int32"), *qs]))))
+            return out
+
+        inner = callers(defs[0])
+        inner_env = {**env, **{d.name: Binding(v, "func") for d, (v, _) in zip(defs, inner)}}
+        params = [self.var(f"p{j}", defs[0]) for j in range(n)]
+        bodies = [Call(self.function(d, inner_env, top=False), params) for d in defs]
+        dispatch: Expr = bodies[-1]
+        for k in range(len(defs) - 2, -1, -1):
+            dispatch = If(ops.equal(tag, const(k, "int32")), bodies[k], dispatch)
+        group_fn = Function([tag, *params], _let_all(inner, dispatch), span=self.span(defs[0]))
+        outer = callers(None)
+        env = {**env, **{d.name: Binding(v, "func") for d, (v, _) in zip(defs, outer)}}
+        return env, [(group, group_fn, self.span(defs[0])),
+                     *((v, f, self.span(d)) for d, (v, f) in zip(defs, outer))]
 
     def _mark_captures(self, s: ast.stmt, env: Env, lets: list[_LetBinding]
                        ) -> tuple[Env, list[_LetBinding]]:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from relaydsl import Bool, Float, Float64, Int, Tensor, relay
-from relaydsl.errors import RelayTypeError
+from relaydsl.errors import DSLSyntaxError, RelayTypeError
 from relaydsl.ir.types import FuncType, Kind, TensorType, TupleType, TypeVar
 
 RNG = np.random.default_rng(0)
@@ -837,3 +837,68 @@ def test_annotated_local_is_checked_against_its_value():
 
     with pytest.raises(RelayTypeError):
         relay(f)  # when it is decorated
+
+
+# ---- mutually recursive nested functions (issue 13, item 5) -----------------------------------
+
+@pytest.mark.parametrize("target", ["llvm", "interp"])
+def test_nested_functions_that_call_each_other(target, monkeypatch):
+    monkeypatch.setenv("RELAYDSL_TARGET", target)
+
+    @relay
+    def parity_scale(x: Tensor[Float, 3], n: Int) -> Tensor[Float, 3]:
+        def even(k, v):
+            return odd(k - 1, v * 2.0) if k > 0 else v
+
+        def odd(k, v):
+            return even(k - 1, v + 1.0) if k > 0 else -v
+
+        return even(n, x)
+
+    def reference(n, v):
+        funcs = {}
+        funcs["even"] = lambda k, v: funcs["odd"](k - 1, v * 2.0) if k > 0 else v
+        funcs["odd"] = lambda k, v: funcs["even"](k - 1, v + 1.0) if k > 0 else -v
+        return funcs["even"](n, v)
+
+    x = rand(3)
+    for n in (0, 1, 4, 5):
+        np.testing.assert_allclose(parity_scale(x, n), reference(n, x), rtol=1e-6)
+
+
+def test_a_cycle_of_three_nested_functions_capturing_a_variable():
+    @relay
+    def cycle(x: Tensor[Float, 3], n: Int) -> Tensor[Float, 3]:
+        step = x * 0.5
+
+        def a(k, v):
+            return b(k - 1, v + step) if k > 0 else v
+
+        def b(k, v):
+            return c(k - 1, v * 2.0) if k > 0 else v
+
+        def c(k, v):
+            return a(k - 1, v - 1.0) if k > 0 else v
+
+        return a(n, x)
+
+    x = rand(3)
+    v = x.copy()
+    for k, f in zip(range(7), [lambda v: v + x * 0.5, lambda v: v * 2.0, lambda v: v - 1.0] * 3):
+        v = f(v)
+    np.testing.assert_allclose(cycle(x, 7), v, rtol=1e-5)
+
+
+def test_mutually_recursive_nested_functions_need_the_same_parameters():
+    def f(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
+        def g(v):
+            return h(v, 1.0)
+
+        def h(v, w):
+            return g(v * w)
+
+        return g(x)
+
+    with pytest.raises(DSLSyntaxError, match="the mutually recursive nested functions g, h take "
+                                             "different numbers of parameters"):
+        relay(f)
