@@ -37,11 +37,11 @@ from relaydsl.frontend.autodiff import grad
 from relaydsl.frontend.layers import (
     LAYERS, PARAMETER_FREE, LayerContext, ParamSpec, TrainingForm, is_layer_call,
 )
-from relaydsl.frontend.source import Source
+from relaydsl.frontend.source import Source, names_bound_in
 from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.frontend.translate import Resolver, Translator
 from relaydsl.ir.adt import TypeData
-from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var
+from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var, suggest
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
 from relaydsl.ir.adt import PatternVar
@@ -107,8 +107,21 @@ class RelayFunction:
         self.num_user_params = len(self.source.tree.args.args)
         self._modules: dict[str, IRModule] = {}  # by mode
         self._executables: dict[tuple, AnyValue] = {}
+        self._check_names_can_be_defined()
         if self._names_defined():
             self.mod  # noqa: B018  # type errors now, at the `def`, not at the first call
+
+    def _check_names_can_be_defined(self) -> None:
+        """A name not defined yet may be a function defined further down; one that the
+        function's file binds nowhere never will be: report it now, at the `def`."""
+        bound = names_bound_in(self.source.file)
+        if bound is None:
+            return
+        for name, placeholder in self._resolver.forward_refs.items():
+            if name not in bound:
+                known = [*self.pyfunc.__globals__, *bound]
+                raise DSLSyntaxError(f"name {name!r} is not defined.{suggest(name, known)}",
+                                     placeholder.span)
 
     def _names_defined(self) -> bool:
         """Whether every name this function and the functions it calls use is defined now.

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+import linecache
 import textwrap
 from dataclasses import dataclass
 from typing import Callable
@@ -60,3 +62,35 @@ class Source:
     def error(self, node: ast.AST, message: str) -> DSLSyntaxError:
         """A DSLSyntaxError at `node`: file:line:col, the source line and a caret."""
         return DSLSyntaxError(message, self.span(node))
+
+
+def names_bound_in(file: str) -> frozenset[str] | None:
+    """Every name the Python file `file` binds anywhere (defs, classes, assignments, imports,
+    in any scope): a name outside it can never be defined there, so a decorated function
+    using it is wrong now, whatever is defined later. None when the file cannot be read or
+    a star import could bind anything."""
+    return _names_bound(file, "".join(linecache.getlines(file)))
+
+
+@functools.lru_cache(maxsize=64)
+def _names_bound(file: str, text: str) -> frozenset[str] | None:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return frozenset(names) if text else None

@@ -663,14 +663,13 @@ def test_a_long_straight_line_function_translates(tmp_path):
 # ---- unknown names are found when the module is built ----------------------------------------
 
 
-def test_an_unknown_name_is_reported_when_the_function_is_first_used():
-    @relay
+def test_a_name_the_file_binds_nowhere_is_reported_when_the_function_is_decorated():
     def f(x: Tensor[Float, 3]) -> Tensor[Float, 3]:
         return helper_defined_nowhere(x)  # <-- unknown name
 
-    # Decorating succeeds: the name may be a decorated function defined later.
+    # no statement of this file binds the name: no later definition can give it
     with pytest.raises(DSLSyntaxError) as info:
-        f.checked_type
+        relay(f)
     assert_located(info.value, "unknown name", "helper_defined_nowhere")
     assert "name 'helper_defined_nowhere' is not defined" in str(info.value)
 

@@ -22,20 +22,24 @@ def test_a_shape_error_is_reported_when_the_function_is_decorated():
             return x + y
 
 
-def test_a_function_calling_one_defined_later_is_checked_at_its_first_call():
+def test_a_function_calling_one_defined_later_is_checked_at_its_first_call_a_typo_at_once():
     @relay
     def caller(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:
         return helper_defined_below(x) * 2.0  # not defined yet: no error now
 
     np.testing.assert_allclose(caller(np.ones(3, np.float32)), np.full(3, 4.0))
 
-    @relay
-    def typo(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:
-        return x + undefined_name
-
+    # a name the file binds nowhere can never be defined: reported at the `def`
     with pytest.raises(DSLSyntaxError, match=r"test_user_errors.py:\d+:\d+: name "
                                              r"'undefined_name' is not defined"):
-        typo(np.ones(3, np.float32))
+        @relay
+        def typo(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:
+            return x + undefined_name
+
+    with pytest.raises(DSLSyntaxError, match="Did you mean helper_defined_below"):
+        @relay
+        def misspelt(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:
+            return helper_defined_belw(x)
 
 
 @relay
