@@ -8,41 +8,17 @@ import numpy as np
 import pytest
 
 from relaydsl import Float, Tensor, relay
-from relaydsl.backend.interpreter import to_value
-from relaydsl.backend.target import get_target
-from relaydsl.ir.expr import Call, Function, Op, Tuple, Var
-from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import post_order
+from relaydsl.ir.expr import Tuple
 from relaydsl.op.registry import ops
 from relaydsl.transform import PassContext, pipeline
 from relaydsl.transform.combine_parallel_conv2d import combine_parallel_conv2d
-from relaydsl.typing import infer_types
+from tests.relaydsl.transform.module_helpers import module, op_names, run
 
 RNG = np.random.default_rng(1)
 
 
 def normal(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def module(shapes, body) -> IRModule:
-    params = [Var(f"p{i}", TensorType(s)) for i, s in enumerate(shapes)]
-    mod = IRModule()
-    mod.add("main", Function(params, body(*params)))
-    return infer_types(mod)
-
-
-def run(mod, target, *args):
-    program = get_target(target).build(mod, "main", {})
-    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod["main"].params)])
-
-
-def op_names(mod, entry="main"):
-    names = []
-    post_order(mod[entry], lambda e: names.append(e.op.name)
-               if isinstance(e, Call) and isinstance(e.op, Op) else None)
-    return sorted(names)
 
 
 def conv(x, w, stride=1, padding=0):

@@ -7,16 +7,11 @@ import numpy as np
 import pytest
 
 from relaydsl import Float, Tensor, relay
-from relaydsl.backend.interpreter import to_value
-from relaydsl.backend.target import get_target
-from relaydsl.ir.expr import Call, Constant, Function, Op, TupleGetItem, Var
-from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import post_order
+from relaydsl.ir.expr import Constant, TupleGetItem, Var
 from relaydsl.op.registry import ops
 from relaydsl.transform import PassContext, pipeline
 from relaydsl.transform.fold_scale_axis import fold_scale_axis
-from relaydsl.typing import infer_types
+from tests.relaydsl.transform.module_helpers import module, op_calls, op_names, run
 
 RNG = np.random.default_rng(0)
 C_IN, C_OUT = 4, 6
@@ -29,30 +24,6 @@ def positive(*shape):
 
 def normal(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def module(shapes, body) -> IRModule:
-    """main(params of `shapes`) = body(*params), typed."""
-    params = [Var(f"p{i}", TensorType(s)) for i, s in enumerate(shapes)]
-    mod = IRModule()
-    mod.add("main", Function(params, body(*params)))
-    return infer_types(mod)
-
-
-def run(mod, target, *args):
-    program = get_target(target).build(mod, "main", {})
-    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod["main"].params)])
-
-
-def op_calls(mod, entry="main"):
-    calls = []
-    post_order(mod[entry], lambda e: calls.append(e)
-               if isinstance(e, Call) and isinstance(e.op, Op) else None)
-    return calls
-
-
-def op_names(mod, entry="main"):
-    return sorted(c.op.name for c in op_calls(mod, entry))
 
 
 def conv(x, w, groups=1, padding=(1, 1)):

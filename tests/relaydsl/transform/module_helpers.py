@@ -1,0 +1,38 @@
+"""Helpers shared by the tests of passes over small typed modules (fold-scale-axis,
+combine-parallel-conv2d): build one, run it on a target, list its op calls."""
+from __future__ import annotations
+
+from typing import Callable
+
+from relaydsl.backend.interpreter import to_value
+from relaydsl.backend.target import get_target
+from relaydsl.ir.expr import Call, Expr, Function, Op, Var
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import TensorType
+from relaydsl.ir.visitor import post_order
+from relaydsl.typing import infer_types
+
+
+def module(shapes, body: Callable[..., Expr]) -> IRModule:
+    """main(params of `shapes`) = body(*params), typed."""
+    params = [Var(f"p{i}", TensorType(s)) for i, s in enumerate(shapes)]
+    mod = IRModule()
+    mod.add("main", Function(params, body(*params)))
+    return infer_types(mod)
+
+
+def run(mod: IRModule, target: str, *args):
+    """`mod`'s main compiled for `target`, applied to `args`."""
+    program = get_target(target).build(mod, "main", {})
+    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod["main"].params)])
+
+
+def op_calls(mod: IRModule, entry: str = "main") -> list[Call]:
+    calls: list[Call] = []
+    post_order(mod[entry], lambda e: calls.append(e)
+               if isinstance(e, Call) and isinstance(e.op, Op) else None)
+    return calls
+
+
+def op_names(mod: IRModule, entry: str = "main") -> list[str]:
+    return sorted(c.op.name for c in op_calls(mod, entry))
