@@ -29,6 +29,7 @@ trainable ones.
 """
 from __future__ import annotations
 
+import abc
 import json
 import math
 import os
@@ -151,7 +152,7 @@ def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
 
 # ---- training: optimisers and parameter updates --------------------------------------------
 
-class Optimizer:
+class Optimizer(abc.ABC):
     """Base of the optimisers: hyperparameters (floats, as attributes) and state arrays by slot
     and parameter name (Momentum's velocities, Adam's moments and step counts).
 
@@ -181,9 +182,9 @@ class Optimizer:
             p = model.params[name]
             p -= np.asarray(self.update(name, g), p.dtype)
 
+    @abc.abstractmethod
     def update(self, name: str, g: np.ndarray) -> np.ndarray:
         """The amount to subtract from parameter `name` given its gradient `g`."""
-        raise NotImplementedError
 
     def load_state(self, hyperparameters: dict[str, float],
                    state: dict[str, dict[str, np.ndarray]]) -> None:

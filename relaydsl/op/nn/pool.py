@@ -289,12 +289,15 @@ def _avg_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
     return [unbatch(dx, single)]
 
 
+COUNT_INCLUDE_PAD = Attr("count_include_pad", "bool", False,
+                         doc="count explicit padding in the mean")
+"""The average pools' choice of divisor, after their window attributes."""
+
 avg_pool2d = register(OpDef(
     "avg_pool2d", ("data",), _pool_rel("avg_pool2d"), OpPattern.OUT_ELEMWISE_FUSABLE,
     numpy_ref=_avg_pool2d_np, jax_lower=_avg_pool2d_jax, compute=_pool_compute("avg_pool2d"),
     gradient=_avg_pool2d_grad,
-    attrs=(*POOL, Attr("count_include_pad", "bool", False,
-                       doc="count explicit padding in the mean")),
+    attrs=(*POOL, COUNT_INCLUDE_PAD),
     doc="mean over each pool_size window of NCHW data (padding not counted unless asked)",
 ))
 
@@ -410,8 +413,7 @@ avg_pool1d = register(OpDef(
     gradient=gradient_via_2d(
         avg_pool2d, "d avg_pool1d(x) = g / window counts spread over each window, as "
                     "avg_pool2d's."),
-    attrs=(*POOL1D, Attr("count_include_pad", "bool", False,
-                         doc="count explicit padding in the mean")),
+    attrs=(*POOL1D, COUNT_INCLUDE_PAD),
     doc="mean over each pool_size window of NCW data (padding not counted unless asked)",
 ))
 
@@ -459,7 +461,6 @@ avg_pool3d = register(OpDef(
     compute=compute_via_2d_twice(avg_pool2d.compute),
     gradient=gradient_via_2d_twice(
         avg_pool2d, "d avg_pool3d(x) = g / window counts spread over each window."),
-    attrs=(*POOL3D, Attr("count_include_pad", "bool", False,
-                         doc="count explicit padding in the mean")),
+    attrs=(*POOL3D, COUNT_INCLUDE_PAD),
     doc="mean over each pool_size window of NCDHW data (padding not counted unless asked)",
 ))
