@@ -41,6 +41,10 @@ from relaydsl.typing.relations import (
 STRIDES = Attr("strides", "pair", (1, 1), all_positive, "window step (h, w)")
 PADDING = Attr("padding", "padding", (0, 0, 0, 0), non_negative,
                "an int, (h, w) or (top, left, bottom, right)")
+DILATION = Attr("dilation", "pair", (1, 1), all_positive, "kernel dilation (h, w)")
+GROUPS = Attr("groups", "int", 1, positive, "channel groups (groups = in-channels: depthwise)")
+CHANNELS = Attr("channels", "optional_int", None,
+                doc="out-channels O; with kernel_size, lets inference infer the weight")
 
 
 def _check_channels(c: Inputs, attrs: Attrs, cin: Dim, cin_per_group: Dim, cout: Dim) -> None:
@@ -213,10 +217,8 @@ conv2d = register(OpDef(
     numpy_ref=_conv2d_np, jax_lower=_conv2d_jax, compute=_conv2d_compute, gradient=_conv2d_grad,
     attrs=(
         STRIDES, PADDING,
-        Attr("dilation", "pair", (1, 1), all_positive, "kernel dilation (h, w)"),
-        Attr("groups", "int", 1, positive, "channel groups (groups = in-channels: depthwise)"),
-        Attr("channels", "optional_int", None,
-             doc="out-channels O; with kernel_size, lets inference infer the weight"),
+        DILATION,
+        GROUPS, CHANNELS,
         Attr("kernel_size", "optional_pair", None, all_positive, "kernel (h, w)"),
         out_dtype_attr(keyword_only=True),  # TVM's layouts come first
     ),
@@ -258,9 +260,7 @@ conv1d = register(OpDef(
         Attr("strides", "single", (1,), all_positive, "window step (w,)"),
         Attr("padding", "padding1d", (0, 0), non_negative, "an int or (left, right)"),
         Attr("dilation", "single", (1,), all_positive, "kernel dilation (w,)"),
-        Attr("groups", "int", 1, positive, "channel groups (groups = in-channels: depthwise)"),
-        Attr("channels", "optional_int", None,
-             doc="out-channels O; with kernel_size, lets inference infer the weight"),
+        GROUPS, CHANNELS,
         Attr("kernel_size", "optional_single", None, all_positive, "kernel (w,)"),
         out_dtype_attr(keyword_only=True),  # TVM's layouts come first
     ),
@@ -361,7 +361,7 @@ conv2d_nchwc = register(OpDef(
     numpy_ref=_conv2d_nchwc_np, jax_lower=_via_nchw(_conv2d_jax, jnp),
     compute=_conv2d_nchwc_compute, gradient=_conv2d_nchwc_grad,
     attrs=(STRIDES, PADDING,
-           Attr("dilation", "pair", (1, 1), all_positive, "kernel dilation (h, w)")),
+           DILATION),
     doc="conv2d of NCHW{i}c data (N, C/i, H, W, i) with OIHW{i}i{o}o weight "
         "(O/o, C/i, KH, KW, i, o), giving NCHW{o}c: the blocked layout AlterOpLayout uses",
 ))
@@ -498,7 +498,7 @@ conv2d_transpose = register(OpDef(
     compute=_conv2d_transpose_compute, gradient=_conv2d_transpose_grad,
     attrs=(
         STRIDES, PADDING,
-        Attr("dilation", "pair", (1, 1), all_positive, "kernel dilation (h, w)"),
+        DILATION,
         Attr("groups", "int", 1, positive, "channel groups"),
         Attr("channels", "optional_int", None, doc="out-channels: weight.shape[1] * groups"),
         Attr("kernel_size", "optional_pair", None, all_positive, "kernel (h, w)"),
