@@ -491,8 +491,10 @@ class Executable:
         self.fn, self.target, self.options = fn, target, options
         self.program = get_target(target).build(fn.mod, fn.global_var.name_hint, options)
         self.type = fn.checked_type
-        # programs with decorated functions or ops bound to `relay.Fn` parameters, by the
-        # positions and identities of the functions (kept alive with the program)
+        # the `relay.Fn` parameters, which may take a decorated function or a relay op; the
+        # programs with such arguments bound, by their positions and identities (kept alive)
+        self._function_params = [i for i, t in enumerate(self.type.arg_types[
+            :fn.num_user_params]) if isinstance(t, FuncType)]
         self._with_functions: dict[tuple, tuple[Program, FuncType, tuple]] = {}
 
     @user_facing
@@ -515,7 +517,7 @@ class Executable:
         if len(args) != len(params):
             raise TypeError(f"{self.fn.__name__}() takes {len(params)} argument(s) "
                             f"({', '.join(p.name_hint for p in params)}), got {len(args)}")
-        functions = {i: a for i, a in enumerate(args) if _is_function_argument(a)}
+        functions = {i: args[i] for i in self._function_params if _is_function_argument(args[i])}
         program, type_ = self.program, self.type
         if functions:  # run a program calling fn with those functions in their places
             program, type_ = self._program_with(functions)

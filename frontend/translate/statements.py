@@ -130,15 +130,16 @@ class Statements(TranslatorBase):
         group = self.var("_".join(d.name for d in defs) + "_group", defs[0])
         tag = self.var("tag", defs[0], TensorType((), "int32"))
 
-        def callers(node: ast.FunctionDef | None) -> list[tuple[Var, Function]]:
+        def callers() -> list[tuple[Var, Function]]:
+            """Each def's name bound to a function calling the group with its tag."""
             out = []
             for k, d in enumerate(defs):
                 qs = [self.var(a.arg, d) for a in d.args.args]
-                out.append((self.var(d.name, d if node is None else node),
+                out.append((self.var(d.name, d),
                             Function(qs, Call(group, [const(k, "int32"), *qs]))))
             return out
 
-        inner = callers(defs[0])
+        inner = callers()  # inside the group: its members call each other through these
         inner_env = {**env, **{d.name: Binding(v, "func") for d, (v, _) in zip(defs, inner)}}
         params = [self.var(f"p{j}", defs[0]) for j in range(n)]
         bodies = [Call(self.function(d, inner_env, top=False), params) for d in defs]
@@ -146,7 +147,7 @@ class Statements(TranslatorBase):
         for k in range(len(defs) - 2, -1, -1):
             dispatch = If(ops.equal(tag, const(k, "int32")), bodies[k], dispatch)
         group_fn = Function([tag, *params], _let_all(inner, dispatch), span=self.span(defs[0]))
-        outer = callers(None)
+        outer = callers()  # after it: the rest of the block calls them
         env = {**env, **{d.name: Binding(v, "func") for d, (v, _) in zip(defs, outer)}}
         return env, [(group, group_fn, self.span(defs[0])),
                      *((v, f, self.span(d)) for d, (v, f) in zip(defs, outer))]
