@@ -122,6 +122,12 @@ class TensorType(Type):
     def is_static(self) -> bool:
         return all(isinstance(d, int) for d in self.shape)
 
+    @property
+    def is_ground(self) -> bool:
+        """No type variables in it: every dimension a size or Any, the dtype a name (what
+        type inference can take as it is, without resolving or substituting)."""
+        return isinstance(self.dtype, str) and not any(isinstance(d, TypeVar) for d in self.shape)
+
     def concrete_shape(self) -> tuple[int, ...]:
         if not self.is_static:
             raise IRError(f"shape {self.shape} is not static")

@@ -548,9 +548,8 @@ def substitute_types(t: Type, mapping: Mapping[TypeVar, object]) -> Type:
 
 def type_vars_of(t: Type) -> list[TypeVar]:
     """All type variables occurring in `t`, in order, without duplicates."""
-    if isinstance(t, TensorType) and isinstance(t.dtype, str) and not any(
-            isinstance(d, TypeVar) for d in t.shape):
-        return []  # the common case, a concrete tensor type, without a walk
+    if isinstance(t, TensorType) and t.is_ground:
+        return []  # the common case, without a walk
     collect = _CollectTypeVars()
     collect.visit(t)
     return list(collect.found)

@@ -30,6 +30,7 @@ its family (what gradient rules of one family use to call another's ops).
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any as AnyValue, Callable, Sequence
@@ -281,7 +282,7 @@ class OpDef:
         inputs, attrs = self.bind_arguments(args, attrs, span)
         return Call(self.op, inputs, Attrs(attrs), span=span)
 
-    @property
+    @functools.cached_property
     def positional_attrs(self) -> tuple[Attr, ...]:
         """The attributes a call may give positionally after the inputs, in TVM's order."""
         n = next((i for i, a in enumerate(self.attrs) if a.keyword_only), len(self.attrs))
@@ -294,6 +295,8 @@ class OpDef:
         and repeated names, and a missing input, are IRErrors; attribute values are checked
         later (``check_call``)."""
         kwargs = dict(kwargs)
+        if len(args) == self.num_inputs and not any(k in self.inputs for k in kwargs):
+            return tuple(args), kwargs  # how the passes build calls: inputs, attributes by name
         positional = self.positional_attrs
         if len(args) > self.num_inputs + len(positional):
             kw = len(self.attrs) - len(positional)

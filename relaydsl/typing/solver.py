@@ -92,9 +92,8 @@ class Solver:
         if isinstance(t, TypeVar):
             head = self._head(t)
             return head if isinstance(head, TypeVar) else self.resolve(head)
-        if isinstance(t, TensorType) and isinstance(t.dtype, str) and not any(
-                isinstance(d, TypeVar) for d in t.shape):
-            return t  # the common case, a concrete tensor type, without a walk
+        if isinstance(t, TensorType) and t.is_ground:
+            return t  # the common case, without a walk
         if isinstance(t, Type):
             return _Resolver(self).visit(t)
         return t
