@@ -500,7 +500,7 @@ def python_data(value: object) -> object:
     if type(value) in (bool, int, float) or (isinstance(value, list) and value
                                              and _all_python_numbers(value)):
         arr = np.asarray(value)
-        return arr.astype({"b": "bool", "i": "int32", "f": "float32"}[arr.dtype.kind])
+        return arr.astype(_DEFAULT_DTYPES[arr.dtype.kind])
     if isinstance(value, np.generic):  # a NumPy scalar keeps its dtype
         return np.asarray(value)
     return value
@@ -573,12 +573,19 @@ def _narrowed(arr: np.ndarray, dtype: np.dtype, expected: TensorType, value: obj
               where: str) -> np.ndarray:
     """An integer array as another integer dtype, or a _Mismatch naming the value that does
     not fit."""
-    info = np.iinfo(dtype)
-    if arr.size and (arr.min() < info.min or arr.max() > info.max):
-        bad = arr.min() if arr.min() < info.min else arr.max()
-        raise _Mismatch(expected, value, where,
-                        f"; {int(bad)} is out of range for {dtype.name}")
+    bad = _out_of_range(arr, dtype)
+    if bad is not None:
+        raise _Mismatch(expected, value, where, f"; {bad} is out of range for {dtype.name}")
     return arr.astype(dtype)
+
+
+def _out_of_range(arr: np.ndarray, dtype: np.dtype) -> int | None:
+    """A value of the integer array `arr` that integer `dtype` cannot hold, or None."""
+    if not arr.size:
+        return None
+    info = np.iinfo(dtype)
+    low, high = arr.min(), arr.max()
+    return int(low) if low < info.min else int(high) if high > info.max else None
 
 
 def _indices(where: str) -> list[str]:
@@ -590,6 +597,8 @@ def _numpy_name(dtype: np.dtype) -> str:
 
 
 _KIND_CASTS = {"b": "b", "i": "iuf", "f": "f"}  # Python value kind -> dtype kinds it may become
+# the dtype a Python bool, int or float takes where nothing else decides (as in decorated code)
+_DEFAULT_DTYPES = {"b": "bool", "i": "int32", "f": "float32"}
 
 
 def _from_python(value: object, dtype: np.dtype | None, expected: TensorType,
@@ -606,14 +615,12 @@ def _from_python(value: object, dtype: np.dtype | None, expected: TensorType,
     if arr.dtype.kind not in _KIND_CASTS:
         raise _Mismatch(expected, value, where)
     if dtype is None:
-        dtype = np.dtype({"b": "bool", "i": "int32", "f": "float32"}[arr.dtype.kind])
+        dtype = np.dtype(_DEFAULT_DTYPES[arr.dtype.kind])
     if arr.size and dtype.kind not in _KIND_CASTS[arr.dtype.kind]:
         what = {"b": "a bool", "i": "an int", "f": "a float"}[arr.dtype.kind]
         raise _Mismatch(expected, value, where, f"; {what} cannot become {dtype.name}")
-    if dtype.kind in "iu" and arr.size:
-        info = np.iinfo(dtype)
-        if arr.min() < info.min or arr.max() > info.max:
-            raise _Mismatch(expected, value, where, f"; out of range for {dtype.name}")
+    if dtype.kind in "iu" and _out_of_range(arr, dtype) is not None:
+        raise _Mismatch(expected, value, where, f"; out of range for {dtype.name}")
     with np.errstate(over="ignore"):
         out = arr.astype(dtype)
     if dtype.kind == "f" and np.any(np.isinf(out) & np.isfinite(arr)):
