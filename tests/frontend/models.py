@@ -1,4 +1,5 @@
-"""Models used by several tests: Figure 4's LeNet (as the paper writes it) and its loss."""
+"""Models used by several tests: Figure 4's LeNet (as the paper writes it) and its loss, an
+affine model, and a small classifier with its loss."""
 from relaydsl import Float, Tensor, relay, relay_model
 
 
@@ -30,3 +31,15 @@ def predict_affine(model, x):
     """Run in a worker process: the model arrives pickled (its arrays and a reference to
     `affine`)."""
     return model(x)
+
+
+# A small classifier and its loss, trained by the Figure 4 loops of test_training.py and
+# test_model_copies.py
+@relay_model
+def net(x: Tensor[Float, 4]) -> Tensor[Float, 3]:
+    return relay.linear(relay.tanh(relay.linear(x, num_hidden=8)), num_hidden=3)
+
+
+@relay
+def net_loss(x: Tensor[Float, 4], y: Tensor[Float, 3]) -> Float:
+    return relay.softmax_cross_entropy(net(x), y)

@@ -13,7 +13,7 @@ import pytest
 
 from relaydsl import DSLSyntaxError, Float, Int, Model, Tensor, relay, relay_model
 from relaydsl.ir.attrs import Attrs
-from tests.frontend.models import affine, predict_affine
+from tests.frontend.models import affine, net, net_loss, predict_affine
 
 RTOL, ATOL = 1e-4, 1e-5
 x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
@@ -209,16 +209,6 @@ def test_a_recursive_model_is_called_not_passed():
 
 
 # ---- Figure 4, with an optimiser ----------------------------------------------------------------
-
-@relay_model
-def net(x: Tensor[Float, 4]) -> Tensor[Float, 3]:
-    return relay.linear(relay.tanh(relay.linear(x, num_hidden=8)), num_hidden=3)
-
-
-@relay
-def net_loss(x: Tensor[Float, 4], y: Tensor[Float, 3]) -> Float:
-    return relay.softmax_cross_entropy(net(x), y)
-
 
 @relay
 def train_momentum(data: tuple[Tensor[Float, (12, 4)], Tensor[Float, (12, 3)]]) -> Model:

@@ -3,16 +3,7 @@ import numpy as np
 import pytest
 
 from relaydsl import DSLSyntaxError, Float, Int64, Tensor, relay, relay_model
-
-
-@relay_model
-def net(x: Tensor[Float, 4]) -> Tensor[Float, 3]:
-    return relay.linear(relay.tanh(relay.linear(x, num_hidden=8)), num_hidden=3)
-
-
-@relay
-def net_loss(x: Tensor[Float, 4], y: Tensor[Float, 3]) -> Float:
-    return relay.softmax_cross_entropy(net(x), y)
+from tests.frontend.models import net, net_loss
 
 
 @relay
