@@ -5,17 +5,12 @@ import numpy as np
 
 from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir import Call, Function, IRModule, Let, Op, TensorType
-from relaydsl.ir.parser import parse
 from relaydsl.ir.visitor import children, post_order
 from relaydsl.transform._util import is_primitive
 from relaydsl.transform.a_normal_form import to_a_normal_form
 from relaydsl.transform.fuse_ops import fuse_ops, primitive_functions
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
-from relaydsl.typing.infer import infer_types
-
-
-def typed(src: str) -> IRModule:
-    return infer_types(parse(src))
+from tests.relaydsl.transform.module_helpers import typed
 
 
 def pipeline(mod: IRModule, **fuse_options) -> tuple[IRModule, IRModule, IRModule]:

@@ -1,5 +1,5 @@
-"""Helpers shared by the tests of passes over small typed modules (fold-scale-axis,
-combine-parallel-conv2d): build one, run it on a target, list its op calls."""
+"""Helpers shared by the tests of passes over small typed modules: build one (from Python or
+Relay text), run it on a target, list its op calls."""
 from __future__ import annotations
 
 from typing import Callable
@@ -8,6 +8,7 @@ from relaydsl.backend.interpreter import to_value
 from relaydsl.backend.target import get_target
 from relaydsl.ir.expr import Call, Expr, Function, Op, Var
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.parser import parse
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import post_order
 from relaydsl.typing import infer_types
@@ -21,10 +22,15 @@ def module(shapes, body: Callable[..., Expr]) -> IRModule:
     return infer_types(mod)
 
 
-def run(mod: IRModule, target: str, *args):
-    """`mod`'s main compiled for `target`, applied to `args`."""
-    program = get_target(target).build(mod, "main", {})
-    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod["main"].params)])
+def typed(text: str) -> IRModule:
+    """The module of Relay text `text`, typed."""
+    return infer_types(parse(text))
+
+
+def run(mod: IRModule, target: str, *args, entry: str = "main"):
+    """`mod`'s `entry` compiled for `target`, applied to `args`."""
+    program = get_target(target).build(mod, entry, {})
+    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod[entry].params)])
 
 
 def op_calls(mod: IRModule, entry: str = "main") -> list[Call]:

@@ -6,29 +6,18 @@ import numpy as np
 import pytest
 
 from relaydsl import Float, Tensor, relay
-from relaydsl.backend.interpreter import list_items, list_value, to_value
-from relaydsl.backend.target import get_target
+from relaydsl.backend.interpreter import list_items, list_value
 from relaydsl.ir.expr import Call, GlobalVar
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.parser import parse
 from relaydsl.ir.structural import structural_equal
 from relaydsl.ir.types import FuncType, TypeCall
 from relaydsl.ir.visitor import post_order
 from relaydsl.transform import PassContext, PassTimingInstrument
 from relaydsl.transform.defunctionalize import defunctionalize
-from relaydsl.typing import infer_types
+from tests.relaydsl.transform.module_helpers import run, typed
 
 TARGETS = ["interp", "llvm"]
 RNG = np.random.default_rng(0)
-
-
-def typed(text: str) -> IRModule:
-    return infer_types(parse(text))
-
-
-def run(mod: IRModule, target: str, *args, entry: str = "main"):
-    program = get_target(target).build(mod, entry, {})
-    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod[entry].params)])
 
 
 def higher_order_calls(mod: IRModule, entry: str = "main") -> list[str]:

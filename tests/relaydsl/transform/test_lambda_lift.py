@@ -6,28 +6,17 @@ import numpy as np
 import pytest
 
 from relaydsl import Float, Tensor, relay
-from relaydsl.backend.interpreter import list_items, list_value, to_value
-from relaydsl.backend.target import get_target
+from relaydsl.backend.interpreter import list_items, list_value
 from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.parser import parse
 from relaydsl.ir.structural import structural_equal
 from relaydsl.ir.visitor import post_order
 from relaydsl.transform import PassContext, PassTimingInstrument
 from relaydsl.transform.lambda_lift import is_closure_global, lambda_lift
-from relaydsl.typing import infer_types
+from tests.relaydsl.transform.module_helpers import run, typed
 
 TARGETS = ["interp", "llvm"]
 RNG = np.random.default_rng(0)
-
-
-def typed(text: str) -> IRModule:
-    return infer_types(parse(text))
-
-
-def run(mod: IRModule, target: str, *args, entry: str = "main"):
-    program = get_target(target).build(mod, entry, {})
-    return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod[entry].params)])
 
 
 def user_globals(mod: IRModule) -> list[str]:
