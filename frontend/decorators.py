@@ -24,6 +24,7 @@ import functools
 import inspect
 import itertools
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any as AnyValue, Callable, ClassVar
 
@@ -127,19 +128,24 @@ class RelayFunction:
         """Whether every name this function and the functions it calls use is defined now.
         A name that is not may be a function defined further down (checked at first use, as
         Python looks names up when a function runs); until then, types are not checked."""
-        pending, seen = [self], set()
-        while pending:
-            f = pending.pop()
-            if f in seen:
-                continue
-            seen.add(f)
+        for f in self._reachable(lambda callee: True):
             for name in f._resolver.forward_refs:
                 try:
                     f._lookup(name)
                 except KeyError:
                     return False
-            pending.extend(f.callees)
         return True
+
+    def _reachable(self, follow: Callable[[RelayFunction], bool]) -> Iterator[RelayFunction]:
+        """This function and the decorated functions it calls, transitively, through the
+        callees `follow` accepts; each once."""
+        pending, seen = [self], set()
+        while pending:
+            f = pending.pop()
+            if f not in seen:
+                seen.add(f)
+                yield f
+                pending.extend(c for c in f.callees if follow(c))
 
     # ---- name resolution -------------------------------------------------
     def _lookup(self, name: str) -> AnyValue:
@@ -355,16 +361,7 @@ class RelayFunction:
     def has_modes(self) -> bool:
         """Whether this function behaves differently in training: it has a mode-dependent
         layer (batch_norm, dropout), or calls a function using a model that has one."""
-        pending, seen = [self], set()
-        while pending:
-            f = pending.pop()
-            if f in seen:
-                continue
-            seen.add(f)
-            if f._training_forms:
-                return True
-            pending.extend(c for c in f.callees if c.hidden)
-        return False
+        return any(f._training_forms for f in self._reachable(lambda callee: bool(callee.hidden)))
 
     def global_var_for(self, mode: str) -> GlobalVar:
         """The global of this function's variant in `mode` (its own if it has no modes)."""
