@@ -263,7 +263,10 @@ class _ReverseAD:
         new = self.lifted.get(gv)
         if new is not None:
             return new
-        new = GlobalVar(f"{gv.name_hint}_grad")
+        name = f"{gv.name_hint}_grad"
+        while self.mod.has_global(name):  # a user's function may have the name already
+            name += "_"
+        new = GlobalVar(name)
         self.lifted[gv] = new
         fn = self.mod[gv]
         bp = Var("bp", BACKPROP_TYPE)
