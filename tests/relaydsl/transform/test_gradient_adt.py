@@ -1,0 +1,183 @@
+"""Gradients over ADT values (issue 14, item 2): ADTs whose constructors declare tensor fields,
+passed in from Python, built inside the differentiated code, and trained over (a TreeLSTM-like
+model), against jax.grad of the same functions on JAX pytrees. The gradient with respect to a
+tree is a tree of gradients, as in JAX."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from relaydsl import Float, Tensor, relay, relay_model
+
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture(params=["llvm", "interp"])
+def target(request, monkeypatch):
+    monkeypatch.setenv("RELAYDSL_TARGET", request.param)
+    return request.param
+
+
+def randn(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@relay.adt
+class STree:
+    Leaf: Tensor[Float, (1, 4)]
+    Node: (STree, STree)
+
+
+def pytree(t):
+    """An STree value as the JAX pytree the reference functions take: a leaf's array, or the
+    pair of the subtrees."""
+    if t.name == "Leaf":
+        return t.fields[0]
+    return tuple(pytree(f) for f in t.fields)
+
+
+def assert_trees_close(actual, expected, **tolerances) -> None:
+    assert jax.tree_util.tree_structure(actual) == jax.tree_util.tree_structure(expected)
+    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)):
+        np.testing.assert_allclose(a, e, **tolerances)
+
+
+@relay
+def tree_tanh_sum(t: STree, w: Tensor[Float, (4, 3)]) -> Float:
+    match t:
+        case STree.Leaf(x):
+            return relay.sum(relay.tanh(relay.matmul(x, w)))
+        case STree.Node(left, right):
+            return tree_tanh_sum(left, w) + tree_tanh_sum(right, w)
+
+
+def jax_tree_tanh_sum(t, w):
+    if isinstance(t, tuple):
+        return jax_tree_tanh_sum(t[0], w) + jax_tree_tanh_sum(t[1], w)
+    return jnp.sum(jnp.tanh(t @ w))
+
+
+def test_the_gradient_of_a_tree_passed_in_from_python_is_a_tree_of_gradients(target):
+    tree = STree.Node(STree.Leaf(randn(1, 4)),
+                      STree.Node(STree.Leaf(randn(1, 4)), STree.Leaf(randn(1, 4))))
+    w = randn(4, 3)
+    value, (d_tree, d_w) = relay.grad(tree_tanh_sum)(tree, w)
+    expected, (e_tree, e_w) = jax.value_and_grad(jax_tree_tanh_sum, argnums=(0, 1))(
+        pytree(tree), w)
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
+    assert repr(d_tree).startswith("Node(Leaf(")  # readable, the argument's structure
+    assert_trees_close(pytree(d_tree), e_tree, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(d_w, e_w, rtol=1e-5, atol=1e-6)
+
+
+@relay
+def fold_tanh(xs: relay.List[Tensor[Float, (1, 4)]], w: Tensor[Float, (4, 4)]) -> Float:
+    h = relay.foldl(lambda h, x: relay.tanh(relay.matmul(h, w) + x), relay.zeros((1, 4)), xs)
+    return relay.sum(h * h)
+
+
+def jax_fold_tanh(xs, w):
+    h = jnp.zeros((1, 4))
+    for x in xs:
+        h = jnp.tanh(h @ w + x)
+    return jnp.sum(h * h)
+
+
+def test_the_gradient_of_a_relay_list_is_a_relay_list_of_gradients(target):
+    xs, w = [randn(1, 4) for _ in range(3)], randn(4, 4) * 0.5
+    expected, (e_xs, e_w) = jax.value_and_grad(jax_fold_tanh, argnums=(0, 1))(xs, w)
+    grad = relay.grad(fold_tanh)
+    as_cons = relay.Cons(xs[0], relay.Cons(xs[1], relay.Cons(xs[2], relay.Nil())))
+    for argument in (xs, as_cons):  # a Python list, or the list built with the public API
+        value, (d_xs, d_w) = grad(argument, w)
+        np.testing.assert_allclose(value, expected, rtol=1e-5)
+        items = []
+        while d_xs.name == "Cons":
+            items.append(d_xs.fields[0])
+            d_xs = d_xs.fields[1]
+        assert d_xs.name == "Nil" and len(items) == 3
+        for a, e in zip(items, e_xs):
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(d_w, e_w, rtol=1e-4, atol=1e-6)
+
+
+@relay.adt
+class Box:
+    Full: Tensor[Float, 2]
+    Empty: ()
+
+
+@relay
+def boxed_cube(x: Tensor[Float, 2]) -> Float:
+    b = Box.Full(x * x)  # a field declared as a tensor, built in the differentiated code
+    match b:
+        case Box.Full(v):
+            return relay.sum(v * x)
+        case Box.Empty():
+            return 0.0
+
+
+@relay
+def boxed_cube_slope(x: Tensor[Float, 2]) -> Float:
+    return relay.sum(relay.grad(boxed_cube)(x)[1][0])
+
+
+def test_gradients_flow_through_an_adt_built_inside_and_grad_of_grad_works(target):
+    x = np.array([0.5, -1.5], np.float32)
+    np.testing.assert_allclose(relay.grad(boxed_cube)(x)[1][0],
+                               jax.grad(lambda x: jnp.sum(x ** 3))(x), rtol=1e-6)
+    np.testing.assert_allclose(relay.grad(boxed_cube_slope)(x)[1][0],
+                               jax.grad(lambda x: jnp.sum(jax.grad(
+                                   lambda x: jnp.sum(x ** 3))(x)))(x), rtol=1e-6)
+
+
+# A TreeLSTM-like model: the leaf and node cells own their parameters, shared by every node
+# of the recursion.
+@relay_model
+def tree_cell(t: STree) -> tuple[Tensor[Float, (1, 3)], Tensor[Float, (1, 3)]]:
+    match t:
+        case STree.Leaf(x):
+            c = relay.linear(x, num_hidden=3)
+            return relay.tanh(c), c
+        case STree.Node(left, right):
+            hl, cl = tree_cell(left)
+            hr, cr = tree_cell(right)
+            gate = relay.sigmoid(relay.linear(relay.concatenate((hl, hr), axis=1),
+                                              num_hidden=3))
+            c = gate * cl + (1.0 - gate) * cr
+            return relay.tanh(c), c
+
+
+@relay
+def tree_cell_loss(t: STree, y: Tensor[Float, (1, 3)]) -> Float:
+    h, _ = tree_cell(t)
+    return relay.sum((h - y) * (h - y))
+
+
+def jax_tree_cell_loss(params, t, y):
+    def cell(t):
+        if not isinstance(t, tuple):
+            c = t @ params["linear_0.weight"].T + params["linear_0.bias"]
+            return jnp.tanh(c), c
+        (hl, cl), (hr, cr) = cell(t[0]), cell(t[1])
+        gate = jax.nn.sigmoid(jnp.concatenate((hl, hr), axis=1) @ params["linear_1.weight"].T
+                              + params["linear_1.bias"])
+        c = gate * cl + (1.0 - gate) * cr
+        return jnp.tanh(c), c
+
+    h, _ = cell(t)
+    return jnp.sum((h - y) ** 2)
+
+
+def test_parameter_gradients_of_a_tree_model_over_a_tree_from_python(target):
+    model = relay.create_model(tree_cell, seed=1, sigma=0.8)
+    tree = STree.Node(STree.Node(STree.Leaf(randn(1, 4)), STree.Leaf(randn(1, 4))),
+                      STree.Leaf(randn(1, 4)))
+    y = randn(1, 3)
+    grads = relay.grad(model, tree_cell_loss, (tree, y))
+    expected = jax.grad(jax_tree_cell_loss)(dict(model.params), pytree(tree), y)
+    assert sorted(grads) == sorted(expected)
+    for name, g in expected.items():
+        np.testing.assert_allclose(grads[name], g, rtol=1e-4, atol=1e-6, err_msg=name)
