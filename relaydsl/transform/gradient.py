@@ -197,10 +197,6 @@ class _Lifting:
         gv = self.walks.get((into_lifted, t))
         if gv is not None:
             return gv
-        if type_vars_of(t):
-            raise RelayTypeError(f"grad: a value of type {type_to_str(t)} from outside the "
-                                 "differentiated function, or its gradient, needs a type "
-                                 "without type variables")
         prefix = "lift" if into_lifted else "adjoint"
         gv = self.walks[into_lifted, t] = GlobalVar(self._fresh(f"{prefix}_{t.func.name}"))
         td = self.mod.type_definitions[t.func]
@@ -215,7 +211,8 @@ class _Lifting:
                                   Call(target, tuple(convert(x, f) for x, f in zip(xs, fields)))))
         lifted = self.type(t)
         x = Var("x", t if into_lifted else lifted)
-        self.mod.add(gv, Function((x,), Match(x, tuple(clauses)), lifted if into_lifted else t))
+        self.mod.add(gv, Function((x,), Match(x, tuple(clauses)), lifted if into_lifted else t,
+                                  tuple(type_vars_of(t))))
         return gv
 
     def _fresh(self, name: str) -> str:

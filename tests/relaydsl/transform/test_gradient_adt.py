@@ -181,3 +181,57 @@ def test_parameter_gradients_of_a_tree_model_over_a_tree_from_python(target):
     assert sorted(grads) == sorted(expected)
     for name, g in expected.items():
         np.testing.assert_allclose(grads[name], g, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+@relay
+def fold_matmul(xs: relay.List[Tensor[Float, ("n", 4)]], w: Tensor[Float, (4, 4)]) -> Float:
+    return relay.foldl(lambda acc, x: acc + relay.sum(relay.tanh(relay.matmul(x, w))),
+                       relay.zeros(()), xs)
+
+
+@relay
+def fold_matmul_slope(xs: relay.List[Tensor[Float, ("n", 4)]],
+                      w: Tensor[Float, (4, 4)]) -> Tensor[Float, (4, 4)]:
+    # xs is a free variable of the differentiated function: its list enters the lifted
+    # program through a walk generic in n, instantiated at each use
+    return relay.grad(lambda v: fold_matmul(xs, v))(w)[1][0]
+
+
+def test_a_list_with_symbolic_dimensions_from_outside_the_differentiated_function(target):
+    w = randn(4, 4) * 0.5
+    for n in (2, 3):
+        xs = [randn(n, 4) for _ in range(2)]
+        expected = jax.grad(lambda w, xs=xs: sum(jnp.sum(jnp.tanh(x @ w)) for x in xs))(w)
+        np.testing.assert_allclose(fold_matmul_slope(xs, w), expected, rtol=1e-5, atol=1e-6)
+
+
+def lowered_grad_module(fn):
+    """lower_grads of a module whose @main is ``grad(fn)``, over fn's parameters."""
+    from relaydsl.ir import Call, Function, Grad, Var
+    from relaydsl.transform.gradient import lower_grads
+    from relaydsl.typing import infer_types
+
+    mod = fn.module_for("inference").copy()
+    t = fn.checked_type
+    params = [Var(f"x{i}", a) for i, a in enumerate(t.arg_types)]
+    mod.add("main", Function(params, Call(Grad(fn.global_var), params)))
+    return infer_types(lower_grads(infer_types(mod)))
+
+
+def test_an_adt_declaring_tensor_fields_gets_a_lifted_twin_and_a_list_lifts_through_its_element():
+    from relaydsl.ir import RefType, TupleType, TypeCall
+
+    mod = lowered_grad_module(tree_tanh_sum)
+    stree, twin = mod.get_type("STree"), mod.get_type("STree_lifted")
+    leaf, node = twin.constructors
+    x = stree.constructors[0].inputs[0]
+    assert (leaf.name, leaf.inputs) == ("Leaf_lifted", (TupleType((x, RefType(x))),))
+    assert (node.name, node.inputs) == ("Node_lifted", (TypeCall(twin.header),) * 2)
+    # values cross through two walks: into the lifted program and, as gradients, out of it
+    assert mod.has_global("lift_STree") and mod.has_global("adjoint_STree")
+    ret = mod["main"].checked_type.ret_type
+    assert ret.fields[1].fields[0] == TypeCall(stree.header)  # a tree of gradients
+
+    mod = lowered_grad_module(fold_tanh)
+    assert not mod.has_type("List_lifted")  # List[t] lifts through t, as before
+    assert mod.has_global("lift_List") and mod.has_global("adjoint_List")
