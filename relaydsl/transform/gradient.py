@@ -8,7 +8,9 @@ output adjoint, applies the op's gradient rule (defined with the op, relaydsl/op
 and adds the results into its inputs' references, then calls the previous
 backpropagator. Control flow, closures, recursion, tuples, ADTs and
 references are lifted structurally, so the result is ordinary Relay and can
-itself be differentiated again (grad of grad).
+itself be differentiated again (grad of grad). An ADT whose constructors declare
+tensor fields is lifted to a twin ADT (``_Lifting``); the gradient with respect to
+an ADT argument is a value of the same ADT holding the tensors' gradients.
 
 Example: ``grad(fn (%x) { tanh(%x) })`` becomes, in outline::
 
@@ -184,16 +186,18 @@ class _Lifting:
         if isinstance(t, TupleType):
             return Tuple(tuple(self.adjoint(TupleGetItem(lifted, i), f)
                                for i, f in enumerate(t.fields)))
-        if isinstance(t, TypeCall):
-            if self.type(t) == t:
-                return lifted  # no tensor in it: the structure itself, as JAX's empty pytrees
+        if isinstance(t, TypeCall) and self.type(t) != t:
             return Call(self._walk(t, into_lifted=False), (lifted,))
+        if isinstance(t, TypeCall) and not type_vars_of(t):
+            return lifted  # no tensor in it: the structure itself, as JAX's empty pytrees
         raise RelayTypeError(f"grad: cannot take the adjoint of a value of type {type_to_str(t)}")
 
     def _walk(self, t: TypeCall, *, into_lifted: bool) -> GlobalVar:
         """The global rebuilding a value of ADT instance `t` into the lifted program
         (``@lift_STree``: every field through `constant`) or its gradient out of it
-        (``@adjoint_STree``: every field through `adjoint`)."""
+        (``@adjoint_STree``: every field through `adjoint`). It is generic in the type
+        variables of `t` (``List[Tensor[(n, 4)]]`` in a shape-polymorphic function), which
+        type inference instantiates at each call."""
         gv = self.walks.get((into_lifted, t))
         if gv is not None:
             return gv
