@@ -172,7 +172,7 @@ class _Lifting:
                                              for i, f in enumerate(t.fields))))
         if isinstance(t, TypeCall):
             if self.type(t) == t:
-                return value  # it holds no tensor
+                return value  # no tensor in it (values of type variables are lifted already)
             return Call(self._walk(t, into_lifted=True), (value,), span=value.span)
         raise RelayTypeError(f"grad: a value of type {type_to_str(t)} from outside the "
                              "differentiated function is not supported (pass it as an argument)",

@@ -1,7 +1,7 @@
 """Gradients over ADT values (issue 14, item 2): ADTs whose constructors declare tensor fields,
-passed in from Python, built inside the differentiated code, and trained over (a TreeLSTM-like
-model), against jax.grad of the same functions on JAX pytrees. The gradient with respect to a
-tree is a tree of gradients, as in JAX."""
+passed in from Python or built inside the differentiated code, and lists of tensors, against
+jax.grad of the same functions on JAX pytrees. The gradient with respect to a tree is a tree of
+gradients, as in JAX. Training a tree model: tests/frontend/test_tree_training.py."""
 from __future__ import annotations
 
 import jax
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from relaydsl import Float, Tensor, relay, relay_model
+from relaydsl import Float, Tensor, relay
 
 rng = np.random.default_rng(0)
 
@@ -70,6 +70,26 @@ def test_the_gradient_of_a_tree_passed_in_from_python_is_a_tree_of_gradients(tar
     assert repr(d_tree).startswith("Node(Leaf(")  # readable, the argument's structure
     assert_trees_close(pytree(d_tree), e_tree, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(d_w, e_w, rtol=1e-5, atol=1e-6)
+
+
+@relay
+def slope_norm(t: STree, w: Tensor[Float, (4, 3)]) -> Float:
+    g = relay.grad(tree_tanh_sum)(t, w)[1][1]
+    return relay.sum(g * g)
+
+
+def test_grad_of_grad_over_a_tree_passed_in_from_python(target):
+    tree, w = STree.Node(STree.Leaf(randn(1, 4)), STree.Leaf(randn(1, 4))), randn(4, 3)
+    value, (d_tree, d_w) = relay.grad(slope_norm)(tree, w)
+
+    def jax_slope_norm(t, w):
+        return jnp.sum(jax.grad(jax_tree_tanh_sum, argnums=1)(t, w) ** 2)
+
+    expected, (e_tree, e_w) = jax.value_and_grad(jax_slope_norm, argnums=(0, 1))(
+        pytree(tree), w)
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
+    assert_trees_close(pytree(d_tree), e_tree, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(d_w, e_w, rtol=1e-4, atol=1e-5)
 
 
 @relay
@@ -146,56 +166,6 @@ def test_gradients_flow_through_an_adt_built_inside_and_grad_of_grad_works(targe
     np.testing.assert_allclose(relay.grad(boxed_cube_slope)(x)[1][0],
                                jax.grad(lambda x: jnp.sum(jax.grad(
                                    lambda x: jnp.sum(x ** 3))(x)))(x), rtol=1e-6)
-
-
-# A TreeLSTM-like model: the leaf and node cells own their parameters, shared by every node
-# of the recursion.
-@relay_model
-def tree_cell(t: STree) -> tuple[Tensor[Float, (1, 3)], Tensor[Float, (1, 3)]]:
-    match t:
-        case STree.Leaf(x):
-            c = relay.linear(x, num_hidden=3)
-            return relay.tanh(c), c
-        case STree.Node(left, right):
-            hl, cl = tree_cell(left)
-            hr, cr = tree_cell(right)
-            gate = relay.sigmoid(relay.linear(relay.concatenate((hl, hr), axis=1),
-                                              num_hidden=3))
-            c = gate * cl + (1.0 - gate) * cr
-            return relay.tanh(c), c
-
-
-@relay
-def tree_cell_loss(t: STree, y: Tensor[Float, (1, 3)]) -> Float:
-    h, _ = tree_cell(t)
-    return relay.sum((h - y) * (h - y))
-
-
-def jax_tree_cell_loss(params, t, y):
-    def cell(t):
-        if not isinstance(t, tuple):
-            c = t @ params["linear_0.weight"].T + params["linear_0.bias"]
-            return jnp.tanh(c), c
-        (hl, cl), (hr, cr) = cell(t[0]), cell(t[1])
-        gate = jax.nn.sigmoid(jnp.concatenate((hl, hr), axis=1) @ params["linear_1.weight"].T
-                              + params["linear_1.bias"])
-        c = gate * cl + (1.0 - gate) * cr
-        return jnp.tanh(c), c
-
-    h, _ = cell(t)
-    return jnp.sum((h - y) ** 2)
-
-
-def test_parameter_gradients_of_a_tree_model_over_a_tree_from_python(target):
-    model = relay.create_model(tree_cell, seed=1, sigma=0.8)
-    tree = STree.Node(STree.Node(STree.Leaf(randn(1, 4)), STree.Leaf(randn(1, 4))),
-                      STree.Leaf(randn(1, 4)))
-    y = randn(1, 3)
-    grads = relay.grad(model, tree_cell_loss, (tree, y))
-    expected = jax.grad(jax_tree_cell_loss)(dict(model.params), pytree(tree), y)
-    assert sorted(grads) == sorted(expected)
-    for name, g in expected.items():
-        np.testing.assert_allclose(grads[name], g, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 @relay
