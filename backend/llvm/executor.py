@@ -1,4 +1,4 @@
-"""Running whole programs on compiled kernels: a plan, or the dispatcher.
+"""Running whole programs on compiled kernels: a plan, native code, or the dispatcher.
 
 ``compile_program(mod, entry, opt_level)`` prepares the module (the llvm pipeline of
 relaydsl/transform/pipeline.py: grad lowering, inlining, the first-order gradient where it
@@ -9,22 +9,29 @@ and picks how to run the entry function:
   of primitive functions, tuples and projections, with ``if`` and loops (local
   tail-recursive functions, which is what ``for`` and ``while`` become). Its kernels
   are compiled together, its intermediates share one arena by liveness, and a call is
-  one call into compiled code. A program whose dimensions are symbolic
-  (``("n", 784)``) gets a plan per call signature.
-* the dispatcher for everything else (closures, general recursion, data types,
-  references): the reference interpreter, whose ``call_primitive`` hook runs each call
-  of a primitive function as a compiled kernel instead of NumPy; kernels are compiled on
-  first use, per function and argument shapes.
+  one call into compiled code.
+* ``NativeProgram`` (native.py) for the rest of the language with static shapes:
+  closures, general and mutual recursion, data types and ``match``, references, the
+  higher-order gradient's backpropagators. Each Relay function is an LLVM function
+  calling the kernels directly; a call is again one call into compiled code.
+* a program whose tensor parameters have symbolic dimensions (``("n", 784)``) gets one of
+  the two per call signature: the entry re-typed with the call's shapes and compiled.
+* the dispatcher for what remains (shapes that stay unknown: data types of symbolically
+  shaped tensors; ``relay.Any`` inside): the reference interpreter, whose
+  ``call_primitive`` hook runs each call of a primitive function as a compiled kernel
+  instead of NumPy; kernels are compiled on first use, per function and argument shapes.
 
 Arguments are checked against the entry's type by the frontend before any kernel
 runs; the executors then hand each kernel only C-contiguous, aligned arrays of
 exactly the shapes and dtypes it was compiled for (a plan binds and checks its
-kernels once; the dispatcher keys its kernels by the arguments' shapes), so no
-input can make compiled code touch memory out of bounds.
+kernels once; native code checks the tensors inside data values as it encodes them; the
+dispatcher keys its kernels by the arguments' shapes), so no input can make compiled code
+touch memory out of bounds.
 
-The path chosen is logged (INFO, logger ``relaydsl.backend.llvm.executor``): "a plan", "a
-plan per call signature" (and each signature's plan as it is made), or "the dispatcher"
-with the reason a plan does not apply (plan.py's ``Plan.unsupported``).
+The path chosen is logged (INFO, logger ``relaydsl.backend.llvm.executor``): "a plan",
+"native code", "a plan per call signature" / "native code per call signature" (and what
+each signature gets as it is made), or "the dispatcher" with the reason native code does
+not apply (native.py's ``Unsupported``). ``Program.path`` names it for tests and tools.
 """
 from __future__ import annotations
 
@@ -66,10 +73,10 @@ def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Progra
 class Program:
     """A compiled entry point: ``program(*values)``; values checked against its type.
 
-    An entry a plan applies to runs as one (plan.py). An entry with symbolic dimensions
-    (``Tensor[Float, ("n", 784)]``) that would have a plan gets one per call signature:
-    on a call with new shapes the entry is re-typed with those shapes and planned. Other
-    programs run on the dispatcher.
+    An entry a plan applies to runs as one (plan.py), else as native code (native.py). An
+    entry with symbolic dimensions (``Tensor[Float, ("n", 784)]``) gets either per call
+    signature: on a call with new shapes the entry is re-typed with those shapes and
+    compiled. Other programs run on the dispatcher.
     """
 
     def __init__(self, source: IRModule, entry: str, opt_level: int):
@@ -81,17 +88,16 @@ class Program:
         self.plan: Plan | None = None
         if all(static_type(p.checked_type) for p in fn.params):
             self.plan = Plan.build(fn, opt_level)
+        # symbolic dimensions: a plan, else native code, per call signature (shapes)
         self._per_signature = self.plan is None and \
             all(isinstance(p.checked_type, TensorType) for p in fn.params) and \
-            Plan.applies(fn, static=False)
-        self._plans: dict[tuple, Plan | None] = {}
+            not all(static_type(p.checked_type) for p in fn.params)
+        self._plan_applies = self._per_signature and Plan.applies(fn, static=False)
+        self._compiled: dict[tuple, Plan | NativeProgram | None] = {}
         self.native: NativeProgram | None = None
         self._native_unsupported = ""
         if self.plan is None and not self._per_signature:
-            try:
-                self.native = NativeProgram(self.mod, entry, opt_level)
-            except Unsupported as e:
-                self._native_unsupported = str(e)
+            self.native = self._native(self.mod)
         # the dispatcher: kernels by primitive function (held, so never confused with a
         # later one) and argument shapes
         self._kernels: dict[tuple, Kernel] = {}
@@ -99,11 +105,21 @@ class Program:
         if _log.isEnabledFor(logging.INFO):
             self._log_path(fn)
 
+    def _native(self, mod: IRModule) -> NativeProgram | None:
+        try:
+            return NativeProgram(mod, self.entry, self.opt_level)
+        except Unsupported as e:
+            self._native_unsupported = str(e)
+            return None
+
     def _log_path(self, fn: Function) -> None:
         if self.plan is not None:
             _log.info("@%s runs as a plan: %s", self.entry, self.plan.describe())
-        elif self._per_signature:
+        elif self._plan_applies:
             _log.info("@%s runs as a plan per call signature (its shapes are symbolic)",
+                      self.entry)
+        elif self._per_signature:
+            _log.info("@%s runs as native code per call signature (its shapes are symbolic)",
                       self.entry)
         elif self.native is not None:
             _log.info("@%s runs as native code: %s", self.entry, self.native.describe())
@@ -114,40 +130,42 @@ class Program:
 
     @property
     def path(self) -> str:
-        """How calls run: "plan", "plan per signature", "native" or "dispatcher"."""
+        """How calls run: "plan", "native", "per signature" (a plan or native code for each
+        call's shapes) or "dispatcher"."""
         if self.plan is not None:
             return "plan"
         if self._per_signature:
-            return "plan per signature"
+            return "per signature"
         return "native" if self.native is not None else "dispatcher"
 
     @property
     def uses_plan(self) -> bool:
         """Whether calls run as a plan (one per call signature, for symbolic shapes) rather
         than on the dispatcher."""
-        return self.plan is not None or self._per_signature
+        return self.plan is not None or self._plan_applies
 
     def __call__(self, *values: Value) -> Value:
-        plan = self.plan or (self._plan_for(values) if self._per_signature else None)
-        if plan is not None:
-            return plan(*values)
-        if self.native is not None:
-            return self.native(*values)
+        compiled = self.plan or self.native or \
+            (self._compiled_for(values) if self._per_signature else None)
+        if compiled is not None:
+            return compiled(*values)
         return evaluate(self.mod, *values, entry=self.entry, interpreter=self._interpreter)
 
-    def _plan_for(self, values: Sequence[Value]) -> Plan | None:
+    def _compiled_for(self, values: Sequence[Value]) -> Plan | NativeProgram | None:
+        """The plan, else the native code, of the entry typed with the values' shapes."""
         if not all(isinstance(v, np.ndarray) for v in values):
             return None
         key = tuple((v.shape, v.dtype.str) for v in values)
-        if key not in self._plans:
-            fn = prepare(specialize_entry(self.source, self.entry, values),
-                         self.context)[self.entry]
-            plan = self._plans[key] = Plan.build(fn, self.opt_level)
+        if key not in self._compiled:
+            mod = prepare(specialize_entry(self.source, self.entry, values), self.context)
+            compiled = self._compiled[key] = \
+                Plan.build(mod[self.entry], self.opt_level) or self._native(mod)
             if _log.isEnabledFor(logging.INFO):
                 shapes = ", ".join(f"{v.dtype}{list(v.shape)}" for v in values)
-                _log.info("@%s for (%s): %s", self.entry, shapes,
-                          f"a plan: {plan.describe()}" if plan else "the dispatcher")
-        return self._plans[key]
+                how = f"a plan: {compiled.describe()}" if isinstance(compiled, Plan) else \
+                    f"native code: {compiled.describe()}" if compiled else "the dispatcher"
+                _log.info("@%s for (%s): %s", self.entry, shapes, how)
+        return self._compiled[key]
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
         return self._interpreter.call(closure, args)

@@ -48,6 +48,7 @@ import logging
 import resource
 import signal
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any as AnyValue, Sequence
 
@@ -129,7 +130,7 @@ class NativeProgram:
         self._run_interruptible = ctypes.CFUNCTYPE(
             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
             jit.runtime_function("relaydsl_call_interruptible"))
-        self._types = _TypeTable(mod)
+        self._codec = _Codec(mod)
         self._arena_bytes = _INITIAL_ARENA
         self._local = threading.local()  # a thread's arena and state
 
@@ -149,11 +150,10 @@ class NativeProgram:
         base = address(arena) + (-address(arena)) % _ALIGN
         state[:] = (base, base + arena.nbytes - _ALIGN, 0, 0, -_stack_budget(), 0, 0,
                     address(local.stop))
-        encoder = _Encoder(self._types)
-        arguments = [encoder.encode(v, t) for v, t in zip(values, self.param_types)]
-        buffer = encoder.finish()
-        slots = np.array([a if absolute else address(buffer) + a
-                          for absolute, a in arguments] + [0], np.int64)
+        keep: list = []  # the arguments' memory, alive through the call
+        codec = self._codec
+        slots = np.array([codec.encode(v, t, keep) for v, t in zip(values, self.param_types)]
+                         + [0], np.int64)
         if _sigint_reaches_python():
             status = self._run_interruptible(self._function, address(state), address(slots))
         else:
@@ -164,9 +164,9 @@ class NativeProgram:
             if status & 0xFF:
                 raise self._error(int(status & 0xFF), int(state[DETAIL]))
             with deep_recursion(_DECODE_DEPTH):
-                return _decode(int(slots[-1]), self.ret_type, self._types)
+                return codec.decode(int(slots[-1]), self.ret_type)
         finally:
-            del encoder, buffer
+            del keep
             self._release(state)
 
     def _release(self, state: np.ndarray) -> None:
@@ -724,79 +724,113 @@ class _TypeTable:
         return self.mod.type_definitions[t.func].constructors[tag]
 
 
-class _Encoder:
-    """Python values as native objects, all in one int64 buffer (tensors are pointed at
-    where they are: the encoder keeps them alive)."""
+class _Tensor:
+    """How a tensor type crosses: its shape, dtype and size."""
 
-    def __init__(self, types: _TypeTable):
-        self.types = types
-        self.words: list[int] = []
-        self.relative: list[int] = []  # words holding an offset into the buffer
-        self.arrays: list[np.ndarray] = []
+    def __init__(self, t: TensorType):
+        self.shape = tuple(int(d) for d in t.shape)  # static: checked by _check_boundary
+        self.dtype = np.dtype(str(t.dtype))
+        self.count = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.count * self.dtype.itemsize
+        self.text = str(t)
 
-    def encode(self, value: AnyValue, t: Type) -> tuple[bool, int]:
-        """(True, an address) for a tensor, else (False, the object's offset)."""
+
+class _Codec:
+    """Python values to native objects and back, for the types of one program.
+
+    A data value or tuple argument becomes one int64 buffer of objects pointing at each
+    other and at the tensors where they are (no copies of C-contiguous arrays of the right
+    dtype). The buffer of a data value is remembered while the value lives (training
+    passes the same trees every epoch), unless making it copied a tensor.
+    """
+
+    def __init__(self, mod: IRModule):
+        self.types = _TypeTable(mod)
+        self._tensors: dict[Type, _Tensor] = {}
+        self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def tensor_type(self, t: TensorType) -> _Tensor:
+        found = self._tensors.get(t)
+        if found is None:
+            found = self._tensors[t] = _Tensor(t)
+        return found
+
+    def encode(self, value: AnyValue, t: Type, keep: list) -> int:
+        """The native value of argument `value`: an address; what must stay alive while
+        native code runs goes into `keep`."""
         if isinstance(t, TensorType):
-            return True, self.tensor(value, t)
-        words, relative = self.words, self.relative
-        root = len(words)
-        stack: list[tuple[AnyValue, Type, int | None]] = [(value, t, None)]
+            a = self.array(value, self.tensor_type(t))
+            keep.append(a)
+            return address(a)
+        cached = self._cache.get(value) if isinstance(value, ConstructorValue) else None
+        if cached is None:
+            arrays: list[np.ndarray] = []
+            buffer, copied = self._objects(value, t, arrays)
+            cached = (buffer, arrays)
+            if isinstance(value, ConstructorValue) and not copied:
+                self._cache[value] = cached
+        keep.append(cached)
+        return address(cached[0])
+
+    def array(self, value: AnyValue, t: _Tensor) -> np.ndarray:
+        a = value if isinstance(value, np.ndarray) else np.asarray(value, t.dtype)
+        if a.shape != t.shape or a.dtype != t.dtype:
+            raise TypeError(f"expected a tensor of {t.text}, got {a.dtype}{list(a.shape)}")
+        return contiguous(a)
+
+    def _objects(self, value: AnyValue, t: Type, arrays: list[np.ndarray]
+                 ) -> tuple[np.ndarray, bool]:
+        """The objects of `value` in one buffer (the root first), and whether a tensor
+        had to be copied."""
+        words: list[int] = []
+        relative: list[int] = []  # words holding an offset into the buffer
+        copied = False
+        stack: list[tuple[AnyValue, Type, int]] = [(value, t, -1)]
         while stack:
             value, t, at = stack.pop()
             start = len(words)
             if isinstance(t, TupleType):
                 if not isinstance(value, tuple) or len(value) != len(t.fields):
-                    raise TypeError(f"expected a tuple of {len(t.fields)}, got {value!r:.60}")
-                fields = list(zip(value, t.fields))
-                first = start
+                    raise TypeError(f"expected a tuple of {len(t.fields)} value(s), got "
+                                    f"{value!r:.60}")
+                fields, first = zip(value, t.fields), start
             elif isinstance(t, TypeCall):
-                c = getattr(value, "constructor", None)
-                if not isinstance(value, ConstructorValue) or c is None or \
-                        c.belong_to is not t.func:
+                if not isinstance(value, ConstructorValue) or \
+                        value.constructor.belong_to is not t.func:
                     raise TypeError(f"expected a value of {t}, got {value!r:.60}")
+                c = value.constructor
                 words.append(c.tag)
-                fields = list(zip(value.fields, self.types.fields(c, t)))
-                first = start + 1
+                fields, first = zip(value.fields, self.types.fields(c, t)), start + 1
             else:
                 raise TypeError(f"a value of type {t} cannot be passed to native code")
+            fields = list(fields)
             words.extend([0] * len(fields))
-            if at is not None:
+            if at >= 0:
                 words[at] = 8 * start
                 relative.append(at)
             for i, (v, ft) in enumerate(fields):
                 if isinstance(ft, TensorType):
-                    words[first + i] = self.tensor(v, ft)
+                    a = self.array(v, self.tensor_type(ft))
+                    copied = copied or a is not v
+                    arrays.append(a)
+                    words[first + i] = address(a)
                 else:
                     stack.append((v, ft, first + i))
-        return False, 8 * root
+        buffer = np.array(words, np.int64)
+        if relative:
+            buffer[relative] += address(buffer)
+        return buffer, copied
 
-    def tensor(self, value: AnyValue, t: TensorType) -> int:
-        a = value if isinstance(value, np.ndarray) else np.asarray(value, t.dtype)
-        if a.shape != tuple(t.shape) or a.dtype != np.dtype(t.dtype):
-            raise TypeError(f"expected a tensor of {t}, got {a.dtype}{list(a.shape)}")
-        a = contiguous(a)
-        self.arrays.append(a)
-        return address(a)
-
-    def finish(self) -> np.ndarray:
-        """The objects, their pointers to each other made absolute."""
-        buffer = np.array(self.words or [0], np.int64)
-        if self.relative:
-            buffer[self.relative] += address(buffer)
-        return buffer
-
-
-def _decode(pointer: int, t: Type, types: _TypeTable) -> Value:
-    """The native value at `pointer`, of type `t`, as a Python value (tensors copied)."""
-    if isinstance(t, TensorType):
-        n = _nbytes(t.shape, t.dtype)
-        raw = (ctypes.c_char * n).from_address(pointer)
-        return np.frombuffer(raw, t.dtype, int(np.prod(t.shape, dtype=np.int64))) \
-            .reshape(t.shape).copy()
-    words = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64))
-    if isinstance(t, TupleType):
-        return tuple(_decode(words[i], f, types) for i, f in enumerate(t.fields))
-    assert isinstance(t, TypeCall)
-    c = types.constructor(t, words[0])
-    return ConstructorValue(c, tuple(_decode(words[i + 1], f, types)
-                                     for i, f in enumerate(types.fields(c, t))))
+    def decode(self, pointer: int, t: Type) -> Value:
+        """The native value at `pointer`, of type `t`, as a Python value (tensors copied)."""
+        if isinstance(t, TensorType):
+            tt = self.tensor_type(t)
+            raw = (ctypes.c_char * tt.nbytes).from_address(pointer)
+            return np.frombuffer(raw, tt.dtype, tt.count).reshape(tt.shape).copy()
+        words = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64))
+        if isinstance(t, TupleType):
+            return tuple(self.decode(words[i], f) for i, f in enumerate(t.fields))
+        assert isinstance(t, TypeCall)
+        c = self.types.constructor(t, words[0])
+        return ConstructorValue(c, tuple(self.decode(words[i + 1], f)
+                                         for i, f in enumerate(self.types.fields(c, t))))

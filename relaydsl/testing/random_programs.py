@@ -16,6 +16,10 @@ dimensions ``Any`` (known at run time only).
 ...     fn, inputs = program_and_inputs
 ...     assert len(fn.params) == len(inputs)
 >>> check()
+
+``through_data_and_closures(fn)`` wraps a program so that its value passes through the rest
+of the language -- a closure held in a reference, a tuple in a ``relay.List``, a recursive
+local function matching on it -- unchanged, so the JAX oracle of `fn` still applies.
 """
 from __future__ import annotations
 
@@ -26,9 +30,12 @@ from typing import Callable
 import numpy as np
 from hypothesis import strategies as st
 
+from relaydsl.ir.adt import PatternConstructor, PatternVar, PatternWildcard
 from relaydsl.ir.expr import (
-    Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var,
+    Call, Clause, Constant, Expr, Function, If, Let, Match, RefCreate, RefRead, Tuple,
+    TupleGetItem, Var,
 )
+from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import AnyDim, Dim, Kind, TensorType, TupleType, Type, TypeVar
 from relaydsl.op.registry import ops
 
@@ -229,3 +236,37 @@ def _let_all(lets: list[tuple[Var, Expr]], body: Expr) -> Expr:
     for var, value in reversed(lets):
         body = Let(var, value, body)
     return body
+
+
+def through_data_and_closures(fn: Function, mod: IRModule | None = None) -> Function:
+    """`fn`, computing the same value through a closure, a reference, a data type, ``match``
+    and recursion::
+
+        fn (%p0, %p1) {
+          let %f = fn (%a0, %a1) { <fn's body on %a0, %a1> };
+          let %cell = ref(%f);
+          let %go = fn (%xs) {
+            match? (%xs) { Cons(%t, Nil) => (!%cell)(%t.0, %t.1); Cons(_, %rest) => %go(%rest) }
+          };
+          %go(Cons((%p0, %p1), Cons((%p0, %p1), Nil)))
+        }
+
+    `mod` supplies the prelude's ``Cons`` and ``Nil`` (a fresh module's by default).
+    """
+    mod = mod if mod is not None else IRModule()
+    cons, nil = mod.get_constructor("Cons"), mod.get_constructor("Nil")
+    inner = Function(fn.params, fn.body)
+    params = tuple(Var(p.name_hint, p.type_annotation) for p in fn.params)
+    f, cell, go, xs = Var("f"), Var("cell"), Var("go"), Var("xs")
+    t, rest = Var("t"), Var("rest")
+    call = Call(RefRead(cell), tuple(TupleGetItem(t, i) for i in range(len(params))))
+    walk = Match(xs, (
+        Clause(PatternConstructor(cons, (PatternVar(t), PatternConstructor(nil, ()))), call),
+        Clause(PatternConstructor(cons, (PatternWildcard(), PatternVar(rest))),
+               Call(go, (rest,))),
+    ), complete=False)
+    args = Tuple(params)
+    data = Call(cons, (args, Call(cons, (args, Call(nil, ())))))
+    body = Let(f, inner, Let(cell, RefCreate(f), Let(go, Function((xs,), walk),
+                                                    Call(go, (data,)))))
+    return Function(params, body)

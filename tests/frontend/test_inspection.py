@@ -120,9 +120,9 @@ def test_each_execution_path_is_named(relaydsl_log):
     executor = messages(relaydsl_log, "relaydsl.backend.llvm.executor")
     paths = [m for m in executor if m.startswith("@")]
     assert paths[0].startswith("@apply_twice runs as native code: ")
-    assert paths[1] == ("@first runs on the dispatcher (the interpreter, each primitive "
-                        "function a compiled kernel); native code does not apply: parameter "
-                        "xs has a shape known only at run time")
+    assert paths[1].endswith(" runs on the dispatcher (the interpreter, each primitive "
+                             "function a compiled kernel); native code does not apply: "
+                             "parameter xs has a shape known only at run time")
     # at DEBUG, each kernel the dispatcher compiles for the shapes of its arguments
     assert any(m.startswith("dispatcher: for (float32[3]) Kernel((Tensor[(3,), float32]) -> ")
                for m in executor)

@@ -230,7 +230,7 @@ def test_shape_polymorphic_first_order_programs_get_a_plan_per_signature():
     for n in (1, 5, 5, 9):
         x = rand(n, 16)
         np.testing.assert_allclose(exe(x, w), np.tanh(x @ w) * 2.0, rtol=1e-5, atol=1e-6)
-    plans = exe.program._plans
+    plans = exe.program._compiled
     assert sorted(key[0][0][0] for key in plans) == [1, 5, 9]
     assert all(plan is not None for plan in plans.values())
 

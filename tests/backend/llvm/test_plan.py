@@ -170,7 +170,7 @@ def test_a_shape_polymorphic_loop_gets_a_plan_per_signature():
         xs = rand(n, 4)
         np.testing.assert_allclose(exe(xs), np.asarray(jax.nn.sigmoid(xs)).sum(0),
                                    rtol=1e-5, atol=1e-6)
-    plans = exe.program._plans
+    plans = exe.program._compiled
     assert sorted(k[0][0][0] for k in plans) == [1, 2, 5]
     assert exe.program.uses_plan and all(isinstance(p, Plan) for p in plans.values())
 

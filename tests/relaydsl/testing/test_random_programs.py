@@ -8,7 +8,8 @@ from relaydsl.ir import Call, Function, Grad, IRModule, TensorType, Var
 from relaydsl.ir.parser import parse
 from relaydsl.ir.structural import structural_equal
 from relaydsl.testing import assert_matches_jax, to_jax
-from relaydsl.testing.random_programs import random_programs
+from relaydsl.backend.interpreter import to_value
+from relaydsl.testing.random_programs import random_programs, through_data_and_closures
 from relaydsl.typing import infer_types
 
 EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,3 +97,50 @@ def test_random_programs_with_annotated_lets_match_jax_on_both_targets(program_a
 @given(random_programs(max_ops=6, scalar_result=True, symbolic=True, annotate=True))
 def test_grad_of_random_annotated_shape_polymorphic_programs_matches_jax(program_and_inputs):
     assert_grad_matches_jax_on_both_targets(*program_and_inputs)
+
+
+def run_both(fn: Function, inputs: list[np.ndarray], entry: str = "main"):
+    """`fn` wrapped by through_data_and_closures, on llvm (which must run it as native
+    code) and on the interpreter."""
+    mod = infer_types(IRModule.from_expr(through_data_and_closures(fn)))
+    program = get_target("llvm").build(mod, entry, {})
+    assert program.path == "native"
+    args = [to_value(a, p.checked_type) for a, p in zip(inputs, mod[entry].params)]
+    return program(*args), get_target("interp").build(mod, entry, {})(*args)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs())
+def test_native_code_matches_jax_on_random_programs_through_data_and_closures(
+        program_and_inputs):
+    fn, inputs = program_and_inputs
+    expected = to_jax(IRModule.from_expr(fn), "main")(*inputs)
+    for ours in run_both(fn, inputs):
+        ours_leaves = ours if isinstance(ours, tuple) else (ours,)
+        expected_leaves = expected if isinstance(expected, tuple) else (expected,)
+        for a, e in zip(ours_leaves, expected_leaves, strict=True):
+            assert a.shape == np.shape(e) and a.dtype == np.asarray(e).dtype
+            np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(max_ops=6, scalar_result=True))
+def test_native_gradients_match_jax_through_data_and_closures(program_and_inputs):
+    fn, inputs = program_and_inputs
+    mod = IRModule()
+    f = mod.add("f", through_data_and_closures(fn, mod))
+    params = [Var(p.name_hint, TensorType(a.shape, a.dtype.name))
+              for p, a in zip(fn.params, inputs)]
+    mod.add("main", Function(params, Call(Grad(f), params)))
+    mod = infer_types(mod)
+    with jax.enable_x64(True):
+        value, grads = jax.value_and_grad(to_jax(IRModule.from_expr(fn), "main"),
+                                          argnums=tuple(range(len(inputs))))(*inputs)
+    tol = 1e-4 if inputs[0].dtype == np.float32 else 1e-9
+    program = get_target("llvm").build(mod, "main", {})
+    assert program.path == "native"
+    for target, run in (("llvm", program), ("interp", get_target("interp").build(mod, "main", {}))):
+        ours, our_grads = run(*inputs)
+        np.testing.assert_allclose(ours, value, rtol=tol, atol=tol, err_msg=target)
+        for a, e in zip(our_grads, grads, strict=True):
+            np.testing.assert_allclose(a, e, rtol=tol, atol=tol, err_msg=target)
