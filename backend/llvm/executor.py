@@ -41,14 +41,16 @@ from typing import Sequence
 
 import numpy as np
 
-from relaydsl.backend.interpreter import Closure, Interpreter, Value, evaluate
+from relaydsl.backend.interpreter import Closure, ConstructorValue, Interpreter, Value, evaluate
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
 from relaydsl.backend.llvm.native import NativeProgram, Unsupported
 from relaydsl.backend.llvm.plan import Plan, contiguous, static_type
 from relaydsl.ir.expr import Expr, Function, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import ExprMutator
+from relaydsl.ir.types import (
+    Kind, TensorType, TupleType, Type, TypeCall, TypeVar, type_to_str,
+)
+from relaydsl.ir.visitor import ExprMutator, substitute_types, type_vars_of
 from relaydsl.transform import pipeline
 from relaydsl.transform.pass_infra import PassContext
 
@@ -90,8 +92,7 @@ class Program:
             self.plan = Plan.build(fn, opt_level)
         # symbolic dimensions: a plan, else native code, per call signature (shapes)
         self._per_signature = self.plan is None and \
-            all(isinstance(p.checked_type, TensorType) for p in fn.params) and \
-            not all(static_type(p.checked_type) for p in fn.params)
+            any(symbolic_type(p.checked_type) for p in fn.params)
         self._plan_applies = self._per_signature and Plan.applies(fn, static=False)
         self._compiled: dict[tuple, Plan | NativeProgram | None] = {}
         self.native: NativeProgram | None = None
@@ -153,15 +154,23 @@ class Program:
 
     def _compiled_for(self, values: Sequence[Value]) -> Plan | NativeProgram | None:
         """The plan, else the native code, of the entry typed with the values' shapes."""
-        if not all(isinstance(v, np.ndarray) for v in values):
-            return None
-        key = tuple((v.shape, v.dtype.str) for v in values)
+        params = self.mod[self.entry].params
+        if all(isinstance(v, np.ndarray) for v in values):
+            key: tuple = tuple((v.shape, v.dtype.str) for v in values)
+            types = [TensorType(v.shape, v.dtype.name) for v in values]
+        else:  # data values: the types their tensors give the parameters' shape variables
+            found = signature_types([p.checked_type for p in params], values, self.mod)
+            if found is None:  # e.g. an empty list: nothing fixes its tensors' shapes
+                return None
+            types = found
+            key = tuple(types)
         if key not in self._compiled:
-            mod = prepare(specialize_entry(self.source, self.entry, values), self.context)
+            mod = prepare(specialize_entry(self.source, self.entry, types), self.context)
             compiled = self._compiled[key] = \
                 Plan.build(mod[self.entry], self.opt_level) or self._native(mod)
             if _log.isEnabledFor(logging.INFO):
-                shapes = ", ".join(f"{v.dtype}{list(v.shape)}" for v in values)
+                shapes = ", ".join(f"{t.dtype}{list(t.shape)}" if isinstance(t, TensorType)
+                                   else type_to_str(t) for t in types)
                 how = f"a plan: {compiled.describe()}" if isinstance(compiled, Plan) else \
                     f"native code: {compiled.describe()}" if compiled else "the dispatcher"
                 _log.info("@%s for (%s): %s", self.entry, shapes, how)
@@ -200,16 +209,55 @@ def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
     return out
 
 
-def specialize_entry(mod: IRModule, entry: str, args: Sequence[np.ndarray]) -> IRModule:
-    """A copy of `mod` whose `entry` takes exactly the arguments' shapes, re-typed."""
+def specialize_entry(mod: IRModule, entry: str, types: Sequence[Type]) -> IRModule:
+    """A copy of `mod` whose `entry` takes parameters of exactly `types`, re-typed."""
     from relaydsl.typing import infer_types
 
     out = mod.copy()
-    out.add(entry, _retyped(mod[entry], [TensorType(a.shape, a.dtype.name) for a in args]))
+    out.add(entry, _retyped(mod[entry], types))
     return infer_types(out)
 
 
-def _retyped(fn: Function, types: Sequence[TensorType]) -> Function:
+def symbolic_type(t: Type) -> bool:
+    """Whether a parameter type has dimensions a call's values fix: tensors, tuples and data
+    types of them, with a shape variable or ``Any`` somewhere."""
+    if isinstance(t, TensorType):
+        return not static_type(t)
+    if isinstance(t, TupleType):
+        return any(symbolic_type(f) for f in t.fields) and \
+            all(isinstance(f, (TensorType, TupleType, TypeCall)) for f in t.fields)
+    if isinstance(t, TypeCall):
+        return any(symbolic_type(a) for a in t.args)
+    return False
+
+
+def signature_types(types: Sequence[Type], values: Sequence[Value], mod: IRModule
+                    ) -> list[Type] | None:
+    """`types` with the shape variables that the values' tensors fix replaced by their
+    sizes (the first tensor that mentions one decides; type checking has made them agree);
+    None when a variable stays unfixed (no tensor mentions it: an empty list)."""
+    sizes: dict[TypeVar, int] = {}
+    wanted = {v for t in types for v in type_vars_of(t) if v.kind == Kind.Shape}
+    stack = list(zip(types, values))
+    while stack and len(sizes) < len(wanted):
+        t, v = stack.pop()
+        if isinstance(t, TensorType):
+            for d, n in zip(t.shape, np.shape(v)):
+                if isinstance(d, TypeVar):
+                    sizes.setdefault(d, int(n))
+        elif isinstance(t, TupleType) and isinstance(v, tuple):
+            stack.extend(zip(t.fields, v))
+        elif isinstance(t, TypeCall) and isinstance(v, ConstructorValue):
+            td = mod.type_definitions[t.func]
+            mapping = dict(zip(td.type_vars, t.args))
+            stack.extend((substitute_types(f, mapping), x)
+                         for f, x in zip(v.constructor.inputs, v.fields))
+    if len(sizes) < len(wanted):
+        return None
+    return [substitute_types(t, sizes) for t in types]
+
+
+def _retyped(fn: Function, types: Sequence[Type]) -> Function:
     """`fn` with fresh parameters of `types` (the body's types are left to inference)."""
     params = [Var(p.name_hint, t) for p, t in zip(fn.params, types)]
     body = _Rebind(dict(zip(fn.params, params))).visit(fn.body)

@@ -4,8 +4,9 @@ This module is the one place that lists them. A target compiles a module in two 
 
 1. ``OPTIMIZE``, target-independent: grad nodes lowered (required to run anything), and at
    higher levels inlining, first-order gradients, dead code elimination, constant folding;
-2. the target's ``LOWERING`` phase, what its executor needs: on llvm every op call in a
-   primitive function (fused from level 1), in A-normal form; the interpreter runs the
+2. the target's ``LOWERING`` phase, what its executor needs: on llvm static shapes where
+   only an annotation hid them, every op call in a primitive function (fused from level
+   1), in A-normal form; the interpreter runs the
    whole language and needs nothing.
 
 What each opt_level adds:
@@ -42,7 +43,7 @@ PassContext, else the target's default; the context's ``required_pass`` and
 ``disabled_pass`` add and remove passes whatever the level.
 
 >>> pass_names("llvm", 0)
-['LowerGrads', 'ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
+['LowerGrads', 'StaticShapes', 'ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
 >>> pass_names("interp", 2)[4:]
 ['SimplifyInference', 'DeadCodeElimination', 'FoldConstant']
 >>> pass_names("interp", 0, required_pass=["InlineAll"])
@@ -70,6 +71,7 @@ from relaydsl.transform.lambda_lift import lambda_lift
 from relaydsl.transform.partial_eval import partial_evaluate
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
 from relaydsl.transform.simplify_inference import simplify_inference
+from relaydsl.transform.static_shapes import static_shapes
 
 MAX_OPT_LEVEL = 3
 ON_DEMAND = MAX_OPT_LEVEL + 1
@@ -135,6 +137,9 @@ EliminateCommonSubexpr = module_pass(
 CombineParallelConv2D = module_pass(
     combine_parallel_conv2d, opt_level=ON_DEMAND, name="CombineParallelConv2D",
     description="conv2d calls of one input (3 or more) become one wider conv2d and slices")
+StaticShapes = module_pass(
+    static_shapes, opt_level=0, name="StaticShapes",
+    description="drop relay.Any from annotations where the values' shapes are static")
 ToGraphNormalForm = module_pass(
     to_graph_normal_form, opt_level=0, name="ToGraphNormalForm",
     description="inline let-bound pure dataflow into a DAG of shared nodes")
@@ -168,7 +173,7 @@ OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradie
                               CombineParallelConv2D, AlterOpLayout)
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
-    "llvm": (FuseOps, ToANormalForm),
+    "llvm": (StaticShapes, FuseOps, ToANormalForm),
 }
 
 

@@ -238,3 +238,25 @@ def test_ctrl_c_stops_an_endless_native_loop(tmp_path):
     lines, stderr, code = run_with_sigints(SCRIPT, tmp_path)
     assert lines == ["ready"]
     assert code == -signal.SIGINT and stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+
+
+@relay
+def scaled_head(xs: relay.List[Tensor[Float, ("n",)]], k: Tensor[Float, ("n",)]
+                ) -> Tensor[Float, ("n",)]:
+    match xs:
+        case relay.Cons(h, _):
+            return relay.exp(h) * k
+        case _:
+            return k
+
+
+def test_data_values_of_symbolic_shape_get_native_code_per_signature():
+    exe = relay.build(scaled_head, target="llvm")
+    assert exe.program.path == "per signature"
+    for n in (3, 5, 3):
+        x, k = RNG.standard_normal(n).astype(np.float32), np.full(n, 2.0, np.float32)
+        np.testing.assert_allclose(exe([x], k), np.exp(x) * 2.0, rtol=1e-6)
+        np.testing.assert_allclose(exe([], k), k)
+    compiled = exe.program._compiled
+    assert len(compiled) == 2 and all(p.describe().endswith("native code between them")
+                                      for p in compiled.values())

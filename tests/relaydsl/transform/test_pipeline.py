@@ -19,7 +19,7 @@ RNG = np.random.default_rng(0)
 OPTIMIZE = ["Inline", "InlineGlobals", "FirstOrderGradients", "LowerGrads", "InlineGlobals",
             "SimplifyInference", "DeadCodeElimination", "FoldConstant", "FoldScaleAxis",
             "EliminateCommonSubexpr"]
-LLVM_LOWERING = ["ToGraphNormalForm", "FuseOps", "ToANormalForm"]
+LLVM_LOWERING = ["StaticShapes", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
 LEVEL_3 = ["FirstOrderGradients", "FoldScaleAxis", "EliminateCommonSubexpr"]
 ON_DEMAND = ["InlineAll", "PartialEvaluate", "EtaExpand", "Defunctionalization", "LambdaLift",
              "InlineOnce", "CombineParallelConv2D", "AlterOpLayout"]
