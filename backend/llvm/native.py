@@ -28,11 +28,11 @@ pay no allocator or reference counts between kernels. When the arena runs out, n
 code takes more chunks from malloc; Python frees them after the call and grows the arena
 to the high-water mark, so later calls of the same program do not need them.
 
-Errors. A ``match`` no clause matches, recursion deeper than the thread's stack allows
-and a SIGINT (Ctrl-C, on the main thread) stop the run with a code in the state; each
-call site checks it and returns, and Python raises the error (an ``InterpreterError``
-naming the match's source line, a ``RecursionError``, ``KeyboardInterrupt``): never a
-crash.
+Errors. A ``match`` no clause matches, recursion deeper than the thread's stack allows,
+a SIGINT (Ctrl-C, on the main thread) and a call taking more than half the machine's
+memory stop the run with a code in the state; each call site checks it and returns, and
+Python raises the error (an ``InterpreterError`` naming the match's source line,
+``KeyboardInterrupt``, ``MemoryError``): never a crash.
 
 What it takes (else the dispatcher runs the program, executor.py): static tensor shapes,
 and arguments and results of tensors, tuples and data types (no functions or references
@@ -45,6 +45,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import logging
+import os
 import resource
 import signal
 import threading
@@ -68,7 +69,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
-from relaydsl.ir.visitor import deep_recursion, free_vars, post_order, substitute_types
+from relaydsl.ir.visitor import free_vars, post_order, substitute_types
 from relaydsl.transform.fuse_ops import is_primitive
 
 _log = logging.getLogger(__name__)
@@ -79,9 +80,9 @@ SLOTS = PTR.as_pointer()
 _ALIGN = 64
 
 # The state a run threads through every function: ``[cur, end, error, detail, stack limit,
-# overflow chunks, overflow bytes, stop flag]`` (8-byte words).
-CUR, END, ERROR, DETAIL, STACK_LIMIT, CHUNKS, OVERFLOW, STOP = range(8)
-NO_CLAUSE, TOO_DEEP, INTERRUPTED = 1, 2, 3
+# overflow chunks, overflow bytes, stop flag, memory budget]`` (8-byte words).
+CUR, END, ERROR, DETAIL, STACK_LIMIT, CHUNKS, OVERFLOW, STOP, BUDGET = range(9)
+NO_CLAUSE, TOO_DEEP, INTERRUPTED, NO_MEMORY = 1, 2, 3, 4
 _CHUNK = 1 << 20
 _INITIAL_ARENA = 1 << 16
 
@@ -144,12 +145,12 @@ class NativeProgram:
         arena = getattr(local, "arena", None)
         if arena is None or arena.nbytes < self._arena_bytes + _ALIGN:
             arena = local.arena = np.empty(self._arena_bytes + _ALIGN, np.uint8)
-            local.state = np.zeros(8, np.int64)
+            local.state = np.zeros(BUDGET + 1, np.int64)
             local.stop = np.zeros(1, np.int32)
         state = local.state
         base = address(arena) + (-address(arena)) % _ALIGN
         state[:] = (base, base + arena.nbytes - _ALIGN, 0, 0, -_stack_budget(), 0, 0,
-                    address(local.stop))
+                    address(local.stop), _MEMORY_BUDGET)
         keep: list = []  # the arguments' memory, alive through the call
         codec = self._codec
         slots = np.array([codec.encode(v, t, keep) for v, t in zip(values, self.param_types)]
@@ -163,8 +164,7 @@ class NativeProgram:
                 signal.raise_signal(signal.SIGINT)  # by default, raises KeyboardInterrupt
             if status & 0xFF:
                 raise self._error(int(status & 0xFF), int(state[DETAIL]))
-            with deep_recursion(_DECODE_DEPTH):
-                return codec.decode(int(slots[-1]), self.ret_type)
+            return codec.decode(int(slots[-1]), self.ret_type)
         finally:
             del keep
             self._release(state)
@@ -186,6 +186,12 @@ class NativeProgram:
             where = f" at {node.span}" if node.span is not None else ""
             return InterpreterError(f"no clause of the match{where} matches its value",
                                     node.span)
+        if code == NO_MEMORY:
+            return MemoryError(
+                f"the program took more than {_MEMORY_BUDGET >> 20} MiB in one call (half "
+                "the machine's memory): native code frees what a call allocates when the "
+                "call returns, so a long loop inside one call (a whole training run) keeps "
+                "every step's values; loop in Python over calls of one step instead")
         if code == TOO_DEEP:
             return InterpreterError(
                 "the program's non-tail recursion is too deep for the native stack; write "
@@ -194,7 +200,8 @@ class NativeProgram:
         return KeyboardInterrupt()
 
 
-_DECODE_DEPTH = 200_000
+# Memory one call may take beyond its arena before it stops with a MemoryError.
+_MEMORY_BUDGET = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
 
 
 def _stack_budget() -> int:
@@ -342,7 +349,11 @@ class _Lowering:
         b.store(b.load(chunks_p), b.bitcast(chunk, I64.as_pointer()))
         b.store(b.ptrtoint(chunk, I64), chunks_p)
         over_p = b.gep(words, [I64(OVERFLOW)])
-        b.store(b.add(b.load(over_p), size), over_p)
+        over = b.add(b.load(over_p), size)
+        b.store(over, over_p)
+        with b.if_then(b.icmp_unsigned(">", over, b.load(b.gep(words, [I64(BUDGET)]))),
+                       likely=False):  # the run stops at the next call or loop turn
+            b.store(I64(NO_MEMORY), b.gep(words, [I64(ERROR)]))
         base = b.ptrtoint(chunk, I64)
         b.store(b.add(base, I64(_ALIGN)), cur_p)
         b.store(b.add(base, size), end_p)
@@ -431,11 +442,14 @@ class _FunctionCompiler:
         b.ret(ir.Constant(PTR, None))
 
     def poll_stop(self) -> None:
+        """At each call and loop turn: stop on a SIGINT, or on an error an allocation
+        flagged (it cannot return one itself)."""
         b = self.b
         flag = b.inttoptr(b.load(b.gep(self.words, [I64(STOP)])), I32.as_pointer())
         stop = b.load_atomic(flag, "monotonic", 4)
         with b.if_then(b.icmp_signed("!=", stop, I32(0)), likely=False):
             self.fail(INTERRUPTED, 0)
+        self.check_error()
 
     def check_error(self) -> None:
         b = self.b
@@ -822,15 +836,29 @@ class _Codec:
         return buffer, copied
 
     def decode(self, pointer: int, t: Type) -> Value:
-        """The native value at `pointer`, of type `t`, as a Python value (tensors copied)."""
-        if isinstance(t, TensorType):
-            tt = self.tensor_type(t)
-            raw = (ctypes.c_char * tt.nbytes).from_address(pointer)
-            return np.frombuffer(raw, tt.dtype, tt.count).reshape(tt.shape).copy()
-        words = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64))
-        if isinstance(t, TupleType):
-            return tuple(self.decode(words[i], f) for i, f in enumerate(t.fields))
-        assert isinstance(t, TypeCall)
-        c = self.types.constructor(t, words[0])
-        return ConstructorValue(c, tuple(self.decode(words[i + 1], f)
-                                         for i, f in enumerate(self.types.fields(c, t))))
+        """The native value at `pointer`, of type `t`, as a Python value (tensors copied).
+
+        Iterative: a result may be a list of a hundred thousand cells."""
+        root: list = [None]
+        objects: list[tuple[list, int, Constructor | None, list]] = []  # parents first
+        stack: list[tuple[int, Type, list, int]] = [(pointer, t, root, 0)]
+        while stack:
+            pointer, t, parent, index = stack.pop()
+            if isinstance(t, TensorType):
+                tt = self.tensor_type(t)
+                raw = (ctypes.c_char * tt.nbytes).from_address(pointer)
+                parent[index] = np.frombuffer(raw, tt.dtype, tt.count).reshape(tt.shape).copy()
+                continue
+            words = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64))
+            if isinstance(t, TupleType):
+                c, types, first = None, t.fields, 0
+            else:
+                assert isinstance(t, TypeCall)
+                c = self.types.constructor(t, words[0])
+                types, first = self.types.fields(c, t), 1
+            fields: list = [None] * len(types)
+            objects.append((parent, index, c, fields))
+            stack.extend((words[first + i], f, fields, i) for i, f in enumerate(types))
+        for parent, index, c, fields in reversed(objects):  # children before parents
+            parent[index] = tuple(fields) if c is None else ConstructorValue(c, tuple(fields))
+        return root[0]

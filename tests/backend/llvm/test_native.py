@@ -260,3 +260,21 @@ def test_data_values_of_symbolic_shape_get_native_code_per_signature():
     compiled = exe.program._compiled
     assert len(compiled) == 2 and all(p.describe().endswith("native code between them")
                                       for p in compiled.values())
+
+
+def test_a_call_taking_more_memory_than_its_budget_stops_with_a_memory_error(monkeypatch):
+    from relaydsl.backend.llvm import native as native_module
+
+    exe = native(ones)
+    monkeypatch.setattr(native_module, "_MEMORY_BUDGET", 4 << 20)
+    with pytest.raises(MemoryError, match="more than 4 MiB in one call"):
+        exe(np.int32(40_000))  # 40,000 tensors of 256 bytes
+    monkeypatch.undo()
+    assert list_length(exe(np.int32(40_000))) == 40_000
+
+
+def list_length(xs) -> int:
+    n = 0
+    while xs.name == "Cons":
+        n, xs = n + 1, xs.fields[1]
+    return n
