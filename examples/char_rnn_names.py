@@ -9,9 +9,10 @@ scores ln 59 = 4.08). Then it generates names greedily, as the tutorial does, fr
 first letters: as a relay.List that a recursive decorated function builds with Cons, and
 again with the generator that writes a tensor (the two agree).
 
-With the default settings (6,000 steps, hidden 128, about 3 minutes on a laptop core) the
-held-out loss goes from 4.08 to about 2.4 per character, and the names look like their
-languages ("Rovakov", "Gerter", "Santana", ...). --quick trains 300 steps in seconds.
+With the default settings (6,000 steps, hidden 128) the held-out loss goes from 4.09 to
+2.09 per character (measured: 4 minutes, 42 ms a step on a busy 2-core machine), and the
+names look like their languages: Rakhman, Uskin, Shakhman (Russian), Chun, Han (Chinese).
+--quick trains 300 steps in seconds (held-out loss about 2.7).
 """
 import argparse
 import sys

@@ -107,7 +107,8 @@ def test_char_rnn_names_quick():
                                        "gradadt branch's work, not yet merged (issue 14)")
 def test_tree_lstm_sst_quick():
     out = run("tree_lstm_sst.py", "--quick", "--data", str(SHARED_DATA / "sst"))
-    assert "300 training trees, 200 dev trees" in out
-    before = float(re.search(r"before training: dev root accuracy ([\d.]+)%", out).group(1))
-    after = float(re.search(r"epoch 1: .* dev root accuracy ([\d.]+)%", out).group(1))
-    assert 0 <= before <= 100 and after > 25.0  # above chance (20%) after 300 trees
+    assert "200 training trees, 100 dev trees" in out
+    losses = [float(v) for v in re.findall(r"trees: mean loss ([\d.]+)", out)]
+    accuracy = float(re.search(r"epoch 1: .* dev root accuracy ([\d.]+)%", out).group(1))
+    # measured 1.02 and 45%; a uniform guess scores ln 5 = 1.61 and 20%
+    assert len(losses) == 10 and losses[-1] < 1.5 and accuracy > 30.0
