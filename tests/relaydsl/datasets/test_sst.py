@@ -50,11 +50,12 @@ def test_vocabulary_counts_words_and_maps_unknown_ones_to_zero():
 
 @needs_sst
 def test_the_real_treebank_has_the_standard_split():
-    counts = {split: len(sst(split, SHARED_SST)) for split in ("train", "dev", "test")}
-    assert counts == {"train": 8544, "dev": 1101, "test": 2210}
-    roots = Counter(t.label for t in sst("dev", SHARED_SST))
+    trees = {split: sst(split, SHARED_SST) for split in ("train", "dev", "test")}
+    assert {split: len(t) for split, t in trees.items()} == {"train": 8544, "dev": 1101,
+                                                              "test": 2210}
+    roots = Counter(t.label for t in trees["dev"])
     assert roots == {0: 139, 1: 289, 2: 229, 3: 279, 4: 165}
-    first = sst("dev", SHARED_SST)[0]
+    first = trees["dev"][0]
     assert first.label == 3 and first.words()[:4] == ["It", "'s", "a", "lovely"]
 
 
