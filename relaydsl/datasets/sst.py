@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from relaydsl.datasets.files import DatasetError, find_directory
 
@@ -143,8 +144,9 @@ def sst(split: str, path: str | Path | None = None, *,
 class Vocabulary:
     """Words and their indices; index 0 stands for every word not in the vocabulary."""
 
+    UNKNOWN: ClassVar[str] = "<unk>"
     words: tuple[str, ...]
-    UNKNOWN = "<unk>"
+    _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {w: i for i, w in enumerate(self.words)})
@@ -153,10 +155,10 @@ class Vocabulary:
         return len(self.words)
 
     def __getitem__(self, word: str) -> int:
-        return self._index.get(word, 0)  # type: ignore[attr-defined]
+        return self._index.get(word, 0)
 
     def __contains__(self, word: str) -> bool:
-        return word in self._index  # type: ignore[attr-defined]
+        return word in self._index
 
 
 def vocabulary(trees: Iterable[Tree], min_count: int = 1) -> Vocabulary:
