@@ -36,6 +36,7 @@ import numpy as np
 
 from relaydsl.backend.interpreter import Closure, Interpreter, Value, evaluate
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
+from relaydsl.backend.llvm.native import NativeProgram, Unsupported
 from relaydsl.backend.llvm.plan import Plan, contiguous, static_type
 from relaydsl.ir.expr import Expr, Function, Var
 from relaydsl.ir.module import IRModule
@@ -84,6 +85,13 @@ class Program:
             all(isinstance(p.checked_type, TensorType) for p in fn.params) and \
             Plan.applies(fn, static=False)
         self._plans: dict[tuple, Plan | None] = {}
+        self.native: NativeProgram | None = None
+        self._native_unsupported = ""
+        if self.plan is None and not self._per_signature:
+            try:
+                self.native = NativeProgram(self.mod, entry, opt_level)
+            except Unsupported as e:
+                self._native_unsupported = str(e)
         # the dispatcher: kernels by primitive function (held, so never confused with a
         # later one) and argument shapes
         self._kernels: dict[tuple, Kernel] = {}
@@ -97,10 +105,21 @@ class Program:
         elif self._per_signature:
             _log.info("@%s runs as a plan per call signature (its shapes are symbolic)",
                       self.entry)
+        elif self.native is not None:
+            _log.info("@%s runs as native code: %s", self.entry, self.native.describe())
         else:
-            reason = Plan.unsupported(fn, static=False) or "parameters of symbolic shape"
             _log.info("@%s runs on the dispatcher (the interpreter, each primitive function "
-                      "a compiled kernel); a plan does not apply: %s", self.entry, reason)
+                      "a compiled kernel); native code does not apply: %s", self.entry,
+                      self._native_unsupported or "parameters of symbolic shape")
+
+    @property
+    def path(self) -> str:
+        """How calls run: "plan", "plan per signature", "native" or "dispatcher"."""
+        if self.plan is not None:
+            return "plan"
+        if self._per_signature:
+            return "plan per signature"
+        return "native" if self.native is not None else "dispatcher"
 
     @property
     def uses_plan(self) -> bool:
@@ -112,6 +131,8 @@ class Program:
         plan = self.plan or (self._plan_for(values) if self._per_signature else None)
         if plan is not None:
             return plan(*values)
+        if self.native is not None:
+            return self.native(*values)
         return evaluate(self.mod, *values, entry=self.entry, interpreter=self._interpreter)
 
     def _plan_for(self, values: Sequence[Value]) -> Plan | None:

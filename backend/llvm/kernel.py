@@ -74,11 +74,13 @@ class Kernel:
         self.input_types = [TensorType(t.shape, t.dtype) for t in lowered.params]
         self.output_types = [TensorType(t.shape, t.dtype) for t in lowered.outputs]
         self.returns_tuple = lowered.returns_tuple
-        self._constants = [data for _, data in lowered.constants]
-        self._scratch = [(t.shape, t.dtype) for t in sched.scratch]
+        # the buffers after inputs and outputs in the entry's table: constants, then scratch
+        self.constants = [data for _, data in lowered.constants]
+        self.scratch = [(t.shape, t.dtype) for t in sched.scratch]
         self.entry_address = lib.address(entry)
         self._entry = lib.function(entry, None, [ctypes.c_void_p])
-        self._empty = all(math.prod(c.stage.tensor.shape) == 0 for c in codes)
+        self.empty = all(  # nothing to compute: the entry need not be called
+            math.prod(c.stage.tensor.shape) == 0 for c in codes)
         self.stages = [(c.stage.symbol, c.stage.extent, c.stage.parallel, c.stage.work)
                        for c in codes]
 
@@ -102,10 +104,10 @@ class Kernel:
         against this kernel's input types (the dispatcher keys its kernels by them).
         """
         outputs = [np.empty(t.shape, t.dtype) for t in self.output_types]
-        if self._scratch:
+        if self.scratch:
             self.bind(inputs, outputs)()
-        elif not self._empty:
-            arrays = [*inputs, *outputs, *self._constants]
+        elif not self.empty:
+            arrays = [*inputs, *outputs, *self.constants]
             self._entry((ctypes.c_void_p * len(arrays))(*[address(a) for a in arrays]))
         return outputs
 
@@ -114,8 +116,8 @@ class Kernel:
         _check(inputs, self.input_types, "input", writeable=False)
         _check(outputs, self.output_types, "output", writeable=True)
         _check_disjoint(inputs, outputs)
-        scratch = [_aligned_empty(shape, dtype) for shape, dtype in self._scratch]
-        return Bound(self, [*inputs, *outputs, *self._constants, *scratch])
+        scratch = [_aligned_empty(shape, dtype) for shape, dtype in self.scratch]
+        return Bound(self, [*inputs, *outputs, *self.constants, *scratch])
 
 
 def address(a: np.ndarray) -> int:
@@ -144,7 +146,7 @@ class Bound:
         self._table[position] = address(array)
 
     def __call__(self) -> None:
-        if not self.kernel._empty:
+        if not self.kernel.empty:
             self.kernel._entry(self._table)
 
 

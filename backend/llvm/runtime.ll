@@ -316,5 +316,33 @@ done:
   ret i32 %result
 }
 
+; Calls a native program's entry (native.py: ``i64 run(ptr state, ptr slots)``) with
+; @on_interrupt as the SIGINT handler, as @relaydsl_run_interruptible runs a plan: the
+; state's stop-flag word (index 7) points at @interrupted, which native code polls at each
+; call and loop turn. Returns the run's code, plus 256 when a SIGINT came.
+define i64 @relaydsl_call_interruptible(ptr %fn, ptr %st, ptr %slots) {
+entry:
+  %new = alloca [256 x i8], align 16
+  %old = alloca [256 x i8], align 16
+  call void @llvm.memset.p0.i64(ptr %new, i8 0, i64 256, i1 false)
+  store ptr @on_interrupt, ptr %new
+  store atomic i32 0, ptr @interrupted monotonic, align 4
+  %stop = getelementptr i64, ptr %st, i64 7
+  store ptr @interrupted, ptr %stop
+  %installed = call i32 @sigaction(i32 2, ptr %new, ptr %old)
+  %code = call i64 %fn(ptr %st, ptr %slots)
+  %ok = icmp eq i32 %installed, 0
+  br i1 %ok, label %restore, label %done
+restore:
+  %r = call i32 @sigaction(i32 2, ptr %old, ptr null)
+  br label %done
+done:
+  %flag = load atomic i32, ptr @interrupted monotonic, align 4
+  %came = icmp ne i32 %flag, 0
+  %bit = select i1 %came, i64 256, i64 0
+  %result = or i64 %code, %bit
+  ret i64 %result
+}
+
 declare void @llvm.memmove.p0.p0.i64(ptr, ptr, i64, i1)
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)

@@ -100,7 +100,8 @@ def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool 
 
 
 EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_program", "relaydsl_run_interruptible",
-           "relaydsl_pool_start", "relaydsl_pool_threads", "relaydsl_pool_forget")
+           "relaydsl_call_interruptible", "relaydsl_pool_start", "relaydsl_pool_threads",
+           "relaydsl_pool_forget")
 
 SOURCE = pathlib.Path(__file__).with_name("runtime.ll")
 

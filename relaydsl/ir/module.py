@@ -161,6 +161,12 @@ class IRModule:
         except KeyError:
             raise IRError(f"no type named {name!r}.{suggest(name, self._type_names)}") from None
 
+    def has_type(self, name: str) -> bool:
+        return name in self._type_names
+
+    def has_constructor(self, name: str) -> bool:
+        return name in self._constructors
+
     def get_constructor(self, name: str) -> Constructor:
         try:
             return self._constructors[name]

@@ -46,8 +46,17 @@ def supports(fn: Function) -> bool:
             ok[0] = False
 
     post_order(fn.body, check)
-    return ok[0] and isinstance(fn.checked_type, FuncType) and \
-        isinstance(fn.checked_type.ret_type, TensorType)
+    t = fn.checked_type
+    # parameters of other types (an ADT passed through) have no zero adjoint here
+    return ok[0] and isinstance(t, FuncType) and isinstance(t.ret_type, TensorType) and \
+        all(_of_tensors(a) for a in t.arg_types)
+
+
+def _of_tensors(t: Type) -> bool:
+    """Whether `t` is a tensor type or a tuple of such types."""
+    if isinstance(t, TupleType):
+        return all(_of_tensors(f) for f in t.fields)
+    return isinstance(t, TensorType)
 
 
 def _typed(e: Expr, t: Type) -> Expr:

@@ -8,7 +8,9 @@ output adjoint, applies the op's gradient rule (defined with the op, relaydsl/op
 and adds the results into its inputs' references, then calls the previous
 backpropagator. Control flow, closures, recursion, tuples, ADTs and
 references are lifted structurally, so the result is ordinary Relay and can
-itself be differentiated again (grad of grad).
+itself be differentiated again (grad of grad). An ADT whose constructors declare
+tensor fields is lifted to a twin ADT (``_Lifting``); the gradient with respect to
+an ADT argument is a value of the same ADT holding the tensors' gradients.
 
 Example: ``grad(fn (%x) { tanh(%x) })`` becomes, in outline::
 
@@ -30,16 +32,19 @@ from __future__ import annotations
 from typing import Sequence
 
 from relaydsl.errors import RelayTypeError
-from relaydsl.ir.adt import Constructor, Pattern, pattern_vars
+from relaydsl.ir.adt import (
+    Constructor, Pattern, PatternConstructor, PatternVar, TypeData, pattern_vars,
+)
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Op, RefCreate, RefRead, RefWrite,
-    Tuple, TupleGetItem, Var,
+    Call, Clause, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate,
+    RefRead, RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
-    FuncType, RefType, TensorType, TupleType, Type, TypeCall, has_float, is_float, type_to_str,
+    FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, has_float, is_float,
+    type_to_str,
 )
-from relaydsl.ir.visitor import ExprMutator, post_order
+from relaydsl.ir.visitor import ExprMutator, post_order, substitute_types, type_vars_of
 from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.first_order_gradient import first_order_gradient, supports
 from relaydsl.typing import infer_types
@@ -48,22 +53,6 @@ from relaydsl.op.grad_util import input_adjoints
 from relaydsl.op.registry import ops
 
 BACKPROP_TYPE = RefType(FuncType((), TupleType(())))
-
-
-def lift_type(t: Type) -> Type:
-    """The type of a value in the differentiated program: tensors carry an adjoint reference."""
-    if isinstance(t, TensorType):
-        return TupleType((t, RefType(t)))
-    if isinstance(t, TupleType):
-        return TupleType(tuple(lift_type(f) for f in t.fields))
-    if isinstance(t, FuncType):
-        return FuncType(tuple(lift_type(a) for a in t.arg_types), lift_type(t.ret_type),
-                        t.type_params)
-    if isinstance(t, TypeCall):
-        return TypeCall(t.func, tuple(lift_type(a) for a in t.args))
-    if isinstance(t, RefType):
-        return RefType(lift_type(t.value))
-    return t  # type variables stand for lifted types already
 
 
 def _seq(effects: Sequence[Expr], result: Expr) -> Expr:
@@ -84,27 +73,6 @@ def value_of(lifted: Expr, t: Type) -> Expr:
         f"grad: an operator input of type {type_to_str(t)} cannot be differentiated")
 
 
-def lift_constant(value: Expr, t: Type) -> Expr:
-    """A value entering the differentiated program from outside: a fresh zero adjoint."""
-    if isinstance(t, TensorType):
-        return Tuple((value, RefCreate(ops.zeros_like(value))))
-    if isinstance(t, TupleType):
-        v = Var("c")
-        return Let(v, value, Tuple(tuple(lift_constant(TupleGetItem(v, i), f)
-                                         for i, f in enumerate(t.fields))))
-    raise RelayTypeError(f"grad: a value of type {type_to_str(t)} from outside the differentiated "
-                         "function is not supported (pass it as an argument)", value.span)
-
-
-def read_adjoint(lifted: Expr, t: Type) -> Expr:
-    if isinstance(t, TensorType):
-        return RefRead(TupleGetItem(lifted, 1))
-    if isinstance(t, TupleType):
-        return Tuple(tuple(read_adjoint(TupleGetItem(lifted, i), f)
-                           for i, f in enumerate(t.fields)))
-    raise RelayTypeError(f"grad: cannot take the adjoint of a value of type {type_to_str(t)}")
-
-
 def accumulate(lifted: Expr, grad: Expr, t: Type) -> list[Expr]:
     """Effects adding `grad` into the adjoint references of `lifted` (floats only)."""
     if isinstance(t, TensorType):
@@ -118,18 +86,181 @@ def accumulate(lifted: Expr, grad: Expr, t: Type) -> list[Expr]:
     return []
 
 
+class _Lifting:
+    """The types of the differentiated program, and the conversions of values into and out of it.
+
+    A tensor ``t`` becomes ``(t, ref t)``; tuples, functions and references lift
+    componentwise. An ADT lifts through its type parameters (``List[t]`` becomes
+    ``List[lift t]``) unless its constructors declare fields holding tensors (directly, in
+    tuples, or through another such ADT): a field declared ``Tensor[..]`` cannot hold a pair,
+    so such an ADT gets a lifted twin (``STree_lifted``: the same type parameters, each
+    constructor's fields lifted), which lifted code builds and matches instead. ADT values from
+    outside the differentiated function enter through a generated global that walks them
+    (``@lift_STree``), and their gradients leave through another (``@adjoint_STree``): the same
+    tree with each tensor replaced by its gradient, as for a JAX pytree.
+
+    One instance serves every grad node of a module, so each twin and walk is made once;
+    grad of grad lifts a twin in turn (``STree_lifted_lifted``).
+    """
+
+    def __init__(self, mod: IRModule):
+        self.mod = mod
+        self.twins: dict[GlobalTypeVar, GlobalTypeVar | None] = {}
+        self.walks: dict[tuple[bool, Type], GlobalVar] = {}
+        self.names: set[str] = set()  # chosen before their definitions enter the module
+
+    def type(self, t: Type) -> Type:
+        """The type of a value in the differentiated program: tensors carry an adjoint reference."""
+        if isinstance(t, TensorType):
+            return TupleType((t, RefType(t)))
+        if isinstance(t, TupleType):
+            return TupleType(tuple(self.type(f) for f in t.fields))
+        if isinstance(t, FuncType):
+            return FuncType(tuple(self.type(a) for a in t.arg_types), self.type(t.ret_type),
+                            t.type_params)
+        if isinstance(t, TypeCall):
+            return TypeCall(self.twin(t.func) or t.func, tuple(self.type(a) for a in t.args))
+        if isinstance(t, RefType):
+            return RefType(self.type(t.value))
+        return t  # type variables stand for lifted types already
+
+    def twin(self, header: GlobalTypeVar) -> GlobalTypeVar | None:
+        """The lifted twin of ADT `header`, added to the module on first use; None for an ADT
+        declaring no field that holds a tensor."""
+        if header in self.twins:
+            return self.twins[header]
+        td = self.mod.type_definitions[header]
+        if not self._declares_tensors(td):
+            self.twins[header] = None
+            return None
+        twin = GlobalTypeVar(self._fresh(f"{header.name}_lifted"), header.kind)
+        self.twins[header] = twin  # before its fields, which may mention the ADT itself
+        ctors = tuple(Constructor(self._fresh(f"{c.name}_lifted"),
+                                  tuple(self.type(t) for t in c.inputs), twin, c.tag)
+                      for c in td.constructors)
+        self.mod.add_type(TypeData(twin, td.type_vars, ctors))
+        return twin
+
+    def constructor(self, c: Constructor) -> Constructor:
+        """The constructor lifted code uses for `c`: its twin's, if its ADT has a twin."""
+        twin = self.twin(c.belong_to)
+        return c if twin is None else self.mod.type_definitions[twin].constructors[c.tag]
+
+    def _declares_tensors(self, td: TypeData) -> bool:
+        """Whether a constructor of `td`, or of an ADT its fields mention, declares a field
+        holding a tensor (type parameters aside: ``List[t]`` lifts through ``t``)."""
+        seen, todo = {td.header}, [td]
+        while todo:
+            for c in todo.pop().constructors:
+                mentioned: list[GlobalTypeVar] = []
+                if any(_holds_tensor(t, mentioned) for t in c.inputs):
+                    return True
+                for header in mentioned:
+                    if header not in seen:
+                        seen.add(header)
+                        todo.append(self.mod.type_definitions[header])
+        return False
+
+    def constant(self, value: Expr, t: Type) -> Expr:
+        """A value of type `t` entering the differentiated program from outside: each of its
+        tensors gets a fresh zero adjoint."""
+        if isinstance(t, TensorType):
+            return Tuple((value, RefCreate(ops.zeros_like(value))))
+        if isinstance(t, TupleType):
+            v = Var("c")
+            return Let(v, value, Tuple(tuple(self.constant(TupleGetItem(v, i), f)
+                                             for i, f in enumerate(t.fields))))
+        if isinstance(t, TypeCall):
+            if self.type(t) == t:
+                return value  # no tensor in it (values of type variables are lifted already)
+            return Call(self._walk(t, into_lifted=True), (value,), span=value.span)
+        raise RelayTypeError(f"grad: a value of type {type_to_str(t)} from outside the "
+                             "differentiated function is not supported (pass it as an argument)",
+                             value.span)
+
+    def adjoint(self, lifted: Expr, t: Type) -> Expr:
+        """The gradient accumulated in `lifted`, a lifted value of type `t`, as a value of type
+        `t`: for an ADT, the same structure with each tensor replaced by its gradient."""
+        if isinstance(t, TensorType):
+            return RefRead(TupleGetItem(lifted, 1))
+        if isinstance(t, TupleType):
+            return Tuple(tuple(self.adjoint(TupleGetItem(lifted, i), f)
+                               for i, f in enumerate(t.fields)))
+        if isinstance(t, TypeCall) and self.type(t) != t:
+            return Call(self._walk(t, into_lifted=False), (lifted,))
+        if isinstance(t, TypeCall) and not type_vars_of(t):
+            return lifted  # no tensor in it: the structure itself, as JAX's empty pytrees
+        raise RelayTypeError(f"grad: cannot take the adjoint of a value of type {type_to_str(t)}")
+
+    def _walk(self, t: TypeCall, *, into_lifted: bool) -> GlobalVar:
+        """The global rebuilding a value of ADT instance `t` into the lifted program
+        (``@lift_STree``: every field through `constant`) or its gradient out of it
+        (``@adjoint_STree``: every field through `adjoint`). It is generic in the type
+        variables of `t` (``List[Tensor[(n, 4)]]`` in a shape-polymorphic function), which
+        type inference instantiates at each call."""
+        gv = self.walks.get((into_lifted, t))
+        if gv is not None:
+            return gv
+        prefix = "lift" if into_lifted else "adjoint"
+        gv = self.walks[into_lifted, t] = GlobalVar(self._fresh(f"{prefix}_{t.func.name}"))
+        td = self.mod.type_definitions[t.func]
+        args = dict(zip(td.type_vars, t.args))
+        clauses = []
+        for c in td.constructors:
+            fields = [substitute_types(f, args) for f in c.inputs]
+            xs = [Var(f"f{i}") for i in range(len(fields))]
+            source, target = (c, self.constructor(c)) if into_lifted else (self.constructor(c), c)
+            convert = self.constant if into_lifted else self.adjoint
+            clauses.append(Clause(PatternConstructor(source, tuple(PatternVar(x) for x in xs)),
+                                  Call(target, tuple(convert(x, f) for x, f in zip(xs, fields)))))
+        lifted = self.type(t)
+        x = Var("x", t if into_lifted else lifted)
+        self.mod.add(gv, Function((x,), Match(x, tuple(clauses)), lifted if into_lifted else t,
+                                  tuple(type_vars_of(t))))
+        return gv
+
+    def _fresh(self, name: str) -> str:
+        """`name`, or `name` with underscores appended, unused by the module and this lifting."""
+        mod = self.mod
+        while name in self.names or mod.has_global(name) or mod.has_type(name) \
+                or mod.has_constructor(name):
+            name += "_"
+        self.names.add(name)
+        return name
+
+
+def _holds_tensor(t: Type, mentioned: list[GlobalTypeVar]) -> bool:
+    """Whether `t` holds a tensor outside other ADTs' definitions; notes in `mentioned` the ADTs
+    it holds values of."""
+    if isinstance(t, TensorType):
+        return True
+    if isinstance(t, TypeCall):
+        mentioned.append(t.func)
+        parts: tuple[Type, ...] = t.args
+    elif isinstance(t, TupleType):
+        parts = t.fields
+    elif isinstance(t, FuncType):
+        parts = (*t.arg_types, t.ret_type)
+    elif isinstance(t, RefType):
+        parts = (t.value,)
+    else:
+        return False
+    return any(_holds_tensor(p, mentioned) for p in parts)
+
+
 class _Lift(ExprMutator):
     """Lifts one function body; `bp` is the backpropagator reference in scope."""
 
     def __init__(self, ad: "_ReverseAD", bp: Var):
         super().__init__()
         self.ad = ad
+        self.lifting = ad.lifting
         self.bp = bp
         self.vars: dict[Var, Var] = {}
 
     # ---- binders -----------------------------------------------------------------
     def bind(self, v: Var) -> Var:
-        annotation = lift_type(v.checked_type) if v.has_type else None
+        annotation = self.lifting.type(v.checked_type) if v.has_type else None
         new = Var(v.name_hint, annotation, span=v.span)
         self.vars[v] = new
         return new
@@ -141,14 +272,14 @@ class _Lift(ExprMutator):
         mapped = self.vars.get(var)
         if mapped is not None:
             return mapped
-        return lift_constant(var, var.checked_type)  # a free variable: a constant here
+        return self.lifting.constant(var, var.checked_type)  # a free variable: a constant here
 
     def visit_function(self, fn: Function) -> Expr:
         params = tuple(self.bind(p) for p in fn.params)
         body = self.visit(fn.body)
         ret = None
         if fn.has_type and isinstance(fn.checked_type, FuncType):
-            ret = lift_type(fn.checked_type.ret_type)
+            ret = self.lifting.type(fn.checked_type.ret_type)
         return Function(params, body, ret, fn.type_params, span=fn.span)
 
     def visit_pattern(self, p: Pattern) -> Pattern:
@@ -168,7 +299,7 @@ class _Lift(ExprMutator):
 
     # ---- values ------------------------------------------------------------------
     def visit_constant(self, c: Constant) -> Expr:
-        return lift_constant(c, TensorType(c.data.shape, c.data.dtype.name))
+        return self.lifting.constant(c, TensorType(c.data.shape, c.data.dtype.name))
 
     def visit_global_var(self, gv: GlobalVar) -> Expr:
         """A global used as a value: a closure passing this backpropagator on."""
@@ -176,9 +307,13 @@ class _Lift(ExprMutator):
         assert isinstance(t, FuncType)
         # A polymorphic global's own shape parameters are not this scope's: the closure's
         # parameters then take their types from the call of the lifted global (an instance).
-        params = tuple(Var(f"p{i}", None if t.type_params else lift_type(a))
+        params = tuple(Var(f"p{i}", None if t.type_params else self.lifting.type(a))
                        for i, a in enumerate(t.arg_types))
         return Function(params, Call(self.ad.lifted_global(gv), (self.bp, *params)))
+
+    def visit_constructor(self, c: Constructor) -> Expr:
+        """Called, used as a value or matched: the constructor of the lifted ADT."""
+        return self.lifting.constructor(c)
 
     def visit_if(self, i: If) -> Expr:
         cond = TupleGetItem(self.visit(i.cond), 0)
@@ -193,9 +328,6 @@ class _Lift(ExprMutator):
         args = tuple(self.visit(a) for a in call.args)
         if isinstance(call.op, GlobalVar):
             return Call(self.ad.lifted_global(call.op), (self.bp, *args), span=call.span)
-        if isinstance(call.op, Constructor):
-            _check_liftable(call.op, call)
-            return Call(call.op, args, span=call.span)
         return Call(self.visit(call.op), args, span=call.span)
 
     def op_call(self, call: Call) -> Expr:
@@ -219,51 +351,32 @@ class _Lift(ExprMutator):
             updates = [e for v, d, t in zip(arg_vars, grads, arg_types)
                        for e in accumulate(v, d, t)]
             old = Var("bp_old")
-            backprop = Function((), Let(g, read_adjoint(lifted_out, out_type),
+            backprop = Function((), Let(g, self.lifting.adjoint(lifted_out, out_type),
                                         _seq(updates, Call(old, ()))))
             effects = [RefWrite(self.bp, Let(old, RefRead(self.bp), backprop))]
         body = Let(out, Call(op, values, call.attrs, span=call.span),
-                   Let(lifted_out, lift_constant(out, out_type), _seq(effects, lifted_out)))
+                   Let(lifted_out, self.lifting.constant(out, out_type), _seq(effects, lifted_out)))
         for v, a in reversed(list(zip(arg_vars, call.args))):
             body = Let(v, self.visit(a), body)
         return body
 
 
-def _check_liftable(ctor: Constructor, call: Call) -> None:
-    """Differentiated values are (value, adjoint) pairs: a field declared as a tensor type
-    cannot hold one, a field of a type parameter can."""
-    for t in ctor.inputs:
-        if _mentions_tensor(t):
-            raise RelayTypeError(
-                f"grad: {ctor.belong_to.name}.{ctor.name} declares a field of type "
-                f"{type_to_str(t)}, which cannot carry a gradient; declare the field with a type "
-                f"parameter instead (@relay.adt(\"a\") ... {ctor.name}: \"a\")", call.span)
-
-
-def _mentions_tensor(t: Type) -> bool:
-    if isinstance(t, TensorType):
-        return True
-    if isinstance(t, TupleType):
-        return any(_mentions_tensor(f) for f in t.fields)
-    if isinstance(t, (TypeCall,)):
-        return any(_mentions_tensor(a) for a in t.args)
-    if isinstance(t, (RefType,)):
-        return _mentions_tensor(t.value)
-    return False
-
-
 class _ReverseAD:
     """Lowers grad nodes of one module, making `@g_grad` for each global g they reach."""
 
-    def __init__(self, mod: IRModule):
+    def __init__(self, mod: IRModule, lifting: _Lifting):
         self.mod = mod
+        self.lifting = lifting
         self.lifted: dict[GlobalVar, GlobalVar] = {}
 
     def lifted_global(self, gv: GlobalVar) -> GlobalVar:
         new = self.lifted.get(gv)
         if new is not None:
             return new
-        new = GlobalVar(f"{gv.name_hint}_grad")
+        name = f"{gv.name_hint}_grad"
+        while self.mod.has_global(name):  # a user's function may have the name already
+            name += "_"
+        new = GlobalVar(name)
         self.lifted[gv] = new
         fn = self.mod[gv]
         bp = Var("bp", BACKPROP_TYPE)
@@ -272,8 +385,8 @@ class _ReverseAD:
         t = fn.checked_type
         assert isinstance(t, FuncType)
         body = lifter.visit(fn.body)
-        self.mod.add(new, Function((bp, *params), body, lift_type(t.ret_type), fn.type_params,
-                                   span=fn.span))
+        self.mod.add(new, Function((bp, *params), body, self.lifting.type(t.ret_type),
+                                   fn.type_params, span=fn.span))
         return new
 
     def grad(self, node: Grad) -> Function:
@@ -291,12 +404,12 @@ class _ReverseAD:
         args = tuple(Var(f"x{i}_lifted") for i in range(len(params)))
         result = Var("result")
         value = TupleGetItem(result, 0)
-        adjoints = Tuple(tuple(read_adjoint(a, ty) for a, ty in zip(args, t.arg_types)))
+        adjoints = Tuple(tuple(self.lifting.adjoint(a, ty) for a, ty in zip(args, t.arg_types)))
         body = _seq([RefWrite(TupleGetItem(result, 1), ops.ones_like(value)),
                      Call(RefRead(bp), ())], Tuple((value, adjoints)))
         body = Let(result, Call(lifter.visit(node.fn), args, span=node.span), body)
         for a, p, ty in reversed(list(zip(args, params, t.arg_types))):
-            body = Let(a, lift_constant(p, ty), body)
+            body = Let(a, self.lifting.constant(p, ty), body)
         body = Let(bp, RefCreate(Function((), Tuple(()))), body)
         ret = None if generic else TupleType((t.ret_type, TupleType(t.arg_types)))
         return Function(params, body, ret, span=node.span)
@@ -388,9 +501,10 @@ def lower_grads(mod: IRModule, *, first_order: bool = False) -> IRModule:
     """
     mod = lower_first_order_grads(mod) if first_order else mod
     mod = eliminate_dead_code(mod)  # dead code would send nan adjoints (0 * inf) back
+    lifting = _Lifting(mod)
     while (found := _innermost_grad(mod)) is not None:
         gv, node = found
-        replacement = _ReverseAD(mod).grad(node)
+        replacement = _ReverseAD(mod, lifting).grad(node)
         new_fn = _ReplaceGrad(node, replacement).visit(mod[gv])
         assert isinstance(new_fn, Function)
         mod.add(gv, new_fn)
@@ -409,4 +523,4 @@ class _ReplaceGrad(ExprMutator):
         return self.replacement if g is self.node else super().visit_grad(g)
 
 
-__all__ = ["BACKPROP_TYPE", "lift_type", "lower_first_order_grads", "lower_grads"]
+__all__ = ["BACKPROP_TYPE", "lower_first_order_grads", "lower_grads"]

@@ -89,7 +89,7 @@ def test_compiled_or_loaded_from_the_disk_cache_is_logged(relaydsl_log, tmp_path
     assert "relaydsl.transform.pass_infra DEBUG" not in second  # info, not debug
 
 
-def test_the_dispatcher_and_the_plan_per_signature_are_named(relaydsl_log):
+def test_each_execution_path_is_named(relaydsl_log):
     @relay
     def apply_twice(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:
         f = relay.tanh
@@ -101,21 +101,33 @@ def test_the_dispatcher_and_the_plan_per_signature_are_named(relaydsl_log):
                 return x
 
     @relay
+    def first(xs: relay.List[Tensor[Float, ("n",)]], x: Tensor[Float, ("n",)]
+              ) -> Tensor[Float, ("n",)]:
+        match xs:
+            case relay.Cons(h, _):
+                return relay.exp(h)
+            case _:
+                return x
+
+    @relay
     def rows(x: Tensor[Float, ("n", 3)]) -> Tensor[Float, ("n", 3)]:
         return relay.exp(x)
 
     x = X[0]
     np.testing.assert_allclose(apply_twice(x), np.tanh(x), rtol=1e-6)
+    np.testing.assert_allclose(first([x], x), np.exp(x), rtol=1e-6)
     np.testing.assert_allclose(rows(X), np.exp(X), rtol=1e-6)
     executor = messages(relaydsl_log, "relaydsl.backend.llvm.executor")
     paths = [m for m in executor if m.startswith("@")]
-    assert paths[0].startswith("@apply_twice runs on the dispatcher (the interpreter, each "
-                               "primitive function a compiled kernel); a plan does not apply: ")
+    assert paths[0].startswith("@apply_twice runs as native code: ")
+    assert paths[1] == ("@first runs on the dispatcher (the interpreter, each primitive "
+                        "function a compiled kernel); native code does not apply: parameter "
+                        "xs has a shape known only at run time")
     # at DEBUG, each kernel the dispatcher compiles for the shapes of its arguments
     assert any(m.startswith("dispatcher: for (float32[3]) Kernel((Tensor[(3,), float32]) -> ")
                for m in executor)
-    assert paths[1] == "@rows runs as a plan per call signature (its shapes are symbolic)"
-    assert paths[2].startswith("@rows for (float32[2, 3]): a plan: 1 kernel call(s)")
+    assert paths[2] == "@rows runs as a plan per call signature (its shapes are symbolic)"
+    assert paths[3].startswith("@rows for (float32[2, 3]): a plan: 1 kernel call(s)")
     relaydsl_log.clear()
     rows.build("interp")(X)
     assert messages(relaydsl_log, "relaydsl.backend.target")[-1] == \

@@ -144,14 +144,14 @@ def test_an_if_as_the_result():
     np.testing.assert_allclose(exe(x, np.float32(-1.0)), np.tanh(x) * 2, rtol=1e-6)
 
 
-def test_programs_with_closures_or_lists_run_on_the_dispatcher():
+def test_programs_with_closures_or_lists_run_as_native_code_not_a_plan():
     @relay
     def total(xs: Tensor[Float, (3, 2)]) -> Tensor[Float, 2]:
         return relay.foldl(lambda acc, r: acc + r, relay.zeros(shape=(2,)),
                            relay.Cons(xs[0], relay.Cons(xs[1], relay.Nil())))
 
     exe = relay.build(total, target="llvm")
-    assert not exe.program.uses_plan
+    assert not exe.program.uses_plan and exe.program.path == "native"
     xs = rand(3, 2)
     np.testing.assert_allclose(exe(xs), xs[0] + xs[1], rtol=1e-6)
 

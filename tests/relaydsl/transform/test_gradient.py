@@ -293,30 +293,6 @@ def test_differentiating_a_non_float_result_is_a_clear_error():
         relay(inside)  # reported when decorated
 
 
-@relay.adt
-class Box:
-    Full: Tensor[Float, 2]
-    Empty: ()
-
-
-@relay
-def unbox(x: Tensor[Float, 2]) -> Float:
-    b = Box.Full(x * 2.0)  # <-- a field declared as a tensor
-    match b:
-        case Box.Full(v):
-            return relay.sum(v)
-        case Box.Empty():
-            return 0.0
-
-
-def test_an_adt_field_declared_as_a_tensor_is_a_located_error_under_grad():
-    assert float(unbox(np.ones(2, np.float32))) == 4.0  # fine without grad
-    with pytest.raises(RelayTypeError, match=r"Box\.Full declares a field of type "
-                                             r"Tensor\[\(2,\), float32\].*type parameter") as info:
-        relay.grad(unbox)(np.ones(2, np.float32))
-    assert "b = Box.Full(x * 2.0)" in str(info.value)
-
-
 @relay
 def sum_of_squares(x: Tensor[Float, 3]) -> Float:
     return relay.sum(x * x)

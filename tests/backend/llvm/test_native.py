@@ -1,0 +1,240 @@
+"""Native code for whole programs (backend/llvm/native.py): data types, closures, references
+and recursion run without Python between kernels, with the values of JAX and the
+interpreter; errors stop a run cleanly (issue 14, item 1)."""
+from __future__ import annotations
+
+import signal
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from relaydsl import Float, Int, Tensor, relay
+from relaydsl.backend.interpreter import InterpreterError
+from tests.backend.llvm.test_plan import run_with_sigints
+
+RNG = np.random.default_rng(14)
+W = (RNG.standard_normal((4, 4)) * 0.5).astype(np.float32)
+
+
+@relay.adt
+class Tree:
+    Leaf: Tensor[Float, (1, 4)]
+    Node: (Tree, Tree)
+
+
+@relay
+def encode(t: Tree) -> Tensor[Float, (1, 4)]:
+    match t:
+        case Tree.Leaf(x):
+            return relay.tanh(x @ W)
+        case Tree.Node(left, right):
+            return relay.tanh((encode(left) + encode(right)) @ W)
+
+
+def leaf():
+    return Tree.Leaf(RNG.standard_normal((1, 4)).astype(np.float32))
+
+
+def random_tree(n: int):
+    if n == 1:
+        return leaf()
+    k = int(RNG.integers(1, n))
+    return Tree.Node(random_tree(k), random_tree(n - k))
+
+
+def jax_encode(t, w):
+    if t.name == "Leaf":
+        return jnp.tanh(t.fields[0] @ w)
+    return jnp.tanh((jax_encode(t.fields[0], w) + jax_encode(t.fields[1], w)) @ w)
+
+
+def native(fn):
+    exe = relay.build(fn, target="llvm")
+    assert exe.program.path == "native", exe.program.path
+    return exe
+
+
+def test_a_recursive_match_over_a_tree_runs_natively_with_jaxs_values():
+    exe = native(encode)
+    for n in (1, 2, 7, 30):
+        t = random_tree(n)
+        np.testing.assert_allclose(exe(t), jax_encode(t, W), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(exe(t), relay.build(encode, target="interp")(t),
+                                   rtol=1e-6, atol=1e-7)
+
+
+@relay
+def tower(h: Tensor[Float, (1, 4)], w: Tensor[Float, (4, 4)], k: Int) -> Tensor[Float, (1, 4)]:
+    if k == 0:
+        return h
+    return h + tower(relay.tanh(h @ w), w, k - 1)
+
+
+@relay
+def tower_loss(x: Tensor[Float, (1, 4)], w: Tensor[Float, (4, 4)], k: Int) -> Float:
+    out = tower(x, w, k)
+    return relay.sum(out * out)
+
+
+@relay
+def tower_grad(x: Tensor[Float, (1, 4)], w: Tensor[Float, (4, 4)], k: Int
+               ) -> tuple[Float, tuple[Tensor[Float, (1, 4)], Tensor[Float, (4, 4)], Int]]:
+    return relay.grad(tower_loss)(x, w, k)
+
+
+def jax_tower(h, w, k):
+    return h if k == 0 else h + jax_tower(jnp.tanh(h @ w), w, k - 1)
+
+
+def test_the_gradient_program_runs_natively_closures_and_references_included():
+    step = native(tower_grad)
+    x = RNG.standard_normal((1, 4)).astype(np.float32)
+    loss, (dx, dw, _) = step(x, W, np.int32(5))
+    value, (jdx, jdw) = jax.value_and_grad(
+        lambda x, w: jnp.sum(jax_tower(x, w, 5) ** 2), argnums=(0, 1))(x, W)
+    np.testing.assert_allclose(loss, value, rtol=1e-5)
+    np.testing.assert_allclose(dx, jdx, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(dw, jdw, rtol=1e-4, atol=1e-6)
+
+
+@relay
+def doubled(xs: relay.List[Tensor[Float, (3,)]]) -> relay.List[Tensor[Float, (3,)]]:
+    return relay.map(lambda v: v * 2.0, xs)
+
+
+def test_lists_cross_both_ways_and_closures_run_inside():
+    exe = native(doubled)
+    xs = [RNG.standard_normal(3).astype(np.float32) for _ in range(5)]
+    out = exe(xs)
+    items = []
+    while out.name == "Cons":
+        items.append(out.fields[0])
+        out = out.fields[1]
+    np.testing.assert_allclose(np.stack(items), 2 * np.stack(xs), rtol=1e-6)
+
+
+@relay
+def counter(steps: Int) -> Int:
+    count = relay.ref(0)
+
+    def tick():
+        relay.ref_write(count, relay.ref_read(count) + 1)
+        return relay.ref_read(count)
+
+    for _ in range(steps):
+        tick()
+    return relay.ref_read(count) * 10 + tick()
+
+
+def test_references_captured_by_a_closure_in_a_loop():
+    assert int(native(counter)(np.int32(3))) == 34
+
+
+@relay
+def ones(n: Int) -> relay.List[Tensor[Float, (64,)]]:
+    xs = relay.Nil()
+    for i in range(n):
+        xs = relay.Cons(relay.ones(shape=(64,)) * relay.cast(i, "float32"), xs)
+    return xs
+
+
+@relay
+def total(xs: relay.List[Tensor[Float, (64,)]]) -> Tensor[Float, (64,)]:
+    return relay.foldl(lambda acc, v: acc + v, relay.zeros(shape=(64,)), xs)
+
+
+def test_a_run_that_outgrows_the_arena_gets_more_memory_and_the_next_one_a_bigger_arena():
+    exe = native(ones)
+    before = exe.program.native._arena_bytes
+    xs = exe(np.int32(3000))  # 3000 tensors of 256 bytes: more than the first arena
+    assert exe.program.native._arena_bytes > before
+    np.testing.assert_allclose(native(total)(xs), np.full(64, sum(range(3000))), rtol=1e-6)
+    grown = exe.program.native._arena_bytes
+    exe(np.int32(3000))
+    assert exe.program.native._arena_bytes == grown
+
+
+def test_a_tail_recursive_fold_over_a_long_list_runs_in_constant_stack():
+    xs = [np.full(64, 0.5, np.float32)] * 50_000
+    np.testing.assert_allclose(native(total)(xs), np.full(64, 25_000.0), rtol=1e-6)
+
+
+@relay
+def depth(n: Int) -> Int:
+    if n == 0:
+        return 0
+    return 1 + depth(n - 1)
+
+
+def test_recursion_deeper_than_the_stack_is_an_error_not_a_crash():
+    exe = native(depth)
+    assert int(exe(np.int32(1000))) == 1000
+    with pytest.raises(InterpreterError, match="recursion is too deep"):
+        exe(np.int32(10_000_000))
+    assert int(exe(np.int32(10))) == 10  # the program still works
+
+
+@relay
+def first(xs: relay.List[Tensor[Float, (3,)]]) -> Tensor[Float, (3,)]:
+    return relay.hd(xs)
+
+
+def test_a_match_without_a_matching_clause_stops_the_run_with_its_location():
+    exe = native(first)
+    np.testing.assert_allclose(exe([np.ones(3, np.float32)]), np.ones(3))
+    with pytest.raises(InterpreterError, match="no clause of the match"):
+        exe([])
+
+
+def test_a_tensor_of_the_wrong_shape_inside_a_data_value_is_refused():
+    exe = native(encode)
+    with pytest.raises(TypeError, match=r"\(1, 4\)"):
+        exe(Tree.Node(leaf(), Tree.Leaf(np.zeros((2, 4), np.float32))))
+
+
+def test_threads_calling_one_program_at_once_get_their_own_results():
+    exe = native(encode)
+    trees = [random_tree(n) for n in (3, 8, 13, 21)]
+    expected = [np.asarray(jax_encode(t, W)) for t in trees]
+    errors: list[BaseException] = []
+
+    def work(t, want):
+        try:
+            for _ in range(30):
+                np.testing.assert_allclose(exe(t), want, rtol=1e-5, atol=1e-6)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=pair) for pair in zip(trees, expected)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+
+
+SCRIPT = '''
+import numpy as np
+from relaydsl import Float, Tensor, relay
+
+@relay
+def endless(x: Tensor[Float, (4,)]) -> Tensor[Float, (4,)]:
+    cell = relay.ref(x)
+    while relay.sum(relay.ref_read(cell)) > -1.0:
+        relay.ref_write(cell, relay.ref_read(cell) * 0.5 + 1.0)
+    return relay.ref_read(cell)
+
+assert endless.build().program.path == "native"
+print("ready", flush=True)
+endless(np.ones(4, np.float32))
+'''
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_endless_native_loop(tmp_path):
+    lines, stderr, code = run_with_sigints(SCRIPT, tmp_path)
+    assert lines == ["ready"]
+    assert code == -signal.SIGINT and stderr.rstrip().endswith("KeyboardInterrupt"), stderr
