@@ -9,8 +9,11 @@ step, with Adam; as in the paper, the loss is the cross-entropy at every node of
 accuracy on the dev trees after each epoch; always predicting the most frequent dev class
 scores 26.2%.
 
-With the default settings (one epoch over the 8,544 training trees) it reaches MEASURED
-dev root accuracy. --quick trains on 200 trees and evaluates 100 dev trees (under a minute).
+With the default settings (one epoch over the 8,544 training trees, hidden 150, word vectors
+of 100) it reaches 43.8% dev root accuracy (measured: 17 minutes, 118 ms a training step on
+a busy 2-core machine, before programs with ADTs ran as native code); the paper's TreeLSTM,
+with GloVe vectors and more epochs, reaches 51%. --quick trains on 200 trees and evaluates
+100 dev trees (under a minute).
 """
 import argparse
 import sys

@@ -103,8 +103,6 @@ def test_char_rnn_names_quick():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "sst").is_dir(), reason="no shared SST copy")
-@pytest.mark.xfail(strict=True, reason="relay.grad over an ADT argument (the tree) is the "
-                                       "gradadt branch's work, not yet merged (issue 14)")
 def test_tree_lstm_sst_quick():
     out = run("tree_lstm_sst.py", "--quick", "--data", str(SHARED_DATA / "sst"))
     assert "200 training trees, 100 dev trees" in out

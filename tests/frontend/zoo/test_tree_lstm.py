@@ -86,8 +86,6 @@ def test_scores_loss_and_prediction_match_jax(model, target, monkeypatch):
             [int(jnp.argmax(expected_scores))]
 
 
-@pytest.mark.xfail(strict=True, reason="relay.grad over an ADT argument (the tree) is the "
-                                       "gradadt branch's work, not yet merged (issue 14)")
 @pytest.mark.parametrize("target", ["interp", "llvm"])
 def test_the_gradients_match_jax(model, target, monkeypatch):
     monkeypatch.setenv("RELAYDSL_TARGET", target)
