@@ -97,8 +97,10 @@ class RelayFunction:
         self._mode_global_vars: dict[str, GlobalVar] = {"inference": self.global_var}
         self._model_vars: dict[tuple[RelayModelFunction, str], Var] = {}
         self._call_sites: Counter[str] = Counter()
+        evaluated = {k: v for k, v in getattr(self.pyfunc, "__annotations__", {}).items()
+                     if not isinstance(v, str)}
         self._resolver = Resolver(self._lookup, self._to_global, self._annotation_type,
-                                  self._special_call)
+                                  self._special_call, signature=evaluated)
         with deep_recursion():
             fn = Translator(self.source, self._resolver).function(self.source.tree)
         if self.hidden:

@@ -6,7 +6,8 @@
 ``RELAYDSL_NUM_THREADS``  threads a parallel loop of compiled code runs on: a whole number
                        from 1; more than the usable cores is capped to them (with a warning)
 ``RELAYDSL_CACHE_DIR`` the directory of the on-disk kernel cache (created if missing)
-``RELAYDSL_DATA``      a directory holding datasets (MNIST), or holding an ``mnist/`` folder
+``RELAYDSL_DATA``      a directory holding datasets, or holding their folders (``mnist/``,
+                       ``sst/``, ``names/``)
 ``RELAYDSL_LOG``       ``info`` or ``debug``: what the compiler does, logged to standard
                        error (a handler on the ``relaydsl`` logger, installed at a build)
 ``RELAYDSL_DUMP_IR``   a directory: the IR text after each pass of every build is written

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
+# The project's shared datasets: next to this checkout or to a parent (a worktree's is deeper).
+SHARED_DATA = next((p / "shared" / "data" for p in ROOT.parents
+                    if (p / "shared" / "data").is_dir()), ROOT.parent / "shared" / "data")
+SHARED_MNIST = SHARED_DATA / "mnist"
 
 
 def run(script: str, *args: str) -> str:
@@ -79,3 +82,31 @@ def test_lenet_mnist_plots_or_says_it_skipped_them(tmp_path, matplotlib):
     else:
         assert "matplotlib is not installed: skipped the plots" in done.stdout
         assert not png.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "names").is_dir(), reason="no shared names corpus")
+def test_char_rnn_names_quick():
+    out = run("char_rnn_names.py", "--quick", "--data", str(SHARED_DATA / "names"))
+    before = float(re.search(r"held-out loss before training: ([\d.]+)", out).group(1))
+    after = float(re.search(r"held-out loss after 300 steps: ([\d.]+)", out).group(1))
+    assert before == pytest.approx(4.08, abs=0.05)  # about uniform over the 59 outputs
+    assert after < 3.0  # measured 2.70
+    names = re.findall(r"^(?:Russian|German|Spanish|Chinese): (.*)$", out, re.MULTILINE)
+    assert len(names) == 4
+    for line, letters in zip(names, ("RUS", "GER", "SPA", "CHI")):
+        generated = line.split(", ")
+        assert [n[0] for n in generated] == list(letters), line
+        assert all(n.isascii() and 1 <= len(n) <= 21 for n in generated), line
+    assert "the tensor-writing generator gives the same names: True" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "sst").is_dir(), reason="no shared SST copy")
+def test_tree_lstm_sst_quick():
+    out = run("tree_lstm_sst.py", "--quick", "--data", str(SHARED_DATA / "sst"))
+    assert "200 training trees, 100 dev trees" in out
+    losses = [float(v) for v in re.findall(r"trees: mean loss ([\d.]+) a node", out)]
+    accuracy = float(re.search(r"epoch 1: .* dev root accuracy ([\d.]+)%", out).group(1))
+    # measured 0.71 and 45%; a uniform guess scores ln 5 = 1.61 and 20%
+    assert len(losses) == 10 and losses[-1] < 1.0 and accuracy > 30.0

@@ -43,7 +43,7 @@ class Functions(TranslatorBase):
             annotation = None
             kind = None
             if a.annotation is not None:
-                py_ann = self.python_value(a.annotation)
+                py_ann = self._signature_value(a.arg, a.annotation, top)
                 annotation = self.annotation(py_ann, a.annotation)
                 kind = _kind_of_type(annotation)
             elif top:
@@ -54,13 +54,22 @@ class Functions(TranslatorBase):
             env[a.arg] = Binding(p, kind, annotation)
         ret = None
         if tree.returns is not None:
-            py_ret = self.python_value(tree.returns)
+            py_ret = self._signature_value("return", tree.returns, top)
             # `-> Model`, as Figure 4 writes a training function: the model export_model
             # returns, a function of the model's inputs whose type inference finds
             if py_ret is not Model:
                 ret = self.annotation(py_ret, tree.returns)
         body = self.block(tree.body, env, _Context(lambda e: self._missing_return(tree)))
         return Function(params, body, ret, span=self.span(tree))
+
+    def _signature_value(self, name: str, node: ast.expr, top: bool) -> AnyValue:
+        """The annotation of parameter `name` ("return": the result): for the decorated
+        function itself, the value Python evaluated at its definition when there is one (not
+        under ``from __future__ import annotations``); else the annotation's text, read in
+        the function's scope."""
+        if top and name in self.resolver.signature:
+            return self.resolver.signature[name]
+        return self.python_value(node)
 
     def _check_signature(self, tree: ast.FunctionDef, top: bool) -> None:
         args = tree.args

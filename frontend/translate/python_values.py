@@ -30,6 +30,10 @@ class Resolver:
     annotation_type: Callable[[AnyValue, dict[str, TypeVar]], Type]
     special: Callable[["Translator", AnyValue, ast.Call, list, dict], Expr | None]
     forward_refs: dict[str, GlobalVar] = field(default_factory=dict)
+    # The decorated function's annotations as Python evaluated them when it was defined (by
+    # parameter name, "return" for the result): a name used only in an annotation, such as
+    # a size in a factory's decorated function, is in no closure cell, only here.
+    signature: dict[str, AnyValue] = field(default_factory=dict)
 
 
 class PythonValues(TranslatorBase):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from relaydsl import settings
+from relaydsl.datasets.files import DatasetError, candidates
 
 FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -26,10 +26,6 @@ FILES = {
 }
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
                0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
-
-
-class DatasetError(OSError):
-    """A dataset file is missing or not what it should be."""
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -63,17 +59,6 @@ DOWNLOAD_COMMAND = (
     + " ".join(FILES.values()) + f"; do curl -fO {DOWNLOAD_URL}$f.gz; done")
 
 
-def _candidates(path: str | Path | None, fallbacks: Sequence[str | Path]) -> list[Path]:
-    if path is not None:
-        return [Path(path)]
-    out = []
-    env = settings.data_dir()
-    if env is not None:
-        out += [env, env / "mnist"]
-    out.append(Path.home() / ".cache" / "relaydsl" / "mnist")
-    return out + [Path(d) for d in fallbacks]
-
-
 def _find(directory: Path, stem: str) -> Path | None:
     for name in (stem, stem + ".gz"):
         if (directory / name).is_file():
@@ -90,7 +75,7 @@ def mnist(path: str | Path | None = None, *, fallbacks: Sequence[str | Path] = (
     places). When no directory holds the four files, the DatasetError lists every directory
     searched and how to download MNIST.
     """
-    tried = _candidates(path, fallbacks)
+    tried = candidates("mnist", path, fallbacks)
     for directory in tried:
         found = {k: _find(directory, stem) for k, stem in FILES.items()}
         if all(found.values()):
