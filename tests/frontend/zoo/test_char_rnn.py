@@ -152,3 +152,15 @@ def test_recurrent_encoders_over_sequences(cell, target, monkeypatch):
 def test_an_unknown_cell():
     with pytest.raises(ValueError, match="'rnn', 'gru' or 'lstm', not 'elman'"):
         sequence_encoder("elman", 3, 4)
+
+
+def test_generation_and_training_run_as_native_code_on_the_default_target(model, monkeypatch):
+    """Issue 14: the list-consing generator runs natively; the loss over a name's (n, 59)
+    tensor gets native code or a plan per length, never the dispatcher."""
+    monkeypatch.delenv("RELAYDSL_TARGET", raising=False)
+    assert NET.generate.build().program.path == "native"
+    step = relay.grad(model, NET.loss)
+    program, _ = step._program
+    assert program.path in ("native", "per signature")
+    step(*name_tensors("Chun", "Chinese"))
+    assert all(compiled is not None for compiled in program._compiled.values())

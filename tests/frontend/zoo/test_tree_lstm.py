@@ -97,3 +97,15 @@ def test_the_gradients_match_jax(model, target, monkeypatch):
         for name in expected:
             np.testing.assert_allclose(grads[name], expected[name], rtol=RTOL, atol=ATOL,
                                        err_msg=name)
+
+
+def test_inference_and_training_run_as_native_code_on_the_default_target(model, monkeypatch):
+    """Issue 14: no Python between kernels -- neither the model over an ADT tree nor its
+    training step (closures and references of the higher-order gradient)."""
+    monkeypatch.delenv("RELAYDSL_TARGET", raising=False)
+    assert NET.model.build().program.path == "native"
+    step = relay.grad(model, NET.loss)
+    program, _ = step._program
+    assert program.path == "native"
+    grads = step(to_adt(TREES[2], VOCAB))
+    assert set(grads) == set(model.params) and all(np.isfinite(g).all() for g in grads.values())
