@@ -18,7 +18,7 @@ every pass to, before and after it runs.
 >>> with PassContext(opt_level=0, instruments=[timing]):
 ...     out = pipeline.for_target("llvm")(mod)
 >>> [name for name, seconds in timing.timings]
-['LowerGrads', 'ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
+['LowerGrads', 'StaticShapes', 'ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
 
 With ``relay``: ``with relay.PassContext(instruments=[timing, PrintIR("FuseOps")]):
 exe = relay.build(f)``, then ``print(timing.render())``.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -118,9 +119,10 @@ def test_each_execution_path_is_named(relaydsl_log):
     executor = messages(relaydsl_log, "relaydsl.backend.llvm.executor")
     paths = [m for m in executor if m.startswith("@")]
     assert paths[0].startswith("@apply_twice runs as native code: ")
-    assert paths[1].startswith("@grow runs on the dispatcher (the interpreter, each primitive "
-                               "function a compiled kernel); native code does not apply: the "
-                               "result has a shape known only at run time")
+    # (another test module's decorated grow makes this one @grow_2 when both run)
+    assert re.sub(r"^@grow(_\d+)? ", "@grow ", paths[1]) == (
+        "@grow runs on the dispatcher (the interpreter, each primitive function a compiled "
+        "kernel); native code does not apply: the result has a shape known only at run time")
     # at DEBUG, each kernel the dispatcher compiles for the shapes of its arguments
     assert any(m.startswith("dispatcher: for (float32[1, 3], float32[1, 3]) Kernel(")
                for m in executor)
