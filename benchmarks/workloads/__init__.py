@@ -48,7 +48,7 @@ def _treelstm() -> list[Case]:
 
 def _treelstm_train() -> list[Case]:
     from benchmarks.workloads import tree_lstm
-    return [tree_lstm.train_case(tree_lstm.sst_trees())]
+    return [tree_lstm.train_case(tree_lstm.sst_trees(tree_lstm.TRAIN_TREES))]
 
 
 def _charrnn_score() -> list[Case]:

@@ -225,7 +225,7 @@ def score_case(hidden: int = HIDDEN, name: str | None = None) -> Case:
     args = (language, inputs, targets, *(w[k] for k in WEIGHTS))
 
     def relaydsl_setup():
-        exe = build(specialize(score, N=len(inputs), H=hidden))
+        exe = build(specialize(score, N=len(inputs), H=hidden, COMBINED=COMBINED - HIDDEN + hidden))
         return lambda: exe(*args)
 
     def jax_setup():
@@ -269,7 +269,8 @@ def generate_case(hidden: int = HIDDEN, start: str | None = None) -> Case:
 
     def relaydsl_setup(variant: str):
         template = generate_list if variant == "list" else generate_tensor
-        exe = build(specialize(template, H=hidden, M=MAX_LENGTH))
+        exe = build(specialize(template, H=hidden, M=MAX_LENGTH,
+                               COMBINED=COMBINED - HIDDEN + hidden))
         if variant == "list":
             return lambda: np.array(list_items(exe(*args)), np.int32)
         return lambda: until_end(exe(*args))
