@@ -15,6 +15,8 @@ A sample is the mean of ``inner`` back-to-back calls, ``inner`` chosen so that o
 lasts at least ``min_sample_s`` (calls far shorter than a millisecond are otherwise dominated
 by timer and loop noise, and the first call after a switch pays for the previous system's
 still-spinning worker threads). Times use ``time.perf_counter``; JAX runners block until ready.
+A runner may process several items (``Case.items``: the trees of a data set): the time
+reported is then per item.
 """
 from __future__ import annotations
 
@@ -34,7 +36,9 @@ RTOL, ATOL = 1e-3, 1e-4
 
 # the columns of the table, in order; a Case may offer several variants of one column
 # (e.g. JAX in NCHW and NHWC layouts) as "jax:NCHW", "jax:NHWC": the best variant is reported
-SYSTEMS = ("relaydsl", "jax", "numpy", "torch")
+SYSTEMS = ("relaydsl", "jax", "numpy", "torch", "torch_compile")
+# shown only when a row of the run offers them
+OPTIONAL_SYSTEMS = ("torch_compile",)
 
 
 @dataclass
@@ -43,11 +47,15 @@ class Case:
 
     name: str                    # "GEMM 512"
     group: str                   # what --rows selects: "gemm", "mlp", ...
-    setups: dict[str, Setup]     # "relaydsl", "jax" (or "jax:<variant>"), "numpy", "torch"
+    setups: dict[str, Setup]     # "relaydsl", "jax" (or "jax:<variant>"), "numpy", "torch",
+    #                              "torch_compile"
     reference: str = "jax"       # the system (or variant) every other result is compared with
     flops: float | None = None   # floating-point operations per call: report GFLOP/s
     target: tuple[str, float] = ("jax", 2.0)   # ("jax", r): relaydsl <= r x JAX time;
+    #                                            ("torch", r): <= r x PyTorch eager's time;
     #                                            ("numpy_gflops", f): >= f x NumPy GFLOP/s
+    items: int = 1               # a runner call processes this many items (trees): the
+    #                              table reports the time per item
     notes: list[str] = field(default_factory=list)  # printed under the table
     # a Case may instead measure itself (first-call compile times), giving one or more rows
     measure: Callable[["Settings"], list["Result"]] | None = None
@@ -148,11 +156,9 @@ def _sample(runner: Runner, inner: int) -> float:
     return (time.perf_counter() - start) / inner
 
 
-def run_case(case: Case, settings: Settings) -> list[Result]:
-    """Checks and times one row (see the module docstring); a self-measuring Case may give
-    several."""
-    if case.measure is not None:
-        return case.measure(settings)
+def check(case: Case) -> tuple[dict[str, Cell], dict[str, Runner]]:
+    """Steps 1 and 2 of a row (see the module docstring): every system set up, called once
+    and compared with the reference. The cells, and the runners of the systems that agree."""
     cells: dict[str, Cell] = {}
     runners: dict[str, Runner] = {}
     outputs: dict[str, list[np.ndarray]] = {}
@@ -182,7 +188,15 @@ def run_case(case: Case, settings: Settings) -> list[Result]:
         if problem:
             cells[key].status, cells[key].footnote = "wrong", problem
             del runners[key]
+    return cells, runners
 
+
+def run_case(case: Case, settings: Settings) -> list[Result]:
+    """Checks and times one row (see the module docstring); a self-measuring Case may give
+    several."""
+    if case.measure is not None:
+        return case.measure(settings)
+    cells, runners = check(case)
     # 3. warm up, size the samples, then round-robin
     inner: dict[str, int] = {}
     for key, runner in runners.items():
@@ -203,8 +217,8 @@ def run_case(case: Case, settings: Settings) -> list[Result]:
         spent += time.perf_counter() - start
         rounds += 1
     for key, values in samples.items():
-        cells[key].seconds = statistics.median(values)
-        cells[key].samples = len(values) * inner[key]
+        cells[key].seconds = statistics.median(values) / case.items
+        cells[key].samples = len(values) * inner[key] * case.items
     return [Result(case, cells)]
 
 

@@ -41,8 +41,30 @@ def _compile() -> list[Case]:
     return compile_time.cases()
 
 
+def _treelstm() -> list[Case]:
+    from benchmarks.workloads import tree_lstm
+    return [tree_lstm.inference_case(tree_lstm.sst_trees())]
+
+
+def _treelstm_train() -> list[Case]:
+    from benchmarks.workloads import tree_lstm
+    return [tree_lstm.train_case(tree_lstm.sst_trees(tree_lstm.TRAIN_TREES))]
+
+
+def _charrnn_score() -> list[Case]:
+    from benchmarks.workloads import char_rnn
+    return [char_rnn.score_case()]
+
+
+def _charrnn_generate() -> list[Case]:
+    from benchmarks.workloads import char_rnn
+    return [char_rnn.generate_case()]
+
+
 # in the order of the table
 GROUPS: dict[str, Callable[[], list[Case]]] = {
     "gemm": _gemm, "mlp": _mlp, "lenet": _lenet, "resnet": _resnet, "lstm": _lstm,
-    "elementwise": _elementwise, "compile": _compile,
+    "elementwise": _elementwise, "compile": _compile, "treelstm": _treelstm,
+    "treelstm-train": _treelstm_train, "charrnn-score": _charrnn_score,
+    "charrnn-generate": _charrnn_generate,
 }
