@@ -14,6 +14,7 @@ import pytest
 from relaydsl import Float, Int, Tensor, relay
 from relaydsl.backend.interpreter import InterpreterError
 from tests.backend.llvm.test_plan import run_with_sigints
+from tests.frontend.test_references import counter
 
 RNG = np.random.default_rng(14)
 W = (RNG.standard_normal((4, 4)) * 0.5).astype(np.float32)
@@ -114,19 +115,6 @@ def test_lists_cross_both_ways_and_closures_run_inside():
         items.append(out.fields[0])
         out = out.fields[1]
     np.testing.assert_allclose(np.stack(items), 2 * np.stack(xs), rtol=1e-6)
-
-
-@relay
-def counter(steps: Int) -> Int:
-    count = relay.ref(0)
-
-    def tick():
-        relay.ref_write(count, relay.ref_read(count) + 1)
-        return relay.ref_read(count)
-
-    for _ in range(steps):
-        tick()
-    return relay.ref_read(count) * 10 + tick()
 
 
 def test_references_captured_by_a_closure_in_a_loop():
