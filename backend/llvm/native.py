@@ -28,11 +28,16 @@ pay no allocator or reference counts between kernels. When the arena runs out, n
 code takes more chunks from malloc; Python frees them after the call and grows the arena
 to the high-water mark, so later calls of the same program do not need them.
 
+Memory is released when a call returns, not sooner: a loop inside one call (a whole
+training run in a decorated function) keeps every iteration's values. Releasing an
+iteration's memory at a loop's back edge needs the values it carries copied out and a
+write barrier on references; not done yet.
+
 Errors. A ``match`` no clause matches, recursion deeper than the thread's stack allows,
-a SIGINT (Ctrl-C, on the main thread) and a call taking more than half the machine's
-memory stop the run with a code in the state; each call site checks it and returns, and
-Python raises the error (an ``InterpreterError`` naming the match's source line,
-``KeyboardInterrupt``, ``MemoryError``): never a crash.
+a SIGINT (Ctrl-C, on the main thread) and a call taking more than its memory budget (a
+quarter of the machine's, at most 4 GiB) stop the run with a code in the state; each call
+site checks it and returns, and Python raises the error (an ``InterpreterError`` naming
+the match's source line, ``KeyboardInterrupt``, ``MemoryError``): never a crash.
 
 What it takes (else the dispatcher runs the program, executor.py): static tensor shapes,
 and arguments and results of tensors, tuples and data types (no functions or references
@@ -188,8 +193,9 @@ class NativeProgram:
                                     node.span)
         if code == NO_MEMORY:
             return MemoryError(
-                f"the program took more than {_MEMORY_BUDGET >> 20} MiB in one call (half "
-                "the machine's memory): native code frees what a call allocates when the "
+                f"the program took more than {_MEMORY_BUDGET >> 20} MiB in one call (a "
+                "quarter of the machine's memory, at most 4 GiB): native code frees what a "
+                "call allocates when the "
                 "call returns, so a long loop inside one call (a whole training run) keeps "
                 "every step's values; loop in Python over calls of one step instead")
         if code == TOO_DEEP:
@@ -200,8 +206,11 @@ class NativeProgram:
         return KeyboardInterrupt()
 
 
-# Memory one call may take beyond its arena before it stops with a MemoryError.
-_MEMORY_BUDGET = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+# Memory one call may take beyond its arena before it stops with a MemoryError: a quarter
+# of the machine's, at most 4 GiB. A call's memory is released only when it returns, and a
+# tight loop allocating its kernels' outputs takes ~1.5 GB/s: the cap stops an endless one
+# before it starves the machine (and leaves Ctrl-C time to act).
+_MEMORY_BUDGET = min(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4, 4 << 30)
 
 
 def _stack_budget() -> int:
@@ -254,6 +263,11 @@ class _Lowering:
         self.pending: list[tuple] = []  # functions declared, to emit
         self.names = itertools.count()
         self.alloc = self._alloc_function()
+        unit = ir.GlobalVariable(self.module, ir.ArrayType(PTR, 1), "relaydsl_unit")
+        unit.linkage = "internal"
+        unit.global_constant = True
+        unit.initializer = ir.Constant(ir.ArrayType(PTR, 1), [ir.Constant(PTR, None)])
+        self.unit = unit.bitcast(PTR)  # (), what a ref_write returns: no allocation
         self.frame_address = ir.Function(self.module, ir.FunctionType(PTR, [I32]),
                                          "llvm.frameaddress.p0")
 
@@ -601,7 +615,7 @@ class _FunctionCompiler:
         if isinstance(e, RefWrite):
             cell, new = self.value(e.ref, env), self.value(e.value, env)
             self.set_field(cell, 0, new)
-            return self.record([])
+            return self.low.unit
         if isinstance(e, If):
             arms = [(block, branch, env) for block, branch in
                     zip(self.branch(e, env), (e.true_branch, e.false_branch))]
