@@ -90,6 +90,7 @@ CUR, END, ERROR, DETAIL, STACK_LIMIT, CHUNKS, OVERFLOW, STOP, BUDGET = range(9)
 NO_CLAUSE, TOO_DEEP, INTERRUPTED, NO_MEMORY = 1, 2, 3, 4
 _CHUNK = 1 << 20
 _INITIAL_ARENA = 1 << 16
+_MAX_ARENA = 1 << 30  # beyond it, a call's extra memory comes in chunks each time
 
 
 class Unsupported(Exception):
@@ -172,18 +173,20 @@ class NativeProgram:
             return codec.decode(int(slots[-1]), self.ret_type)
         finally:
             del keep
-            self._release(state)
+            self._release(state, grow=status == 0)
 
-    def _release(self, state: np.ndarray) -> None:
-        """Frees the chunks native code took beyond the arena; grows it for next time."""
+    def _release(self, state: np.ndarray, grow: bool) -> None:
+        """Frees the chunks native code took beyond the arena; after a run that finished,
+        grows the arena to what it needed (up to _MAX_ARENA) for the next calls."""
         chunk = int(state[CHUNKS])
         while chunk:
             following = ctypes.c_int64.from_address(chunk).value
             _free(chunk)
             chunk = following
         overflow = int(state[OVERFLOW])
-        if overflow:
-            self._arena_bytes = max(2 * self._arena_bytes, self._arena_bytes + overflow)
+        if overflow and grow:
+            self._arena_bytes = min(max(2 * self._arena_bytes, self._arena_bytes + overflow),
+                                    _MAX_ARENA)
 
     def _error(self, code: int, detail: int) -> BaseException:
         if code == NO_CLAUSE:
@@ -195,9 +198,9 @@ class NativeProgram:
             return MemoryError(
                 f"the program took more than {_MEMORY_BUDGET >> 20} MiB in one call (a "
                 "quarter of the machine's memory, at most 4 GiB): native code frees what a "
-                "call allocates when the "
-                "call returns, so a long loop inside one call (a whole training run) keeps "
-                "every step's values; loop in Python over calls of one step instead")
+                "call allocates when the call returns, so a long loop inside one call (a "
+                "whole training run) keeps every step's values; loop in Python over calls "
+                "of one step instead")
         if code == TOO_DEEP:
             return InterpreterError(
                 "the program's non-tail recursion is too deep for the native stack; write "

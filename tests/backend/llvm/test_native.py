@@ -266,3 +266,14 @@ def list_length(xs) -> int:
     while xs.name == "Cons":
         n, xs = n + 1, xs.fields[1]
     return n
+
+
+def test_a_run_stopped_by_an_error_does_not_grow_the_arena(monkeypatch):
+    from relaydsl.backend.llvm import native as native_module
+
+    exe = native(ones)
+    before = exe.program.native._arena_bytes
+    monkeypatch.setattr(native_module, "_MEMORY_BUDGET", 1 << 20)
+    with pytest.raises(MemoryError):
+        exe(np.int32(200_000))  # 51 MB: beyond any arena an earlier test grew
+    assert exe.program.native._arena_bytes == before
