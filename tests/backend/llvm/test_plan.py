@@ -265,7 +265,10 @@ def run_with_sigints(script: str, folder: pathlib.Path, timeout: float = 60
     """Runs `script` (from a file in `folder`: decorated functions need their source); sends
     a SIGINT ~1 s after each line it prints that starts "ready"."""
     path = folder / "script.py"
-    path.write_text(script)
+    # Python's own SIGINT handler, as an interactive user has it: a shell running the suite
+    # in the background (``pytest &``) starts it, and so this child, with SIGINT ignored.
+    path.write_text("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                    + script)
     proc = subprocess.Popen([sys.executable, str(path)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     timer = threading.Timer(timeout, proc.kill)  # a hang fails the test, not the suite
