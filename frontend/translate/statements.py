@@ -293,8 +293,12 @@ class Statements(TranslatorBase):
         joining it would only ask for types nothing constrains)."""
         assigned = [_assigned_names(b) for b in branches]
         everywhere = set.intersection(*(set(a) for a in assigned)) if assigned else set()
+        # the walk over the rest only for names new in every branch: a chain of a thousand
+        # ifs rebinding x would otherwise walk what follows each of them (quadratic)
+        new = everywhere - set(env)
         read_after = ctx.live | {n.id for s in rest for n in ast.walk(s)
-                                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                                 and n.id in new} if new else set()
         out = []
         for names in assigned:
             for n in names:
