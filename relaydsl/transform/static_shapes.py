@@ -69,7 +69,7 @@ class _DropDynamic(ExprMutator):
         self.dropped = False
         self.top: Function | None = None
 
-    def visit_top(self, fn: Function) -> Expr:
+    def visit_top(self, fn: Function) -> Function:
         """A global function: its parameters keep their annotations (callers rely on
         them); its body and local functions lose their dynamic ones."""
         self.top = fn
