@@ -16,8 +16,9 @@ and picks how to run the entry function:
   calling the kernels directly; a call is again one call into compiled code.
 * a program whose tensor parameters have symbolic dimensions (``("n", 784)``) gets one of
   the two per call signature: the entry re-typed with the call's shapes and compiled.
-* the dispatcher for what remains (shapes that stay unknown: data types of symbolically
-  shaped tensors; ``relay.Any`` inside): the reference interpreter, whose
+* the dispatcher for what remains (sizes known only at run time: a ``relay.Any``
+  dimension that type checking needs, a data value whose tensors fix no size, such as an
+  empty list): the reference interpreter, whose
   ``call_primitive`` hook runs each call of a primitive function as a compiled kernel
   instead of NumPy; kernels are compiled on first use, per function and argument shapes.
 
@@ -248,10 +249,7 @@ def signature_types(types: Sequence[Type], values: Sequence[Value], mod: IRModul
         elif isinstance(t, TupleType) and isinstance(v, tuple):
             stack.extend(zip(t.fields, v))
         elif isinstance(t, TypeCall) and isinstance(v, ConstructorValue):
-            td = mod.type_definitions[t.func]
-            mapping = dict(zip(td.type_vars, t.args))
-            stack.extend((substitute_types(f, mapping), x)
-                         for f, x in zip(v.constructor.inputs, v.fields))
+            stack.extend(zip(mod.field_types(v.constructor, t), v.fields))
     if len(sizes) < len(wanted):
         return None
     return [substitute_types(t, sizes) for t in types]

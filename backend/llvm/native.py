@@ -74,7 +74,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
-from relaydsl.ir.visitor import free_vars, post_order, substitute_types
+from relaydsl.ir.visitor import free_vars, post_order
 from relaydsl.transform.fuse_ops import is_primitive
 
 _log = logging.getLogger(__name__)
@@ -148,14 +148,17 @@ class NativeProgram:
 
     def __call__(self, *values: Value) -> Value:
         local = self._local
-        arena = getattr(local, "arena", None)
-        if arena is None or arena.nbytes < self._arena_bytes + _ALIGN:
-            arena = local.arena = np.empty(self._arena_bytes + _ALIGN, np.uint8)
+        if not hasattr(local, "state"):  # this thread's first call
             local.state = np.zeros(BUDGET + 1, np.int64)
             local.stop = np.zeros(1, np.int32)
+            local.stack = _stack_budget()
+            local.arena = None
+        arena = local.arena
+        if arena is None or arena.nbytes < self._arena_bytes + _ALIGN:
+            arena = local.arena = np.empty(self._arena_bytes + _ALIGN, np.uint8)
         state = local.state
         base = address(arena) + (-address(arena)) % _ALIGN
-        state[:] = (base, base + arena.nbytes - _ALIGN, 0, 0, -_stack_budget(), 0, 0,
+        state[:] = (base, base + arena.nbytes - _ALIGN, 0, 0, -local.stack, 0, 0,
                     address(local.stop), _MEMORY_BUDGET)
         keep: list = []  # the arguments' memory, alive through the call
         codec = self._codec
@@ -262,15 +265,12 @@ class _Lowering:
         self.matches: list[Match] = []  # by the index a no-clause error reports
         self.kernel_calls = 0
         self.globals: dict[GlobalVar, ir.Function] = {}
-        self.closures: dict[GlobalVar, ir.GlobalVariable] = {}
+        self.closures: dict[GlobalVar, ir.Value] = {}
         self.pending: list[tuple] = []  # functions declared, to emit
         self.names = itertools.count()
         self.alloc = self._alloc_function()
-        unit = ir.GlobalVariable(self.module, ir.ArrayType(PTR, 1), "relaydsl_unit")
-        unit.linkage = "internal"
-        unit.global_constant = True
-        unit.initializer = ir.Constant(ir.ArrayType(PTR, 1), [ir.Constant(PTR, None)])
-        self.unit = unit.bitcast(PTR)  # (), what a ref_write returns: no allocation
+        # (), what a ref_write returns: no allocation
+        self.unit = self.constant_object("relaydsl_unit", [ir.Constant(PTR, None)])
         self.frame_address = ir.Function(self.module, ir.FunctionType(PTR, [I32]),
                                          "llvm.frameaddress.p0")
 
@@ -323,15 +323,20 @@ class _Lowering:
 
     def global_closure(self, gv: GlobalVar) -> ir.Value:
         """The closure of a global used as a value: its code and no captures."""
-        g = self.closures.get(gv)
-        if g is None:
-            code = self.global_function(gv)
-            g = ir.GlobalVariable(self.module, ir.ArrayType(PTR, 1),
-                                  f"closure_{_symbol(gv.name_hint)}_{next(self.names)}")
-            g.linkage = "internal"
-            g.global_constant = True
-            g.initializer = ir.Constant(ir.ArrayType(PTR, 1), [code.bitcast(PTR)])
-            self.closures[gv] = g
+        closure = self.closures.get(gv)
+        if closure is None:
+            closure = self.closures[gv] = self.constant_object(
+                f"closure_{_symbol(gv.name_hint)}_{next(self.names)}",
+                [self.global_function(gv).bitcast(PTR)])
+        return closure
+
+    def constant_object(self, name: str, fields: list[ir.Constant]) -> ir.Value:
+        """An object in the module's constant data rather than the arena."""
+        t = ir.ArrayType(PTR, len(fields))
+        g = ir.GlobalVariable(self.module, t, name)
+        g.linkage = "internal"
+        g.global_constant = True
+        g.initializer = ir.Constant(t, fields)
         return g.bitcast(PTR)
 
     def constant(self, data: np.ndarray) -> ir.Value:
@@ -735,26 +740,6 @@ def _nbytes(shape: Sequence[int], dtype: str) -> int:
 
 # ---- values across the boundary -------------------------------------------------------------
 
-class _TypeTable:
-    """Each constructor's field types at an instance of its data type (memoised)."""
-
-    def __init__(self, mod: IRModule):
-        self.mod = mod
-        self._fields: dict[tuple[int, TypeCall], list[Type]] = {}
-
-    def fields(self, c: Constructor, t: TypeCall) -> list[Type]:
-        key = (id(c), t)
-        found = self._fields.get(key)
-        if found is None:
-            td = self.mod.type_definitions[c.belong_to]
-            mapping = dict(zip(td.type_vars, t.args))
-            found = self._fields[key] = [substitute_types(i, mapping) for i in c.inputs]
-        return found
-
-    def constructor(self, t: TypeCall, tag: int) -> Constructor:
-        return self.mod.type_definitions[t.func].constructors[tag]
-
-
 class _Tensor:
     """How a tensor type crosses: its shape, dtype and size."""
 
@@ -776,7 +761,8 @@ class _Codec:
     """
 
     def __init__(self, mod: IRModule):
-        self.types = _TypeTable(mod)
+        self.mod = mod
+        self._fields: dict[tuple[int, TypeCall], list[Type]] = {}
         self._tensors: dict[Type, _Tensor] = {}
         self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -784,6 +770,14 @@ class _Codec:
         found = self._tensors.get(t)
         if found is None:
             found = self._tensors[t] = _Tensor(t)
+        return found
+
+    def fields(self, c: Constructor, t: TypeCall) -> list[Type]:
+        """The field types of constructor `c` in instance `t` (memoised)."""
+        key = (id(c), t)
+        found = self._fields.get(key)
+        if found is None:
+            found = self._fields[key] = self.mod.field_types(c, t)
         return found
 
     def encode(self, value: AnyValue, t: Type, keep: list) -> int:
@@ -831,7 +825,7 @@ class _Codec:
                     raise TypeError(f"expected a value of {t}, got {value!r:.60}")
                 c = value.constructor
                 words.append(c.tag)
-                fields, first = zip(value.fields, self.types.fields(c, t)), start + 1
+                fields, first = zip(value.fields, self.fields(c, t)), start + 1
             else:
                 raise TypeError(f"a value of type {t} cannot be passed to native code")
             fields = list(fields)
@@ -871,8 +865,8 @@ class _Codec:
                 c, types, first = None, t.fields, 0
             else:
                 assert isinstance(t, TypeCall)
-                c = self.types.constructor(t, words[0])
-                types, first = self.types.fields(c, t), 1
+                c = self.mod.type_definitions[t.func].constructors[words[0]]
+                types, first = self.fields(c, t), 1
             fields: list = [None] * len(types)
             objects.append((parent, index, c, fields))
             stack.extend((words[first + i], f, fields, i) for i, f in enumerate(types))

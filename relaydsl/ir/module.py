@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 from relaydsl.errors import IRError
 from relaydsl.ir.adt import Constructor, TypeData
 from relaydsl.ir.expr import Expr, Function, GlobalVar, suggest
-from relaydsl.ir.types import GlobalTypeVar
+from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall
+from relaydsl.ir.visitor import substitute_types
 
 Prelude = tuple[tuple[TypeData, ...], dict[GlobalVar, Function]]
 """The prelude's ADTs and global functions."""
@@ -176,6 +177,13 @@ class IRModule:
 
     def type_data_of(self, c: Constructor) -> TypeData:
         return self.type_definitions[c.belong_to]
+
+    def field_types(self, c: Constructor, t: TypeCall) -> list[Type]:
+        """The types of constructor `c`'s fields in a value of the ADT instance `t` (``Cons``
+        in ``List[Tensor[(3,)]]``: ``Tensor[(3,)]``, then ``List[Tensor[(3,)]]``)."""
+        td = self.type_definitions[c.belong_to]
+        mapping = dict(zip(td.type_vars, t.args))
+        return [substitute_types(f, mapping) for f in c.inputs]
 
     def user_types(self) -> dict[GlobalTypeVar, TypeData]:
         return {h: td for h, td in self.type_definitions.items() if not is_prelude_type(h)}

@@ -44,7 +44,7 @@ from relaydsl.ir.types import (
     FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, has_float, is_float,
     type_to_str,
 )
-from relaydsl.ir.visitor import ExprMutator, post_order, substitute_types, type_vars_of
+from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
 from relaydsl.transform.dead_code import eliminate_dead_code
 from relaydsl.transform.first_order_gradient import first_order_gradient, supports
 from relaydsl.typing import infer_types
@@ -203,11 +203,9 @@ class _Lifting:
             return gv
         prefix = "lift" if into_lifted else "adjoint"
         gv = self.walks[into_lifted, t] = GlobalVar(self._fresh(f"{prefix}_{t.func.name}"))
-        td = self.mod.type_definitions[t.func]
-        args = dict(zip(td.type_vars, t.args))
         clauses = []
-        for c in td.constructors:
-            fields = [substitute_types(f, args) for f in c.inputs]
+        for c in self.mod.type_definitions[t.func].constructors:
+            fields = self.mod.field_types(c, t)
             xs = [Var(f"f{i}") for i in range(len(fields))]
             source, target = (c, self.constructor(c)) if into_lifted else (self.constructor(c), c)
             convert = self.constant if into_lifted else self.adjoint
