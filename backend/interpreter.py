@@ -250,7 +250,12 @@ class Interpreter:
         """The value a let binds; a let-bound function may call itself (``let f = fn .. f ..``)."""
         if type(let.value) is Function:
             return self._closure(let.value, env, recursive_var=let.var)
-        return self._value(let.value, env)
+        value = self._value(let.value, env)
+        if isinstance(value, np.ndarray) and let.var.has_type:
+            t = let.var.checked_type
+            if isinstance(t, TensorType) and value.shape != t.shape and t.is_static:
+                raise _narrowed(let, value)
+        return value
 
     def _condition(self, node: If, env: dict[Var, Value]) -> bool:
         cond = self._value(node.cond, env)
@@ -621,6 +626,17 @@ def _describe_function(closure: Closure) -> str:
 
 def _span(node: Expr | None) -> Span | None:
     return None if node is None else node.span
+
+
+def _narrowed(let: Let, value: np.ndarray) -> InterpreterError:
+    """A let whose variable has a static type its value lacks at run time: a value typed
+    with ``relay.Any`` dimensions that type checking unified with static ones (``y:
+    Tensor[Float, (2, 3)] = grown``), taking them on trust."""
+    t = let.var.checked_type
+    return InterpreterError(
+        f"{let.var.name_hint}{_where(let)} is of type {type_to_str(t)} but has shape "
+        f"{tuple(value.shape)} at run time: a value whose type has relay.Any dimensions "
+        "was used where static ones are required", let.span)
 
 
 def _where(node: Expr | None) -> str:

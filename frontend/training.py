@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from relaydsl.errors import DSLSyntaxError
-
+from relaydsl.frontend.translate.kinds import _declared_result_kind
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, Grad, Let, RefCreate, RefRead, RefWrite, Tuple,
     TupleGetItem, Var,
@@ -255,6 +255,7 @@ def export(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> E
     body = Call(fn.global_var, [*user, *(TupleGetItem(params, i) for i in range(len(fn.hidden)))])
     out = Let(params, RefRead(model_expr), Function(user, body), span=tr.span(node))
     tr._kinds[out] = "func"
+    tr._return_kinds[out] = _declared_result_kind(fn)
     return out
 
 

@@ -10,17 +10,19 @@ and picks how to run the entry function:
   tail-recursive functions, which is what ``for`` and ``while`` become). Its kernels
   are compiled together, its intermediates share one arena by liveness, and a call is
   one call into compiled code.
-* ``NativeProgram`` (native.py) for the rest of the language with static shapes:
-  closures, general and mutual recursion, data types and ``match``, references, the
-  higher-order gradient's backpropagators. Each Relay function is an LLVM function
-  calling the kernels directly; a call is again one call into compiled code.
+* ``NativeProgram`` (native.py) for the rest of the language: closures, general and
+  mutual recursion, data types and ``match``, references, the higher-order gradient's
+  backpropagators, shapes known only at run time (a ``relay.Any`` dimension that type
+  checking needs: kernels made per shape on first use). Each Relay function is an LLVM
+  function calling the kernels directly; a call is again one call into compiled code.
 * a program whose tensor parameters have symbolic dimensions (``("n", 784)``) gets one of
-  the two per call signature: the entry re-typed with the call's shapes and compiled.
-* the dispatcher for what remains (sizes known only at run time: a ``relay.Any``
-  dimension that type checking needs, a data value whose tensors fix no size, such as an
-  empty list): the reference interpreter, whose
-  ``call_primitive`` hook runs each call of a primitive function as a compiled kernel
-  instead of NumPy; kernels are compiled on first use, per function and argument shapes.
+  the two per call signature: the entry re-typed with the call's shapes and compiled (and
+  native code of the entry as typed for values that fix no size, such as an empty list).
+* the dispatcher for what remains (functions or references passed to or returned to
+  Python; operator calls outside primitive functions, when FuseOps is disabled): the
+  reference interpreter, whose ``call_primitive`` hook runs each call of a primitive
+  function as a compiled kernel instead of NumPy; kernels are compiled on first use, per
+  function and argument shapes.
 
 Arguments are checked against the entry's type by the frontend before any kernel
 runs; the executors then hand each kernel only C-contiguous, aligned arrays of
@@ -46,12 +48,13 @@ from relaydsl.backend.interpreter import Closure, ConstructorValue, Interpreter,
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
 from relaydsl.backend.llvm.native import NativeProgram, Unsupported
 from relaydsl.backend.llvm.plan import Plan, contiguous, static_type
-from relaydsl.ir.expr import Expr, Function, Var
+from relaydsl.backend.llvm.specialize import specialize, specialize_entry
+from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
     Kind, TensorType, TupleType, Type, TypeCall, TypeVar, type_to_str,
 )
-from relaydsl.ir.visitor import ExprMutator, substitute_types, type_vars_of
+from relaydsl.ir.visitor import substitute_types, type_vars_of
 from relaydsl.transform import pipeline
 from relaydsl.transform.pass_infra import PassContext
 
@@ -79,7 +82,7 @@ class Program:
     An entry a plan applies to runs as one (plan.py), else as native code (native.py). An
     entry with symbolic dimensions (``Tensor[Float, ("n", 784)]``) gets either per call
     signature: on a call with new shapes the entry is re-typed with those shapes and
-    compiled. Other programs run on the dispatcher.
+    compiled. The few programs native code does not run go to the dispatcher.
     """
 
     def __init__(self, source: IRModule, entry: str, opt_level: int):
@@ -96,6 +99,7 @@ class Program:
             any(symbolic_type(p.checked_type) for p in fn.params)
         self._plan_applies = self._per_signature and Plan.applies(fn, static=False)
         self._compiled: dict[tuple, Plan | NativeProgram | None] = {}
+        self._generic_made, self._generic_native = False, None
         self.native: NativeProgram | None = None
         self._native_unsupported = ""
         if self.plan is None and not self._per_signature:
@@ -162,7 +166,7 @@ class Program:
         else:  # data values: the types their tensors give the parameters' shape variables
             found = signature_types([p.checked_type for p in params], values, self.mod)
             if found is None:  # e.g. an empty list: nothing fixes its tensors' shapes
-                return None
+                return self._generic()
             types = found
             key = tuple(types)
         if key not in self._compiled:
@@ -177,6 +181,17 @@ class Program:
                 _log.info("@%s for (%s): %s", self.entry, shapes, how)
         return self._compiled[key]
 
+    def _generic(self) -> NativeProgram | None:
+        """Native code of the entry as it is typed, its kernels' shapes known only at run
+        time: for calls whose values fix no size (an empty list)."""
+        if not self._generic_made:
+            self._generic_made, self._generic_native = True, self._native(self.mod)
+            if _log.isEnabledFor(logging.INFO):
+                native = self._generic_native
+                _log.info("@%s for values that fix no size: %s", self.entry,
+                          f"native code: {native.describe()}" if native else "the dispatcher")
+        return self._generic_native
+
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
         return self._interpreter.call(closure, args)
 
@@ -186,37 +201,14 @@ class Program:
         key = (fn, *[(a.shape, a.dtype.str) for a in arrays])
         kernel = self._kernels.get(key)
         if kernel is None:
-            kernel = compile_primitive(specialize(fn, arrays), opt_level=self.opt_level)
+            types = [TensorType(a.shape, a.dtype.name) for a in arrays]
+            kernel = compile_primitive(specialize(fn, types), opt_level=self.opt_level)
             if _log.isEnabledFor(logging.DEBUG):
                 shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
                 _log.debug("dispatcher: for (%s) %r", shapes, kernel)
             self._kernels[key] = kernel
         outputs = kernel.call_trusted(arrays)
         return tuple(outputs) if kernel.returns_tuple else outputs[0]
-
-
-def specialize(fn: Function, args: Sequence[np.ndarray]) -> Function:
-    """`fn` with parameters typed by the concrete arguments' shapes (for symbolic / Any dims)."""
-    concrete = [TensorType(a.shape, a.dtype.name) for a in args]
-    # Static parameters are not enough: a value ascribed a dynamic type (a let annotated
-    # with relay.Any dims) may leave the body's types dynamic; re-inference makes them static.
-    if all(p.checked_type == t for p, t in zip(fn.params, concrete)) and \
-            static_type(fn.checked_type.ret_type):
-        return fn
-    from relaydsl.typing import infer_type
-
-    out = infer_type(_retyped(fn, concrete))
-    assert isinstance(out, Function)
-    return out
-
-
-def specialize_entry(mod: IRModule, entry: str, types: Sequence[Type]) -> IRModule:
-    """A copy of `mod` whose `entry` takes parameters of exactly `types`, re-typed."""
-    from relaydsl.typing import infer_types
-
-    out = mod.copy()
-    out.add(entry, _retyped(mod[entry], types))
-    return infer_types(out)
 
 
 def symbolic_type(t: Type) -> bool:
@@ -253,21 +245,3 @@ def signature_types(types: Sequence[Type], values: Sequence[Value], mod: IRModul
     if len(sizes) < len(wanted):
         return None
     return [substitute_types(t, sizes) for t in types]
-
-
-def _retyped(fn: Function, types: Sequence[Type]) -> Function:
-    """`fn` with fresh parameters of `types` (the body's types are left to inference)."""
-    params = [Var(p.name_hint, t) for p, t in zip(fn.params, types)]
-    body = _Rebind(dict(zip(fn.params, params))).visit(fn.body)
-    return Function(params, body, None, (), fn.attrs, span=fn.span)
-
-
-class _Rebind(ExprMutator):
-    """Replaces variables by others (`mapping`), everywhere in an expression."""
-
-    def __init__(self, mapping: dict[Var, Var]):
-        super().__init__()
-        self.mapping = mapping
-
-    def visit_var(self, v: Var) -> Expr:
-        return self.mapping.get(v, v)

@@ -9,8 +9,10 @@ tests run both and compare.
 
 Values. Every value is one pointer:
 
-* a tensor: its data (64-byte aligned); its type, static, says the shape and dtype;
-* a tuple: an array of its fields; a reference: a cell of one field;
+* a tensor: its data (64-byte aligned); its type, static, says the shape and dtype. In a
+  program where some shape is known only at run time (``relay.Any``, a shape variable no
+  argument fixes), every tensor is a header ``[data, dim0, dim1, ...]`` instead;
+* a tuple: an array of its fields; a reference: a cell ``[value, epoch]`` (see Memory);
 * an ADT value: ``[tag, field0, field1, ...]``; ``match`` is tag dispatch;
 * a closure: ``[code, capture0, capture1, ...]``; code is ``ptr f(state, closure, args..)``
   -- a global function has the same signature (its closure is a constant with no captures),
@@ -22,16 +24,27 @@ outputs; a call of a global is a direct call; a call of a constructor allocates 
 A function calling itself in tail position (a loop: what ``for`` and ``while`` become)
 jumps back to its start instead.
 
+Shapes known only at run time. A kernel call whose types have such dimensions is a site
+with a few "ways": records of the kernels it used last, keyed by the inputs' dimensions.
+Native code compares the dimensions with each way's; on a miss it calls Python, which
+compiles the primitive function for those shapes (type inference, re-run with them, is the
+shape function: it gives the outputs' shapes) on first use and returns the record. A
+growing tensor makes a kernel per size, as the dispatcher did, but runs with no Python
+between kernels once they are made.
+
 Memory. Everything a call allocates comes from one bump arena, released as a whole when
 the call returns (results are copied out to NumPy and Python values first), so programs
 pay no allocator or reference counts between kernels. When the arena runs out, native
 code takes more chunks from malloc; Python frees them after the call and grows the arena
 to the high-water mark, so later calls of the same program do not need them.
 
-Memory is released when a call returns, not sooner: a loop inside one call (a whole
-training run in a decorated function) keeps every iteration's values. Releasing an
-iteration's memory at a loop's back edge needs the values it carries copied out and a
-write barrier on references; not done yet.
+A loop carrying only tensors (and tuples of them: a training loop's parameters) releases
+its iterations' memory as it goes: once the iterations since its mark have taken _RECLAIM
+bytes, the back edge copies the carried tensors out, resets the arena to the mark and
+copies them back. Nothing else can point into that memory but a reference cell older than
+the iteration, written during it: every cell holds the epoch it was made in, and such a
+write (the state keeps the oldest epoch written) moves the mark past the iteration instead.
+Loops carrying data types or closures keep their memory until the call returns.
 
 Errors. A ``match`` no clause matches, recursion deeper than the thread's stack allows,
 a SIGINT (Ctrl-C, on the main thread) and a call taking more than its memory budget (a
@@ -39,9 +52,9 @@ quarter of the machine's, at most 4 GiB) stop the run with a code in the state; 
 site checks it and returns, and Python raises the error (an ``InterpreterError`` naming
 the match's source line, ``KeyboardInterrupt``, ``MemoryError``): never a crash.
 
-What it takes (else the dispatcher runs the program, executor.py): static tensor shapes,
-and arguments and results of tensors, tuples and data types (no functions or references
-crossing into Python).
+What it takes (else the dispatcher runs the program, executor.py): arguments and results
+of tensors, tuples and data types (no functions or references crossing into Python), and
+every operator call inside a primitive function (FuseOps ran).
 
 >>> # a recursive sum over a relay.List, then a TreeLSTM: examples/tree_lstm_sst.py
 """
@@ -55,16 +68,18 @@ import resource
 import signal
 import threading
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any as AnyValue, Sequence
+from typing import Any as AnyValue, Iterator, Sequence
 
 import numpy as np
 from llvmlite import ir
 
 from relaydsl.backend.interpreter import ConstructorValue, InterpreterError, Value
 from relaydsl.backend.llvm import jit
-from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitives
+from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitive, compile_primitives
 from relaydsl.backend.llvm.plan import _sigint_reaches_python, contiguous, static_type
+from relaydsl.backend.llvm.specialize import specialize
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
@@ -85,12 +100,19 @@ SLOTS = PTR.as_pointer()
 _ALIGN = 64
 
 # The state a run threads through every function: ``[cur, end, error, detail, stack limit,
-# overflow chunks, overflow bytes, stop flag, memory budget]`` (8-byte words).
-CUR, END, ERROR, DETAIL, STACK_LIMIT, CHUNKS, OVERFLOW, STOP, BUDGET = range(9)
-NO_CLAUSE, TOO_DEEP, INTERRUPTED, NO_MEMORY = 1, 2, 3, 4
+# overflow chunks, overflow bytes, stop flag, memory budget, kernel ways, epoch, oldest cell
+# written]`` (8-byte words).
+(CUR, END, ERROR, DETAIL, STACK_LIMIT, CHUNKS, OVERFLOW, STOP, BUDGET, WAYS, EPOCH,
+ WRITTEN) = range(12)
+NO_CLAUSE, TOO_DEEP, INTERRUPTED, NO_MEMORY, WRONG_SHAPE, NO_KERNEL = 1, 2, 3, 4, 5, 6
 _CHUNK = 1 << 20
 _INITIAL_ARENA = 1 << 16
 _MAX_ARENA = 1 << 30  # beyond it, a call's extra memory comes in chunks each time
+_OPTIMISED_IR = 1 << 20  # bytes of LLVM IR text: larger native code is compiled unoptimised
+_RECLAIM = 1 << 20  # a loop releases its iterations' memory once they have taken this much
+_NEVER = (1 << 63) - 1
+_WAYS = 4  # the kernels a call site of run-time shapes finds without asking Python
+_RESOLVE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 
 
 class Unsupported(Exception):
@@ -123,33 +145,47 @@ class NativeProgram:
         for p, pt in zip(fn.params, self.param_types):
             _check_boundary(pt, f"parameter {p.name_hint}")
         _check_boundary(self.ret_type, "the result")
-        lowering = _Lowering(mod, opt_level)
-        name = lowering.lower_entry(mod.get_global_var(entry))
+        self.opt_level = opt_level
+        self._resolver = _RESOLVE(self._resolve)  # kernels of run-time shapes, on demand
+        lowering = _Lowering(mod, opt_level, ctypes.cast(self._resolver, ctypes.c_void_p).value)
+        name = lowering.lower_entry(mod.get_global_var(entry),
+                                    [*self.param_types, self.ret_type])
+        self.boxed = lowering.boxed
         self._keep = lowering.keep
         self._matches = lowering.matches
+        self._sites = lowering.sites
+        # per site, the records of the last kernels it used (native code looks there first)
+        self._ways = np.zeros(len(self._sites) * _WAYS + 1, np.int64)
+        self._wrong_shapes = lowering.wrong_shapes
         self.kernels = len(lowering.kernels)
         self.kernel_calls = lowering.kernel_calls
-        library = jit.compile_ir(str(lowering.module), f"native|{id(self)}|{name}",
-                                 speed_level=2, vectorize=False, use_disk_cache=False)
+        text = str(lowering.module)
+        # LLVM's optimiser takes seconds on the megabytes a third derivative lowers to, for
+        # code between kernels that runs ~10% faster for it
+        speed = 2 if len(text) < _OPTIMISED_IR else 0
+        library = jit.compile_ir(text, f"native|{id(self)}|{name}", speed_level=speed,
+                                 vectorize=False, use_disk_cache=False)
         self._function = library.address(name)
         self._run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(
             self._function)
         self._run_interruptible = ctypes.CFUNCTYPE(
             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
             jit.runtime_function("relaydsl_call_interruptible"))
-        self._codec = _Codec(mod)
+        self._codec = _Codec(mod, self.boxed)
         self._arena_bytes = _INITIAL_ARENA
         self._local = threading.local()  # a thread's arena and state
 
     def describe(self) -> str:
         """It in a line, for the executor's log."""
-        return (f"{self.kernels} kernel(s) at {self.kernel_calls} call site(s), native code "
-                "between them")
+        dynamic = f", {len(self._sites)} of shapes known only at run time (a kernel per " \
+            "shape, made on first use)" if self._sites else ""
+        return (f"{self.kernels + len(self._sites)} kernel(s) at {self.kernel_calls} call "
+                f"site(s){dynamic}, native code between them")
 
     def __call__(self, *values: Value) -> Value:
         local = self._local
         if not hasattr(local, "state"):  # this thread's first call
-            local.state = np.zeros(BUDGET + 1, np.int64)
+            local.state = np.zeros(WRITTEN + 1, np.int64)
             local.stop = np.zeros(1, np.int32)
             local.stack = _stack_budget()
             local.arena = None
@@ -159,7 +195,7 @@ class NativeProgram:
         state = local.state
         base = address(arena) + (-address(arena)) % _ALIGN
         state[:] = (base, base + arena.nbytes - _ALIGN, 0, 0, -local.stack, 0, 0,
-                    address(local.stop), _MEMORY_BUDGET)
+                    address(local.stop), _MEMORY_BUDGET, address(self._ways), 0, _NEVER)
         keep: list = []  # the arguments' memory, alive through the call
         codec = self._codec
         slots = np.array([codec.encode(v, t, keep) for v, t in zip(values, self.param_types)]
@@ -191,6 +227,28 @@ class NativeProgram:
             self._arena_bytes = min(max(2 * self._arena_bytes, self._arena_bytes + overflow),
                                     _MAX_ARENA)
 
+    def _resolve(self, site: int, keys: int) -> int:
+        """Native code's call at kernel call site `site`, of shapes known only at run time,
+        whose ways hold no kernel for the input dimensions at `keys`: the address of the
+        site's record for them (made on first use: the kernel compiled for these shapes),
+        now in one of its ways; 0 when it cannot be made (what was raised is kept)."""
+        try:
+            s = self._sites[site]
+            key = tuple((ctypes.c_int64 * s.key_words).from_address(keys))
+            record = s.records.get(key)
+            if record is None:  # (two threads may make it at once: either is kept)
+                record = s.records.setdefault(key, s.record(key, self.opt_level))
+                if _log.isEnabledFor(logging.DEBUG):
+                    _log.debug("native code: for (%s) %r", ", ".join(
+                        f"{t.dtype}{list(t.shape)}" for t in s.kernel_inputs[-1]),
+                        s.kernels[-1])
+            self._ways[site * _WAYS + s.next_way] = address(record)
+            s.next_way = (s.next_way + 1) % _WAYS
+            return address(record)
+        except BaseException as e:  # raised again when the call has stopped
+            self._local.failure = e
+            return 0
+
     def _error(self, code: int, detail: int) -> BaseException:
         if code == NO_CLAUSE:
             node = self._matches[detail]
@@ -204,6 +262,16 @@ class NativeProgram:
                 "call allocates when the call returns, so a long loop inside one call (a "
                 "whole training run) keeps every step's values; loop in Python over calls "
                 "of one step instead")
+        if code == NO_KERNEL:  # making the kernel failed: what it raised
+            failure, self._local.failure = self._local.failure, None
+            return failure
+        if code == WRONG_SHAPE:
+            kernel, span = self._wrong_shapes[detail >> 8]
+            where = f" at {span}" if span is not None else ""
+            return InterpreterError(
+                f"an input of the kernel{where} is not of {kernel.input_types[detail & 0xFF]} "
+                "at run time: a value whose type has relay.Any dimensions was used where "
+                "static ones are required", span)
         if code == TOO_DEEP:
             return InterpreterError(
                 "the program's non-tail recursion is too deep for the native stack; write "
@@ -236,10 +304,10 @@ _free = _libc.free
 
 
 def _check_boundary(t: Type, what: str) -> None:
-    """Values crossing into Python: tensors of static shape, tuples and data types of them."""
+    """Values crossing into Python: tensors, tuples and data types of them."""
     if isinstance(t, TensorType):
-        if not static_type(t):
-            raise Unsupported(f"{what} has a shape known only at run time")
+        if not isinstance(t.dtype, str):
+            raise Unsupported(f"{what} has a dtype known only at run time")
     elif isinstance(t, TupleType):
         for f in t.fields:
             _check_boundary(f, what)
@@ -255,8 +323,13 @@ def _check_boundary(t: Type, what: str) -> None:
 class _Lowering:
     """The LLVM module of one program: a function per reachable Relay function."""
 
-    def __init__(self, mod: IRModule, opt_level: int):
+    def __init__(self, mod: IRModule, opt_level: int, resolve: int):
         self.mod, self.opt_level = mod, opt_level
+        self.resolve = resolve  # the address of ``i64 resolve(site, dims)`` (Python)
+        # tensors as headers [data, dims...] (when some shape is known only at run time)
+        self.boxed = False
+        self.sites: list[_Site] = []  # kernel calls of run-time shapes, by index
+        self.wrong_shapes: list[tuple[Kernel, AnyValue]] = []  # the checks' kernels, spans
         self.module = ir.Module(name="relaydsl_native")
         self.module.triple = jit.host_target().triple
         self.module.data_layout = jit.data_layout()
@@ -268,14 +341,19 @@ class _Lowering:
         self.closures: dict[GlobalVar, ir.Value] = {}
         self.pending: list[tuple] = []  # functions declared, to emit
         self.names = itertools.count()
+        self.malloc = ir.Function(self.module, ir.FunctionType(PTR, [I64]), "malloc")
+        self.free = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), "free")
+        self.memcpy = self.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
         self.alloc = self._alloc_function()
+        self.reset = self._reset_function()
         # (), what a ref_write returns: no allocation
         self.unit = self.constant_object("relaydsl_unit", [ir.Constant(PTR, None)])
         self.frame_address = ir.Function(self.module, ir.FunctionType(PTR, [I32]),
                                          "llvm.frameaddress.p0")
 
-    def lower_entry(self, entry: GlobalVar) -> str:
+    def lower_entry(self, entry: GlobalVar, boundary: list[Type]) -> str:
         self.compile_kernels(entry)
+        self.boxed = bool(self.dynamic) or any(self.dynamic_type(t, set()) for t in boundary)
         target = self.global_function(entry)
         while self.pending:
             _FunctionCompiler(self, *self.pending.pop()).compile()
@@ -295,13 +373,33 @@ class _Lowering:
         while todo:
             post_order(self.mod[todo.pop()], note)
         unique = list({id(f): f for f in prims}.values())
+        static = []
+        self.dynamic = set()  # the ids of primitive functions compiled per shape at run time
         for f in unique:
             t = f.checked_type
-            if not all(static_type(p) for p in t.arg_types) or not static_type(t.ret_type):
-                raise Unsupported("a kernel whose shapes are known only at run time")
-        for f, k in zip(unique, compile_primitives(unique, opt_level=self.opt_level)):
+            if all(static_type(p) for p in t.arg_types) and static_type(t.ret_type):
+                static.append(f)
+            elif all(isinstance(p.dtype, str) for p in _leaf_types([*t.arg_types, t.ret_type])):
+                self.dynamic.add(id(f))
+            else:
+                raise Unsupported("a kernel whose dtypes are known only at run time")
+        for f, k in zip(static, compile_primitives(static, opt_level=self.opt_level)):
             self.kernels[id(f)] = k
             self.keep.append(k)
+
+    def dynamic_type(self, t: Type, seen: set) -> bool:
+        """Whether a value of type `t` from or to Python holds a tensor of a shape known
+        only at run time (the fields of data types included)."""
+        if isinstance(t, TensorType):
+            return not static_type(t)
+        if isinstance(t, TupleType):
+            return any(self.dynamic_type(f, seen) for f in t.fields)
+        if isinstance(t, TypeCall) and t not in seen:
+            seen.add(t)
+            return any(self.dynamic_type(f, seen)
+                       for c in self.mod.type_definitions[t.func].constructors
+                       for f in self.mod.field_types(c, t))
+        return False
 
     def signature(self, arity: int) -> ir.FunctionType:
         return ir.FunctionType(PTR, [PTR, PTR] + [PTR] * arity)
@@ -340,14 +438,22 @@ class _Lowering:
         return g.bitcast(PTR)
 
     def constant(self, data: np.ndarray) -> ir.Value:
+        """A pointer to a copy of `data` the program keeps."""
         a = np.require(data, requirements=("C", "A"))
         self.keep.append(a)
         return ir.Constant(I64, address(a)).inttoptr(PTR)
 
+    def tensor_constant(self, data: np.ndarray) -> ir.Value:
+        """A constant tensor as a value: its data, or its header when tensors are boxed."""
+        pointer = self.constant(data)
+        if not self.boxed:
+            return pointer
+        dims = [ir.Constant(I64, d).inttoptr(PTR) for d in np.shape(data)]
+        return self.constant_object(f"tensor_{next(self.names)}", [pointer, *dims])
+
     def _alloc_function(self) -> ir.Function:
         """``ptr alloc(state, bytes, align - 1)``: bump allocation; when the arena is full,
         a chunk from malloc (linked into the state's list, for Python to free)."""
-        malloc = ir.Function(self.module, ir.FunctionType(PTR, [I64]), "malloc")
         f = ir.Function(self.module, ir.FunctionType(PTR, [PTR, I64, I64]), "relaydsl_alloc")
         f.linkage = "internal"
         st, n, mask = f.args
@@ -366,9 +472,11 @@ class _Lowering:
         b.ret(b.inttoptr(start, PTR))
         b.position_at_end(slow)
         size = b.add(n, I64(_CHUNK + 2 * _ALIGN))
-        chunk = b.call(malloc, [size])
+        chunk = b.call(self.malloc, [size])
         chunks_p = b.gep(words, [I64(CHUNKS)])
-        b.store(b.load(chunks_p), b.bitcast(chunk, I64.as_pointer()))
+        chunk_words = b.bitcast(chunk, I64.as_pointer())  # [next chunk, size, ...]
+        b.store(b.load(chunks_p), chunk_words)
+        b.store(size, b.gep(chunk_words, [I64(1)]))
         b.store(b.ptrtoint(chunk, I64), chunks_p)
         over_p = b.gep(words, [I64(OVERFLOW)])
         over = b.add(b.load(over_p), size)
@@ -380,6 +488,34 @@ class _Lowering:
         b.store(b.add(base, I64(_ALIGN)), cur_p)
         b.store(b.add(base, size), end_p)
         b.branch(bump)
+        return f
+
+    def _reset_function(self) -> ir.Function:
+        """``void reset(state, cur, end, chunks)``: the arena back to a mark taken earlier,
+        the chunks taken since freed."""
+        f = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I64]),
+                        "relaydsl_reset")
+        f.linkage = "internal"
+        st, cur, end, mark = f.args
+        entry, test, release, done = (f.append_basic_block(x)
+                                      for x in ("entry", "test", "release", "done"))
+        b = ir.IRBuilder(entry)
+        words = b.bitcast(st, I64.as_pointer())
+        chunks_p, over_p = b.gep(words, [I64(CHUNKS)]), b.gep(words, [I64(OVERFLOW)])
+        b.branch(test)
+        b.position_at_end(test)
+        chunk = b.load(chunks_p)
+        b.cbranch(b.icmp_unsigned("!=", chunk, mark), release, done)
+        b.position_at_end(release)
+        chunk_words = b.inttoptr(chunk, I64.as_pointer())
+        b.store(b.load(chunk_words), chunks_p)
+        b.store(b.sub(b.load(over_p), b.load(b.gep(chunk_words, [I64(1)]))), over_p)
+        b.call(self.free, [b.inttoptr(chunk, PTR)])
+        b.branch(test)
+        b.position_at_end(done)
+        b.store(cur, b.gep(words, [I64(CUR)]))
+        b.store(end, b.gep(words, [I64(END)]))
+        b.ret_void()
         return f
 
     def _entry_wrapper(self, target: ir.Function, arity: int) -> str:
@@ -444,6 +580,10 @@ class _FunctionCompiler:
         if self.self_var is not None:
             env[self.self_var] = self.closure
         # a self call in tail position comes back to the header with new arguments
+        self.reclaims = all(_flat(p.checked_type) for p in fn.params) and \
+            self.loops(fn.body)
+        marks = [b.load(b.gep(self.words, [I64(w)])) for w in (CUR, END, CHUNKS)] \
+            if self.reclaims else []
         self.header = f.append_basic_block("header")
         before = b.block
         b.branch(self.header)
@@ -451,6 +591,8 @@ class _FunctionCompiler:
         self.phis = [b.phi(PTR, name=_symbol(p.name_hint)) for p in fn.params]
         for phi, arg in zip(self.phis, params):
             phi.add_incoming(arg, before)
+        if self.reclaims:
+            self.start_iteration(marks, before)
         self.poll_stop()
         env.update(zip(fn.params, self.phis))
         self.tail(fn.body, env)
@@ -479,11 +621,37 @@ class _FunctionCompiler:
         with b.if_then(b.icmp_signed("!=", err, I64(0)), likely=False):
             b.ret(ir.Constant(PTR, None))
 
-    def allocate(self, nbytes: int, align: int = 8) -> ir.Value:
-        return self.b.call(self.low.alloc, [self.st, I64(max(nbytes, 1)), I64(align - 1)])
+    def allocate(self, nbytes: int | ir.Value, align: int = 8) -> ir.Value:
+        size = I64(max(nbytes, 1)) if isinstance(nbytes, int) else nbytes
+        return self.b.call(self.low.alloc, [self.st, size, I64(align - 1)])
 
     def field(self, obj: ir.Value, i: int) -> ir.Value:
         return self.b.load(self.b.gep(self.b.bitcast(obj, SLOTS), [I64(i)]))
+
+    def word(self, obj: ir.Value, i: int | ir.Value) -> ir.Value:
+        """Word `i` of `obj` as an integer."""
+        at = I64(i) if isinstance(i, int) else i
+        return self.b.load(self.b.gep(self.b.bitcast(obj, I64.as_pointer()), [at]))
+
+    # ---- tensors: data pointers, or headers [data, dims...] when shapes vary at run time
+    def data(self, tensor: ir.Value) -> ir.Value:
+        return self.field(tensor, 0) if self.low.boxed else tensor
+
+    def dims(self, tensor: ir.Value, rank: int) -> list[ir.Value]:
+        return [self.word(tensor, 1 + i) for i in range(rank)]
+
+    def new_tensor(self, dims: Sequence[ir.Value], nbytes: int | ir.Value) -> ir.Value:
+        """Fresh memory for a tensor of `dims`, `nbytes` of data."""
+        if not self.low.boxed:
+            return self.allocate(nbytes, _ALIGN)
+        header = _header_bytes(len(dims))
+        size = I64(header + max(nbytes, 1)) if isinstance(nbytes, int) else \
+            self.b.add(nbytes, I64(header))
+        tensor = self.allocate(size, _ALIGN)
+        self.set_field(tensor, 0, self.b.gep(tensor, [I64(header)]))
+        for i, d in enumerate(dims):
+            self.set_field(tensor, 1 + i, self.b.inttoptr(d, PTR))
+        return tensor
 
     def set_field(self, obj: ir.Value, i: int, value: ir.Value) -> None:
         self.b.store(value, self.b.gep(self.b.bitcast(obj, SLOTS), [I64(i)]))
@@ -516,11 +684,116 @@ class _FunctionCompiler:
                 self.tail(rhs, clause_env)
         elif isinstance(e, Call) and self.is_self(e.op, env):
             args = [self.value(a, env) for a in e.args]
+            if self.reclaims:
+                args = self.end_iteration(args)
             for phi, a in zip(self.phis, args):
                 phi.add_incoming(a, b.block)
             b.branch(self.header)
         else:
-            b.ret(self.value(e, env, tail=True))
+            result = self.value(e, env, tail=True)
+            if self.reclaims:
+                self.merge_written()
+            b.ret(result)
+
+    def loops(self, e: Expr) -> bool:
+        """Whether `e`, the body, calls this function in tail position (a loop)."""
+        while isinstance(e, Let):
+            e = e.body
+        if isinstance(e, If):
+            return self.loops(e.true_branch) or self.loops(e.false_branch)
+        if isinstance(e, Match):
+            return any(self.loops(c.rhs) for c in e.clauses)
+        return isinstance(e, Call) and (e.op is self.self_global if self.self_global
+                                        else e.op is self.self_var and e.op is not None)
+
+    # ---- a loop's memory: released at the back edge, the values it carries copied ----
+    # An iteration's memory can go when nothing older points into it: what the loop
+    # carries is copied out and back (only tensors and tuples of them, so copies are
+    # cheap and need no forwarding), and a write into an older reference cell (each cell
+    # holds the epoch it was made in) keeps the iteration's memory.
+    def start_iteration(self, marks: list[ir.Value], before: ir.Block) -> None:
+        b = self.b
+        self.marks = [b.phi(I64) for _ in marks]  # where the iterations' memory starts
+        for phi, mark in zip(self.marks, marks):
+            phi.add_incoming(mark, before)
+        epoch_p = b.gep(self.words, [I64(EPOCH)])
+        self.epoch = b.add(b.load(epoch_p), I64(1))
+        b.store(self.epoch, epoch_p)
+        written_p = b.gep(self.words, [I64(WRITTEN)])
+        self.written_before = b.load(written_p)  # by an enclosing loop's iteration
+        b.store(I64(_NEVER), written_p)
+
+    def merge_written(self) -> ir.Value:
+        """The oldest cell this iteration wrote into; the enclosing loop's record of it
+        updated."""
+        b = self.b
+        written_p = b.gep(self.words, [I64(WRITTEN)])
+        written = b.load(written_p)
+        older = b.icmp_signed("<", written, self.written_before)
+        b.store(b.select(older, written, self.written_before), written_p)
+        return written
+
+    def end_iteration(self, args: list[ir.Value]) -> list[ir.Value]:
+        """At the back edge: once the iterations since the mark have taken _RECLAIM bytes
+        (or a chunk), their memory is released and `args` copied; after a write into an
+        older cell, the mark moves past this iteration instead. The arguments to loop with."""
+        b = self.b
+        dirty = b.icmp_signed("<", self.merge_written(), self.epoch)
+        now = [b.load(b.gep(self.words, [I64(w)])) for w in (CUR, END, CHUNKS)]
+        full = b.or_(b.icmp_unsigned("!=", now[2], self.marks[2]),
+                     b.icmp_unsigned(">", b.sub(now[0], self.marks[0]), I64(_RECLAIM)))
+        start = b.block
+        release, done = self.new_block("release"), self.new_block("iteration_done")
+        b.cbranch(b.and_(full, b.not_(dirty)), release, done)
+        b.position_at_end(release)
+        copies = self.carry_over(args)
+        released = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        new_args = []
+        for a, c in zip(args, copies):
+            phi = b.phi(PTR)
+            phi.add_incoming(a, start)
+            phi.add_incoming(c, released)
+            new_args.append(phi)
+        for phi, mark, current in zip(self.marks, self.marks, now):
+            moved = b.select(dirty, current, mark)
+            phi.add_incoming(moved, b.block)
+        return new_args
+
+    def carry_over(self, args: list[ir.Value]) -> list[ir.Value]:
+        """`args` copied to a side buffer, the arena reset to the marks, and copied back."""
+        b = self.b
+        leaves: list[ir.Value] = []
+        for a, p in zip(args, self.fn.params):
+            self.leaves(a, p.checked_type, leaves)
+        types = _leaf_types([p.checked_type for p in self.fn.params])
+        shapes, sizes, offsets = [], [], []
+        total: ir.Value = I64(0)
+        for tensor, t in zip(leaves, types):
+            dims = self.dims(tensor, len(t.shape)) if self.low.boxed else \
+                [I64(d) for d in t.shape]
+            size: ir.Value = I64(np.dtype(str(t.dtype)).itemsize)
+            for d in dims:
+                size = b.mul(size, d)
+            shapes.append(dims)
+            sizes.append(size)
+            offsets.append(total)
+            total = b.and_(b.add(b.add(total, size), I64(_ALIGN - 1)), I64(-_ALIGN))
+        side = b.call(self.low.malloc, [b.add(total, I64(1))])
+        for tensor, size, offset in zip(leaves, sizes, offsets):
+            b.call(self.low.memcpy, [b.gep(side, [offset]), self.data(tensor), size,
+                                     ir.Constant(ir.IntType(1), 0)])
+        b.call(self.low.reset, [self.st, *self.marks])
+        copies = []
+        for dims, size, offset in zip(shapes, sizes, offsets):
+            copy = self.new_tensor(dims, size)
+            b.call(self.low.memcpy, [self.data(copy), b.gep(side, [offset]), size,
+                                     ir.Constant(ir.IntType(1), 0)])
+            copies.append(copy)
+        b.call(self.low.free, [side])
+        rebuilt = iter(copies)
+        return [self.rebuild(p.checked_type, rebuilt) for p in self.fn.params]
 
     def is_self(self, op: Expr, env: dict) -> bool:
         if self.self_global is not None:
@@ -531,7 +804,7 @@ class _FunctionCompiler:
     def branch(self, e: If, env: dict) -> tuple[ir.Block, ir.Block]:
         """Branches on the bool scalar `e.cond`; the two blocks to fill."""
         b = self.b
-        flag = b.load(b.bitcast(self.value(e.cond, env), I8.as_pointer()))
+        flag = b.load(b.bitcast(self.data(self.value(e.cond, env)), I8.as_pointer()))
         then, other = self.new_block("then"), self.new_block("else")
         b.cbranch(b.icmp_unsigned("!=", flag, I8(0)), then, other)
         return then, other
@@ -602,7 +875,7 @@ class _FunctionCompiler:
         if isinstance(e, Call):
             return self.call(e, env, tail)
         if isinstance(e, Constant):
-            return self.low.constant(e.data)
+            return self.low.tensor_constant(e.data)
         if isinstance(e, Tuple):
             return self.record([self.value(f, env) for f in e.fields])
         if isinstance(e, TupleGetItem):
@@ -616,13 +889,15 @@ class _FunctionCompiler:
         if isinstance(e, Constructor):
             params = tuple(Var(f"x{i}") for i in range(len(e.inputs)))
             return self.closure_of(Function(params, Call(e, params)), {}, None)
-        if isinstance(e, RefCreate):
-            return self.record([self.value(e.value, env)])
+        if isinstance(e, RefCreate):  # a cell: [value, the epoch it was made in]
+            epoch = self.b.load(self.b.gep(self.words, [I64(EPOCH)]))
+            return self.record([self.value(e.value, env), self.b.inttoptr(epoch, PTR)])
         if isinstance(e, RefRead):
             return self.field(self.value(e.ref, env), 0)
         if isinstance(e, RefWrite):
             cell, new = self.value(e.ref, env), self.value(e.value, env)
             self.set_field(cell, 0, new)
+            self.note_write(cell)
             return self.low.unit
         if isinstance(e, If):
             arms = [(block, branch, env) for block, branch in
@@ -632,6 +907,13 @@ class _FunctionCompiler:
             return self.join([(block, rhs, clause_env)
                               for block, clause_env, rhs in self.clauses(e, env)])
         raise Unsupported(type(e).__name__)
+
+    def note_write(self, cell: ir.Value) -> None:
+        """The write barrier: the state keeps the oldest epoch of a cell written into."""
+        b = self.b
+        written_p = b.gep(self.words, [I64(WRITTEN)])
+        epoch, written = self.word(cell, 1), b.load(written_p)
+        b.store(b.select(b.icmp_signed("<", epoch, written), epoch, written), written_p)
 
     def join(self, arms: list[tuple[ir.Block, Expr, dict]]) -> ir.Value:
         """Fills each arm's block with its expression; their values meet in a phi."""
@@ -675,18 +957,23 @@ class _FunctionCompiler:
         """The kernel of primitive function `fn` on the call's arguments, into fresh
         outputs: one call through its buffer table (inputs, outputs, constants, scratch)."""
         b = self.b
-        kernel = self.low.kernels[id(fn)]
         self.low.kernel_calls += 1
         inputs: list[ir.Value] = []
         for a in call.args:
             self.leaves(self.value(a, env), a.checked_type, inputs)
-        outputs = [self.allocate(_nbytes(t.shape, t.dtype), _ALIGN)
+        if id(fn) in self.low.dynamic:
+            return self.dynamic_kernel_call(fn, call, inputs)
+        kernel = self.low.kernels[id(fn)]
+        if self.low.boxed:
+            self.check_shapes(kernel, call, inputs)
+        outputs = [self.new_tensor([I64(d) for d in t.shape], _nbytes(t.shape, t.dtype))
                    for t in kernel.output_types]
         if not kernel.empty:
             scratch = [self.allocate(_nbytes(shape, dtype), _ALIGN)
                        for shape, dtype in kernel.scratch]
             constants = [self.low.constant(c) for c in kernel.constants]
-            pointers = [*inputs, *outputs, *constants, *scratch]
+            pointers = [*map(self.data, inputs), *map(self.data, outputs), *constants,
+                        *scratch]
             table = self.kernel_table(len(pointers))
             for i, p in enumerate(pointers):
                 b.store(p, b.gep(table, [I64(0), I64(i)]))
@@ -694,6 +981,99 @@ class _FunctionCompiler:
                                ir.FunctionType(ir.VoidType(), [PTR]).as_pointer())
             b.call(entry, [b.bitcast(table, PTR)])
         return self.rebuild(call.checked_type, iter(outputs))
+
+    def check_shapes(self, kernel: Kernel, call: Call, inputs: list[ir.Value]) -> None:
+        """Stops the run unless the inputs have the shapes `kernel` was compiled for (a
+        value typed with relay.Any dimensions could otherwise reach it at another size)."""
+        b = self.b
+        for i, (tensor, t) in enumerate(zip(inputs, kernel.input_types)):
+            wrong = ir.Constant(ir.IntType(1), 0)
+            for d, want in zip(self.dims(tensor, len(t.shape)), t.shape):
+                wrong = b.or_(wrong, b.icmp_signed("!=", d, I64(want)))
+            with b.if_then(wrong, likely=False):
+                self.fail(WRONG_SHAPE, len(self.low.wrong_shapes) << 8 | min(i, 0xFF))
+        self.low.wrong_shapes.append((kernel, call.span))
+
+    def dynamic_kernel_call(self, fn: Function, call: Call, inputs: list[ir.Value]
+                            ) -> ir.Value:
+        """A call of primitive function `fn` whose shapes are known only at run time: the
+        kernel for the inputs' dimensions is looked for in the site's ways, else asked of
+        Python (which compiles it on first use); its record says the outputs' dimensions
+        and the kernel's buffer table."""
+        b, low = self.b, self.low
+        site = _Site(fn, _leaf_types([a.checked_type for a in call.args]),
+                     _leaf_types([call.checked_type]))
+        index = len(low.sites)
+        low.sites.append(site)
+        dims = [d for tensor, t in zip(inputs, site.inputs)
+                for d in self.dims(tensor, len(t.shape))]
+        keys = self.allocas.alloca(ir.ArrayType(I64, max(len(dims), 1)))
+        for k, d in enumerate(dims):
+            b.store(d, b.gep(keys, [I64(0), I64(k)]))
+        ways = b.inttoptr(b.load(b.gep(self.words, [I64(WAYS)])), I64.as_pointer())
+        found = self.new_block("kernel_found")
+        incoming = []
+        for way in range(_WAYS):
+            record = b.load(b.gep(ways, [I64(index * _WAYS + way)]))
+            compare, following = self.new_block("kernel_way"), self.new_block("kernel_next")
+            b.cbranch(b.icmp_unsigned("!=", record, I64(0)), compare, following)
+            b.position_at_end(compare)
+            same, pointer = ir.Constant(ir.IntType(1), 1), b.inttoptr(record, PTR)
+            for k, d in enumerate(dims):
+                same = b.and_(same, b.icmp_signed("==", self.word(pointer, _Site.KEY + k), d))
+            incoming.append((record, b.block))
+            b.cbranch(same, found, following)
+            b.position_at_end(following)
+        resolve = b.inttoptr(I64(low.resolve), ir.FunctionType(I64, [I64, PTR]).as_pointer())
+        asked = b.call(resolve, [I64(index), b.bitcast(keys, PTR)])
+        with b.if_then(b.icmp_unsigned("==", asked, I64(0)), likely=False):
+            self.fail(NO_KERNEL, index)
+        incoming.append((asked, b.block))
+        b.branch(found)
+        b.position_at_end(found)
+        chosen = b.phi(I64)
+        for v, block in incoming:
+            chosen.add_incoming(v, block)
+        record = b.inttoptr(chosen, PTR)
+        outputs, at = [], site.out_dims_at
+        for i, t in enumerate(site.outputs):
+            rank = len(t.shape)
+            out_dims = [self.word(record, at + r) for r in range(rank)]
+            at += rank
+            outputs.append(self.new_tensor(out_dims, self.word(record, site.out_bytes_at + i)))
+        # the table: the record's template (constants; scratch offsets, made addresses)
+        size = self.word(record, _Site.TABLE)
+        table = self.allocate(b.mul(size, I64(8)))
+        scratch = b.ptrtoint(self.allocate(self.word(record, _Site.SCRATCH_BYTES), _ALIGN), I64)
+        first_scratch = b.sub(size, self.word(record, _Site.SCRATCHES))
+        with self.counting(size) as i:
+            entry = self.word(record, b.add(i, I64(site.template_at)))
+            offset = b.select(b.icmp_signed(">=", i, first_scratch), scratch, I64(0))
+            b.store(b.add(entry, offset), b.gep(b.bitcast(table, I64.as_pointer()), [i]))
+        for i, p in enumerate([*map(self.data, inputs), *map(self.data, outputs)]):
+            self.set_field(table, i, p)
+        code = self.word(record, _Site.ENTRY)
+        with b.if_then(b.icmp_unsigned("!=", code, I64(0))):
+            b.call(b.inttoptr(code, ir.FunctionType(ir.VoidType(), [PTR]).as_pointer()),
+                   [table])
+        return self.rebuild(call.checked_type, iter(outputs))
+
+    @contextmanager
+    def counting(self, count: ir.Value) -> Iterator[ir.Value]:
+        """A loop over ``i`` in ``[0, count)``: its body is what the block emits."""
+        b = self.b
+        before, test = b.block, self.new_block("count")
+        body, done = self.new_block("count_body"), self.new_block("count_done")
+        b.branch(test)
+        b.position_at_end(test)
+        i = b.phi(I64)
+        i.add_incoming(I64(0), before)
+        b.cbranch(b.icmp_signed("<", i, count), body, done)
+        b.position_at_end(body)
+        yield i
+        i.add_incoming(b.add(i, I64(1)), b.block)
+        b.branch(test)
+        b.position_at_end(done)
 
     def kernel_table(self, size: int) -> ir.Value:
         """A stack array for kernels' buffer tables, in the entry block (so a loop does
@@ -738,17 +1118,97 @@ def _nbytes(shape: Sequence[int], dtype: str) -> int:
     return max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
 
 
+def _header_bytes(rank: int) -> int:
+    """The room before a boxed tensor's data (which stays 64-byte aligned)."""
+    return -(-8 * (1 + rank) // _ALIGN) * _ALIGN
+
+
+def _flat(t: Type) -> bool:
+    """Whether values of type `t` hold only tensors (a loop carrying only those releases
+    its iterations' memory)."""
+    if isinstance(t, TupleType):
+        return all(_flat(f) for f in t.fields)
+    return isinstance(t, TensorType) and isinstance(t.dtype, str)
+
+
+def _leaf_types(types: Sequence[Type]) -> list[TensorType]:
+    """The tensor types of `types`, tuples flattened (as kernels take and give them)."""
+    out: list[TensorType] = []
+    for t in types:
+        if isinstance(t, TupleType):
+            out.extend(_leaf_types(t.fields))
+        else:
+            assert isinstance(t, TensorType)
+            out.append(t)
+    return out
+
+
+class _Site:
+    """A kernel call whose shapes are known only at run time.
+
+    Its kernel is compiled per shape of the inputs, on first use, and described to native
+    code by a record (int64 words): ``[kernel entry (0: nothing to compute), table size,
+    scratch bytes, scratch buffers, input dims..., output dims..., output bytes...,
+    table template...]``. The template is the kernel's buffer table with its constants'
+    addresses, and its scratch buffers' offsets in one block native code allocates.
+    """
+
+    ENTRY, TABLE, SCRATCH_BYTES, SCRATCHES, KEY = range(5)
+
+    def __init__(self, fn: Function, inputs: list[TensorType], outputs: list[TensorType]):
+        self.fn, self.inputs, self.outputs = fn, inputs, outputs
+        self.key_words = sum(len(t.shape) for t in inputs)
+        self.out_dims_at = self.KEY + self.key_words
+        self.out_bytes_at = self.out_dims_at + sum(len(t.shape) for t in outputs)
+        self.template_at = self.out_bytes_at + len(outputs)
+        self.records: dict[tuple[int, ...], np.ndarray] = {}
+        self.next_way = 0  # the way the next record goes to
+        self.kernels: list[Kernel] = []  # those made, in order (the records point at them)
+        self.kernel_inputs: list[list[TensorType]] = []  # the input types of each
+        self._kept: list = []  # every record made, and the constants they point at
+
+    def record(self, key: tuple[int, ...], opt_level: int) -> np.ndarray:
+        """The record for input dimensions `key`, its kernel compiled."""
+        types, at = [], 0
+        for t in self.inputs:
+            types.append(TensorType(key[at:at + len(t.shape)], t.dtype))
+            at += len(t.shape)
+        kernel = compile_primitive(specialize(self.fn, types), opt_level=opt_level)
+        outputs = kernel.output_types
+        assert [len(t.shape) for t in outputs] == [len(t.shape) for t in self.outputs]
+        constants = [np.require(c, requirements=("C", "A")) for c in kernel.constants]
+        offsets, scratch_bytes = [], 0
+        for shape, dtype in kernel.scratch:
+            offsets.append(scratch_bytes)
+            scratch_bytes += -(-_nbytes(shape, dtype) // _ALIGN) * _ALIGN
+        template = [0] * (len(self.inputs) + len(outputs)) + \
+            [address(c) for c in constants] + offsets
+        self.kernels.append(kernel)
+        self.kernel_inputs.append(types)
+        record = np.array([0 if kernel.empty else kernel.entry_address, len(template),
+                         scratch_bytes, len(offsets), *key,
+                         *[d for t in outputs for d in t.shape],
+                         *[_nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
+        self._kept.append((record, constants))  # ways may point at it for good
+        return record
+
+
 # ---- values across the boundary -------------------------------------------------------------
 
 class _Tensor:
-    """How a tensor type crosses: its shape, dtype and size."""
+    """How a tensor type crosses: its shape (None where known only at run time), dtype and
+    size (when static)."""
 
     def __init__(self, t: TensorType):
-        self.shape = tuple(int(d) for d in t.shape)  # static: checked by _check_boundary
+        self.shape = tuple(d if isinstance(d, int) else None for d in t.shape)
         self.dtype = np.dtype(str(t.dtype))
-        self.count = int(np.prod(self.shape, dtype=np.int64))
+        self.count = int(np.prod(self.shape, dtype=np.int64)) if None not in self.shape else 0
         self.nbytes = self.count * self.dtype.itemsize
         self.text = str(t)
+
+    def fits(self, a: np.ndarray) -> bool:
+        return a.dtype == self.dtype and len(a.shape) == len(self.shape) and \
+            all(d is None or d == n for d, n in zip(self.shape, a.shape))
 
 
 class _Codec:
@@ -760,8 +1220,8 @@ class _Codec:
     passes the same trees every epoch), unless making it copied a tensor.
     """
 
-    def __init__(self, mod: IRModule):
-        self.mod = mod
+    def __init__(self, mod: IRModule, boxed: bool):
+        self.mod, self.boxed = mod, boxed
         self._fields: dict[tuple[int, TypeCall], list[Type]] = {}
         self._tensors: dict[Type, _Tensor] = {}
         self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -786,7 +1246,11 @@ class _Codec:
         if isinstance(t, TensorType):
             a = self.array(value, self.tensor_type(t))
             keep.append(a)
-            return address(a)
+            if not self.boxed:
+                return address(a)
+            header = np.array([address(a), *a.shape], np.int64)
+            keep.append(header)
+            return address(header)
         cached = self._cache.get(value) if isinstance(value, ConstructorValue) else None
         if cached is None:
             arrays: list[np.ndarray] = []
@@ -799,7 +1263,7 @@ class _Codec:
 
     def array(self, value: AnyValue, t: _Tensor) -> np.ndarray:
         a = value if isinstance(value, np.ndarray) else np.asarray(value, t.dtype)
-        if a.shape != t.shape or a.dtype != t.dtype:
+        if not t.fits(a):
             raise TypeError(f"expected a tensor of {t.text}, got {a.dtype}{list(a.shape)}")
         return contiguous(a)
 
@@ -838,7 +1302,12 @@ class _Codec:
                     a = self.array(v, self.tensor_type(ft))
                     copied = copied or a is not v
                     arrays.append(a)
-                    words[first + i] = address(a)
+                    if self.boxed:  # the header after the objects so far
+                        words[first + i] = 8 * len(words)
+                        relative.append(first + i)
+                        words.extend([address(a), *a.shape])
+                    else:
+                        words[first + i] = address(a)
                 else:
                     stack.append((v, ft, first + i))
         buffer = np.array(words, np.int64)
@@ -856,9 +1325,7 @@ class _Codec:
         while stack:
             pointer, t, parent, index = stack.pop()
             if isinstance(t, TensorType):
-                tt = self.tensor_type(t)
-                raw = (ctypes.c_char * tt.nbytes).from_address(pointer)
-                parent[index] = np.frombuffer(raw, tt.dtype, tt.count).reshape(tt.shape).copy()
+                parent[index] = self.tensor(pointer, self.tensor_type(t))
                 continue
             words = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64))
             if isinstance(t, TupleType):
@@ -873,3 +1340,13 @@ class _Codec:
         for parent, index, c, fields in reversed(objects):  # children before parents
             parent[index] = tuple(fields) if c is None else ConstructorValue(c, tuple(fields))
         return root[0]
+
+    def tensor(self, pointer: int, t: _Tensor) -> np.ndarray:
+        """A copy of the tensor at `pointer`: its data, or its header when boxed."""
+        shape, count = t.shape, t.count
+        if self.boxed:
+            header = (ctypes.c_int64 * (1 + len(shape))).from_address(pointer)
+            pointer, shape = header[0], tuple(header[1:])
+            count = int(np.prod(shape, dtype=np.int64))
+        raw = (ctypes.c_char * (count * t.dtype.itemsize)).from_address(pointer)
+        return np.frombuffer(raw, t.dtype, count).reshape(shape).copy()

@@ -30,7 +30,9 @@ class TranslatorBase:
         self._fresh = 0
         self._kinds: dict[Expr, Kind] = {}  # calls whose callee declares its result type
         self.current_env: Env = {}
-        self._return_kinds: dict[Var, Kind] = {}  # nested defs with a declared result type
+        # what calling a function value gives, when known: a nested def with a declared
+        # result type, an exported model (``relay.export_model(m)(x)[0]``), names bound to them
+        self._return_kinds: dict[Expr, Kind] = {}
         # The local names of the functions being translated, innermost last: a name local to
         # one of them but not bound at a use is used before its assignment (never a global, as
         # in Python). The value says why it is unbound there, when that is known.

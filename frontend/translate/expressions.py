@@ -200,7 +200,7 @@ class Expressions(TranslatorBase):
                                                "attributes")
         args = [self.expr(a, env) for a in node.args]
         call = self._make_call(callee, self.materialize_all(args), node)
-        if isinstance(callee, Var) and callee in self._return_kinds:
+        if callee in self._return_kinds:
             self._kinds[call] = self._return_kinds[callee]
         return call
 

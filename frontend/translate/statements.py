@@ -283,6 +283,8 @@ class Statements(TranslatorBase):
         self._check_rebind(target.id, env, target)
         v = self.var(target.id, target)
         kind = self.kind_of(value, env)
+        if isinstance(value, Expr) and value in self._return_kinds:
+            self._return_kinds[v] = self._return_kinds[value]
         return {**env, target.id: Binding(v, kind)}, [(v, self.materialize(value), self.span(s))]
 
     # ---- if / match ------------------------------------------------------------

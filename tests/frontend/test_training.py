@@ -145,3 +145,22 @@ def test_dropout_outside_a_model_needs_a_key():
         @relay
         def keyless(x: Tensor[Float, 4]) -> Tensor[Float, 4]:
             return relay.dropout(x, rate=0.5)
+
+
+@relay_model
+def two_heads(x: Tensor[Float, 4]) -> tuple[Tensor[Float, 3], Tensor[Float, 2]]:
+    h = relay.tanh(relay.linear(x, num_hidden=5))
+    return relay.linear(h, num_hidden=3), relay.linear(h, num_hidden=2)
+
+
+@relay
+def first_head(x: Tensor[Float, 4]) -> Tensor[Float, 3]:
+    model = relay.create_model(two_heads, seed=3)
+    predict = relay.export_model(model)
+    return relay.export_model(model)(x)[0] + predict(x)[0]  # a tuple's field, not a slice
+
+
+def test_the_result_of_an_exported_model_returning_a_tuple_is_indexed_as_a_tuple():
+    x = data()[0][0]
+    model = relay.create_model(two_heads, seed=3)
+    np.testing.assert_allclose(first_head(x), 2 * model(x)[0], rtol=1e-5)

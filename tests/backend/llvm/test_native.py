@@ -64,7 +64,7 @@ def test_a_recursive_match_over_a_tree_runs_natively_with_jaxs_values():
         t = random_tree(n)
         np.testing.assert_allclose(exe(t), jax_encode(t, W), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(exe(t), relay.build(encode, target="interp")(t),
-                                   rtol=1e-6, atol=1e-7)
+                                   rtol=1e-5, atol=1e-6)
 
 
 @relay
@@ -277,3 +277,156 @@ def test_a_run_stopped_by_an_error_does_not_grow_the_arena(monkeypatch):
     with pytest.raises(MemoryError):
         exe(np.int32(200_000))  # 51 MB: beyond any arena an earlier test grew
     assert exe.program.native._arena_bytes == before
+
+
+# ---- sizes known only at run time ----------------------------------------------------------
+
+@relay
+def grown(x: Tensor[Float, (1, 3)], n: Int) -> Tensor[Float, (relay.Any, 3)]:
+    acc: Tensor[Float, (relay.Any, 3)] = x  # a row more each turn
+    for _ in range(n):
+        acc = relay.concatenate((acc, relay.tanh(acc[-1:] + x)), axis=0)
+    return acc * 2.0
+
+
+def jax_grown(x, n):
+    acc = x
+    for _ in range(n):
+        acc = jnp.concatenate([acc, jnp.tanh(acc[-1:] + x)], axis=0)
+    return acc * 2.0
+
+
+def test_sizes_known_only_at_run_time_run_natively_with_a_kernel_per_shape():
+    exe = native(grown)
+    program = exe.program.native
+    assert program.boxed  # tensors carry their shapes
+    x = RNG.standard_normal((1, 3)).astype(np.float32)
+    for n in (0, 1, 6, 2, 6, 9, 1):  # more sizes than a site keeps in its ways; some again
+        np.testing.assert_allclose(exe(x, np.int32(n)), jax_grown(x, n), rtol=1e-5)
+    concatenate = max(program._sites, key=lambda s: len(s.records))
+    assert sorted(k[0] for k in concatenate.records) == list(range(1, 10))  # each made once
+    errors: list[BaseException] = []
+
+    def work(n):
+        try:
+            for _ in range(20):
+                np.testing.assert_allclose(exe(x, np.int32(n)), jax_grown(x, n), rtol=1e-5)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (3, 12)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+
+
+@relay
+def pair_up(x: Tensor[Float, (1, 3)], n: Int) -> Tensor[Float, (relay.Any, 3)]:
+    acc: Tensor[Float, (relay.Any, 3)] = x
+    for _ in range(n):
+        acc = relay.concatenate((acc, x), axis=0)
+    return acc + relay.concatenate((x, x), axis=0)  # broadcasts only for 1 or 2 rows
+
+
+@relay
+def claimed(x: Tensor[Float, (1, 3)], n: Int) -> Tensor[Float, (2, 3)]:
+    acc: Tensor[Float, (relay.Any, 3)] = x
+    for _ in range(n):
+        acc = relay.concatenate((acc, x), axis=0)
+    pair: Tensor[Float, (2, 3)] = acc  # holds for n == 1 only
+    return relay.tanh(pair)
+
+
+def test_shapes_that_do_not_hold_at_run_time_are_located_errors():
+    from relaydsl.errors import RelayTypeError
+
+    x = np.ones((1, 3), np.float32)
+    exe = native(pair_up)
+    np.testing.assert_allclose(exe(x, np.int32(1)), np.full((2, 3), 2.0))
+    with pytest.raises(RelayTypeError, match=r"cannot be broadcast.*\(4, 3\) and \(2, 3\)"):
+        exe(x, np.int32(3))
+    np.testing.assert_allclose(exe(x, np.int32(0)), np.full((2, 3), 2.0))  # and runs on
+    for target in ("llvm", "interp"):
+        exe = relay.build(claimed, target=target)
+        np.testing.assert_allclose(exe(x, np.int32(1)), np.tanh(np.ones((2, 3))), rtol=1e-6)
+        with pytest.raises(InterpreterError, match=r"\(2, 3\).* at run time"):
+            exe(x, np.int32(3))
+
+
+@relay
+def doubled_sum(xs: relay.List[Tensor[Float, ("n",)]], init: Tensor[Float, (relay.Any,)]
+          ) -> Tensor[Float, (relay.Any,)]:
+    match xs:
+        case relay.Cons(h, rest):
+            return h * 2.0 + doubled_sum(rest, init)
+        case _:
+            return init
+
+
+def test_values_that_fix_no_size_get_native_code_with_run_time_shapes():
+    exe = relay.build(doubled_sum, target="llvm")
+    assert exe.program.path == "per signature"
+    init = RNG.standard_normal(4).astype(np.float32)
+    np.testing.assert_allclose(exe([], init), init)  # an empty list fixes no "n"
+    assert exe.program._generic_native.boxed
+    xs = [RNG.standard_normal(4).astype(np.float32) for _ in range(3)]
+    np.testing.assert_allclose(exe(xs, init), sum(2 * x for x in xs) + init, rtol=1e-5)
+
+
+# ---- a loop's memory -----------------------------------------------------------------------
+
+W64 = (np.random.default_rng(64).standard_normal((64, 64)) * 0.1).astype(np.float32)
+
+
+@relay
+def iterate(x: Tensor[Float, (64, 64)], s: Tensor[Float, ()], n: Int
+            ) -> Tensor[Float, (64, 64)]:
+    scale = relay.ref(s)  # a reference: native code rather than a plan
+    acc = x
+    for _ in range(n):
+        acc = relay.tanh(acc @ W64) * relay.ref_read(scale)
+    return acc
+
+
+@relay
+def tally(x: Tensor[Float, (64,)], n: Int) -> Tensor[Float, (64,)]:
+    total = relay.ref(x * 0.0)
+    acc = x
+    for _ in range(n):
+        acc = relay.tanh(acc) * 1.5
+        relay.ref_write(total, relay.ref_read(total) + acc)  # into a cell older than the turn
+    return relay.ref_read(total)
+
+
+@relay
+def nested(x: Tensor[Float, (64,)], n: Int) -> Tensor[Float, (64,)]:
+    acc = x
+    for _ in range(n):
+        cell = relay.ref(acc)  # made in this turn: writing it keeps nothing alive
+        for _ in range(3):
+            relay.ref_write(cell, relay.tanh(relay.ref_read(cell)) + 0.5)
+        acc = relay.ref_read(cell)
+    return acc
+
+
+def test_a_loop_releases_its_iterations_memory_and_keeps_what_references_hold(monkeypatch):
+    from relaydsl.backend.llvm import native as native_module
+
+    exe = native(iterate)
+    x = RNG.standard_normal((64, 64)).astype(np.float32)
+    out = exe(x, np.float32(0.9), np.int32(3000))  # 3000 turns of 2 x 16 KiB
+    assert exe.program.native._arena_bytes <= 2 << 20  # not the ~100 MB of every turn
+
+    def body(_, acc):
+        return jnp.tanh(acc @ W64) * 0.9
+
+    np.testing.assert_allclose(out, jax.lax.fori_loop(0, 3000, body, x), rtol=1e-4,
+                               atol=1e-5)
+    monkeypatch.setattr(native_module, "_RECLAIM", 0)  # release at every turn that may
+    v = RNG.standard_normal(64).astype(np.float32)
+    for fn in (tally, nested):
+        got = native(fn)(v, np.int32(40))
+        np.testing.assert_allclose(got, relay.build(fn, target="interp")(v, np.int32(40)),
+                                   rtol=1e-5)

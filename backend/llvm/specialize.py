@@ -1,0 +1,59 @@
+"""Functions re-typed with the shapes values have at run time.
+
+A primitive function typed with ``relay.Any`` or symbolic dimensions cannot be compiled as
+it is; its kernel is compiled for the shapes its arguments have (the dispatcher, and native
+code's kernels whose shapes are known only at run time), and an entry whose parameters
+have symbolic dimensions is compiled per call signature. Type inference re-run with the
+concrete parameter types gives the body's shapes: the type relations of the ops are their
+shape functions.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from relaydsl.backend.llvm.plan import static_type
+from relaydsl.ir.expr import Expr, Function, Var
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import TensorType, Type
+from relaydsl.ir.visitor import ExprMutator
+
+
+def specialize(fn: Function, types: Sequence[TensorType]) -> Function:
+    """`fn` with parameters of the static tensor types `types`, re-typed."""
+    # Static parameters are not enough: a value ascribed a dynamic type (a let annotated
+    # with relay.Any dims) may leave the body's types dynamic; re-inference makes them static.
+    if all(p.checked_type == t for p, t in zip(fn.params, types)) and \
+            static_type(fn.checked_type.ret_type):
+        return fn
+    from relaydsl.typing import infer_type
+
+    out = infer_type(_retyped(fn, types))
+    assert isinstance(out, Function)
+    return out
+
+
+def specialize_entry(mod: IRModule, entry: str, types: Sequence[Type]) -> IRModule:
+    """A copy of `mod` whose `entry` takes parameters of exactly `types`, re-typed."""
+    from relaydsl.typing import infer_types
+
+    out = mod.copy()
+    out.add(entry, _retyped(mod[entry], types))
+    return infer_types(out)
+
+
+def _retyped(fn: Function, types: Sequence[Type]) -> Function:
+    """`fn` with fresh parameters of `types` (the body's types are left to inference)."""
+    params = [Var(p.name_hint, t) for p, t in zip(fn.params, types)]
+    body = _Rebind(dict(zip(fn.params, params))).visit(fn.body)
+    return Function(params, body, None, (), fn.attrs, span=fn.span)
+
+
+class _Rebind(ExprMutator):
+    """Replaces variables by others (`mapping`), everywhere in an expression."""
+
+    def __init__(self, mapping: dict[Var, Var]):
+        super().__init__()
+        self.mapping = mapping
+
+    def visit_var(self, v: Var) -> Expr:
+        return self.mapping.get(v, v)
