@@ -19,10 +19,9 @@ and picks how to run the entry function:
   the two per call signature: the entry re-typed with the call's shapes and compiled (and
   native code of the entry as typed for values that fix no size, such as an empty list).
 * the dispatcher for what remains (functions or references passed to or returned to
-  Python; operator calls outside primitive functions, when FuseOps is disabled): the
-  reference interpreter, whose ``call_primitive`` hook runs each call of a primitive
-  function as a compiled kernel instead of NumPy; kernels are compiled on first use, per
-  function and argument shapes.
+  Python, which native code's memory does not outlive): the reference interpreter, whose
+  ``call_primitive`` hook runs each call of a primitive function as a compiled kernel
+  instead of NumPy; kernels are compiled on first use, per function and argument shapes.
 
 Arguments are checked against the entry's type by the frontend before any kernel
 runs; the executors then hand each kernel only C-contiguous, aligned arrays of

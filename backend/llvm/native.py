@@ -53,8 +53,9 @@ site checks it and returns, and Python raises the error (an ``InterpreterError``
 the match's source line, ``KeyboardInterrupt``, ``MemoryError``): never a crash.
 
 What it takes (else the dispatcher runs the program, executor.py): arguments and results
-of tensors, tuples and data types (no functions or references crossing into Python), and
-every operator call inside a primitive function (FuseOps ran).
+of tensors, tuples and data types; no functions or references crossing into Python, since
+what a call allocates is gone when it returns. (An operator call outside a primitive
+function, when FuseOps is disabled, becomes a primitive function of its own.)
 
 >>> # a recursive sum over a relay.List, then a TreeLSTM: examples/tree_lstm_sst.py
 """
@@ -90,7 +91,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import free_vars, post_order
-from relaydsl.transform.fuse_ops import is_primitive
+from relaydsl.transform.fuse_ops import PRIMITIVE, is_primitive
 
 _log = logging.getLogger(__name__)
 
@@ -330,6 +331,7 @@ class _Lowering:
         self.boxed = False
         self.sites: list[_Site] = []  # kernel calls of run-time shapes, by index
         self.wrong_shapes: list[tuple[Kernel, AnyValue]] = []  # the checks' kernels, spans
+        self.op_kernels: dict[int, Function] = {}  # a lone operator call's primitive function
         self.module = ir.Module(name="relaydsl_native")
         self.module.triple = jit.host_target().triple
         self.module.data_layout = jit.data_layout()
@@ -361,7 +363,7 @@ class _Lowering:
 
     def compile_kernels(self, entry: GlobalVar) -> None:
         """Compiles every primitive function the entry can reach, together."""
-        seen, todo, prims = {entry}, [entry], []
+        seen, todo, prims, op_calls = {entry}, [entry], [], []
 
         def note(e: Expr) -> None:
             if isinstance(e, GlobalVar) and e not in seen:
@@ -369,9 +371,18 @@ class _Lowering:
                 todo.append(e)
             elif isinstance(e, Function) and is_primitive(e):
                 prims.append(e)
+            elif isinstance(e, Call) and isinstance(e.op, Op):
+                op_calls.append(e)
 
         while todo:
             post_order(self.mod[todo.pop()], note)
+        inside: set[int] = set()
+        for f in prims:
+            post_order(f.body, lambda e: inside.add(id(e)))
+        for call in op_calls:  # outside primitive functions: FuseOps did not run
+            if id(call) not in inside:
+                self.op_kernels[id(call)] = _primitive_of(call)
+                prims.append(self.op_kernels[id(call)])
         unique = list({id(f): f for f in prims}.values())
         static = []
         self.dynamic = set()  # the ids of primitive functions compiled per shape at run time
@@ -580,8 +591,8 @@ class _FunctionCompiler:
         if self.self_var is not None:
             env[self.self_var] = self.closure
         # a self call in tail position comes back to the header with new arguments
-        self.reclaims = all(_flat(p.checked_type) for p in fn.params) and \
-            self.loops(fn.body)
+        self.reclaims = self.loops(fn.body) and \
+            all(p.has_type and _flat(p.checked_type) for p in fn.params)
         marks = [b.load(b.gep(self.words, [I64(w)])) for w in (CUR, END, CHUNKS)] \
             if self.reclaims else []
         self.header = f.append_basic_block("header")
@@ -939,7 +950,7 @@ class _FunctionCompiler:
         if isinstance(op, Constructor):
             return self.record([self.value(a, env) for a in call.args], tag=op.tag)
         if isinstance(op, Op):
-            raise Unsupported(f"the operator {op.name} outside a primitive function")
+            return self.kernel_call(self.low.op_kernels[id(call)], call, env)
         if isinstance(op, GlobalVar):
             args = [self.value(a, env) for a in call.args]
             result = b.call(self.low.global_function(op),
@@ -1116,6 +1127,26 @@ class _FunctionCompiler:
 
 def _nbytes(shape: Sequence[int], dtype: str) -> int:
     return max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
+
+
+def _primitive_of(call: Call) -> Function:
+    """A lone operator call as a primitive function of its own (tuple arguments passed
+    field by field, as FuseOps passes them)."""
+    from relaydsl.typing import infer_type
+
+    params: list[Var] = []
+
+    def as_params(t: Type) -> Expr:
+        if isinstance(t, TupleType):
+            return Tuple(tuple(as_params(f) for f in t.fields))
+        params.append(Var(f"p{len(params)}", t))
+        return params[-1]
+
+    args = tuple(as_params(a.checked_type) for a in call.args)
+    fn = infer_type(Function(tuple(params), Call(call.op, args, call.attrs, call.type_args),
+                             attrs=PRIMITIVE))
+    assert isinstance(fn, Function)
+    return fn
 
 
 def _header_bytes(rank: int) -> int:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from relaydsl.backend.llvm.plan import static_type
-from relaydsl.ir.expr import Expr, Function, Var
+from relaydsl.ir.expr import Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, Type
-from relaydsl.ir.visitor import ExprMutator
+from relaydsl.transform._util import substitute
 
 
 def specialize(fn: Function, types: Sequence[TensorType]) -> Function:
@@ -44,16 +44,6 @@ def specialize_entry(mod: IRModule, entry: str, types: Sequence[Type]) -> IRModu
 def _retyped(fn: Function, types: Sequence[Type]) -> Function:
     """`fn` with fresh parameters of `types` (the body's types are left to inference)."""
     params = [Var(p.name_hint, t) for p, t in zip(fn.params, types)]
-    body = _Rebind(dict(zip(fn.params, params))).visit(fn.body)
+    body = substitute(fn.body, dict(zip(fn.params, params)))
     return Function(params, body, None, (), fn.attrs, span=fn.span)
 
-
-class _Rebind(ExprMutator):
-    """Replaces variables by others (`mapping`), everywhere in an expression."""
-
-    def __init__(self, mapping: dict[Var, Var]):
-        super().__init__()
-        self.mapping = mapping
-
-    def visit_var(self, v: Var) -> Expr:
-        return self.mapping.get(v, v)

@@ -104,7 +104,8 @@ def test_a_disabled_pass_does_not_run_and_the_program_still_computes_the_same(ta
 def test_without_fuse_ops_llvm_still_runs_the_program():
     exe, ran = timed_build(mlp, {"disabled_pass": ["FuseOps"]}, target="llvm")
     assert "FuseOps" not in ran
-    assert exe.program.plan is None  # no primitive functions: the dispatcher runs the ops
+    # no primitive functions: native code runs each op call as a kernel of its own
+    assert exe.program.path == "native" and exe.program.native.kernel_calls == 5
     args = mlp_args()
     np.testing.assert_allclose(exe(*args), mlp_jax(*args), rtol=1e-5, atol=1e-6)
 
