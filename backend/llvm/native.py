@@ -133,10 +133,13 @@ class NativeProgram:
     """Global `entry` of a prepared module (executor.prepare) as native code.
 
     ``program(*values)`` takes and returns NumPy arrays, tuples and ``ConstructorValue``s.
-    Building one for a program it cannot run raises ``Unsupported``.
+    Building one for a program it cannot run raises ``Unsupported``. `shapes_at_run_time`
+    treats every kernel as one of shapes known only at run time (for tests: random
+    programs check that machinery against JAX).
     """
 
-    def __init__(self, mod: IRModule, entry: str, opt_level: int = 3):
+    def __init__(self, mod: IRModule, entry: str, opt_level: int = 3, *,
+                 shapes_at_run_time: bool = False):
         self.mod, self.entry = mod, entry
         fn = mod[entry]
         t = fn.checked_type
@@ -148,7 +151,8 @@ class NativeProgram:
         _check_boundary(self.ret_type, "the result")
         self.opt_level = opt_level
         self._resolver = _RESOLVE(self._resolve)  # kernels of run-time shapes, on demand
-        lowering = _Lowering(mod, opt_level, ctypes.cast(self._resolver, ctypes.c_void_p).value)
+        lowering = _Lowering(mod, opt_level, ctypes.cast(self._resolver, ctypes.c_void_p).value,
+                             shapes_at_run_time)
         name = lowering.lower_entry(mod.get_global_var(entry),
                                     [*self.param_types, self.ret_type])
         self.boxed = lowering.boxed
@@ -324,8 +328,9 @@ def _check_boundary(t: Type, what: str) -> None:
 class _Lowering:
     """The LLVM module of one program: a function per reachable Relay function."""
 
-    def __init__(self, mod: IRModule, opt_level: int, resolve: int):
+    def __init__(self, mod: IRModule, opt_level: int, resolve: int, shapes_at_run_time: bool):
         self.mod, self.opt_level = mod, opt_level
+        self.shapes_at_run_time = shapes_at_run_time
         self.resolve = resolve  # the address of ``i64 resolve(site, dims)`` (Python)
         # tensors as headers [data, dims...] (when some shape is known only at run time)
         self.boxed = False
@@ -388,7 +393,8 @@ class _Lowering:
         self.dynamic = set()  # the ids of primitive functions compiled per shape at run time
         for f in unique:
             t = f.checked_type
-            if all(static_type(p) for p in t.arg_types) and static_type(t.ret_type):
+            if all(static_type(p) for p in t.arg_types) and static_type(t.ret_type) and \
+                    not self.shapes_at_run_time:
                 static.append(f)
             elif all(isinstance(p.dtype, str) for p in _leaf_types([*t.arg_types, t.ret_type])):
                 self.dynamic.add(id(f))

@@ -9,6 +9,7 @@ from relaydsl.ir.parser import parse
 from relaydsl.ir.structural import structural_equal
 from relaydsl.testing import assert_matches_jax, to_jax
 from relaydsl.backend.interpreter import to_value
+from relaydsl.backend.llvm.native import NativeProgram
 from relaydsl.testing.random_programs import random_programs, through_data_and_closures
 from relaydsl.typing import infer_types
 
@@ -99,14 +100,18 @@ def test_grad_of_random_annotated_shape_polymorphic_programs_matches_jax(program
     assert_grad_matches_jax_on_both_targets(*program_and_inputs)
 
 
-def run_both(fn: Function, inputs: list[np.ndarray], entry: str = "main"):
+def run_all(fn: Function, inputs: list[np.ndarray], entry: str = "main"):
     """`fn` wrapped by through_data_and_closures, on llvm (which must run it as native
-    code) and on the interpreter."""
+    code), as native code treating every shape as known only at run time (tensors with
+    shape headers, kernels made per shape as it runs), and on the interpreter."""
     mod = infer_types(IRModule.from_expr(through_data_and_closures(fn)))
     program = get_target("llvm").build(mod, entry, {})
     assert program.path == "native"
     args = [to_value(a, p.checked_type) for a, p in zip(inputs, mod[entry].params)]
-    return program(*args), get_target("interp").build(mod, entry, {})(*args)
+    at_run_time = NativeProgram(program.mod, entry, shapes_at_run_time=True)
+    assert at_run_time.boxed
+    return (program(*args), at_run_time(*args),
+            get_target("interp").build(mod, entry, {})(*args))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,7 +120,7 @@ def test_native_code_matches_jax_on_random_programs_through_data_and_closures(
         program_and_inputs):
     fn, inputs = program_and_inputs
     expected = to_jax(IRModule.from_expr(fn), "main")(*inputs)
-    for ours in run_both(fn, inputs):
+    for ours in run_all(fn, inputs):
         ours_leaves = ours if isinstance(ours, tuple) else (ours,)
         expected_leaves = expected if isinstance(expected, tuple) else (expected,)
         for a, e in zip(ours_leaves, expected_leaves, strict=True):
@@ -139,7 +144,10 @@ def test_native_gradients_match_jax_through_data_and_closures(program_and_inputs
     tol = 1e-4 if inputs[0].dtype == np.float32 else 1e-9
     program = get_target("llvm").build(mod, "main", {})
     assert program.path == "native"
-    for target, run in (("llvm", program), ("interp", get_target("interp").build(mod, "main", {}))):
+    runs = (("llvm", program),
+            ("shapes at run time", NativeProgram(program.mod, "main", shapes_at_run_time=True)),
+            ("interp", get_target("interp").build(mod, "main", {})))
+    for target, run in runs:
         ours, our_grads = run(*inputs)
         np.testing.assert_allclose(ours, value, rtol=tol, atol=tol, err_msg=target)
         for a, e in zip(our_grads, grads, strict=True):
