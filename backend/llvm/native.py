@@ -75,7 +75,6 @@ import os
 import resource
 import signal
 import threading
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any as AnyValue, Iterator, Sequence
@@ -83,11 +82,13 @@ from typing import Any as AnyValue, Iterator, Sequence
 import numpy as np
 from llvmlite import ir
 
-from relaydsl.backend.interpreter import ConstructorValue, InterpreterError, Value
+from relaydsl.backend.interpreter import InterpreterError, Value
 from relaydsl.backend.llvm import jit
-from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitive, compile_primitives
-from relaydsl.backend.llvm.plan import _sigint_reaches_python, contiguous, static_type
-from relaydsl.backend.llvm.specialize import specialize
+from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitives
+from relaydsl.backend.llvm.plan import _sigint_reaches_python, static_type
+from relaydsl.backend.llvm.native_accumulations import Accumulation, accumulations
+from relaydsl.backend.llvm.native_sites import ALIGN, KernelSite, leaf_types, nbytes
+from relaydsl.backend.llvm.native_values import Codec
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
@@ -98,7 +99,6 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import free_vars, post_order
-from relaydsl.transform._dataflow import use_counts
 from relaydsl.transform.fuse_ops import PRIMITIVE, is_primitive
 
 _log = logging.getLogger(__name__)
@@ -106,7 +106,6 @@ _log = logging.getLogger(__name__)
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = I8.as_pointer()
 SLOTS = PTR.as_pointer()
-_ALIGN = 64
 
 # The state a run threads through every function: ``[cur, end, error, detail, stack limit,
 # overflow chunks, overflow bytes, stop flag, memory budget, kernel ways, epoch, oldest cell
@@ -184,7 +183,7 @@ class NativeProgram:
         self._run_interruptible = ctypes.CFUNCTYPE(
             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
             jit.runtime_function("relaydsl_call_interruptible"))
-        self._codec = _Codec(mod, self.boxed)
+        self._codec = Codec(mod, self.boxed)
         self._arena_bytes = _INITIAL_ARENA
         self._local = threading.local()  # a thread's arena and state
 
@@ -203,11 +202,11 @@ class NativeProgram:
             local.stack = _stack_budget()
             local.arena = None
         arena = local.arena
-        if arena is None or arena.nbytes < self._arena_bytes + _ALIGN:
-            arena = local.arena = np.empty(self._arena_bytes + _ALIGN, np.uint8)
+        if arena is None or arena.nbytes < self._arena_bytes + ALIGN:
+            arena = local.arena = np.empty(self._arena_bytes + ALIGN, np.uint8)
         state = local.state
-        base = address(arena) + (-address(arena)) % _ALIGN
-        state[:] = (base, base + arena.nbytes - _ALIGN, 0, 0, -local.stack, 0, 0,
+        base = address(arena) + (-address(arena)) % ALIGN
+        state[:] = (base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0, 0,
                     address(local.stop), _MEMORY_BUDGET, address(self._ways), 0, _NEVER)
         keep: list = []  # the arguments' memory, alive through the call
         codec = self._codec
@@ -342,7 +341,7 @@ class _Lowering:
         self.resolve = resolve  # the address of ``i64 resolve(site, dims)`` (Python)
         # tensors as headers [data, dims...] (when some shape is known only at run time)
         self.boxed = False
-        self.sites: list[_Site] = []  # kernel calls of run-time shapes, by index
+        self.sites: list[KernelSite] = []  # kernel calls of run-time shapes, by index
         self.wrong_shapes: list[tuple[Kernel, AnyValue]] = []  # the checks' kernels, spans
         self.op_kernels: dict[int, Function] = {}  # a lone operator call's primitive function
         self.module = ir.Module(name="relaydsl_native")
@@ -405,7 +404,7 @@ class _Lowering:
             if all(static_type(p) for p in t.arg_types) and static_type(t.ret_type) and \
                     not self.shapes_at_run_time:
                 static.append(f)
-            elif all(isinstance(p.dtype, str) for p in _leaf_types([*t.arg_types, t.ret_type])):
+            elif all(isinstance(p.dtype, str) for p in leaf_types([*t.arg_types, t.ret_type])):
                 self.dynamic.add(id(f))
             else:
                 raise Unsupported("a kernel whose dtypes are known only at run time")
@@ -497,7 +496,7 @@ class _Lowering:
         b.store(new, cur_p)
         b.ret(b.inttoptr(start, PTR))
         b.position_at_end(slow)
-        size = b.add(n, I64(_CHUNK + 2 * _ALIGN))
+        size = b.add(n, I64(_CHUNK + 2 * ALIGN))
         chunk = b.call(self.malloc, [size])
         chunks_p = b.gep(words, [I64(CHUNKS)])
         chunk_words = b.bitcast(chunk, I64.as_pointer())  # [next chunk, size, ...]
@@ -511,7 +510,7 @@ class _Lowering:
                        likely=False):  # the run stops at the next call or loop turn
             b.store(I64(NO_MEMORY), b.gep(words, [I64(ERROR)]))
         base = b.ptrtoint(chunk, I64)
-        b.store(b.add(base, I64(_ALIGN)), cur_p)
+        b.store(b.add(base, I64(ALIGN)), cur_p)
         b.store(b.add(base, size), end_p)
         b.branch(bump)
         return f
@@ -605,7 +604,7 @@ class _FunctionCompiler:
                 env[v] = static
         if self.self_var is not None:
             env[self.self_var] = self.closure
-        self.accumulations = _accumulations(fn.body)
+        self.accumulations = accumulations(fn.body)
         # a self call in tail position comes back to the header with new arguments
         self.reclaims = self.loops(fn.body) and \
             all(p.has_type and _flat(p.checked_type) for p in fn.params)
@@ -669,11 +668,11 @@ class _FunctionCompiler:
     def new_tensor(self, dims: Sequence[ir.Value], nbytes: int | ir.Value) -> ir.Value:
         """Fresh memory for a tensor of `dims`, `nbytes` of data."""
         if not self.low.boxed:
-            return self.allocate(nbytes, _ALIGN)
+            return self.allocate(nbytes, ALIGN)
         header = _header_bytes(len(dims))
         size = I64(header + max(nbytes, 1)) if isinstance(nbytes, int) else \
             self.b.add(nbytes, I64(header))
-        tensor = self.allocate(size, _ALIGN)
+        tensor = self.allocate(size, ALIGN)
         self.set_field(tensor, 0, self.b.gep(tensor, [I64(header)]))
         for i, d in enumerate(dims):
             self.set_field(tensor, 1 + i, self.b.inttoptr(d, PTR))
@@ -793,7 +792,7 @@ class _FunctionCompiler:
         leaves: list[ir.Value] = []
         for a, p in zip(args, self.fn.params):
             self.leaves(a, p.checked_type, leaves)
-        types = _leaf_types([p.checked_type for p in self.fn.params])
+        types = leaf_types([p.checked_type for p in self.fn.params])
         shapes, sizes, offsets = [], [], []
         total: ir.Value = I64(0)
         for tensor, t in zip(leaves, types):
@@ -805,7 +804,7 @@ class _FunctionCompiler:
             shapes.append(dims)
             sizes.append(size)
             offsets.append(total)
-            total = b.and_(b.add(b.add(total, size), I64(_ALIGN - 1)), I64(-_ALIGN))
+            total = b.and_(b.add(b.add(total, size), I64(ALIGN - 1)), I64(-ALIGN))
         side = b.call(self.low.malloc, [b.add(total, I64(1))])
         for tensor, size, offset in zip(leaves, sizes, offsets):
             b.call(self.low.memcpy, [b.gep(side, [offset]), self.data(tensor), size,
@@ -1003,11 +1002,11 @@ class _FunctionCompiler:
         if accumulation is not None and not kernel.empty:
             outputs = [self.accumulate(kernel, accumulation, inputs[accumulation.index], env)]
         else:
-            outputs = [self.new_tensor([I64(d) for d in t.shape], _nbytes(t.shape, t.dtype))
+            outputs = [self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
                        for t in kernel.output_types]
         if not kernel.empty:
             mark = self.mark() if kernel.scratch else None
-            scratch = [self.allocate(_nbytes(shape, dtype), _ALIGN)
+            scratch = [self.allocate(nbytes(shape, dtype), ALIGN)
                        for shape, dtype in kernel.scratch]
             constants = [self.low.constant(c) for c in kernel.constants]
             pointers = [*map(self.data, inputs), *map(self.data, outputs), *constants,
@@ -1026,7 +1025,7 @@ class _FunctionCompiler:
         """Where the arena is: what ``reset`` returns it to, freeing all allocated since."""
         return [self.b.load(self.b.gep(self.words, [I64(w)])) for w in (CUR, END, CHUNKS)]
 
-    def accumulate(self, kernel: Kernel, accumulation: "_Accumulation", total: ir.Value,
+    def accumulate(self, kernel: Kernel, accumulation: Accumulation, total: ir.Value,
                    env: dict) -> ir.Value:
         """The output of an accumulation's kernel: over the running total it adds to when
         the reference cell holding it is its only holder, else fresh memory."""
@@ -1037,7 +1036,7 @@ class _FunctionCompiler:
         fresh, done = self.new_block("fresh_total"), self.new_block("total")
         b.cbranch(b.icmp_unsigned("!=", owned, I64(0)), done, fresh)
         b.position_at_end(fresh)
-        new = self.new_tensor([I64(d) for d in t.shape], _nbytes(t.shape, t.dtype))
+        new = self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
         fresh_end = b.block
         b.branch(done)
         b.position_at_end(done)
@@ -1065,8 +1064,8 @@ class _FunctionCompiler:
         Python (which compiles it on first use); its record says the outputs' dimensions
         and the kernel's buffer table."""
         b, low = self.b, self.low
-        site = _Site(fn, _leaf_types([a.checked_type for a in call.args]),
-                     _leaf_types([call.checked_type]))
+        site = KernelSite(fn, leaf_types([a.checked_type for a in call.args]),
+                     leaf_types([call.checked_type]))
         index = len(low.sites)
         low.sites.append(site)
         dims = [d for tensor, t in zip(inputs, site.inputs)
@@ -1084,7 +1083,7 @@ class _FunctionCompiler:
             b.position_at_end(compare)
             same, pointer = ir.Constant(ir.IntType(1), 1), b.inttoptr(record, PTR)
             for k, d in enumerate(dims):
-                same = b.and_(same, b.icmp_signed("==", self.word(pointer, _Site.KEY + k), d))
+                same = b.and_(same, b.icmp_signed("==", self.word(pointer, KernelSite.KEY + k), d))
             incoming.append((record, b.block))
             b.cbranch(same, found, following)
             b.position_at_end(following)
@@ -1107,17 +1106,17 @@ class _FunctionCompiler:
             outputs.append(self.new_tensor(out_dims, self.word(record, site.out_bytes_at + i)))
         # the table: the record's template (constants; scratch offsets, made addresses)
         mark = self.mark()  # the table and the scratch buffers are dead after the call
-        size = self.word(record, _Site.TABLE)
+        size = self.word(record, KernelSite.TABLE)
         table = self.allocate(b.mul(size, I64(8)))
-        scratch = b.ptrtoint(self.allocate(self.word(record, _Site.SCRATCH_BYTES), _ALIGN), I64)
-        first_scratch = b.sub(size, self.word(record, _Site.SCRATCHES))
+        scratch = b.ptrtoint(self.allocate(self.word(record, KernelSite.SCRATCH_BYTES), ALIGN), I64)
+        first_scratch = b.sub(size, self.word(record, KernelSite.SCRATCHES))
         with self.counting(size) as i:
             entry = self.word(record, b.add(i, I64(site.template_at)))
             offset = b.select(b.icmp_signed(">=", i, first_scratch), scratch, I64(0))
             b.store(b.add(entry, offset), b.gep(b.bitcast(table, I64.as_pointer()), [i]))
         for i, p in enumerate([*map(self.data, inputs), *map(self.data, outputs)]):
             self.set_field(table, i, p)
-        code = self.word(record, _Site.ENTRY)
+        code = self.word(record, KernelSite.ENTRY)
         with b.if_then(b.icmp_unsigned("!=", code, I64(0))):
             b.call(b.inttoptr(code, ir.FunctionType(ir.VoidType(), [PTR]).as_pointer()),
                    [table])
@@ -1180,10 +1179,6 @@ class _FunctionCompiler:
         return self.record([code.bitcast(PTR), *runtime])
 
 
-def _nbytes(shape: Sequence[int], dtype: str) -> int:
-    return max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
-
-
 def _primitive_of(call: Call) -> Function:
     """A lone operator call as a primitive function of its own (tuple arguments passed
     field by field, as FuseOps passes them)."""
@@ -1206,91 +1201,7 @@ def _primitive_of(call: Call) -> Function:
 
 def _header_bytes(rank: int) -> int:
     """The room before a boxed tensor's data (which stays 64-byte aligned)."""
-    return -(-8 * (1 + rank) // _ALIGN) * _ALIGN
-
-
-@dataclass(frozen=True)
-class _Accumulation:
-    """A kernel call adding to the value of a reference cell: its input `index` is the
-    running total (read from `cell`), which the output may overwrite."""
-
-    index: int
-    cell: Var
-
-
-class _Accumulations(dict[int, _Accumulation]):
-    """The accumulations of a function body, by id of their kernel call; `reads` and
-    `writes` the ids of their ``ref_read`` and ``ref_write``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads: set[int] = set()
-        self.writes: set[int] = set()
-
-
-def _accumulations(body: Expr) -> _Accumulations:
-    """The ``let v = ref_read(r); let s = k(.., v, ..); let _ = ref_write(r, s)`` of `body`
-    (primitive functions let-bound between them), nested functions aside, what the
-    gradient's adjoint references do, where v and s have no other use and kernel k computes
-    ``add(v, ...)`` elementwise into an output of v's type: k reads each element of v once,
-    as it writes the output's, so the output may be v's memory when the cell is v's only
-    holder (a run-time flag: any other ``ref_read``, or a write of another value, clears
-    it; the accumulation's write sets it)."""
-    found = _Accumulations()
-    uses = use_counts(body)
-    primitives: dict[Var, Function] = {}
-    todo = [body]
-    while todo:
-        e = todo.pop()
-        if isinstance(e, Let):
-            if isinstance(e.value, Function):
-                if is_primitive(e.value):
-                    primitives[e.var] = e.value
-            else:
-                todo.append(e.value)
-            todo.append(e.body)
-            if isinstance(e.value, RefRead) and isinstance(e.value.ref, Var):
-                _match_accumulation(e, uses, primitives, found)
-        elif isinstance(e, If):
-            todo.extend((e.true_branch, e.false_branch))
-        elif isinstance(e, Match):
-            todo.extend(c.rhs for c in e.clauses)
-    return found
-
-
-def _match_accumulation(read: Let, uses: dict[int, int], primitives: dict[Var, Function],
-                        found: _Accumulations) -> None:
-    def following(let: Let) -> Let | None:  # past the primitive functions let-bound next
-        e = let.body
-        while isinstance(e, Let) and isinstance(e.value, Function) and is_primitive(e.value):
-            primitives[e.var] = e.value
-            e = e.body
-        return e if isinstance(e, Let) else None
-
-    total, cell = read.var, read.value.ref
-    add = following(read)
-    write = following(add) if add is not None else None
-    if write is None or not isinstance(add.value, Call) or \
-            not isinstance(write.value, RefWrite) or write.value.ref is not cell or \
-            write.value.value is not add.var:
-        return
-    call = add.value
-    fn = primitives.get(call.op) if isinstance(call.op, Var) else call.op  # type: ignore
-    # (a let-bound variable is used where it is bound and once more)
-    if not isinstance(fn, Function) or not is_primitive(fn) or uses.get(id(total)) != 2 or \
-            uses.get(id(add.var)) != 2 or [a is total for a in call.args].count(True) != 1:
-        return
-    index = [a is total for a in call.args].index(True)
-    if not all(isinstance(a.checked_type, TensorType) for a in call.args):
-        return
-    param, root = fn.params[index], fn.body
-    if isinstance(root, Call) and isinstance(root.op, Op) and root.op.name == "add" and \
-            any(a is param for a in root.args) and static_type(root.checked_type) and \
-            param.checked_type == root.checked_type and \
-            use_counts(fn.body).get(id(param)) == 1:
-        found[id(call)] = _Accumulation(index, cell)
-        found.reads.add(id(read.value))
-        found.writes.add(id(write.value))
+    return -(-8 * (1 + rank) // ALIGN) * ALIGN
 
 
 def _flat(t: Type) -> bool:
@@ -1301,222 +1212,3 @@ def _flat(t: Type) -> bool:
     return isinstance(t, TensorType) and isinstance(t.dtype, str)
 
 
-def _leaf_types(types: Sequence[Type]) -> list[TensorType]:
-    """The tensor types of `types`, tuples flattened (as kernels take and give them)."""
-    out: list[TensorType] = []
-    for t in types:
-        if isinstance(t, TupleType):
-            out.extend(_leaf_types(t.fields))
-        else:
-            assert isinstance(t, TensorType)
-            out.append(t)
-    return out
-
-
-class _Site:
-    """A kernel call whose shapes are known only at run time.
-
-    Its kernel is compiled per shape of the inputs, on first use, and described to native
-    code by a record (int64 words): ``[kernel entry (0: nothing to compute), table size,
-    scratch bytes, scratch buffers, input dims..., output dims..., output bytes...,
-    table template...]``. The template is the kernel's buffer table with its constants'
-    addresses, and its scratch buffers' offsets in one block native code allocates.
-    """
-
-    ENTRY, TABLE, SCRATCH_BYTES, SCRATCHES, KEY = range(5)
-
-    def __init__(self, fn: Function, inputs: list[TensorType], outputs: list[TensorType]):
-        self.fn, self.inputs, self.outputs = fn, inputs, outputs
-        self.key_words = sum(len(t.shape) for t in inputs)
-        self.out_dims_at = self.KEY + self.key_words
-        self.out_bytes_at = self.out_dims_at + sum(len(t.shape) for t in outputs)
-        self.template_at = self.out_bytes_at + len(outputs)
-        self.records: dict[tuple[int, ...], np.ndarray] = {}
-        self.next_way = 0  # the way the next record goes to
-        self.kernels: list[Kernel] = []  # those made, in order (the records point at them)
-        self.kernel_inputs: list[list[TensorType]] = []  # the input types of each
-        self._kept: list = []  # every record made, and the constants they point at
-
-    def record(self, key: tuple[int, ...], opt_level: int) -> np.ndarray:
-        """The record for input dimensions `key`, its kernel compiled."""
-        types, at = [], 0
-        for t in self.inputs:
-            types.append(TensorType(key[at:at + len(t.shape)], t.dtype))
-            at += len(t.shape)
-        kernel = compile_primitive(specialize(self.fn, types), opt_level=opt_level)
-        outputs = kernel.output_types
-        assert [len(t.shape) for t in outputs] == [len(t.shape) for t in self.outputs]
-        constants = [np.require(c, requirements=("C", "A")) for c in kernel.constants]
-        offsets, scratch_bytes = [], 0
-        for shape, dtype in kernel.scratch:
-            offsets.append(scratch_bytes)
-            scratch_bytes += -(-_nbytes(shape, dtype) // _ALIGN) * _ALIGN
-        template = [0] * (len(self.inputs) + len(outputs)) + \
-            [address(c) for c in constants] + offsets
-        self.kernels.append(kernel)
-        self.kernel_inputs.append(types)
-        record = np.array([0 if kernel.empty else kernel.entry_address, len(template),
-                         scratch_bytes, len(offsets), *key,
-                         *[d for t in outputs for d in t.shape],
-                         *[_nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
-        self._kept.append((record, constants))  # ways may point at it for good
-        return record
-
-
-# ---- values across the boundary -------------------------------------------------------------
-
-class _Tensor:
-    """How a tensor type crosses: its shape (None where known only at run time), dtype and
-    size (when static)."""
-
-    def __init__(self, t: TensorType):
-        self.shape = tuple(d if isinstance(d, int) else None for d in t.shape)
-        self.dtype = np.dtype(str(t.dtype))
-        self.count = int(np.prod(self.shape, dtype=np.int64)) if None not in self.shape else 0
-        self.nbytes = self.count * self.dtype.itemsize
-        self.text = str(t)
-
-    def fits(self, a: np.ndarray) -> bool:
-        return a.dtype == self.dtype and len(a.shape) == len(self.shape) and \
-            all(d is None or d == n for d, n in zip(self.shape, a.shape))
-
-
-class _Codec:
-    """Python values to native objects and back, for the types of one program.
-
-    A data value or tuple argument becomes one int64 buffer of objects pointing at each
-    other and at the tensors where they are (no copies of C-contiguous arrays of the right
-    dtype). The buffer of a data value is remembered while the value lives (training
-    passes the same trees every epoch), unless making it copied a tensor.
-    """
-
-    def __init__(self, mod: IRModule, boxed: bool):
-        self.mod, self.boxed = mod, boxed
-        self._fields: dict[tuple[int, TypeCall], list[Type]] = {}
-        self._tensors: dict[Type, _Tensor] = {}
-        self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def tensor_type(self, t: TensorType) -> _Tensor:
-        found = self._tensors.get(t)
-        if found is None:
-            found = self._tensors[t] = _Tensor(t)
-        return found
-
-    def fields(self, c: Constructor, t: TypeCall) -> list[Type]:
-        """The field types of constructor `c` in instance `t` (memoised)."""
-        key = (id(c), t)
-        found = self._fields.get(key)
-        if found is None:
-            found = self._fields[key] = self.mod.field_types(c, t)
-        return found
-
-    def encode(self, value: AnyValue, t: Type, keep: list) -> int:
-        """The native value of argument `value`: an address; what must stay alive while
-        native code runs goes into `keep`."""
-        if isinstance(t, TensorType):
-            a = self.array(value, self.tensor_type(t))
-            keep.append(a)
-            if not self.boxed:
-                return address(a)
-            header = np.array([address(a), *a.shape], np.int64)
-            keep.append(header)
-            return address(header)
-        cached = self._cache.get(value) if isinstance(value, ConstructorValue) else None
-        if cached is None:
-            arrays: list[np.ndarray] = []
-            buffer, copied = self._objects(value, t, arrays)
-            cached = (buffer, arrays)
-            if isinstance(value, ConstructorValue) and not copied:
-                self._cache[value] = cached
-        keep.append(cached)
-        return address(cached[0])
-
-    def array(self, value: AnyValue, t: _Tensor) -> np.ndarray:
-        a = value if isinstance(value, np.ndarray) else np.asarray(value, t.dtype)
-        if not t.fits(a):
-            raise TypeError(f"expected a tensor of {t.text}, got {a.dtype}{list(a.shape)}")
-        return contiguous(a)
-
-    def _objects(self, value: AnyValue, t: Type, arrays: list[np.ndarray]
-                 ) -> tuple[np.ndarray, bool]:
-        """The objects of `value` in one buffer (the root first), and whether a tensor
-        had to be copied."""
-        words: list[int] = []
-        relative: list[int] = []  # words holding an offset into the buffer
-        copied = False
-        stack: list[tuple[AnyValue, Type, int]] = [(value, t, -1)]
-        while stack:
-            value, t, at = stack.pop()
-            start = len(words)
-            if isinstance(t, TupleType):
-                if not isinstance(value, tuple) or len(value) != len(t.fields):
-                    raise TypeError(f"expected a tuple of {len(t.fields)} value(s), got "
-                                    f"{value!r:.60}")
-                fields, first = zip(value, t.fields), start
-            elif isinstance(t, TypeCall):
-                if not isinstance(value, ConstructorValue) or \
-                        value.constructor.belong_to is not t.func:
-                    raise TypeError(f"expected a value of {t}, got {value!r:.60}")
-                c = value.constructor
-                words.append(c.tag)
-                fields, first = zip(value.fields, self.fields(c, t)), start + 1
-            else:
-                raise TypeError(f"a value of type {t} cannot be passed to native code")
-            fields = list(fields)
-            words.extend([0] * len(fields))
-            if at >= 0:
-                words[at] = 8 * start
-                relative.append(at)
-            for i, (v, ft) in enumerate(fields):
-                if isinstance(ft, TensorType):
-                    a = self.array(v, self.tensor_type(ft))
-                    copied = copied or a is not v
-                    arrays.append(a)
-                    if self.boxed:  # the header after the objects so far
-                        words[first + i] = 8 * len(words)
-                        relative.append(first + i)
-                        words.extend([address(a), *a.shape])
-                    else:
-                        words[first + i] = address(a)
-                else:
-                    stack.append((v, ft, first + i))
-        buffer = np.array(words, np.int64)
-        if relative:
-            buffer[relative] += address(buffer)
-        return buffer, copied
-
-    def decode(self, pointer: int, t: Type) -> Value:
-        """The native value at `pointer`, of type `t`, as a Python value (tensors copied).
-
-        Iterative: a result may be a list of a hundred thousand cells."""
-        root: list = [None]
-        objects: list[tuple[list, int, Constructor | None, list]] = []  # parents first
-        stack: list[tuple[int, Type, list, int]] = [(pointer, t, root, 0)]
-        while stack:
-            pointer, t, parent, index = stack.pop()
-            if isinstance(t, TensorType):
-                parent[index] = self.tensor(pointer, self.tensor_type(t))
-                continue
-            words = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64))
-            if isinstance(t, TupleType):
-                c, types, first = None, t.fields, 0
-            else:
-                assert isinstance(t, TypeCall)
-                c = self.mod.type_definitions[t.func].constructors[words[0]]
-                types, first = self.fields(c, t), 1
-            fields: list = [None] * len(types)
-            objects.append((parent, index, c, fields))
-            stack.extend((words[first + i], f, fields, i) for i, f in enumerate(types))
-        for parent, index, c, fields in reversed(objects):  # children before parents
-            parent[index] = tuple(fields) if c is None else ConstructorValue(c, tuple(fields))
-        return root[0]
-
-    def tensor(self, pointer: int, t: _Tensor) -> np.ndarray:
-        """A copy of the tensor at `pointer`: its data, or its header when boxed."""
-        shape, count = t.shape, t.count
-        if self.boxed:
-            header = (ctypes.c_int64 * (1 + len(shape))).from_address(pointer)
-            pointer, shape = header[0], tuple(header[1:])
-            count = int(np.prod(shape, dtype=np.int64))
-        raw = (ctypes.c_char * (count * t.dtype.itemsize)).from_address(pointer)
-        return np.frombuffer(raw, t.dtype, count).reshape(shape).copy()
