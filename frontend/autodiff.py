@@ -135,6 +135,7 @@ class ModelGrad:
         return dict(zip(self.trainable, grads))
 
 
+@user_facing
 def grad(*args: AnyValue) -> AnyValue:
     """``relay.grad(f)`` or ``relay.grad(model, loss[, args])``; see the module docstring."""
     from relaydsl.frontend.decorators import RelayFunction

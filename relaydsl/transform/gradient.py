@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from relaydsl.errors import RelayTypeError
+from relaydsl.errors import IRError, RelayTypeError
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternVar, TypeData, pattern_vars,
 )
@@ -345,7 +345,12 @@ class _Lift(ExprMutator):
         wants_grad = any(has_float(t) for t in arg_types)
         if opdef.differentiable and wants_grad:
             g = Var("g")
-            grads = input_adjoints(Call(op, values, call.attrs), g)
+            try:
+                grads = input_adjoints(Call(op, values, call.attrs), g)
+            except IRError as e:  # a rule that cannot apply here: say where the call is
+                if e.span is not None or call.span is None:
+                    raise
+                raise IRError(e.raw_message, call.span) from None
             updates = [e for v, d, t in zip(arg_vars, grads, arg_types)
                        for e in accumulate(v, d, t)]
             old = Var("bp_old")

@@ -108,3 +108,11 @@ def test_values_that_fix_no_size_get_native_code_with_run_time_shapes():
     assert exe.program._generic_native.boxed
     xs = [RNG.standard_normal(4).astype(np.float32) for _ in range(3)]
     np.testing.assert_allclose(exe(xs, init), sum(2 * x for x in xs) + init, rtol=1e-5)
+
+
+def test_a_gradient_rule_needing_static_sizes_is_a_located_error():
+    from relaydsl.errors import IRError
+
+    with pytest.raises(IRError, match=r"test_native_sites.py:\d+:\d+: the gradient of "
+                                      r"concatenate needs static dims"):
+        relay.grad(grown)
