@@ -87,6 +87,9 @@ class Closure:
     function: Function
     env: dict[Var, Value]
     name: str | None = None
+    # a function value compiled elsewhere (native code's closure returned to Python): called
+    # with the arguments instead of evaluating `function`, which then only gives its type
+    external: Callable[[list[Value]], Value] | None = None
 
     def __repr__(self) -> str:
         return format_value(self)
@@ -220,6 +223,8 @@ class Interpreter:
         back as a TailCall and is made by this loop rather than by recursion.
         """
         while isinstance(fn, Closure):
+            if fn.external is not None:
+                return fn.external(args)
             frame = self._frame(fn, args, call)
             result = self._run(fn.function.body, frame, owned=True, tail=True)
             if not isinstance(result, TailCall):

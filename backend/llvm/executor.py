@@ -18,8 +18,8 @@ and picks how to run the entry function:
 * a program whose tensor parameters have symbolic dimensions (``("n", 784)``) gets one of
   the two per call signature: the entry re-typed with the call's shapes and compiled (and
   native code of the entry as typed for values that fix no size, such as an empty list).
-* the dispatcher for what remains (functions or references passed to or returned to
-  Python, which native code's memory does not outlive): the reference interpreter, whose
+* the dispatcher for what remains (functions passed in from Python, references passed
+  to or returned to it): the reference interpreter, whose
   ``call_primitive`` hook runs each call of a primitive function as a compiled kernel
   instead of NumPy; kernels are compiled on first use, per function and argument shapes.
 

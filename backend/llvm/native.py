@@ -59,10 +59,15 @@ quarter of the machine's, at most 4 GiB) stop the run with a code in the state; 
 site checks it and returns, and Python raises the error (an ``InterpreterError`` naming
 the match's source line, ``KeyboardInterrupt``, ``MemoryError``): never a crash.
 
-What it takes (else the dispatcher runs the program, executor.py): arguments and results
-of tensors, tuples and data types; no functions or references crossing into Python, since
-what a call allocates is gone when it returns. (An operator call outside a primitive
-function, when FuseOps is disabled, becomes a primitive function of its own.)
+Closures returned to Python (a training loop returning ``relay.export_model(model)``,
+Figure 4) keep the memory of the call that made them: its arena and chunks are handed to
+them, and calling one runs native code through a wrapper per arity. A call of such a
+closure that writes into a cell of the call that made it keeps its own memory for as long.
+
+What it takes (else the dispatcher runs the program, executor.py): arguments of tensors,
+tuples and data types, results of those and of functions; no function arguments and no
+references crossing into Python. (An operator call outside a primitive function, when
+FuseOps is disabled, becomes a primitive function of its own.)
 
 >>> # a recursive sum over a relay.List, then a TreeLSTM: examples/tree_lstm_sst.py
 """
@@ -75,6 +80,7 @@ import os
 import resource
 import signal
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any as AnyValue, Iterator, Sequence
@@ -82,7 +88,7 @@ from typing import Any as AnyValue, Iterator, Sequence
 import numpy as np
 from llvmlite import ir
 
-from relaydsl.backend.interpreter import InterpreterError, Value
+from relaydsl.backend.interpreter import Closure, InterpreterError, Value
 from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitives
 from relaydsl.backend.llvm.plan import _sigint_reaches_python, static_type
@@ -121,6 +127,7 @@ _RECLAIM = 1 << 20  # a loop releases its iterations' memory once they have take
 _NEVER = (1 << 63) - 1
 _WAYS = 4  # the kernels a call site of run-time shapes finds without asking Python
 _RESOLVE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+_RUN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class Unsupported(Exception):
@@ -155,13 +162,15 @@ class NativeProgram:
         self.ret_type = t.ret_type
         for p, pt in zip(fn.params, self.param_types):
             _check_boundary(pt, f"parameter {p.name_hint}")
-        _check_boundary(self.ret_type, "the result")
+        _check_boundary(self.ret_type, "the result", result=True)
         self.opt_level = opt_level
         self._resolver = _RESOLVE(self._resolve)  # kernels of run-time shapes, on demand
         lowering = _Lowering(mod, opt_level, ctypes.cast(self._resolver, ctypes.c_void_p).value,
                              shapes_at_run_time)
         name = lowering.lower_entry(mod.get_global_var(entry),
                                     [*self.param_types, self.ret_type])
+        arities = sorted(_closure_arities(self.ret_type, set()))
+        closure_names = {n: lowering.closure_wrapper(n) for n in arities}
         self.boxed = lowering.boxed
         self._keep = lowering.keep
         self._matches = lowering.matches
@@ -178,8 +187,10 @@ class NativeProgram:
         library = jit.compile_ir(text, f"native|{id(self)}|{name}", speed_level=speed,
                                  vectorize=False, use_disk_cache=False)
         self._function = library.address(name)
-        self._run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(
-            self._function)
+        # the entry's and the closures' wrappers: i64 run(state, slots)
+        self._closure_entries = {n: library.address(f) for n, f in closure_names.items()}
+        self._runners = {a: _RUN(a) for a in [self._function, *self._closure_entries.values()]}
+        self._epoch = 0  # where the next call's epochs start
         self._run_interruptible = ctypes.CFUNCTYPE(
             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
             jit.runtime_function("relaydsl_call_interruptible"))
@@ -195,6 +206,12 @@ class NativeProgram:
                 f"site(s){dynamic}, native code between them")
 
     def __call__(self, *values: Value) -> Value:
+        return self._invoke(self._function, None, values, self.param_types, self.ret_type)
+
+    def _invoke(self, function: int, closure: tuple[int, "_Pin"] | None,
+                values: Sequence[Value], types: Sequence[Type], ret_type: Type) -> Value:
+        """Runs the entry, or a closure a call returned (`closure`: its address and the
+        memory it lives in), on `values`; its result as Python values."""
         local = self._local
         if not hasattr(local, "state"):  # this thread's first call
             local.state = np.zeros(WRITTEN + 1, np.int64)
@@ -206,34 +223,63 @@ class NativeProgram:
             arena = local.arena = np.empty(self._arena_bytes + ALIGN, np.uint8)
         state = local.state
         base = address(arena) + (-address(arena)) % ALIGN
+        epoch = self._epoch  # above the epochs of every cell earlier calls left alive
         state[:] = (base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0, 0,
-                    address(local.stop), _MEMORY_BUDGET, address(self._ways), 0, _NEVER)
+                    address(local.stop), _MEMORY_BUDGET, address(self._ways), epoch, _NEVER)
         keep: list = []  # the arguments' memory, alive through the call
         codec = self._codec
-        slots = np.array([codec.encode(v, t, keep) for v, t in zip(values, self.param_types)]
-                         + [0], np.int64)
+        slots = np.array(([] if closure is None else [closure[0]])
+                         + [codec.encode(v, t, keep) for v, t in zip(values, types)] + [0],
+                         np.int64)
         if _sigint_reaches_python():
-            status = self._run_interruptible(self._function, address(state), address(slots))
+            status = self._run_interruptible(function, address(state), address(slots))
         else:
-            status = self._run(address(state), address(slots))
+            status = self._runners[function](address(state), address(slots))
+        pin = _Pin()  # the call's memory, if a closure in its result lives in it
         try:
             if status >> 8:  # a SIGINT came during the run
                 signal.raise_signal(signal.SIGINT)  # by default, raises KeyboardInterrupt
             if status & 0xFF:
                 raise self._error(int(status & 0xFF), int(state[DETAIL]))
-            return codec.decode(int(slots[-1]), self.ret_type)
+            result = codec.decode(int(slots[-1]), ret_type,
+                                  lambda pointer, t: self._closure(pointer, t, pin))
+            self._epoch = max(self._epoch, int(state[EPOCH]) + 1)
+            # a write into a cell of an earlier call (which a closure captured) may point
+            # at this call's memory: it lives as long as that call's
+            wrote_earlier = closure is not None and int(state[WRITTEN]) < epoch
+            if pin.closures or wrote_earlier:
+                pin.hold(arena, int(state[CHUNKS]), keep)
+                local.arena, state[CHUNKS] = None, 0
+                if wrote_earlier:
+                    closure[1].held.append(pin)  # type: ignore[index]
+            return result
         finally:
             del keep
             self._release(state, grow=status == 0)
 
+    def _closure(self, pointer: int, t: FuncType, pin: "_Pin") -> Closure:
+        """A closure of the result, for Python: the interpreter's function value, called
+        natively (what the frontend and the dispatcher call)."""
+        pin.closures += 1
+        params = []
+        for i, arg_type in enumerate(t.arg_types):
+            params.append(Var(f"x{i}", arg_type))
+            params[-1].set_checked_type(arg_type)
+        entry = self._closure_entries[len(t.arg_types)]
+
+        def call(args: list[Value]) -> Value:
+            if len(args) != len(params):
+                raise TypeError(f"the function takes {len(params)} argument(s), got "
+                                f"{len(args)}")
+            return self._invoke(entry, (pointer, pin), args, t.arg_types, t.ret_type)
+
+        return Closure(Function(params, Tuple(())), {}, f"<native closure of @{self.entry}>",
+                       external=call)
+
     def _release(self, state: np.ndarray, grow: bool) -> None:
         """Frees the chunks native code took beyond the arena; after a run that finished,
         grows the arena to what it needed (up to _MAX_ARENA) for the next calls."""
-        chunk = int(state[CHUNKS])
-        while chunk:
-            following = ctypes.c_int64.from_address(chunk).value
-            _free(chunk)
-            chunk = following
+        _free_chunks(int(state[CHUNKS]))
         overflow = int(state[OVERFLOW])
         if overflow and grow:
             self._arena_bytes = min(max(2 * self._arena_bytes, self._arena_bytes + overflow),
@@ -315,19 +361,62 @@ _libc.free.argtypes = [ctypes.c_void_p]
 _free = _libc.free
 
 
-def _check_boundary(t: Type, what: str) -> None:
-    """Values crossing into Python: tensors, tuples and data types of them."""
+def _free_chunks(chunk: int) -> None:
+    """Frees a list of chunks native code took from malloc (each starts with the next's
+    address)."""
+    while chunk:
+        following = ctypes.c_int64.from_address(chunk).value
+        _free(chunk)
+        chunk = following
+
+
+class _Pin:
+    """The memory of a call whose result holds closures: its arena, its chunks and its
+    arguments, alive while a closure refers to it (and the memory of later calls that wrote
+    into its reference cells, in `held`)."""
+
+    def __init__(self) -> None:
+        self.closures = 0
+        self.held: list[_Pin] = []
+        self._memory: tuple = ()
+
+    def hold(self, arena: np.ndarray, chunks: int, arguments: list) -> None:
+        self._memory = (arena, arguments)
+        weakref.finalize(self, _free_chunks, chunks)
+
+
+def _check_boundary(t: Type, what: str, result: bool = False) -> None:
+    """Values crossing into Python: tensors, tuples and data types of them; in a result,
+    also functions of such values (closures, called back natively)."""
     if isinstance(t, TensorType):
         if not isinstance(t.dtype, str):
             raise Unsupported(f"{what} has a dtype known only at run time")
     elif isinstance(t, TupleType):
         for f in t.fields:
-            _check_boundary(f, what)
+            _check_boundary(f, what, result)
     elif isinstance(t, TypeCall):
         for a in t.args:
+            _check_boundary(a, what, result)
+    elif isinstance(t, FuncType) and result and not t.type_params:
+        for a in t.arg_types:
             _check_boundary(a, what)
+        _check_boundary(t.ret_type, what, result)
     else:
         raise Unsupported(f"{what} is of type {t}, which does not cross into Python natively")
+
+
+def _closure_arities(t: Type, found: set[int]) -> set[int]:
+    """The arities of the function types in result type `t`."""
+    if isinstance(t, TupleType):
+        for f in t.fields:
+            _closure_arities(f, found)
+    elif isinstance(t, TypeCall):
+        for a in t.args:
+            _closure_arities(a, found)
+    elif isinstance(t, FuncType):
+        found.add(len(t.arg_types))
+        _closure_arities(t.ret_type, found)
+    return found
 
 
 # ---- lowering ------------------------------------------------------------------------------
@@ -543,10 +632,11 @@ class _Lowering:
         b.ret_void()
         return f
 
-    def _entry_wrapper(self, target: ir.Function, arity: int) -> str:
-        """``i64 run(state, slots)``: the entry on ``slots[0..arity)``, its result into
-        ``slots[arity]``; returns the state's error code. Turns the state's stack budget
-        into the lowest address functions may reach."""
+    def _entry_wrapper(self, target: ir.Function | None, arity: int) -> str:
+        """``i64 run(state, slots)``: the entry (`target`) on ``slots[0..arity)``, its
+        result into ``slots[arity]`` -- or, with no target, the closure at ``slots[0]`` on
+        the next `arity` slots; returns the state's error code. Turns the state's stack
+        budget into the lowest address functions may reach."""
         name = f"relaydsl_native_{next(self.names)}"
         f = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR]), name)
         st, slots = f.args
@@ -556,11 +646,23 @@ class _Lowering:
         here = b.ptrtoint(b.call(self.frame_address, [I32(0)]), I64)
         b.store(b.add(here, b.load(limit_p)), limit_p)
         pointers = b.bitcast(slots, SLOTS)
-        args = [b.load(b.gep(pointers, [I64(i)])) for i in range(arity)]
-        result = b.call(target, [st, ir.Constant(PTR, None), *args])
-        b.store(result, b.gep(pointers, [I64(arity)]))
+        first = 0 if target is not None else 1
+        args = [b.load(b.gep(pointers, [I64(first + i)])) for i in range(arity)]
+        if target is not None:
+            result = b.call(target, [st, ir.Constant(PTR, None), *args])
+        else:
+            closure = b.load(pointers)
+            code = b.load(b.bitcast(closure, SLOTS))
+            result = b.call(b.bitcast(code, self.signature(arity).as_pointer()),
+                            [st, closure, *args])
+        b.store(result, b.gep(pointers, [I64(first + arity)]))
         b.ret(b.load(b.gep(words, [I64(ERROR)])))
         return name
+
+    def closure_wrapper(self, arity: int) -> str:
+        """``i64 run(state, slots)`` calling a closure of `arity` arguments (one a call
+        returned to Python)."""
+        return self._entry_wrapper(None, arity)
 
 
 def _symbol(hint: str) -> str:

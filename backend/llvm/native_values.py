@@ -5,13 +5,13 @@ Tensors are NumPy arrays: passed by their data pointer (C-contiguous, aligned, o
 dtype, or copied so), or by a header ``[data, dims...]`` when the program's tensors are
 boxed (some shape is known only at run time). Tuples and data values become int64 buffers
 of objects pointing at each other; results are decoded iteratively into NumPy arrays,
-tuples and ``ConstructorValue``s.
+tuples and ``ConstructorValue``s (and functions, by a callback of native.py's).
 """
 from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any as AnyValue
+from typing import Any as AnyValue, Callable
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from relaydsl.backend.llvm.kernel import address
 from relaydsl.backend.llvm.plan import contiguous
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import TensorType, TupleType, Type, TypeCall
+from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 
 
 class TensorLayout:
@@ -143,8 +143,10 @@ class Codec:
             buffer[relative] += address(buffer)
         return buffer, copied
 
-    def decode(self, pointer: int, t: Type) -> Value:
-        """The native value at `pointer`, of type `t`, as a Python value (tensors copied).
+    def decode(self, pointer: int, t: Type,
+               closure: Callable[[int, FuncType], Value] | None = None) -> Value:
+        """The native value at `pointer`, of type `t`, as a Python value (tensors copied;
+        a function, by `closure` of its address and type).
 
         Iterative: a result may be a list of a hundred thousand cells."""
         root: list = [None]
@@ -154,6 +156,10 @@ class Codec:
             pointer, t, parent, index = stack.pop()
             if isinstance(t, TensorType):
                 parent[index] = self.tensor(pointer, self.tensor_type(t))
+                continue
+            if isinstance(t, FuncType):
+                assert closure is not None
+                parent[index] = closure(pointer, t)
                 continue
             words = ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64))
             if isinstance(t, TupleType):

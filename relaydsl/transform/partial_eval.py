@@ -68,7 +68,7 @@ from relaydsl.ir.expr import (
     RefRead, RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import Type, TypeVar
+from relaydsl.ir.types import TupleType, Type, TypeVar
 from relaydsl.ir.visitor import free_vars, post_order, type_vars_of
 from relaydsl.transform._util import ascribes, deep_recursion, is_primitive, retyped, \
     rewrite_functions
@@ -509,6 +509,10 @@ class _PartialEvaluator:
     def ascribed(self, var: Var, value: _Value, annotation: Type | None) -> _Value:
         """`value` bound to `var`, keeping the type `annotation` (`var`'s) ascribes it (a
         let's annotation may be there to make a type less static, ``relay.Any``)."""
+        if isinstance(value, _Tuple) and isinstance(annotation, TupleType) and \
+                len(annotation.fields) == len(value.fields):  # each field as its type says
+            return _Tuple(tuple(self.ascribed(Var(var.name_hint, t), field, t)
+                                for field, t in zip(value.fields, annotation.fields)))
         if annotation is None or not isinstance(value, _Dynamic) \
                 or not ascribes(var, value.expr):
             return value

@@ -24,6 +24,8 @@ def data(seed=0):
 
 def test_the_loop_in_relay_equals_the_same_loop_in_python():
     x, y, _ = data()
+    # the loop and the model it returns run as native code (the model's memory kept for it)
+    assert train_net.build().program.path == "native"
     predict = train_net((x, y))  # an exported model: a plain callable
     # The same training, one SGD step per example, driven from Python.
     model = relay.create_model(net, seed=5, init="glorot")

@@ -334,3 +334,46 @@ def test_a_loop_releases_its_iterations_memory_and_keeps_what_references_hold(mo
         got = native(fn)(v, np.int32(40))
         np.testing.assert_allclose(got, relay.build(fn, target="interp")(v, np.int32(40)),
                                    rtol=1e-5)
+
+
+# ---- closures returned to Python -------------------------------------------------------------
+
+@relay
+def make_scaler(s: Tensor[Float, (3,)]):
+    k = relay.exp(s)  # computed by the call, captured by the closure
+
+    def scale(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:
+        return relay.tanh(x * k) + k
+    return scale
+
+
+@relay
+def make_counter(start: Tensor[Float, ()]):
+    cell = relay.ref(start)
+
+    def bump(step: Tensor[Float, ()]) -> Tensor[Float, ()]:
+        relay.ref_write(cell, relay.ref_read(cell) + step)  # a value of this later call
+        return relay.ref_read(cell)
+    return bump
+
+
+def test_a_closure_returned_to_python_runs_natively_and_keeps_its_memory():
+    import gc
+
+    assert native(make_scaler).program.path == "native"
+    s = np.array([0.1, -0.2, 0.3], np.float32)
+    first, x = make_scaler(s), np.ones(3, np.float32)
+    others = [make_scaler(s * i) for i in range(3)]  # calls that reuse the arena
+    np.testing.assert_allclose(first(x), np.tanh(x * np.exp(s)) + np.exp(s), rtol=1e-6)
+    del others
+    gc.collect()
+    np.testing.assert_allclose(first(2 * x), np.tanh(2 * x * np.exp(s)) + np.exp(s),
+                               rtol=1e-6)
+    assert native(make_counter).program.path == "native"
+    counters = [make_counter(np.float32(10 * i)) for i in range(2)]
+    expected = relay.build(make_counter, target="interp")(np.float32(0))
+    for step in (1.0, 2.0, 3.5):
+        make_scaler(s)  # more arena reuse between the calls
+        got = [float(c(np.float32(step))) for c in counters]
+        total = float(expected(np.float32(step)))
+        assert got == [total, total + 10]
