@@ -34,7 +34,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import (
-    FuncType, Kind, RefType, TensorType, TupleType, Type, TypeVar, type_to_str,
+    AnyDim, FuncType, Kind, RefType, TensorType, TupleType, Type, TypeVar, type_to_str,
 )
 from relaydsl.ir.visitor import ExprVisitor, deep_recursion, type_vars_of
 from relaydsl.typing.exhaustive import missing_case
@@ -216,6 +216,17 @@ class _Inferencer:
             return t
         raise self.error(var, f"variable %{var.name_hint} is used outside the scope that binds it")
 
+    def _any_free(self, t: Type) -> Type:
+        """`t` with each ``relay.Any`` dimension a fresh shape variable."""
+        if isinstance(t, TensorType) and any(isinstance(d, AnyDim) for d in t.shape):
+            return TensorType(tuple(self.solver.fresh(Kind.Shape, "any")
+                                    if isinstance(d, AnyDim) else d for d in t.shape), t.dtype)
+        if isinstance(t, TupleType):
+            fields = tuple(self._any_free(f) for f in t.fields)
+            if any(a is not b for a, b in zip(fields, t.fields)):
+                return TupleType(fields)
+        return t
+
     def _let(self, let: Let) -> Type:
         node: Expr = let
         chain: list[Let] = []
@@ -226,7 +237,10 @@ class _Inferencer:
                 self.env[var] = declared  # a let-bound function may call itself
                 self.function_names[id(node.value)] = f"%{var.name_hint}"
             value = self.infer(node.value)
-            self.unify(declared, value, node, f"the value bound to %{var.name_hint}")
+            # an annotation's relay.Any dims make the variable's type less static, not the
+            # value's: the value is checked against the annotation with those dims left free
+            self.unify(self._any_free(declared), value, node,
+                       f"the value bound to %{var.name_hint}")
             self.env[var] = declared
             self.types[id(var)] = declared
             self.nodes.append(var)
