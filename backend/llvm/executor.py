@@ -38,6 +38,7 @@ not apply (native.py's ``Unsupported``). ``Program.path`` names it for tests and
 from __future__ import annotations
 
 import logging
+from functools import cached_property
 from dataclasses import replace
 from typing import Sequence
 
@@ -98,7 +99,6 @@ class Program:
             any(symbolic_type(p.checked_type) for p in fn.params)
         self._plan_applies = self._per_signature and Plan.applies(fn, static=False)
         self._compiled: dict[tuple, Plan | NativeProgram | None] = {}
-        self._generic_made, self._generic_native = False, None
         self.native: NativeProgram | None = None
         self._native_unsupported = ""
         if self.plan is None and not self._per_signature:
@@ -165,7 +165,7 @@ class Program:
         else:  # data values: the types their tensors give the parameters' shape variables
             found = signature_types([p.checked_type for p in params], values, self.mod)
             if found is None:  # e.g. an empty list: nothing fixes its tensors' shapes
-                return self._generic()
+                return self._generic_native
             types = found
             key = tuple(types)
         if key not in self._compiled:
@@ -180,16 +180,15 @@ class Program:
                 _log.info("@%s for (%s): %s", self.entry, shapes, how)
         return self._compiled[key]
 
-    def _generic(self) -> NativeProgram | None:
+    @cached_property
+    def _generic_native(self) -> NativeProgram | None:
         """Native code of the entry as it is typed, its kernels' shapes known only at run
         time: for calls whose values fix no size (an empty list)."""
-        if not self._generic_made:
-            self._generic_made, self._generic_native = True, self._native(self.mod)
-            if _log.isEnabledFor(logging.INFO):
-                native = self._generic_native
-                _log.info("@%s for values that fix no size: %s", self.entry,
-                          f"native code: {native.describe()}" if native else "the dispatcher")
-        return self._generic_native
+        native = self._native(self.mod)
+        if _log.isEnabledFor(logging.INFO):
+            _log.info("@%s for values that fix no size: %s", self.entry,
+                      f"native code: {native.describe()}" if native else "the dispatcher")
+        return native
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
         return self._interpreter.call(closure, args)

@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import logging
 import os
 import resource
 import signal
@@ -107,7 +106,6 @@ from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import free_vars, post_order
 from relaydsl.transform.fuse_ops import PRIMITIVE, is_primitive
 
-_log = logging.getLogger(__name__)
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = I8.as_pointer()
@@ -296,10 +294,6 @@ class NativeProgram:
             record = s.records.get(key)
             if record is None:  # (two threads may make it at once: either is kept)
                 record = s.records.setdefault(key, s.record(key, self.opt_level))
-                if _log.isEnabledFor(logging.DEBUG):
-                    _log.debug("native code: for (%s) %r", ", ".join(
-                        f"{t.dtype}{list(t.shape)}" for t in s.kernel_inputs[-1]),
-                        s.kernels[-1])
             self._ways[site * _WAYS + s.next_way] = address(record)
             s.next_way = (s.next_way + 1) % _WAYS
             return address(record)
@@ -316,10 +310,10 @@ class NativeProgram:
         if code == NO_MEMORY:
             return MemoryError(
                 f"the program took more than {_MEMORY_BUDGET >> 20} MiB in one call (a "
-                "quarter of the machine's memory, at most 4 GiB): native code frees what a "
-                "call allocates when the call returns, so a long loop inside one call (a "
-                "whole training run) keeps every step's values; loop in Python over calls "
-                "of one step instead")
+                "quarter of the machine's memory, at most 4 GiB): a loop carrying only "
+                "tensors releases its iterations' memory, but one carrying data types, "
+                "closures or references into older cells keeps every step's values until "
+                "the call returns; loop in Python over calls of one step instead")
         if code == NO_KERNEL:  # making the kernel failed: what it raised
             failure, self._local.failure = self._local.failure, None
             return failure

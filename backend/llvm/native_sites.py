@@ -7,16 +7,18 @@ of a site in its "ways" and asks Python only on a miss.
 """
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import numpy as np
 
-from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitive
+from relaydsl.backend.llvm.kernel import address, compile_primitive
 from relaydsl.backend.llvm.specialize import specialize
 from relaydsl.ir.expr import Function
 from relaydsl.ir.types import TensorType, TupleType, Type
 
 ALIGN = 64  # bytes: tensors' data, kernels' scratch
+_log = logging.getLogger(__name__)
 
 
 def nbytes(shape: Sequence[int], dtype: str) -> int:
@@ -56,9 +58,7 @@ class KernelSite:
         self.template_at = self.out_bytes_at + len(outputs)
         self.records: dict[tuple[int, ...], np.ndarray] = {}
         self.next_way = 0  # the way the next record goes to
-        self.kernels: list[Kernel] = []  # those made, in order (the records point at them)
-        self.kernel_inputs: list[list[TensorType]] = []  # the input types of each
-        self._kept: list = []  # every record made, and the constants they point at
+        self._kept: list = []  # every record made, its kernel and the constants it points at
 
     def record(self, key: tuple[int, ...], opt_level: int) -> np.ndarray:
         """The record for input dimensions `key`, its kernel compiled."""
@@ -76,11 +76,12 @@ class KernelSite:
             scratch_bytes += -(-nbytes(shape, dtype) // ALIGN) * ALIGN
         template = [0] * (len(self.inputs) + len(outputs)) + \
             [address(c) for c in constants] + offsets
-        self.kernels.append(kernel)
-        self.kernel_inputs.append(types)
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("native code: for (%s) %r",
+                       ", ".join(f"{t.dtype}{list(t.shape)}" for t in types), kernel)
         record = np.array([0 if kernel.empty else kernel.entry_address, len(template),
                          scratch_bytes, len(offsets), *key,
                          *[d for t in outputs for d in t.shape],
                          *[nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
-        self._kept.append((record, constants))  # ways may point at it for good
+        self._kept.append((record, kernel, constants))  # ways may point at it for good
         return record

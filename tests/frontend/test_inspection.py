@@ -123,6 +123,10 @@ def test_each_execution_path_is_named(relaydsl_log):
     assert re.sub(r"^@grow(_\d+)? ", "@grow ", paths[1]) == (
         "@grow runs as native code: 3 kernel(s) at 3 call site(s), 1 of shapes known only at "
         "run time (a kernel per shape, made on first use), native code between them")
+    # at DEBUG, each kernel native code makes for the shapes it meets
+    made = messages(relaydsl_log, "relaydsl.backend.llvm.native")
+    assert any(m.startswith("native code: for (float32[2, 3], float32[1, 3]) Kernel(")
+               for m in made)
     assert paths[2] == "@rows runs as a plan per call signature (its shapes are symbolic)"
     assert paths[3].startswith("@rows for (float32[2, 3]): a plan: 1 kernel call(s)")
     relaydsl_log.clear()
