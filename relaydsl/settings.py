@@ -5,6 +5,8 @@
                        target's name (``llvm``, ``interp``)
 ``RELAYDSL_NUM_THREADS``  threads a parallel loop of compiled code runs on: a whole number
                        from 1; more than the usable cores is capped to them (with a warning)
+``RELAYDSL_VECTOR_WIDTH``  the width in bits of the vectors compiled code uses on a CPU
+                       with AVX-512: 512 (the default) or 256; elsewhere, ignored
 ``RELAYDSL_CACHE_DIR`` the directory of the on-disk kernel cache (created if missing)
 ``RELAYDSL_DATA``      a directory holding datasets, or holding their folders (``mnist/``,
                        ``sst/``, ``names/``)
@@ -19,7 +21,8 @@
 An unset or empty variable means the default. A value that is not accepted raises a
 ``SettingError`` naming the variable, its value and what it accepts, when the setting is
 first needed. They are read on each use, so a change of the environment applies to what
-is built afterwards (the native thread pool is started once, with the count of then).
+is built afterwards (the native thread pool is started once, with the count of then, and
+the vector width is read once, when the first program is compiled).
 
 """
 from __future__ import annotations
@@ -78,6 +81,16 @@ def num_threads() -> int:
                       f"using {cores} threads", RuntimeWarning, stacklevel=2)
         return cores
     return count
+
+
+def vector_width() -> int | None:
+    """``$RELAYDSL_VECTOR_WIDTH`` in bits (256 or 512); None when unset."""
+    value = _read("RELAYDSL_VECTOR_WIDTH")
+    if value is None:
+        return None
+    if value not in ("256", "512"):
+        raise SettingError(f"RELAYDSL_VECTOR_WIDTH={value!r}: expected 256 or 512 (bits)")
+    return int(value)
 
 
 def cache_dir() -> Path | None:

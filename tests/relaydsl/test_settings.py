@@ -95,3 +95,25 @@ def test_a_data_dir_that_does_not_exist_is_refused(tmp_path, monkeypatch):
     with pytest.raises(SettingError, match=r"RELAYDSL_DATA='.*nowhere': .* does not exist; "
                                            r"expected an existing directory"):
         mnist()
+
+
+@pytest.mark.parametrize("value", ["128", "1024", "wide", "512 bits"])
+def test_a_vector_width_other_than_256_or_512_is_refused(monkeypatch, value):
+    monkeypatch.setenv("RELAYDSL_VECTOR_WIDTH", value)
+    with pytest.raises(SettingError, match=rf"RELAYDSL_VECTOR_WIDTH={value!r}: expected 256 "
+                                           r"or 512 \(bits\)"):
+        settings.vector_width()
+
+
+def test_a_vector_width_of_256_runs_programs_with_256_bit_vectors():
+    out = run("import numpy as np\n"
+              "from relaydsl.backend.llvm import jit\n"
+              "from tests.relaydsl.test_settings import double\n"
+              "print(double(np.arange(3, dtype='float32')).tolist(),\n"
+              "      jit.host_target().vector_bits, jit.register_bits(jit.host_target().features))",
+              RELAYDSL_VECTOR_WIDTH="256")
+    assert out.returncode == 0, out.stderr
+    printed = out.stdout.split("]")
+    assert printed[0] == "[0.0, 2.0, 4.0"
+    bits, widest = map(int, printed[1].split())
+    assert bits == min(256, widest)

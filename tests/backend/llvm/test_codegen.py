@@ -2,6 +2,7 @@
 vectorisation of elementwise kernels (and the speed of the PERFORMANCE.md chain, printed)."""
 from __future__ import annotations
 
+import os
 import time
 
 import jax
@@ -190,8 +191,27 @@ def _chain(n):
                          "multiply", a, x), b)), call("sigmoid", x)))
 
 
+def _cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="reads the CPU's flags there")
+def test_vectors_are_as_wide_as_the_cpu_s_widest_registers(monkeypatch):
+    flags = _cpu_flags()
+    widest = 512 if "avx512f" in flags else 256 if "avx" in flags else 128
+    monkeypatch.delenv("RELAYDSL_VECTOR_WIDTH", raising=False)
+    assert jit.register_bits(jit.host_target().features) == widest
+    host = jit.host_target()
+    assert jit.HostTarget.of(host.triple, host.cpu, host.features).vector_bits == widest
+
+
 def test_elementwise_kernel_is_vectorised(tmp_path, monkeypatch):
     monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    jit.runtime_threads()  # the runtime loaded before: only the kernel's module is seen
     seen = []
     monkeypatch.setattr(jit, "inspect_hook", lambda ir_text, asm: seen.append((ir_text, asm)))
     compile_primitives([_chain(1000)])
@@ -200,6 +220,45 @@ def test_elementwise_kernel_is_vectorised(tmp_path, monkeypatch):
     assert "x float>" in ir_text, "the optimised IR has no float vectors"
     assert vec in asm
     assert not any(f in asm for f in ("tanhf", "expf", "logf"))  # no scalar libm calls
+
+
+def _kernel_ir(tmp_path, monkeypatch, fn) -> str:
+    """The LLVM IR of `fn`'s kernel as the backend hands it to LLVM (`fn` must be new to
+    this process: a kernel made before is not compiled again)."""
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    jit.runtime_threads()
+    texts = []
+    compile_ir = jit.compile_ir
+    monkeypatch.setattr(jit, "compile_ir", lambda text, *a, **k: (texts.append(text),
+                                                                  compile_ir(text, *a, **k))[1])
+    compile_primitives([fn])
+    (text,) = texts
+    return text
+
+
+# Both vendors' AVX-512 server CPUs, and an AVX2 one. LLVM's own tuning prefers 256-bit vectors
+# on the Intel ones; the backend must not inherit that default on any of them.
+X86_CPUS = {"znver4": 512, "znver5": 512, "sapphirerapids": 512, "emeraldrapids": 512,
+            "icelake-server": 512, "haswell": 256}
+AVX512 = "+avx,+avx2,+fma,+avx512f,+avx512dq,+avx512bw,+avx512vl"
+
+
+@pytest.mark.parametrize("cpu", sorted(X86_CPUS))
+def test_the_chain_uses_the_widest_vectors_on_every_x86_cpu(tmp_path, monkeypatch, cpu):
+    text = _kernel_ir(tmp_path, monkeypatch, _chain(1000 + sorted(X86_CPUS).index(cpu) + 1))
+    features = AVX512 if X86_CPUS[cpu] == 512 else "+avx,+avx2,+fma"
+    asm = jit.assembly(text, jit.HostTarget.of("x86_64-unknown-linux-gnu", cpu, features))
+    wide, narrow = ("zmm", "ymm") if X86_CPUS[cpu] == 512 else ("ymm", "zmm")
+    assert wide in asm and narrow not in asm
+    narrower = jit.HostTarget.of("x86_64-unknown-linux-gnu", cpu, features, vector_bits=256)
+    assert "zmm" not in jit.assembly(text, narrower)
+
+
+def test_the_vector_width_is_part_of_the_cache_key():
+    target = jit.HostTarget.of("x86_64-unknown-linux-gnu", "sapphirerapids", AVX512)
+    narrower = jit.HostTarget.of("x86_64-unknown-linux-gnu", "sapphirerapids", AVX512, 256)
+    assert (target.vector_bits, narrower.vector_bits) == (512, 256)
+    assert target.key != narrower.key
 
 
 def test_speed_of_the_performance_chain_is_printed():
