@@ -39,13 +39,10 @@ pay no allocator or reference counts between kernels. When the arena runs out, n
 code takes more chunks from malloc; Python frees them after the call and grows the arena
 to the high-water mark, so later calls of the same program do not need them.
 
-A loop carrying only tensors (and tuples of them: a training loop's parameters) releases
-its iterations' memory as it goes: once the iterations since its mark have taken _RECLAIM
-bytes, the back edge copies the carried tensors out, resets the arena to the mark and
-copies them back. Nothing else can point into that memory but a reference cell older than
-the iteration, written during it: every cell holds the epoch it was made in, and such a
-write (the state keeps the oldest epoch written) moves the mark past the iteration instead.
-Loops carrying data types or closures keep their memory until the call returns.
+A loop releases its turns' memory as it goes (native_loops.py): at the back edge it copies
+out what it carries and what its own reference cells hold (a training loop's parameters, in
+the model's cell), resets the arena to its mark and copies them back. A cell older than the
+turn written elsewhere keeps the turn's memory; so do loops carrying data types or closures.
 
 Adding into a reference (the gradient's adjoints: ``ref_write(r, ref_read(r) + g)``, g a
 node's weight gradient) writes the new total over the old one when the kernel adds
@@ -91,7 +88,11 @@ from relaydsl.backend.interpreter import Closure, InterpreterError, Value
 from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitives
 from relaydsl.backend.llvm.plan import _sigint_reaches_python, static_type
+from relaydsl.backend.llvm.native_abi import (
+    I8, I32, I64, NEVER, PTR, SLOTS, STATE_WORDS, Error, Word,
+)
 from relaydsl.backend.llvm.native_accumulations import Accumulation, accumulations
+from relaydsl.backend.llvm.native_loops import LoopMemory, flat, written_cells, young_function
 from relaydsl.backend.llvm.native_sites import ALIGN, KernelSite, leaf_types, nbytes
 from relaydsl.backend.llvm.native_values import Codec
 from relaydsl.ir.adt import (
@@ -107,22 +108,10 @@ from relaydsl.ir.visitor import free_vars, post_order
 from relaydsl.transform.fuse_ops import PRIMITIVE, is_primitive
 
 
-I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-PTR = I8.as_pointer()
-SLOTS = PTR.as_pointer()
-
-# The state a run threads through every function: ``[cur, end, error, detail, stack limit,
-# overflow chunks, overflow bytes, stop flag, memory budget, kernel ways, epoch, oldest cell
-# written]`` (8-byte words).
-(CUR, END, ERROR, DETAIL, STACK_LIMIT, CHUNKS, OVERFLOW, STOP, BUDGET, WAYS, EPOCH,
- WRITTEN) = range(12)
-NO_CLAUSE, TOO_DEEP, INTERRUPTED, NO_MEMORY, WRONG_SHAPE, NO_KERNEL = 1, 2, 3, 4, 5, 6
 _CHUNK = 1 << 20
 _INITIAL_ARENA = 1 << 16
 _MAX_ARENA = 1 << 30  # beyond it, a call's extra memory comes in chunks each time
 _OPTIMISED_IR = 1 << 20  # bytes of LLVM IR text: larger native code is compiled unoptimised
-_RECLAIM = 1 << 20  # a loop releases its iterations' memory once they have taken this much
-_NEVER = (1 << 63) - 1
 _WAYS = 4  # the kernels a call site of run-time shapes finds without asking Python
 _RESOLVE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _RUN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
@@ -212,7 +201,7 @@ class NativeProgram:
         memory it lives in), on `values`; its result as Python values."""
         local = self._local
         if not hasattr(local, "state"):  # this thread's first call
-            local.state = np.zeros(WRITTEN + 1, np.int64)
+            local.state = np.zeros(STATE_WORDS, np.int64)
             local.stop = np.zeros(1, np.int32)
             local.stack = _stack_budget()
             local.arena = None
@@ -223,7 +212,7 @@ class NativeProgram:
         base = address(arena) + (-address(arena)) % ALIGN
         epoch = self._epoch  # above the epochs of every cell earlier calls left alive
         state[:] = (base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0, 0,
-                    address(local.stop), _MEMORY_BUDGET, address(self._ways), epoch, _NEVER)
+                    address(local.stop), _MEMORY_BUDGET, address(self._ways), epoch, NEVER)
         keep: list = []  # the arguments' memory, alive through the call
         codec = self._codec
         slots = np.array(([] if closure is None else [closure[0]])
@@ -238,16 +227,16 @@ class NativeProgram:
             if status >> 8:  # a SIGINT came during the run
                 signal.raise_signal(signal.SIGINT)  # by default, raises KeyboardInterrupt
             if status & 0xFF:
-                raise self._error(int(status & 0xFF), int(state[DETAIL]))
+                raise self._error(int(status & 0xFF), int(state[Word.DETAIL]))
             result = codec.decode(int(slots[-1]), ret_type,
                                   lambda pointer, t: self._closure(pointer, t, pin))
-            self._epoch = max(self._epoch, int(state[EPOCH]) + 1)
+            self._epoch = max(self._epoch, int(state[Word.EPOCH]) + 1)
             # a write into a cell of an earlier call (which a closure captured) may point
             # at this call's memory: it lives as long as that call's
-            wrote_earlier = closure is not None and int(state[WRITTEN]) < epoch
+            wrote_earlier = closure is not None and int(state[Word.WRITTEN]) < epoch
             if pin.closures or wrote_earlier:
-                pin.hold(arena, int(state[CHUNKS]), keep)
-                local.arena, state[CHUNKS] = None, 0
+                pin.hold(arena, int(state[Word.CHUNKS]), keep)
+                local.arena, state[Word.CHUNKS] = None, 0
                 if wrote_earlier:
                     closure[1].held.append(pin)  # type: ignore[index]
             return result
@@ -277,8 +266,8 @@ class NativeProgram:
     def _release(self, state: np.ndarray, grow: bool) -> None:
         """Frees the chunks native code took beyond the arena; after a run that finished,
         grows the arena to what it needed (up to _MAX_ARENA) for the next calls."""
-        _free_chunks(int(state[CHUNKS]))
-        overflow = int(state[OVERFLOW])
+        _free_chunks(int(state[Word.CHUNKS]))
+        overflow = int(state[Word.OVERFLOW])
         if overflow and grow:
             self._arena_bytes = min(max(2 * self._arena_bytes, self._arena_bytes + overflow),
                                     _MAX_ARENA)
@@ -302,29 +291,30 @@ class NativeProgram:
             return 0
 
     def _error(self, code: int, detail: int) -> BaseException:
-        if code == NO_CLAUSE:
+        if code == Error.NO_CLAUSE:
             node = self._matches[detail]
             where = f" at {node.span}" if node.span is not None else ""
             return InterpreterError(f"no clause of the match{where} matches its value",
                                     node.span)
-        if code == NO_MEMORY:
+        if code == Error.NO_MEMORY:
             return MemoryError(
                 f"the program took more than {_MEMORY_BUDGET >> 20} MiB in one call (a "
-                "quarter of the machine's memory, at most 4 GiB): a loop carrying only "
-                "tensors releases its iterations' memory, but one carrying data types, "
-                "closures or references into older cells keeps every step's values until "
-                "the call returns; loop in Python over calls of one step instead")
-        if code == NO_KERNEL:  # making the kernel failed: what it raised
+                "quarter of the machine's memory, at most 4 GiB): a loop releases its "
+                "turns' memory when it carries only tensors and tuples of them and writes "
+                "older reference cells only itself, but one carrying data types or closures, "
+                "or writing an older cell through a function it calls, keeps every turn's "
+                "values until the call returns; loop in Python over calls of one step instead")
+        if code == Error.NO_KERNEL:  # making the kernel failed: what it raised
             failure, self._local.failure = self._local.failure, None
             return failure
-        if code == WRONG_SHAPE:
+        if code == Error.WRONG_SHAPE:
             kernel, span = self._wrong_shapes[detail >> 8]
             where = f" at {span}" if span is not None else ""
             return InterpreterError(
                 f"an input of the kernel{where} is not of {kernel.input_types[detail & 0xFF]} "
                 "at run time: a value whose type has relay.Any dimensions was used where "
                 "static ones are required", span)
-        if code == TOO_DEEP:
+        if code == Error.TOO_DEEP:
             return InterpreterError(
                 "the program's non-tail recursion is too deep for the native stack; write "
                 "the recursion in tail position (e.g. foldl rather than foldr) so that it "
@@ -443,6 +433,7 @@ class _Lowering:
         self.memcpy = self.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
         self.alloc = self._alloc_function()
         self.reset = self._reset_function()
+        self.young = young_function(self.module)
         # (), what a ref_write returns: no allocation
         self.unit = self.constant_object("relaydsl_unit", [ir.Constant(PTR, None)])
         self.frame_address = ir.Function(self.module, ir.FunctionType(PTR, [I32]),
@@ -569,7 +560,7 @@ class _Lowering:
                                    for x in ("entry", "bump", "fast", "slow"))
         b = ir.IRBuilder(entry)
         words = b.bitcast(st, I64.as_pointer())
-        cur_p, end_p = b.gep(words, [I64(CUR)]), b.gep(words, [I64(END)])
+        cur_p, end_p = b.gep(words, [I64(Word.CUR)]), b.gep(words, [I64(Word.END)])
         b.branch(bump)
         b.position_at_end(bump)
         start = b.and_(b.add(b.load(cur_p), mask), b.not_(mask))
@@ -581,17 +572,17 @@ class _Lowering:
         b.position_at_end(slow)
         size = b.add(n, I64(_CHUNK + 2 * ALIGN))
         chunk = b.call(self.malloc, [size])
-        chunks_p = b.gep(words, [I64(CHUNKS)])
+        chunks_p = b.gep(words, [I64(Word.CHUNKS)])
         chunk_words = b.bitcast(chunk, I64.as_pointer())  # [next chunk, size, ...]
         b.store(b.load(chunks_p), chunk_words)
         b.store(size, b.gep(chunk_words, [I64(1)]))
         b.store(b.ptrtoint(chunk, I64), chunks_p)
-        over_p = b.gep(words, [I64(OVERFLOW)])
+        over_p = b.gep(words, [I64(Word.OVERFLOW)])
         over = b.add(b.load(over_p), size)
         b.store(over, over_p)
-        with b.if_then(b.icmp_unsigned(">", over, b.load(b.gep(words, [I64(BUDGET)]))),
+        with b.if_then(b.icmp_unsigned(">", over, b.load(b.gep(words, [I64(Word.BUDGET)]))),
                        likely=False):  # the run stops at the next call or loop turn
-            b.store(I64(NO_MEMORY), b.gep(words, [I64(ERROR)]))
+            b.store(I64(Error.NO_MEMORY), b.gep(words, [I64(Word.ERROR)]))
         base = b.ptrtoint(chunk, I64)
         b.store(b.add(base, I64(ALIGN)), cur_p)
         b.store(b.add(base, size), end_p)
@@ -609,7 +600,7 @@ class _Lowering:
                                       for x in ("entry", "test", "release", "done"))
         b = ir.IRBuilder(entry)
         words = b.bitcast(st, I64.as_pointer())
-        chunks_p, over_p = b.gep(words, [I64(CHUNKS)]), b.gep(words, [I64(OVERFLOW)])
+        chunks_p, over_p = b.gep(words, [I64(Word.CHUNKS)]), b.gep(words, [I64(Word.OVERFLOW)])
         b.branch(test)
         b.position_at_end(test)
         chunk = b.load(chunks_p)
@@ -621,8 +612,8 @@ class _Lowering:
         b.call(self.free, [b.inttoptr(chunk, PTR)])
         b.branch(test)
         b.position_at_end(done)
-        b.store(cur, b.gep(words, [I64(CUR)]))
-        b.store(end, b.gep(words, [I64(END)]))
+        b.store(cur, b.gep(words, [I64(Word.CUR)]))
+        b.store(end, b.gep(words, [I64(Word.END)]))
         b.ret_void()
         return f
 
@@ -636,7 +627,7 @@ class _Lowering:
         st, slots = f.args
         b = ir.IRBuilder(f.append_basic_block("entry"))
         words = b.bitcast(st, I64.as_pointer())
-        limit_p = b.gep(words, [I64(STACK_LIMIT)])
+        limit_p = b.gep(words, [I64(Word.STACK_LIMIT)])
         here = b.ptrtoint(b.call(self.frame_address, [I32(0)]), I64)
         b.store(b.add(here, b.load(limit_p)), limit_p)
         pointers = b.bitcast(slots, SLOTS)
@@ -650,7 +641,7 @@ class _Lowering:
             result = b.call(b.bitcast(code, self.signature(arity).as_pointer()),
                             [st, closure, *args])
         b.store(result, b.gep(pointers, [I64(first + arity)]))
-        b.ret(b.load(b.gep(words, [I64(ERROR)])))
+        b.ret(b.load(b.gep(words, [I64(Word.ERROR)])))
         return name
 
     def closure_wrapper(self, arity: int) -> str:
@@ -687,9 +678,9 @@ class _FunctionCompiler:
         self.b = b = ir.IRBuilder(start)
         self.words = b.bitcast(self.st, I64.as_pointer())
         here = b.ptrtoint(b.call(self.low.frame_address, [I32(0)]), I64)
-        deep = b.icmp_unsigned("<", here, b.load(b.gep(self.words, [I64(STACK_LIMIT)])))
+        deep = b.icmp_unsigned("<", here, b.load(b.gep(self.words, [I64(Word.STACK_LIMIT)])))
         with b.if_then(deep, likely=False):
-            self.fail(TOO_DEEP, 0)
+            self.fail(Error.TOO_DEEP, 0)
         env: dict = {}
         slot = 1
         for v, static in self.captures:
@@ -702,9 +693,10 @@ class _FunctionCompiler:
             env[self.self_var] = self.closure
         self.accumulations = accumulations(fn.body)
         # a self call in tail position comes back to the header with new arguments
-        self.reclaims = self.loops(fn.body) and \
-            all(p.has_type and _flat(p.checked_type) for p in fn.params)
-        marks = self.mark() if self.reclaims else []
+        self.loop_memory: LoopMemory | None = None
+        if self.loops(fn.body) and all(p.has_type and flat(p.checked_type) for p in fn.params):
+            roots = written_cells(fn, [v for v, static in self.captures if static is None])
+            self.loop_memory = LoopMemory(self, [(env[v], v.checked_type.value) for v in roots])
         self.header = f.append_basic_block("header")
         before = b.block
         b.branch(self.header)
@@ -712,8 +704,8 @@ class _FunctionCompiler:
         self.phis = [b.phi(PTR, name=_symbol(p.name_hint)) for p in fn.params]
         for phi, arg in zip(self.phis, params):
             phi.add_incoming(arg, before)
-        if self.reclaims:
-            self.start_iteration(marks, before)
+        if self.loop_memory is not None:
+            self.loop_memory.start(before)
         self.poll_stop()
         env.update(zip(fn.params, self.phis))
         self.tail(fn.body, env)
@@ -722,23 +714,23 @@ class _FunctionCompiler:
     # ---- helpers ---------------------------------------------------------------------
     def fail(self, code: int, detail: int) -> None:
         b = self.b
-        b.store(I64(code), b.gep(self.words, [I64(ERROR)]))
-        b.store(I64(detail), b.gep(self.words, [I64(DETAIL)]))
+        b.store(I64(code), b.gep(self.words, [I64(Word.ERROR)]))
+        b.store(I64(detail), b.gep(self.words, [I64(Word.DETAIL)]))
         b.ret(ir.Constant(PTR, None))
 
     def poll_stop(self) -> None:
         """At each call and loop turn: stop on a SIGINT, or on an error an allocation
         flagged (it cannot return one itself)."""
         b = self.b
-        flag = b.inttoptr(b.load(b.gep(self.words, [I64(STOP)])), I32.as_pointer())
+        flag = b.inttoptr(b.load(b.gep(self.words, [I64(Word.STOP)])), I32.as_pointer())
         stop = b.load_atomic(flag, "monotonic", 4)
         with b.if_then(b.icmp_signed("!=", stop, I32(0)), likely=False):
-            self.fail(INTERRUPTED, 0)
+            self.fail(Error.INTERRUPTED, 0)
         self.check_error()
 
     def check_error(self) -> None:
         b = self.b
-        err = b.load(b.gep(self.words, [I64(ERROR)]))
+        err = b.load(b.gep(self.words, [I64(Word.ERROR)]))
         with b.if_then(b.icmp_signed("!=", err, I64(0)), likely=False):
             b.ret(ir.Constant(PTR, None))
 
@@ -805,15 +797,15 @@ class _FunctionCompiler:
                 self.tail(rhs, clause_env)
         elif isinstance(e, Call) and self.is_self(e.op, env):
             args = [self.value(a, env) for a in e.args]
-            if self.reclaims:
-                args = self.end_iteration(args)
+            if self.loop_memory is not None:
+                args = self.loop_memory.back_edge(args)
             for phi, a in zip(self.phis, args):
                 phi.add_incoming(a, b.block)
             b.branch(self.header)
         else:
             result = self.value(e, env, tail=True)
-            if self.reclaims:
-                self.merge_written()
+            if self.loop_memory is not None:
+                self.loop_memory.leave()
             b.ret(result)
 
     def loops(self, e: Expr) -> bool:
@@ -826,95 +818,6 @@ class _FunctionCompiler:
             return any(self.loops(c.rhs) for c in e.clauses)
         return isinstance(e, Call) and (e.op is self.self_global if self.self_global
                                         else e.op is self.self_var and e.op is not None)
-
-    # ---- a loop's memory: released at the back edge, the values it carries copied ----
-    # An iteration's memory can go when nothing older points into it: what the loop
-    # carries is copied out and back (only tensors and tuples of them, so copies are
-    # cheap and need no forwarding), and a write into an older reference cell (each cell
-    # holds the epoch it was made in) keeps the iteration's memory.
-    def start_iteration(self, marks: list[ir.Value], before: ir.Block) -> None:
-        b = self.b
-        self.marks = [b.phi(I64) for _ in marks]  # where the iterations' memory starts
-        for phi, mark in zip(self.marks, marks):
-            phi.add_incoming(mark, before)
-        epoch_p = b.gep(self.words, [I64(EPOCH)])
-        self.epoch = b.add(b.load(epoch_p), I64(1))
-        b.store(self.epoch, epoch_p)
-        written_p = b.gep(self.words, [I64(WRITTEN)])
-        self.written_before = b.load(written_p)  # by an enclosing loop's iteration
-        b.store(I64(_NEVER), written_p)
-
-    def merge_written(self) -> ir.Value:
-        """The oldest cell this iteration wrote into; the enclosing loop's record of it
-        updated."""
-        b = self.b
-        written_p = b.gep(self.words, [I64(WRITTEN)])
-        written = b.load(written_p)
-        older = b.icmp_signed("<", written, self.written_before)
-        b.store(b.select(older, written, self.written_before), written_p)
-        return written
-
-    def end_iteration(self, args: list[ir.Value]) -> list[ir.Value]:
-        """At the back edge: once the iterations since the mark have taken _RECLAIM bytes
-        (or a chunk), their memory is released and `args` copied; after a write into an
-        older cell, the mark moves past this iteration instead. The arguments to loop with."""
-        b = self.b
-        dirty = b.icmp_signed("<", self.merge_written(), self.epoch)
-        now = self.mark()
-        full = b.or_(b.icmp_unsigned("!=", now[2], self.marks[2]),
-                     b.icmp_unsigned(">", b.sub(now[0], self.marks[0]), I64(_RECLAIM)))
-        start = b.block
-        release, done = self.new_block("release"), self.new_block("iteration_done")
-        b.cbranch(b.and_(full, b.not_(dirty)), release, done)
-        b.position_at_end(release)
-        copies = self.carry_over(args)
-        released = b.block
-        b.branch(done)
-        b.position_at_end(done)
-        new_args = []
-        for a, c in zip(args, copies):
-            phi = b.phi(PTR)
-            phi.add_incoming(a, start)
-            phi.add_incoming(c, released)
-            new_args.append(phi)
-        for phi, mark, current in zip(self.marks, self.marks, now):
-            moved = b.select(dirty, current, mark)
-            phi.add_incoming(moved, b.block)
-        return new_args
-
-    def carry_over(self, args: list[ir.Value]) -> list[ir.Value]:
-        """`args` copied to a side buffer, the arena reset to the marks, and copied back."""
-        b = self.b
-        leaves: list[ir.Value] = []
-        for a, p in zip(args, self.fn.params):
-            self.leaves(a, p.checked_type, leaves)
-        types = leaf_types([p.checked_type for p in self.fn.params])
-        shapes, sizes, offsets = [], [], []
-        total: ir.Value = I64(0)
-        for tensor, t in zip(leaves, types):
-            dims = self.dims(tensor, len(t.shape)) if self.low.boxed else \
-                [I64(d) for d in t.shape]
-            size: ir.Value = I64(np.dtype(str(t.dtype)).itemsize)
-            for d in dims:
-                size = b.mul(size, d)
-            shapes.append(dims)
-            sizes.append(size)
-            offsets.append(total)
-            total = b.and_(b.add(b.add(total, size), I64(ALIGN - 1)), I64(-ALIGN))
-        side = b.call(self.low.malloc, [b.add(total, I64(1))])
-        for tensor, size, offset in zip(leaves, sizes, offsets):
-            b.call(self.low.memcpy, [b.gep(side, [offset]), self.data(tensor), size,
-                                     ir.Constant(ir.IntType(1), 0)])
-        b.call(self.low.reset, [self.st, *self.marks])
-        copies = []
-        for dims, size, offset in zip(shapes, sizes, offsets):
-            copy = self.new_tensor(dims, size)
-            b.call(self.low.memcpy, [self.data(copy), b.gep(side, [offset]), size,
-                                     ir.Constant(ir.IntType(1), 0)])
-            copies.append(copy)
-        b.call(self.low.free, [side])
-        rebuilt = iter(copies)
-        return [self.rebuild(p.checked_type, rebuilt) for p in self.fn.params]
 
     def is_self(self, op: Expr, env: dict) -> bool:
         if self.self_global is not None:
@@ -946,7 +849,7 @@ class _FunctionCompiler:
             b.branch(body)
             bodies.append((body, clause_env, clause.rhs))
             b.position_at_end(no)
-        self.fail(NO_CLAUSE, site)
+        self.fail(Error.NO_CLAUSE, site)
         return bodies
 
     def test(self, p: Pattern, value: ir.Value, env: dict, no: ir.Block) -> None:
@@ -1012,7 +915,7 @@ class _FunctionCompiler:
             return self.closure_of(Function(params, Call(e, params)), {}, None)
         if isinstance(e, RefCreate):
             # a cell: [value, the epoch it was made in, whether it is the value's only holder]
-            epoch = self.b.load(self.b.gep(self.words, [I64(EPOCH)]))
+            epoch = self.b.load(self.b.gep(self.words, [I64(Word.EPOCH)]))
             return self.record([self.value(e.value, env), self.b.inttoptr(epoch, PTR),
                                 ir.Constant(PTR, None)])
         if isinstance(e, RefRead):
@@ -1025,7 +928,10 @@ class _FunctionCompiler:
             self.set_field(cell, 0, new)
             only = id(e) in self.accumulations.writes  # an accumulation's total
             self.set_field(cell, 2, ir.Constant(I64, int(only)).inttoptr(PTR))
-            self.note_write(cell)
+            if self.loop_memory is not None and self.loop_memory.is_root(cell):
+                self.loop_memory.note_root_write(cell)
+            else:
+                self.note_write(cell)
             return self.low.unit
         if isinstance(e, If):
             arms = [(block, branch, env) for block, branch in
@@ -1039,7 +945,7 @@ class _FunctionCompiler:
     def note_write(self, cell: ir.Value) -> None:
         """The write barrier: the state keeps the oldest epoch of a cell written into."""
         b = self.b
-        written_p = b.gep(self.words, [I64(WRITTEN)])
+        written_p = b.gep(self.words, [I64(Word.WRITTEN)])
         epoch, written = self.word(cell, 1), b.load(written_p)
         b.store(b.select(b.icmp_signed("<", epoch, written), epoch, written), written_p)
 
@@ -1119,7 +1025,8 @@ class _FunctionCompiler:
 
     def mark(self) -> list[ir.Value]:
         """Where the arena is: what ``reset`` returns it to, freeing all allocated since."""
-        return [self.b.load(self.b.gep(self.words, [I64(w)])) for w in (CUR, END, CHUNKS)]
+        return [self.b.load(self.b.gep(self.words, [I64(w)]))
+                for w in (Word.CUR, Word.END, Word.CHUNKS)]
 
     def accumulate(self, kernel: Kernel, accumulation: Accumulation, total: ir.Value,
                    env: dict) -> ir.Value:
@@ -1150,7 +1057,7 @@ class _FunctionCompiler:
             for d, want in zip(self.dims(tensor, len(t.shape)), t.shape):
                 wrong = b.or_(wrong, b.icmp_signed("!=", d, I64(want)))
             with b.if_then(wrong, likely=False):
-                self.fail(WRONG_SHAPE, len(self.low.wrong_shapes) << 8 | min(i, 0xFF))
+                self.fail(Error.WRONG_SHAPE, len(self.low.wrong_shapes) << 8 | min(i, 0xFF))
         self.low.wrong_shapes.append((kernel, call.span))
 
     def dynamic_kernel_call(self, fn: Function, call: Call, inputs: list[ir.Value]
@@ -1169,7 +1076,7 @@ class _FunctionCompiler:
         keys = self.allocas.alloca(ir.ArrayType(I64, max(len(dims), 1)))
         for k, d in enumerate(dims):
             b.store(d, b.gep(keys, [I64(0), I64(k)]))
-        ways = b.inttoptr(b.load(b.gep(self.words, [I64(WAYS)])), I64.as_pointer())
+        ways = b.inttoptr(b.load(b.gep(self.words, [I64(Word.WAYS)])), I64.as_pointer())
         found = self.new_block("kernel_found")
         incoming = []
         for way in range(_WAYS):
@@ -1186,7 +1093,7 @@ class _FunctionCompiler:
         resolve = b.inttoptr(I64(low.resolve), ir.FunctionType(I64, [I64, PTR]).as_pointer())
         asked = b.call(resolve, [I64(index), b.bitcast(keys, PTR)])
         with b.if_then(b.icmp_unsigned("==", asked, I64(0)), likely=False):
-            self.fail(NO_KERNEL, index)
+            self.fail(Error.NO_KERNEL, index)
         incoming.append((asked, b.block))
         b.branch(found)
         b.position_at_end(found)
@@ -1298,13 +1205,3 @@ def _primitive_of(call: Call) -> Function:
 def _header_bytes(rank: int) -> int:
     """The room before a boxed tensor's data (which stays 64-byte aligned)."""
     return -(-8 * (1 + rank) // ALIGN) * ALIGN
-
-
-def _flat(t: Type) -> bool:
-    """Whether values of type `t` hold only tensors (a loop carrying only those releases
-    its iterations' memory)."""
-    if isinstance(t, TupleType):
-        return all(_flat(f) for f in t.fields)
-    return isinstance(t, TensorType) and isinstance(t.dtype, str)
-
-

@@ -279,63 +279,6 @@ def test_a_run_stopped_by_an_error_does_not_grow_the_arena(monkeypatch):
     assert exe.program.native._arena_bytes == before
 
 
-# ---- a loop's memory -----------------------------------------------------------------------
-
-W64 = (np.random.default_rng(64).standard_normal((64, 64)) * 0.1).astype(np.float32)
-
-
-@relay
-def iterate(x: Tensor[Float, (64, 64)], s: Tensor[Float, ()], n: Int
-            ) -> Tensor[Float, (64, 64)]:
-    scale = relay.ref(s)  # a reference: native code rather than a plan
-    acc = x
-    for _ in range(n):
-        acc = relay.tanh(acc @ W64) * relay.ref_read(scale)
-    return acc
-
-
-@relay
-def tally(x: Tensor[Float, (64,)], n: Int) -> Tensor[Float, (64,)]:
-    total = relay.ref(x * 0.0)
-    acc = x
-    for _ in range(n):
-        acc = relay.tanh(acc) * 1.5
-        relay.ref_write(total, relay.ref_read(total) + acc)  # into a cell older than the turn
-    return relay.ref_read(total)
-
-
-@relay
-def nested(x: Tensor[Float, (64,)], n: Int) -> Tensor[Float, (64,)]:
-    acc = x
-    for _ in range(n):
-        cell = relay.ref(acc)  # made in this turn: writing it keeps nothing alive
-        for _ in range(3):
-            relay.ref_write(cell, relay.tanh(relay.ref_read(cell)) + 0.5)
-        acc = relay.ref_read(cell)
-    return acc
-
-
-def test_a_loop_releases_its_iterations_memory_and_keeps_what_references_hold(monkeypatch):
-    from relaydsl.backend.llvm import native as native_module
-
-    exe = native(iterate)
-    x = RNG.standard_normal((64, 64)).astype(np.float32)
-    out = exe(x, np.float32(0.9), np.int32(3000))  # 3000 turns of 2 x 16 KiB
-    assert exe.program.native._arena_bytes <= 2 << 20  # not the ~100 MB of every turn
-
-    def body(_, acc):
-        return jnp.tanh(acc @ W64) * 0.9
-
-    np.testing.assert_allclose(out, jax.lax.fori_loop(0, 3000, body, x), rtol=1e-4,
-                               atol=1e-5)
-    monkeypatch.setattr(native_module, "_RECLAIM", 0)  # release at every turn that may
-    v = RNG.standard_normal(64).astype(np.float32)
-    for fn in (tally, nested):
-        got = native(fn)(v, np.int32(40))
-        np.testing.assert_allclose(got, relay.build(fn, target="interp")(v, np.int32(40)),
-                                   rtol=1e-5)
-
-
 # ---- closures returned to Python -------------------------------------------------------------
 
 @relay
