@@ -6,15 +6,16 @@
 
 Each row checks first that every system computes what JAX computes (rtol 1e-3, atol 1e-4),
 then times them round-robin and reports medians (benchmarks/harness.py). The table is printed
-and written, with a description of the machine, to benchmarks/RESULTS.md (or --output).
+and written, with a description of the machine (benchmarks/machine.py) and its fp32 FMA peak
+measured first (benchmarks/fma_peak.py), into the section of benchmarks/RESULTS.md (or
+--output) for this kind of machine; other machines' sections stay.
 A system that fails shows "—" with its error in a footnote; the run always completes.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -24,121 +25,27 @@ from pathlib import Path
 # the following system by 19-45%, OpenBLAS's (which spin for ~2^28 cycles) by up to 2x.
 # Both settings must be in place before NumPy or PyTorch loads its thread pool.
 WAIT_POLICIES = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
-for _name, _value in WAIT_POLICIES.items():
-    os.environ.setdefault(_name, _value)
+if __name__ == "__main__":  # the script's settings; imported (by the tests) it changes nothing
+    for _name, _value in WAIT_POLICIES.items():
+        os.environ.setdefault(_name, _value)
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python benchmarks/run.py` from anywhere
+# run as a script (`python benchmarks/run.py`, from anywhere): the benchmarks package is found
+# from the repository root; imported as benchmarks.run, it already is
+if not __package__ and str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import fma_peak, machine  # noqa: E402
+from benchmarks.fma_peak import FmaPeak  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
     OPTIONAL_SYSTEMS, SYSTEMS, Result, Settings, best_of, run_case, sections,
 )
 from benchmarks.workloads import GROUPS  # noqa: E402
 from benchmarks.workloads.common import RELAY_TARGET  # noqa: E402
+from relaydsl.backend.llvm import jit  # noqa: E402
 
 COLUMNS = {"relaydsl": "relaydsl", "jax": "jax.jit", "numpy": "NumPy", "torch": "PyTorch",
            "torch_compile": "torch.compile"}
-
-
-# ---- the machine -----------------------------------------------------------------------------
-def machine_description() -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        model = platform.processor() or "unknown"
-    try:
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        model += f" (LLVM host CPU: {llvm.get_host_cpu_name()})"
-    except Exception:
-        pass
-    rows.append(("CPU", model))
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    rows.append(("cores", f"{os.cpu_count()} logical, {usable} usable by this process"))
-    rows.append(("Python", platform.python_version()))
-    try:
-        import llvmlite
-        import llvmlite.binding as llvm
-
-        version = ".".join(map(str, llvm.llvm_version_info))
-        rows.append(("llvmlite / LLVM", f"{llvmlite.__version__} / {version}"))
-    except Exception as e:
-        rows.append(("llvmlite / LLVM", f"not available ({type(e).__name__})"))
-    import numpy as np
-
-    rows.append(("NumPy", np.__version__))
-    rows.append(("BLAS", blas_description()))
-    try:
-        import jax
-        import jaxlib
-
-        rows.append(("JAX", f"{jax.__version__} (jaxlib {jaxlib.__version__}, "
-                            f"{jax.default_backend()})"))
-    except Exception as e:
-        rows.append(("JAX", f"not available ({type(e).__name__})"))
-    try:
-        import torch
-
-        rows.append(("PyTorch", f"{torch.__version__} (threads set to 2)"))
-    except Exception as e:
-        rows.append(("PyTorch", f"not importable ({type(e).__name__}: {e})"))
-    rows.append(("load average at the start", load_average()))
-    rows.append(("date", datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")))
-    return rows
-
-
-def load_average() -> str:
-    """Other processes on the machine distort every figure: say how busy it was."""
-    try:
-        one, five, _ = os.getloadavg()
-        return f"{one:.2f} (1 min), {five:.2f} (5 min)"
-    except OSError:
-        return "unknown"
-
-
-def busy_warning() -> str | None:
-    try:
-        one = os.getloadavg()[0]
-    except OSError:
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if one < 0.5:
-        return None
-    return (f"the load average is {one:.2f} on {cores} cores before the run: other processes "
-            "compete for the cores and distort every figure (multi-threaded BLAS, XLA and "
-            "OpenMP suffer most); ratios within the run are the least affected")
-
-
-def blas_description() -> str:
-    import numpy as np
-
-    parts = []
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        parts.append(f"{blas.get('name', '?')} {blas.get('version', '')}".strip())
-    except Exception:
-        parts.append("unknown")
-    try:
-        from threadpoolctl import threadpool_info
-
-        for info in threadpool_info():
-            if info.get("user_api") == "blas":
-                parts.append(f"{info.get('internal_api')} {info.get('version')}, kernels for "
-                             f"{info.get('architecture')}, {info.get('num_threads')} threads")
-                break
-    except Exception:
-        pass
-    parts.extend(f"{var}={os.environ.get(var, 'unset')}"
-                 for var in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                             *WAIT_POLICIES))
-    return "; ".join(parts)
 
 
 # ---- the table -------------------------------------------------------------------------------
@@ -163,14 +70,20 @@ def fmt_ms(seconds: float) -> str:
     return f"{ms:.3f}"
 
 
-def cell_text(result: Result, column: str, notes: Footnotes) -> str:
+def cell_text(result: Result, column: str, notes: Footnotes, peak: FmaPeak | None = None
+              ) -> str:
+    """A system's time in a row; for a row that counts its flops also GFLOP/s and, with
+    `peak`, their share of the machine's measured fp32 FMA peak on all cores (every system
+    computes a GEMM on all of them)."""
     cell = best_of(result, column)
     if cell is None:
         return "—"
     if cell.seconds is not None:
         text = fmt_ms(cell.seconds)
         if result.case.flops:
-            text += f" ({result.case.flops / cell.seconds / 1e9:.0f} GF/s)"
+            gflops = result.case.flops / cell.seconds / 1e9
+            share = f", {gflops / peak.all_cores:.0%} of peak" if peak else ""
+            text += f" ({gflops:.0f} GF/s{share})"
         if cell.variant:
             text += f" {cell.variant}"
         if cell.footnote:
@@ -220,15 +133,19 @@ def header(results: list[Result]) -> list[str]:
     return ["row", *(COLUMNS[c] for c in columns(results)), "relaydsl/JAX", "target", "status"]
 
 
-def table_rows(results: list[Result], notes: Footnotes) -> list[list[str]]:
+def table_rows(results: list[Result], notes: Footnotes, peak: FmaPeak | None = None
+               ) -> list[list[str]]:
     shown = columns(results)
-    return [[r.case.name, *(cell_text(r, c, notes) for c in shown), *target_check(r)]
+    return [[r.case.name, *(cell_text(r, c, notes, peak) for c in shown), *target_check(r)]
             for r in results]
 
 
-def row_notes(results: list[Result]) -> list[str]:
+def row_notes(results: list[Result], peak: FmaPeak | None = None) -> list[str]:
     """What each row measured beyond its name, and the time of each JAX layout."""
     out = []
+    if peak and any(r.case.flops for r in results):
+        out.append(f"GF/s: GFLOP/s; \"of peak\": their share of the fp32 FMA peak measured "
+                   f"on all {peak.threads} cores, {peak.all_cores:.0f} GFLOP/s (see the machine)")
     for r in results:
         out += [f"{r.case.name}: {n}" for n in r.case.notes]
         for column in SYSTEMS:
@@ -265,34 +182,87 @@ TARGETS_TEXT = (
     "run.")
 
 
-def write_results(path: Path, args: argparse.Namespace, machine: list[tuple[str, str]],
-                  rows: list[list[str]], notes: Footnotes, results: list[Result],
-                  settings: Settings, elapsed: float, busy: str | None) -> None:
-    lines = ["# Benchmark results", "",
-             f"Written by `python benchmarks/run.py {' '.join(sys.argv[1:])}`".rstrip() +
-             f" in {elapsed:.0f} s. Medians in milliseconds per call (GEMM also in GFLOP/s); "
-             "lower is better. See benchmarks/README.md for the method.", "",
-             "## Machine", ""]
-    lines += [f"- **{k}**: {v}" for k, v in machine]
+# ---- RESULTS.md: a section per machine kind ---------------------------------------------------
+TITLE = "# Benchmark results"
+PREAMBLE = (
+    "One section per kind of machine measured: `python benchmarks/run.py` replaces the section "
+    "of the machine it runs on and keeps the others, and the sections other scripts write "
+    "(benchmarks/figure5.py's). Figures from different machines do not compare; within one "
+    "section, compare ratios more than absolute times. See benchmarks/README.md for the method.")
+MACHINE_HEADING = "## Measured on "  # followed by the machine kind (benchmarks/machine.py)
+# the two sections of a RESULTS.md written before there was a section per machine kind
+LEGACY = ("## Machine", "## Results")
+
+
+def section_body(args: argparse.Namespace, description: list[tuple[str, str]],
+                 rows: list[list[str]], notes: Footnotes, results: list[Result],
+                 settings: Settings, elapsed: float, busy: str | None,
+                 peak: FmaPeak | None) -> str:
+    """The Markdown of one machine's section, below its heading."""
+    lines = [f"Written by `python benchmarks/run.py {' '.join(sys.argv[1:])}`".rstrip() +
+             f" in {elapsed:.0f} s. Medians in milliseconds per call (GEMM also in GFLOP/s and "
+             "as a share of the measured FMA peak); lower is better.", "",
+             "### Machine", ""]
+    lines += [f"- **{k}**: {v}" for k, v in description]
     lines += [f"- **relaydsl target**: `{args.target}` (opt_level 3 where the target takes it)"
               + ("; `--quick` (few repetitions: indicative only)" if args.quick else ""),
-              f"- **load average at the end**: {load_average()}",
+              f"- **load average at the end**: {machine.load_average()}",
               f"- **sampling**: warm-up {settings.warmup_s} s per system, samples of at least "
               f"{settings.min_sample_s * 1e3:.0f} ms, {settings.min_rounds}-{settings.max_rounds} "
               "round-robin rounds per row", "",
-              "## Results", ""]
+              "### Results", ""]
     if busy:
         lines += [f"**Warning**: {busy}.", ""]
     lines += [markdown_table(header(results), rows), "", TARGETS_TEXT, ""]
-    lines += [f"- {n}" for n in row_notes(results)] + [""]
+    lines += [f"- {n}" for n in row_notes(results, peak)] + [""]
     if notes.texts:
         lines += ["Notes:", ""]
         lines += [f"{i}. {t}" for i, t in enumerate(notes.texts, 1)] + [""]
-    # sections other scripts wrote into the file (benchmarks/figure5.py's) stay
+    return "\n".join(lines)
+
+
+def merge_results(old: str, kind: str, body: str) -> str:
+    """RESULTS.md's text `old` with `body` as the section of machine `kind`: in place of that
+    machine's earlier section, else after the other machines' sections. Every other section
+    stays, in its place."""
+    parts = sections(upgrade_legacy(old))
+    heading = MACHINE_HEADING + kind
+    new = f"{heading}\n\n{body.strip()}\n"
+    texts = [new if h == heading else text for h, text in parts]
+    if heading not in [h for h, _ in parts]:
+        machines = [i for i, (h, _) in enumerate(parts) if h.startswith(MACHINE_HEADING)]
+        texts.insert(machines[-1] + 1 if machines else 0, new)
+    return "\n".join([TITLE, "", PREAMBLE, "", *(t.rstrip() + "\n" for t in texts)])
+
+
+def upgrade_legacy(text: str) -> str:
+    """A RESULTS.md of the time before sections per machine kind (one "## Machine" and one
+    "## Results" section, "Written by ..." above them) with those as the section of the
+    machine its description names; any other text unchanged."""
+    parts = dict(sections(text))
+    if not all(h in parts for h in LEGACY):
+        return text
+    described, results = (parts[h].partition("\n")[2].strip() for h in LEGACY)
+    # its CPU line: "- **CPU**: AMD EPYC (LLVM host CPU: znver4)"
+    found = re.search(r"^- \*\*CPU\*\*: (.*) \(LLVM host CPU: (\S+)\)$", described, re.M)
+    if found:
+        model, llvm_cpu = found.groups()
+        kind = machine.kind(model, llvm_cpu, machine.widest_vectors_of(llvm_cpu),
+                            jit.host_target().triple)
+    else:
+        line = re.search(r"^- \*\*CPU\*\*: (.*)$", described, re.M)
+        kind = line.group(1) if line else "an unknown machine"
+    written = [p for p in text[:text.index(parts[LEGACY[0]])].split("\n\n")
+               if p.startswith("Written by")]
+    body = "\n\n".join([*written, "### Machine", described, "### Results", results])
+    section = f"{MACHINE_HEADING}{kind}\n\n{body}\n"
+    kept = [section if h == LEGACY[0] else t for h, t in sections(text) if h != LEGACY[1]]
+    return "\n".join(t.rstrip() + "\n" for t in kept)
+
+
+def write_results(path: Path, body: str) -> None:
     old = path.read_text() if path.exists() else ""
-    kept = [text.rstrip() + "\n" for heading, text in sections(old)
-            if heading not in ("## Machine", "## Results")]
-    path.write_text("\n".join(lines + kept))
+    path.write_text(merge_results(old, machine.machine_kind(), body))
 
 
 # ---- main ------------------------------------------------------------------------------------
@@ -316,12 +286,18 @@ def main(argv: list[str] | None = None) -> int:
     # the default target of the calls that take none (a model's forward pass, relay.grad)
     os.environ["RELAYDSL_TARGET"] = args.target
     settings = Settings.for_mode(args.target, args.quick)
-    machine = machine_description()
-    for k, v in machine:
-        print(f"{k:>16}: {v}")
-    print(f"{'relaydsl target':>16}: {args.target}{'  (--quick)' if args.quick else ''}\n")
-
-    busy = busy_warning()
+    # how busy the machine is before the probe adds its own load
+    busy, load_at_start = machine.busy_warning(), machine.load_average()
+    try:
+        peak = (fma_peak.measure(seconds=0.02, repeats=3) if args.quick
+                else fma_peak.measure())
+    except Exception as e:  # the rows do not need it
+        print(f"the FMA peak probe failed: {type(e).__name__}: {e}", file=sys.stderr)
+        peak = None
+    description = machine.description(peak, WAIT_POLICIES, load_at_start)
+    for k, v in description:
+        print(f"{k:>24}: {v}")
+    print(f"{'relaydsl target':>24}: {args.target}{'  (--quick)' if args.quick else ''}\n")
     if busy:
         print(f"WARNING: {busy}\n", file=sys.stderr)
     started = time.perf_counter()
@@ -347,17 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
 
     notes = Footnotes()
-    rows = table_rows(results, notes)
+    rows = table_rows(results, notes, peak)
     print("\nmedian ms per call (GEMM also GFLOP/s); relaydsl/JAX is the time ratio\n")
     print(plain_table(header(results), rows))
     print("\n" + TARGETS_TEXT)
-    for n in row_notes(results):
+    for n in row_notes(results, peak):
         print(f"- {n}")
     for i, t in enumerate(notes.texts, 1):
         print(f"[{i}] {t}")
     if args.output:
-        write_results(Path(args.output), args, machine, rows, notes, results, settings, elapsed,
-                      busy)
+        write_results(Path(args.output), section_body(args, description, rows, notes, results,
+                                                      settings, elapsed, busy, peak))
         print(f"\nwritten to {args.output}")
     return 0
 

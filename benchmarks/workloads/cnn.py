@@ -23,6 +23,7 @@ from benchmarks.workloads.common import (
     relaydsl_runner,
     rng,
     specialize,
+    torch_compiled_inference,
     torch_module,
 )
 from relaydsl import Float, Tensor, relay
@@ -113,10 +114,21 @@ def lenet_case(batch: int) -> Case:
                 return lenet_torch(torch, *args)
         return run
 
+    def torch_compile_setup():
+        torch = torch_module()
+        f = torch_compiled_inference(lambda v, *p: lenet_torch(torch, v, *p), params)
+        tx = torch.from_numpy(x)
+
+        def run():
+            with torch.no_grad():
+                return f(tx)
+        return run
+
     return Case(f"LeNet fwd (b{batch})", "lenet",
                 {"relaydsl": relaydsl_setup, "jax:NCHW": jax_setup("NCHW"),
                  "jax:NHWC": jax_setup("NHWC"),
-                 "numpy": lambda: (lambda: lenet_numpy(x, *params)), "torch": torch_setup},
+                 "numpy": lambda: (lambda: lenet_numpy(x, *params)), "torch": torch_setup,
+                 "torch_compile": torch_compile_setup},
                 reference="jax:NCHW")
 
 
@@ -273,10 +285,21 @@ def resnet_case() -> Case:
                 return resnet_torch(torch, tx, tp)
         return run
 
+    def torch_compile_setup():
+        torch = torch_module()
+        f = torch_compiled_inference(lambda v, *p: resnet_torch(torch, v, p), params)
+        tx = torch.from_numpy(x)
+
+        def run():
+            with torch.no_grad():
+                return f(tx)
+        return run
+
     return Case("ResNet-18 fwd (b1)", "resnet",
                 {"relaydsl": relaydsl_setup, "jax:NCHW": jax_setup("NCHW"),
                  "jax:NHWC": jax_setup("NHWC"),
-                 "numpy": lambda: (lambda: resnet_numpy(x, params)), "torch": torch_setup},
+                 "numpy": lambda: (lambda: resnet_numpy(x, params)), "torch": torch_setup,
+                 "torch_compile": torch_compile_setup},
                 reference="jax:NCHW",
                 notes=["batch norm folded into each conv's weights and bias, the same folded "
                        "weights in every system; NumPy: im2col + GEMM"])

@@ -58,6 +58,27 @@ def torch_module():
     return torch
 
 
+def torch_compiled_inference(forward: Callable, params: tuple[np.ndarray, ...]) -> Callable:
+    """``forward(*inputs, *params)`` for inference through torch.compile as PyTorch recommends
+    on CPUs: `params` the weights of an ``nn.Module`` (in eval mode) compiled with freezing, so
+    that inductor treats them as constants (folding what depends on them alone and packing
+    convolution and linear weights for oneDNN once). Freezing applies under
+    ``torch.no_grad()`` only: call the result there. Weights passed as arguments, as the
+    other systems take them, would be inputs of the graph, out of freezing's reach."""
+    torch = torch_module()
+
+    class Inference(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weights = torch.nn.ParameterList(
+                torch.nn.Parameter(torch.from_numpy(p), requires_grad=False) for p in params)
+
+        def forward(self, *inputs):
+            return forward(*inputs, *self.weights)
+
+    return torch.compile(Inference().eval(), options={"freezing": True})
+
+
 def jax_modules():
     import jax
     import jax.numpy as jnp

@@ -15,6 +15,7 @@ from benchmarks.workloads.common import (
     relaydsl_runner,
     rng,
     specialize,
+    torch_compiled_inference,
     torch_module,
 )
 from relaydsl import Float, Tensor, relay
@@ -62,9 +63,19 @@ def case() -> Case:
                 return torch.tanh(A * tx + B) * torch.sigmoid(tx)
         return run
 
+    def torch_compile_setup():
+        torch = torch_module()
+        f = torch_compiled_inference(lambda v: torch.tanh(A * v + B) * torch.sigmoid(v), ())
+        tx = torch.from_numpy(x)
+
+        def run():
+            with torch.no_grad():
+                return f(tx)
+        return run
+
     return Case("tanh(a*x+b)*sigmoid(x), 1e6", "elementwise",
                 {"relaydsl": relaydsl_setup, "jax": jax_setup, "numpy": numpy_setup,
-                 "torch": torch_setup},
+                 "torch": torch_setup, "torch_compile": torch_compile_setup},
                 target=("jax", 1.0),
                 notes=[f"a = {A}, b = {B} are Python scalars (program constants) in every "
                        "system; NumPy computes in place with out= buffers"])

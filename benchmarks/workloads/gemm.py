@@ -8,6 +8,7 @@ from benchmarks.workloads.common import (
     relaydsl_runner,
     rng,
     specialize,
+    torch_compiled_inference,
     torch_module,
 )
 from relaydsl import Float, Tensor, relay
@@ -42,9 +43,19 @@ def case(n: int) -> Case:
                 return ta @ tb
         return run
 
+    def torch_compile_setup():
+        torch = torch_module()
+        f = torch_compiled_inference(lambda x, y: x @ y, ())
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+
+        def run():
+            with torch.no_grad():
+                return f(ta, tb)
+        return run
+
     return Case(f"GEMM {n}", "gemm",
                 {"relaydsl": relaydsl_setup, "jax": jax_setup, "numpy": numpy_setup,
-                 "torch": torch_setup},
+                 "torch": torch_setup, "torch_compile": torch_compile_setup},
                 flops=2.0 * n ** 3, target=("numpy_gflops", 0.5))
 
 

@@ -19,6 +19,7 @@ from benchmarks.workloads.common import (
     relaydsl_runner,
     rng,
     specialize,
+    torch_compiled_inference,
     torch_module,
 )
 from relaydsl import Float, Tensor, relay
@@ -79,6 +80,19 @@ def lstm_numpy(xs, w_ih, w_hh, b):
     return h
 
 
+def lstm_torch_loop(torch, xs, w_ih, w_hh, b):
+    """The LSTM written out for torch.compile, which runs an ``nn.LSTM`` as one opaque call
+    (dynamo leaves RNN modules alone): this loop it unrolls into one graph of all the steps."""
+    F = torch.nn.functional
+    h = xs.new_zeros((1, HIDDEN))
+    c = xs.new_zeros((1, HIDDEN))
+    for t in range(xs.shape[0]):
+        i, f, g, o = (F.linear(xs[t], w_ih, b) + F.linear(h, w_hh)).chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+    return h
+
+
 def case() -> Case:
     xs, w_ih, w_hh, b = data()
 
@@ -107,13 +121,25 @@ def case() -> Case:
                 return net(tx)[1][0][0]  # h_n of the one layer: (1, HIDDEN)
         return run
 
+    def torch_compile_setup():
+        torch = torch_module()
+        f = torch_compiled_inference(lambda v, *p: lstm_torch_loop(torch, v, *p),
+                                     (w_ih, w_hh, b))
+        tx = torch.from_numpy(xs)
+
+        def run():
+            with torch.no_grad():
+                return f(tx)
+        return run
+
     return Case(f"LSTM {STEPS} steps h{HIDDEN} (b1)", "lstm",
                 {"relaydsl": relaydsl_setup, "jax": jax_setup,
                  "numpy": lambda: (lambda: lstm_numpy(xs, w_ih, w_hh, b)),
-                 "torch": torch_setup},
+                 "torch": torch_setup, "torch_compile": torch_compile_setup},
                 notes=["relaydsl: a Python `for xt in xs` inside @relay (a Relay tail-recursive "
                        "loop; the DSL has no scan); JAX: lax.scan; NumPy: a Python loop; "
-                       "PyTorch: torch.nn.LSTM"])
+                       "PyTorch: torch.nn.LSTM; torch.compile: the steps as a Python loop "
+                       "(unrolled by dynamo)"])
 
 
 def cases() -> list[Case]:

@@ -17,6 +17,7 @@ from benchmarks.workloads.common import (
     relaydsl_runner,
     rng,
     specialize,
+    torch_compiled_inference,
     torch_module,
 )
 from relaydsl import Float, Tensor, relay
@@ -123,10 +124,14 @@ def torch_forward(torch, x, w1, b1, w2, b2, w3, b3):
     return F.linear(h2, w3, b3)
 
 
-def torch_gradients(torch, x, y, params):
+def torch_loss(torch, x, y, *params):
     logits = torch_forward(torch, x, *params)
-    loss = -(y * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
-    return torch.autograd.grad(loss, params)
+    return -(y * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+
+def torch_gradients(torch, x, y, params, loss=torch_loss):
+    """The gradients of `loss` (torch_loss, or it compiled) w.r.t. `params`."""
+    return torch.autograd.grad(loss(torch, x, y, *params), params)
 
 
 # ---- the rows --------------------------------------------------------------------------------
@@ -152,9 +157,20 @@ def forward_case() -> Case:
                 return torch_forward(torch, *args)
         return run
 
+    def torch_compile_setup():
+        torch = torch_module()
+        f = torch_compiled_inference(lambda v, *p: torch_forward(torch, v, *p), params)
+        tx = torch.from_numpy(x)
+
+        def run():
+            with torch.no_grad():
+                return f(tx)
+        return run
+
     return Case("MLP fwd (b64)", "mlp",
                 {"relaydsl": relaydsl_setup, "jax": jax_setup,
-                 "numpy": lambda: (lambda: numpy_forward(x, *params)), "torch": torch_setup})
+                 "numpy": lambda: (lambda: numpy_forward(x, *params)), "torch": torch_setup,
+                 "torch_compile": torch_compile_setup})
 
 
 def backward_case() -> Case:
@@ -170,19 +186,24 @@ def backward_case() -> Case:
         jp, jx, jy = tuple(jnp.asarray(p) for p in params), jnp.asarray(x), jnp.asarray(y)
         return lambda: f(jp, jx, jy)
 
-    def torch_setup():
+    def torch_setup(compiled: bool):
         torch = torch_module()
         tx, ty = torch.from_numpy(x), torch.from_numpy(y)
         tp = tuple(torch.from_numpy(p.copy()).requires_grad_() for p in params)
-        return lambda: torch_gradients(torch, tx, ty, tp)
+        # training: no freezing (it is for inference); AOTAutograd compiles the backward too
+        loss = torch.compile(torch_loss) if compiled else torch_loss
+        return lambda: torch_gradients(torch, tx, ty, tp, loss)
 
     return Case("MLP fwd+bwd (b64)", "mlp",
                 {"relaydsl": relaydsl_setup, "jax": jax_setup,
-                 "numpy": lambda: (lambda: numpy_gradients(x, y, *params)), "torch": torch_setup},
+                 "numpy": lambda: (lambda: numpy_gradients(x, y, *params)),
+                 "torch": lambda: torch_setup(False), "torch_compile": lambda: torch_setup(True)},
                 target=("jax", 1.0),
                 notes=["gradients of the mean softmax cross-entropy w.r.t. the six weights and "
                        "biases; relaydsl: relay.grad of a lambda over them inside @relay; JAX: "
-                       "jax.grad; NumPy: hand-written backward; PyTorch: torch.autograd.grad"])
+                       "jax.grad; NumPy: hand-written backward; PyTorch: torch.autograd.grad; "
+                       "torch.compile: the loss compiled (its backward by AOTAutograd), "
+                       "torch.autograd.grad of it"])
 
 
 def cases() -> list[Case]:
