@@ -164,6 +164,7 @@ class NativeProgram:
         self._sites = lowering.sites
         # per site, the records of the last kernels it used (native code looks there first)
         self._ways = np.zeros(len(self._sites) * _WAYS + 1, np.int64)
+        self._ways_at = address(self._ways)
         self._wrong_shapes = lowering.wrong_shapes
         self.kernels = len(lowering.kernels)
         self.kernel_calls = lowering.kernel_calls
@@ -202,26 +203,32 @@ class NativeProgram:
         local = self._local
         if not hasattr(local, "state"):  # this thread's first call
             local.state = np.zeros(STATE_WORDS, np.int64)
+            local.state_at = address(local.state)
             local.stop = np.zeros(1, np.int32)
             local.stack = _stack_budget()
             local.arena = None
         arena = local.arena
         if arena is None or arena.nbytes < self._arena_bytes + ALIGN:
             arena = local.arena = np.empty(self._arena_bytes + ALIGN, np.uint8)
+            base = address(arena) + (-address(arena)) % ALIGN
+            # the state a call starts from (its budget and epoch set below)
+            local.fresh = np.array((base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0,
+                                    0, address(local.stop), 0, self._ways_at, 0, NEVER),
+                                   np.int64)
         state = local.state
-        base = address(arena) + (-address(arena)) % ALIGN
+        state[:] = local.fresh
+        state[Word.BUDGET] = _MEMORY_BUDGET
         epoch = self._epoch  # above the epochs of every cell earlier calls left alive
-        state[:] = (base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0, 0,
-                    address(local.stop), _MEMORY_BUDGET, address(self._ways), epoch, NEVER)
+        state[Word.EPOCH] = epoch
         keep: list = []  # the arguments' memory, alive through the call
         codec = self._codec
         slots = np.array(([] if closure is None else [closure[0]])
                          + [codec.encode(v, t, keep) for v, t in zip(values, types)] + [0],
                          np.int64)
         if _sigint_reaches_python():
-            status = self._run_interruptible(function, address(state), address(slots))
+            status = self._run_interruptible(function, local.state_at, address(slots))
         else:
-            status = self._runners[function](address(state), address(slots))
+            status = self._runners[function](local.state_at, address(slots))
         pin = _Pin()  # the call's memory, if a closure in its result lives in it
         try:
             if status >> 8:  # a SIGINT came during the run
