@@ -53,7 +53,7 @@ def test_figure_4_s_loop_inside_relay_trains_lenet_in_bounded_memory(monkeypatch
     """Figure 4 as printed: the training loop inside @relay, one image a step. 10,000 turns
     (megabytes of activations and gradients each: without releases the budget is gone
     within ten turns) run within 32 MiB beyond the arena; the exported model classifies."""
-    from relaydsl.backend.llvm import native
+    from relaydsl.backend.llvm.native import program as native
     from tests.frontend.models import lenet, loss
 
     @relay

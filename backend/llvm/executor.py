@@ -10,7 +10,7 @@ and picks how to run the entry function:
   tail-recursive functions, which is what ``for`` and ``while`` become). Its kernels
   are compiled together, its intermediates share one arena by liveness, and a call is
   one call into compiled code.
-* ``NativeProgram`` (native.py) for the rest of the language: closures, general and
+* ``NativeProgram`` (native/) for the rest of the language: closures, general and
   mutual recursion, data types and ``match``, references, the higher-order gradient's
   backpropagators, shapes known only at run time (a ``relay.Any`` dimension that type
   checking needs: kernels made per shape on first use). Each Relay function is an LLVM
@@ -33,7 +33,7 @@ touch memory out of bounds.
 The path chosen is logged (INFO, logger ``relaydsl.backend.llvm.executor``): "a plan",
 "native code", "a plan per call signature" / "native code per call signature" (and what
 each signature gets as it is made), or "the dispatcher" with the reason native code does
-not apply (native.py's ``Unsupported``). ``Program.path`` names it for tests and tools.
+not apply (native's ``Unsupported``). ``Program.path`` names it for tests and tools.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Progra
 class Program:
     """A compiled entry point: ``program(*values)``; values checked against its type.
 
-    An entry a plan applies to runs as one (plan.py), else as native code (native.py). An
+    An entry a plan applies to runs as one (plan.py), else as native code (native/). An
     entry with symbolic dimensions (``Tensor[Float, ("n", 784)]``) gets either per call
     signature: on a call with new shapes the entry is re-typed with those shapes and
     compiled. The few programs native code does not run go to the dispatcher.

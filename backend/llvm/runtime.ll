@@ -316,7 +316,7 @@ done:
   ret i32 %result
 }
 
-; Calls a native program's entry (native.py: ``i64 run(ptr state, ptr slots)``) with
+; Calls a native program's entry (native/program.py: ``i64 run(ptr state, ptr slots)``) with
 ; @on_interrupt as the SIGINT handler, as @relaydsl_run_interruptible runs a plan: the
 ; state's stop-flag word (index 7) points at @interrupted, which native code polls at each
 ; call and loop turn. Returns the run's code, plus 256 when a SIGINT came.

@@ -1,4 +1,4 @@
-"""A loop's memory in native code (native.py): released as the loop goes.
+"""A loop's memory in native code (this package): released as the loop goes.
 
 A loop is a function calling itself in tail position; each turn allocates its kernels'
 outputs from the call's bump arena. A turn's memory can be released once nothing that
@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from llvmlite import ir
 
-from relaydsl.backend.llvm.native_abi import I64, NEVER, PTR, Word
-from relaydsl.backend.llvm.native_sites import ALIGN, leaf_types
+from relaydsl.backend.llvm.native.abi import I64, NEVER, PTR, Word
+from relaydsl.backend.llvm.native.sites import ALIGN, leaf_types
 from relaydsl.ir.expr import Function, RefWrite, Var
 from relaydsl.ir.types import RefType, TensorType, TupleType, Type
 from relaydsl.ir.visitor import ExprVisitor
 
 if TYPE_CHECKING:
-    from relaydsl.backend.llvm.native import _FunctionCompiler
+    from relaydsl.backend.llvm.native.functions import FunctionCompiler
 
 _RECLAIM = 1 << 20  # bytes the turns take at least before a release
 _COPY_RATIO = 4  # ... and at least this many times what the last release copied
@@ -71,7 +71,7 @@ def written_cells(fn: Function, captured: list[Var]) -> list[Var]:
     return found
 
 
-def _marks(fc: _FunctionCompiler) -> list[ir.Value]:
+def _marks(fc: FunctionCompiler) -> list[ir.Value]:
     """``fc.mark()`` and the bytes of chunks then (for the memory taken since)."""
     return [*fc.mark(), fc.b.load(fc.b.gep(fc.words, [I64(Word.OVERFLOW)]))]
 
@@ -80,7 +80,7 @@ class LoopMemory:
     """The memory of the loop `fc` emits: made before its header, started at the header,
     and asked at each back edge for the arguments to loop with."""
 
-    def __init__(self, fc: _FunctionCompiler, roots: list[tuple[ir.Value, Type]]):
+    def __init__(self, fc: FunctionCompiler, roots: list[tuple[ir.Value, Type]]):
         """`roots`: the loop's root cells (their values in the function) and the types of
         what they hold."""
         self.fc, self.roots = fc, roots

@@ -1,11 +1,10 @@
-"""Values across the boundary of native code (native.py): Python values to native objects
-and back.
+"""Values across the boundary of native code: Python values to native objects and back.
 
 Tensors are NumPy arrays: passed by their data pointer (C-contiguous, aligned, of the right
 dtype, or copied so), or by a header ``[data, dims...]`` when the program's tensors are
 boxed (some shape is known only at run time). Tuples and data values become int64 buffers
 of objects pointing at each other; results are decoded iteratively into NumPy arrays,
-tuples and ``ConstructorValue``s (and functions, by a callback of native.py's).
+tuples and ``ConstructorValue``s (and functions, by a callback of native/program.py's).
 """
 from __future__ import annotations
 

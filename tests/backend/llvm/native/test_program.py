@@ -1,4 +1,4 @@
-"""Native code for whole programs (backend/llvm/native.py): data types, closures, references
+"""Native code for whole programs (backend/llvm/native/): data types, closures, references
 and recursion run without Python between kernels, with the values of JAX and the
 interpreter; errors stop a run cleanly (issue 14, item 1)."""
 from __future__ import annotations
@@ -251,7 +251,7 @@ def test_data_values_of_symbolic_shape_get_native_code_per_signature():
 
 
 def test_a_call_taking_more_memory_than_its_budget_stops_with_a_memory_error(monkeypatch):
-    from relaydsl.backend.llvm import native as native_module
+    from relaydsl.backend.llvm.native import program as native_module
 
     exe = native(ones)
     monkeypatch.setattr(native_module, "_MEMORY_BUDGET", 4 << 20)
@@ -269,7 +269,7 @@ def list_length(xs) -> int:
 
 
 def test_a_run_stopped_by_an_error_does_not_grow_the_arena(monkeypatch):
-    from relaydsl.backend.llvm import native as native_module
+    from relaydsl.backend.llvm.native import program as native_module
 
     exe = native(ones)
     before = exe.program.native._arena_bytes

@@ -1,4 +1,4 @@
-"""Kernel calls whose shapes are known only at run time, in native code (native.py).
+"""Kernel calls whose shapes are known only at run time, in native code (this package).
 
 Such a call site compiles its primitive function per shape of its inputs, on first use
 (type inference re-run with the shapes is the shape function: it gives the outputs'), and
@@ -18,6 +18,7 @@ from relaydsl.ir.expr import Function
 from relaydsl.ir.types import TensorType, TupleType, Type
 
 ALIGN = 64  # bytes: tensors' data, kernels' scratch
+WAYS = 4  # the kernels a call site of run-time shapes finds without asking Python
 _log = logging.getLogger(__name__)
 
 

@@ -1,4 +1,4 @@
-"""A loop's memory in native code (backend/llvm/native_loops.py): released at the back edge,
+"""A loop's memory in native code (backend/llvm/native/loops.py): released at the back edge,
 with what the loop carries and what its root cells hold copied; the values of JAX, of the
 interpreter and of the same loop driven from Python (issue 21, item 4)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from relaydsl import Float, Int, Tensor, relay
-from relaydsl.backend.llvm import native as native_module
-from relaydsl.backend.llvm import native_loops
+from relaydsl.backend.llvm.native import program as native_module
+from relaydsl.backend.llvm.native import loops as native_loops
 from tests.frontend.models import net, net_loss
 
 RNG = np.random.default_rng(21)

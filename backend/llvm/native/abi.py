@@ -1,4 +1,4 @@
-"""What native code (native.py) and Python agree on: the run's state and its error codes.
+"""What native code (this package) and Python agree on: the run's state and its error codes.
 
 Every function of a program's native code takes the run's state, an array of 8-byte words
 (``Word``): the arena's bump pointer and end, the error a run stopped with, the chunks
@@ -28,7 +28,7 @@ class Word(IntEnum):
     OVERFLOW = 6  # the bytes of those chunks
     STOP = 7  # the address of the flag a SIGINT sets
     BUDGET = 8  # the bytes of chunks a call may take (OVERFLOW beyond it: NO_MEMORY)
-    WAYS = 9  # the kernel records of call sites of run-time shapes (native_sites.py)
+    WAYS = 9  # the kernel records of call sites of run-time shapes (sites.py)
     EPOCH = 10  # the loop iteration running (a reference cell holds the epoch it was made in)
     WRITTEN = 11  # the oldest epoch of a cell written into during the loop iteration
 

@@ -1,4 +1,4 @@
-"""Accumulations into references that a kernel may do in place, for native code (native.py).
+"""Accumulations into references that a kernel may do in place, for native code (this package).
 
 The gradient's adjoint references accumulate, ``ref_write(r, ref_read(r) + g)``: a
 TreeLSTM training step adds a weight-sized gradient per node. Where the kernel adds

@@ -1,5 +1,5 @@
 """Kernel calls whose shapes are known only at run time, in native code
-(backend/llvm/native_sites.py): kernels made per shape as the program runs, with JAX's
+(backend/llvm/native/sites.py): kernels made per shape as the program runs, with JAX's
 values; shapes that do not hold at run time are located errors (issue 14, item 1)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from relaydsl import Float, Int, Tensor, relay
 from relaydsl.backend.interpreter import InterpreterError
-from tests.backend.llvm.test_native import native
+from tests.backend.llvm.native.test_program import native
 
 RNG = np.random.default_rng(141)
 
@@ -113,6 +113,6 @@ def test_values_that_fix_no_size_get_native_code_with_run_time_shapes():
 def test_a_gradient_rule_needing_static_sizes_is_a_located_error():
     from relaydsl.errors import IRError
 
-    with pytest.raises(IRError, match=r"test_native_sites.py:\d+:\d+: the gradient of "
+    with pytest.raises(IRError, match=r"test_sites.py:\d+:\d+: the gradient of "
                                       r"concatenate needs static dims"):
         relay.grad(grown)

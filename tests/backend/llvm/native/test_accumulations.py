@@ -1,11 +1,11 @@
 """Accumulations into references done in place by native code
-(backend/llvm/native_accumulations.py): only when the cell is the total's only holder."""
+(backend/llvm/native/accumulations.py): only when the cell is the total's only holder."""
 from __future__ import annotations
 
 import numpy as np
 
 from relaydsl import Float, Int, Tensor, relay
-from tests.backend.llvm.test_native import native
+from tests.backend.llvm.native.test_program import native
 
 RNG = np.random.default_rng(142)
 

@@ -1,0 +1,607 @@
+"""One Relay function as one LLVM function (``FunctionCompiler``), inside a program's module
+(lowering.py).
+
+A function becomes ``ptr f(ptr state, ptr closure, ptr arg0, ...)``; let-bound values are
+LLVM values, a call of a primitive function calls its kernel with freshly allocated outputs
+(or a kernel site's, for shapes known only at run time: sites.py), ``if`` and ``match``
+branch, a self call in tail position jumps back to the header (a loop, whose memory
+loops.py releases), and every call site checks the state for an error and returns.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+from llvmlite import ir
+
+from relaydsl.backend.llvm.kernel import Kernel
+from relaydsl.backend.llvm.native.abi import (
+    I8, I32, I64, PTR, SLOTS, Error, Word,
+)
+from relaydsl.backend.llvm.native.accumulations import Accumulation, accumulations
+from relaydsl.backend.llvm.native.loops import LoopMemory, flat, written_cells
+from relaydsl.backend.llvm.native.sites import ALIGN, WAYS, KernelSite, leaf_types, nbytes
+from relaydsl.ir.adt import (
+    Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
+)
+from relaydsl.ir.expr import (
+    Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead,
+    RefWrite, Tuple, TupleGetItem, Var,
+)
+from relaydsl.ir.types import TupleType, Type
+from relaydsl.ir.visitor import free_vars
+from relaydsl.transform.fuse_ops import PRIMITIVE, is_primitive
+
+if TYPE_CHECKING:
+    from relaydsl.backend.llvm.native.lowering import Lowering
+
+
+
+
+class Unsupported(Exception):
+    """The program uses something the native lowering does not run (the dispatcher does)."""
+
+
+@dataclass(frozen=True)
+class _Primitive:
+    """A let-bound primitive function: called as a kernel, never a runtime value."""
+
+    fn: Function
+
+
+def symbol(hint: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in hint)[:40] or "fn"
+
+
+class FunctionCompiler:
+    """Emits one Relay function as ``ptr f(state, closure, params...)``.
+
+    `captures` lists the free variables of a closure in the order its object holds them
+    (a let-bound primitive function is static: no slot); `self_var` is the name a
+    recursive local function calls itself by, `self_global` the global being emitted.
+    """
+
+    def __init__(self, lowering: Lowering, llvm_fn: ir.Function, fn: Function,
+                 captures: list, self_var: Var | None, self_global: GlobalVar | None):
+        self.low, self.llvm_fn, self.fn = lowering, llvm_fn, fn
+        self.captures, self.self_var, self.self_global = captures, self_var, self_global
+
+    def compile(self) -> None:
+        f, fn = self.llvm_fn, self.fn
+        self.st, self.closure, *params = f.args
+        allocas = f.append_basic_block("allocas")
+        start = f.append_basic_block("start")
+        self.allocas = ir.IRBuilder(allocas)
+        self.table: ir.AllocaInstr | None = None
+        self.table_size = 0
+        self.b = b = ir.IRBuilder(start)
+        self.words = b.bitcast(self.st, I64.as_pointer())
+        here = b.ptrtoint(b.call(self.low.frame_address, [I32(0)]), I64)
+        deep = b.icmp_unsigned("<", here, b.load(b.gep(self.words, [I64(Word.STACK_LIMIT)])))
+        with b.if_then(deep, likely=False):
+            self.fail(Error.TOO_DEEP, 0)
+        env: dict = {}
+        slot = 1
+        for v, static in self.captures:
+            if static is None:
+                env[v] = self.field(self.closure, slot)
+                slot += 1
+            else:
+                env[v] = static
+        if self.self_var is not None:
+            env[self.self_var] = self.closure
+        self.accumulations = accumulations(fn.body)
+        # a self call in tail position comes back to the header with new arguments
+        self.loop_memory: LoopMemory | None = None
+        if self.loops(fn.body) and all(p.has_type and flat(p.checked_type) for p in fn.params):
+            roots = written_cells(fn, [v for v, static in self.captures if static is None])
+            self.loop_memory = LoopMemory(self, [(env[v], v.checked_type.value) for v in roots])
+        self.header = f.append_basic_block("header")
+        before = b.block
+        b.branch(self.header)
+        b.position_at_end(self.header)
+        self.phis = [b.phi(PTR, name=symbol(p.name_hint)) for p in fn.params]
+        for phi, arg in zip(self.phis, params):
+            phi.add_incoming(arg, before)
+        if self.loop_memory is not None:
+            self.loop_memory.start(before)
+        self.poll_stop()
+        env.update(zip(fn.params, self.phis))
+        self.tail(fn.body, env)
+        self.allocas.branch(start)
+
+    # ---- helpers ---------------------------------------------------------------------
+    def fail(self, code: int, detail: int) -> None:
+        b = self.b
+        b.store(I64(code), b.gep(self.words, [I64(Word.ERROR)]))
+        b.store(I64(detail), b.gep(self.words, [I64(Word.DETAIL)]))
+        b.ret(ir.Constant(PTR, None))
+
+    def poll_stop(self) -> None:
+        """At each call and loop turn: stop on a SIGINT, or on an error an allocation
+        flagged (it cannot return one itself)."""
+        b = self.b
+        flag = b.inttoptr(b.load(b.gep(self.words, [I64(Word.STOP)])), I32.as_pointer())
+        stop = b.load_atomic(flag, "monotonic", 4)
+        with b.if_then(b.icmp_signed("!=", stop, I32(0)), likely=False):
+            self.fail(Error.INTERRUPTED, 0)
+        self.check_error()
+
+    def check_error(self) -> None:
+        b = self.b
+        err = b.load(b.gep(self.words, [I64(Word.ERROR)]))
+        with b.if_then(b.icmp_signed("!=", err, I64(0)), likely=False):
+            b.ret(ir.Constant(PTR, None))
+
+    def allocate(self, nbytes: int | ir.Value, align: int = 8) -> ir.Value:
+        size = I64(max(nbytes, 1)) if isinstance(nbytes, int) else nbytes
+        return self.b.call(self.low.alloc, [self.st, size, I64(align - 1)])
+
+    def field(self, obj: ir.Value, i: int) -> ir.Value:
+        return self.b.load(self.b.gep(self.b.bitcast(obj, SLOTS), [I64(i)]))
+
+    def word(self, obj: ir.Value, i: int | ir.Value) -> ir.Value:
+        """Word `i` of `obj` as an integer."""
+        at = I64(i) if isinstance(i, int) else i
+        return self.b.load(self.b.gep(self.b.bitcast(obj, I64.as_pointer()), [at]))
+
+    # ---- tensors: data pointers, or headers [data, dims...] when shapes vary at run time
+    def data(self, tensor: ir.Value) -> ir.Value:
+        return self.field(tensor, 0) if self.low.boxed else tensor
+
+    def dims(self, tensor: ir.Value, rank: int) -> list[ir.Value]:
+        return [self.word(tensor, 1 + i) for i in range(rank)]
+
+    def new_tensor(self, dims: Sequence[ir.Value], nbytes: int | ir.Value) -> ir.Value:
+        """Fresh memory for a tensor of `dims`, `nbytes` of data."""
+        if not self.low.boxed:
+            return self.allocate(nbytes, ALIGN)
+        header = _header_bytes(len(dims))
+        size = I64(header + max(nbytes, 1)) if isinstance(nbytes, int) else \
+            self.b.add(nbytes, I64(header))
+        tensor = self.allocate(size, ALIGN)
+        self.set_field(tensor, 0, self.b.gep(tensor, [I64(header)]))
+        for i, d in enumerate(dims):
+            self.set_field(tensor, 1 + i, self.b.inttoptr(d, PTR))
+        return tensor
+
+    def set_field(self, obj: ir.Value, i: int, value: ir.Value) -> None:
+        self.b.store(value, self.b.gep(self.b.bitcast(obj, SLOTS), [I64(i)]))
+
+    def record(self, values: Sequence[ir.Value], tag: int | None = None) -> ir.Value:
+        """A fresh object holding `values` (after an ADT value's tag)."""
+        fields = ([] if tag is None else [ir.Constant(I64, tag).inttoptr(PTR)]) + list(values)
+        obj = self.allocate(8 * len(fields))
+        for i, v in enumerate(fields):
+            self.set_field(obj, i, v)
+        return obj
+
+    def new_block(self, name: str) -> ir.Block:
+        return self.llvm_fn.append_basic_block(name)
+
+    # ---- tail position ---------------------------------------------------------------
+    def tail(self, e: Expr, env: dict) -> None:
+        """Emits `e` and returns its value; a self call jumps back to the header."""
+        while isinstance(e, Let):
+            env = self.bind(e, env)
+            e = e.body
+        b = self.b
+        if isinstance(e, If):
+            for block, branch in zip(self.branch(e, env), (e.true_branch, e.false_branch)):
+                b.position_at_end(block)
+                self.tail(branch, env)
+        elif isinstance(e, Match):
+            for block, clause_env, rhs in self.clauses(e, env):
+                b.position_at_end(block)
+                self.tail(rhs, clause_env)
+        elif isinstance(e, Call) and self.is_self(e.op, env):
+            args = [self.value(a, env) for a in e.args]
+            if self.loop_memory is not None:
+                args = self.loop_memory.back_edge(args)
+            for phi, a in zip(self.phis, args):
+                phi.add_incoming(a, b.block)
+            b.branch(self.header)
+        else:
+            result = self.value(e, env, tail=True)
+            if self.loop_memory is not None:
+                self.loop_memory.leave()
+            b.ret(result)
+
+    def loops(self, e: Expr) -> bool:
+        """Whether `e`, the body, calls this function in tail position (a loop)."""
+        while isinstance(e, Let):
+            e = e.body
+        if isinstance(e, If):
+            return self.loops(e.true_branch) or self.loops(e.false_branch)
+        if isinstance(e, Match):
+            return any(self.loops(c.rhs) for c in e.clauses)
+        return isinstance(e, Call) and (e.op is self.self_global if self.self_global
+                                        else e.op is self.self_var and e.op is not None)
+
+    def is_self(self, op: Expr, env: dict) -> bool:
+        if self.self_global is not None:
+            return op is self.self_global
+        return self.self_var is not None and op is self.self_var and \
+            env.get(op) is self.closure
+
+    def branch(self, e: If, env: dict) -> tuple[ir.Block, ir.Block]:
+        """Branches on the bool scalar `e.cond`; the two blocks to fill."""
+        b = self.b
+        flag = b.load(b.bitcast(self.data(self.value(e.cond, env)), I8.as_pointer()))
+        then, other = self.new_block("then"), self.new_block("else")
+        b.cbranch(b.icmp_unsigned("!=", flag, I8(0)), then, other)
+        return then, other
+
+    def clauses(self, m: Match, env: dict) -> list[tuple[ir.Block, dict, Expr]]:
+        """Tests the clauses in order: each one's body block (empty, to fill), environment
+        and body. When none matches, the run stops with the match's index."""
+        b = self.b
+        data = self.value(m.data, env)
+        self.low.matches.append(m)
+        site = len(self.low.matches) - 1
+        bodies = []
+        for clause in m.clauses:
+            no = self.new_block("next_clause")
+            clause_env = dict(env)
+            self.test(clause.lhs, data, clause_env, no)
+            body = self.new_block("clause")
+            b.branch(body)
+            bodies.append((body, clause_env, clause.rhs))
+            b.position_at_end(no)
+        self.fail(Error.NO_CLAUSE, site)
+        return bodies
+
+    def test(self, p: Pattern, value: ir.Value, env: dict, no: ir.Block) -> None:
+        """Branches to `no` unless `value` matches `p`; binds its variables in `env`."""
+        b = self.b
+        if isinstance(p, PatternWildcard):
+            return
+        if isinstance(p, PatternVar):
+            env[p.var] = value
+        elif isinstance(p, PatternConstructor):
+            tag = b.ptrtoint(self.field(value, 0), I64)
+            yes = self.new_block("tag_matches")
+            b.cbranch(b.icmp_signed("==", tag, I64(p.constructor.tag)), yes, no)
+            b.position_at_end(yes)
+            for i, sub in enumerate(p.patterns):
+                self.test(sub, self.field(value, i + 1), env, no)
+        elif isinstance(p, PatternTuple):
+            for i, sub in enumerate(p.patterns):
+                self.test(sub, self.field(value, i), env, no)
+        else:
+            raise Unsupported(f"the pattern {type(p).__name__}")
+
+    # ---- values ----------------------------------------------------------------------
+    def bind(self, let: Let, env: dict) -> dict:
+        env = dict(env)
+        v = let.value
+        if isinstance(v, Function) and is_primitive(v):
+            env[let.var] = _Primitive(v)
+        elif isinstance(v, Function):
+            env[let.var] = self.closure_of(v, env, let.var)
+        else:
+            env[let.var] = self.value(v, env)
+        return env
+
+    def value(self, e: Expr, env: dict, tail: bool = False) -> ir.Value:
+        """Emits `e`; its value (`tail`: the caller returns it at once)."""
+        if isinstance(e, Var):
+            v = env.get(e)
+            if v is None or isinstance(v, _Primitive):
+                raise Unsupported(f"the variable {e.name_hint} used as a value")
+            return v
+        if isinstance(e, Let):
+            while isinstance(e, Let):
+                env = self.bind(e, env)
+                e = e.body
+            return self.value(e, env, tail)
+        if isinstance(e, Call):
+            return self.call(e, env, tail)
+        if isinstance(e, Constant):
+            return self.low.tensor_constant(e.data)
+        if isinstance(e, Tuple):
+            return self.record([self.value(f, env) for f in e.fields])
+        if isinstance(e, TupleGetItem):
+            return self.field(self.value(e.tuple_value, env), e.index)
+        if isinstance(e, GlobalVar):
+            return self.low.global_closure(e)
+        if isinstance(e, Function):
+            if is_primitive(e):
+                raise Unsupported("a primitive function used as a value")
+            return self.closure_of(e, env, None)
+        if isinstance(e, Constructor):
+            params = tuple(Var(f"x{i}") for i in range(len(e.inputs)))
+            return self.closure_of(Function(params, Call(e, params)), {}, None)
+        if isinstance(e, RefCreate):
+            # a cell: [value, the epoch it was made in, whether it is the value's only holder]
+            epoch = self.b.load(self.b.gep(self.words, [I64(Word.EPOCH)]))
+            return self.record([self.value(e.value, env), self.b.inttoptr(epoch, PTR),
+                                ir.Constant(PTR, None)])
+        if isinstance(e, RefRead):
+            cell = self.value(e.ref, env)
+            if id(e) not in self.accumulations.reads:  # the value may now be held elsewhere
+                self.set_field(cell, 2, ir.Constant(PTR, None))
+            return self.field(cell, 0)
+        if isinstance(e, RefWrite):
+            cell, new = self.value(e.ref, env), self.value(e.value, env)
+            self.set_field(cell, 0, new)
+            only = id(e) in self.accumulations.writes  # an accumulation's total
+            self.set_field(cell, 2, ir.Constant(I64, int(only)).inttoptr(PTR))
+            if self.loop_memory is not None and self.loop_memory.is_root(cell):
+                self.loop_memory.note_root_write(cell)
+            else:
+                self.note_write(cell)
+            return self.low.unit
+        if isinstance(e, If):
+            arms = [(block, branch, env) for block, branch in
+                    zip(self.branch(e, env), (e.true_branch, e.false_branch))]
+            return self.join(arms)
+        if isinstance(e, Match):
+            return self.join([(block, rhs, clause_env)
+                              for block, clause_env, rhs in self.clauses(e, env)])
+        raise Unsupported(type(e).__name__)
+
+    def note_write(self, cell: ir.Value) -> None:
+        """The write barrier: the state keeps the oldest epoch of a cell written into."""
+        b = self.b
+        written_p = b.gep(self.words, [I64(Word.WRITTEN)])
+        epoch, written = self.word(cell, 1), b.load(written_p)
+        b.store(b.select(b.icmp_signed("<", epoch, written), epoch, written), written_p)
+
+    def join(self, arms: list[tuple[ir.Block, Expr, dict]]) -> ir.Value:
+        """Fills each arm's block with its expression; their values meet in a phi."""
+        b = self.b
+        merge = self.new_block("join")
+        incoming = []
+        for block, e, env in arms:
+            b.position_at_end(block)
+            incoming.append((self.value(e, env), b.block))
+            b.branch(merge)
+        b.position_at_end(merge)
+        phi = b.phi(PTR)
+        for v, block in incoming:
+            phi.add_incoming(v, block)
+        return phi
+
+    def call(self, call: Call, env: dict, tail: bool) -> ir.Value:
+        b, op = self.b, call.op
+        if isinstance(op, Var) and isinstance(env.get(op), _Primitive):
+            op = env[op].fn
+        if isinstance(op, Function) and is_primitive(op):
+            return self.kernel_call(op, call, env)
+        if isinstance(op, Constructor):
+            return self.record([self.value(a, env) for a in call.args], tag=op.tag)
+        if isinstance(op, Op):
+            return self.kernel_call(self.low.op_kernels[id(call)], call, env)
+        if isinstance(op, GlobalVar):
+            args = [self.value(a, env) for a in call.args]
+            result = b.call(self.low.global_function(op),
+                            [self.st, ir.Constant(PTR, None), *args], tail=tail)
+        else:
+            closure = self.value(op, env)
+            args = [self.value(a, env) for a in call.args]
+            code = b.bitcast(self.field(closure, 0), self.low.signature(len(args)).as_pointer())
+            result = b.call(code, [self.st, closure, *args], tail=tail)
+        if not tail:
+            self.check_error()
+        return result
+
+    def kernel_call(self, fn: Function, call: Call, env: dict) -> ir.Value:
+        """The kernel of primitive function `fn` on the call's arguments, into fresh
+        outputs: one call through its buffer table (inputs, outputs, constants, scratch)."""
+        b = self.b
+        self.low.kernel_calls += 1
+        inputs: list[ir.Value] = []
+        for a in call.args:
+            self.leaves(self.value(a, env), a.checked_type, inputs)
+        if id(fn) in self.low.dynamic:
+            return self.dynamic_kernel_call(fn, call, inputs)
+        kernel = self.low.kernels[id(fn)]
+        if self.low.boxed:
+            self.check_shapes(kernel, call, inputs)
+        accumulation = self.accumulations.get(id(call))
+        if accumulation is not None and not kernel.empty:
+            outputs = [self.accumulate(kernel, accumulation, inputs[accumulation.index], env)]
+        else:
+            outputs = [self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
+                       for t in kernel.output_types]
+        if not kernel.empty:
+            mark = self.mark() if kernel.scratch else None
+            scratch = [self.allocate(nbytes(shape, dtype), ALIGN)
+                       for shape, dtype in kernel.scratch]
+            constants = [self.low.constant(c) for c in kernel.constants]
+            pointers = [*map(self.data, inputs), *map(self.data, outputs), *constants,
+                        *scratch]
+            table = self.kernel_table(len(pointers))
+            for i, p in enumerate(pointers):
+                b.store(p, b.gep(table, [I64(0), I64(i)]))
+            entry = b.inttoptr(I64(kernel.entry_address),
+                               ir.FunctionType(ir.VoidType(), [PTR]).as_pointer())
+            b.call(entry, [b.bitcast(table, PTR)])
+            if mark is not None:  # the scratch buffers are dead
+                b.call(self.low.reset, [self.st, *mark])
+        return self.rebuild(call.checked_type, iter(outputs))
+
+    def mark(self) -> list[ir.Value]:
+        """Where the arena is: what ``reset`` returns it to, freeing all allocated since."""
+        return [self.b.load(self.b.gep(self.words, [I64(w)]))
+                for w in (Word.CUR, Word.END, Word.CHUNKS)]
+
+    def accumulate(self, kernel: Kernel, accumulation: Accumulation, total: ir.Value,
+                   env: dict) -> ir.Value:
+        """The output of an accumulation's kernel: over the running total it adds to when
+        the reference cell holding it is its only holder, else fresh memory."""
+        b = self.b
+        t = kernel.output_types[0]
+        owned = self.word(env[accumulation.cell], 2)
+        before = b.block
+        fresh, done = self.new_block("fresh_total"), self.new_block("total")
+        b.cbranch(b.icmp_unsigned("!=", owned, I64(0)), done, fresh)
+        b.position_at_end(fresh)
+        new = self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
+        fresh_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        out = b.phi(PTR)
+        out.add_incoming(total, before)
+        out.add_incoming(new, fresh_end)
+        return out
+
+    def check_shapes(self, kernel: Kernel, call: Call, inputs: list[ir.Value]) -> None:
+        """Stops the run unless the inputs have the shapes `kernel` was compiled for (a
+        value typed with relay.Any dimensions could otherwise reach it at another size)."""
+        b = self.b
+        for i, (tensor, t) in enumerate(zip(inputs, kernel.input_types)):
+            wrong = ir.Constant(ir.IntType(1), 0)
+            for d, want in zip(self.dims(tensor, len(t.shape)), t.shape):
+                wrong = b.or_(wrong, b.icmp_signed("!=", d, I64(want)))
+            with b.if_then(wrong, likely=False):
+                self.fail(Error.WRONG_SHAPE, len(self.low.wrong_shapes) << 8 | min(i, 0xFF))
+        self.low.wrong_shapes.append((kernel, call.span))
+
+    def dynamic_kernel_call(self, fn: Function, call: Call, inputs: list[ir.Value]
+                            ) -> ir.Value:
+        """A call of primitive function `fn` whose shapes are known only at run time: the
+        kernel for the inputs' dimensions is looked for in the site's ways, else asked of
+        Python (which compiles it on first use); its record says the outputs' dimensions
+        and the kernel's buffer table."""
+        b, low = self.b, self.low
+        site = KernelSite(fn, leaf_types([a.checked_type for a in call.args]),
+                     leaf_types([call.checked_type]))
+        index = len(low.sites)
+        low.sites.append(site)
+        dims = [d for tensor, t in zip(inputs, site.inputs)
+                for d in self.dims(tensor, len(t.shape))]
+        keys = self.allocas.alloca(ir.ArrayType(I64, max(len(dims), 1)))
+        for k, d in enumerate(dims):
+            b.store(d, b.gep(keys, [I64(0), I64(k)]))
+        ways = b.inttoptr(b.load(b.gep(self.words, [I64(Word.WAYS)])), I64.as_pointer())
+        found = self.new_block("kernel_found")
+        incoming = []
+        for way in range(WAYS):
+            record = b.load(b.gep(ways, [I64(index * WAYS + way)]))
+            compare, following = self.new_block("kernel_way"), self.new_block("kernel_next")
+            b.cbranch(b.icmp_unsigned("!=", record, I64(0)), compare, following)
+            b.position_at_end(compare)
+            same, pointer = ir.Constant(ir.IntType(1), 1), b.inttoptr(record, PTR)
+            for k, d in enumerate(dims):
+                same = b.and_(same, b.icmp_signed("==", self.word(pointer, KernelSite.KEY + k), d))
+            incoming.append((record, b.block))
+            b.cbranch(same, found, following)
+            b.position_at_end(following)
+        resolve = b.inttoptr(I64(low.resolve), ir.FunctionType(I64, [I64, PTR]).as_pointer())
+        asked = b.call(resolve, [I64(index), b.bitcast(keys, PTR)])
+        with b.if_then(b.icmp_unsigned("==", asked, I64(0)), likely=False):
+            self.fail(Error.NO_KERNEL, index)
+        incoming.append((asked, b.block))
+        b.branch(found)
+        b.position_at_end(found)
+        chosen = b.phi(I64)
+        for v, block in incoming:
+            chosen.add_incoming(v, block)
+        record = b.inttoptr(chosen, PTR)
+        outputs, at = [], site.out_dims_at
+        for i, t in enumerate(site.outputs):
+            rank = len(t.shape)
+            out_dims = [self.word(record, at + r) for r in range(rank)]
+            at += rank
+            outputs.append(self.new_tensor(out_dims, self.word(record, site.out_bytes_at + i)))
+        # the table: the record's template (constants; scratch offsets, made addresses)
+        mark = self.mark()  # the table and the scratch buffers are dead after the call
+        size = self.word(record, KernelSite.TABLE)
+        table = self.allocate(b.mul(size, I64(8)))
+        scratch = b.ptrtoint(self.allocate(self.word(record, KernelSite.SCRATCH_BYTES), ALIGN), I64)
+        first_scratch = b.sub(size, self.word(record, KernelSite.SCRATCHES))
+        with self.counting(size) as i:
+            entry = self.word(record, b.add(i, I64(site.template_at)))
+            offset = b.select(b.icmp_signed(">=", i, first_scratch), scratch, I64(0))
+            b.store(b.add(entry, offset), b.gep(b.bitcast(table, I64.as_pointer()), [i]))
+        for i, p in enumerate([*map(self.data, inputs), *map(self.data, outputs)]):
+            self.set_field(table, i, p)
+        code = self.word(record, KernelSite.ENTRY)
+        with b.if_then(b.icmp_unsigned("!=", code, I64(0))):
+            b.call(b.inttoptr(code, ir.FunctionType(ir.VoidType(), [PTR]).as_pointer()),
+                   [table])
+        b.call(low.reset, [self.st, *mark])
+        return self.rebuild(call.checked_type, iter(outputs))
+
+    @contextmanager
+    def counting(self, count: ir.Value) -> Iterator[ir.Value]:
+        """A loop over ``i`` in ``[0, count)``: its body is what the block emits."""
+        b = self.b
+        before, test = b.block, self.new_block("count")
+        body, done = self.new_block("count_body"), self.new_block("count_done")
+        b.branch(test)
+        b.position_at_end(test)
+        i = b.phi(I64)
+        i.add_incoming(I64(0), before)
+        b.cbranch(b.icmp_signed("<", i, count), body, done)
+        b.position_at_end(body)
+        yield i
+        i.add_incoming(b.add(i, I64(1)), b.block)
+        b.branch(test)
+        b.position_at_end(done)
+
+    def kernel_table(self, size: int) -> ir.Value:
+        """A stack array for kernels' buffer tables, in the entry block (so a loop does
+        not grow the stack); one per function, grown when a kernel needs more."""
+        if self.table is None or size > self.table_size:
+            self.table_size = max(size, 2 * self.table_size, 8)
+            self.table = self.allocas.alloca(ir.ArrayType(PTR, self.table_size))
+        return self.table
+
+    def leaves(self, value: ir.Value, t: Type, out: list[ir.Value]) -> None:
+        if isinstance(t, TupleType):
+            for i, f in enumerate(t.fields):
+                self.leaves(self.field(value, i), f, out)
+        else:
+            out.append(value)
+
+    def rebuild(self, t: Type, outputs) -> ir.Value:
+        if isinstance(t, TupleType):
+            return self.record([self.rebuild(f, outputs) for f in t.fields])
+        return next(outputs)
+
+    def closure_of(self, fn: Function, env: dict, self_var: Var | None) -> ir.Value:
+        """A closure of `fn`: its code and the values of its free variables from `env`."""
+        captures, runtime = [], []
+        for v in free_vars(fn):
+            if v is self_var:
+                continue
+            if v not in env:
+                raise Unsupported(f"the free variable {v.name_hint} of a closure")
+            value = env[v]
+            if isinstance(value, _Primitive):
+                captures.append((v, value))
+            else:
+                captures.append((v, None))
+                runtime.append(value)
+        code = self.low.declare(fn, self_var.name_hint if self_var else "lambda", captures,
+                                self_var, None)
+        return self.record([code.bitcast(PTR), *runtime])
+
+
+def primitive_of(call: Call) -> Function:
+    """A lone operator call as a primitive function of its own (tuple arguments passed
+    field by field, as FuseOps passes them)."""
+    from relaydsl.typing import infer_type
+
+    params: list[Var] = []
+
+    def as_params(t: Type) -> Expr:
+        if isinstance(t, TupleType):
+            return Tuple(tuple(as_params(f) for f in t.fields))
+        params.append(Var(f"p{len(params)}", t))
+        return params[-1]
+
+    args = tuple(as_params(a.checked_type) for a in call.args)
+    fn = infer_type(Function(tuple(params), Call(call.op, args, call.attrs, call.type_args),
+                             attrs=PRIMITIVE))
+    assert isinstance(fn, Function)
+    return fn
+
+
+def _header_bytes(rank: int) -> int:
+    """The room before a boxed tensor's data (which stays 64-byte aligned)."""
+    return -(-8 * (1 + rank) // ALIGN) * ALIGN

@@ -1,0 +1,388 @@
+"""A whole program as native code, as Python calls it (``NativeProgram``); how it works.
+
+A plan (../plan.py) runs first-order programs over tensors. Everything else in the language
+-- a TreeLSTM matching on a tree and calling itself, a character RNN consing up a list, the
+higher-order gradient's backpropagator closures and adjoint references -- is lowered here
+to one LLVM function per Relay function, so a call of the program is one call into
+compiled code with no Python between kernels. The interpreter stays the specification;
+tests run both and compare.
+
+Values. Every value is one pointer:
+
+* a tensor: its data (64-byte aligned); its type, static, says the shape and dtype. In a
+  program where some shape is known only at run time (``relay.Any``, a shape variable no
+  argument fixes), every tensor is a header ``[data, dim0, dim1, ...]`` instead;
+* a tuple: an array of its fields; a reference: a cell ``[value, epoch, only holder]``
+  (see Memory);
+* an ADT value: ``[tag, field0, field1, ...]``; ``match`` is tag dispatch;
+* a closure: ``[code, capture0, capture1, ...]``; code is ``ptr f(state, closure, args..)``
+  -- a global function has the same signature (its closure is a constant with no captures),
+  so calling a function value is one indirect call whatever it is.
+
+Calls. A Relay function becomes ``ptr f(ptr state, ptr closure, ptr arg0, ...)``. A call
+of a primitive function calls its compiled kernel (kernel.py) with freshly allocated
+outputs; a call of a global is a direct call; a call of a constructor allocates the value.
+A function calling itself in tail position (a loop: what ``for`` and ``while`` become)
+jumps back to its start instead.
+
+Shapes known only at run time. A kernel call whose types have such dimensions is a site
+with a few "ways": records of the kernels it used last, keyed by the inputs' dimensions.
+Native code compares the dimensions with each way's; on a miss it calls Python, which
+compiles the primitive function for those shapes (type inference, re-run with them, is the
+shape function: it gives the outputs' shapes) on first use and returns the record. A
+growing tensor makes a kernel per size, as the dispatcher did, but runs with no Python
+between kernels once they are made.
+
+Memory. Everything a call allocates comes from one bump arena, released as a whole when
+the call returns (results are copied out to NumPy and Python values first), so programs
+pay no allocator or reference counts between kernels. When the arena runs out, native
+code takes more chunks from malloc; Python frees them after the call and grows the arena
+to the high-water mark, so later calls of the same program do not need them.
+
+A loop releases its turns' memory as it goes (loops.py): at the back edge it copies
+out what it carries and what its own reference cells hold (a training loop's parameters, in
+the model's cell), resets the arena to its mark and copies them back. A cell older than the
+turn written elsewhere keeps the turn's memory; so do loops carrying data types or closures.
+
+Adding into a reference (the gradient's adjoints: ``ref_write(r, ref_read(r) + g)``, g a
+node's weight gradient) writes the new total over the old one when the kernel adds
+elementwise into an output of the total's type and the cell is the total's only holder: a
+flag in the cell that such a write sets and any other read or write clears. A TreeLSTM
+training step then stops taking a fresh weight-sized tensor per node (178 MB a step).
+
+Errors. A ``match`` no clause matches, recursion deeper than the thread's stack allows,
+a SIGINT (Ctrl-C, on the main thread) and a call taking more than its memory budget (a
+quarter of the machine's, at most 4 GiB) stop the run with a code in the state; each call
+site checks it and returns, and Python raises the error (an ``InterpreterError`` naming
+the match's source line, ``KeyboardInterrupt``, ``MemoryError``): never a crash.
+
+Closures returned to Python (a training loop returning ``relay.export_model(model)``,
+Figure 4) keep the memory of the call that made them: its arena and chunks are handed to
+them, and calling one runs native code through a wrapper per arity. A call of such a
+closure that writes into a cell of the call that made it keeps its own memory for as long.
+
+What it takes (else the dispatcher runs the program, executor.py): arguments of tensors,
+tuples and data types, results of those and of functions; no function arguments and no
+references crossing into Python. (An operator call outside a primitive function, when
+FuseOps is disabled, becomes a primitive function of its own.)
+
+>>> # a recursive sum over a relay.List, then a TreeLSTM: examples/tree_lstm_sst.py
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import threading
+import weakref
+from typing import Sequence
+
+import numpy as np
+
+from relaydsl.backend.interpreter import Closure, InterpreterError, Value
+from relaydsl.backend.llvm import jit
+from relaydsl.backend.llvm.kernel import address
+from relaydsl.backend.llvm.plan import _sigint_reaches_python
+from relaydsl.backend.llvm.native.functions import Unsupported
+from relaydsl.backend.llvm.native.lowering import Lowering
+from relaydsl.backend.llvm.native.abi import (
+    NEVER, STATE_WORDS, Error, Word,
+)
+from relaydsl.backend.llvm.native.sites import ALIGN, WAYS
+from relaydsl.backend.llvm.native.values import Codec
+from relaydsl.ir.expr import (
+    Function, Tuple, Var,
+)
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
+
+
+_INITIAL_ARENA = 1 << 16
+_MAX_ARENA = 1 << 30  # beyond it, a call's extra memory comes in chunks each time
+_OPTIMISED_IR = 1 << 20  # bytes of LLVM IR text: larger native code is compiled unoptimised
+_RESOLVE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+_RUN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+
+
+# ---- the program ---------------------------------------------------------------------------
+
+class NativeProgram:
+    """Global `entry` of a prepared module (executor.prepare) as native code.
+
+    ``program(*values)`` takes and returns NumPy arrays, tuples and ``ConstructorValue``s.
+    Building one for a program it cannot run raises ``Unsupported``. `shapes_at_run_time`
+    treats every kernel as one of shapes known only at run time (for tests: random
+    programs check that machinery against JAX).
+    """
+
+    def __init__(self, mod: IRModule, entry: str, opt_level: int = 3, *,
+                 shapes_at_run_time: bool = False):
+        self.mod, self.entry = mod, entry
+        fn = mod[entry]
+        t = fn.checked_type
+        assert isinstance(t, FuncType)
+        self.param_types = [p.checked_type for p in fn.params]
+        self.ret_type = t.ret_type
+        for p, pt in zip(fn.params, self.param_types):
+            _check_boundary(pt, f"parameter {p.name_hint}")
+        _check_boundary(self.ret_type, "the result", result=True)
+        self.opt_level = opt_level
+        self._resolver = _RESOLVE(self._resolve)  # kernels of run-time shapes, on demand
+        lowering = Lowering(mod, opt_level, ctypes.cast(self._resolver, ctypes.c_void_p).value,
+                             shapes_at_run_time)
+        name = lowering.lower_entry(mod.get_global_var(entry),
+                                    [*self.param_types, self.ret_type])
+        arities = sorted(_closure_arities(self.ret_type, set()))
+        closure_names = {n: lowering.closure_wrapper(n) for n in arities}
+        self.boxed = lowering.boxed
+        self._keep = lowering.keep
+        self._matches = lowering.matches
+        self._sites = lowering.sites
+        # per site, the records of the last kernels it used (native code looks there first)
+        self._ways = np.zeros(len(self._sites) * WAYS + 1, np.int64)
+        self._ways_at = address(self._ways)
+        self._wrong_shapes = lowering.wrong_shapes
+        self.kernels = len(lowering.kernels)
+        self.kernel_calls = lowering.kernel_calls
+        text = str(lowering.module)
+        # LLVM's optimiser takes seconds on the megabytes a third derivative lowers to, for
+        # code between kernels that runs ~10% faster for it
+        speed = 2 if len(text) < _OPTIMISED_IR else 0
+        library = jit.compile_ir(text, f"native|{id(self)}|{name}", speed_level=speed,
+                                 vectorize=False, use_disk_cache=False)
+        self._function = library.address(name)
+        # the entry's and the closures' wrappers: i64 run(state, slots)
+        self._closure_entries = {n: library.address(f) for n, f in closure_names.items()}
+        self._runners = {a: _RUN(a) for a in [self._function, *self._closure_entries.values()]}
+        self._epoch = 0  # where the next call's epochs start
+        self._run_interruptible = ctypes.CFUNCTYPE(
+            ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+            jit.runtime_function("relaydsl_call_interruptible"))
+        self._codec = Codec(mod, self.boxed)
+        self._arena_bytes = _INITIAL_ARENA
+        self._local = threading.local()  # a thread's arena and state
+
+    def describe(self) -> str:
+        """It in a line, for the executor's log."""
+        dynamic = f", {len(self._sites)} of shapes known only at run time (a kernel per " \
+            "shape, made on first use)" if self._sites else ""
+        return (f"{self.kernels + len(self._sites)} kernel(s) at {self.kernel_calls} call "
+                f"site(s){dynamic}, native code between them")
+
+    def __call__(self, *values: Value) -> Value:
+        return self._invoke(self._function, None, values, self.param_types, self.ret_type)
+
+    def _invoke(self, function: int, closure: tuple[int, "_Pin"] | None,
+                values: Sequence[Value], types: Sequence[Type], ret_type: Type) -> Value:
+        """Runs the entry, or a closure a call returned (`closure`: its address and the
+        memory it lives in), on `values`; its result as Python values."""
+        local = self._local
+        if not hasattr(local, "state"):  # this thread's first call
+            local.state = np.zeros(STATE_WORDS, np.int64)
+            local.state_at = address(local.state)
+            local.stop = np.zeros(1, np.int32)
+            local.stack = _stack_budget()
+            local.arena = None
+        arena = local.arena
+        if arena is None or arena.nbytes < self._arena_bytes + ALIGN:
+            arena = local.arena = np.empty(self._arena_bytes + ALIGN, np.uint8)
+            base = address(arena) + (-address(arena)) % ALIGN
+            # the state a call starts from (its budget and epoch set below)
+            local.fresh = np.array((base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0,
+                                    0, address(local.stop), 0, self._ways_at, 0, NEVER),
+                                   np.int64)
+        state = local.state
+        state[:] = local.fresh
+        state[Word.BUDGET] = _MEMORY_BUDGET
+        epoch = self._epoch  # above the epochs of every cell earlier calls left alive
+        state[Word.EPOCH] = epoch
+        keep: list = []  # the arguments' memory, alive through the call
+        codec = self._codec
+        slots = np.array(([] if closure is None else [closure[0]])
+                         + [codec.encode(v, t, keep) for v, t in zip(values, types)] + [0],
+                         np.int64)
+        if _sigint_reaches_python():
+            status = self._run_interruptible(function, local.state_at, address(slots))
+        else:
+            status = self._runners[function](local.state_at, address(slots))
+        pin = _Pin()  # the call's memory, if a closure in its result lives in it
+        try:
+            if status >> 8:  # a SIGINT came during the run
+                signal.raise_signal(signal.SIGINT)  # by default, raises KeyboardInterrupt
+            if status & 0xFF:
+                raise self._error(int(status & 0xFF), int(state[Word.DETAIL]))
+            result = codec.decode(int(slots[-1]), ret_type,
+                                  lambda pointer, t: self._closure(pointer, t, pin))
+            self._epoch = max(self._epoch, int(state[Word.EPOCH]) + 1)
+            # a write into a cell of an earlier call (which a closure captured) may point
+            # at this call's memory: it lives as long as that call's
+            wrote_earlier = closure is not None and int(state[Word.WRITTEN]) < epoch
+            if pin.closures or wrote_earlier:
+                pin.hold(arena, int(state[Word.CHUNKS]), keep)
+                local.arena, state[Word.CHUNKS] = None, 0
+                if wrote_earlier:
+                    closure[1].held.append(pin)  # type: ignore[index]
+            return result
+        finally:
+            del keep
+            self._release(state, grow=status == 0)
+
+    def _closure(self, pointer: int, t: FuncType, pin: "_Pin") -> Closure:
+        """A closure of the result, for Python: the interpreter's function value, called
+        natively (what the frontend and the dispatcher call)."""
+        pin.closures += 1
+        params = []
+        for i, arg_type in enumerate(t.arg_types):
+            params.append(Var(f"x{i}", arg_type))
+            params[-1].set_checked_type(arg_type)
+        entry = self._closure_entries[len(t.arg_types)]
+
+        def call(args: list[Value]) -> Value:
+            if len(args) != len(params):
+                raise TypeError(f"the function takes {len(params)} argument(s), got "
+                                f"{len(args)}")
+            return self._invoke(entry, (pointer, pin), args, t.arg_types, t.ret_type)
+
+        return Closure(Function(params, Tuple(())), {}, f"<native closure of @{self.entry}>",
+                       external=call)
+
+    def _release(self, state: np.ndarray, grow: bool) -> None:
+        """Frees the chunks native code took beyond the arena; after a run that finished,
+        grows the arena to what it needed (up to _MAX_ARENA) for the next calls."""
+        _free_chunks(int(state[Word.CHUNKS]))
+        overflow = int(state[Word.OVERFLOW])
+        if overflow and grow:
+            self._arena_bytes = min(max(2 * self._arena_bytes, self._arena_bytes + overflow),
+                                    _MAX_ARENA)
+
+    def _resolve(self, site: int, keys: int) -> int:
+        """Native code's call at kernel call site `site`, of shapes known only at run time,
+        whose ways hold no kernel for the input dimensions at `keys`: the address of the
+        site's record for them (made on first use: the kernel compiled for these shapes),
+        now in one of its ways; 0 when it cannot be made (what was raised is kept)."""
+        try:
+            s = self._sites[site]
+            key = tuple((ctypes.c_int64 * s.key_words).from_address(keys))
+            record = s.records.get(key)
+            if record is None:  # (two threads may make it at once: either is kept)
+                record = s.records.setdefault(key, s.record(key, self.opt_level))
+            self._ways[site * WAYS + s.next_way] = address(record)
+            s.next_way = (s.next_way + 1) % WAYS
+            return address(record)
+        except BaseException as e:  # raised again when the call has stopped
+            self._local.failure = e
+            return 0
+
+    def _error(self, code: int, detail: int) -> BaseException:
+        if code == Error.NO_CLAUSE:
+            node = self._matches[detail]
+            where = f" at {node.span}" if node.span is not None else ""
+            return InterpreterError(f"no clause of the match{where} matches its value",
+                                    node.span)
+        if code == Error.NO_MEMORY:
+            return MemoryError(
+                f"the program took more than {_MEMORY_BUDGET >> 20} MiB in one call (a "
+                "quarter of the machine's memory, at most 4 GiB): a loop releases its "
+                "turns' memory when it carries only tensors and tuples of them and writes "
+                "older reference cells only itself, but one carrying data types or closures, "
+                "or writing an older cell through a function it calls, keeps every turn's "
+                "values until the call returns; loop in Python over calls of one step instead")
+        if code == Error.NO_KERNEL:  # making the kernel failed: what it raised
+            failure, self._local.failure = self._local.failure, None
+            return failure
+        if code == Error.WRONG_SHAPE:
+            kernel, span = self._wrong_shapes[detail >> 8]
+            where = f" at {span}" if span is not None else ""
+            return InterpreterError(
+                f"an input of the kernel{where} is not of {kernel.input_types[detail & 0xFF]} "
+                "at run time: a value whose type has relay.Any dimensions was used where "
+                "static ones are required", span)
+        if code == Error.TOO_DEEP:
+            return InterpreterError(
+                "the program's non-tail recursion is too deep for the native stack; write "
+                "the recursion in tail position (e.g. foldl rather than foldr) so that it "
+                "runs as a loop")
+        return KeyboardInterrupt()
+
+
+# Memory one call may take beyond its arena before it stops with a MemoryError: a quarter
+# of the machine's, at most 4 GiB. A call's memory is released only when it returns, and a
+# tight loop allocating its kernels' outputs takes ~1.5 GB/s: the cap stops an endless one
+# before it starves the machine (and leaves Ctrl-C time to act).
+_MEMORY_BUDGET = min(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4, 4 << 30)
+
+
+def _stack_budget() -> int:
+    """How far below the caller's frame native code may grow the stack: half of what a
+    thread has (the main thread's rlimit, else the threads' default size)."""
+    size = threading.stack_size()
+    if not size:
+        size = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    if size <= 0 or size == resource.RLIM_INFINITY:
+        size = 8 << 20
+    return size // 2
+
+
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+_free = _libc.free
+
+
+def _free_chunks(chunk: int) -> None:
+    """Frees a list of chunks native code took from malloc (each starts with the next's
+    address)."""
+    while chunk:
+        following = ctypes.c_int64.from_address(chunk).value
+        _free(chunk)
+        chunk = following
+
+
+class _Pin:
+    """The memory of a call whose result holds closures: its arena, its chunks and its
+    arguments, alive while a closure refers to it (and the memory of later calls that wrote
+    into its reference cells, in `held`)."""
+
+    def __init__(self) -> None:
+        self.closures = 0
+        self.held: list[_Pin] = []
+        self._memory: tuple = ()
+
+    def hold(self, arena: np.ndarray, chunks: int, arguments: list) -> None:
+        self._memory = (arena, arguments)
+        weakref.finalize(self, _free_chunks, chunks)
+
+
+def _check_boundary(t: Type, what: str, result: bool = False) -> None:
+    """Values crossing into Python: tensors, tuples and data types of them; in a result,
+    also functions of such values (closures, called back natively)."""
+    if isinstance(t, TensorType):
+        if not isinstance(t.dtype, str):
+            raise Unsupported(f"{what} has a dtype known only at run time")
+    elif isinstance(t, TupleType):
+        for f in t.fields:
+            _check_boundary(f, what, result)
+    elif isinstance(t, TypeCall):
+        for a in t.args:
+            _check_boundary(a, what, result)
+    elif isinstance(t, FuncType) and result and not t.type_params:
+        for a in t.arg_types:
+            _check_boundary(a, what)
+        _check_boundary(t.ret_type, what, result)
+    else:
+        raise Unsupported(f"{what} is of type {t}, which does not cross into Python natively")
+
+
+def _closure_arities(t: Type, found: set[int]) -> set[int]:
+    """The arities of the function types in result type `t`."""
+    if isinstance(t, TupleType):
+        for f in t.fields:
+            _closure_arities(f, found)
+    elif isinstance(t, TypeCall):
+        for a in t.args:
+            _closure_arities(a, found)
+    elif isinstance(t, FuncType):
+        found.add(len(t.arg_types))
+        _closure_arities(t.ret_type, found)
+    return found
+
