@@ -22,7 +22,9 @@ relaydsl/transform/gradient.py, and runs it. Inside decorated code,
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any as AnyValue
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any as AnyValue, Callable
 
 import numpy as np
 
@@ -31,6 +33,7 @@ from relaydsl.frontend import annotations
 from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.expr import Call, Expr, Function, Grad, Let, RefCreate, RefRead, Tuple, Var
 from relaydsl.ir.types import TensorType, is_float
+from relaydsl.transform.pass_infra import PassContext
 from relaydsl.typing import infer_types
 
 if TYPE_CHECKING:
@@ -50,12 +53,40 @@ class GradFunction:
             raise TypeError(f"relay.grad needs a function returning a floating-point tensor; "
                             f"{fn.__name__} returns {t.ret_type}")
         self.fn = fn
-        params = [Var(p.name_hint, a) for p, a in zip(fn.function.params, t.arg_types)]
-        self._program = _lowered(fn, Function(params, Call(Grad(fn.global_var), params)))
+
+        def build() -> tuple["Program", Function]:
+            params = [Var(p.name_hint, a) for p, a in zip(fn.function.params, t.arg_types)]
+            return _lowered(fn, Function(params, Call(Grad(fn.global_var), params)))
+        self._program = _compiled(("grad", fn), build)
 
     @user_facing
     def __call__(self, *args: AnyValue) -> tuple[np.ndarray, tuple]:
         return _run(self._program, self.fn, args)
+
+
+# What relay.grad compiled, by what it differentiates, the target and the pass settings: a
+# training loop calling relay.grad(model, loss, (x, y)) every step builds once. The least
+# recently used go first.
+_CACHE_SIZE = 64
+_cache: OrderedDict[tuple, AnyValue] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _compiled(what: tuple, build: Callable[[], AnyValue]) -> AnyValue:
+    """``build()`` for `what` under the default target and the current pass settings, made
+    once and then found here."""
+    key = (*what, get_target().name, PassContext.current())
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            return found
+    made = build()
+    with _cache_lock:
+        _cache[key] = made
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return made
 
 
 def _lowered(fn: "RelayFunction", main: Function,
@@ -83,19 +114,10 @@ def _run(lowered: tuple["Program", Function], fn: "RelayFunction", args: tuple,
     return program(*values)
 
 
-class ModelGrad:
-    """``relay.grad(model, loss)``: a training step returning the parameters' gradients.
+class _LossGradient:
+    """The compiled programs of ``relay.grad(model, loss)`` for one loss (see ModelGrad)."""
 
-    The gradients are those of the loss's training variant (batch statistics) with respect to
-    the trainable parameters: ``grad(fn(q..) { loss_training(x, y, q.., state..) })(params..)``.
-    A model with state (running statistics) then runs the loss's update variant, which
-    updates references holding the state, and the references' final values become the
-    model's new state.
-    """
-
-    def __init__(self, model: "Model", loss: "RelayFunction"):
-        model.values_for(loss)  # loss must use this model
-        self.model, self.loss = model, loss
+    def __init__(self, loss: "RelayFunction"):
         t = loss.checked_type
         n = loss.num_user_params
         user = [Var(p.name_hint, a) for p, a in zip(loss.function.params[:n], t.arg_types[:n])]
@@ -112,8 +134,8 @@ class ModelGrad:
         by_name = {h.name: v for h, v in zip(loss.hidden, hidden)}
         main = Function([*user, *hidden],
                         Call(Grad(of_params), [by_name[k] for k in self.trainable]))
-        self._program = _lowered(loss, main, "training")
-        self._update = None
+        self.program = _lowered(loss, main, "training")
+        self.update = None
         if self.state:
             refs = {k: Var(k) for k in self.state}
             spec = {h.name: h.spec for h in loss.hidden}
@@ -122,7 +144,27 @@ class ModelGrad:
                 Tuple([spec[k].after_step(RefRead(r)) for k, r in refs.items()]))
             for k, ref in reversed(refs.items()):
                 body = Let(ref, RefCreate(by_name[k]), body)
-            self._update = _lowered(loss, Function([*user, *hidden], body), "update")
+            self.update = _lowered(loss, Function([*user, *hidden], body), "update")
+
+
+class ModelGrad:
+    """``relay.grad(model, loss)``: a training step returning the parameters' gradients.
+
+    The gradients are those of the loss's training variant (batch statistics) with respect to
+    the trainable parameters: ``grad(fn(q..) { loss_training(x, y, q.., state..) })(params..)``.
+    A model with state (running statistics) then runs the loss's update variant, which
+    updates references holding the state, and the references' final values become the
+    model's new state.
+    """
+
+    def __init__(self, model: "Model", loss: "RelayFunction"):
+        model.values_for(loss)  # loss must use this model
+        self.model, self.loss = model, loss
+        # the programs depend on the loss (and the model function it calls), not on the
+        # model's values: every model of that function shares them
+        compiled = _compiled(("model grad", loss), lambda: _LossGradient(loss))
+        self.trainable, self.state = compiled.trainable, compiled.state
+        self._program, self._update = compiled.program, compiled.update
 
     @user_facing
     def __call__(self, *args: AnyValue) -> dict[str, np.ndarray]:

@@ -1,0 +1,98 @@
+"""relay.grad from Python (frontend/autodiff.py): what it compiles is made once and reused,
+so the README's training form ``relay.grad(model, loss, (x, y))`` costs one build, not one
+per step (issue 26, item 1); gradients against jax.grad."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from relaydsl import Float, Tensor, relay
+from relaydsl.frontend import autodiff
+from tests.frontend.models import net, net_loss
+
+RNG = np.random.default_rng(26)
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Counts the programs relay.grad compiles; starts with nothing cached."""
+    monkeypatch.setattr(autodiff, "_cache", type(autodiff._cache)())
+    count = [0]
+    lowered = autodiff._lowered
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return lowered(*args, **kwargs)
+    monkeypatch.setattr(autodiff, "_lowered", counting)
+    return count
+
+
+def jax_gradients(params: dict, x: np.ndarray, y: np.ndarray) -> dict:
+    def loss(p):
+        hidden = jnp.tanh(p["linear_0.weight"] @ x + p["linear_0.bias"])
+        logits = p["linear_1.weight"] @ hidden + p["linear_1.bias"]
+        return -jnp.sum(y * jax.nn.log_softmax(logits))
+    return jax.grad(loss)({k: jnp.asarray(v) for k, v in params.items()})
+
+
+def example():
+    return (RNG.standard_normal(4).astype(np.float32),
+            np.eye(3, dtype=np.float32)[RNG.integers(3)])
+
+
+def test_twenty_training_steps_build_once_and_match_jax(builds):
+    model = relay.create_model(net, seed=1, init="glorot")
+    for _ in range(20):
+        x, y = example()
+        expected = jax_gradients(model.params, x, y)
+        g = relay.grad(model, net_loss, (x, y))
+        assert g.keys() == expected.keys()
+        for k in g:
+            np.testing.assert_allclose(g[k], expected[k], rtol=1e-5, atol=1e-6)
+        relay.update_model_params(model, g, lr=0.1)
+    assert builds[0] == 1
+
+
+def test_models_of_one_function_share_the_build_with_their_own_values(builds):
+    first = relay.create_model(net, seed=1)
+    second = relay.create_model(net, seed=2)
+    x, y = example()
+    g1, g2 = relay.grad(first, net_loss, (x, y)), relay.grad(second, net_loss)(x, y)
+    assert builds[0] == 1
+    for model, g in ((first, g1), (second, g2)):
+        expected = jax_gradients(model.params, x, y)
+        for k in g:
+            np.testing.assert_allclose(g[k], expected[k], rtol=1e-5, atol=1e-6)
+
+
+def test_another_target_or_opt_level_builds_again(builds, monkeypatch):
+    model = relay.create_model(net, seed=1)
+    x, y = example()
+    on_llvm = relay.grad(model, net_loss, (x, y))
+    monkeypatch.setenv("RELAYDSL_TARGET", "interp")
+    on_interp = relay.grad(model, net_loss, (x, y))
+    assert builds[0] == 2
+    with relay.PassContext(opt_level=0):
+        relay.grad(model, net_loss, (x, y))
+    assert builds[0] == 3
+    for k in on_llvm:
+        np.testing.assert_allclose(on_llvm[k], on_interp[k], rtol=1e-5, atol=1e-6)
+
+
+@relay
+def cube_sum(x: Tensor[Float, (3,)]) -> Float:
+    return relay.sum(x * x * x)
+
+
+def test_grad_of_a_function_builds_once_and_the_cache_is_bounded(builds, monkeypatch):
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    for _ in range(5):
+        value, (dx,) = relay.grad(cube_sum)(x)
+        np.testing.assert_allclose(dx, jax.grad(lambda v: jnp.sum(v ** 3))(x), rtol=1e-6)
+    assert builds[0] == 1
+    monkeypatch.setattr(autodiff, "_CACHE_SIZE", 1)
+    relay.grad(relay.create_model(net, seed=0), net_loss, example())  # evicts cube_sum's
+    relay.grad(cube_sum)(x)
+    assert builds[0] == 3
