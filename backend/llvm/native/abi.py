@@ -31,6 +31,7 @@ class Word(IntEnum):
     WAYS = 9  # the kernel records of call sites of run-time shapes (sites.py)
     EPOCH = 10  # the loop iteration running (a reference cell holds the epoch it was made in)
     WRITTEN = 11  # the oldest epoch of a cell written into during the loop iteration
+    RESULTS = 12  # the addresses of the arrays the entry writes its result into, or 0
 
 
 STATE_WORDS = len(Word)

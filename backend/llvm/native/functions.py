@@ -21,6 +21,7 @@ from relaydsl.backend.llvm.native.abi import (
 )
 from relaydsl.backend.llvm.native.accumulations import Accumulation, accumulations
 from relaydsl.backend.llvm.native.loops import LoopMemory, flat, written_cells
+from relaydsl.backend.llvm.native.results import Destinations, destinations
 from relaydsl.backend.llvm.native.sites import ALIGN, WAYS, KernelSite, leaf_types, nbytes
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
@@ -97,6 +98,16 @@ class FunctionCompiler:
         if self.loops(fn.body) and all(p.has_type and flat(p.checked_type) for p in fn.params):
             roots = written_cells(fn, [v for v, static in self.captures if static is None])
             self.loop_memory = LoopMemory(self, [(env[v], v.checked_type.value) for v in roots])
+        # the entry's result leaves written where Python says (results.py)
+        self.destinations: Destinations = {}
+        if self.self_global is not None and self.self_global == self.low.entry and \
+                not self.low.boxed and not self.loops(fn.body) and flat(fn.body.checked_type):
+            self.destinations = destinations(fn)
+        if self.destinations:
+            self.low.results_in_place = True
+            results_p = b.gep(self.words, [I64(Word.RESULTS)])
+            self.results = b.load(results_p)
+            b.store(I64(0), results_p)  # not for the calls the entry makes of itself
         self.header = f.append_basic_block("header")
         before = b.block
         b.branch(self.header)
@@ -404,8 +415,11 @@ class FunctionCompiler:
         if accumulation is not None and not kernel.empty:
             outputs = [self.accumulate(kernel, accumulation, inputs[accumulation.index], env)]
         else:
+            leaves = self.destinations.get(id(call)) or [None] * len(kernel.output_types)
             outputs = [self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
-                       for t in kernel.output_types]
+                       if leaf is None or kernel.empty else
+                       self.result_buffer(leaf, nbytes(t.shape, t.dtype))
+                       for t, leaf in zip(kernel.output_types, leaves)]
         if not kernel.empty:
             mark = self.mark() if kernel.scratch else None
             scratch = [self.allocate(nbytes(shape, dtype), ALIGN)
@@ -422,6 +436,24 @@ class FunctionCompiler:
             if mark is not None:  # the scratch buffers are dead
                 b.call(self.low.reset, [self.st, *mark])
         return self.rebuild(call.checked_type, iter(outputs))
+
+    def result_buffer(self, leaf: int, size: int) -> ir.Value:
+        """Where the entry's result leaf `leaf` goes: the array Python made for it, or fresh
+        memory when the call is not Python's."""
+        b = self.b
+        given = b.icmp_unsigned("!=", self.results, I64(0))
+        with b.if_else(given) as (then, otherwise):
+            with then:
+                slots = b.inttoptr(self.results, SLOTS)
+                python = b.load(b.gep(slots, [I64(leaf)]))
+                from_python = b.block
+            with otherwise:
+                fresh = self.allocate(size, ALIGN)
+                from_arena = b.block
+        phi = b.phi(PTR)
+        phi.add_incoming(python, from_python)
+        phi.add_incoming(fresh, from_arena)
+        return phi
 
     def mark(self) -> list[ir.Value]:
         """Where the arena is: what ``reset`` returns it to, freeing all allocated since."""

@@ -54,6 +54,9 @@ class Lowering:
         self.keep: list[AnyValue] = []  # constants and kernels the code points at
         self.kernels: dict[int, Kernel] = {}  # by id of the primitive function
         self.matches: list[Match] = []  # by the index a no-clause error reports
+        self.entry: GlobalVar | None = None
+        # whether the entry writes result leaves into arrays Python makes (results.py)
+        self.results_in_place = False
         self.kernel_calls = 0
         self.globals: dict[GlobalVar, ir.Function] = {}
         self.closures: dict[GlobalVar, ir.Value] = {}
@@ -71,6 +74,7 @@ class Lowering:
                                          "llvm.frameaddress.p0")
 
     def lower_entry(self, entry: GlobalVar, boundary: list[Type]) -> str:
+        self.entry = entry
         self.compile_kernels(entry)
         self.boxed = self.shapes_at_run_time or bool(self.dynamic) or \
             any(self.dynamic_type(t, set()) for t in boundary)

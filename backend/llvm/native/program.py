@@ -89,7 +89,7 @@ from relaydsl.backend.llvm.native.lowering import Lowering
 from relaydsl.backend.llvm.native.abi import (
     NEVER, STATE_WORDS, Error, Word,
 )
-from relaydsl.backend.llvm.native.sites import ALIGN, WAYS
+from relaydsl.backend.llvm.native.sites import ALIGN, WAYS, leaf_types
 from relaydsl.backend.llvm.native.values import Codec
 from relaydsl.ir.expr import (
     Function, Tuple, Var,
@@ -136,6 +136,10 @@ class NativeProgram:
         arities = sorted(_closure_arities(self.ret_type, set()))
         closure_names = {n: lowering.closure_wrapper(n) for n in arities}
         self.boxed = lowering.boxed
+        self._codec = Codec(mod, self.boxed)
+        # the result's tensors, made by Python for the entry to write (results.py)
+        self._result_leaves = [self._codec.tensor_type(t) for t in leaf_types([self.ret_type])
+                               ] if lowering.results_in_place else []
         self._keep = lowering.keep
         self._matches = lowering.matches
         self._sites = lowering.sites
@@ -159,7 +163,6 @@ class NativeProgram:
         self._run_interruptible = ctypes.CFUNCTYPE(
             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
             jit.runtime_function("relaydsl_call_interruptible"))
-        self._codec = Codec(mod, self.boxed)
         self._arena_bytes = _INITIAL_ARENA
         self._local = threading.local()  # a thread's arena and state
 
@@ -190,7 +193,7 @@ class NativeProgram:
             base = address(arena) + (-address(arena)) % ALIGN
             # the state a call starts from (its budget and epoch set below)
             local.fresh = np.array((base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0,
-                                    0, address(local.stop), 0, self._ways_at, 0, NEVER),
+                                    0, address(local.stop), 0, self._ways_at, 0, NEVER, 0),
                                    np.int64)
         state = local.state
         state[:] = local.fresh
@@ -202,6 +205,13 @@ class NativeProgram:
         slots = np.array(([] if closure is None else [closure[0]])
                          + [codec.encode(v, t, keep) for v, t in zip(values, types)] + [0],
                          np.int64)
+        in_place: dict[int, np.ndarray] = {}
+        if closure is None and self._result_leaves:
+            arrays = [np.empty(t.shape, t.dtype) for t in self._result_leaves]
+            in_place = {address(a): a for a in arrays if a.size}
+            addresses = np.array([address(a) for a in arrays], np.int64)
+            keep.append(addresses)
+            state[Word.RESULTS] = address(addresses)
         if _sigint_reaches_python():
             status = self._run_interruptible(function, local.state_at, address(slots))
         else:
@@ -213,7 +223,7 @@ class NativeProgram:
             if status & 0xFF:
                 raise self._error(int(status & 0xFF), int(state[Word.DETAIL]))
             result = codec.decode(int(slots[-1]), ret_type,
-                                  lambda pointer, t: self._closure(pointer, t, pin))
+                                  lambda pointer, t: self._closure(pointer, t, pin), in_place)
             self._epoch = max(self._epoch, int(state[Word.EPOCH]) + 1)
             # a write into a cell of an earlier call (which a closure captured) may point
             # at this call's memory: it lives as long as that call's

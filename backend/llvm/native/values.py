@@ -143,9 +143,11 @@ class Codec:
         return buffer, copied
 
     def decode(self, pointer: int, t: Type,
-               closure: Callable[[int, FuncType], Value] | None = None) -> Value:
-        """The native value at `pointer`, of type `t`, as a Python value (tensors copied;
-        a function, by `closure` of its address and type).
+               closure: Callable[[int, FuncType], Value] | None = None,
+               in_place: dict[int, np.ndarray] | None = None) -> Value:
+        """The native value at `pointer`, of type `t`, as a Python value (tensors copied,
+        except those native code wrote into the arrays of `in_place`, by address; a
+        function, by `closure` of its address and type).
 
         Iterative: a result may be a list of a hundred thousand cells."""
         root: list = [None]
@@ -154,7 +156,9 @@ class Codec:
         while stack:
             pointer, t, parent, index = stack.pop()
             if isinstance(t, TensorType):
-                parent[index] = self.tensor(pointer, self.tensor_type(t))
+                written = in_place.pop(pointer, None) if in_place else None
+                parent[index] = written if written is not None else \
+                    self.tensor(pointer, self.tensor_type(t))
                 continue
             if isinstance(t, FuncType):
                 assert closure is not None
