@@ -32,6 +32,7 @@ class Word(IntEnum):
     EPOCH = 10  # the loop iteration running (a reference cell holds the epoch it was made in)
     WRITTEN = 11  # the oldest epoch of a cell written into during the loop iteration
     RESULTS = 12  # the addresses of the arrays the entry writes its result into, or 0
+    PEAK = 13  # the most bytes of chunks taken at once (OVERFLOW drops as chunks are freed)
 
 
 STATE_WORDS = len(Word)

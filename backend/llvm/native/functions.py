@@ -20,6 +20,7 @@ from relaydsl.backend.llvm.native.abi import (
     I8, I32, I64, PTR, SLOTS, Error, Word,
 )
 from relaydsl.backend.llvm.native.accumulations import Accumulation, accumulations
+from relaydsl.backend.llvm.native.frames import frame
 from relaydsl.backend.llvm.native.loops import LoopMemory, flat, written_cells
 from relaydsl.backend.llvm.native.results import Destinations, destinations
 from relaydsl.backend.llvm.native.sites import ALIGN, WAYS, KernelSite, leaf_types, nbytes
@@ -108,6 +109,10 @@ class FunctionCompiler:
             results_p = b.gep(self.words, [I64(Word.RESULTS)])
             self.results = b.load(results_p)
             b.store(I64(0), results_p)  # not for the calls the entry makes of itself
+        # the spine's temporaries placed in one frame (frames.py)
+        self.frame = frame(fn) if not self.low.boxed and not self.loops(fn.body) else None
+        if self.frame is not None and self.frame.offsets:
+            self.frame_base = self.allocate(self.frame.size, ALIGN)
         self.header = f.append_basic_block("header")
         before = b.block
         b.branch(self.header)
@@ -416,10 +421,14 @@ class FunctionCompiler:
             outputs = [self.accumulate(kernel, accumulation, inputs[accumulation.index], env)]
         else:
             leaves = self.destinations.get(id(call)) or [None] * len(kernel.output_types)
-            outputs = [self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
-                       if leaf is None or kernel.empty else
-                       self.result_buffer(leaf, nbytes(t.shape, t.dtype))
-                       for t, leaf in zip(kernel.output_types, leaves)]
+            at = self.frame.offsets.get(id(call)) if self.frame is not None else None
+            if at is not None and leaves == [None]:
+                outputs = [b.gep(self.frame_base, [I64(at)])]
+            else:
+                outputs = [self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
+                           if leaf is None or kernel.empty else
+                           self.result_buffer(leaf, nbytes(t.shape, t.dtype))
+                           for t, leaf in zip(kernel.output_types, leaves)]
         if not kernel.empty:
             mark = self.mark() if kernel.scratch else None
             scratch = [self.allocate(nbytes(shape, dtype), ALIGN)

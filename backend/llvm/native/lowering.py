@@ -215,6 +215,9 @@ class Lowering:
         over_p = b.gep(words, [I64(Word.OVERFLOW)])
         over = b.add(b.load(over_p), size)
         b.store(over, over_p)
+        peak_p = b.gep(words, [I64(Word.PEAK)])
+        peak = b.load(peak_p)
+        b.store(b.select(b.icmp_unsigned(">", over, peak), over, peak), peak_p)
         with b.if_then(b.icmp_unsigned(">", over, b.load(b.gep(words, [I64(Word.BUDGET)]))),
                        likely=False):  # the run stops at the next call or loop turn
             b.store(I64(Error.NO_MEMORY), b.gep(words, [I64(Word.ERROR)]))

@@ -193,7 +193,7 @@ class NativeProgram:
             base = address(arena) + (-address(arena)) % ALIGN
             # the state a call starts from (its budget and epoch set below)
             local.fresh = np.array((base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0,
-                                    0, address(local.stop), 0, self._ways_at, 0, NEVER, 0),
+                                    0, address(local.stop), 0, self._ways_at, 0, NEVER, 0, 0),
                                    np.int64)
         state = local.state
         state[:] = local.fresh
@@ -259,9 +259,11 @@ class NativeProgram:
 
     def _release(self, state: np.ndarray, grow: bool) -> None:
         """Frees the chunks native code took beyond the arena; after a run that finished,
-        grows the arena to what it needed (up to _MAX_ARENA) for the next calls."""
+        grows the arena to what it needed at most (up to _MAX_ARENA) for the next calls: a
+        kernel's scratch, taken in a chunk and freed after it, would otherwise come from
+        malloc, and fresh pages, at every call."""
         _free_chunks(int(state[Word.CHUNKS]))
-        overflow = int(state[Word.OVERFLOW])
+        overflow = int(state[Word.PEAK])
         if overflow and grow:
             self._arena_bytes = min(max(2 * self._arena_bytes, self._arena_bytes + overflow),
                                     _MAX_ARENA)

@@ -68,7 +68,7 @@ def _resolve(x: Expr, bound: dict[Var, Expr]) -> Tuple | tuple[Call, int] | None
         return x
     if isinstance(x, Var):
         value = bound.get(x)
-        return (value, 0) if _kernel_call(value, bound) else None  # type: ignore[return-value]
+        return (value, 0) if is_kernel_call(value, bound) else None  # type: ignore[return-value]
     if isinstance(x, TupleGetItem):
         inner = _resolve(x.tuple_value, bound)
         if isinstance(inner, Tuple):
@@ -81,7 +81,7 @@ def _resolve(x: Expr, bound: dict[Var, Expr]) -> Tuple | tuple[Call, int] | None
     return None
 
 
-def _kernel_call(e: Expr | None, bound: dict[Var, Expr]) -> bool:
+def is_kernel_call(e: Expr | None, bound: dict[Var, Expr]) -> bool:
     """Whether `e` calls a kernel: a primitive function's (let-bound or not) or an op's."""
     if not isinstance(e, Call):
         return False
