@@ -256,14 +256,33 @@ class Adam(Optimizer):
 _OPTIMISERS: dict[str, type[Optimizer]] = {o.kind: o for o in (SGD, Momentum, Adam)}
 
 
-def update_model_params(model: Model, grads: dict[str, np.ndarray], lr: float = 0.01,
+def update_model_params(model: Model, grads: dict[str, np.ndarray],
+                        lr: "float | Optimizer" = 0.01,
                         optimizer: "str | Optimizer" = "sgd") -> None:
     """Apply gradients to the model's parameters in place.
 
     `optimizer` is "sgd" (default), "momentum", "adam", or an optimiser object (SGD, Momentum,
-    Adam), which keeps its state (velocities, moments) across calls. A string keeps that state
-    on the model.
+    Adam), which keeps its state (velocities, moments) across calls and its own learning
+    rate; it may also come third, in `lr`'s place. A string keeps that state on the model.
+
+    Example (``model`` and ``loss`` as in the README)::
+
+        momentum = relay.Momentum(lr=0.05, momentum=0.9)  # keeps the velocities
+        for x, y in batches:
+            relay.update_model_params(model, relay.grad(model, loss, (x, y)), momentum)
     """
+    if isinstance(lr, Optimizer):  # update_model_params(model, g, relay.Momentum(lr=0.05))
+        if optimizer != "sgd":
+            raise TypeError("update_model_params() got an optimiser object for lr and also "
+                            f"optimizer={optimizer!r}: give one")
+        lr, optimizer = 0.01, lr
+    elif isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating, np.integer)):
+        raise TypeError(f"update_model_params() parameter lr: expected a number (or an "
+                        f"optimiser object), got {type(lr).__name__} {lr!r}")
+    if not isinstance(optimizer, (str, Optimizer)):
+        raise TypeError(f"update_model_params() parameter optimizer: expected 'sgd', "
+                        f"'momentum', 'adam' or an optimiser object, got "
+                        f"{type(optimizer).__name__} {optimizer!r}")
     unknown = sorted(set(grads) - set(model.params))
     if unknown:
         raise KeyError(f"gradients for parameters the model does not have: {unknown}")

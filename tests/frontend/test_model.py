@@ -71,6 +71,33 @@ def test_update_errors():
         update_model_params(m, {"linear_0.bias": np.zeros(3, np.float32)})
     with pytest.raises(ValueError, match="optimizer must be one of"):
         update_model_params(m, grads_for(m), optimizer="rmsprop")
+    with pytest.raises(TypeError, match=r"parameter lr: expected a number \(or an optimiser "
+                                        r"object\), got str 'momentum'"):
+        update_model_params(m, grads_for(m), "momentum")
+    with pytest.raises(TypeError, match=r"parameter optimizer: expected 'sgd', 'momentum', "
+                                        r"'adam' or an optimiser object, got float 0.1"):
+        update_model_params(m, grads_for(m), 0.01, 0.1)
+    with pytest.raises(TypeError, match="got an optimiser object for lr and also"):
+        update_model_params(m, grads_for(m), relay.SGD(lr=0.1), optimizer="adam")
+
+
+def test_an_optimiser_object_may_come_in_lr_s_place():
+    """relay.update_model_params(model, g, relay.Momentum(lr=0.05)) (issue 26, item 5): the
+    same steps as optimizer=, by the momentum equations."""
+    a, b = fresh(), fresh()
+    first, second = relay.Momentum(lr=0.05, momentum=0.9), relay.Momentum(lr=0.05, momentum=0.9)
+    velocity = {k: np.zeros_like(v) for k, v in a.params.items()}
+    expected = {k: v.copy() for k, v in a.params.items()}
+    for step in range(3):
+        g = {k: np.full_like(v, step + 1.0) for k, v in a.params.items()}
+        update_model_params(a, g, first)
+        update_model_params(b, g, optimizer=second)
+        for k in expected:
+            velocity[k] = 0.9 * velocity[k] + g[k]
+            expected[k] = expected[k] - 0.05 * velocity[k]
+    for k in expected:
+        np.testing.assert_allclose(a.params[k], expected[k], rtol=1e-6)
+        np.testing.assert_array_equal(a.params[k], b.params[k])
 
 
 def test_export_is_a_snapshot():
