@@ -3,6 +3,8 @@ passes from kernel to kernel share memory where their lifetimes do not overlap; 
 against JAX."""
 from __future__ import annotations
 
+import itertools
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -49,7 +51,7 @@ def test_a_chain_of_five_kernels_takes_two_slots():
     placed = [layout.offsets.get(id(c)) for c in spine_calls(mod[entry])]
     # neighbours never share: a kernel's output is not where its input is
     kernels = [p for p in placed if p is not None]
-    assert all(p != q for p, q in zip(kernels, kernels[1:]))
+    assert all(p != q for p, q in itertools.pairwise(kernels))
 
 
 @relay
