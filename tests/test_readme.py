@@ -35,7 +35,7 @@ def test_ci_runs_the_readme_commands_verbatim():
     """The install commands a user copies are the ones CI proves on a clean clone."""
     commands = re.findall(r"```bash\n(.*?)\n```", README.read_text(), re.S)
     assert len(commands) == 2  # install + main example; install + tests
-    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     for command in commands:
         assert f"{command} || exit" in ci_lines, f".ci/run does not run the README's: {command}"
 
