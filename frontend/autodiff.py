@@ -22,6 +22,7 @@ relaydsl/transform/gradient.py, and runs it. Inside decorated code,
 """
 from __future__ import annotations
 
+import inspect
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any as AnyValue, Callable
@@ -42,9 +43,10 @@ if TYPE_CHECKING:
 
 
 class GradFunction:
-    """``relay.grad(f)``: computes f's value and its gradient with respect to every argument."""
+    """``relay.grad(f)``: computes f's value and its gradient with respect to every argument
+    (or, with `argnums`, those arguments: one index gives one gradient, a tuple a tuple)."""
 
-    def __init__(self, fn: "RelayFunction"):
+    def __init__(self, fn: "RelayFunction", argnums: int | tuple[int, ...] | None = None):
         if fn.hidden:
             raise TypeError(f"{fn.__name__} uses a model's parameters: differentiate it with "
                             f"relay.grad(model, {fn.__name__}, args)")
@@ -53,6 +55,7 @@ class GradFunction:
             raise TypeError(f"relay.grad needs a function returning a floating-point tensor; "
                             f"{fn.__name__} returns {t.ret_type}")
         self.fn = fn
+        self.argnums = _checked_argnums(argnums, fn.num_user_params, fn.__name__)
 
         def build() -> tuple["Program", Function]:
             params = [Var(p.name_hint, a) for p, a in zip(fn.function.params, t.arg_types)]
@@ -60,8 +63,28 @@ class GradFunction:
         self._program = _compiled(("grad", fn), build)
 
     @user_facing
-    def __call__(self, *args: AnyValue) -> tuple[np.ndarray, tuple]:
-        return _run(self._program, self.fn, args)
+    def __call__(self, *args: AnyValue) -> tuple[np.ndarray, AnyValue]:
+        value, grads = _run(self._program, self.fn, args)
+        if self.argnums is None:
+            return value, grads
+        if isinstance(self.argnums, int):
+            return value, grads[self.argnums]
+        return value, tuple(grads[i] for i in self.argnums)
+
+
+def _checked_argnums(argnums: AnyValue, count: int, name: str) -> int | tuple[int, ...] | None:
+    """`argnums` as JAX takes it (an index or a tuple of them; negative from the end), for a
+    function of `count` parameters; a TypeError or ValueError naming what is wrong."""
+    if argnums is None:
+        return None
+    indices = argnums if isinstance(argnums, tuple) else (argnums,)
+    for i in indices:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"argnums: expected an int or a tuple of ints, got {argnums!r}")
+        if not -count <= i < count:
+            raise ValueError(f"argnums {argnums!r}: {name} takes {count} argument(s)")
+    normal = tuple(i % count for i in indices)
+    return normal if isinstance(argnums, tuple) else normal[0]
 
 
 # What relay.grad compiled, by what it differentiates, the target and the pass settings: a
@@ -178,13 +201,38 @@ class ModelGrad:
 
 
 @user_facing
-def grad(*args: AnyValue) -> AnyValue:
-    """``relay.grad(f)`` or ``relay.grad(model, loss[, args])``; see the module docstring."""
+def grad(*args: AnyValue, argnums: int | tuple[int, ...] | None = None) -> AnyValue:
+    """The gradient of a function, or of a loss with respect to a model's parameters.
+
+    - ``relay.grad(f)(*xs)`` returns ``(f(*xs), (df/dx0, df/dx1, ...))`` (the paper's Grad:
+      the value comes too); with ``argnums=i`` the second item is df/dxi alone, with a tuple
+      of indices a tuple. `f` is a function decorated with ``@relay``, or a plain Python
+      function with annotated parameters in a file, decorated here.
+    - ``relay.grad(model, loss, (x, y))`` returns the gradients of ``loss(x, y)`` with respect
+      to the model's trainable parameters, a dict keyed as ``model.params`` (and updates its
+      state, such as batch_norm's running statistics); ``relay.grad(model, loss)`` returns
+      a step function, ``step(x, y) -> gradients``. Either form compiles once per loss.
+
+    Example (a file holding)::
+
+        @relay
+        def cube(x: Float) -> Float:
+            return x * x * x
+
+        value, (dx,) = relay.grad(cube)(np.float32(2.0))   # 8.0, 12.0
+        value, dx = relay.value_and_grad(cube)(np.float32(2.0))
+    """
     from relaydsl.frontend.decorators import RelayFunction
     from relaydsl.frontend.model import Model
 
     if len(args) == 1 and isinstance(args[0], RelayFunction):
-        return GradFunction(args[0])
+        return GradFunction(args[0], argnums)
+    if len(args) == 1 and _plain_function(args[0]):
+        from relaydsl.frontend.decorators import relay_decorator
+        return GradFunction(relay_decorator(args[0]), argnums)
+    if argnums is not None:
+        raise TypeError("argnums applies to relay.grad(f); relay.grad(model, loss) "
+                        "differentiates with respect to the model's parameters")
     if len(args) in (2, 3) and isinstance(args[0], Model) and isinstance(args[1], RelayFunction):
         step = ModelGrad(args[0], args[1])
         if len(args) == 2:
@@ -195,4 +243,16 @@ def grad(*args: AnyValue) -> AnyValue:
                     "loss's arguments as a tuple")
 
 
-__all__ = ["GradFunction", "ModelGrad", "grad"]
+@user_facing
+def value_and_grad(fn: AnyValue, argnums: int | tuple[int, ...] = 0) -> GradFunction:
+    """JAX's spelling: ``relay.value_and_grad(f)(*xs)`` is ``(f(*xs), df/dx0)``; `argnums`
+    as ``jax.value_and_grad``'s (an index, or a tuple of them for a tuple of gradients).
+    For use from Python; inside decorated code write ``relay.grad(f)``."""
+    return grad(fn, argnums=argnums)
+
+
+def _plain_function(value: AnyValue) -> bool:
+    return inspect.isfunction(value)
+
+
+__all__ = ["GradFunction", "ModelGrad", "grad", "value_and_grad"]

@@ -26,7 +26,7 @@ from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import ConstructorRef
 from relaydsl import datasets
 from relaydsl.frontend.adt import adt
-from relaydsl.frontend.autodiff import grad
+from relaydsl.frontend.autodiff import grad, value_and_grad
 from relaydsl.frontend.decorators import RelayFunction, relay_decorator
 from relaydsl.frontend.from_source import function_from_source
 from relaydsl.frontend.model import (
@@ -185,6 +185,7 @@ def _api() -> dict[str, AnyValue]:
         return python_source(fn.mod, fn.global_var.name_hint, fn.__name__)
 
     return {"build": build, "create_model": create_model, "Model": Model, "adt": adt, "grad": grad,
+            "value_and_grad": value_and_grad,
             "update_model_params": update_model_params, "export_model": export_model,
             "save_model": save_model, "load_model": load_model, "SGD": SGD, "Momentum": Momentum,
             "Adam": Adam, "datasets": datasets,

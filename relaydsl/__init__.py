@@ -8,6 +8,8 @@
 >>> f(np.zeros((3, 2), np.float32)).shape
 (3, 2)
 """
+from importlib import metadata as _metadata
+
 from relaydsl.errors import (
     DSLSyntaxError, IRError, ModelFileError, ParseError, RelayError, RelayTypeError, SettingError,
 )
@@ -21,6 +23,11 @@ from relaydsl.frontend.annotations import (
 from relaydsl.frontend.decorators import relay_model_decorator as relay_model
 from relaydsl.frontend.model import Model
 from relaydsl.frontend.namespace import relay
+
+try:
+    __version__ = _metadata.version("relaydsl")
+except _metadata.PackageNotFoundError:  # a source tree on the path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Bool", "DSLSyntaxError", "Float", "Float16", "Float32", "Float64", "Fn", "IRError", "Int",

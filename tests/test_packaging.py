@@ -42,3 +42,14 @@ def test_the_bare_folder_names_are_not_importable():
     for name in ("frontend", "backend"):
         spec = importlib.util.find_spec(name)
         assert spec is None or not str(spec.origin).startswith(str(ROOT)), name
+
+
+def test_the_version_is_the_installed_distribution_s():
+    import relaydsl
+
+    assert relaydsl.__version__ == _config_version()
+
+
+def _config_version() -> str:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["version"]

@@ -97,3 +97,61 @@ def test_grad_of_a_function_builds_once_and_the_cache_is_bounded(builds, monkeyp
     relay.grad(relay.create_model(net, seed=0), net_loss, example())  # evicts cube_sum's
     relay.grad(cube_sum)(x)
     assert builds[0] == 3
+
+
+# ---- the habits a JAX user brings (issue 26, item 7) ------------------------------------------
+
+@relay
+def weighted(x: Tensor[Float, (3,)], w: Tensor[Float, (3,)]) -> Float:
+    return relay.sum(relay.tanh(x * w))
+
+
+def plain(x: Tensor[Float, (3,)], w: Tensor[Float, (3,)]) -> Float:
+    return relay.sum(relay.tanh(x * w))  # not decorated: relay.grad decorates it
+
+
+def jax_weighted(x, w):
+    return jnp.sum(jnp.tanh(x * w))
+
+
+X3, W3 = np.array([0.5, -1.0, 2.0], np.float32), np.array([1.5, 0.2, -0.7], np.float32)
+
+
+@pytest.mark.parametrize("argnums", [0, 1, -1, (0, 1), (1,)])
+def test_value_and_grad_and_argnums_are_jax_s(argnums):
+    value, g = relay.value_and_grad(weighted, argnums=argnums)(X3, W3)
+    jax_value, jax_g = jax.value_and_grad(jax_weighted, argnums=argnums)(X3, W3)
+    np.testing.assert_allclose(value, jax_value, rtol=1e-6)
+    if isinstance(argnums, tuple):
+        assert isinstance(g, tuple) and len(g) == len(argnums)
+    for ours, theirs in zip(g if isinstance(g, tuple) else (g,),
+                            jax_g if isinstance(jax_g, tuple) else (jax_g,)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
+    _, same = relay.grad(weighted, argnums=argnums)(X3, W3)
+    for a, b in zip(same if isinstance(same, tuple) else (same,), g if isinstance(g, tuple)
+                    else (g,)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_value_and_grad_defaults_to_the_first_argument():
+    value, dx = relay.value_and_grad(weighted)(X3, W3)
+    np.testing.assert_allclose(value, jax_weighted(X3, W3), rtol=1e-6)
+    np.testing.assert_allclose(dx, jax.grad(jax_weighted)(X3, W3), rtol=1e-5, atol=1e-7)
+
+
+def test_grad_of_a_plain_python_function_decorates_it():
+    value, (dx, dw) = relay.grad(plain)(X3, W3)
+    expected = jax.grad(jax_weighted, argnums=(0, 1))(X3, W3)
+    np.testing.assert_allclose(value, jax_weighted(X3, W3), rtol=1e-6)
+    np.testing.assert_allclose(dx, expected[0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dw, expected[1], rtol=1e-5, atol=1e-7)
+
+
+def test_bad_argnums_are_errors_naming_them():
+    with pytest.raises(ValueError, match=r"argnums 2: weighted takes 2 argument\(s\)"):
+        relay.grad(weighted, argnums=2)
+    with pytest.raises(TypeError, match=r"argnums: expected an int or a tuple of ints, "
+                                        r"got '0'"):
+        relay.value_and_grad(weighted, argnums="0")
+    with pytest.raises(TypeError, match=r"argnums applies to relay\.grad"):
+        relay.grad(relay.create_model(net, seed=0), net_loss, argnums=0)
