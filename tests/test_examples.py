@@ -35,7 +35,7 @@ def test_quickstart():
 def test_lenet_mnist_quick(tmp_path):
     out = run("lenet_mnist.py", "--quick", "--data", str(SHARED_MNIST), "--out", str(tmp_path))
     accuracy = float(re.search(r"epoch 1: .* test accuracy ([\d.]+)%", out).group(1))
-    assert accuracy > 70.0  # one epoch on 2,000 images
+    assert accuracy >= 97.0  # one epoch on 30,000 images, the whole test set (issue 26, item 10)
     # the model saved at the end, reloaded, evaluates as the model that was trained
     reloaded = float(re.search(r"reloaded, its test accuracy is ([\d.]+)%", out).group(1))
     assert reloaded == accuracy
