@@ -21,7 +21,9 @@ from relaydsl.backend.llvm.native.abi import (
 )
 from relaydsl.backend.llvm.native.accumulations import Accumulation, accumulations
 from relaydsl.backend.llvm.native.frames import frame
-from relaydsl.backend.llvm.native.loops import LoopMemory, flat, written_cells
+from relaydsl.backend.llvm.native.loops import (
+    LoopMemory, flat, immutable_data, written_cells,
+)
 from relaydsl.backend.llvm.native.results import Destinations, destinations
 from relaydsl.backend.llvm.native.sites import ALIGN, WAYS, KernelSite, leaf_types, nbytes
 from relaydsl.ir.adt import (
@@ -96,7 +98,8 @@ class FunctionCompiler:
         self.accumulations = accumulations(fn.body)
         # a self call in tail position comes back to the header with new arguments
         self.loop_memory: LoopMemory | None = None
-        if self.loops(fn.body) and all(p.has_type and flat(p.checked_type) for p in fn.params):
+        if self.loops(fn.body) and all(p.has_type and immutable_data(p.checked_type, self.low.mod)
+                                       for p in fn.params):
             roots = written_cells(fn, [v for v, static in self.captures if static is None])
             self.loop_memory = LoopMemory(self, [(env[v], v.checked_type.value) for v in roots])
         # the entry's result leaves written where Python says (results.py)

@@ -15,8 +15,10 @@ before the mark (the data set a loop walks, a constant) stays where it is.
 
 Any other write into an older cell (the write barrier: every cell holds the epoch it was
 made in, and the state keeps the oldest epoch written during the turn) moves the mark past
-the turn instead, keeping its memory. A loop carrying data types or closures keeps its
-memory until the call returns.
+the turn instead, keeping its memory. A loop may also carry data (lists, trees: no
+functions or references inside) made before its mark, such as the list a ``for`` walks: it
+is not copied, nothing in it can point at newer memory. While it carries data it made
+itself (a list it builds) or closures, it keeps its memory until the call returns.
 
 How often: a release copies what survives, so the loop releases only once the turns have
 allocated ``_COPY_RATIO`` times what the last release copied (and at least ``_RECLAIM``):
@@ -33,7 +35,8 @@ from llvmlite import ir
 from relaydsl.backend.llvm.native.abi import I64, NEVER, PTR, Word
 from relaydsl.backend.llvm.native.sites import ALIGN, leaf_types
 from relaydsl.ir.expr import Function, RefWrite, Var
-from relaydsl.ir.types import RefType, TensorType, TupleType, Type
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import RefType, TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import ExprVisitor
 
 if TYPE_CHECKING:
@@ -49,6 +52,26 @@ def flat(t: Type) -> bool:
     if isinstance(t, TupleType):
         return all(flat(f) for f in t.fields)
     return isinstance(t, TensorType) and isinstance(t.dtype, str)
+
+
+def immutable_data(t: Type, mod: IRModule, seen: set | None = None) -> bool:
+    """Whether values of type `t` are tensors, tuples and data types of them all the way
+    down: no functions, no references. Such a value allocated before a loop's mark points
+    only at older memory (its objects were made before it, and none can change), so a
+    loop may carry it through a release untouched."""
+    if isinstance(t, TensorType):
+        return True
+    if isinstance(t, TupleType):
+        return all(immutable_data(f, mod, seen) for f in t.fields)
+    if isinstance(t, TypeCall) and t.func in mod.type_definitions:
+        seen = set() if seen is None else seen
+        if t in seen:
+            return True
+        seen.add(t)
+        return all(immutable_data(f, mod, seen)
+                   for c in mod.type_definitions[t.func].constructors
+                   for f in mod.field_types(c, t))
+    return False
 
 
 def written_cells(fn: Function, captured: list[Var]) -> list[Var]:
@@ -82,8 +105,11 @@ class LoopMemory:
 
     def __init__(self, fc: FunctionCompiler, roots: list[tuple[ir.Value, Type]]):
         """`roots`: the loop's root cells (their values in the function) and the types of
-        what they hold."""
+        what they hold. The loop's parameters are flat (copied at a release) or immutable
+        data (a release waits until they are older than the mark: a list the loop walks,
+        not one it builds)."""
         self.fc, self.roots = fc, roots
+        self.copied = [i for i, p in enumerate(fc.fn.params) if flat(p.checked_type)]
         self.first_marks = _marks(fc)
         self.threshold = fc.allocas.alloca(I64, name="release_after")
         fc.b.store(I64(_RECLAIM), self.threshold)
@@ -138,9 +164,13 @@ class LoopMemory:
         taken = b.add(b.sub(now[3], self.marks[3]),
                       b.select(same_chunk, b.sub(now[0], self.marks[0]), I64(0)))
         full = b.icmp_unsigned(">", taken, b.load(self.threshold))
+        may = b.and_(full, b.not_(dirty))
+        for i, a in enumerate(args):
+            if i not in self.copied:  # data made since the mark would need copying
+                may = b.and_(may, b.not_(self._young(a)))
         start = b.block
         release, done = fc.new_block("release"), fc.new_block("turn_done")
-        b.cbranch(b.and_(full, b.not_(dirty)), release, done)
+        b.cbranch(may, release, done)
         b.position_at_end(release)
         copies = self._release(args)
         released = b.block
@@ -160,8 +190,9 @@ class LoopMemory:
         """The young tensors of `args` and of the root cells copied to a side buffer, the
         arena reset to the mark, and copied back; the new arguments."""
         fc, b, low = self.fc, self.fc.b, self.fc.low
-        types = [p.checked_type for p in fc.fn.params] + [t for _, t in self.roots]
-        values = [*args, *(fc.field(cell, 0) for cell, _ in self.roots)]
+        params = fc.fn.params
+        types = [params[i].checked_type for i in self.copied] + [t for _, t in self.roots]
+        values = [*(args[i] for i in self.copied), *(fc.field(cell, 0) for cell, _ in self.roots)]
         leaves: list[ir.Value] = []
         for v, t in zip(values, types):
             fc.leaves(v, t, leaves)
@@ -198,9 +229,12 @@ class LoopMemory:
                 self.threshold)
         rebuilt = iter(copies)
         new_values = [fc.rebuild(t, rebuilt) for t in types]
-        for (cell, _), value in zip(self.roots, new_values[len(args):]):
+        for (cell, _), value in zip(self.roots, new_values[len(self.copied):]):
             fc.set_field(cell, 0, value)
-        return new_values[:len(args)]
+        new_args = list(args)
+        for i, value in zip(self.copied, new_values):
+            new_args[i] = value
+        return new_args
 
     def _young(self, pointer: ir.Value) -> ir.Value:
         """Whether `pointer` was allocated since the mark (an i1)."""

@@ -42,7 +42,8 @@ to the high-water mark, so later calls of the same program do not need them.
 A loop releases its turns' memory as it goes (loops.py): at the back edge it copies
 out what it carries and what its own reference cells hold (a training loop's parameters, in
 the model's cell), resets the arena to its mark and copies them back. A cell older than the
-turn written elsewhere keeps the turn's memory; so do loops carrying data types or closures.
+turn written elsewhere keeps the turn's memory; so do loops carrying closures, or data
+they made themselves (a list they build; a list they walk is fine).
 
 Adding into a reference (the gradient's adjoints: ``ref_write(r, ref_read(r) + g)``, g a
 node's weight gradient) writes the new total over the old one when the kernel adds
@@ -296,10 +297,11 @@ class NativeProgram:
             return MemoryError(
                 f"the program took more than {_MEMORY_BUDGET >> 20} MiB in one call (a "
                 "quarter of the machine's memory, at most 4 GiB): a loop releases its "
-                "turns' memory when it carries only tensors and tuples of them and writes "
-                "older reference cells only itself, but one carrying data types or closures, "
-                "or writing an older cell through a function it calls, keeps every turn's "
-                "values until the call returns; loop in Python over calls of one step instead")
+                "turns' memory when it carries tensors, tuples and data made before it (a "
+                "list it walks) and writes older reference cells only itself, but one "
+                "carrying closures or data it makes (a list it builds), or writing an older "
+                "cell through a function it calls, keeps every turn's values until the call "
+                "returns; loop in Python over calls of one step instead")
         if code == Error.NO_KERNEL:  # making the kernel failed: what it raised
             failure, self._local.failure = self._local.failure, None
             return failure

@@ -181,3 +181,81 @@ def test_without_releases_the_same_loop_runs_out_of_that_memory(monkeypatch, nev
     monkeypatch.setattr(native_module, "_MEMORY_BUDGET", 3 << 20)
     with pytest.raises(MemoryError, match="more than 3 MiB"):
         native(train_again)((x, y))
+
+
+# ---- loops carrying data: released while the data is older than the loop -----------------------
+
+@relay
+def walk(xs: relay.List[Tensor[Float, (256,)]], acc: Tensor[Float, (256,)]
+         ) -> Tensor[Float, (256,)]:
+    total = acc
+    for x in xs:  # the loop carries the list's tail: made before the loop, never copied
+        total = relay.tanh(total + x) * 1.5
+    return total
+
+
+@relay.adt
+class Tree:
+    Leaf: Tensor[Float, (64,)]
+    Node: (Tree, Tree)
+
+
+@relay
+def tree_sum(t: Tree) -> Tensor[Float, (64,)]:
+    match t:
+        case Tree.Leaf(v):
+            return relay.tanh(v)
+        case Tree.Node(left, right):
+            return tree_sum(left) + tree_sum(right)
+
+
+@relay
+def walk_tree(t: Tree, n: Int) -> Tensor[Float, (64,)]:
+    acc = relay.zeros((64,), "float32")
+    for _ in range(n):  # the loop captures the tree and walks it every turn
+        acc = relay.tanh(acc + tree_sum(t))
+    return acc
+
+
+def test_a_loop_walking_a_list_from_python_runs_in_bounded_memory(monkeypatch):
+    xs = RNG.standard_normal((5000, 256)).astype(np.float32) * 0.1
+    acc = np.zeros(256, np.float32)
+    monkeypatch.setattr(native_module, "_MEMORY_BUDGET", 3 << 20)  # 5,000 turns of 2 KiB
+    got = native(walk)(list(xs), acc)
+
+    def body(total, x):
+        return jnp.tanh(total + x) * 1.5, None
+    np.testing.assert_allclose(got, jax.lax.scan(body, acc, xs)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_walking_a_tree_repeatedly_runs_in_bounded_memory(monkeypatch):
+    leaves = RNG.standard_normal((16, 64)).astype(np.float32)
+    tree = Tree.Leaf(leaves[0])
+    for leaf in leaves[1:]:
+        tree = Tree.Node(tree, Tree.Leaf(leaf))
+    monkeypatch.setattr(native_module, "_MEMORY_BUDGET", 3 << 20)  # 2,000 turns of 8 KiB
+    got = native(walk_tree)(tree, np.int32(2000))
+    acc = jnp.zeros(64)
+    total = jnp.sum(jnp.tanh(leaves), axis=0)
+    for _ in range(2000):
+        acc = jnp.tanh(acc + total)
+    np.testing.assert_allclose(got, acc, rtol=1e-4, atol=1e-5)
+
+
+@relay
+def build(n: Int, x: Tensor[Float, (256,)]) -> relay.List[Tensor[Float, (256,)]]:
+    xs = relay.Nil()
+    for _ in range(n):  # the list is made in the loop: its memory stays (not released)
+        x = x * 0.9 + relay.tanh(x)  # every cell holds other values
+        xs = relay.Cons(x, xs)
+    return xs
+
+
+def test_a_loop_building_a_list_keeps_it_whole(release_every_turn):
+    x = RNG.standard_normal(256).astype(np.float32)
+    got = native(build)(np.int32(50), x)
+    expected = relay.build(build, target="interp")(np.int32(50), x)
+    while got.name == "Cons":
+        np.testing.assert_allclose(got.fields[0], expected.fields[0], rtol=1e-5)
+        got, expected = got.fields[1], expected.fields[1]
+    assert expected.name == "Nil"
