@@ -1,10 +1,12 @@
 """Algebraic data types declared in Python, for use in decorated code and annotations.
 
 A class body lists the constructors; each annotation gives the fields: one
-annotation for one field, a tuple of annotations for several, ``()`` for
-none. Type parameters are named by ``relay.adt("a", ...)``; inside the body
-a parameter is written as its name in quotes, and the type itself as the
-class name in quotes (it stands for the type applied to its parameters).
+annotation for one field, a tuple of annotations for several -- ``(A, B)`` or
+``tuple[A, B]`` -- and ``()`` for none (a single field of tuple type is
+``(tuple[A, B],)``). Type parameters are named by ``relay.adt("a", ...)``;
+inside the body a parameter is written as its name in quotes, and the type
+itself as the class name, in quotes where Python needs it (it stands for the
+type applied to its parameters).
 
 >>> from relaydsl import relay, Tensor, Float
 >>> @relay.adt("a")
@@ -15,14 +17,22 @@ class name in quotes (it stands for the type applied to its parameters).
 BTree.Node
 >>> BTree[Tensor[Float, 3]]
 BTree[Tensor[Float, (3,)]]
+>>> @relay.adt("a")
+... class Pair:
+...     Leaf: "a"
+...     Node: tuple["Pair", "Pair"]
+>>> Pair.Node(Pair.Leaf(1.5), Pair.Leaf(2.5))
+Node(Leaf(1.5), Leaf(2.5))
 """
 from __future__ import annotations
 
 import sys
+import typing
 from typing import Any as AnyValue, Callable
 
 from relaydsl.backend.interpreter import ConstructorValue
 from relaydsl.frontend.annotations import AdtAnnotation, annotation_to_type, check_argument
+from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.adt import Constructor, TypeData
 from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall, TypeVar
 
@@ -116,6 +126,8 @@ def declare_adt(cls: type, params: tuple[str, ...] = ()) -> UserADT:
     constructors = []
     for tag, (name, spec) in enumerate(fields_by_ctor.items()):
         spec = evaluated(spec, name)
+        if typing.get_origin(spec) is tuple:  # tuple[A, B]: the fields, as (A, B)
+            spec = typing.get_args(spec)
         fields = tuple(evaluated(f, name) for f in spec) if isinstance(spec, tuple) else (spec,)
         inputs = tuple(field_type(f, name) for f in fields)
         constructors.append(Constructor(name, inputs, header, tag))
@@ -124,10 +136,11 @@ def declare_adt(cls: type, params: tuple[str, ...] = ()) -> UserADT:
     return UserADT(td)
 
 
+@user_facing
 def adt(*args: AnyValue) -> UserADT | Callable[[type], UserADT]:
     """``@relay.adt`` on a class, or ``@relay.adt("a", "b")`` for type parameters."""
     if len(args) == 1 and isinstance(args[0], type):
         return declare_adt(args[0])
     if not all(isinstance(a, str) and a.isidentifier() for a in args):
         raise TypeError("relay.adt takes the names of type parameters: @relay.adt(\"a\")")
-    return lambda cls: declare_adt(cls, tuple(args))
+    return user_facing(lambda cls: declare_adt(cls, tuple(args)))

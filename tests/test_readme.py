@@ -31,6 +31,18 @@ def test_the_first_program_in_the_readme_runs(tmp_path):
     np.testing.assert_allclose(namespace["dw"], expected[1], atol=1e-6)
 
 
+def test_the_readme_s_data_type_declaration_runs(tmp_path):
+    block = re.search(r"```python\n(@relay\.adt\nclass Tree:.*?)```", README.read_text(),
+                      re.S).group(1)
+    source = ("import numpy as np\nfrom relaydsl import Float, Tensor, relay\n\n"
+              + block.replace("\ntotal(Tree.Node(", "\nresult = total(Tree.Node("))
+    script = tmp_path / "readme_adt.py"  # decorated functions need a real source file
+    script.write_text(source)
+    namespace = {"__name__": "readme_adt"}
+    exec(compile(source, str(script), "exec"), namespace)
+    np.testing.assert_allclose(namespace["result"], np.full(3, np.tanh(1.0)), rtol=1e-6)
+
+
 def test_ci_runs_the_readme_commands_verbatim():
     """The install commands a user copies are the ones CI proves on a clean clone."""
     commands = re.findall(r"```bash\n(.*?)\n```", README.read_text(), re.S)
