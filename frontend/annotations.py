@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import operator
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import final
 
@@ -559,6 +560,12 @@ def _as_array(value: object, dtype: np.dtype | None, expected: TensorType, check
                 arr.dtype.kind in "iu" and dtype.kind in "iu":
             # NumPy's default int64 for an Int (int32) parameter: taken when the values fit
             return _narrowed(arr, dtype, expected, value, where)
+        if check.for_program and dtype is not None and arr.dtype != dtype and \
+                arr.dtype.kind == "f" and dtype.kind == "f":
+            # NumPy's default float64 for a Float (float32) parameter: rounded, as JAX does
+            _warn_once_rounding(arr.dtype, dtype)
+            with np.errstate(over="ignore"):  # beyond float32's range is inf, as in IEEE
+                return arr.astype(dtype)
         if dtype is not None and arr.dtype != dtype:
             name = check.name + "".join(f"[{i}]" for i in _indices(where)) if check.name else ""
             hint = f"; cast it with {name}.astype(np.{_numpy_name(dtype)})"
@@ -567,6 +574,21 @@ def _as_array(value: object, dtype: np.dtype | None, expected: TensorType, check
         hint = "; pass a NumPy array" if isinstance(value, list) else ""
         raise _Mismatch(expected, value, where, hint)
     return arr
+
+
+_ROUNDING_WARNED: set[tuple[str, str]] = set()
+
+
+def _warn_once_rounding(given: np.dtype, wanted: np.dtype) -> None:
+    """The first time a program is given floats of another width, say that they are
+    converted (once per pair of dtypes, as JAX warns of x64 once)."""
+    key = (given.name, wanted.name)
+    if key not in _ROUNDING_WARNED:
+        _ROUNDING_WARNED.add(key)
+        warnings.warn(f"{given.name} arguments are converted to the {wanted.name} parameters "
+                      f"they are passed for (this warning is shown once); pass "
+                      f"{wanted.name} arrays to avoid the conversion", UserWarning,
+                      stacklevel=4)
 
 
 def _narrowed(arr: np.ndarray, dtype: np.dtype, expected: TensorType, value: object,

@@ -194,9 +194,9 @@ def test_python_scalars_are_accepted_for_scalar_parameters():
 
 
 def test_a_wrong_dtype_names_the_parameter_and_both_types():
-    x, w, b = np.ones((2, 3)), np.ones((3, 4), np.float32), np.zeros(4, np.float32)
+    x, w, b = np.ones((2, 3), np.int64), np.ones((3, 4), np.float32), np.zeros(4, np.float32)
     with pytest.raises(TypeError, match=r"argument 'x': expected Tensor\[\(n, 3\), float32\], "
-                                        r"got a float64 array of shape \(2, 3\)"):
+                                        r"got an int64 array of shape \(2, 3\)"):
         affine(x, w, b)
 
 
