@@ -442,10 +442,10 @@ def check_argument(param_name: str, expected: Type, value: object,
            [3., 4.]], dtype=float32)
     >>> list(bindings.values())
     [2]
-    >>> check_argument("y", t, np.zeros((2, 2)), bindings)
+    >>> check_argument("y", t, np.zeros((2, 2), np.int64), bindings)
     Traceback (most recent call last):
     ...
-    TypeError: argument 'y': expected Tensor[(n, 2), float32], got a float64 array of shape \
+    TypeError: argument 'y': expected Tensor[(n, 2), float32], got an int64 array of shape \
 (2, 2); cast it with y.astype(np.float32)
     """
     check = _Check(f"argument {param_name!r}", param_name, bindings, for_program=True)

@@ -38,8 +38,8 @@ import socket
 import tempfile
 import time
 import tokenize
-import zlib
 import zipfile
+import zlib
 from typing import IO, TYPE_CHECKING, Any as AnyValue, Callable, ClassVar, NamedTuple
 
 import numpy as np
@@ -507,7 +507,8 @@ _MANIFEST_MEMBER = f"{_MANIFEST_KEY}.npy"
 # changed to an unsupported zip feature (NotImplementedError), an unreadable header or manifest
 # (ValueError, SyntaxError, TokenError, RecursionError).
 _DAMAGE = (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, ValueError, SyntaxError,
-           tokenize.TokenError, RecursionError)
+           tokenize.TokenError, RecursionError, zlib.error)
+_MAX_DEFLATE_RATIO = 1032  # deflate expands a byte to at most this many
 
 
 class _ModelFile(NamedTuple):
@@ -539,11 +540,16 @@ def _read_archive(f: IO[bytes], size: int, path: str) -> _ModelFile:
         for info in archive.infolist():
             if info.filename in members:
                 raise damaged(f"it holds two members named {info.filename!r}")
-            # save_model stores members unencrypted and uncompressed, so no member can claim
-            # more bytes than the file has
-            if info.flag_bits & 0x1 or info.compress_type != zipfile.ZIP_STORED:
-                raise damaged(f"its member {info.filename!r} is encrypted or compressed")
-            if info.file_size != info.compress_size or info.file_size > size:
+            # save_model stores members uncompressed; np.savez_compressed deflates them. No
+            # member can claim more bytes than the file has, or than deflate can expand it to
+            if info.flag_bits & 0x1:
+                raise damaged(f"its member {info.filename!r} is encrypted")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise damaged(f"its member {info.filename!r} is compressed with zip method "
+                              f"{info.compress_type} (stored or deflated are read)")
+            stored = info.compress_type == zipfile.ZIP_STORED
+            if info.compress_size > size or (stored and info.file_size != info.compress_size) \
+                    or info.file_size > _MAX_DEFLATE_RATIO * size:
                 raise damaged(f"its member {info.filename!r} claims {info.file_size} bytes")
             members[info.filename] = info
         if _MANIFEST_MEMBER not in members:

@@ -666,3 +666,67 @@ def test_simplify_inference_removes_the_models_dropout():
 
     assert "dropout" in op_names(dropped.mod)
     assert "dropout" not in op_names(simplify_inference(dropped.mod))
+
+
+# ---- compressed members (issue 26, item 18) ----------------------------------------------------
+
+def compressed(raw: bytes, method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    """The same archive with every member compressed, as np.savez_compressed writes them."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(raw)) as src, zipfile.ZipFile(out, "w", method) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    return out.getvalue()
+
+
+def test_a_file_with_deflated_members_loads(saved_model, tmp_path):
+    raw, params = saved_model
+    path = tmp_path / "deflated.npz"
+    path.write_bytes(compressed(raw))
+    loaded = load_model(path)
+    for k in params:
+        np.testing.assert_array_equal(loaded.params[k], params[k])
+    # what np.savez_compressed itself writes, members named as save_model names them
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        arrays = {n[:-4]: np.load(io.BytesIO(z.read(n))) for n in z.namelist()}
+    np.savez_compressed(tmp_path / "numpy.npz", **arrays)
+    loaded = load_model(tmp_path / "numpy.npz")
+    for k in params:
+        np.testing.assert_array_equal(loaded.params[k], params[k])
+
+
+def test_other_compression_methods_and_impossible_sizes_are_the_clear_error(saved_model,
+                                                                            tmp_path):
+    raw, _ = saved_model
+    path = tmp_path / "bzip2.npz"
+    path.write_bytes(compressed(raw, zipfile.ZIP_BZIP2))
+    with pytest.raises(relay.ModelFileError, match=r"compressed with zip method 12 \(stored or "
+                                                   r"deflated are read\)"):
+        load_model(path)
+    # a member claiming more than deflate can expand the file to (a zip bomb's header)
+    data = bytearray(compressed(raw))
+    central = data.rfind(b"PK\1\2")  # the last member's central directory entry
+    data[central + 24:central + 28] = (2**32 - 1).to_bytes(4, "little")  # its file size
+    path.write_bytes(bytes(data))
+    with pytest.raises(relay.ModelFileError, match="claims 4294967295 bytes"):
+        load_model(path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_byte_mutations_of_a_deflated_file_raise_only_the_clear_error(saved_model,
+                                                                      tmp_path_factory, data):
+    raw, params = saved_model
+    damaged = bytearray(compressed(raw))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(damaged) - 1))
+        damaged[i] ^= 1 << data.draw(st.integers(0, 7))
+    path = tmp_path_factory.mktemp("deflated") / "damaged.npz"
+    path.write_bytes(bytes(damaged))
+    try:
+        loaded = load_model(path)
+    except relay.ModelFileError as e:
+        assert str(path) in str(e)
+        return
+    for k in params:
+        np.testing.assert_array_equal(loaded.params[k], params[k])

@@ -68,7 +68,7 @@ def test_wrong_arguments_are_caught_before_any_kernel_runs():
     with pytest.raises(TypeError, match="w1"):
         exe(good[0], rand(16, 31), good[2], good[3])
     with pytest.raises(TypeError, match="x"):
-        exe(good[0].astype(np.float64), *good[1:])
+        exe(good[0].astype(np.int32), *good[1:])
     # a non-contiguous view is fine: it is copied, not read out of bounds
     wide = rand(8, 32)
     np.testing.assert_allclose(exe(wide[:, ::2], *good[1:]), mlp_jax(wide[:, ::2], *good[1:]),
