@@ -16,6 +16,7 @@ from relaydsl.ir.expr import Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, Type
 from relaydsl.transform._util import substitute
+from relaydsl.transform.inline import fresh_copy
 
 
 def specialize(fn: Function, types: Sequence[TensorType]) -> Function:
@@ -42,8 +43,12 @@ def specialize_entry(mod: IRModule, entry: str, types: Sequence[Type]) -> IRModu
 
 
 def _retyped(fn: Function, types: Sequence[Type]) -> Function:
-    """`fn` with fresh parameters of `types` (the body's types are left to inference)."""
-    params = [Var(p.name_hint, t) for p, t in zip(fn.params, types)]
-    body = substitute(fn.body, dict(zip(fn.params, params)))
+    """`fn` with parameters of `types` (the body's types left to inference), every variable
+    it binds a new one: inference sets the types of the nodes it checks, and nodes shared
+    with `fn` would take these shapes in every other build of `fn` too (an interpreter build
+    of a shape-polymorphic function saw its let typed (2, 16) after an llvm call with n=2)."""
+    fresh = fresh_copy(fn)
+    params = [Var(p.name_hint, t) for p, t in zip(fresh.params, types)]
+    body = substitute(fresh.body, dict(zip(fresh.params, params)))
     return Function(params, body, None, (), fn.attrs, span=fn.span)
 
