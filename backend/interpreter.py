@@ -54,7 +54,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
-from relaydsl.ir.types import TensorType, TupleType, Type, type_to_str
+from relaydsl.ir.types import AnyDim, TensorType, TupleType, Type, type_to_str
 from relaydsl.ir.visitor import deep_recursion, free_vars
 from relaydsl.prelude import prelude_definitions
 from relaydsl.transform.fuse_ops import is_primitive
@@ -372,6 +372,9 @@ class Interpreter:
 
     def _apply_op(self, op: Op, args: list[Value], attrs: Mapping[str, AnyValue],
                   call: Call | None) -> Value:
+        if call is not None and any(_has_any_dim(a.checked_type) for a in call.args
+                                    if a.has_type):
+            _check_relation(op, args, call)
         try:
             out = op.definition.numpy_ref(*args, **attrs)
         except RelayError:
@@ -653,3 +656,28 @@ __all__ = [
     "Closure", "ConstructorValue", "Interpreter", "InterpreterError", "RefValue", "Value",
     "evaluate", "format_value", "list_items", "list_value", "to_value",
 ]
+
+
+def _has_any_dim(t: Type) -> bool:
+    if isinstance(t, TensorType):
+        return any(isinstance(d, AnyDim) for d in t.shape)
+    return isinstance(t, TupleType) and any(_has_any_dim(f) for f in t.fields)
+
+
+def _value_type(value: Value) -> Type:
+    if isinstance(value, tuple):
+        return TupleType(tuple(_value_type(v) for v in value))
+    return TensorType(np.shape(value), np.asarray(value).dtype.name)
+
+
+def _check_relation(op: Op, args: list[Value], call: Call) -> None:
+    """The op's type relation on the shapes the arguments have: what a ``relay.Any``
+    dimension left unchecked when the program was typed (a one-element alpha for a prelu
+    of two channels) is the located RelayTypeError the llvm target raises, not an answer
+    NumPy's broadcasting makes up."""
+    from relaydsl.typing import infer_type
+
+    params = [Var(f"a{i}", _value_type(a)) for i, a in enumerate(args)]
+    infer_type(Function(params, Call(op, tuple(params), call.attrs, call.type_args,
+                                     span=call.span)))
+

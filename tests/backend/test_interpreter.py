@@ -583,3 +583,33 @@ def test_run_time_errors_are_clear():
     with pytest.raises(InterpreterError, match=r"fn\(%x\) takes 1 argument"):
         x = Var("x")
         evaluate(Call(Function([x], x), [i32(1), i32(2)]))
+
+
+# ---- shapes known only at run time: the op's relation decides, on every target (issue 26,
+# item 13) --------------------------------------------------------------------------------------
+
+def _prelu_program():
+    from relaydsl import Float, Tensor, relay
+
+    src = '''
+@relay
+def channels(x: Tensor[Float, (1, relay.Any, 3)], a: Tensor[Float, (relay.Any,)]
+             ) -> Tensor[Float, (1, relay.Any, 3)]:
+    return relay.prelu(x, a)
+'''
+    return relay.function_from_source(src, {"relay": relay, "Tensor": Tensor, "Float": Float})
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_a_relation_any_dims_left_open_is_checked_when_the_shapes_are_known(target):
+    from relaydsl import RelayTypeError
+
+    exe = _prelu_program().build(target)
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(1, 2, 3)
+    alpha = np.array([0.25, 0.5], np.float32)
+    expected = jnp.where(x > 0, x, x * alpha[None, :, None])
+    np.testing.assert_allclose(exe(x, alpha), expected, rtol=1e-6)
+    # TVM's rule: alpha has data.shape[axis] elements; NumPy would broadcast a single one
+    with pytest.raises(RelayTypeError, match=r"prelu: alpha Tensor\[\(1,\), float32\] must "
+                                             r"have data\.shape\[1\] = 2 elements"):
+        exe(x, alpha[:1])
