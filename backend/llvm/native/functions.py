@@ -25,7 +25,7 @@ from relaydsl.backend.llvm.native.loops import (
     LoopMemory, flat, immutable_data, written_cells,
 )
 from relaydsl.backend.llvm.native.results import Destinations, destinations
-from relaydsl.backend.llvm.native.sites import ALIGN, WAYS, KernelSite, leaf_types, nbytes
+from relaydsl.backend.llvm.native.sites import ALIGN, check_shapes, nbytes, site_call
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
@@ -415,10 +415,10 @@ class FunctionCompiler:
         for a in call.args:
             self.leaves(self.value(a, env), a.checked_type, inputs)
         if id(fn) in self.low.dynamic:
-            return self.dynamic_kernel_call(fn, call, inputs)
+            return site_call(self, fn, call, inputs)
         kernel = self.low.kernels[id(fn)]
         if self.low.boxed:
-            self.check_shapes(kernel, call, inputs)
+            check_shapes(self, kernel, call, inputs)
         accumulation = self.accumulations.get(id(call))
         if accumulation is not None and not kernel.empty:
             outputs = [self.accumulate(kernel, accumulation, inputs[accumulation.index], env)]
@@ -491,84 +491,6 @@ class FunctionCompiler:
         out.add_incoming(total, before)
         out.add_incoming(new, fresh_end)
         return out
-
-    def check_shapes(self, kernel: Kernel, call: Call, inputs: list[ir.Value]) -> None:
-        """Stops the run unless the inputs have the shapes `kernel` was compiled for (a
-        value typed with relay.Any dimensions could otherwise reach it at another size)."""
-        b = self.b
-        for i, (tensor, t) in enumerate(zip(inputs, kernel.input_types)):
-            wrong = ir.Constant(ir.IntType(1), 0)
-            for d, want in zip(self.dims(tensor, len(t.shape)), t.shape):
-                wrong = b.or_(wrong, b.icmp_signed("!=", d, I64(want)))
-            with b.if_then(wrong, likely=False):
-                self.fail(Error.WRONG_SHAPE, len(self.low.wrong_shapes) << 8 | min(i, 0xFF))
-        self.low.wrong_shapes.append((kernel, call.span))
-
-    def dynamic_kernel_call(self, fn: Function, call: Call, inputs: list[ir.Value]
-                            ) -> ir.Value:
-        """A call of primitive function `fn` whose shapes are known only at run time: the
-        kernel for the inputs' dimensions is looked for in the site's ways, else asked of
-        Python (which compiles it on first use); its record says the outputs' dimensions
-        and the kernel's buffer table."""
-        b, low = self.b, self.low
-        site = KernelSite(fn, leaf_types([a.checked_type for a in call.args]),
-                     leaf_types([call.checked_type]))
-        index = len(low.sites)
-        low.sites.append(site)
-        dims = [d for tensor, t in zip(inputs, site.inputs)
-                for d in self.dims(tensor, len(t.shape))]
-        keys = self.allocas.alloca(ir.ArrayType(I64, max(len(dims), 1)))
-        for k, d in enumerate(dims):
-            b.store(d, b.gep(keys, [I64(0), I64(k)]))
-        ways = b.inttoptr(b.load(b.gep(self.words, [I64(Word.WAYS)])), I64.as_pointer())
-        found = self.new_block("kernel_found")
-        incoming = []
-        for way in range(WAYS):
-            record = b.load(b.gep(ways, [I64(index * WAYS + way)]))
-            compare, following = self.new_block("kernel_way"), self.new_block("kernel_next")
-            b.cbranch(b.icmp_unsigned("!=", record, I64(0)), compare, following)
-            b.position_at_end(compare)
-            same, pointer = ir.Constant(ir.IntType(1), 1), b.inttoptr(record, PTR)
-            for k, d in enumerate(dims):
-                same = b.and_(same, b.icmp_signed("==", self.word(pointer, KernelSite.KEY + k), d))
-            incoming.append((record, b.block))
-            b.cbranch(same, found, following)
-            b.position_at_end(following)
-        resolve = b.inttoptr(I64(low.resolve), ir.FunctionType(I64, [I64, PTR]).as_pointer())
-        asked = b.call(resolve, [I64(index), b.bitcast(keys, PTR)])
-        with b.if_then(b.icmp_unsigned("==", asked, I64(0)), likely=False):
-            self.fail(Error.NO_KERNEL, index)
-        incoming.append((asked, b.block))
-        b.branch(found)
-        b.position_at_end(found)
-        chosen = b.phi(I64)
-        for v, block in incoming:
-            chosen.add_incoming(v, block)
-        record = b.inttoptr(chosen, PTR)
-        outputs, at = [], site.out_dims_at
-        for i, t in enumerate(site.outputs):
-            rank = len(t.shape)
-            out_dims = [self.word(record, at + r) for r in range(rank)]
-            at += rank
-            outputs.append(self.new_tensor(out_dims, self.word(record, site.out_bytes_at + i)))
-        # the table: the record's template (constants; scratch offsets, made addresses)
-        mark = self.mark()  # the table and the scratch buffers are dead after the call
-        size = self.word(record, KernelSite.TABLE)
-        table = self.allocate(b.mul(size, I64(8)))
-        scratch = b.ptrtoint(self.allocate(self.word(record, KernelSite.SCRATCH_BYTES), ALIGN), I64)
-        first_scratch = b.sub(size, self.word(record, KernelSite.SCRATCHES))
-        with self.counting(size) as i:
-            entry = self.word(record, b.add(i, I64(site.template_at)))
-            offset = b.select(b.icmp_signed(">=", i, first_scratch), scratch, I64(0))
-            b.store(b.add(entry, offset), b.gep(b.bitcast(table, I64.as_pointer()), [i]))
-        for i, p in enumerate([*map(self.data, inputs), *map(self.data, outputs)]):
-            self.set_field(table, i, p)
-        code = self.word(record, KernelSite.ENTRY)
-        with b.if_then(b.icmp_unsigned("!=", code, I64(0))):
-            b.call(b.inttoptr(code, ir.FunctionType(ir.VoidType(), [PTR]).as_pointer()),
-                   [table])
-        b.call(low.reset, [self.st, *mark])
-        return self.rebuild(call.checked_type, iter(outputs))
 
     @contextmanager
     def counting(self, count: ir.Value) -> Iterator[ir.Value]:

@@ -8,14 +8,19 @@ of a site in its "ways" and asks Python only on a miss.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+from llvmlite import ir
 
-from relaydsl.backend.llvm.kernel import address, compile_primitive
+from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitive
+from relaydsl.backend.llvm.native.abi import I64, PTR, Error, Word
 from relaydsl.backend.llvm.specialize import specialize
-from relaydsl.ir.expr import Function
+from relaydsl.ir.expr import Call, Function
 from relaydsl.ir.types import TensorType, TupleType, Type
+
+if TYPE_CHECKING:
+    from relaydsl.backend.llvm.native.functions import FunctionCompiler
 
 ALIGN = 64  # bytes: tensors' data, kernels' scratch
 WAYS = 4  # the kernels a call site of run-time shapes finds without asking Python
@@ -86,3 +91,85 @@ class KernelSite:
                          *[nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
         self._kept.append((record, kernel, constants))  # ways may point at it for good
         return record
+
+
+# ---- native code calling a site ---------------------------------------------------------------
+
+def check_shapes(fc: FunctionCompiler, kernel: Kernel, call: Call, inputs: list[ir.Value]
+                 ) -> None:
+    """Stops the run unless the inputs have the shapes `kernel` was compiled for (a
+    value typed with relay.Any dimensions could otherwise reach it at another size)."""
+    b = fc.b
+    for i, (tensor, t) in enumerate(zip(inputs, kernel.input_types)):
+        wrong = ir.Constant(ir.IntType(1), 0)
+        for d, want in zip(fc.dims(tensor, len(t.shape)), t.shape):
+            wrong = b.or_(wrong, b.icmp_signed("!=", d, I64(want)))
+        with b.if_then(wrong, likely=False):
+            fc.fail(Error.WRONG_SHAPE, len(fc.low.wrong_shapes) << 8 | min(i, 0xFF))
+    fc.low.wrong_shapes.append((kernel, call.span))
+
+def site_call(fc: FunctionCompiler, fn: Function, call: Call, inputs: list[ir.Value]
+              ) -> ir.Value:
+    """A call of primitive function `fn` whose shapes are known only at run time: the
+    kernel for the inputs' dimensions is looked for in the site's ways, else asked of
+    Python (which compiles it on first use); its record says the outputs' dimensions
+    and the kernel's buffer table."""
+    b, low = fc.b, fc.low
+    site = KernelSite(fn, leaf_types([a.checked_type for a in call.args]),
+                 leaf_types([call.checked_type]))
+    index = len(low.sites)
+    low.sites.append(site)
+    dims = [d for tensor, t in zip(inputs, site.inputs)
+            for d in fc.dims(tensor, len(t.shape))]
+    keys = fc.allocas.alloca(ir.ArrayType(I64, max(len(dims), 1)))
+    for k, d in enumerate(dims):
+        b.store(d, b.gep(keys, [I64(0), I64(k)]))
+    ways = b.inttoptr(b.load(b.gep(fc.words, [I64(Word.WAYS)])), I64.as_pointer())
+    found = fc.new_block("kernel_found")
+    incoming = []
+    for way in range(WAYS):
+        record = b.load(b.gep(ways, [I64(index * WAYS + way)]))
+        compare, following = fc.new_block("kernel_way"), fc.new_block("kernel_next")
+        b.cbranch(b.icmp_unsigned("!=", record, I64(0)), compare, following)
+        b.position_at_end(compare)
+        same, pointer = ir.Constant(ir.IntType(1), 1), b.inttoptr(record, PTR)
+        for k, d in enumerate(dims):
+            same = b.and_(same, b.icmp_signed("==", fc.word(pointer, KernelSite.KEY + k), d))
+        incoming.append((record, b.block))
+        b.cbranch(same, found, following)
+        b.position_at_end(following)
+    resolve = b.inttoptr(I64(low.resolve), ir.FunctionType(I64, [I64, PTR]).as_pointer())
+    asked = b.call(resolve, [I64(index), b.bitcast(keys, PTR)])
+    with b.if_then(b.icmp_unsigned("==", asked, I64(0)), likely=False):
+        fc.fail(Error.NO_KERNEL, index)
+    incoming.append((asked, b.block))
+    b.branch(found)
+    b.position_at_end(found)
+    chosen = b.phi(I64)
+    for v, block in incoming:
+        chosen.add_incoming(v, block)
+    record = b.inttoptr(chosen, PTR)
+    outputs, at = [], site.out_dims_at
+    for i, t in enumerate(site.outputs):
+        rank = len(t.shape)
+        out_dims = [fc.word(record, at + r) for r in range(rank)]
+        at += rank
+        outputs.append(fc.new_tensor(out_dims, fc.word(record, site.out_bytes_at + i)))
+    # the table: the record's template (constants; scratch offsets, made addresses)
+    mark = fc.mark()  # the table and the scratch buffers are dead after the call
+    size = fc.word(record, KernelSite.TABLE)
+    table = fc.allocate(b.mul(size, I64(8)))
+    scratch = b.ptrtoint(fc.allocate(fc.word(record, KernelSite.SCRATCH_BYTES), ALIGN), I64)
+    first_scratch = b.sub(size, fc.word(record, KernelSite.SCRATCHES))
+    with fc.counting(size) as i:
+        entry = fc.word(record, b.add(i, I64(site.template_at)))
+        offset = b.select(b.icmp_signed(">=", i, first_scratch), scratch, I64(0))
+        b.store(b.add(entry, offset), b.gep(b.bitcast(table, I64.as_pointer()), [i]))
+    for i, p in enumerate([*map(fc.data, inputs), *map(fc.data, outputs)]):
+        fc.set_field(table, i, p)
+    code = fc.word(record, KernelSite.ENTRY)
+    with b.if_then(b.icmp_unsigned("!=", code, I64(0))):
+        b.call(b.inttoptr(code, ir.FunctionType(ir.VoidType(), [PTR]).as_pointer()),
+               [table])
+    b.call(low.reset, [fc.st, *mark])
+    return fc.rebuild(call.checked_type, iter(outputs))
