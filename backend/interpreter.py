@@ -652,12 +652,6 @@ def _where(node: Expr | None) -> str:
     return f" at {span}" if span is not None else ""
 
 
-__all__ = [
-    "Closure", "ConstructorValue", "Interpreter", "InterpreterError", "RefValue", "Value",
-    "evaluate", "format_value", "list_items", "list_value", "to_value",
-]
-
-
 def _has_any_dim(t: Type) -> bool:
     if isinstance(t, TensorType):
         return any(isinstance(d, AnyDim) for d in t.shape)
@@ -681,3 +675,8 @@ def _check_relation(op: Op, args: list[Value], call: Call) -> None:
     infer_type(Function(params, Call(op, tuple(params), call.attrs, call.type_args,
                                      span=call.span)))
 
+
+__all__ = [
+    "Closure", "ConstructorValue", "Interpreter", "InterpreterError", "RefValue", "Value",
+    "evaluate", "format_value", "list_items", "list_value", "to_value",
+]

@@ -227,7 +227,7 @@ def grad(*args: AnyValue, argnums: int | tuple[int, ...] | None = None) -> AnyVa
 
     if len(args) == 1 and isinstance(args[0], RelayFunction):
         return GradFunction(args[0], argnums)
-    if len(args) == 1 and _plain_function(args[0]):
+    if len(args) == 1 and inspect.isfunction(args[0]):
         from relaydsl.frontend.decorators import relay_decorator
         return GradFunction(relay_decorator(args[0]), argnums)
     if argnums is not None:
@@ -249,10 +249,6 @@ def value_and_grad(fn: AnyValue, argnums: int | tuple[int, ...] = 0) -> GradFunc
     as ``jax.value_and_grad``'s (an index, or a tuple of them for a tuple of gradients).
     For use from Python; inside decorated code write ``relay.grad(f)``."""
     return grad(fn, argnums=argnums)
-
-
-def _plain_function(value: AnyValue) -> bool:
-    return inspect.isfunction(value)
 
 
 __all__ = ["GradFunction", "ModelGrad", "grad", "value_and_grad"]

@@ -97,15 +97,17 @@ class FunctionCompiler:
             env[self.self_var] = self.closure
         self.accumulations = accumulations(fn.body)
         # a self call in tail position comes back to the header with new arguments
+        loops = self.loops(fn.body)
         self.loop_memory: LoopMemory | None = None
-        if self.loops(fn.body) and all(p.has_type and immutable_data(p.checked_type, self.low.mod)
-                                       for p in fn.params):
+        if loops and all(p.has_type and immutable_data(p.checked_type, self.low.mod)
+                         for p in fn.params):
             roots = written_cells(fn, [v for v, static in self.captures if static is None])
             self.loop_memory = LoopMemory(self, [(env[v], v.checked_type.value) for v in roots])
         # the entry's result leaves written where Python says (results.py)
         self.destinations: Destinations = {}
-        if self.self_global is not None and self.self_global == self.low.entry and \
-                not self.low.boxed and not self.loops(fn.body) and flat(fn.body.checked_type):
+        straight = not loops and not self.low.boxed  # static shapes, no turn to overwrite
+        if straight and self.self_global is not None and self.self_global == self.low.entry \
+                and flat(fn.body.checked_type):
             self.destinations = destinations(fn)
         if self.destinations:
             self.low.results_in_place = True
@@ -113,7 +115,7 @@ class FunctionCompiler:
             self.results = b.load(results_p)
             b.store(I64(0), results_p)  # not for the calls the entry makes of itself
         # the spine's temporaries placed in one frame (frames.py)
-        self.frame = frame(fn) if not self.low.boxed and not self.loops(fn.body) else None
+        self.frame = frame(fn) if straight else None
         if self.frame is not None and self.frame.offsets:
             self.frame_base = self.allocate(self.frame.size, ALIGN)
         self.header = f.append_basic_block("header")

@@ -6,6 +6,7 @@ closures a call returns (``i64 run(state, slots)``).
 from __future__ import annotations
 
 import itertools
+from functools import cached_property
 from typing import Any as AnyValue
 
 import numpy as np
@@ -67,11 +68,15 @@ class Lowering:
         self.memcpy = self.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
         self.alloc = self._alloc_function()
         self.reset = self._reset_function()
-        self.young = young_function(self.module)
         # (), what a ref_write returns: no allocation
         self.unit = self.constant_object("relaydsl_unit", [ir.Constant(PTR, None)])
         self.frame_address = ir.Function(self.module, ir.FunctionType(PTR, [I32]),
                                          "llvm.frameaddress.p0")
+
+    @cached_property
+    def young(self) -> ir.Function:
+        """``young(state, address, mark...)`` (loops.py), emitted for programs that loop."""
+        return young_function(self.module)
 
     def lower_entry(self, entry: GlobalVar, boundary: list[Type]) -> str:
         self.entry = entry
