@@ -24,6 +24,7 @@ declare i32 @pthread_cond_init(ptr, ptr)
 declare i32 @pthread_cond_wait(ptr, ptr)
 declare i32 @pthread_cond_broadcast(ptr)
 declare i32 @sigaction(i32, ptr, ptr)
+declare i32 @clock_gettime(i32, ptr)
 
 ; The CPU's spin-wait hint (x86's pause), defined for the host by runtime.py.
 declare void @relaydsl_spin_hint()
@@ -64,6 +65,19 @@ out:
   ret void
 }
 
+; Nanoseconds on the monotonic clock (Linux's CLOCK_MONOTONIC is 1; a vDSO call, ~20 ns).
+define internal i64 @now_ns() {
+  %ts = alloca { i64, i64 }, align 8
+  %r = call i32 @clock_gettime(i32 1, ptr %ts)
+  %sp = getelementptr { i64, i64 }, ptr %ts, i32 0, i32 0
+  %np = getelementptr { i64, i64 }, ptr %ts, i32 0, i32 1
+  %s = load i64, ptr %sp
+  %n = load i64, ptr %np
+  %sn = mul i64 %s, 1000000000
+  %t = add i64 %sn, %n
+  ret i64 %t
+}
+
 define internal ptr @worker(ptr %arg) {
 entry:
   %w0 = load atomic i64, ptr @job acquire, align 8
@@ -72,6 +86,7 @@ entry:
 wait:                                        ; spin until the generation moves on
   %gen = phi i64 [%g0, %entry], [%gen, %spin], [%gen, %asleep], [%g.new, %worked]
   %i = phi i64 [0, %entry], [%i.next, %spin], [0, %asleep], [0, %worked]
+  %until = phi i64 [0, %entry], [%until.next, %spin], [0, %asleep], [0, %worked]
   %w = load atomic i64, ptr @job acquire, align 8
   %g = lshr i64 %w, 32
   %new = icmp ne i64 %g, %gen
@@ -82,10 +97,23 @@ work:
 worked:
   %g.new = phi i64 [%g, %work]
   br label %wait
-idle:
-  %more = icmp ult i64 %i, 2000         ; spins (~60 cycles each) before sleeping
-  br i1 %more, label %spin, label %sleep
+idle:                                        ; spin for SPIN_NS, reading the clock every 64
+  %first = icmp eq i64 %i, 0
+  br i1 %first, label %arm, label %tick
+arm:
+  %t0 = call i64 @now_ns()
+  %until0 = add i64 %t0, 200000              ; SPIN_NS: 200 us (see runtime.py)
+  br label %spin
+tick:
+  %low = and i64 %i, 63
+  %look = icmp eq i64 %low, 0
+  br i1 %look, label %clock, label %spin
+clock:
+  %t = call i64 @now_ns()
+  %over = icmp sgt i64 %t, %until
+  br i1 %over, label %sleep, label %spin
 spin:
+  %until.next = phi i64 [%until0, %arm], [%until, %tick], [%until, %clock]
   call void @relaydsl_spin_hint()
   %i.next = add i64 %i, 1
   br label %wait

@@ -98,6 +98,8 @@ class FunctionCompiler:
         self.accumulations = accumulations(fn.body)
         # a self call in tail position comes back to the header with new arguments
         loops = self.loops(fn.body)
+        if loops:
+            self.low.finite = False
         self.loop_memory: LoopMemory | None = None
         if loops and all(p.has_type and immutable_data(p.checked_type, self.low.mod)
                          for p in fn.params):
@@ -395,6 +397,7 @@ class FunctionCompiler:
             return self.record([self.value(a, env) for a in call.args], tag=op.tag)
         if isinstance(op, Op):
             return self.kernel_call(self.low.op_kernels[id(call)], call, env)
+        self.low.finite = False  # a function's call: it may recurse
         if isinstance(op, GlobalVar):
             args = [self.value(a, env) for a in call.args]
             result = b.call(self.low.global_function(op),

@@ -58,6 +58,9 @@ class Lowering:
         self.entry: GlobalVar | None = None
         # whether the entry writes result leaves into arrays Python makes (results.py)
         self.results_in_place = False
+        # whether every run ends by itself: no loop, no call of a function (one that could
+        # recurse); such a program need not be stoppable by Ctrl-C (program.py)
+        self.finite = True
         self.kernel_calls = 0
         self.globals: dict[GlobalVar, ir.Function] = {}
         self.closures: dict[GlobalVar, ir.Value] = {}

@@ -137,6 +137,7 @@ class NativeProgram:
         arities = sorted(_closure_arities(self.ret_type, set()))
         closure_names = {n: lowering.closure_wrapper(n) for n in arities}
         self.boxed = lowering.boxed
+        self._finite = lowering.finite
         self._codec = Codec(mod, self.boxed)
         # the result's tensors, made by Python for the entry to write (results.py)
         self._result_leaves = [self._codec.tensor_type(t) for t in leaf_types([self.ret_type])
@@ -213,7 +214,7 @@ class NativeProgram:
             addresses = np.array([address(a) for a in arrays], np.int64)
             keep.append(addresses)
             state[Word.RESULTS] = address(addresses)
-        if _sigint_reaches_python():
+        if not self._finite and _sigint_reaches_python():
             status = self._run_interruptible(function, local.state_at, address(slots))
         else:
             status = self._runners[function](local.state_at, address(slots))

@@ -29,12 +29,17 @@ class TensorLayout:
     def __init__(self, t: TensorType):
         self.shape = tuple(d if isinstance(d, int) else None for d in t.shape)
         self.dtype = np.dtype(str(t.dtype))
-        self.count = int(np.prod(self.shape, dtype=np.int64)) if None not in self.shape else 0
+        self.static = None not in self.shape
+        self.count = int(np.prod(self.shape, dtype=np.int64)) if self.static else 0
         self.nbytes = self.count * self.dtype.itemsize
         self.text = str(t)
 
     def fits(self, a: np.ndarray) -> bool:
-        return a.dtype == self.dtype and len(a.shape) == len(self.shape) and \
+        if a.dtype != self.dtype:
+            return False
+        if self.static:
+            return a.shape == self.shape
+        return len(a.shape) == len(self.shape) and \
             all(d is None or d == n for d, n in zip(self.shape, a.shape))
 
 
@@ -50,14 +55,15 @@ class Codec:
     def __init__(self, mod: IRModule, boxed: bool):
         self.mod, self.boxed = mod, boxed
         self._fields: dict[tuple[int, TypeCall], list[Type]] = {}
-        self._tensors: dict[Type, TensorLayout] = {}
+        self._tensors: dict[int, tuple[TensorType, TensorLayout]] = {}
         self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def tensor_type(self, t: TensorType) -> TensorLayout:
-        found = self._tensors.get(t)
-        if found is None:
-            found = self._tensors[t] = TensorLayout(t)
-        return found
+        # by identity (the program holds its types): hashing a type costs ~1 us a call
+        found = self._tensors.get(id(t))
+        if found is None or found[0] is not t:
+            found = self._tensors[id(t)] = (t, TensorLayout(t))
+        return found[1]
 
     def fields(self, c: Constructor, t: TypeCall) -> list[Type]:
         """The field types of constructor `c` in instance `t` (memoised)."""

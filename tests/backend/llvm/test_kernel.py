@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from relaydsl.backend.llvm import jit, kernel as K
-from relaydsl.backend.llvm.kernel import compile_primitive, compile_primitives
+from relaydsl.backend.llvm.kernel import address, compile_primitive, compile_primitives
 from relaydsl.ir import Tuple
 from relaydsl.ir.expr import const
 from tests.backend.llvm.helpers import call, primitive, randn
@@ -209,3 +209,17 @@ def test_a_cache_entry_that_does_not_load_is_recompiled(tmp_path, monkeypatch):
     assert lib.function("test_triple", ctypes.c_int64, [ctypes.c_int64])(14) == 42
     assert jit.stats["compiled"] == before + 1
     assert b"test_triple\0" in jit._read_cached(jit.object_path(key))  # the entry replaced
+
+
+def test_address_is_the_first_elements_for_every_kind_of_array():
+    """``address`` reads NumPy's data field directly (the fast way, found on this CPython and
+    NumPy): it must agree with the array interface for views, offsets, empty, 0-d and
+    read-only arrays."""
+    assert K._DATA_OFFSET is not None
+    base = np.arange(64, dtype=np.float64).reshape(8, 8)
+    readonly = np.ones(3, np.float32)
+    readonly.flags.writeable = False
+    arrays = [base, base[2:], base[:, 3], base[1:, 1:], base.T, np.empty(0, np.int8),
+              np.array(3.0), readonly, np.frombuffer(b"abcdefgh", np.uint8)[1:]]
+    for a in arrays:
+        assert address(a) == a.__array_interface__["data"][0]
