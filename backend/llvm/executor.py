@@ -1,22 +1,21 @@
-"""Running whole programs on compiled kernels: a plan, native code, or the dispatcher.
+"""Running whole programs on compiled kernels: native code, or the dispatcher.
 
 ``compile_program(mod, entry, opt_level)`` prepares the module (the llvm pipeline of
 relaydsl/transform/pipeline.py: grad lowering, inlining, the first-order gradient where it
 applies, constant folding, fusion into primitive functions, A-normal form; see ``prepare``)
 and picks how to run the entry function:
 
-* a ``Plan`` (plan.py) for a first-order program with static shapes: a chain of calls
-  of primitive functions, tuples and projections, with ``if`` and loops (local
-  tail-recursive functions, which is what ``for`` and ``while`` become). Its kernels
-  are compiled together, its intermediates share one arena by liveness, and a call is
-  one call into compiled code.
-* ``NativeProgram`` (native/) for the rest of the language: closures, general and
-  mutual recursion, data types and ``match``, references, the higher-order gradient's
-  backpropagators, shapes known only at run time (a ``relay.Any`` dimension that type
-  checking needs: kernels made per shape on first use). Each Relay function is an LLVM
-  function calling the kernels directly; a call is again one call into compiled code.
-* a program whose tensor parameters have symbolic dimensions (``("n", 784)``) gets one of
-  the two per call signature: the entry re-typed with the call's shapes and compiled (and
+* ``NativeProgram`` (native/) for the language: each Relay function an LLVM function
+  calling the kernels directly, so a call is one call into compiled code. A static
+  first-order program (an MLP, LeNet, the first-order adjoint of one) places its
+  intermediates in one frame by liveness and writes its results into the arrays Python
+  returns; loops (``for`` and ``while``: local tail-recursive functions) are jumps that
+  release what a turn no longer needs; closures, general and mutual recursion, data types
+  and ``match``, references, the higher-order gradient's backpropagators and shapes known
+  only at run time (a ``relay.Any`` dimension: kernels made per shape on first use) all run
+  there.
+* a program whose tensor parameters have symbolic dimensions (``("n", 784)``) gets native
+  code per call signature: the entry re-typed with the call's shapes and compiled (and
   native code of the entry as typed for values that fix no size, such as an empty list).
 * the dispatcher for what remains (functions passed in from Python, references passed
   to or returned to it): the reference interpreter, whose
@@ -25,15 +24,14 @@ and picks how to run the entry function:
 
 Arguments are checked against the entry's type by the frontend before any kernel
 runs; the executors then hand each kernel only C-contiguous, aligned arrays of
-exactly the shapes and dtypes it was compiled for (a plan binds and checks its
-kernels once; native code checks the tensors inside data values as it encodes them; the
-dispatcher keys its kernels by the arguments' shapes), so no input can make compiled code
-touch memory out of bounds.
+exactly the shapes and dtypes it was compiled for (native code checks the tensors inside
+data values as it encodes them; the dispatcher keys its kernels by the arguments' shapes),
+so no input can make compiled code touch memory out of bounds.
 
-The path chosen is logged (INFO, logger ``relaydsl.backend.llvm.executor``): "a plan",
-"native code", "a plan per call signature" / "native code per call signature" (and what
-each signature gets as it is made), or "the dispatcher" with the reason native code does
-not apply (native's ``Unsupported``). ``Program.path`` names it for tests and tools.
+The path chosen is logged (INFO, logger ``relaydsl.backend.llvm.executor``): "native
+code", "native code per call signature" (and what each signature gets as it is made), or
+"the dispatcher" with the reason native code does not apply (native's ``Unsupported``).
+``Program.path`` names it for tests and tools.
 """
 from __future__ import annotations
 
@@ -47,8 +45,8 @@ import numpy as np
 from relaydsl.backend.interpreter import Closure, ConstructorValue, Interpreter, Value, evaluate
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
 from relaydsl.backend.llvm.native import NativeProgram, Unsupported
-from relaydsl.backend.llvm.plan import Plan, contiguous, static_type
-from relaydsl.backend.llvm.specialize import specialize, specialize_entry
+from relaydsl.backend.llvm.native.values import contiguous
+from relaydsl.backend.llvm.specialize import specialize, specialize_entry, static_type
 from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
@@ -79,10 +77,10 @@ def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Progra
 class Program:
     """A compiled entry point: ``program(*values)``; values checked against its type.
 
-    An entry a plan applies to runs as one (plan.py), else as native code (native/). An
-    entry with symbolic dimensions (``Tensor[Float, ("n", 784)]``) gets either per call
-    signature: on a call with new shapes the entry is re-typed with those shapes and
-    compiled. The few programs native code does not run go to the dispatcher.
+    The entry runs as native code (native/). An entry with symbolic dimensions
+    (``Tensor[Float, ("n", 784)]``) gets native code per call signature: on a call with new
+    shapes the entry is re-typed with those shapes and compiled. The few programs native
+    code does not run go to the dispatcher.
     """
 
     def __init__(self, source: IRModule, entry: str, opt_level: int):
@@ -91,24 +89,17 @@ class Program:
         self.context = replace(PassContext.current(), opt_level=opt_level)
         self.mod = prepare(source, self.context)
         fn = self.mod[entry]
-        self.plan: Plan | None = None
-        if all(static_type(p.checked_type) for p in fn.params):
-            self.plan = Plan.build(fn, opt_level)
-        # symbolic dimensions: a plan, else native code, per call signature (shapes)
-        self._per_signature = self.plan is None and \
-            any(symbolic_type(p.checked_type) for p in fn.params)
-        self._plan_applies = self._per_signature and Plan.applies(fn, static=False)
-        self._compiled: dict[tuple, Plan | NativeProgram | None] = {}
-        self.native: NativeProgram | None = None
+        # symbolic dimensions: native code per call signature (shapes)
+        self._per_signature = any(symbolic_type(p.checked_type) for p in fn.params)
+        self._compiled: dict[tuple, NativeProgram | None] = {}
         self._native_unsupported = ""
-        if self.plan is None and not self._per_signature:
-            self.native = self._native(self.mod)
+        self.native = None if self._per_signature else self._native(self.mod)
         # the dispatcher: kernels by primitive function (held, so never confused with a
         # later one) and argument shapes
         self._kernels: dict[tuple, Kernel] = {}
         self._interpreter = Interpreter(self.mod, call_primitive=self._run_kernel)
         if _log.isEnabledFor(logging.INFO):
-            self._log_path(fn)
+            self._log_path()
 
     def _native(self, mod: IRModule) -> NativeProgram | None:
         try:
@@ -117,13 +108,8 @@ class Program:
             self._native_unsupported = str(e)
             return None
 
-    def _log_path(self, fn: Function) -> None:
-        if self.plan is not None:
-            _log.info("@%s runs as a plan: %s", self.entry, self.plan.describe())
-        elif self._plan_applies:
-            _log.info("@%s runs as a plan per call signature (its shapes are symbolic)",
-                      self.entry)
-        elif self._per_signature:
+    def _log_path(self) -> None:
+        if self._per_signature:
             _log.info("@%s runs as native code per call signature (its shapes are symbolic)",
                       self.entry)
         elif self.native is not None:
@@ -131,33 +117,25 @@ class Program:
         else:
             _log.info("@%s runs on the dispatcher (the interpreter, each primitive function "
                       "a compiled kernel); native code does not apply: %s", self.entry,
-                      self._native_unsupported or "parameters of symbolic shape")
+                      self._native_unsupported)
 
     @property
     def path(self) -> str:
-        """How calls run: "plan", "native", "per signature" (a plan or native code for each
-        call's shapes) or "dispatcher"."""
-        if self.plan is not None:
-            return "plan"
+        """How calls run: "native", "per signature" (native code for each call's shapes) or
+        "dispatcher"."""
         if self._per_signature:
             return "per signature"
         return "native" if self.native is not None else "dispatcher"
 
-    @property
-    def uses_plan(self) -> bool:
-        """Whether calls run as a plan (one per call signature, for symbolic shapes) rather
-        than on the dispatcher."""
-        return self.plan is not None or self._plan_applies
-
     def __call__(self, *values: Value) -> Value:
-        compiled = self.plan or self.native or \
+        compiled = self.native or \
             (self._compiled_for(values) if self._per_signature else None)
         if compiled is not None:
             return compiled(*values)
         return evaluate(self.mod, *values, entry=self.entry, interpreter=self._interpreter)
 
-    def _compiled_for(self, values: Sequence[Value]) -> Plan | NativeProgram | None:
-        """The plan, else the native code, of the entry typed with the values' shapes."""
+    def _compiled_for(self, values: Sequence[Value]) -> NativeProgram | None:
+        """The native code of the entry typed with the values' shapes."""
         params = self.mod[self.entry].params
         if all(isinstance(v, np.ndarray) for v in values):
             key: tuple = tuple((v.shape, v.dtype.str) for v in values)
@@ -170,13 +148,11 @@ class Program:
             key = tuple(types)
         if key not in self._compiled:
             mod = prepare(specialize_entry(self.source, self.entry, types), self.context)
-            compiled = self._compiled[key] = \
-                Plan.build(mod[self.entry], self.opt_level) or self._native(mod)
+            compiled = self._compiled[key] = self._native(mod)
             if _log.isEnabledFor(logging.INFO):
                 shapes = ", ".join(f"{t.dtype}{list(t.shape)}" if isinstance(t, TensorType)
                                    else type_to_str(t) for t in types)
-                how = f"a plan: {compiled.describe()}" if isinstance(compiled, Plan) else \
-                    f"native code: {compiled.describe()}" if compiled else "the dispatcher"
+                how = f"native code: {compiled.describe()}" if compiled else "the dispatcher"
                 _log.info("@%s for (%s): %s", self.entry, shapes, how)
         return self._compiled[key]
 

@@ -14,7 +14,7 @@ Caches: four layers, each for a reason.
 
 1. ``_BY_HASH``, in memory: ``structural_hash`` -> (function, kernel), confirmed by
    ``structural_equal``. The cheap lookup: a function seen before in the process (the
-   same object, or an equal one: a plan per call signature, the dispatcher) costs a hash,
+   same object, or an equal one: native code per call signature, the dispatcher) costs a hash,
    not a digest.
 2. ``_BY_DIGEST``, in memory: the stable digest (``lower.stable_digest``, which is not
    salted per process as ``structural_hash`` is) -> kernel. Needed for correctness: the
@@ -30,7 +30,7 @@ Caches: four layers, each for a reason.
 What each call found in which cache, and what it compiled, is logged (INFO, logger
 ``relaydsl.backend.llvm.kernel``; jit.py logs each LLVM module compiled or loaded from disk).
 
-The executors only keep what they built (a plan per call signature, the dispatcher's
+The executors only keep what they built (native code per call signature, the dispatcher's
 kernels per primitive function and shapes) in front of these.
 
 A ``Kernel`` checks its arguments before any compiled code runs: exact dtype,
@@ -152,24 +152,13 @@ def address(a: np.ndarray) -> int:
 
 
 class Bound:
-    """A kernel bound to its arrays (inputs, outputs, constants, scratch): ``bound()`` runs it.
-
-    ``table_address`` is the address of its buffer table, so that a plan can run bound
-    kernels natively (``relaydsl_run_program``) with no call through Python.
-    ``retarget(position, array)`` points input or output `position` (inputs first) at
-    another array without re-checking: plans use it to run on each call's
-    arguments. The caller guarantees the array has the type the kernel was checked with.
-    """
+    """A kernel bound to its arrays (inputs, outputs, constants, scratch): ``bound()`` runs it
+    on their current contents, with no checks (they were made once, at ``Kernel.bind``)."""
 
     def __init__(self, kernel: Kernel, arrays: list[np.ndarray]):
         self.kernel = kernel
         self._arrays = arrays  # keeps the memory alive while bound
         self._table = (ctypes.c_void_p * max(1, len(arrays)))(*[address(a) for a in arrays])
-        self.table_address = ctypes.addressof(self._table)
-
-    def retarget(self, position: int, array: np.ndarray) -> None:
-        self._arrays[position] = array
-        self._table[position] = address(array)
 
     def __call__(self) -> None:
         if not self.kernel.empty:

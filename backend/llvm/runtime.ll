@@ -1,5 +1,5 @@
 ; The native runtime (see runtime.py): a thread pool for the parallel stages of kernels,
-; and the interpreter of plans' instructions. Parsed and linked with the host's spin-wait
+; and the Ctrl-C wrapper of native programs' calls. Parsed and linked with the host's spin-wait
 ; hint by runtime.runtime_ir(); tests/backend/llvm/test_runtime.py parses and verifies it.
 ;
 ; pthread objects are opaque here: 128 bytes covers glibc's and musl's mutex and condition
@@ -234,120 +234,18 @@ finish:
   ret void
 }
 
-; Runs a plan (plan.py): i64 words at %code, over kernels {entry, table} at
-; %calls and buffer addresses at %buffers. Instructions:
-;   0 k          CALL   calls[k].entry(calls[k].table)
-;   1 b target   BRANCH to target if the bool (i8) in buffer b is 0
-;   2 target     JUMP   (unless the i32 at %stop, if not null, is set: then returns 1)
-;   3 d s n      COPY   n bytes from buffer s to buffer d (memmove)
-;   4            HALT   (returns 0)
-; Every loop's back edge is a JUMP, so a run stops within one iteration of %stop being set.
-define i32 @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers, ptr %stop) {
-entry:
-  %polled = icmp ne ptr %stop, null
-  %pc.slot = alloca i64
-  store i64 0, ptr %pc.slot
-  br label %dispatch
-dispatch:
-  %pc = load i64, ptr %pc.slot
-  %op.p = getelementptr inbounds i64, ptr %code, i64 %pc
-  %op = load i64, ptr %op.p
-  %a.i = add i64 %pc, 1
-  %a.p = getelementptr inbounds i64, ptr %code, i64 %a.i
-  %a = load i64, ptr %a.p
-  switch i64 %op, label %halt [ i64 0, label %call
-                                i64 1, label %branch
-                                i64 2, label %jump
-                                i64 3, label %copy ]
-call:
-  %fn.p = getelementptr inbounds [2 x ptr], ptr %calls, i64 %a
-  %fn = load ptr, ptr %fn.p
-  %tb.p = getelementptr inbounds [2 x ptr], ptr %calls, i64 %a, i64 1
-  %tb = load ptr, ptr %tb.p
-  call void %fn(ptr %tb)
-  %pc.call = add i64 %pc, 2
-  store i64 %pc.call, ptr %pc.slot
-  br label %dispatch
-branch:
-  %cond.pp = getelementptr inbounds ptr, ptr %buffers, i64 %a
-  %cond.p = load ptr, ptr %cond.pp
-  %cond = load i8, ptr %cond.p
-  %t.i = add i64 %pc, 2
-  %t.p = getelementptr inbounds i64, ptr %code, i64 %t.i
-  %target = load i64, ptr %t.p
-  %false = icmp eq i8 %cond, 0
-  %pc.next = add i64 %pc, 3
-  %pc.branch = select i1 %false, i64 %target, i64 %pc.next
-  store i64 %pc.branch, ptr %pc.slot
-  br label %dispatch
-jump:
-  br i1 %polled, label %poll, label %jump.go
-poll:
-  %flag = load atomic i32, ptr %stop monotonic, align 4
-  %stopped = icmp ne i32 %flag, 0
-  br i1 %stopped, label %leave, label %jump.go
-jump.go:
-  store i64 %a, ptr %pc.slot
-  br label %dispatch
-leave:
-  ret i32 1
-copy:
-  %dst.pp = getelementptr inbounds ptr, ptr %buffers, i64 %a
-  %dst = load ptr, ptr %dst.pp
-  %s.i = add i64 %pc, 2
-  %s.p = getelementptr inbounds i64, ptr %code, i64 %s.i
-  %s = load i64, ptr %s.p
-  %src.pp = getelementptr inbounds ptr, ptr %buffers, i64 %s
-  %src = load ptr, ptr %src.pp
-  %n.i = add i64 %pc, 3
-  %n.p = getelementptr inbounds i64, ptr %code, i64 %n.i
-  %n = load i64, ptr %n.p
-  call void @llvm.memmove.p0.p0.i64(ptr %dst, ptr %src, i64 %n, i1 false)
-  %pc.copy = add i64 %pc, 4
-  store i64 %pc.copy, ptr %pc.slot
-  br label %dispatch
-halt:
-  ret i32 0
-}
-
 ; A SIGINT handler: async-signal-safe, it only sets the flag an interruptible run polls.
 define internal void @on_interrupt(i32 %signal) {
   store atomic i32 1, ptr @interrupted monotonic, align 4
   ret void
 }
 
-; Runs a plan like @relaydsl_run_program with @on_interrupt as the SIGINT handler, then puts
-; the previous handler back (the whole sigaction, flags included). Returns 0 when no SIGINT
-; came, 1 when one came after the run had finished, 2 when one stopped the run. The
-; struct sigaction is opaque here but for its first field, the handler (glibc, musl and
-; Darwin): 256 zeroed bytes cover it, with an empty mask and no flags.
-define i32 @relaydsl_run_interruptible(ptr %code, ptr %calls, ptr %buffers) {
-entry:
-  %new = alloca [256 x i8], align 16
-  %old = alloca [256 x i8], align 16
-  call void @llvm.memset.p0.i64(ptr %new, i8 0, i64 256, i1 false)
-  store ptr @on_interrupt, ptr %new
-  store atomic i32 0, ptr @interrupted monotonic, align 4
-  %installed = call i32 @sigaction(i32 2, ptr %new, ptr %old)
-  %stopped = call i32 @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers,
-                                            ptr @interrupted)
-  %ok = icmp eq i32 %installed, 0
-  br i1 %ok, label %restore, label %done
-restore:
-  %r = call i32 @sigaction(i32 2, ptr %old, ptr null)
-  br label %done
-done:
-  %flag = load atomic i32, ptr @interrupted monotonic, align 4
-  %came = icmp ne i32 %flag, 0
-  %status = add i32 %stopped, 1
-  %result = select i1 %came, i32 %status, i32 0
-  ret i32 %result
-}
-
 ; Calls a native program's entry (native/program.py: ``i64 run(ptr state, ptr slots)``) with
-; @on_interrupt as the SIGINT handler, as @relaydsl_run_interruptible runs a plan: the
-; state's stop-flag word (index 7) points at @interrupted, which native code polls at each
-; call and loop turn. Returns the run's code, plus 256 when a SIGINT came.
+; @on_interrupt as the SIGINT handler, then puts the previous handler back (the whole
+; sigaction, flags included): the state's stop-flag word (index 7) points at @interrupted,
+; which native code polls at each call and loop turn. Returns the run's code, plus 256 when
+; a SIGINT came. The struct sigaction is opaque here but for its first field, the handler
+; (glibc, musl and Darwin): 256 zeroed bytes cover it, with an empty mask and no flags.
 define i64 @relaydsl_call_interruptible(ptr %fn, ptr %st, ptr %slots) {
 entry:
   %new = alloca [256 x i8], align 16
@@ -372,5 +270,4 @@ done:
   ret i64 %result
 }
 
-declare void @llvm.memmove.p0.p0.i64(ptr, ptr, i64, i1)
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)

@@ -1,27 +1,23 @@
-"""The native runtime: a thread pool and a plan interpreter, written in LLVM IR (runtime.ll).
+"""The native runtime: a thread pool and the Ctrl-C wrapper of native calls, in LLVM IR
+(runtime.ll).
 
-Compiled kernels run their parallel stages, and plans run their kernels, without
-returning to Python: a kernel's entry calls
+Compiled kernels run their parallel stages without returning to Python: a kernel's entry
+calls
 
     void @relaydsl_parallel_for(ptr %task, ptr %ctx, i64 %extent)
 
-which runs ``task(ctx, begin, end)`` over chunks covering ``[0, extent)`` on
-every core, and a plan (plan.py) is one call of
-
-    i32 @relaydsl_run_program(ptr %code, ptr %calls, ptr %buffers, ptr %stop)
-
-which interprets a few instructions (call a kernel, branch on a bool, jump, copy).
+which runs ``task(ctx, begin, end)`` over chunks covering ``[0, extent)`` on every core.
 
 Ctrl-C. While native code runs, Python's SIGINT handler cannot run (it runs between
-bytecodes of the main thread), so an endless loop in a plan could not be stopped. A plan
-with a loop, called from the main thread, runs through
+bytecodes of the main thread), so an endless loop in native code could not be stopped. A
+native program that loops or calls functions, called from the main thread, runs through
 
-    i32 @relaydsl_run_interruptible(ptr %code, ptr %calls, ptr %buffers)
+    i64 @relaydsl_call_interruptible(ptr %fn, ptr %state, ptr %slots)
 
-which installs a native SIGINT handler that sets a flag, runs the program polling the flag
-at every JUMP (each loop's back edge), and puts the previous handler back: a run stops
-within one iteration, and plan.py hands the signal to Python's handler. Calls without
-loops finish on their own and pay nothing.
+which installs a native SIGINT handler that sets a flag, runs the program (which polls the
+flag at every call and loop turn), and puts the previous handler back: a run stops within
+one turn, and native/program.py hands the signal to Python's handler. Calls of programs
+that end by themselves pay nothing.
 
 The IR (runtime.ll, linked with the host's spin-wait hint built with llvmlite.ir) is
 compiled once (and cached on disk like every kernel) when
@@ -103,7 +99,7 @@ def parallel_for(chunk: Callable[[int, int], None], extent: int, parallel: bool 
         raise errors[0]
 
 
-EXPORTS = ("relaydsl_parallel_for", "relaydsl_run_program", "relaydsl_run_interruptible",
+EXPORTS = ("relaydsl_parallel_for",
            "relaydsl_call_interruptible", "relaydsl_pool_start", "relaydsl_pool_threads",
            "relaydsl_pool_forget")
 

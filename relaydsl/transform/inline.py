@@ -12,7 +12,7 @@ disappears in one pass. A recursive function is never inlined (calls in its body
 - ``inline_globals(mod)`` inlines the calls of every such global, and a function literal
   applied on the spot, ``(fn (%x) {...})(a)`` (what a grad of a lambda becomes). The
   globals stay. A whole program then becomes one function, which lets the first-order
-  gradient, fusion and the static execution plan see through calls between decorated
+  gradient, fusion and native code see through calls between decorated
   functions (a loss calling its model, Figure 4).
 - ``inline(mod)``, TVM's Inline: only the globals marked ``Inline=1`` are substituted, at
   their calls and where they are mentioned as values (``if (%p) { @f } else { @g }``

@@ -18,7 +18,7 @@ What each opt_level adds:
   batch_norm and dropout as arithmetic (SimplifyInference), dead code elimination, constant
   folding;
 - 3: first-order gradients: a grad of straight-line code becomes a reference-free adjoint
-  program (which the llvm target runs as one static plan); per-channel scales folded into
+  program (whose intermediates the llvm target places by liveness); per-channel scales folded into
   conv2d/dense weights (FoldScaleAxis); common-subexpression elimination. Everything but
   the passes run on demand;
 - on demand (``PassContext(required_pass=[...])``), at no level: InlineAll, a whole network
@@ -29,8 +29,8 @@ What each opt_level adds:
   EtaExpand, Defunctionalization, LambdaLift and InlineOnce (dead-code elimination that also
   inlines a pure let used once). Our executors run closures as cheaply as globals -- the
   llvm target's dispatcher is the interpreter calling compiled kernels -- so these buy
-  neither backend speed; lifting would even cost the llvm plan its loops (local
-  tail-recursive functions, which a plan runs as jumps). They are for a code generator that
+  neither backend speed; lifting would even cost the llvm target its loops (local
+  tail-recursive functions, which native code runs as jumps). They are for a code generator that
   wants first-order globals (an accelerator's, a C backend's), as in TVM, where none of them
   is in the default pipeline either; and PartialEvaluate, as in TVM, where it runs only on
   request: it inlines every call it can and unrolls loops on static counts, which can grow

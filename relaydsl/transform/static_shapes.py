@@ -1,7 +1,7 @@
 """Shapes as static as the values make them: annotations with ``relay.Any`` dropped.
 
 An annotation ``x: Tensor[Float, (relay.Any, 3)] = f(...)`` hides a dimension that the
-value may well have statically. Compiled code wants static shapes (a plan, native code:
+value may well have statically. Compiled code wants static shapes (native code:
 backend/llvm), so before lowering, the llvm pipeline tries the program without such
 annotations: every let-bound variable, local function parameter and result type that
 mentions ``Any`` loses its annotation, and inference gives it its value's type (the

@@ -44,7 +44,7 @@ def messages(caplog, logger: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name.startswith(logger)]
 
 
-def test_a_build_logs_its_passes_its_kernels_and_the_plan_it_runs(relaydsl_log):
+def test_a_build_logs_its_passes_its_kernels_and_how_it_runs(relaydsl_log):
     layer = make_layer()
     np.testing.assert_allclose(layer(X), expected_layer(X), rtol=1e-6)
     passes = messages(relaydsl_log, "relaydsl.transform")
@@ -57,7 +57,8 @@ def test_a_build_logs_its_passes_its_kernels_and_the_plan_it_runs(relaydsl_log):
     kernels = messages(relaydsl_log, "relaydsl.backend.llvm.kernel")
     assert len(kernels) == 1 and kernels[0].startswith("1 kernel(s): ")  # one fused kernel
     (path,) = messages(relaydsl_log, "relaydsl.backend.llvm.executor")
-    assert path.startswith("@layer runs as a plan: 1 kernel call(s), no loops")
+    assert path == "@layer runs as native code: 1 kernel(s) at 1 call site(s), native code " \
+        "between them"
     relaydsl_log.clear()
     layer(X)  # a call of a built function logs nothing: calls are the hot path
     assert relaydsl_log.records == []
@@ -127,8 +128,8 @@ def test_each_execution_path_is_named(relaydsl_log):
     made = messages(relaydsl_log, "relaydsl.backend.llvm.native")
     assert any(m.startswith("native code: for (float32[2, 3], float32[1, 3]) Kernel(")
                for m in made)
-    assert paths[2] == "@rows runs as a plan per call signature (its shapes are symbolic)"
-    assert paths[3].startswith("@rows for (float32[2, 3]): a plan: 1 kernel call(s)")
+    assert paths[2] == "@rows runs as native code per call signature (its shapes are symbolic)"
+    assert paths[3].startswith("@rows for (float32[2, 3]): native code: 1 kernel(s) at 1 call")
     relaydsl_log.clear()
     rows.build("interp")(X)
     assert messages(relaydsl_log, "relaydsl.backend.target")[-1] == \

@@ -4,6 +4,10 @@ Every function of a program's native code takes the run's state, an array of 8-b
 (``Word``): the arena's bump pointer and end, the error a run stopped with, the chunks
 taken beyond the arena, and so on. Python makes the state for each call and reads it back:
 a non-zero ``Word.ERROR`` is an ``Error``, with ``Word.DETAIL`` saying which node.
+
+The code holds no address of this process: kernels' entries, constants' data and Python's
+callback are read from the program's link table (``Word.LINKS``), so equal programs share
+one compiled module, cached on disk like the kernels.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ class Word(IntEnum):
     WRITTEN = 11  # the oldest epoch of a cell written into during the loop iteration
     RESULTS = 12  # the addresses of the arrays the entry writes its result into, or 0
     PEAK = 13  # the most bytes of chunks taken at once (OVERFLOW drops as chunks are freed)
+    LINKS = 14  # the program's link table: the addresses its code uses (lowering.py)
 
 
 STATE_WORDS = len(Word)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relaydsl.backend.llvm.plan import static_type
+from relaydsl.backend.llvm.specialize import static_type
 from relaydsl.ir.expr import (
     Call, Expr, Function, If, Let, Match, Op, RefRead, RefWrite, Var,
 )

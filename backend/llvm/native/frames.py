@@ -7,8 +7,7 @@ left the caches by the next call. For the lets at the top of a function's body (
 before any branch) lifetimes are plain intervals: a tensor lives from the kernel call
 writing it to the last kernel call on the spine reading it. One block of the arena, the
 frame, taken when the function starts, holds them all, best fit in the order they are
-written, as the plan (plan.py) places its temporaries; a kernel's outputs never share
-memory with its inputs.
+written; a kernel's outputs never share memory with its inputs.
 
 A tensor read by anything but a kernel call on the spine (a tuple, a branch, a closure, a
 reference, the result) may outlive the function's straight line: it keeps memory of its own.
@@ -62,7 +61,7 @@ def frame(fn: Function) -> Frame:
             escapes.update(free_vars(value))
     escapes.update(free_vars(e))
     placed = sorted((v for v in written if v not in escapes), key=written.__getitem__)
-    # best fit, in the order they are written (as plan.place_temporaries)
+    # best fit, in the order they are written
     sizes: list[int] = []  # per slot
     busy: list[int] = []  # per slot, the last spine index reading its current tensor
     slot_of: dict[Var, int] = {}

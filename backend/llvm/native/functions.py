@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
+import numpy as np
 from llvmlite import ir
 
 from relaydsl.backend.llvm.kernel import Kernel
@@ -176,6 +177,24 @@ class FunctionCompiler:
     def dims(self, tensor: ir.Value, rank: int) -> list[ir.Value]:
         return [self.word(tensor, 1 + i) for i in range(rank)]
 
+    def linked(self, index: int) -> ir.Value:
+        """Link `index` of the program's table (Lowering.link): an address, as a pointer."""
+        b = self.b
+        table = b.inttoptr(b.load(b.gep(self.words, [I64(Word.LINKS)])), I64.as_pointer())
+        return b.inttoptr(b.load(b.gep(table, [I64(index)])), PTR)
+
+    def tensor_constant(self, data: np.ndarray) -> ir.Value:
+        """A constant tensor as a value: its data, or a header made for it when tensors are
+        boxed."""
+        pointer = self.linked(self.low.constant(data))
+        if not self.low.boxed:
+            return pointer
+        header = self.allocate(8 * (1 + np.ndim(data)))
+        self.set_field(header, 0, pointer)
+        for i, d in enumerate(np.shape(data)):
+            self.set_field(header, 1 + i, self.b.inttoptr(I64(d), PTR))
+        return header
+
     def new_tensor(self, dims: Sequence[ir.Value], nbytes: int | ir.Value) -> ir.Value:
         """Fresh memory for a tensor of `dims`, `nbytes` of data."""
         if not self.low.boxed:
@@ -322,7 +341,7 @@ class FunctionCompiler:
         if isinstance(e, Call):
             return self.call(e, env, tail)
         if isinstance(e, Constant):
-            return self.low.tensor_constant(e.data)
+            return self.tensor_constant(e.data)
         if isinstance(e, Tuple):
             return self.record([self.value(f, env) for f in e.fields])
         if isinstance(e, TupleGetItem):
@@ -441,14 +460,14 @@ class FunctionCompiler:
             mark = self.mark() if kernel.scratch else None
             scratch = [self.allocate(nbytes(shape, dtype), ALIGN)
                        for shape, dtype in kernel.scratch]
-            constants = [self.low.constant(c) for c in kernel.constants]
+            constants = [self.linked(self.low.constant(c)) for c in kernel.constants]
             pointers = [*map(self.data, inputs), *map(self.data, outputs), *constants,
                         *scratch]
             table = self.kernel_table(len(pointers))
             for i, p in enumerate(pointers):
                 b.store(p, b.gep(table, [I64(0), I64(i)]))
-            entry = b.inttoptr(I64(kernel.entry_address),
-                               ir.FunctionType(ir.VoidType(), [PTR]).as_pointer())
+            entry = b.bitcast(self.linked(self.low.link(kernel.entry_address)),
+                              ir.FunctionType(ir.VoidType(), [PTR]).as_pointer())
             b.call(entry, [b.bitcast(table, PTR)])
             if mark is not None:  # the scratch buffers are dead
                 b.call(self.low.reset, [self.st, *mark])

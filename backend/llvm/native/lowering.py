@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitives
-from relaydsl.backend.llvm.plan import static_type
+from relaydsl.backend.llvm.specialize import static_type
 from relaydsl.backend.llvm.native.functions import (
     FunctionCompiler, Unsupported, primitive_of, symbol,
 )
@@ -37,13 +37,21 @@ _CHUNK = 1 << 20
 
 # ---- lowering ------------------------------------------------------------------------------
 
+# the wrappers' names, made unique per compiled module by native/program.py
+WRAPPER = "relaydsl_native_PROGRAM_"
+
+
 class Lowering:
     """The LLVM module of one program: a function per reachable Relay function."""
 
     def __init__(self, mod: IRModule, opt_level: int, resolve: int, shapes_at_run_time: bool):
         self.mod, self.opt_level = mod, opt_level
         self.shapes_at_run_time = shapes_at_run_time
-        self.resolve = resolve  # the address of ``i64 resolve(site, dims)`` (Python)
+        # the addresses the code reads from the link table (Word.LINKS), by index; the first
+        # is that of ``i64 resolve(site, dims)`` (Python: kernels of run-time shapes)
+        self.links: list[int] = []
+        self._link_index: dict[int, int] = {}
+        self.resolve = self.link(resolve)
         # tensors as headers [data, dims...] (when some shape is known only at run time)
         self.boxed = False
         self.sites: list[KernelSite] = []  # kernel calls of run-time shapes, by index
@@ -158,7 +166,10 @@ class Lowering:
     def global_function(self, gv: GlobalVar) -> ir.Function:
         f = self.globals.get(gv)
         if f is None:
-            f = self.globals[gv] = self.declare(self.mod[gv], gv.name_hint, [], None, gv)
+            # the entry is "entry": a function built again (its global renamed "layer_2")
+            # is the same text, and shares its compiled module (program.py)
+            hint = "entry" if gv == self.entry else gv.name_hint
+            f = self.globals[gv] = self.declare(self.mod[gv], hint, [], None, gv)
         return f
 
     def global_closure(self, gv: GlobalVar) -> ir.Value:
@@ -179,19 +190,19 @@ class Lowering:
         g.initializer = ir.Constant(t, fields)
         return g.bitcast(PTR)
 
-    def constant(self, data: np.ndarray) -> ir.Value:
-        """A pointer to a copy of `data` the program keeps."""
+    def link(self, address: int) -> int:
+        """The index of `address` in the link table (FunctionCompiler.linked reads it)."""
+        index = self._link_index.get(address)
+        if index is None:
+            index = self._link_index[address] = len(self.links)
+            self.links.append(address)
+        return index
+
+    def constant(self, data: np.ndarray) -> int:
+        """The link of a copy of `data` the program keeps."""
         a = np.require(data, requirements=("C", "A"))
         self.keep.append(a)
-        return ir.Constant(I64, address(a)).inttoptr(PTR)
-
-    def tensor_constant(self, data: np.ndarray) -> ir.Value:
-        """A constant tensor as a value: its data, or its header when tensors are boxed."""
-        pointer = self.constant(data)
-        if not self.boxed:
-            return pointer
-        dims = [ir.Constant(I64, d).inttoptr(PTR) for d in np.shape(data)]
-        return self.constant_object(f"tensor_{next(self.names)}", [pointer, *dims])
+        return self.link(address(a))
 
     def _alloc_function(self) -> ir.Function:
         """``ptr alloc(state, bytes, align - 1)``: bump allocation; when the arena is full,
@@ -268,7 +279,7 @@ class Lowering:
         result into ``slots[arity]`` -- or, with no target, the closure at ``slots[0]`` on
         the next `arity` slots; returns the state's error code. Turns the state's stack
         budget into the lowest address functions may reach."""
-        name = f"relaydsl_native_{next(self.names)}"
+        name = f"{WRAPPER}{next(self.names)}"
         f = ir.Function(self.module, ir.FunctionType(I64, [PTR, PTR]), name)
         st, slots = f.args
         b = ir.IRBuilder(f.append_basic_block("entry"))

@@ -1,11 +1,11 @@
 """A whole program as native code, as Python calls it (``NativeProgram``); how it works.
 
-A plan (../plan.py) runs first-order programs over tensors. Everything else in the language
--- a TreeLSTM matching on a tree and calling itself, a character RNN consing up a list, the
-higher-order gradient's backpropagator closures and adjoint references -- is lowered here
-to one LLVM function per Relay function, so a call of the program is one call into
-compiled code with no Python between kernels. The interpreter stays the specification;
-tests run both and compare.
+Every program of the language -- an MLP's forward pass and its first-order adjoint, an
+LSTM's loop over a sequence, a TreeLSTM matching on a tree and calling itself, a character
+RNN consing up a list, the higher-order gradient's backpropagator closures and adjoint
+references -- is lowered here to one LLVM function per Relay function, so a call of the
+program is one call into compiled code with no Python between kernels. The interpreter
+stays the specification; tests run both and compare.
 
 Values. Every value is one pointer:
 
@@ -35,7 +35,9 @@ between kernels once they are made.
 
 Memory. Everything a call allocates comes from one bump arena, released as a whole when
 the call returns (results are copied out to NumPy and Python values first), so programs
-pay no allocator or reference counts between kernels. When the arena runs out, native
+pay no allocator or reference counts between kernels. A static first-order function's
+intermediates share one frame by liveness (frames.py), and an entry's result is written by
+its kernels into the arrays Python returns (results.py). When the arena runs out, native
 code takes more chunks from malloc; Python frees them after the call and grows the arena
 to the high-water mark, so later calls of the same program do not need them.
 
@@ -55,7 +57,10 @@ Errors. A ``match`` no clause matches, recursion deeper than the thread's stack 
 a SIGINT (Ctrl-C, on the main thread) and a call taking more than its memory budget (a
 quarter of the machine's, at most 4 GiB) stop the run with a code in the state; each call
 site checks it and returns, and Python raises the error (an ``InterpreterError`` naming
-the match's source line, ``KeyboardInterrupt``, ``MemoryError``): never a crash.
+the match's source line, ``KeyboardInterrupt``, ``MemoryError``): never a crash. Only a
+program that loops or calls functions runs under the native SIGINT handler
+(``relaydsl_call_interruptible``, runtime.py); one that ends by itself saves the two
+system calls.
 
 Closures returned to Python (a training loop returning ``relay.export_model(model)``,
 Figure 4) keep the memory of the call that made them: its arena and chunks are handed to
@@ -71,22 +76,23 @@ FuseOps is disabled, becomes a primitive function of its own.)
 """
 from __future__ import annotations
 
+import _signal
 import ctypes
+import hashlib
 import os
 import resource
 import signal
 import threading
 import weakref
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from relaydsl.backend.interpreter import Closure, InterpreterError, Value
 from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.kernel import address
-from relaydsl.backend.llvm.plan import _sigint_reaches_python
 from relaydsl.backend.llvm.native.functions import Unsupported
-from relaydsl.backend.llvm.native.lowering import Lowering
+from relaydsl.backend.llvm.native.lowering import WRAPPER, Lowering
 from relaydsl.backend.llvm.native.abi import (
     NEVER, STATE_WORDS, Error, Word,
 )
@@ -151,15 +157,13 @@ class NativeProgram:
         self._wrong_shapes = lowering.wrong_shapes
         self.kernels = len(lowering.kernels)
         self.kernel_calls = lowering.kernel_calls
-        text = str(lowering.module)
-        # LLVM's optimiser takes seconds on the megabytes a third derivative lowers to, for
-        # code between kernels that runs ~10% faster for it
-        speed = 2 if len(text) < _OPTIMISED_IR else 0
-        library = jit.compile_ir(text, f"native|{id(self)}|{name}", speed_level=speed,
-                                 vectorize=False, use_disk_cache=False)
-        self._function = library.address(name)
+        # the addresses the code reads (kernels, constants, the resolver): Word.LINKS
+        self._links = np.array(lowering.links or [0], np.int64)
+        library, rename = _library(str(lowering.module), lowering.finite)
+        self._function = library.address(rename(name))
         # the entry's and the closures' wrappers: i64 run(state, slots)
-        self._closure_entries = {n: library.address(f) for n, f in closure_names.items()}
+        self._closure_entries = {n: library.address(rename(f))
+                                 for n, f in closure_names.items()}
         self._runners = {a: _RUN(a) for a in [self._function, *self._closure_entries.values()]}
         self._epoch = 0  # where the next call's epochs start
         self._run_interruptible = ctypes.CFUNCTYPE(
@@ -195,8 +199,8 @@ class NativeProgram:
             base = address(arena) + (-address(arena)) % ALIGN
             # the state a call starts from (its budget and epoch set below)
             local.fresh = np.array((base, base + arena.nbytes - ALIGN, 0, 0, -local.stack, 0,
-                                    0, address(local.stop), 0, self._ways_at, 0, NEVER, 0, 0),
-                                   np.int64)
+                                    0, address(local.stop), 0, self._ways_at, 0, NEVER, 0, 0,
+                                    address(self._links)), np.int64)
         state = local.state
         state[:] = local.fresh
         state[Word.BUDGET] = _MEMORY_BUDGET
@@ -321,11 +325,63 @@ class NativeProgram:
         return KeyboardInterrupt()
 
 
+# Native code by a digest of its LLVM IR, loaded: the code holds no address of the process
+# (abi.py), so programs of equal text -- the same function built again, a program per call
+# signature met before -- share one module, and a later process loads it from the disk cache.
+_LIBRARIES: dict[str, jit.Library] = {}
+_LIBRARIES_LOCK = threading.Lock()
+
+
+def _library(text: str, finite: bool) -> tuple[jit.Library, Callable[[str], str]]:
+    """The compiled module of `text`, and the names its wrappers have in it."""
+    # LLVM's optimiser takes ~3x the time of code generation alone, for code between
+    # kernels that runs ~10% faster for it where it loops or recurses (a TreeLSTM's
+    # training step); a program that runs straight through gains nothing measurable (an
+    # MLP, LeNet). Megabytes (a third derivative) would take seconds: never optimised.
+    speed = 2 if not finite and len(text) < _OPTIMISED_IR else 0
+    digest = hashlib.sha256(f"{speed}|{text}".encode()).hexdigest()[:24]
+    prefix = WRAPPER.replace("PROGRAM", digest)
+
+    def rename(name: str) -> str:
+        return name.replace(WRAPPER, prefix)
+
+    with _LIBRARIES_LOCK:
+        library = _LIBRARIES.get(digest)
+        if library is None:
+            library = _LIBRARIES[digest] = jit.compile_ir(
+                text.replace(WRAPPER, prefix), f"native|{digest}", speed_level=speed,
+                vectorize=False)
+    return library, rename
+
+
 # Memory one call may take beyond its arena before it stops with a MemoryError: a quarter
 # of the machine's, at most 4 GiB. A call's memory is released only when it returns, and a
 # tight loop allocating its kernels' outputs takes ~1.5 GB/s: the cap stops an endless one
 # before it starves the machine (and leaves Ctrl-C time to act).
 _MEMORY_BUDGET = min(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4, 4 << 30)
+
+
+def _sigint_reaches_python() -> bool:
+    """Whether Python would act on a SIGINT now: on the main thread (where its handlers run),
+    with a Python handler (not ignored, nor the default action)."""
+    # _signal.getsignal: signal.getsignal's wrapping of the result in an enum costs 5 us
+    return threading.get_ident() == threading.main_thread().ident and \
+        callable(_signal.getsignal(signal.SIGINT))
+
+
+def _after_fork_in_child() -> None:
+    """The native SIGINT handler of a run the main thread was in at the fork (a run the
+    child does not have) would swallow the child's Ctrl-C: Python's handler instead. A
+    lock another thread held at the fork would never be released: a new one."""
+    global _LIBRARIES_LOCK
+    _LIBRARIES_LOCK = threading.Lock()
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not None:  # None: a handler installed outside Python, left alone
+        signal.signal(signal.SIGINT, handler)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _stack_budget() -> int:

@@ -138,7 +138,7 @@ def site_call(fc: FunctionCompiler, fn: Function, call: Call, inputs: list[ir.Va
         incoming.append((record, b.block))
         b.cbranch(same, found, following)
         b.position_at_end(following)
-    resolve = b.inttoptr(I64(low.resolve), ir.FunctionType(I64, [I64, PTR]).as_pointer())
+    resolve = b.bitcast(fc.linked(low.resolve), ir.FunctionType(I64, [I64, PTR]).as_pointer())
     asked = b.call(resolve, [I64(index), b.bitcast(keys, PTR)])
     with b.if_then(b.icmp_unsigned("==", asked, I64(0)), likely=False):
         fc.fail(Error.NO_KERNEL, index)

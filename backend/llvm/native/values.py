@@ -16,10 +16,16 @@ import numpy as np
 
 from relaydsl.backend.interpreter import ConstructorValue, Value
 from relaydsl.backend.llvm.kernel import address
-from relaydsl.backend.llvm.plan import contiguous
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """`a` itself when C-contiguous and aligned, else a copy (0-d arrays stay 0-d)."""
+    if a.flags.c_contiguous and a.flags.aligned:
+        return a
+    return np.require(a, requirements=("C", "A"))
 
 
 class TensorLayout:

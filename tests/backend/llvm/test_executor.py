@@ -1,4 +1,4 @@
-"""The llvm executor: plans with a memory plan, and the dispatching executor.
+"""The llvm executor: native code, per call signature, and the dispatching executor.
 
 Every result is compared with JAX (forward with jax.numpy, gradients with jax.grad).
 """
@@ -8,10 +8,14 @@ import numpy as np
 import pytest
 
 from relaydsl.backend.llvm.executor import compile_program
-from relaydsl.backend.llvm.plan import CALL, HALT, Buffer, Step, place_temporaries
+from relaydsl.backend.llvm.kernel import compile_primitive
+from relaydsl.backend.llvm.native import NativeProgram
+from relaydsl.backend.llvm.native.frames import frame
 from relaydsl import Float, Int, Tensor, relay, relay_model
 from relaydsl.ir.parser import parse
-from relaydsl.ir.types import TensorType
+from relaydsl.ir.expr import Function
+from relaydsl.ir.visitor import post_order
+from relaydsl.transform.fuse_ops import is_primitive
 from relaydsl.typing import infer_types
 
 RNG = np.random.default_rng(0)
@@ -21,7 +25,7 @@ def rand(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-# ---- plans ----------------------------------------------------------------------------
+# ---- native code ------------------------------------------------------------------------
 
 @relay
 def mlp(x: Tensor[Float, (8, 16)], w1: Tensor[Float, (16, 32)], b1: Tensor[Float, 32],
@@ -34,9 +38,9 @@ def mlp_jax(x, w1, b1, w2):
     return jax.nn.softmax(jnp.maximum(x @ w1 + b1, 0) @ w2, axis=-1)
 
 
-def test_a_first_order_program_runs_as_one_plan():
+def test_a_first_order_program_runs_as_native_code():
     exe = relay.build(mlp, target="llvm")
-    assert exe.program.plan is not None
+    assert exe.program.path == "native"
     args = (rand(8, 16), rand(16, 32), rand(32), rand(32, 4))
     np.testing.assert_allclose(exe(*args), mlp_jax(*args), rtol=1e-5, atol=1e-6)
     # the arena is reused; results are fresh arrays each call
@@ -88,7 +92,7 @@ def test_tuple_results_and_outputs_that_are_inputs():
     assert y[0] != 100.0
 
 
-def _chain_plan(n):
+def _chain(n):
     text = "def @main(%x: Tensor[(64, 64), float32]) {\n"
     prev = "%x"
     for i in range(n):
@@ -98,36 +102,10 @@ def _chain_plan(n):
     return infer_types(parse(text))
 
 
-def _straight(steps):
-    return [w for i in range(len(steps)) for w in (CALL, i)] + [HALT]
-
-
-def test_memory_planning_reuses_buffers_with_disjoint_lifetimes():
-    t = TensorType((1000,), "float32")
-    buffers = [Buffer(t, "input")] + [Buffer(t, "temp") for _ in range(6)]
-    buffers[6].kind = "output"
-    steps = [Step(None, [i], [i + 1]) for i in range(6)]  # a chain: 0 -> 1 -> ... -> 6
-    total = place_temporaries(buffers, _straight(steps), steps)
-    assert total == 2 * 4032  # two slots of 4000 bytes rounded up to 64, alternating
-    views = [b.value for b in buffers[1:6]]
-    for i in range(4):  # neighbours (live at the same time) never share memory
-        assert not np.shares_memory(views[i], views[i + 1])
-    assert np.shares_memory(views[0], views[2])
-
-
-def test_memory_planning_keeps_values_alive_while_read():
-    t = TensorType((10,), "float32")
-    buffers = [Buffer(t, "input")] + [Buffer(t, "temp") for _ in range(3)]
-    buffers[3].kind = "output"
-    steps = [Step(None, [0], [1]), Step(None, [0], [2]), Step(None, [1, 2], [3])]
-    place_temporaries(buffers, _straight(steps), steps)
-    assert not np.shares_memory(buffers[1].value, buffers[2].value)
-
-
-def test_a_long_chain_runs_in_a_small_arena():
-    program = compile_program(_chain_plan(40), "main", opt_level=0)  # no fusion: 40 kernels
-    assert len(program.plan.steps) == 40
-    assert program.plan.arena_bytes <= 2 * 64 * 64 * 4
+def test_a_long_chain_runs_in_a_small_frame():
+    program = compile_program(_chain(40), "main", opt_level=0)  # no fusion: 40 kernels
+    assert program.native.kernel_calls == 40
+    assert frame(program.mod["main"]).size <= 2 * 64 * 64 * 4
     x = rand(64, 64)
     expected = x
     for _ in range(40):
@@ -147,9 +125,9 @@ def power_loop(x: Tensor[Float, (3, 3)], n: Int) -> Tensor[Float, (3, 3)]:
     return acc
 
 
-def test_a_while_loop_runs_as_one_plan():
+def test_a_while_loop_runs_as_native_code():
     exe = relay.build(power_loop, target="llvm")
-    assert exe.program.plan is not None
+    assert exe.program.path == "native"
     x = rand(3, 3)
     expected = jnp.ones((3, 3), jnp.float32)
     for _ in range(5):
@@ -224,15 +202,15 @@ def poly_mlp(x: Tensor[Float, ("n", 16)], w: Tensor[Float, (16, 4)]) -> Tensor[F
     return relay.tanh(relay.matmul(x, w)) * 2.0
 
 
-def test_shape_polymorphic_first_order_programs_get_a_plan_per_signature():
+def test_shape_polymorphic_first_order_programs_get_native_code_per_signature():
     exe = relay.build(poly_mlp, target="llvm")
     w = rand(16, 4)
     for n in (1, 5, 5, 9):
         x = rand(n, 16)
         np.testing.assert_allclose(exe(x, w), np.tanh(x @ w) * 2.0, rtol=1e-5, atol=1e-6)
-    plans = exe.program._compiled
-    assert sorted(key[0][0][0] for key in plans) == [1, 5, 9]
-    assert all(plan is not None for plan in plans.values())
+    compiled = exe.program._compiled
+    assert sorted(key[0][0][0] for key in compiled) == [1, 5, 9]
+    assert all(isinstance(p, NativeProgram) for p in compiled.values())
 
 
 # ---- transposed operands read in place ----------------------------------------------------
@@ -253,11 +231,14 @@ def test_a_transposed_operand_is_read_in_place_by_the_gemm():
     want = (g.T @ x, x @ w, s @ s.T, x.T @ g + 1.0)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    plan = exe.program.plan
-    assert len(plan.steps) == 4
+    program = exe.program
+    primitives: list[Function] = []
+    post_order(program.mod[program.entry], lambda e: primitives.append(e)
+               if isinstance(e, Function) and is_primitive(e) else None)
+    assert program.native.kernel_calls == 4 and len(primitives) == 4
     # each kernel is the GEMM alone (plus an epilogue stage): no transpose is ever computed
-    assert all(len(step.kernel.stages) <= 2 for step in plan.steps)
-    assert [len(step.kernel.stages) for step in plan.steps].count(1) == 3
+    stages = [len(compile_primitive(f).stages) for f in primitives]
+    assert all(n <= 2 for n in stages) and stages.count(1) == 3
 
 
 @relay

@@ -87,7 +87,7 @@ def busy(tmp_path, monkeypatch):
 
 
 def test_children_forked_while_threads_run_and_compile_code_do_not_hang(busy):
-    # issue 11, item 8: a lock held at the fork (a plan's, the kernel cache's, llvmlite's)
+    # issue 11, item 8: a lock held at the fork (the kernel cache's, llvmlite's)
     # deadlocked the child
     statuses = []
     for n in range(6):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import threading
 import time
 
@@ -11,6 +12,7 @@ import pytest
 
 from relaydsl import settings
 from relaydsl.backend.llvm import jit, runtime
+from tests.backend.llvm.helpers import run_with_sigints
 
 # count(ctx, begin, end): ctx[i] += 1 for i in [begin, end).
 # nested(ctx, begin, end): for each i, a parallel loop of count over the 8 counters at ctx + 8i.
@@ -158,3 +160,89 @@ def test_python_parallel_for_covers_the_range_and_reports_errors():
 
     with pytest.raises(ValueError, match="chunk failed"):
         runtime.parallel_for(fail, 10)
+
+
+# ---- Ctrl-C: relaydsl_call_interruptible ----------------------------------------------------
+
+SIGINT_SCRIPT = '''
+import signal, sys, time
+import numpy as np
+from relaydsl import Float, Tensor, relay
+
+@relay
+def endless(x: Tensor[Float, (4,)]) -> Tensor[Float, (4,)]:
+    while relay.sum(x) > -1.0:
+        x = x * 0.5 + 1.0
+    return x
+
+@relay
+def halve(x: Tensor[Float, (4,)]) -> Tensor[Float, (4,)]:
+    while relay.sum(x) > 1.0:
+        x = x * 0.5
+    return x
+
+x = np.ones(4, np.float32)
+assert endless.build().program.path == "native"  # the loop runs natively
+np.testing.assert_array_equal(halve(x), np.full(4, 0.25, np.float32))
+
+def wait_for_sigint(what):
+    print("ready", what, flush=True)
+    try:
+        if what == "loop":
+            endless(x)
+        else:
+            time.sleep(30)
+    except KeyboardInterrupt:
+        print("stopped", what, flush=True)
+'''
+
+
+def test_ctrl_c_stops_an_endless_loop_on_llvm(tmp_path):
+    # issue 11, item 9: SIGINT was ignored while a loop ran natively
+    start = time.monotonic()
+    lines, stderr, code = run_with_sigints(SIGINT_SCRIPT + "print('ready', flush=True)\n"
+                                                           "endless(x)\n", tmp_path)
+    assert lines == ["ready"]
+    assert code == -signal.SIGINT and stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+    assert time.monotonic() - start < 30
+
+
+def test_after_ctrl_c_pythons_sigint_handling_is_back(tmp_path):
+    lines, stderr, code = run_with_sigints(SIGINT_SCRIPT + '''
+wait_for_sigint("loop")
+np.testing.assert_array_equal(halve(x), np.full(4, 0.25, np.float32))  # runs on
+wait_for_sigint("sleep")  # Python's own handler is installed again: the sleep is stopped
+seen = []
+signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+wait_for_sigint("loop")  # a Python handler is called; the loop cut short still raises
+print("handled", seen == [signal.SIGINT], flush=True)
+''', tmp_path)
+    assert code == 0, stderr
+    assert lines == ["ready loop", "stopped loop", "ready sleep", "stopped sleep",
+                     "ready loop", "stopped loop", "handled True"]
+
+
+def test_a_child_forked_during_an_interruptible_run_gets_pythons_sigint_handling(tmp_path):
+    # the native handler is installed while the main thread runs a loop; a child forked then
+    # by another thread must not inherit it (Ctrl-C would never reach its Python)
+    lines, stderr, code = run_with_sigints(SIGINT_SCRIPT + '''
+import os, threading
+
+def fork_child():
+    time.sleep(0.5)  # the main thread is inside the loop
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(10)
+            os._exit(1)
+        except KeyboardInterrupt:
+            os._exit(0)
+    print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+
+threading.Thread(target=fork_child).start()
+wait_for_sigint("loop")
+''', tmp_path)
+    assert code == 0, stderr
+    assert lines == ["ready loop", "child 0", "stopped loop"]

@@ -156,7 +156,7 @@ def test_an_unknown_cell():
 
 def test_generation_and_training_run_as_native_code_on_the_default_target(model, monkeypatch):
     """Issue 14: the list-consing generator runs natively; the loss over a name's (n, 59)
-    tensor gets native code or a plan per length, never the dispatcher."""
+    tensor gets native code per length, never the dispatcher."""
     monkeypatch.delenv("RELAYDSL_TARGET", raising=False)
     assert NET.generate.build().program.path == "native"
     step = relay.grad(model, NET.loss)

@@ -32,7 +32,7 @@ def test_llvm_matches_jax_on_random_programs(program_and_inputs):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(control_flow=False))
-def test_llvm_plans_match_jax_on_random_straight_line_programs(program_and_inputs):
+def test_llvm_matches_jax_on_random_straight_line_programs(program_and_inputs):
     fn, inputs = program_and_inputs
     assert_matches_jax(fn, inputs, rtol=1e-5, atol=1e-5, target="llvm")
 

@@ -12,6 +12,8 @@ import pytest
 
 from relaydsl import Float, Tensor, relay
 from relaydsl.backend.target import default_target
+from relaydsl.ir.expr import RefCreate
+from relaydsl.ir.visitor import post_order
 from relaydsl.transform import PassContext, PassTimingInstrument, PrintIR, pipeline
 
 README = Path(__file__).resolve().parents[3] / "README.md"
@@ -119,7 +121,7 @@ def test_a_required_pass_runs_below_its_level():
 
 
 def op_calls(exe) -> int:
-    return len(exe.program.plan.steps)
+    return exe.program.native.kernel_calls
 
 
 def test_opt_level_0_runs_one_kernel_per_op_and_1_fuses():
@@ -127,7 +129,7 @@ def test_opt_level_0_runs_one_kernel_per_op_and_1_fuses():
         unfused = relay.build(mlp, target="llvm")
     with PassContext(opt_level=1):
         fused = relay.build(mlp, target="llvm")
-    assert unfused.program.uses_plan and fused.program.uses_plan
+    assert unfused.program.path == fused.program.path == "native"
     # matmul, multiply (by the unfolded 2 + 3: add), tanh, matmul, softmax
     assert op_calls(unfused) == 6
     assert op_calls(fused) < op_calls(unfused)
@@ -141,7 +143,11 @@ def test_first_order_gradients_from_level_3(level, static):
     with PassContext(opt_level=level):
         grad = relay.grad(loss)
     program = grad._program[0]
-    assert program.uses_plan is static  # level 2: references, the dispatcher
+    references: list = []
+    post_order(program.mod[program.entry], lambda e: references.append(e)
+               if isinstance(e, RefCreate) else None)
+    assert program.path == "native"
+    assert (not references) is static  # level 2: the higher-order gradient's references
     x = RNG.standard_normal((4, 3)).astype(np.float32)
     value, (dx,) = grad(x)
     f = lambda v: jnp.sum(jnp.tanh(v) * jnp.exp(v))  # noqa: E731

@@ -39,7 +39,7 @@ def never_release(monkeypatch):
 @relay
 def iterate(x: Tensor[Float, (64, 64)], s: Tensor[Float, ()], n: Int
             ) -> Tensor[Float, (64, 64)]:
-    scale = relay.ref(s)  # a reference: native code rather than a plan
+    scale = relay.ref(s)  # a reference cell the loop writes
     acc = x
     for _ in range(n):
         acc = relay.tanh(acc @ W64) * relay.ref_read(scale)

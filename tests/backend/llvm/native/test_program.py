@@ -13,7 +13,7 @@ import pytest
 
 from relaydsl import Float, Int, Tensor, relay
 from relaydsl.backend.interpreter import InterpreterError
-from tests.backend.llvm.test_plan import run_with_sigints
+from tests.backend.llvm.helpers import run_with_sigints
 from tests.frontend.test_references import counter
 
 RNG = np.random.default_rng(14)
@@ -320,3 +320,74 @@ def test_a_closure_returned_to_python_runs_natively_and_keeps_its_memory():
         got = [float(c(np.float32(step))) for c in counters]
         total = float(expected(np.float32(step)))
         assert got == [total, total + 10]
+
+
+@relay
+def repeat_tanh(x: Tensor[Float, (32, 32)], n: Int) -> Tensor[Float, (32, 32)]:
+    i = 0
+    while i < n:
+        x = relay.tanh(relay.matmul(x, x)) * 0.5
+        i = i + 1
+    return x
+
+
+@pytest.mark.filterwarnings("ignore:os.fork")
+def test_a_child_forked_while_another_thread_runs_the_program_runs_it_too():
+    """The parent's thread is inside native code (its state, the thread pool busy) when the
+    child is forked: the child's own calls run (its pool forgotten: inline), with JAX's
+    values."""
+    import os
+
+    exe = native(repeat_tanh)
+    x = (np.random.default_rng(5).standard_normal((32, 32)) * 0.2).astype(np.float32)
+    want = jnp.asarray(x)
+    for _ in range(3):
+        want = jnp.tanh(want @ want) * 0.5
+    busy = threading.Thread(target=exe, args=(x, np.int32(200_000)))
+    busy.start()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a deadlock ends the child with SIGALRM
+        ok = np.allclose(exe(x, np.int32(3)), want, rtol=1e-5, atol=1e-6)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    busy.join()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+B = W[0].copy()
+
+
+@relay
+def scale_by_constants(x: Tensor[Float, (4, 4)]) -> Tensor[Float, (4, 4)]:
+    return relay.matmul(x, W) + B
+
+
+@relay
+def scale_by_constants_again(x: Tensor[Float, (4, 4)]) -> Tensor[Float, (4, 4)]:
+    return relay.matmul(x, W) + B
+
+
+def test_native_code_holds_no_address_and_equal_programs_share_it(monkeypatch):
+    """Kernels' entries, constants and the resolver are read from the link table: the LLVM
+    text names none of the process's addresses, so an equal program (another function of
+    the same body) is the same text and shares the compiled module."""
+    from relaydsl.backend.llvm import jit
+    from relaydsl.backend.llvm.native import program as native_module
+
+    texts: list[str] = []
+    library = native_module._library
+    monkeypatch.setattr(native_module, "_library",
+                        lambda text, finite: (texts.append(text), library(text, finite))[1])
+    first = native(scale_by_constants)
+    compiled = jit.stats["compiled"]
+    second = native(scale_by_constants_again)
+    assert jit.stats["compiled"] == compiled  # kernels and native code: nothing new
+    assert texts[0] == texts[1]
+    assert first.program.native._function == second.program.native._function
+    links = first.program.native._links
+    assert len(links) >= 3  # the resolver, the kernel, a constant
+    assert not any(str(int(a)) in texts[0] for a in links if a)
+    x = np.random.default_rng(3).standard_normal((4, 4)).astype(np.float32)
+    for exe in (first, second):
+        np.testing.assert_allclose(exe(x), jnp.asarray(x) @ W + B, rtol=1e-5, atol=1e-6)

@@ -16,7 +16,8 @@ W = RNG.standard_normal((8, 8)).astype(np.float32)
 
 
 def native_of(fn) -> NativeProgram:
-    """Native code of `fn` as the llvm target prepares it (a plan would run it otherwise)."""
+    """Native code of `fn` as the llvm target prepares it (a fresh one: patched constants
+    apply)."""
     program = relay.build(fn, target="llvm").program
     return NativeProgram(program.mod, program.entry, 3)
 
