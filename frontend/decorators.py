@@ -211,12 +211,12 @@ class RelayFunction:
     def _special_call(self, translator: Translator, target: AnyValue, node: ast.Call, args: list,
                       kwargs: dict[str, ast.expr]) -> Expr | None:
         """Relay operators and layers, prelude functions, models, and Python builtins."""
-        from relaydsl.frontend.namespace import LayerFunction, PreludeFunction
+        from relaydsl.frontend.namespace import PreludeFunction
 
         relay_op = getattr(target, "relay_op", None)  # relay.<op>
-        name = relay_op.name if relay_op is not None else getattr(target, "name", None)
-        if (relay_op is not None or isinstance(target, LayerFunction)) and is_layer_call(
-                name, args, kwargs):
+        layer = getattr(target, "relay_layer", None)  # relay.<layer>
+        name = relay_op.name if relay_op is not None else layer
+        if name is not None and is_layer_call(name, args, kwargs):
             return self._layer(translator, name, node, args, kwargs)
         if relay_op is not None:
             return translator.op_call(relay_op, node, args, kwargs)

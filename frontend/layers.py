@@ -285,6 +285,126 @@ def flatten_layer(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     return ctx.op(flatten, x)
 
 
+# What help(relay.<layer>) shows: the layer form's signature, what it computes, the parameters
+# it makes and a runnable example (tests/frontend/test_layers.py runs every example).
+LAYER_HELP: dict[str, str] = {
+    "conv2d": """relay.conv2d(x, num_filter, ksize, strides=1, padding=0, groups=1, no_bias=False)
+
+A convolution layer: conv2d of NCHW data (or one CHW example) with a weight it makes,
+(num_filter, in_channels / groups, kh, kw), plus a bias (num_filter,) unless no_bias.
+ksize and strides are an int, (h, w) or TensorFlow's [1, h, w, 1]; padding as the op's.
+groups = in_channels = num_filter is a depthwise convolution. Parameters: conv2d_<k>.weight,
+conv2d_<k>.bias (k counts the model's conv2d layers from 0).
+
+Example::
+
+    @relay_model
+    def net(x: Tensor[Float, (2, 1, 8, 8)]) -> Tensor[Float, (2, 4, 4, 4)]:
+        return relay.conv2d(x, num_filter=4, ksize=5)
+""",
+    "linear": """relay.linear(x, num_hidden, no_bias=False)
+
+A fully connected layer: dense(x, weight) + bias, weight (num_hidden, in_features) and bias
+(num_hidden,) made by the layer (no bias with no_bias=True); x is (..., in_features).
+Parameters: linear_<k>.weight, linear_<k>.bias.
+
+Example::
+
+    @relay_model
+    def net(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 3)]:
+        return relay.linear(x, num_hidden=3)
+""",
+    "batch_norm": """relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1)
+
+A batch normalisation layer with a learned scale and shift over channel axis `axis`. In
+inference it normalises with the running statistics; in training (relay.grad, relay.train)
+with the batch's, and folds them into the running ones:
+running = (1 - momentum) * running + momentum * batch (the unbiased batch variance).
+Parameters: batch_norm_<k>.gamma, .beta (learned); .moving_mean, .moving_var (state,
+updated by training steps, no gradient).
+
+Example::
+
+    @relay_model
+    def net(x: Tensor[Float, (4, 3, 2, 2)]) -> Tensor[Float, (4, 3, 2, 2)]:
+        return relay.batch_norm(x)
+""",
+    "dropout": """relay.dropout(x, rate=0.5)
+
+A dropout layer: in inference the identity; in training each element is zeroed with
+probability `rate` and the rest scaled by 1 / (1 - rate). The mask is a hash of the layer's
+key, which every training step advances (a model created with the same seed draws the same
+masks). A layer run several times in one step draws one mask (variational dropout); for a
+mask per run use the op with a key of your own: relay.dropout(x, key, rate=, training=True).
+Parameters: dropout_<k>.key (state).
+
+Example::
+
+    @relay_model
+    def net(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 6)]:
+        return relay.dropout(x, rate=0.25)
+""",
+    "embedding": """relay.embedding(ids, vocab, dim)
+
+An embedding layer: rows of a (vocab, dim) table it makes, taken at the integer `ids`
+(any shape; the result has a trailing dim). Parameters: embedding_<k>.weight.
+
+Example::
+
+    @relay_model
+    def net(ids: Tensor[Int, (5,)]) -> Tensor[Float, (5, 8)]:
+        return relay.embedding(ids, vocab=10, dim=8)
+""",
+    "lstm_cell": """relay.lstm_cell(x, (h, c), num_hidden) -> (h', c')
+
+One LSTM step: i, f, g, o = split(x W_ihᵀ + h W_hhᵀ + b, 4);
+c' = σ(f)·c + σ(i)·tanh(g); h' = σ(o)·tanh(c'). Parameters: lstm_cell_<k>.weight_ih
+(4 num_hidden, in_features), .weight_hh (4 num_hidden, num_hidden), .bias (4 num_hidden,).
+
+Example::
+
+    @relay_model
+    def net(x: Tensor[Float, (1, 6)], h: Tensor[Float, (1, 4)],
+            c: Tensor[Float, (1, 4)]) -> tuple[Tensor[Float, (1, 4)], Tensor[Float, (1, 4)]]:
+        return relay.lstm_cell(x, (h, c), num_hidden=4)
+""",
+    "gru_cell": """relay.gru_cell(x, h, num_hidden) -> h'
+
+One GRU step: r, z = σ(split(x W_rzᵀ + h U_rzᵀ + b_rz, 2)); n = tanh(x W_nᵀ + r·(h U_nᵀ) +
+b_n); h' = (1 - z)·n + z·h. Parameters: gru_cell_<k>.rz_weight_ih, .rz_weight_hh, .rz_bias,
+.n_weight_ih, .n_weight_hh, .n_bias.
+
+Example::
+
+    @relay_model
+    def net(x: Tensor[Float, (1, 6)], h: Tensor[Float, (1, 4)]) -> Tensor[Float, (1, 4)]:
+        return relay.gru_cell(x, h, num_hidden=4)
+""",
+    "max_pool": """relay.max_pool(x, ksize, strides=ksize, padding=0)
+
+Max pooling over NCHW data (or one CHW example), with TensorFlow-style window sizes: ksize and
+strides an int, (h, w) or [1, h, w, 1]. No parameters (the op is relay.max_pool2d).
+
+Example::
+
+    @relay_model
+    def net(x: Tensor[Float, (2, 3, 8, 8)]) -> Tensor[Float, (2, 3, 4, 4)]:
+        return relay.max_pool(x, ksize=2, strides=2)
+""",
+    "flatten_layer": """relay.flatten_layer(x)
+
+All dims but the batch dim into one ((N, C, H, W) -> (N, C·H·W)); for a model of single
+examples, all dims into one. No parameters.
+
+Example::
+
+    @relay_model
+    def net(x: Tensor[Float, (2, 3, 4, 4)]) -> Tensor[Float, (2, 48)]:
+        return relay.flatten_layer(x)
+""",
+}
+
+
 # The layer functions by name; PARAMETER_FREE ones own no parameters.
 LAYERS: dict[str, Callable[[LayerContext, list[Expr], dict], Expr]] = {
     "conv2d": conv2d, "linear": linear, "batch_norm": batch_norm, "dropout": dropout,
@@ -308,5 +428,5 @@ def is_layer_call(name: str, args: list, kwargs: dict) -> bool:
     return True
 
 
-__all__ = ["LAYERS", "LayerContext", "ParamSpec", "PARAMETER_FREE", "TrainingForm",
+__all__ = ["LAYERS", "LAYER_HELP", "LayerContext", "ParamSpec", "PARAMETER_FREE", "TrainingForm",
            "is_layer_call"]

@@ -35,7 +35,7 @@ from relaydsl.frontend.model import (
 )
 from relaydsl.tools.to_python import python_source
 from relaydsl.transform import DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR
-from relaydsl.frontend.layers import LAYERS
+from relaydsl.frontend.layers import LAYER_HELP, LAYERS
 from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import suggest
@@ -66,19 +66,29 @@ def op_function(name: str) -> Callable[..., AnyValue]:
     call.__name__ = call.__qualname__ = name
     call.__module__ = "relaydsl.relay"
     call.__doc__ = opdef.help_text()
+    if name in LAYER_HELP:  # conv2d, batch_norm, dropout: a layer form too
+        call.__doc__ += "\n\nInside a @relay_model function, also a layer:\n\n" + LAYER_HELP[name]
     call.__signature__ = opdef.signature  # type: ignore[attr-defined]
     call.relay_op = opdef  # type: ignore[attr-defined]
     return call
 
 
-class LayerFunction:
-    """``relay.linear``, ``relay.embedding``, ...: a layer (frontend/layers.py), not an op."""
+@functools.cache
+def layer_function(name: str) -> Callable[..., AnyValue]:
+    """``relay.linear``, ``relay.embedding``, ...: a layer (frontend/layers.py), not an op.
+    Its ``help()`` is the layer form's; called outside decorated code it says where it
+    belongs. ``relay_layer`` names it for the translator."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def call(*args: AnyValue, **kwargs: AnyValue) -> AnyValue:
+        raise TypeError(f"relay.{name} is a layer: it makes parameters of the model it is "
+                        "in, so it is called inside a @relay_model function (see "
+                        f"help(relay.{name}))")
 
-    def __repr__(self) -> str:
-        return f"relay.{self.name}"
+    call.__name__ = call.__qualname__ = name
+    call.__module__ = "relaydsl.relay"
+    call.__doc__ = LAYER_HELP[name]
+    call.relay_layer = name  # type: ignore[attr-defined]
+    return call
 
 
 class PreludeFunction:
@@ -136,7 +146,7 @@ class RelayNamespace:
         if name in _prelude_functions():
             return PreludeFunction(name)
         if name in LAYERS:
-            return LayerFunction(name)
+            return layer_function(name)
         for td in prelude_definitions()[0]:
             for c in td.constructors:
                 if c.name == name:

@@ -263,3 +263,73 @@ def test_an_embedding_model_s_loss_and_its_gradients_match_jax(target, monkeypat
         assert set(grads) == set(expected)
         for name, g in grads.items():
             np.testing.assert_allclose(g, expected[name], rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+# ---- help(relay.<layer>): the layer forms, each with an example that runs ------------------
+
+import inspect  # noqa: E402
+
+
+def _example(name: str):
+    """The model of relay.<name>'s help example, made and built from its text."""
+    from relaydsl.frontend.layers import LAYER_HELP
+
+    code = LAYER_HELP[name].split("Example::\n", 1)[1]
+    return relay.function_from_source(code)
+
+
+def _jax_reference(name, params, args):
+    p = params
+    if name == "conv2d":
+        out = jax.lax.conv_general_dilated(args[0], p["conv2d_0.weight"], (1, 1), "VALID",
+                                           dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                           precision=jax.lax.Precision.HIGHEST)
+        return out + p["conv2d_0.bias"][:, None, None]
+    if name == "linear":
+        return args[0] @ p["linear_0.weight"].T + p["linear_0.bias"]
+    if name == "max_pool":
+        return jax.lax.reduce_window(args[0], -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2),
+                                     "VALID")
+    if name == "flatten_layer":
+        return jnp.reshape(args[0], (args[0].shape[0], -1))
+    if name == "embedding":
+        return p["embedding_0.weight"][args[0]]
+    if name == "dropout":  # inference: the identity
+        return args[0]
+    return None
+
+
+@pytest.mark.parametrize("name", ["conv2d", "linear", "batch_norm", "dropout", "embedding",
+                                  "lstm_cell", "gru_cell", "max_pool", "flatten_layer"])
+def test_every_layer_s_help_shows_its_form_and_an_example_that_runs(name, monkeypatch):
+    import pydoc
+
+    text = pydoc.render_doc(getattr(relay, name), renderer=pydoc.plaintext)
+    assert f"relay.{name}(" in text and "Example::" in text and "see above" not in text
+    net = _example(name)
+    model = relay.create_model(net, seed=0)
+    for documented in [w for w in text.replace(",", " ").split() if w.startswith(f"{name}_<k>.")]:
+        assert documented.replace("<k>", "0").rstrip(".") in model.params, documented
+    rng = np.random.default_rng(7)
+    arity = len(inspect.signature(net.pyfunc).parameters)
+    args = [rng.integers(0, 10, t.shape).astype(t.dtype) if t.dtype == "int32"
+            else rng.standard_normal(t.shape).astype(t.dtype)
+            for t in net.checked_type.arg_types[:arity]]
+    out = model(*args)
+    want = _jax_reference(name, model.params, args)
+    if want is None:  # the cells and batch_norm: as the reference interpreter computes them
+        import relaydsl.backend.target
+
+        monkeypatch.setattr(relaydsl.backend.target, "DEFAULT_TARGET", "interp")
+        want = model(*args)
+    for got, expected in zip(*(v if isinstance(v, tuple) else (v,) for v in (out, want))):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_ops_with_a_layer_form_document_both_and_layers_refuse_python_calls():
+    assert "num_filter" in relay.conv2d.__doc__ and "ksize" in relay.conv2d.__doc__
+    assert "strides=(1, 1)" in str(relay.conv2d.__signature__)  # the op form's signature
+    assert "momentum=0.1" in relay.batch_norm.__doc__ and "rate=0.5" in relay.dropout.__doc__
+    with pytest.raises(TypeError, match=r"relay.linear is a layer.*@relay_model"):
+        relay.linear(np.ones((2, 3), np.float32), num_hidden=4)
+    assert relay.linear is relay.linear
