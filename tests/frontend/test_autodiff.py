@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from relaydsl import Float, Tensor, relay
+from relaydsl import Float, Int, IRError, Tensor, relay
 from relaydsl.frontend import autodiff
 from tests.frontend.models import net, net_loss
 
@@ -155,3 +155,56 @@ def test_bad_argnums_are_errors_naming_them():
         relay.value_and_grad(weighted, argnums="0")
     with pytest.raises(TypeError, match=r"argnums applies to relay\.grad"):
         relay.grad(relay.create_model(net, seed=0), net_loss, argnums=0)
+
+
+@relay
+def grown_sequence(x: Tensor[Float, (1, 4)], w: Tensor[Float, (4, 4)], n: Int) -> Float:
+    outputs: Tensor[Float, (relay.Any, 4)] = x  # a sequence grown in a loop, as CharRNN's
+    h = x
+    i = 0
+    while i < n:
+        h = relay.tanh(relay.matmul(h, w))
+        outputs = relay.concatenate((outputs, h * 2.0), axis=0)
+        i = i + 1
+    return relay.sum(outputs * outputs)
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_the_gradient_of_a_concatenation_of_run_time_size_matches_jax(target, monkeypatch):
+    """Issue 26, item 14: concatenate's gradient where an input's size along the axis is
+    known only at run time (relay.Any) was refused."""
+    import relaydsl.backend.target
+
+    monkeypatch.setattr(relaydsl.backend.target, "DEFAULT_TARGET", target)
+
+    def reference(x, w, n):
+        outputs, h = x, x
+        for _ in range(n):
+            h = jnp.tanh(h @ w)
+            outputs = jnp.concatenate([outputs, h * 2.0], axis=0)
+        return jnp.sum(outputs * outputs)
+
+    rng = np.random.default_rng(26)
+    x = rng.standard_normal((1, 4)).astype(np.float32)
+    w = (rng.standard_normal((4, 4)) * 0.5).astype(np.float32)
+    for n in (0, 1, 3):
+        value, (dx, dw) = relay.grad(grown_sequence, argnums=(0, 1))(x, w, np.int32(n))
+        want_dx, want_dw = jax.grad(reference, argnums=(0, 1))(x, w, n)
+        np.testing.assert_allclose(value, reference(x, w, n), rtol=1e-5)
+        np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(dw, want_dw, rtol=1e-4, atol=1e-5)
+
+
+def test_the_gradient_of_a_concatenation_of_two_run_time_sizes_is_a_located_error():
+    @relay
+    def doubled(x: Tensor[Float, (1, 4)], n: Int) -> Float:
+        outputs: Tensor[Float, (relay.Any, 4)] = x
+        i = 0
+        while i < n:
+            outputs = relay.concatenate((outputs, outputs), axis=0)
+            i = i + 1
+        return relay.sum(outputs)
+
+    with pytest.raises(IRError, match=r"test_autodiff.py:\d+:\d+: the gradient of concatenate "
+                                      r"takes at most one input whose size"):
+        relay.grad(doubled)(np.ones((1, 4), np.float32), np.int32(2))

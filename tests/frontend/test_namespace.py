@@ -80,7 +80,7 @@ def test_one_function_per_op_whose_help_shows_signature_attributes_and_math():
     assert "conv2d(data, weight, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), " \
            "groups=1" in text
     assert "groups (an int, default 1)" in text
-    assert "Gradient: dx = conv2d(g spread by the strides" in text
+    assert "Gradient: d conv2d(x, w) = (conv2d(dilate(g, strides)" in text
     text = pydoc.render_doc(relay.softmax, renderer=pydoc.plaintext)
     assert "softmax(data, axis=-1)" in text and "exp(x - max) / sum(exp(x - max))" in text
 

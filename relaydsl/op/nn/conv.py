@@ -181,9 +181,7 @@ def _conv_weight_grad(x: Expr, g: Expr, weight: tuple[int, ...], hw: tuple[int, 
 
 
 def _conv2d_grad(call: Call, g: Expr) -> list[Expr]:
-    """dx = conv2d(g spread by the strides, w flipped in h and w with its in- and
-    out-channels swapped) (a transposed convolution); dw = conv2d(xᵀ, gᵀ), the correlation
-    of x with g with batch and channel axes swapped; g cast to x's dtype."""
+    """d conv2d(x, w) = (conv2d(dilate(g, strides), flip(w)ᵀ), conv2d(xᵀ, gᵀ)), g in x's dtype."""
     (x, single), w, a = as_batch(call.args[0]), call.args[1], call.attrs
     if a.out_dtype not in (None, gu.tensor_type(call.args[0]).dtype):
         g = ops.cast_like(g, call.args[0])
@@ -453,8 +451,7 @@ def _conv2d_transpose_jax(data: Array, weight: Array, *, strides: tuple[int, int
 
 
 def _conv2d_transpose_grad(call: Call, g: Expr) -> list[Expr]:
-    """dx = conv2d(g, w) with the same strides, padding, dilation and groups; dw = conv2d's
-    weight gradient with g as its data and x as its output's adjoint."""
+    """d conv2d_transpose(x, w) = (conv2d(g, w), conv2d(gᵀ, xᵀ)), conv2d's attributes."""
     x, w, a = call.args[0], call.args[1], call.attrs
     weight, hw = gu.static_dims(w, "conv2d_transpose"), gu.image_hw(x, "conv2d_transpose")
     p = a.padding

@@ -12,14 +12,16 @@ from typing import Any as AnyValue
 
 import numpy as np
 
+from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr, Tuple, TupleGetItem
 from relaydsl.ir.types import AnyDim, TensorType, TupleType, Type, type_to_str
-from relaydsl.op.grad_util import END, add, arg_type, static_dims, tensor_type
+from relaydsl.op.grad_util import END, add, arg_type, tensor_type
 from relaydsl.op.lazy_jax import jnp
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
 from relaydsl.op.transform.common import along, as_tuple
-from relaydsl.op.transform.index import strided_slice_grad
+from relaydsl.op.transform.index import strided_slice, strided_slice_grad
+from relaydsl.op.transform.shape import reshape_like
 from relaydsl.op.transform.shape import squeeze
 from relaydsl.te.expr import PrimExpr, equal, select
 from relaydsl.te.tensor import Tensor, compute
@@ -67,13 +69,36 @@ def _concatenate_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Ty
 
 
 def _concatenate_gradient(call: Call, g: Expr) -> list[Expr]:
-    """d concatenate(xs) = (the pieces of split(g) where the inputs meet,)."""
+    """d concatenate(xs) = (the pieces of g where the inputs meet,), one of run-time size."""
+    # One input's size along the axis may be known only at run time (a sequence grown in a
+    # loop): the pieces before it are cut from g's start, those after it from g's end, and
+    # it is what lies between.
     xs, axis = call.args[0], call.attrs.axis
     n = _fields(arg_type(xs))
     axis %= tensor_type(TupleGetItem(xs, 0)).ndim
-    sizes = [static_dims(TupleGetItem(xs, i), "concatenate")[axis] for i in range(n)]
-    pieces = split(g, indices_or_sections=tuple(np.cumsum(sizes[:-1]).tolist()), axis=axis)
-    return [Tuple(tuple(TupleGetItem(pieces, i) for i in range(n)))]
+    sizes = [tensor_type(TupleGetItem(xs, i)).shape[axis] for i in range(n)]
+    unknown = [i for i, d in enumerate(sizes) if not isinstance(d, int)]
+    if not unknown:
+        pieces = split(g, indices_or_sections=tuple(np.cumsum(sizes[:-1]).tolist()), axis=axis)
+        return [Tuple(tuple(TupleGetItem(pieces, i) for i in range(n)))]
+    if len(unknown) > 1:
+        raise IRError(f"the gradient of concatenate takes at most one input whose size along "
+                      f"axis {axis} is known only at run time; inputs {unknown[0]} and "
+                      f"{unknown[1]} are of sizes {sizes[unknown[0]]} and {sizes[unknown[1]]}")
+    k = unknown[0]
+    # [begin, end) of each piece along the axis, an end counted from g's end when negative
+    bounds, at = [], 0
+    for d in sizes[:k]:
+        bounds.append((at, at + d))
+        at += d
+    after = sum(sizes[k + 1:])
+    bounds.append((at, -after if after else END))
+    for d in sizes[k + 1:]:
+        bounds.append((-after, -(after - d) if after - d else END))
+        after -= d
+    pieces = [strided_slice(g, begin=(b,), end=(e,), axes=(axis,)) for b, e in bounds]
+    pieces[k] = reshape_like(pieces[k], TupleGetItem(xs, k))  # x's type: its size variable
+    return [Tuple(tuple(pieces))]
 
 
 def _concatenate_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
