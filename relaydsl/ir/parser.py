@@ -63,7 +63,9 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.lexer import NUMBER, Source, Token, split_metadata, tokenize
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.printer import DTYPE_LIKE, LITERAL_SUFFIX, VERSION
+from relaydsl.ir.printer import (
+    DTYPE_LIKE, FRAMES_PER_LEVEL, LITERAL_SUFFIX, MAX_NESTING, VERSION,
+)
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import (
     DTYPES, Any, FuncType, GlobalTypeVar, Kind, RefType, TensorType, TupleType, Type, TypeCall,
@@ -77,11 +79,9 @@ _T = PyTypeVar("_T")
 _POSTFIX = frozenset("(<.")  # what may follow an expression to extend it
 
 # The parser recurses once per nested expression, type, pattern or attribute list. A program
-# nested deeper than this is refused with a located error (Python's own parser refuses 200
-# nested parentheses); within it, Python's recursion limit is raised to make room:
-# _FRAMES_PER_LEVEL bounds the parser frames between two levels (a match clause's block).
-MAX_NESTING = 10_000
-_FRAMES_PER_LEVEL = 12
+# nested deeper than MAX_NESTING (printer.py: the text format's limit, which the printer
+# prints) is refused with a located error (Python's own parser refuses 200 nested
+# parentheses); within it, Python's recursion limit is raised to make room.
 
 
 def _nests(method: Callable[[_Parser], _T]) -> Callable[[_Parser], _T]:
@@ -790,7 +790,7 @@ def _bulk_allocation() -> Iterator[None]:
 
 def _room_to_nest() -> contextlib.AbstractContextManager[None]:
     """Python's recursion limit raised for MAX_NESTING levels above the caller's frames."""
-    return deep_recursion(sys.getrecursionlimit() + _FRAMES_PER_LEVEL * MAX_NESTING)
+    return deep_recursion(sys.getrecursionlimit() + FRAMES_PER_LEVEL * MAX_NESTING)
 
 
 def _prepare(text: str, source_name: str) -> tuple[Source, list[Token], list[Constant]]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any as AnyValue, cast
 
@@ -46,6 +47,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import DTYPES, Type, TypeVar, type_param_to_str, type_to_str
+from relaydsl.ir.visitor import deep_recursion
 
 VERSION = "0.0.5"
 HEADER = f'#[version = "{VERSION}"]'
@@ -61,6 +63,11 @@ RESERVED_TYPE_NAMES = frozenset({*DTYPES, "Tensor", "Ref", "fn", "_", "Shape", "
 DTYPE_LIKE = re.compile(r"(float|u?int|bool)\d*")  # names the parser takes for dtypes
 _DTYPE_NAMES = {np.dtype(d): d for d in DTYPES}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# The text format's nesting limit: the parser refuses deeper programs, the printer prints
+# any it reads. Both recurse per level, with Python's recursion limit raised by
+# FRAMES_PER_LEVEL frames (at most, between two levels: a match clause's block) per level.
+MAX_NESTING = 10_000
+FRAMES_PER_LEVEL = 12
 
 
 def astext(node: Expr | Type | IRModule, *, include_prelude: bool = False,
@@ -76,6 +83,12 @@ def astext(node: Expr | Type | IRModule, *, include_prelude: bool = False,
       add(%x, %0)
     }
     """
+    # as deep as the parser reads (MAX_NESTING levels): the printer recurses per level
+    with deep_recursion(sys.getrecursionlimit() + FRAMES_PER_LEVEL * MAX_NESTING):
+        return _astext(node, include_prelude, show_types)
+
+
+def _astext(node: Expr | Type | IRModule, include_prelude: bool, show_types: bool) -> str:
     if isinstance(node, Type):
         return type_to_str(node, _Names(RESERVED_TYPE_NAMES).type_var)
     printer = _Printer(show_types)

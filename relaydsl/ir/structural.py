@@ -42,7 +42,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
-from relaydsl.ir.visitor import children
+from relaydsl.ir.visitor import children, deep_recursion
 from relaydsl.ir.types import (
     AnyDim, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, TypeVar,
 )
@@ -398,6 +398,11 @@ def _compare_modules(a: IRModule, b: IRModule, map_free_vars: bool) -> None:
 
 
 def _compare(a: Node, b: Node, map_free_vars: bool) -> None:
+    with deep_recursion():  # one frame per level: as deep as the text format reads
+        _compare_nodes(a, b, map_free_vars)
+
+
+def _compare_nodes(a: Node, b: Node, map_free_vars: bool) -> None:
     root = _Path((None, ""))
     if isinstance(a, IRModule) and isinstance(b, IRModule):
         _compare_modules(a, b, map_free_vars)

@@ -104,12 +104,29 @@ def _same_scope_lets(body: Expr) -> set[Var]:
     return {v for v, s in let_scope.items() if use_scopes.get(v, set()) <= {s}}
 
 
+# The deepest expression inlining builds: a longer chain of lets (20,000 statements of
+# ``x = x + 1.0``) keeps every MAX_DEPTH-th let, so that the passes and type inference, which
+# recurse a few frames per level, stay within Python's recursion limit. Fusion groups are
+# shallower still (fuse_ops.MAX_FUSE_DEPTH).
+MAX_DEPTH = 1000
+
+
 class _ToGraph(ExprMutator):
     def __init__(self, inlinable: set[Var]):
         super().__init__()
         self.inlinable = inlinable
         self.subst: dict[Var, Expr] = {}
         self.pure_memo: dict[int, bool] = {}
+        self.depths: dict[Expr, int] = {}  # nodes hash by identity
+
+    def depth(self, e: Expr) -> int:
+        """How deeply `e`'s dataflow nests (the nodes under it were measured before it)."""
+        found = self.depths.get(e)
+        if found is None:
+            children = e.args if isinstance(e, Call) else e.fields if isinstance(e, Tuple) \
+                else (e.tuple_value,) if isinstance(e, TupleGetItem) else ()
+            found = self.depths[e] = 1 + max(map(self.depth, children), default=-1)
+        return found
 
     def visit_var(self, var: Var) -> Expr:
         return self.subst.get(var, var)
@@ -120,7 +137,8 @@ class _ToGraph(ExprMutator):
         while isinstance(node, Let):
             value = self.visit(node.value)
             if not ascribes(node.var, value) and (isinstance(value, ATOMS) or (
-                    node.var in self.inlinable and is_dataflow(value, self.pure_memo))):
+                    node.var in self.inlinable and is_dataflow(value, self.pure_memo)
+                    and self.depth(value) < MAX_DEPTH)):
                 self.subst[node.var] = value
             else:
                 kept.append((node, value))

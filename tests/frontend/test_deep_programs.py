@@ -89,3 +89,18 @@ def test_beyond_the_compilers_depth_a_located_error_not_a_recursion_error(tmp_pa
         load(tmp_path, "ifs", "def f(x: Tensor[Float, (3,)], c: Bool) -> Tensor[Float, (3,)]:\n"
                               + body + "    return x\n")
     assert (Path(info.value.span.file).name, info.value.span.line) == ("ifs.py", 3)
+
+
+@pytest.mark.slow
+def test_twenty_thousand_statements_in_a_row_on_both_targets(tmp_path):
+    # issue 26, item 17: graph normal form nested the 20,000 lets into one expression that
+    # type inference could not recurse through; it keeps every 1,000th let now
+    body = "".join("    x = x * 0.5 + 1.0\n" for _ in range(20_000))
+    f, _ = load(tmp_path, "lets", "def f(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:\n"
+                                  + body + "    return x\n")
+    x = np.array([0.0, 2.0, -4.0], np.float32)
+    expected = jnp.asarray(x)
+    for _ in range(20_000):
+        expected = expected * 0.5 + 1.0
+    for target in TARGETS:
+        np.testing.assert_allclose(f.build(target)(x), expected, rtol=1e-6, err_msg=target)

@@ -441,6 +441,22 @@ def test_deep_nesting_parses(make):
     assert isinstance(parse_expr(make(parser.MAX_NESTING - 2)), (Call, Function, Tuple))
 
 
+# Blocks are indented a level per nesting, so their text grows as the square of the depth
+# (8 MB for 1,000 nested match clauses): those are printed less deep.
+_PRINT_DEPTH = {"functions": 1000, "else-if chains": 1000, "match clauses": 300}
+
+
+@pytest.mark.parametrize("construct", [c for c in NESTINGS if c != "attribute lists"])
+def test_deeply_nested_programs_print_and_read_back(construct):
+    # issue 26, item 17: printing nested functions and types 1,000 deep was a RecursionError
+    depth = _PRINT_DEPTH.get(construct, parser.MAX_NESTING - 3)
+    e = parse_expr(NESTINGS[construct](depth))
+    assert_structural_equal(parse_expr(astext(e)), e)
+    # from a caller already deep in its own recursion, and as a module
+    module = parse(f"def @main() {{ {NESTINGS[construct](depth)} }}")
+    assert "def @main" in recurse_then(500, lambda: astext(module))
+
+
 @pytest.mark.parametrize("construct", list(NESTINGS))
 def test_nesting_beyond_the_limit_is_a_located_error(construct):
     text = NESTINGS[construct](parser.MAX_NESTING + 1)

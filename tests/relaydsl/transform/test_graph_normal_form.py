@@ -7,11 +7,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from relaydsl.backend.interpreter import evaluate
-from relaydsl.ir import Call, Function, If, IRModule, Let, Op, Tuple, TupleGetItem
+from relaydsl.ir import Call, Function, If, IRModule, Let, Op, TensorType, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import op_call
 from relaydsl.testing.random_programs import random_programs
 from relaydsl.transform import graph_normal_form
 from relaydsl.transform.graph_normal_form import is_dataflow, to_graph_normal_form
-from relaydsl.typing.infer import infer_types
+from relaydsl.typing.infer import infer_type, infer_types
 from tests.relaydsl.transform.fusion_helpers import assert_same_values, rand, typed
 
 
@@ -124,3 +125,24 @@ def test_random_programs_keep_their_values(program_and_inputs):
     mod = infer_types(IRModule.from_expr(fn))
     out = to_graph_normal_form(mod)
     assert_same_values(evaluate(mod, *inputs), evaluate(out, *inputs))
+
+
+def test_a_let_chain_longer_than_max_depth_keeps_a_let_every_max_depth_values():
+    from relaydsl.transform import graph_normal_form as gnf
+
+    x = Var("x", TensorType((2,), "float32"))
+    body, chain = x, []
+    for i in range(2 * gnf.MAX_DEPTH + 10):
+        v = Var(f"v{i}")
+        chain.append((v, op_call("negative", body)))
+        body = v
+    for v, value in reversed(chain):
+        body = Let(v, value, body)
+    fn = infer_type(Function([x], body))
+    out = gnf.graph_normal_form_function(fn)
+    kept, e = 0, out.body
+    while isinstance(e, Let):
+        kept, e = kept + 1, e.body
+    assert kept == 2  # the 1,000th and 2,000th values stay bound
+    ones = np.ones(2, np.float32)
+    np.testing.assert_array_equal(evaluate(IRModule.from_expr(out), ones), ones)
