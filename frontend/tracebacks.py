@@ -4,8 +4,10 @@ An error in the user's program (a ``RelayError``: syntax, type, a bad setting or
 ``TypeError`` for a wrong argument) raised from deep inside the compiler would print 30-60
 frames of relaydsl internals above the one line that matters, which the message already
 locates. The public entry points are wrapped with ``user_facing``: such an error leaves
-with relaydsl's frames dropped from its traceback, except the entry point's own. Set
-``RELAYDSL_TRACEBACK=full`` to see everything (when reporting a relaydsl bug). Other
+with relaydsl's frames dropped from its traceback, except the one re-raising it (plain
+Python prints the frame a ``raise`` runs in; its line says that relaydsl's frames are hidden
+and how to see them; pytest, IPython and Jupyter hide it, as ``__tracebackhide__`` asks).
+Set ``RELAYDSL_TRACEBACK=full`` to see everything (when reporting a relaydsl bug). Other
 exceptions, which would be our bugs, always keep every frame.
 """
 from __future__ import annotations
@@ -58,13 +60,16 @@ def user_facing(fn: F) -> F:
     """`fn`, whose user errors leave with a filtered traceback (see the module docstring)."""
     @functools.wraps(fn)
     def wrapper(*args: AnyValue, **kwargs: AnyValue) -> AnyValue:
+        __tracebackhide__ = True  # pytest, IPython and Jupyter hide this frame
         try:
             return fn(*args, **kwargs)
         except (RelayError, TypeError) as e:
             if settings.full_tracebacks():
                 raise
             _drop_internal_causes(e)
-            raise e.with_traceback(user_frames(e.__traceback__))  # noqa: B904  # the same error
+            # Re-raising adds this frame to the traceback, and plain Python prints it: its line
+            # is what the user reads, so it says what happened and how to see the rest.
+            raise e.with_traceback(user_frames(e.__traceback__))  # relaydsl's frames hidden: RELAYDSL_TRACEBACK=full shows them  # noqa: B904, E501
 
     return wrapper  # type: ignore[return-value]
 

@@ -76,6 +76,8 @@ def test_a_user_errors_traceback_shows_the_users_frames_and_full_shows_everythin
     assert len(frames) <= 2 and all("user_program.py" in f or "tracebacks.py" in f
                                     for f in frames), filtered
     assert "RelayTypeError: " in filtered and "user_program.py:7:" in filtered
+    # the one relaydsl frame left says so (issue 26, item 8)
+    assert "relaydsl's frames hidden: RELAYDSL_TRACEBACK=full shows them" in filtered
     full = run_script(tmp_path, "full")
     assert len([ln for ln in full.splitlines() if ln.startswith('  File "')]) > 10
     bad = run_script(tmp_path, "short")

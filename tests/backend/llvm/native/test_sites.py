@@ -110,9 +110,17 @@ def test_values_that_fix_no_size_get_native_code_with_run_time_shapes():
     np.testing.assert_allclose(exe(xs, init), sum(2 * x for x in xs) + init, rtol=1e-5)
 
 
+@relay
+def tiled(x: Tensor[Float, (1, 3)], n: Int) -> Tensor[Float, (relay.Any, 3)]:
+    acc: Tensor[Float, (relay.Any, 3)] = x
+    for _ in range(n):
+        acc = relay.concatenate((acc, x), axis=0)
+    return relay.tile(acc, reps=(2, 1))
+
+
 def test_a_gradient_rule_needing_static_sizes_is_a_located_error():
     from relaydsl.errors import IRError
 
     with pytest.raises(IRError, match=r"test_sites.py:\d+:\d+: the gradient of "
-                                      r"concatenate needs static dims"):
-        relay.grad(grown)
+                                      r"tile needs static dims"):
+        relay.grad(tiled)
