@@ -111,12 +111,12 @@ def target_check(result: Result) -> tuple[str, str, str]:
         return ratio_text, goal, f"{'ok' if share >= limit else 'miss'} ({share:.0%})"
     if kind == "torch":
         torch = best_of(result, "torch")
-        goal = f"<= {limit:.1f}x PyTorch"
+        goal = f"<= {limit:.3g}x PyTorch"
         if not have or torch is None or torch.seconds is None:
             return ratio_text, goal, "—"
         share = ours.seconds / torch.seconds
         return ratio_text, goal, f"{'ok' if share <= limit else 'miss'} ({share:.2f}x)"
-    goal = f"<= {limit:.1f}x JAX"
+    goal = f"<= {limit:.3g}x JAX"
     if ratio is None:
         return ratio_text, goal, "—"
     return ratio_text, goal, "ok" if ratio <= limit else "miss"

@@ -21,6 +21,11 @@ def _lenet() -> list[Case]:
     return [cnn.lenet_case(1), cnn.lenet_case(64)]
 
 
+def _lenet_train() -> list[Case]:
+    from benchmarks.workloads import lenet_train
+    return lenet_train.cases()
+
+
 def _resnet() -> list[Case]:
     from benchmarks.workloads import cnn
     return [cnn.resnet_case()]
@@ -63,7 +68,8 @@ def _charrnn_generate() -> list[Case]:
 
 # in the order of the table
 GROUPS: dict[str, Callable[[], list[Case]]] = {
-    "gemm": _gemm, "mlp": _mlp, "lenet": _lenet, "resnet": _resnet, "lstm": _lstm,
+    "gemm": _gemm, "mlp": _mlp, "lenet": _lenet, "lenet-train": _lenet_train,
+    "resnet": _resnet, "lstm": _lstm,
     "elementwise": _elementwise, "compile": _compile, "treelstm": _treelstm,
     "treelstm-train": _treelstm_train, "charrnn-score": _charrnn_score,
     "charrnn-generate": _charrnn_generate,
