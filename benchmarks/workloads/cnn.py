@@ -116,13 +116,7 @@ def lenet_case(batch: int) -> Case:
 
     def torch_compile_setup():
         torch = torch_module()
-        f = torch_compiled_inference(lambda v, *p: lenet_torch(torch, v, *p), params)
-        tx = torch.from_numpy(x)
-
-        def run():
-            with torch.no_grad():
-                return f(tx)
-        return run
+        return torch_compiled_inference(lambda v, *p: lenet_torch(torch, v, *p), params, x)
 
     return Case(f"LeNet fwd (b{batch})", "lenet",
                 {"relaydsl": relaydsl_setup, "jax:NCHW": jax_setup("NCHW"),
@@ -287,13 +281,7 @@ def resnet_case() -> Case:
 
     def torch_compile_setup():
         torch = torch_module()
-        f = torch_compiled_inference(lambda v, *p: resnet_torch(torch, v, p), params)
-        tx = torch.from_numpy(x)
-
-        def run():
-            with torch.no_grad():
-                return f(tx)
-        return run
+        return torch_compiled_inference(lambda v, *p: resnet_torch(torch, v, p), params, x)
 
     return Case("ResNet-18 fwd (b1)", "resnet",
                 {"relaydsl": relaydsl_setup, "jax:NCHW": jax_setup("NCHW"),

@@ -58,13 +58,15 @@ def torch_module():
     return torch
 
 
-def torch_compiled_inference(forward: Callable, params: tuple[np.ndarray, ...]) -> Callable:
-    """``forward(*inputs, *params)`` for inference through torch.compile as PyTorch recommends
-    on CPUs: `params` the weights of an ``nn.Module`` (in eval mode) compiled with freezing, so
-    that inductor treats them as constants (folding what depends on them alone and packing
-    convolution and linear weights for oneDNN once). Freezing applies under
-    ``torch.no_grad()`` only: call the result there. Weights passed as arguments, as the
-    other systems take them, would be inputs of the graph, out of freezing's reach."""
+def torch_compiled_inference(forward: Callable, params: tuple[np.ndarray, ...],
+                             *inputs: np.ndarray) -> Callable[[], Any]:
+    """A runner of ``forward(*inputs, *params)`` for inference through torch.compile as
+    PyTorch recommends on CPUs: `params` the weights of an ``nn.Module`` (in eval mode)
+    compiled with freezing, so that inductor treats them as constants (folding what depends
+    on them alone and packing convolution and linear weights for oneDNN once). Freezing
+    applies under ``torch.no_grad()`` only, where the runner calls it. Weights passed as
+    arguments, as the other systems take them, would be inputs of the graph, out of
+    freezing's reach."""
     torch = torch_module()
 
     class Inference(torch.nn.Module):
@@ -76,7 +78,13 @@ def torch_compiled_inference(forward: Callable, params: tuple[np.ndarray, ...]) 
         def forward(self, *inputs):
             return forward(*inputs, *self.weights)
 
-    return torch.compile(Inference().eval(), options={"freezing": True})
+    compiled = torch.compile(Inference().eval(), options={"freezing": True})
+    tensors = [torch.from_numpy(a) for a in inputs]
+
+    def run():
+        with torch.no_grad():
+            return compiled(*tensors)
+    return run
 
 
 def jax_modules():

@@ -159,13 +159,7 @@ def forward_case() -> Case:
 
     def torch_compile_setup():
         torch = torch_module()
-        f = torch_compiled_inference(lambda v, *p: torch_forward(torch, v, *p), params)
-        tx = torch.from_numpy(x)
-
-        def run():
-            with torch.no_grad():
-                return f(tx)
-        return run
+        return torch_compiled_inference(lambda v, *p: torch_forward(torch, v, *p), params, x)
 
     return Case("MLP fwd (b64)", "mlp",
                 {"relaydsl": relaydsl_setup, "jax": jax_setup,
