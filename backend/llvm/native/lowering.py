@@ -23,6 +23,7 @@ from relaydsl.backend.llvm.native.abi import (
 )
 from relaydsl.backend.llvm.native.loops import young_function
 from relaydsl.backend.llvm.native.sites import ALIGN, KernelSite, leaf_types
+from relaydsl.backend.llvm.native.values import contiguous
 from relaydsl.ir.expr import (
     Call, Expr, Function, GlobalVar, Match, Op, Var,
 )
@@ -200,7 +201,7 @@ class Lowering:
 
     def constant(self, data: np.ndarray) -> int:
         """The link of a copy of `data` the program keeps."""
-        a = np.require(data, requirements=("C", "A"))
+        a = contiguous(data)
         self.keep.append(a)
         return self.link(address(a))
 

@@ -15,6 +15,7 @@ from llvmlite import ir
 
 from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitive
 from relaydsl.backend.llvm.native.abi import I64, PTR, Error, Word
+from relaydsl.backend.llvm.native.values import contiguous
 from relaydsl.backend.llvm.specialize import specialize
 from relaydsl.ir.expr import Call, Function
 from relaydsl.ir.types import TensorType, TupleType, Type
@@ -75,7 +76,7 @@ class KernelSite:
         kernel = compile_primitive(specialize(self.fn, types), opt_level=opt_level)
         outputs = kernel.output_types
         assert [len(t.shape) for t in outputs] == [len(t.shape) for t in self.outputs]
-        constants = [np.require(c, requirements=("C", "A")) for c in kernel.constants]
+        constants = [contiguous(c) for c in kernel.constants]
         offsets, scratch_bytes = [], 0
         for shape, dtype in kernel.scratch:
             offsets.append(scratch_bytes)
