@@ -1,4 +1,6 @@
 """@relay_model layers: parameters shaped by type inference, forward passes against JAX."""
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -266,9 +268,6 @@ def test_an_embedding_model_s_loss_and_its_gradients_match_jax(target, monkeypat
 
 
 # ---- help(relay.<layer>): the layer forms, each with an example that runs ------------------
-
-import inspect  # noqa: E402
-
 
 def _example(name: str):
     """The model of relay.<name>'s help example, made and built from its text."""
