@@ -68,11 +68,10 @@ LAYERS: tuple[Layer, ...] = (
     Layer("+ fusion", 1),
     Layer("+ constant folding", 1, ("FoldConstant",)),
     Layer("+ layout alteration", 1, ("FoldConstant", "AlterOpLayout")),
-    # AlterOpLayout's blocked conv2d is slower than our NCHW one on this CPU (pipeline.py), so
-    # the default pipeline leaves it off and so do the layers after its own bar
-    Layer("+ CSE", 1, ("FoldConstant", "EliminateCommonSubexpr")),
+    Layer("+ CSE", 1, ("FoldConstant", "AlterOpLayout", "EliminateCommonSubexpr")),
     Layer("+ fold-scale-axis / simplify-inference", 1,
-          ("FoldConstant", "EliminateCommonSubexpr", "SimplifyInference", "FoldScaleAxis")),
+          ("FoldConstant", "AlterOpLayout", "EliminateCommonSubexpr", "SimplifyInference",
+           "FoldScaleAxis")),
 )
 TARGET = "llvm"
 QUICK_IMAGE = {"resnet18": 32, "mobilenet": 32, "vgg16": 32, "dqn": 36}

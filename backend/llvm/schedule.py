@@ -36,7 +36,7 @@ from relaydsl.te.expr import (
 from relaydsl.te.tensor import Tensor
 from relaydsl.backend.llvm import templates
 from relaydsl.backend.llvm.lower import Lowered
-from relaydsl.backend.llvm.templates import Template
+from relaydsl.backend.llvm.templates import AnyTemplate
 from relaydsl.op.nn.linear import dense
 
 PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
@@ -52,7 +52,7 @@ class Stage:
 
     tensor: Tensor
     reads: list[Tensor]  # the buffers it reads, in its function's argument order
-    template: Template | None = None  # a hand-written kernel, or None: a te loop nest
+    template: AnyTemplate | None = None  # a hand-written kernel, or None: a te loop nest
     outer: int = 0  # leading output axes flattened into the parallel loop
     row_reduce: bool = False
     extent: int = 1  # parallel units
@@ -82,7 +82,7 @@ def node_cost(e: PrimExpr) -> int:
     return 1
 
 
-def template_for(lowered: Lowered, t: Tensor) -> tuple[Template, list[Tensor]] | None:
+def template_for(lowered: Lowered, t: Tensor) -> tuple[AnyTemplate, list[Tensor]] | None:
     """The template kernel for the op that made ``t``, if one exists, and what it reads.
 
     An operand that is a 2-D transpose of a kernel input (fusion puts such transposes with
@@ -121,7 +121,7 @@ def _transposed_input(lowered: Lowered, x: Tensor) -> Tensor | None:
 
 
 def schedule(lowered: Lowered, prefix: str) -> Schedule:
-    chosen: dict[Tensor, Template] = {}
+    chosen: dict[Tensor, AnyTemplate] = {}
     operands: dict[Tensor, list[Tensor]] = {}  # what each template reads
 
     def producers(t: Tensor) -> list[Tensor]:

@@ -11,7 +11,8 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import ExprMutator, deep_recursion  # noqa: F401  (used by the passes)
+from relaydsl.ir.visitor import ExprMutator, type_vars_of
+from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
 from relaydsl.typing.infer import infer_types
 
 PRIMITIVE = Attrs({"Primitive": 1})
@@ -95,3 +96,20 @@ class _Substitute(ExprMutator):
 
     def visit_var(self, var: Var) -> Expr:
         return self.mapping.get(var, var)
+
+
+def with_parameter_types(fn: Function) -> Function:
+    """`fn` with its unannotated parameters annotated with their inferred (concrete) types.
+
+    For a pass that replaces the op calls whose type relations inferred a parameter's type
+    (a model's weights, whose shapes conv2d or batch_norm infer from their attributes):
+    re-inference of the rewritten function needs those types written down.
+    """
+    renamed: dict[Var, Expr] = {
+        p: Var(p.name_hint, p.checked_type, span=p.span) for p in fn.params
+        if p.type_annotation is None and p.has_type and not type_vars_of(p.checked_type)}
+    if not renamed:
+        return fn
+    out = substitute(fn, renamed)
+    assert isinstance(out, Function)
+    return out

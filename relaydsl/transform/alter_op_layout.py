@@ -1,7 +1,7 @@
 """AlterOpLayout: conv2d in the blocked NCHW{c}c layout, layout_transform ops around it.
 
 §4.4 of the Relay paper: a CPU convolution runs on channels blocked into vector-wide groups
-(NCHW16c data, OIHW16i16o weight), its inner loop one vector FMA over an output block. The
+(NCHW32c data, OIHW32i32o weight), its inner loop vector FMAs over an output block. The
 pass rewrites each NCHW conv2d into ``conv2d_nchwc`` with ``layout_transform`` calls taking
 its data and weight into the blocked layouts and its result back to NCHW. Elementwise and
 broadcast ops on a blocked result (relu, a per-channel bias or scale, an add of two blocked
@@ -10,25 +10,34 @@ transform followed by its inverse is dropped. A chain of convolutions then has o
 transform in and one out; the weight transforms of constant weights are folded by
 FoldConstant, which runs after this pass.
 
-Before and after (block 16, 32 channels)::
+Before and after (block 32, 64 channels)::
 
-    %0 = conv2d(%x, %w1, padding=1);           %x16 = layout_transform(%x, "NCHW", "NCHW16c");
-    %1 = relu(add(%0, %b));                       %0 = conv2d_nchwc(%x16, <OIHW16i16o w1>, ...);
-    conv2d(%1, %w2, padding=1)                 %1 = relu(add(%0, <b as (2, 1, 1, 16)>));
+    %0 = conv2d(%x, %w1, padding=1);           %x32 = layout_transform(%x, "NCHW", "NCHW32c");
+    %1 = relu(add(%0, %b));                       %0 = conv2d_nchwc(%x32, <OIHW32i32o w1>, ...);
+    conv2d(%1, %w2, padding=1)                 %1 = relu(add(%0, <b as (2, 1, 1, 32)>));
                                                   layout_transform(conv2d_nchwc(%1, <w2>, ...),
-                                                                   "NCHW16c", "NCHW")
+                                                                   "NCHW32c", "NCHW")
 
-Block sizes are the largest power of two up to ``block`` dividing the channels (1 for odd
-channel counts: a first layer's 3 input channels). Only groups=1 convolutions on NCHW data
-without an out_dtype change are rewritten.
+A convolution is rewritten where it gets a fast kernel: groups=1 on NCHW data, dilation 1, no
+out_dtype change, and an out-channel block (the largest power of two up to ``block`` dividing
+the out-channels) of at least ``MIN_BLOCK``; and where the transforms it brings cost less
+than that kernel saves (``_AlterLayout._pays``). The llvm backend runs such a conv2d_nchwc as
+direct convolution on its GEMM micro-kernel, reading data and weight in place with no
+packing (backend/llvm/templates/conv2d_nchwc.py); other blocks would run as a generic loop
+nest, slower than the NCHW conv2d (an implicit GEMM whose B operand is gathered from the
+image). The in-channel block is the producer's where the data is blocked already, else all
+the channels up to ``block`` (a first layer's 3: NCHW3c), else the out-channel rule's.
 
-The pass runs on demand (``required_pass=["AlterOpLayout"]``, pipeline.py), not at a level:
-on our llvm backend the NCHW conv2d is an implicit GEMM on the register-blocked GEMM
-micro-kernel, while conv2d_nchwc is a generic loop nest (one vector FMA per weight row
-load, no register blocking over output pixels). On four 3x3 64-channel 56x56 convolutions
-at batch 1 (benchmarks/alter_op_layout.py, a loaded 2-core Zen 5) the blocked chain took
-1.8-2.4x the NCHW one (NCHW16c 42.7 ms against 23.8 ms, medians; one pinned core 63.0
-against 34.6 ms; NCHW8c 3x slower). A blocked conv2d template would change that.
+On four 3x3 64-channel 56x56 convolutions at batch 1 (benchmarks/alter_op_layout.py, an
+Intel Xeon, rocketlake, 2 cores) the NCHW32c chain takes 3.06 ms against 3.68 ms (302
+against 252 GFLOP/s, transforms in and out included); one such conv2d_nchwc alone reaches
+340 GFLOP/s, 72% of the measured FMA peak. On whole networks at batch 1, weights bound as
+constants, opt_level 3 with the pass against without (same machine, medians): ResNet-18 at
+224x224 0.87x the time (17.4 against 19.9 ms), Nature-DQN 0.94x, VGG-16 0.96x (its time is
+mostly the 400 MB of dense weights), MobileNet v1 1.0x (only its stem is rewritten: its
+1x1 convolutions read NCHW data from depthwise ones); the 32x32 ResNet-18 of
+benchmarks/run.py, whose weights are arguments, 1.0x. Before ``_pays`` MobileNet took 1.22x
+and that ResNet-18 1.25x. The pass runs at opt_level 3 on the llvm target (pipeline.py).
 
 >>> from relaydsl.ir.parser import parse
 >>> from relaydsl.typing import infer_types
@@ -36,13 +45,15 @@ against 34.6 ms; NCHW8c 3x slower). A blocked conv2d template would change that.
 ... def @main(%x: Tensor[(1, 32, 8, 8), float32], %w: Tensor[(32, 32, 3, 3), float32]) {
 ...   relu(conv2d(conv2d(%x, %w, padding=1), %w, padding=1))
 ... }'''))
->>> calls = op_calls(alter_op_layout(mod)["main"])
+>>> op_calls(alter_op_layout(mod)["main"]).count("conv2d_nchwc")  # too small to pay
+0
+>>> calls = op_calls(alter_op_layout(mod, everywhere=True)["main"])
 >>> calls.count("layout_transform"), calls.count("conv2d_nchwc"), "conv2d" in calls
 (4, 2, False)
 """
 from __future__ import annotations
 
-from relaydsl.ir.expr import Call, Expr, Function, Let, Op, Var
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator, post_order
@@ -50,26 +61,39 @@ from relaydsl.op.nn.conv import conv2d, conv2d_nchwc, nchwc_layouts
 from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.registry import OpPattern, ops
 from relaydsl.op.transform.layout import layout_transform
-from relaydsl.transform._util import is_primitive, rewrite_functions
+from relaydsl.transform._util import is_primitive, rewrite_functions, with_parameter_types
 from relaydsl.transform.fold_constant import fold_constants
 
-BLOCK = 16
-"""The widest channel block: one AVX-512 vector of float32."""
+BLOCK = 32
+"""The widest channel block: the llvm GEMM micro-tile's NR with AVX-512 (two vectors of 16
+float32), its micro-kernel's B panel when conv2d_nchwc reads the weight in place."""
+
+MIN_PIXELS = 1024
+"""The output pixels (batch x height x width) from which a convolution whose weight is not a
+constant is rewritten: its weight's layout transform then costs a few percent of it."""
+
+MIN_BLOCK = 16
+"""The narrowest out-channel block a convolution is rewritten for: a whole AVX-512 vector
+(two AVX2 ones)."""
 
 _LAYOUT_BOUND = ("axis", "shape")
 """Attributes naming an axis or the result's shape (bias_add, prelu, broadcast_to, full): an
 op with one means them in NCHW, so it is not moved into a blocked layout as it is."""
 
 
-def alter_op_layout(mod: IRModule, block: int = BLOCK) -> IRModule:
-    """A copy of `mod` with its NCHW conv2d calls in blocked layouts (see the module doc);
-    channel blocks are powers of two up to `block`. The transforms of constant weights and
-    biases are folded."""
+def alter_op_layout(mod: IRModule, block: int = BLOCK, everywhere: bool = False) -> IRModule:
+    """A copy of `mod` with its NCHW conv2d calls in blocked layouts where that is faster
+    (see the module doc), or with `everywhere` every groups=1 NCHW conv2d, whatever its
+    blocks; channel blocks are powers of two up to `block`. The transforms of constant
+    weights and biases are folded."""
 
     def alter(fn: Function) -> Expr:
-        if is_primitive(fn) or not any(c == "conv2d" for c in op_calls(fn)):
+        if is_primitive(fn) or not _calls_conv2d(fn):
             return fn
-        return _AlterLayout(block).visit(fn)
+        new = _AlterLayout(block, everywhere).visit(fn)
+        assert isinstance(new, Function)
+        # a weight whose shape conv2d's relation inferred is now read by layout_transform
+        return fn if new is fn else with_parameter_types(new)
 
     return fold_constants(rewrite_functions(mod, alter))
 
@@ -80,6 +104,13 @@ def op_calls(e: Expr) -> list[str]:
     post_order(e, lambda n: names.append(n.op.name)
                if isinstance(n, Call) and isinstance(n.op, Op) else None)
     return names
+
+
+def _calls_conv2d(e: Expr) -> bool:
+    found: list[Call] = []
+    post_order(e, lambda n: found.append(n) if isinstance(n, Call) and n.op == conv2d.op
+               else None)
+    return bool(found)
 
 
 def channel_block(channels: int, block: int) -> int:
@@ -100,9 +131,9 @@ def _static_shape(e: Expr) -> tuple[int, ...] | None:
 
 
 class _AlterLayout(ExprMutator):
-    def __init__(self, block: int) -> None:
+    def __init__(self, block: int, everywhere: bool) -> None:
         super().__init__()
-        self.block = block
+        self.block, self.everywhere = block, everywhere
         self.let_values: dict[Var, Expr] = {}  # let-bound variables' (original) values
 
     def visit_let(self, let: Let) -> Expr:
@@ -165,7 +196,12 @@ class _AlterLayout(ExprMutator):
         if data is None or weight is None or len(data) != 4 or a.groups != 1 or \
                 a.out_dtype not in (None, call.args[0].checked_type.dtype):  # pyright: ignore
             return new
-        ib, ob = channel_block(data[1], self.block), channel_block(weight[0], self.block)
+        ob = channel_block(weight[0], self.block)
+        found = self.blocked(new.args[0])
+        if not (self.everywhere or self._pays(call, found is not None, weight, ob)):
+            return new
+        ib = found[1] if found is not None else \
+            data[1] if data[1] <= self.block else channel_block(data[1], self.block)
         _, weight_layout, _ = nchwc_layouts(ib, ob)
         out = conv2d_nchwc(self.to_blocked(new.args[0], ib),
                            layout_transform(new.args[1], src_layout="OIHW",
@@ -173,6 +209,21 @@ class _AlterLayout(ExprMutator):
                            strides=a.strides, padding=a.padding, dilation=a.dilation,
                            span=call.span)
         return _unblock(out, ob)
+
+    def _pays(self, call: Call, data_blocked: bool, weight: tuple[int, ...], ob: int) -> bool:
+        """Whether the blocked convolution is likely faster than the NCHW one, the layout
+        transforms it brings included (measured on ResNet-18, VGG-16, MobileNet and DQN,
+        see the module doc). Only out-channel blocks of whole vectors with dilation 1 get
+        the fast kernel; a 1x1 convolution does too little work per element to pay for
+        taking its data into the blocked layout; and a weight that is not a constant is
+        transformed at every call, which pays only over many output pixels."""
+        if ob < MIN_BLOCK or tuple(call.attrs.dilation) != (1, 1):
+            return False
+        if weight[2:] == (1, 1) and not data_blocked:
+            return False
+        out = _static_shape(call)
+        pixels = out[0] * out[2] * out[3] if out is not None else 0
+        return isinstance(self.resolve(call.args[1]), Constant) or pixels >= MIN_PIXELS
 
     def _bias_add(self, call: Call, new: Call) -> Expr:
         """bias_add along the channels of a blocked result: an add of the bias as

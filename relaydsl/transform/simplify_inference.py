@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, Var
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import ExprMutator, type_vars_of
+from relaydsl.ir.visitor import ExprMutator
 from relaydsl.op.grad_util import along
 from relaydsl.op.registry import ops
-from relaydsl.transform._util import rewrite_functions
+from relaydsl.transform._util import rewrite_functions, with_parameter_types
 
 
 def simplify_inference(mod: IRModule) -> IRModule:
@@ -42,34 +42,10 @@ def simplify_inference(mod: IRModule) -> IRModule:
     def simplify(fn: Function) -> Expr:
         new = _Simplify().visit(fn)
         assert isinstance(new, Function)  # a function's rewrite is a function
-        return fn if new is fn else _with_parameter_types(new)
+        # batch_norm's relation inferred the shapes of a model's running statistics
+        return fn if new is fn else with_parameter_types(new)
 
     return rewrite_functions(mod, simplify)
-
-
-def _with_parameter_types(fn: Function) -> Function:
-    """`fn` with its unannotated parameters annotated with their inferred (concrete) types.
-
-    batch_norm's type relation inferred the shapes of its parameters: a model's running
-    statistics are unannotated parameters whose type only that relation determined, and
-    the multiply-add does not, so re-inference needs them written down.
-    """
-    renamed = {p: Var(p.name_hint, p.checked_type, span=p.span) for p in fn.params
-               if p.type_annotation is None and p.has_type and not type_vars_of(p.checked_type)}
-    if not renamed:
-        return fn
-    out = _Rename(renamed).visit(fn)
-    assert isinstance(out, Function)
-    return out
-
-
-class _Rename(ExprMutator):
-    def __init__(self, renamed: dict[Var, Var]) -> None:
-        super().__init__()
-        self.renamed = renamed
-
-    def visit_var(self, v: Var) -> Expr:
-        return self.renamed.get(v, v)
 
 
 class _Simplify(ExprMutator):

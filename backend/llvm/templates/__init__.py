@@ -4,9 +4,10 @@ The scheduler (schedule.py) asks ``template_for(op, attrs, input_types, out_type
 transposable)`` for each op call it schedules; a ``Template`` it gets back is emitted by
 the code generator as one stage (``Template.emit(module, name)``). Inside:
 
-    contraction.py    which op calls get a template: dense, matmul, batch_matmul, conv2d
+    contraction.py    which op calls get a template: dense, matmul, batch_matmul, conv2d(_nchwc)
     gemm.py           the shape-specific GEMM driver (batch, parallel units, blocking)
     conv2d.py         conv2d's implicit-im2col packer for the GEMM's B operand
+    conv2d_nchwc.py   conv2d_nchwc as direct convolution on the micro-kernel, no packing
     gemm_library.py   the shape-independent GEMM core and micro-kernels, compiled once
     irgen.py          small helpers over llvmlite.ir shared by the above
 
@@ -17,6 +18,8 @@ the code generator as one stage (``Template.emit(module, name)``). Inside:
 >>> (t.op_name, t.spec.m, t.spec.n, t.spec.k)
 ('dense', 8, 4, 16)
 """
-from relaydsl.backend.llvm.templates.contraction import StageInfo, Template, template_for
+from relaydsl.backend.llvm.templates.contraction import (
+    AnyTemplate, BlockedConvTemplate, StageInfo, Template, template_for,
+)
 
-__all__ = ["StageInfo", "Template", "template_for"]
+__all__ = ["AnyTemplate", "BlockedConvTemplate", "StageInfo", "Template", "template_for"]

@@ -16,7 +16,8 @@ library (gemm_library.py), which ``emit`` loads into the process beforehand.
 Supported (float32, static, non-empty shapes): dense with any data rank; matmul with
 1-D operands and broadcast batch dims; batch_matmul with both transposes and a batch
 of 1 broadcasting; conv2d NCHW/OIHW or CHW with strides, any padding form, dilation and
-groups. Anything else gives None.
+groups; conv2d_nchwc with strides and padding, dilation 1, an out-channel block of whole
+vectors. Anything else gives None.
 """
 from __future__ import annotations
 
@@ -27,9 +28,11 @@ from typing import Any, Callable, Mapping, Sequence
 import llvmlite.ir as ir
 
 from relaydsl.backend.llvm.templates.conv2d import ConvGeometry, emit_im2col_packer
+from relaydsl.backend.llvm.templates.conv2d_nchwc import BlockedConv, emit_blocked_conv, micro_tile
 from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, emit_gemm
+from relaydsl.backend.llvm.templates.gemm_library import MicroTile
 from relaydsl.ir.types import TensorType
-from relaydsl.op.nn.conv import conv2d
+from relaydsl.op.nn.conv import conv2d, conv2d_nchwc
 from relaydsl.op.nn.linear import batch_matmul, dense, matmul
 from relaydsl.op.nn.window import Window
 from relaydsl.op.registry import OpDef
@@ -58,8 +61,25 @@ class Template:
         return StageInfo(name, kernel.parallel_extent, kernel.flops)
 
 
-def _read_transposed(template: Template, operand: int, shape: tuple[int, ...]
-                     ) -> Template | None:
+@dataclass(frozen=True)
+class BlockedConvTemplate:
+    """conv2d_nchwc as direct convolution on the micro-kernel (conv2d_nchwc.py)."""
+
+    op_name: str
+    conv: BlockedConv
+    tile: MicroTile
+    transposed: frozenset[int] = frozenset()  # never: its operands are 5-D and 6-D
+
+    def emit(self, module: ir.Module, name: str) -> StageInfo:
+        emit_blocked_conv(module, name, self.conv, self.tile)
+        return StageInfo(name, self.conv.units, self.conv.flops)
+
+
+AnyTemplate = Template | BlockedConvTemplate
+
+
+def _read_transposed(template: AnyTemplate, operand: int, shape: tuple[int, ...]
+                     ) -> AnyTemplate | None:
     """`template` reading its 2-D operand `operand` (of `shape`) as the transpose of a buffer.
 
     The operand is ``Pᵀ`` with ``P`` contiguous, so its element (r, c) is at ``c * rows + r``
@@ -67,6 +87,8 @@ def _read_transposed(template: Template, operand: int, shape: tuple[int, ...]
     to rows, and the template is handed ``P``. None where that does not apply (batched or
     conv2d templates, degenerate shapes).
     """
+    if not isinstance(template, Template):
+        return None
     spec = template.spec
     if template.conv is not None or spec.batch or len(shape) != 2 or min(shape) < 2:
         return None
@@ -87,7 +109,7 @@ def _read_transposed(template: Template, operand: int, shape: tuple[int, ...]
 
 
 def template_for(op: OpDef, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
-                 out_type: TensorType, transposable: Sequence[int] = ()) -> Template | None:
+                 out_type: TensorType, transposable: Sequence[int] = ()) -> AnyTemplate | None:
     """The template computing this op call, or None where there is none.
 
     `transposable` lists the operands that are 2-D transposes of a buffer; the template
@@ -104,7 +126,7 @@ def template_for(op: OpDef, attrs: Mapping[str, Any], input_types: Sequence[Tens
 
 
 def _template_for(op: OpDef, attrs: Mapping[str, Any], input_types: Sequence[TensorType],
-                  out_type: TensorType) -> Template | None:
+                  out_type: TensorType) -> AnyTemplate | None:
     build = _BUILDERS.get(op)
     if build is None or len(input_types) != 2:
         return None
@@ -239,9 +261,28 @@ def _conv2d(attrs: Mapping[str, Any], data: tuple, weight: tuple, out: tuple) ->
     return Template(conv2d.name, geo.gemm_spec(), conv=geo)
 
 
-_BUILDERS: dict[OpDef, Callable[..., Template | None]] = {
+def _conv2d_nchwc(attrs: Mapping[str, Any], data: tuple, weight: tuple, out: tuple
+                  ) -> BlockedConvTemplate | None:
+    if len(data) != 5 or len(weight) != 6 or tuple(attrs["dilation"]) != (1, 1):
+        return None
+    batch, in_blocks, h, w, in_block = data
+    out_blocks, w_in_blocks, kh, kw, w_in_block, out_block = weight
+    if (w_in_blocks, w_in_block) != (in_blocks, in_block):
+        return None
+    strides, pads = tuple(attrs["strides"]), tuple(attrs["padding"])
+    oh, ow = Window((kh, kw), strides, (1, 1), pads).out_hw((h, w))
+    tile = micro_tile(out_block, ow)
+    if tuple(out) != (batch, out_blocks, oh, ow, out_block) or tile is None:
+        return None
+    geometry = BlockedConv(batch, in_blocks, h, w, in_block, out_blocks, kh, kw, out_block,
+                           oh, ow, strides, pads)
+    return BlockedConvTemplate(conv2d_nchwc.name, geometry, tile)
+
+
+_BUILDERS: dict[OpDef, Callable[..., AnyTemplate | None]] = {
     dense: _dense,
     matmul: _matmul,
     batch_matmul: _batch_matmul,
     conv2d: _conv2d,
+    conv2d_nchwc: _conv2d_nchwc,
 }

@@ -185,7 +185,8 @@ def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool
     """``void (A, Bp, kc, C, ldc, mv, nv, first[, a_rs, a_ks])``: C[:mv, :nv] = (or +=) A . Bp.
 
     A is a packed micro-panel (element (i, k) at k*MR + i), or with `direct` A itself with
-    run-time strides (then every call has mv == MR).
+    run-time strides (its MR rows are read whatever mv is). Bp is a packed micro-panel
+    (element (k, j) at k*NR + j), 64-byte aligned unless `direct`.
     """
     mr, nr, vl = tile.mr, tile.nr, tile.vl
     nvec = nr // vl
@@ -214,7 +215,9 @@ def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool
             acc.add_incoming(zero, entry)
     pa = g.at(a, g.mul(k, a_ks))
     pb = g.at(bp, g.mul(k, nr))
-    bvs = [b.load(g.vptr(g.at(pb, v * vl), vl), align=64) for v in range(nvec)]
+    # the direct variant's B may be read in place (conv2d_nchwc's weight), so not 64-aligned
+    b_align = 4 if direct else 64
+    bvs = [b.load(g.vptr(g.at(pb, v * vl), vl), align=b_align) for v in range(nvec)]
     new = []
     for i in range(mr):
         s = g.splat(b.load(g.at(pa, rows[i]), align=4), vl)

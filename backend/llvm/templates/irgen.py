@@ -16,6 +16,7 @@ import llvmlite.ir as ir
 
 F32 = ir.FloatType()
 I1 = ir.IntType(1)
+I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PF = F32.as_pointer()

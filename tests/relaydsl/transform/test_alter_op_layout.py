@@ -2,6 +2,8 @@
 ops between two blocked convolutions stay blocked and inverse transform pairs cancel, so a
 chain has one transform in and one out (structure, as TVM's test_pass_alter_op_layout.py
 expects); values are unchanged on both targets (checked against jax.lax.conv_general_dilated).
+By default only the convolutions it makes faster are rewritten (``_pays``); the structural
+tests use ``everywhere=True`` to rewrite small ones too.
 """
 import jax
 import jax.numpy as jnp
@@ -97,20 +99,22 @@ def test_a_chain_has_one_transform_in_and_one_out():
     assert "conv2d" not in calls and calls.count("conv2d_nchwc") == 3
     # the weight, bias and scale transforms are folded; relu, the bias add, the scale and
     # the residual add run blocked
-    assert transforms(altered) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW")]
+    assert transforms(altered) == [("NCHW", "NCHW32c"), ("NCHW32c", "NCHW")]
     assert altered["main"].body.op.name == "layout_transform"
-    # the same in the pipeline: DeadCodeElimination and FoldConstant run after the pass
-    context = PassContext(opt_level=2, required_pass=["AlterOpLayout"])
-    assert transforms(pipeline.run(constant_block(), "interp", context)) == transforms(altered)
+    # the same in the llvm pipeline at opt_level 3, inside the fused functions
+    lowered = pipeline.run(constant_block(), "llvm", PassContext(opt_level=3))
+    assert sorted(transforms(lowered)) == sorted(transforms(altered))
 
 
 def test_parameter_weights_get_their_own_transforms():
-    altered = alter_op_layout(param_block())
+    altered = alter_op_layout(param_block(), everywhere=True)
     # one transform of the data in, one out, one per weight, and the per-channel scale
-    # (32, 1, 1) taken to (1, 2, 1, 1, 16); the bias is reshaped to (2, 1, 1, 16)
+    # (32, 1, 1) taken to (1, 1, 1, 1, 32); the bias is reshaped to (1, 1, 1, 32)
     assert sorted(transforms(altered)) == sorted(
-        [("NCHW", "NCHW16c")] * 2 + [("NCHW16c", "NCHW")] + [("OIHW", "OIHW16i16o")] * 3)
+        [("NCHW", "NCHW32c")] * 2 + [("NCHW32c", "NCHW")] + [("OIHW", "OIHW32i32o")] * 3)
     assert op_calls(altered["main"]).count("reshape") == 2
+    # by default these small convolutions are not worth transforming parameter weights for
+    assert "conv2d_nchwc" not in op_calls(alter_op_layout(param_block())["main"])
 
 
 @pytest.mark.parametrize("target", ["interp", "llvm"])
@@ -120,20 +124,48 @@ def test_values_are_unchanged(target):
     args = [x, *WEIGHTS, BIAS, SCALE]
     want = block_jax(*map(jnp.asarray, args[:4]))
     before = run(mod, target, *args)
-    after = run(mod, target, *args, required_pass=["AlterOpLayout"])
+    after = run(alter_op_layout(mod, everywhere=True), target, *args)
     np.testing.assert_allclose(before, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(after, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("target", ["interp", "llvm"])
-def test_the_pass_runs_on_demand_in_the_pipeline(target):
+@pytest.mark.parametrize("target, level, runs", [
+    ("llvm", 2, False), ("llvm", 3, True), ("interp", 3, False)])
+def test_the_pass_runs_at_opt_level_3_on_llvm(target, level, runs):
     x = f32(1, C, HW, HW)
-    for required, runs in (([], False), (["AlterOpLayout"], True)):
-        timing = PassTimingInstrument()
-        got = run(constant_block(), target, x, opt_level=2, required_pass=required,
-                  instruments=[timing])
-        assert ("AlterOpLayout" in [name for name, _ in timing.timings]) == runs
-        np.testing.assert_allclose(got, block_jax(x, *WEIGHTS), rtol=1e-4, atol=1e-4)
+    timing = PassTimingInstrument()
+    got = run(constant_block(), target, x, opt_level=level, instruments=[timing])
+    assert ("AlterOpLayout" in [name for name, _ in timing.timings]) == runs
+    np.testing.assert_allclose(got, block_jax(x, *WEIGHTS), rtol=1e-4, atol=1e-4)
+
+
+def rewritten(mod: IRModule) -> int:
+    return op_calls(alter_op_layout(mod)["main"]).count("conv2d_nchwc")
+
+
+@pytest.mark.parametrize("data, weight, attrs, constant, count", [
+    ((1, 32, 8, 8), (32, 32, 3, 3), {"padding": 1}, True, 1),     # a constant weight
+    ((1, 32, 8, 8), (8, 32, 3, 3), {"padding": 1}, True, 0),      # 8 out-channels
+    ((1, 32, 8, 8), (32, 32, 3, 3), {"dilation": 2}, True, 0),    # dilated
+    ((1, 32, 8, 8), (32, 32, 1, 1), {}, True, 0),                 # 1x1 on NCHW data
+    ((1, 32, 8, 8), (32, 32, 3, 3), {"padding": 1}, False, 0),    # a parameter, 64 pixels
+    ((1, 3, 32, 32), (32, 3, 3, 3), {"padding": 1}, False, 1),    # a parameter, 1024 pixels
+])
+def test_only_convolutions_it_makes_faster_are_rewritten(data, weight, attrs, constant, count):
+    x = Var("x", TensorType(data))
+    w = Constant(f32(*weight)) if constant else Var("w", TensorType(weight))
+    mod = module([x] if constant else [x, w], ops.conv2d(x, w, **attrs))
+    assert rewritten(mod) == count
+
+
+def test_a_1x1_convolution_of_blocked_data_is_rewritten():
+    x = Var("x", TensorType((1, 32, 8, 8)))
+    w3, w1 = Constant(f32(32, 32, 3, 3, scale=0.1)), Constant(f32(64, 32, 1, 1, scale=0.1))
+    mod = module([x], ops.conv2d(ops.relu(ops.conv2d(x, w3, padding=1)), w1))
+    assert rewritten(mod) == 2
+    xv = f32(1, 32, 8, 8)
+    want = conv_jax(jax.nn.relu(conv_jax(xv, np.asarray(w3.data))), np.asarray(w1.data), 0)
+    np.testing.assert_allclose(run(mod, "llvm", xv), want, rtol=1e-4, atol=1e-4)
 
 
 def test_an_inverse_pair_cancels():
@@ -143,7 +175,7 @@ def test_an_inverse_pair_cancels():
       %1 = layout_transform(%0, src_layout="NCHW8c", dst_layout="NCHW");
       conv2d(%1, ones(shape=[8, 16, 1, 1], dtype="float32"))
     }'''))
-    altered = eliminate_dead_code(alter_op_layout(mod))
+    altered = eliminate_dead_code(alter_op_layout(mod, everywhere=True))
     # the user's pair is gone; the conv's data transform reads %x
     data = altered["main"].body.args[0].args[0]
     assert isinstance(data, Call) and data.op.name == "layout_transform"
@@ -168,7 +200,7 @@ def test_let_bound_results_are_seen_through():
       let %c = conv2d(%b, %w, padding=1);
       add(%c, %b)
     }'''))
-    altered = eliminate_dead_code(alter_op_layout(mod))
+    altered = eliminate_dead_code(alter_op_layout(mod, everywhere=True))
     assert sorted(transforms(altered)) == sorted(
         [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW"), ("OIHW", "OIHW8i8o"), ("OIHW", "OIHW8i8o")])
     x, w = f32(1, 8, 6, 6), f32(8, 8, 3, 3)
@@ -178,16 +210,17 @@ def test_let_bound_results_are_seen_through():
         np.testing.assert_allclose(run(altered, target, x, w), want, rtol=1e-4, atol=1e-4)
 
 
-def test_odd_channels_use_blocks_of_one_and_grouped_convs_stay():
+def test_few_in_channels_are_one_block_and_grouped_convs_stay():
     assert [channel_block(c, 16) for c in (3, 64, 24, 10)] == [1, 16, 8, 2]
     x = Var("x", TensorType((1, 3, 7, 7)))
     w1, w2 = Var("w1", TensorType((8, 3, 3, 3))), Var("w2", TensorType((8, 4, 3, 3)))
     mod = module([x, w1, w2], ops.conv2d(ops.conv2d(x, w1), w2, groups=2))
-    altered = eliminate_dead_code(alter_op_layout(mod))
+    altered = eliminate_dead_code(alter_op_layout(mod, everywhere=True))
     calls = op_calls(altered["main"])
     assert calls.count("conv2d_nchwc") == 1 and calls.count("conv2d") == 1
-    assert sorted(transforms(altered)) == [("NCHW", "NCHW1c"), ("NCHW8c", "NCHW"),
-                                           ("OIHW", "OIHW1i8o")]
+    # the 3 in-channels are one block (NCHW3c, which is NHWC), not three of one
+    assert sorted(transforms(altered)) == [("NCHW", "NCHW3c"), ("NCHW8c", "NCHW"),
+                                           ("OIHW", "OIHW3i8o")]
     args = [f32(1, 3, 7, 7), f32(8, 3, 3, 3), f32(8, 4, 3, 3)]
     want = jax.lax.conv_general_dilated(
         conv_jax(args[0], args[1], padding=0), args[2], (1, 1), [(0, 0)] * 2,
@@ -215,7 +248,7 @@ def test_strided_and_dilated_convs_keep_their_values():
     want = jax.lax.conv_general_dilated(h, args[2], (1, 1), [(2, 2), (2, 2)], rhs_dilation=(2, 2),
                                         dimension_numbers=("NCHW", "OIHW", "NCHW"),
                                         precision=HIGHEST)
-    altered = alter_op_layout(mod)
+    altered = alter_op_layout(mod, everywhere=True)
     assert transforms(altered).count(("NCHW", "NCHW16c")) == 1
     for target in ("interp", "llvm"):
         np.testing.assert_allclose(run(altered, target, *args), want, rtol=1e-4, atol=1e-4)
@@ -226,7 +259,7 @@ def test_ops_with_an_axis_or_a_shape_stay_nchw():
     alpha = Var("alpha", TensorType((8,)))
     h = ops.prelu(ops.conv2d(x, w), alpha, axis=1)
     body = ops.add(ops.broadcast_to(ops.conv2d(h, w), shape=(1, 8, 5, 5)), const(1.0))
-    altered = eliminate_dead_code(alter_op_layout(module([x, w, alpha], body)))
+    altered = eliminate_dead_code(alter_op_layout(module([x, w, alpha], body), everywhere=True))
     prelu = _calls(altered, "prelu")
     assert len(prelu) == 1 and prelu[0].args[0].attrs.dst_layout == "NCHW"
     args = [f32(1, 8, 5, 5), f32(8, 8, 1, 1), f32(8)]

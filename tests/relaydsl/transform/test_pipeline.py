@@ -22,9 +22,10 @@ OPTIMIZE = ["Inline", "InlineGlobals", "FirstOrderGradients", "LowerGrads", "Inl
             "SimplifyInference", "DeadCodeElimination", "FoldConstant", "FoldScaleAxis",
             "EliminateCommonSubexpr"]
 LLVM_LOWERING = ["StaticShapes", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
+LLVM_LEVEL_3 = ["AlterOpLayout"]  # lowering passes from opt_level 3
 LEVEL_3 = ["FirstOrderGradients", "FoldScaleAxis", "EliminateCommonSubexpr"]
 ON_DEMAND = ["InlineAll", "PartialEvaluate", "EtaExpand", "Defunctionalization", "LambdaLift",
-             "InlineOnce", "CombineParallelConv2D", "AlterOpLayout"]
+             "InlineOnce", "CombineParallelConv2D"]
 
 
 @relay
@@ -57,7 +58,7 @@ def timed_build(fn, context_options, **build_options):
 def test_every_pass_has_a_name_and_a_description():
     passes = [q for target in pipeline.LOWERING for p in pipeline.for_target(target).passes
               for q in (*p.required, p)]
-    assert {p.name for p in passes} == {*OPTIMIZE, *ON_DEMAND, *LLVM_LOWERING}
+    assert {p.name for p in passes} == {*OPTIMIZE, *ON_DEMAND, *LLVM_LEVEL_3, *LLVM_LOWERING}
     for p in passes:
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", p.name)  # TVM's names: CombineParallelConv2D
         assert p.description and "\n" not in p.description and len(p.description) <= 90
@@ -68,7 +69,7 @@ def test_every_pass_has_a_name_and_a_description():
     (1, ["LowerGrads", *LLVM_LOWERING], ["LowerGrads"]),
     (2, [*[n for n in OPTIMIZE if n not in LEVEL_3], *LLVM_LOWERING],
      [n for n in OPTIMIZE if n not in LEVEL_3]),
-    (3, [*OPTIMIZE, *LLVM_LOWERING], OPTIMIZE),
+    (3, [*OPTIMIZE, *LLVM_LEVEL_3, *LLVM_LOWERING], OPTIMIZE),
 ])
 def test_the_passes_at_each_level(level, llvm, interp):
     assert pipeline.pass_names("llvm", level) == llvm
