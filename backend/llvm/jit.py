@@ -19,6 +19,7 @@ the code generator never reuses a stale object. Each module compiled or loaded i
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -26,9 +27,11 @@ import logging
 import os
 import pathlib
 import re
+import signal
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -275,11 +278,12 @@ def _obtain(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str],
             ) -> tuple[dict[str, int], bool]:
     """Loads the entry at `path`, else compiles ``build_ir()`` with `options` (speed level,
     vectorize, unroll), loads it and caches it: the addresses of `names`, and whether it was
-    compiled. Under ``_LOCK``."""
+    compiled (here or ahead, by a child). Under ``_LOCK``."""
     if use_disk_cache:
+        ahead = _wait_ahead(path)
         symbols = _load_cached(engine, path, names)
         if symbols is not None:
-            return symbols, False
+            return symbols, ahead
     obj = _compile_object(build_ir(), *options)
     symbols = _load_object(engine, obj, names)
     if symbols is None:
@@ -287,6 +291,74 @@ def _obtain(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str],
     if use_disk_cache:
         _write_cached(path, obj)
     return symbols, True
+
+
+# ---- compiling ahead, in a child process -------------------------------------------------------
+
+_AHEAD: dict[pathlib.Path, int] = {}  # cache entries a forked child is compiling: its pid
+AHEAD_TIMEOUT = 60.0  # seconds a load waits for such a child before compiling itself
+
+
+def compile_ahead(key: str, ir_text: str, *, speed_level: int = 3, vectorize: bool = True,
+                  unroll: bool = False) -> bool:
+    """Starts compiling `ir_text` (as ``compile_ir(ir_text, key, ...)`` would) into its disk
+    cache entry in a forked child process, so that this one can meanwhile compile something
+    else on another core; ``compile_ir(ir_text, key, ...)`` then waits for the child and
+    loads what it wrote (or compiles itself if the child failed or took over
+    ``AHEAD_TIMEOUT``). Whether a child was started: not where the entry exists, there is
+    no second core or no ``os.fork``, or the fork fails.
+
+    The child only compiles and writes a file, then leaves with ``os._exit`` (no exit
+    handlers, no flushing of the parent's buffers); the at-fork handlers above make sure no
+    thread is inside LLVM when it is forked.
+    """
+    path = object_path(key)
+    if path in _AHEAD or not hasattr(os, "fork") or settings.usable_cores() < 2 or \
+            path.exists():
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():  # of forking a threaded process (Python 3.12+,
+            warnings.filterwarnings("ignore", ".*fork")  # JAX): the child only compiles
+            pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:
+        code = 1
+        try:
+            _write_cached(path, _compile_object(ir_text, speed_level, vectorize, unroll))
+            code = 0
+        finally:
+            os._exit(code)
+    _AHEAD[path] = pid
+    return True
+
+
+def _wait_ahead(path: pathlib.Path) -> bool:
+    """Waits for the child compiling `path` ahead, if any (killing it after
+    ``AHEAD_TIMEOUT`` or when the wait is interrupted); whether there was one."""
+    pid = _AHEAD.pop(path, None)
+    if pid is None:
+        return False
+    deadline = time.monotonic() + AHEAD_TIMEOUT
+    try:
+        while not os.waitpid(pid, os.WNOHANG)[0]:
+            if time.monotonic() > deadline:
+                _reap(pid)
+                break
+            time.sleep(0.0005)
+    except ChildProcessError:  # reaped elsewhere (by a SIGCHLD handler)
+        pass
+    except BaseException:
+        _reap(pid)
+        raise
+    return True
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def _load_cached(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str]

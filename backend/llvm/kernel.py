@@ -56,6 +56,7 @@ from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.codegen import StageCode, emit_module
 from relaydsl.backend.llvm.lower import Lowered, lower, stable_digest
 from relaydsl.backend.llvm.schedule import Schedule, schedule
+from relaydsl.backend.llvm.templates import gemm_library
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Function
 from relaydsl.ir.structural import structural_equal, structural_hash
@@ -297,6 +298,10 @@ def _build(todo: dict[str, tuple[Function, int, list[int]]], speed: int) -> dict
             parts.append((digest, lowered, sched, codes, entry))
         text = str(module)
     key = "kernels|" + "|".join(sorted(todo)) + f"|speed{speed}"
+    library = gemm_library.declared_parts(module)
+    if gemm_library.missing(library):  # two compilations: the kernels' in a child meanwhile
+        jit.compile_ahead(key, text, speed_level=speed)
+    gemm_library.load(library)  # before the kernels' object, which calls it
     lib = jit.compile_ir(text, key, speed_level=speed)
     stats["modules"] += 1
     stats["functions"] += len(parts)

@@ -79,9 +79,8 @@ def micro_tile(out_block: int, ow: int, vector_bits: int | None = None) -> Micro
 def emit_blocked_conv(module: ir.Module, name: str, conv: BlockedConv, tile: MicroTile
                       ) -> ir.Function:
     """Defines ``void @name(float* out, float* data, float* weight, i64 begin, i64 end)``
-    computing output rows (units) ``[begin, end)``; loads the micro-kernel it calls."""
-    part = gemm_library.ukernel_part(tile, direct=True)
-    gemm_library.load([part])
+    computing output rows (units) ``[begin, end)``, calling the direct micro-kernel of
+    `tile` (a GEMM library part it declares)."""
     ukernel = gemm_library.declare_ukernel(module, tile, direct=True)
     (sh, sw), (top, left) = conv.strides, conv.pads[:2]
     i, o, mr = conv.in_block, conv.out_block, tile.mr

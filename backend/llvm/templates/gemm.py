@@ -170,11 +170,8 @@ def choose_split(spec: GemmSpec, bl: Blocking) -> str:
 def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None = None,
               pack_b: Packer | None = None) -> GemmKernel:
     """Defines ``void @name(float* noalias out, float* noalias in0, float* noalias in1,
-    i64 begin, i64 end)``.
-
-    Loads the GEMM library functions it calls (compiling them on first use): the module
-    must be compiled after this call, in this process.
-    """
+    i64 begin, i64 end)``, calling the GEMM library functions it declares (load
+    ``gemm_library.declared_parts(module)`` before loading the module's object)."""
     bl = fit_blocking(bl or default_blocking(), spec)
     assert bl.nr % bl.vl == 0 and min(spec.m, spec.n, spec.k) >= 1
     tile = MicroTile(bl.vl, bl.mr, bl.nr)
@@ -186,7 +183,6 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
     mc_max = min(bl.mc, -(-spec.m // bl.mr) * bl.mr)
     nc_max = min(bl.nc, -(-spec.n // bl.nr) * bl.nr)
     direct = reads_a_in_place(spec, bl)
-    gemm_library.load(library_parts(spec, bl))
     block = gemm_library.declare_core(module, bl.vl, "block")
     ukernel = gemm_library.declare_ukernel(module, tile)
     direct_kernel = (gemm_library.declare_ukernel(module, tile, direct=True) if direct else

@@ -37,8 +37,9 @@ The modules are written already vectorised, unrolled and scheduled, so LLVM comp
 at speed level 1 without its loop and SLP vectorisers and its loop unroller: a third of
 the compile time of level 3, and the same GFLOP/s (measured on GEMM 512/1024 and the
 MLP's shapes).
-The MCJIT engine links a caller's calls to these symbols by name: a caller requests what
-it uses (``load``) before its own module is loaded.
+The MCJIT engine links a caller's calls to these symbols by name: a caller declares what
+it uses (``declare_*``) and loads it (``load(declared_parts(module))``) before its own
+module's object is loaded.
 """
 from __future__ import annotations
 
@@ -98,19 +99,45 @@ BLOCK_TYPE = ir.FunctionType(VOID, [t for _, t in BLOCK_PARAMS])
 def declare_core(module: ir.Module, vl: int, part: str) -> ir.Function:
     """The declaration of the core's ``block`` or ``pack`` in a caller's module."""
     fnty = {"block": BLOCK_TYPE, "pack": PACK_TYPE}[part]
+    _DECLARED[core_symbol(vl, part)] = Part(core_symbol(vl, part), part, vl)
     return get_function(module, core_symbol(vl, part), fnty)
 
 
 def declare_ukernel(module: ir.Module, tile: MicroTile, direct: bool = False) -> ir.Function:
-    part = "ukernel_direct" if direct else "ukernel"
-    return get_function(module, tile.symbol(part), DIRECT_TYPE if direct else UKERNEL_TYPE)
+    part = ukernel_part(tile, direct)
+    _DECLARED[part.name] = part
+    return get_function(module, part.name, DIRECT_TYPE if direct else UKERNEL_TYPE)
+
+
+def declared_parts(module: ir.Module) -> list[Part]:
+    """The library parts `module` calls (declared with ``declare_*``), and the parts those
+    call (the core's ``block`` calls its ``pack``), in an order to ``load`` them in before
+    loading the module's object."""
+    parts: list[Part] = []
+    for name, part in _DECLARED.items():
+        if name in module.globals:
+            if part.kind == "block":
+                parts.append(core_parts(part.vl)[0])
+            parts.append(part)
+    return list(dict.fromkeys(parts))
+
+
+def missing(parts: list[Part]) -> bool:
+    """Whether ``load(parts)`` has something to compile (neither loaded nor on disk)."""
+    return any(part.name not in _LOADED and not jit.object_path(_key(part)).exists()
+               for part in parts)
 
 
 # ---- loading ----------------------------------------------------------------------------------
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, jit.Library] = {}
+_DECLARED: dict[str, Part] = {}  # every part some module declared, by symbol
 _OPTIONS = "speed1|vectorize=False|unroll=False"
+
+
+def _key(part: Part) -> str:
+    return f"gemm-library|{part.name}|{_OPTIONS}"
 
 
 def _fresh_lock() -> None:
@@ -153,7 +180,7 @@ def load(parts: list[Part]) -> None:
             if part.name in _LOADED:
                 continue
             _LOADED[part.name] = jit.load_or_compile(
-                f"gemm-library|{part.name}|{_OPTIONS}", [part.name],
+                _key(part), [part.name],
                 functools.partial(library_ir, part), speed_level=1, vectorize=False)
 
 

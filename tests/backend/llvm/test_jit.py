@@ -116,3 +116,69 @@ def wait(pid: int, timeout: float) -> int | str:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return "hung"
+
+
+# ---- compiling ahead in a child process (jit.compile_ahead) ------------------------------------
+
+needs_two_cores = pytest.mark.skipif(
+    __import__("relaydsl").settings.usable_cores() < 2, reason="compiles ahead only with 2 cores")
+
+
+def add_ir(tag: str, k: int) -> str:
+    """A module defining ``i64 @add_<tag>(i64)``: x + k (a fresh symbol per test)."""
+    from relaydsl.backend.llvm import jit
+
+    return (f'target triple = "{jit.host_target().triple}"\n'
+            f"define i64 @add_{tag}(i64 %x) {{\n  %y = add i64 %x, {k}\n  ret i64 %y\n}}\n")
+
+
+def call_add(tag: str, k: int) -> int:
+    import ctypes
+
+    from relaydsl.backend.llvm import jit
+
+    lib = jit.compile_ir(add_ir(tag, k), f"ahead-test|{tag}|{k}")
+    return lib.function(f"add_{tag}", ctypes.c_int64, [ctypes.c_int64])(41)
+
+
+@needs_two_cores
+def test_a_module_compiled_ahead_is_loaded_from_what_the_child_wrote(tmp_path, monkeypatch):
+    from relaydsl.backend.llvm import jit
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    jit.runtime_threads()  # the engine and its runtime module exist before we count
+    tag = f"ahead{os.getpid()}"
+    parent = os.getpid()
+    compiled_here = []
+    real = jit._compile_object
+    monkeypatch.setattr(jit, "_compile_object", lambda *a: (
+        compiled_here.append(1) if os.getpid() == parent else None, real(*a))[1])
+    assert jit.compile_ahead(f"ahead-test|{tag}|1", add_ir(tag, 1))
+    assert call_add(tag, 1) == 42
+    assert not compiled_here and not jit._AHEAD  # the child compiled it; it was reaped
+    # an entry on disk is not compiled again, ahead or here
+    assert not jit.compile_ahead(f"ahead-test|{tag}|1", add_ir(tag, 1))
+
+
+@needs_two_cores
+@pytest.mark.parametrize("failure", ["raises", "hangs"])
+def test_the_parent_compiles_what_a_failed_or_stuck_child_did_not(tmp_path, monkeypatch, failure):
+    from relaydsl.backend.llvm import jit
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "AHEAD_TIMEOUT", 0.5)
+    tag, parent = f"{failure}{os.getpid()}", os.getpid()
+    real = jit._compile_object
+
+    def in_the_child_only(*args):
+        if os.getpid() != parent:
+            if failure == "raises":
+                raise RuntimeError("the child fails")
+            time.sleep(30)
+        return real(*args)
+
+    monkeypatch.setattr(jit, "_compile_object", in_the_child_only)
+    assert jit.compile_ahead(f"ahead-test|{tag}|2", add_ir(tag, 2))
+    start = time.monotonic()
+    assert call_add(tag, 2) == 43
+    assert time.monotonic() - start < 10 and not jit._AHEAD

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from relaydsl.backend.llvm import jit, runtime
-from relaydsl.backend.llvm.templates import StageInfo, template_for
+from relaydsl.backend.llvm.templates import StageInfo, gemm_library, template_for
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import TensorType
 from relaydsl.op.registry import lookup
@@ -78,6 +78,7 @@ def build(cases: list[tuple[str, dict, tuple, tuple]], blocking=None) -> list[Co
         info = tmpl.emit(module, name)
         assert info.name == name and info.parallel_extent >= 1
         pending.append((op, attrs, sa, sb, name, info, out))
+    gemm_library.load(gemm_library.declared_parts(module))
     lib = jit.compile_ir(str(module), key=f"templates-test-{_count[0]}", use_disk_cache=False)
     return [Compiled(op, attrs, sa, sb, lib.function(name, None, ARGTYPES), info, out)
             for op, attrs, sa, sb, name, info, out in pending]
