@@ -239,6 +239,9 @@ class Traits:
       shape; cast_like of a constant), or None. Constant folding asks it first.
     - ``infers_inputs``: inputs whose type the relation works out from the others and the
       attributes (TVM's dense with ``units``): a model's hidden parameters, left unannotated.
+    - ``arithmetic``: one of the four arithmetic operations ``x + y``, ``x - y``, ``x * y``,
+      ``x / y``, elementwise on broadcast operands: applied to slices of its operands, it
+      gives the slices of its result (CombineParallelConv2D combines them across branches).
     """
 
     result_arity: Callable[[Attrs], int | None] | None = None
@@ -246,6 +249,7 @@ class Traits:
     transpose: bool = False
     fold_from_types: Callable[[Call, Sequence[Type]], Expr | None] | None = None
     infers_inputs: tuple[int, ...] = ()
+    arithmetic: bool = False
 
 
 @dataclass(frozen=True, eq=False)

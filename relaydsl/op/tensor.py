@@ -94,7 +94,8 @@ def _unary(name: str, accepts: DTypeClass | None, doc: str, *, te: Callable[[Pri
 
 def _binary(name: str, accepts: DTypeClass | None, doc: str, *,
             te: Callable[[PrimExpr, PrimExpr], PrimExpr], numpy: Callable, jax: Callable,
-            grad: tuple[str, BinaryAdjoints] | None = None, out_dtype: str | None = None) -> OpDef:
+            grad: tuple[str, BinaryAdjoints] | None = None, out_dtype: str | None = None,
+            arithmetic: bool = False) -> OpDef:
     """Registers the broadcasting binary op of one table row; no `grad`: not differentiable."""
     gradient = None
     if grad is not None:
@@ -110,6 +111,7 @@ def _binary(name: str, accepts: DTypeClass | None, doc: str, *,
         name, ("lhs", "rhs"), elementwise_rel(name, accepts, out_dtype), OpPattern.BROADCAST,
         numpy_ref=numpy, jax_lower=jax, compute=elementwise(name, lambda attrs, x, y: te(x, y)),
         gradient=gradient, differentiable=gradient is not None, doc=doc,
+        traits=Traits(arithmetic=arithmetic),
     ))
 
 
@@ -353,21 +355,25 @@ def _chooser(wins: Callable[[Expr, Expr], Expr]) -> BinaryAdjoints:
 add = _binary(
     "add", NUMERIC, "x + y, broadcasting",
     te=E.Add, numpy=np.add, jax=lambda x, y: jnp.add(x, y),
-    grad=("d(x + y) = (sum_b(g, x), sum_b(g, y)).", lambda g, x, y, z: (g, g)))
+    grad=("d(x + y) = (sum_b(g, x), sum_b(g, y)).", lambda g, x, y, z: (g, g)),
+    arithmetic=True)
 subtract = _binary(
     "subtract", NUMERIC, "x - y, broadcasting",
     te=E.Sub, numpy=np.subtract, jax=lambda x, y: jnp.subtract(x, y),
-    grad=("d(x - y) = (sum_b(g, x), sum_b(-g, y)).", lambda g, x, y, z: (g, negative(g))))
+    grad=("d(x - y) = (sum_b(g, x), sum_b(-g, y)).", lambda g, x, y, z: (g, negative(g))),
+    arithmetic=True)
 multiply = _binary(
     "multiply", NUMERIC, "x * y, broadcasting",
     te=E.Mul, numpy=np.multiply, jax=lambda x, y: jnp.multiply(x, y),
     grad=("d(x * y) = (sum_b(g * y, x), sum_b(g * x, y)).",
-          lambda g, x, y, z: (multiply(g, y), multiply(g, x))))
+          lambda g, x, y, z: (multiply(g, y), multiply(g, x))),
+    arithmetic=True)
 divide = _binary(
     "divide", NUMERIC, "x / y for floats, x // y (floor division) for integers, broadcasting",
     te=E.Div, numpy=_divide_numpy, jax=_divide_jax,
     grad=("d(x / y) = (sum_b(g / y, x), sum_b(-g * (x / y) / y, y)).",
-          lambda g, x, y, z: (divide(g, y), divide(multiply(negative(g), z), y))))
+          lambda g, x, y, z: (divide(g, y), divide(multiply(negative(g), z), y))),
+    arithmetic=True)
 power = _binary(
     "power", FLOAT, "x ** y, broadcasting",
     te=E.power, numpy=np.power, jax=lambda x, y: jnp.power(x, y),

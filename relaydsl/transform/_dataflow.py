@@ -19,6 +19,7 @@ from typing import Callable
 from relaydsl.ir.expr import Call, Expr, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import children, post_order
+from relaydsl.op.registry import OpDef
 from relaydsl.transform._util import retyped
 from relaydsl.transform.a_normal_form import a_normal_form_function
 from relaydsl.transform.fold_constant import fold_constants
@@ -26,14 +27,14 @@ from relaydsl.transform.graph_normal_form import to_graph_normal_form
 
 
 def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule],
-                     anchors: Collection[str]) -> IRModule:
+                     anchors: Collection[OpDef]) -> IRModule:
     """`mod` with the functions that ``transform(graph form of mod)`` changed replaced by
     their new version, constants folded, in A-normal form; `mod` itself if none changed.
 
     `transform` must keep each function it leaves alone (the same object), as
     ``rewrite_functions`` does, and return a typed module. A module calling none of the
-    operators named in `anchors` (those every rewrite of the pass involves) is returned at
-    once: most programs have nothing to rewrite, and the graph form costs an inference.
+    `anchors` (the ops every rewrite of the pass involves) is returned at once: most
+    programs have nothing to rewrite, and the graph form costs an inference.
     """
     if not _calls_any(mod, anchors):
         return mod
@@ -50,13 +51,14 @@ def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule],
     return retyped(result, types_kept=True)
 
 
-def _calls_any(mod: IRModule, names: Collection[str]) -> bool:
-    """Whether a user function of `mod` calls an operator named in `names`."""
+def _calls_any(mod: IRModule, opdefs: Collection[OpDef]) -> bool:
+    """Whether a user function of `mod` calls one of `opdefs`."""
+    targets = {d.op for d in opdefs}
     found = False
 
     def visit(e: Expr) -> None:
         nonlocal found
-        found = found or (isinstance(e, Call) and isinstance(e.op, Op) and e.op.name in names)
+        found = found or (isinstance(e, Call) and e.op in targets)
 
     for fn in mod.user_functions().values():
         post_order(fn, visit)

@@ -51,12 +51,13 @@ from relaydsl.ir.expr import Call, Expr, Function, Op, Tuple
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator, children, post_order
+from relaydsl.op.nn.conv import conv2d
+from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.registry import OpPattern, ops
 from relaydsl.transform._dataflow import op_consumers, rewrite_dataflow, use_counts
 from relaydsl.transform._util import rewrite_functions
 
 DEFAULT_MIN_NUM_BRANCHES = 3
-_BINARY = ("add", "subtract", "multiply", "divide")
 
 
 def combine_parallel_conv2d(mod: IRModule,
@@ -68,7 +69,7 @@ def combine_parallel_conv2d(mod: IRModule,
     return rewrite_dataflow(
         mod, lambda graph: rewrite_functions(
             graph, lambda fn: _Combine(fn, min_num_branches).visit(fn)),
-        anchors=("conv2d",))
+        anchors=(conv2d,))
 
 
 def _static_type(e: Expr) -> TensorType | None:
@@ -76,11 +77,6 @@ def _static_type(e: Expr) -> TensorType | None:
     if isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape):
         return t
     return None
-
-
-def _op_name(e: Expr) -> str | None:
-    """The name of the operator `e` calls, None when it is no operator call."""
-    return e.op.name if isinstance(e, Call) and isinstance(e.op, Op) else None
 
 
 def _concrete_shape(e: Expr) -> tuple[int, ...]:
@@ -160,7 +156,7 @@ class _Combine(ExprMutator):
     @staticmethod
     def _key(call: Call) -> Hashable | None:
         """What combinable conv2d calls share: everything but the out-channels."""
-        if _op_name(call) != "conv2d" or call.attrs.groups != 1:
+        if call.op != conv2d.op or call.attrs.groups != 1:
             return None
         data, weight, out = (_static_type(e) for e in (*call.args, call))
         if data is None or weight is None or out is None:
@@ -202,9 +198,9 @@ class _Combine(ExprMutator):
         assert isinstance(call.op, Op)
         if len(call.args) == 1:
             return call.op.definition.pattern == OpPattern.ELEMWISE
-        if call.op.name == "bias_add":
+        if call.op == bias_add.op:
             return call.attrs.axis % out.ndim == branches.axis
-        if call.op.name not in _BINARY:
+        if not call.op.definition.traits.arithmetic:
             return False
         if _reaches(call.args[1 - p], branches.convs):
             return False  # the combined op would read a slice of itself
@@ -236,8 +232,8 @@ class _Combine(ExprMutator):
             first = branches.convs[0]
             weights = Tuple(tuple(self.visit(c.args[1]) for c in branches.convs))
             attrs = dict(first.attrs.items(), channels=sum(branches.channels))
-            out: Expr = ops.conv2d(self.visit(first.args[0]), ops.concatenate(weights, axis=0),
-                                   **attrs)
+            out: Expr = conv2d(self.visit(first.args[0]), ops.concatenate(weights, axis=0),
+                               **attrs)
             for step, position in branches.chain:
                 out = self._combined_step(out, step, position, branches)
             branches.combined = out
@@ -253,7 +249,7 @@ class _Combine(ExprMutator):
         other_type, out_type = _static_type(first.args[1 - position]), _static_type(first)
         assert other_type is not None and out_type is not None
         # the channel axis within the operand (bias_add's bias is 1-D)
-        axis = 0 if _op_name(first) == "bias_add" else \
+        axis = 0 if first.op == bias_add.op else \
             branches.axis - (out_type.ndim - other_type.ndim)
         other = ops.concatenate(Tuple(tuple(self.visit(c.args[1 - position]) for c in step)),
                                 axis=axis)

@@ -53,16 +53,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaydsl.ir.expr import Call, Constant, Expr, Function, Op
+from relaydsl.ir.expr import Call, Constant, Expr, Function
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, is_float
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.op.registry import ops
+from relaydsl.op.nn.conv import conv2d
+from relaydsl.op.nn.linear import bias_add, dense
+from relaydsl.op.registry import OpDef, ops
+from relaydsl.op.tensor import add, multiply, relu, subtract
 from relaydsl.transform._dataflow import op_consumers, rewrite_dataflow, use_counts
 from relaydsl.transform._util import rewrite_functions
 
-_CONTRACTIONS = ("conv2d", "dense")
-_BIAS_OPS = ("add", "subtract")
+# Not Traits.contraction (the GEMMs): the ops this pass knows how to rescale, each in its
+# own way (_channel_axis, _in_scaled_weight).
+_CONTRACTIONS = (conv2d, dense)
+_BIAS_OPS = (add, subtract)
 
 
 def fold_scale_axis(mod: IRModule) -> IRModule:
@@ -87,8 +92,9 @@ def forward_fold(mod: IRModule) -> IRModule:
 # ---- what folds ---------------------------------------------------------------------------
 
 
-def _is(e: Expr, *names: str) -> bool:
-    return isinstance(e, Call) and isinstance(e.op, Op) and e.op.name in names
+def _is(e: Expr, *opdefs: OpDef) -> bool:
+    """Whether `e` is a call of one of `opdefs`."""
+    return isinstance(e, Call) and any(e.op == d.op for d in opdefs)
 
 
 def _static_type(e: Expr) -> TensorType | None:
@@ -102,7 +108,7 @@ def _static_type(e: Expr) -> TensorType | None:
 def _channel_axis(call: Call, data_type: TensorType) -> int:
     """The channel axis of `call`'s data and of its result, along which a per-channel scale
     varies: C of NCHW (or of one CHW example) for conv2d, the last axis for dense."""
-    if _is(call, "conv2d"):
+    if _is(call, conv2d):
         return data_type.ndim - 3
     return data_type.ndim - 1
 
@@ -163,7 +169,7 @@ def _in_scaled_weight(call: Call, weight: Expr, vec: np.ndarray) -> Expr:
     (OIHW, I in-channels per group)."""
     w = _static_type(call.args[1])
     assert w is not None
-    if _is(call, "dense"):
+    if _is(call, dense):
         scale = vec.reshape(1, -1)
     else:
         out_channels, per_group_in = w.concrete_shape()[:2]
@@ -190,7 +196,7 @@ class _Backward(ExprMutator):
         self.uses = use_counts(fn)
 
     def visit_call(self, call: Call) -> Expr:
-        if _is(call, "multiply") and (t := _static_type(call)) is not None:
+        if _is(call, multiply) and (t := _static_type(call)) is not None:
             for y, s in (call.args, reversed(call.args)):
                 if _static_type(y) != t:
                     continue  # the scale broadcasts y to a larger shape
@@ -214,16 +220,16 @@ class _Backward(ExprMutator):
                 return None
             return _rebuild(e, [self.visit(e.args[0]),
                                 _out_scaled_weight(e, self.visit(e.args[1]), vec)])
-        if _is(e, "relu"):
+        if _is(e, relu):
             inner = self.push(e.args[0], vec, axis) if np.all(vec > 0) else None
             return None if inner is None else _rebuild(e, [inner])
-        if _is(e, "multiply"):  # a second per-channel scale: the two combine
+        if _is(e, multiply):  # a second per-channel scale: the two combine
             for y, s in (e.args, reversed(e.args)):
                 other = _scale_vector(s, t, axis)
                 if other is not None and _static_type(y) == t:
                     return self.push(y, vec * other, axis)
             return None
-        if _is(e, "bias_add"):
+        if _is(e, bias_add):
             if e.attrs.axis % t.ndim != axis:
                 return None
             inner = self.push(e.args[0], vec, axis)
@@ -289,21 +295,21 @@ class _Forward(ExprMutator):
         t = _static_type(x)
         if t is None or not isinstance(x, Call):
             return None
-        if _is(x, "multiply"):
+        if _is(x, multiply):
             for a, s in (x.args, reversed(x.args)):
                 vec = _scale_vector(s, t, axis)
                 if vec is not None and _static_type(a) == t:
                     return self.visit(a), vec
             return None
-        if _is(x, "relu"):
+        if _is(x, relu):
             inner = self.pull_inner(x.args[0], axis)
             if inner is None or not np.all(inner[1] > 0):
                 return None
             return _rebuild(x, [inner[0]]), inner[1]
-        if _is(x, "bias_add"):  # the bias (C,) runs along attrs.axis
+        if _is(x, bias_add):  # the bias (C,) runs along attrs.axis
             return self.pull_through_bias(x, 0, axis, 1) if x.attrs.axis % t.ndim == axis else None
         if _is(x, *_BIAS_OPS):
-            for i in (0, 1) if _is(x, "add") else (0,):  # b - x * s is no x' * s
+            for i in (0, 1) if _is(x, add) else (0,):  # b - x * s is no x' * s
                 bias_type = _static_type(x.args[1 - i])
                 if _static_type(x.args[i]) == t and bias_type is not None and \
                         _per_channel(bias_type, t, axis):

@@ -123,9 +123,9 @@ _local = threading.local()
 
 
 def _stack() -> list[PassContext]:
-    if not hasattr(_local, "stack"):
-        _local.stack = []
-    return _local.stack
+    if not hasattr(_local, "contexts"):
+        _local.contexts = []
+    return _local.contexts
 
 
 def _active_instruments() -> list[PassInstrument]:

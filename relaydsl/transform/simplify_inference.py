@@ -33,6 +33,8 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator
 from relaydsl.op.grad_util import along
+from relaydsl.op.nn.dropout import dropout
+from relaydsl.op.nn.norm import batch_norm
 from relaydsl.op.registry import ops
 from relaydsl.transform._util import rewrite_functions, with_parameter_types
 
@@ -54,9 +56,9 @@ class _Simplify(ExprMutator):
         if not isinstance(new, Call) or not isinstance(new.op, Op) or new.attrs.get(
                 "training", True):
             return new
-        if new.op.name == "dropout":
+        if new.op == dropout.op:
             return new.args[0]
-        if new.op.name == "batch_norm":
+        if new.op == batch_norm.op:
             x_type = call.args[0].checked_type
             assert isinstance(x_type, TensorType)
             return _affine_batch_norm(new, x_type)

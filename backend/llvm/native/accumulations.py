@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from relaydsl.backend.llvm.specialize import static_type
 from relaydsl.ir.expr import (
-    Call, Expr, Function, If, Let, Match, Op, RefRead, RefWrite, Var,
+    Call, Expr, Function, If, Let, Match, RefRead, RefWrite, Var,
 )
 from relaydsl.ir.types import TensorType
+from relaydsl.op.tensor import add as add_op
 from relaydsl.transform._dataflow import use_counts
 from relaydsl.transform.fuse_ops import is_primitive
 
@@ -93,7 +94,7 @@ def _match_accumulation(read: Let, uses: dict[int, int], primitives: dict[Var, F
     if not all(isinstance(a.checked_type, TensorType) for a in call.args):
         return
     param, root = fn.params[index], fn.body
-    if isinstance(root, Call) and isinstance(root.op, Op) and root.op.name == "add" and \
+    if isinstance(root, Call) and root.op == add_op.op and \
             any(a is param for a in root.args) and static_type(root.checked_type) and \
             param.checked_type == root.checked_type and \
             use_counts(fn.body).get(id(param)) == 1:

@@ -7,7 +7,7 @@ import pytest
 from relaydsl.errors import IRError, RelayTypeError
 from relaydsl.ir import Call, Op, TensorType, Var
 from relaydsl.ir.types import Any, Kind, TypeVar
-from relaydsl.op import lookup
+from relaydsl.op import all_ops, lookup
 from relaydsl.typing.relations import check_relation
 from tests.relaydsl.op.harness import OpCase, check_case
 
@@ -242,3 +242,8 @@ def test_symbolic_dims_must_agree():
     n, m = TypeVar("n", Kind.Shape), TypeVar("m", Kind.Shape)
     with pytest.raises(RelayTypeError, match="cannot be broadcast"):
         rel("add", T((n,)), T((m,)))
+
+
+def test_the_four_arithmetic_ops_have_the_arithmetic_trait():
+    arithmetic = {name for name, d in all_ops().items() if d.traits.arithmetic}
+    assert arithmetic == {"add", "subtract", "multiply", "divide"}
