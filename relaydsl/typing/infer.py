@@ -515,6 +515,12 @@ class _GlobalRefs(ExprVisitor):
 
 def call_graph_sccs(mod: IRModule, names: list[GlobalVar]) -> list[list[GlobalVar]]:
     """Strongly connected components of the global call graph, callees first (Tarjan)."""
+    return _call_graph(mod, names)[0]
+
+
+def _call_graph(mod: IRModule, names: list[GlobalVar]
+                ) -> tuple[list[list[GlobalVar]], dict[GlobalVar, list[GlobalVar]]]:
+    """call_graph_sccs, and the globals each of `names` uses."""
     deps: dict[GlobalVar, list[GlobalVar]] = {}
     for gv in names:
         refs = _GlobalRefs(mod)
@@ -550,7 +556,7 @@ def call_graph_sccs(mod: IRModule, names: list[GlobalVar]) -> list[list[GlobalVa
     for v in names:
         if v not in index:
             strongconnect(v)
-    return out
+    return out, deps
 
 
 def infer_types(mod: IRModule) -> IRModule:
@@ -578,7 +584,8 @@ def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None) -> 
     them too)."""
     prelude_functions = installed_prelude()[1]
     global_types: dict[GlobalVar, FuncType] = {}
-    for scc in call_graph_sccs(mod, list(mod.functions)):
+    sccs, uses = _call_graph(mod, list(mod.functions))
+    for scc in sccs:
         if prelude is not None and all(gv in prelude_functions and (
                 prelude_functions[gv] is mod.functions[gv] or mod.functions[gv].has_type)
                 for gv in scc):
@@ -590,6 +597,14 @@ def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None) -> 
                 assert isinstance(t, FuncType)
                 global_types[gv] = t
                 gv.set_checked_type(t)
+            continue
+        callees = {g: global_types[g] for gv in scc for g in uses[gv] if g not in scc}
+        if all(_TYPED_AGAINST.get(mod.functions[gv]) == callees for gv in scc):
+            # typed already, against these very types of what it calls: inference would
+            # find the same types again (a pass re-types a module after rewriting a part)
+            for gv in scc:
+                global_types[gv] = mod.functions[gv].checked_type  # type: ignore[assignment]
+                gv.set_checked_type(global_types[gv])
             continue
         solver_owner = _Inferencer(mod, global_types, {}, allow_free_vars=False)
         for gv in scc:
@@ -613,7 +628,21 @@ def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None) -> 
             fn.set_checked_type(general)
             gv.set_checked_type(general)
             global_types[gv] = general
+        for gv in scc:
+            _remember_typed(mod.functions[gv], callees)
     return mod
+
+
+_TYPED_AGAINST: dict[Function, dict[GlobalVar, FuncType]] = {}
+"""The globals' types each recently inferred global function was typed against (by
+identity: a rewritten function is a new object); the oldest forgotten past a bound."""
+_TYPED_AGAINST_MAX = 4096
+
+
+def _remember_typed(fn: Function, callees: dict[GlobalVar, FuncType]) -> None:
+    if len(_TYPED_AGAINST) >= _TYPED_AGAINST_MAX:
+        del _TYPED_AGAINST[next(iter(_TYPED_AGAINST))]
+    _TYPED_AGAINST[fn] = callees
 
 
 def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:

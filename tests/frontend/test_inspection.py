@@ -84,9 +84,9 @@ def test_compiled_or_loaded_from_the_disk_cache_is_logged(relaydsl_log, tmp_path
         assert run.returncode == 0, run.stderr[-2000:]
     # a user's view: RELAYDSL_LOG=info prints to standard error
     first, second = (run.stderr for run in runs)
-    assert "relaydsl.backend.llvm.jit INFO: LLVM module of 2 function(s) compiled in" in first
-    assert "relaydsl.backend.llvm.jit INFO: LLVM module of 2 function(s) loaded from the " \
-           "disk cache in" in second
+    module = r"relaydsl\.backend\.llvm\.jit INFO: LLVM module of \d+ function\(s\) "
+    assert re.search(module + "compiled in", first)
+    assert re.search(module + "loaded from the disk cache in", second)
     assert "relaydsl.transform.pass_infra INFO: llvm pipeline (opt_level 3): " in second
     assert "relaydsl.transform.pass_infra DEBUG" not in second  # info, not debug
 

@@ -228,9 +228,9 @@ def _kernel_ir(tmp_path, monkeypatch, fn) -> str:
     monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
     jit.runtime_threads()
     texts = []
-    compile_ir = jit.compile_ir
-    monkeypatch.setattr(jit, "compile_ir", lambda text, *a, **k: (texts.append(text),
-                                                                  compile_ir(text, *a, **k))[1])
+    load_or_compile = jit.load_or_compile
+    monkeypatch.setattr(jit, "load_or_compile", lambda key, names, build_ir, **k: (
+        texts.append(build_ir()), load_or_compile(key, names, build_ir, **k))[1])
     compile_primitives([fn])
     (text,) = texts
     return text
