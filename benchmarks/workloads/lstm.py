@@ -123,14 +123,8 @@ def case() -> Case:
 
     def torch_compile_setup():
         torch = torch_module()
-        f = torch_compiled_inference(lambda v, *p: lstm_torch_loop(torch, v, *p),
-                                     (w_ih, w_hh, b))
-        tx = torch.from_numpy(xs)
-
-        def run():
-            with torch.no_grad():
-                return f(tx)
-        return run
+        return torch_compiled_inference(lambda v, *p: lstm_torch_loop(torch, v, *p),
+                                        (w_ih, w_hh, b), xs)
 
     return Case(f"LSTM {STEPS} steps h{HIDDEN} (b1)", "lstm",
                 {"relaydsl": relaydsl_setup, "jax": jax_setup,
