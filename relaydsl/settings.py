@@ -16,6 +16,9 @@
                        to a subdirectory per compiled program (created if missing)
 ``RELAYDSL_TRACEBACK`` ``filtered`` (the default: an error in your program shows your
                        frames, not the compiler's) or ``full`` (every frame)
+``RELAYDSL_VERIFY_IR`` ``1``: verify the IR after every pass (scoping, globals, types;
+                       relaydsl/transform/verify.py), as the test suite does; ``0`` (the
+                       default): do not
 =====================  ===============================================================
 
 An unset or empty variable means the default. A value that is not accepted raises a
@@ -123,6 +126,14 @@ def full_tracebacks() -> bool:
     if value not in (None, "filtered", "full"):
         raise SettingError(f"RELAYDSL_TRACEBACK={value!r}: expected 'filtered' or 'full'")
     return value == "full"
+
+
+def verify_ir() -> bool:
+    """Whether ``$RELAYDSL_VERIFY_IR`` asks for the IR verifier after every pass."""
+    value = _read("RELAYDSL_VERIFY_IR")
+    if value not in (None, "0", "1"):
+        raise SettingError(f"RELAYDSL_VERIFY_IR={value!r}: expected 0 or 1")
+    return value == "1"
 
 
 def dump_ir_dir() -> Path | None:

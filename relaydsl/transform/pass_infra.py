@@ -46,11 +46,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+from relaydsl import settings
 from relaydsl.errors import IRError
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform._util import retyped
 from relaydsl.transform.instrument import PassInstrument
+from relaydsl.transform.verify import changed_functions, check_scopes, check_types, kept_types
 
 _log = logging.getLogger(__name__)
 
@@ -165,7 +167,14 @@ class Pass:
             out = self.transform(mod)
         if not isinstance(out, IRModule):
             raise IRError(f"pass {self.name} returned {type(out).__name__}, not an IRModule")
+        kept = None
+        if settings.verify_ir():  # (the functions the pass rebuilt: the others were checked)
+            changed = changed_functions(mod, out)
+            check_scopes(out, changed, self.name)
+            kept = kept_types(changed)
         out = retyped(out, types_kept=True)  # infers only functions the pass left untyped
+        if kept is not None:
+            check_types(out, kept, self.name)
         for i in instruments:
             i.run_after_pass(out, self)
         return out

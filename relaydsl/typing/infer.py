@@ -559,14 +559,16 @@ def _call_graph(mod: IRModule, names: list[GlobalVar]
     return out, deps
 
 
-def infer_types(mod: IRModule) -> IRModule:
+def infer_types(mod: IRModule, *, reuse_typed: bool = True) -> IRModule:
     """Type-check every global of `mod`, annotating each node's ``checked_type``.
 
     Raises RelayTypeError naming the location and both disagreeing types.
-    Returns `mod` (the nodes are annotated in place; a pass may rely on it).
+    Returns `mod` (the nodes are annotated in place; a pass may rely on it). A global
+    typed before against the same types of what it calls keeps its types, unless not
+    `reuse_typed` (the IR verifier re-infers everything).
     """
     with deep_recursion():
-        return _check_globals(mod, _prelude_types())
+        return _check_globals(mod, _prelude_types(), reuse_typed)
 
 
 @functools.cache
@@ -579,7 +581,8 @@ def _prelude_types() -> dict[GlobalVar, FuncType]:
     return {gv: fn.checked_type for gv, fn in mod.functions.items()}  # type: ignore[misc]
 
 
-def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None) -> IRModule:
+def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None,
+                   reuse_typed: bool = True) -> IRModule:
     """infer_types, taking the types of the prelude's functions from `prelude` (None: check
     them too)."""
     prelude_functions = installed_prelude()[1]
@@ -599,7 +602,7 @@ def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None) -> 
                 gv.set_checked_type(t)
             continue
         callees = {g: global_types[g] for gv in scc for g in uses[gv] if g not in scc}
-        if all(_TYPED_AGAINST.get(mod.functions[gv]) == callees for gv in scc):
+        if reuse_typed and all(_TYPED_AGAINST.get(mod.functions[gv]) == callees for gv in scc):
             # typed already, against these very types of what it calls: inference would
             # find the same types again (a pass re-types a module after rewriting a part)
             for gv in scc:
