@@ -41,6 +41,7 @@ from relaydsl.frontend.layers import (
 from relaydsl.frontend.source import Source, names_bound_in
 from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.frontend.translate import Resolver, Translator
+from relaydsl.frontend.translate.getitem import resolve_getitems
 from relaydsl.ir.adt import TypeData
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Var, suggest
 from relaydsl.ir.module import IRModule
@@ -389,7 +390,7 @@ class RelayFunction:
         mode = mode if self.has_modes else "inference"
         if mode not in self._modules:
             with deep_recursion():
-                self._modules[mode] = infer_types(self._gather_module(mode))
+                self._modules[mode] = resolve_getitems(infer_types(self._gather_module(mode)))
         return self._modules[mode]
 
     def _gather_module(self, mode: str) -> IRModule:

@@ -35,6 +35,7 @@ from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, Grad, Let, RefCreate, RefRead, RefWrite, Tuple,
     TupleGetItem, Var,
 )
+from relaydsl.ir.visitor import type_vars_of
 from relaydsl.op.registry import ops
 
 if TYPE_CHECKING:
@@ -253,7 +254,18 @@ def export(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> E
     user = [Var(p.name_hint, p.type_annotation) for p in fn.function.params[:fn.num_user_params]]
     params = Var("params")
     body = Call(fn.global_var, [*user, *(TupleGetItem(params, i) for i in range(len(fn.hidden)))])
-    out = Let(params, RefRead(model_expr), Function(user, body), span=tr.span(node))
+    # As polymorphic as the model: for one written with symbolic dims, ``fn<n>(%x:
+    # Tensor[(n, 784)]) -> Tensor[(n, 10)]``, which a caller (a result annotated
+    # `relay.Fn[[Tensor[Float, (8, 784)]], ...]`) uses at an instance. Without its own type
+    # parameters the closure's `n` would be rigid in this function, standing for any size,
+    # never 8. Its result type is written out (the model's, typed when create_model made the
+    # parameters): a polymorphic type is instantiated whole, so it must be complete.
+    ret = fn.checked_type.ret_type
+    dims = list(dict.fromkeys(
+        v for t in (*(u.type_annotation for u in user if u.type_annotation), ret)
+        for v in type_vars_of(t)))
+    closure = Function(user, body, ret if dims else None, tuple(dims))
+    out = Let(params, RefRead(model_expr), closure, span=tr.span(node))
     tr._kinds[out] = "func"
     tr._return_kinds[out] = _declared_result_kind(fn)
     return out

@@ -21,7 +21,9 @@ closure would see the new value). Python numbers fold as Python computes them; a
 meeting a tensor in an elementwise operator takes its dtype (``cast_like(0.1f64, %x)``, with
 ``%x`` let-bound when it is not a variable, so it is computed once); elsewhere it is an Int,
 a Float or a Bool. What is known statically of each value (`Translator.kind_of`: a tensor, a
-tuple and its fields, a list, a function) decides what ``t[0]`` and ``for`` mean.
+tuple and its fields, a list, a function) decides what ``t[0]`` and ``for`` mean; where nothing
+is known, type inference decides whether ``x[0]`` projects a tuple or slices a tensor
+(getitem.py).
 
 Every node gets the span of the Python node it comes from, so type errors
 point at the user's line. Anything outside the subset is a DSLSyntaxError

@@ -8,6 +8,7 @@ from typing import Any as AnyValue
 from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.frontend.translate.base import TranslatorBase
 from relaydsl.frontend.translate.bindings import Env, _is_atomic, _let_all
+from relaydsl.frontend.translate.getitem import getitem, index_end
 from relaydsl.frontend.translate.kinds import _declared_result_kind, _is_tuple_kind
 from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
 from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_EXPRESSIONS
@@ -247,7 +248,14 @@ class Expressions(TranslatorBase):
         kind = self.kind_of(value, env)
         if not _is_tuple_kind(kind):
             parts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
-            return self._index(value, parts, node, env)
+            if any(isinstance(p, ast.Constant) and p.value is Ellipsis for p in parts):
+                raise self.error(node, "`...` in indices is not supported; write each axis")
+            indices = [p if isinstance(p, ast.Slice) else self.expr(p, env) for p in parts]
+            if kind is None and len(indices) == 1 and isinstance(indices[0], _Literal) \
+                    and type(indices[0].value) is int:
+                # a tuple's field or a tensor's row: which, type inference says (getitem.py)
+                return getitem(value, indices[0].value, self.span(node))
+            return self._index(value, indices, node, env)
         index = None if isinstance(node.slice, ast.Slice) else self.expr(node.slice, env)
         if not isinstance(index, _Literal) or type(index.value) is not int:
             raise self.error(node.slice, "a tuple is indexed by a constant int, e.g. `t[0]`")
@@ -260,10 +268,10 @@ class Expressions(TranslatorBase):
                                          f"has {size}")
         return TupleGetItem(value, i, span=self.span(node))
 
-    def _index(self, value: Expr, parts: list[ast.expr], node: ast.Subscript, env: Env) -> Expr:
-        """Tensor indexing: integers take, constant slices strided_slice."""
-        if any(isinstance(p, ast.Constant) and p.value is Ellipsis for p in parts):
-            raise self.error(node, "`...` in indices is not supported; write each axis")
+    def _index(self, value: Expr, parts: list[ast.Slice | Expr | _Literal], node: ast.Subscript,
+               env: Env) -> Expr:
+        """Tensor indexing, each axis's index translated or a slice: integers take, constant
+        slices strided_slice."""
         begin, end, strides, axes, squeeze = [], [], [], [], []
         dynamic: list[tuple[int, Expr]] = []
         for axis, p in enumerate(parts):
@@ -278,16 +286,14 @@ class Expressions(TranslatorBase):
                 strides.append(st)
                 axes.append(axis)
                 continue
-            idx = self.expr(p, env)
-            if isinstance(idx, _Literal) and isinstance(idx.value, int):
-                i = idx.value
-                begin.append(i)
-                end.append(i + 1 if i != -1 else 2**31 - 1)
+            if isinstance(p, _Literal) and isinstance(p.value, int):
+                begin.append(p.value)
+                end.append(index_end(p.value))
                 strides.append(1)
                 axes.append(axis)
                 squeeze.append(axis)
             else:
-                dynamic.append((axis, self.materialize(idx)))
+                dynamic.append((axis, self.materialize(p)))
         out = value
         if begin:
             out = ops.strided_slice(out, begin=begin, end=end, strides=strides, axes=axes,

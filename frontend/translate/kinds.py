@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any as AnyValue
 
 from relaydsl.frontend.translate.base import TranslatorBase
+from relaydsl.frontend.translate.getitem import GETITEM
 from relaydsl.frontend.translate.literals import _Literal
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.expr import (
@@ -93,6 +94,8 @@ class ValueKinds(TranslatorBase):
         if isinstance(e, If):
             then = self.kind_of(e.true_branch, env)
             return then if then == self.kind_of(e.false_branch, env) else None
+        if isinstance(e, Call) and e.op is GETITEM:
+            return None  # a tuple's field or a tensor's row, unknown until type inference
         if isinstance(e, Call) and isinstance(e.op, Op):
             return _op_result_kind(e)
         if isinstance(e, Call) and isinstance(e.op, Constructor) and e.op.belong_to.name == "List":

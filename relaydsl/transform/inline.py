@@ -46,6 +46,7 @@ from relaydsl.ir.adt import PatternVar
 from relaydsl.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
+from relaydsl.ir.types import Type, TypeVar
 from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
 from relaydsl.transform._util import ascribes, is_primitive, retyped
 from relaydsl.typing.infer import call_graph_sccs
@@ -160,17 +161,22 @@ def fresh_copy(fn: Function) -> Function:
 
 
 class _Fresh(ExprMutator):
-    """Copies a function, binding a new variable wherever the original binds one."""
+    """Copies a function, binding a new variable wherever the original binds one. Annotations
+    (of variables, and the result types of nested functions) that mention the callee's shape
+    variables are dropped; those of a polymorphic function literal in it, ``fn<n>(%x:
+    Tensor[(n, 6)]) -> Tensor[(n, 3)]``, that mention only its own type parameters stay:
+    they are its type, the same at every call."""
 
     def __init__(self) -> None:
         super().__init__()
         self.renamed: dict[Var, Expr] = {}
+        self.own: frozenset[TypeVar] = frozenset()  # type params of the literals copied now
+
+    def _kept(self, t: Type | None) -> Type | None:
+        return t if t is None or self.own.issuperset(type_vars_of(t)) else None
 
     def bind(self, v: Var) -> Var:
-        annotation = v.type_annotation
-        if annotation is not None and type_vars_of(annotation):
-            annotation = None
-        new = Var(v.name_hint, annotation, span=v.span)
+        new = Var(v.name_hint, self._kept(v.type_annotation), span=v.span)
         self.renamed[v] = new
         return new
 
@@ -182,9 +188,14 @@ class _Fresh(ExprMutator):
         return new if isinstance(new, Var) else self.bind(v)
 
     def visit_function(self, f: Function) -> Expr:
-        for p in f.params:
-            self.bind(p)
-        return super().visit_function(f)
+        outer = self.own
+        self.own = outer | frozenset(f.type_params)
+        try:
+            params = tuple(self.bind(p) for p in f.params)
+            return Function(params, self.visit(f.body), self._kept(f.ret_type), f.type_params,
+                            f.attrs, span=f.span)
+        finally:
+            self.own = outer
 
     def visit_pattern(self, p):
         if isinstance(p, PatternVar):

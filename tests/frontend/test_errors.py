@@ -743,6 +743,28 @@ def test_a_loop_that_changes_a_variables_type_points_at_the_assignment():
     assert "Tensor[(3,), float32]" in str(info.value)
 
 
+def test_indexing_a_parameter_inference_finds_no_tuple_or_tensor_names_its_type():
+    # what `p[i]` means for an unannotated parameter is decided by its type (issue 22, item 7)
+    def f(xs: relay.List[Float]) -> Float:
+        first = lambda p: p[0]  # <-- list index
+        return first(xs)
+
+    with pytest.raises(RelayTypeError) as info:
+        relay(f).checked_type
+    assert_located(info.value, "list index", "p[0]")
+    assert "indexing with [0] needs a tuple or a tensor, got List[Tensor[(), float32]]" \
+        in str(info.value)
+
+    def g(t: tuple[Float, Float]) -> Float:
+        third = lambda p: p[2]  # <-- tuple index past the end
+        return third(t)
+
+    with pytest.raises(RelayTypeError) as info:
+        relay(g).checked_type
+    assert_located(info.value, "tuple index past the end", "p[2]")
+    assert "tuple index 2 is out of range: the tuple has 2 fields" in str(info.value)
+
+
 def test_a_bad_attribute_value_points_at_the_call():
     def f(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (4, 4)]:
         return relay.reshape(x, newshape=(4, 4))  # <-- reshape

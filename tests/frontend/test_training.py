@@ -166,3 +166,58 @@ def test_the_result_of_an_exported_model_returning_a_tuple_is_indexed_as_a_tuple
     x = data()[0][0]
     model = relay.create_model(two_heads, seed=3)
     np.testing.assert_allclose(first_head(x), 2 * model(x)[0], rtol=1e-5)
+
+
+# A model written with a symbolic batch dim, trained in a loop whose result is annotated with
+# the exported function's type at a concrete batch (issue 22, item 7): the exported function
+# is as polymorphic as the model, so the annotation is an instance of its type.
+@relay_model
+def batched_net(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 3)]:
+    return relay.linear(relay.tanh(relay.linear(x, num_hidden=5)), num_hidden=3)
+
+
+@relay
+def batched_loss(x: Tensor[Float, ("n", 6)], y: Tensor[Float, ("n", 3)]) -> Float:
+    return relay.softmax_cross_entropy(batched_net(x), y)
+
+
+@relay
+def train_batches(data: tuple[Tensor[Float, (4, 8, 6)], Tensor[Float, (4, 8, 3)]]
+                  ) -> relay.Fn[[Tensor[Float, (8, 6)]], Tensor[Float, (8, 3)]]:
+    model = relay.create_model(batched_net, seed=7, init="glorot")
+    for x, y in data:
+        relay.update_model_params(model, relay.grad(model, batched_loss, (x, y)), lr=0.3)
+    return relay.export_model(model)
+
+
+@relay
+def predict_after_training(x: Tensor[Float, (8, 6)],
+                           data: tuple[Tensor[Float, (4, 8, 6)], Tensor[Float, (4, 8, 3)]]
+                           ) -> Tensor[Float, (8, 3)]:
+    return train_batches(data)(x)  # inlined: the exported function at this call's batch
+
+
+def test_a_polymorphic_model_exported_at_a_concrete_type_is_an_instance_of_its_type():
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((4, 8, 6)).astype(np.float32)
+    ys = np.eye(3, dtype=np.float32)[rng.integers(0, 3, (4, 8))]
+    result = train_batches.checked_type.ret_type
+    assert str(result) == "fn(Tensor[(8, 6), float32]) -> Tensor[(8, 3), float32]"
+    # unannotated, the exported function stays polymorphic (any batch) and runs natively
+    assert str(train_normed.checked_type.ret_type) == \
+        "fn<n: Shape>(Tensor[(n, 4), float32]) -> Tensor[(n, 3), float32]"
+    assert train_normed.build().program.path == train_batches.build().program.path == "native"
+    # the same training driven from Python; its weights give the forward pass in NumPy
+    model = relay.create_model(batched_net, seed=7, init="glorot")
+    for i in range(4):
+        relay.update_model_params(model, relay.grad(model, batched_loss, (xs[i], ys[i])), lr=0.3)
+    p = {k: np.asarray(v, np.float64) for k, v in model.params.items()}
+    x = rng.standard_normal((8, 6)).astype(np.float32)
+    hidden = np.tanh(x @ p["linear_0.weight"].T + p["linear_0.bias"])
+    want = hidden @ p["linear_1.weight"].T + p["linear_1.bias"]
+    assert not np.allclose(p["linear_1.bias"], 0)  # training moved the weights
+    for target in ("llvm", "interp"):
+        predict = train_batches.build(target)((xs, ys))
+        np.testing.assert_allclose(predict(x), want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(predict_after_training.build(target)(x, (xs, ys)), want,
+                                   rtol=1e-4, atol=1e-5)

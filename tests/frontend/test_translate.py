@@ -709,6 +709,32 @@ def test_tuple_indexing_positive_negative_and_nested():
     assert_same(f(x, (a, (s, b))), reference(jnp.asarray(x), (a, (s, b))))
 
 
+def test_indexing_a_parameter_of_unknown_kind_projects_a_tuple_and_takes_a_tensors_row():
+    # Nothing says what an unannotated parameter is when `p[0]` is translated: type inference
+    # does, a tuple's field for a tuple, a row for a tensor (issue 22, item 7).
+    @relay
+    def f(pairs: relay.List[tuple[Float, Tensor[Float, 3]]], rows: Tensor[Float, (4, 3)],
+          init: Float):
+        def weighted(p):
+            return p[-1] * p[0]
+
+        total = relay.foldr(lambda p, acc: p[0] + acc, init, pairs)
+        weighted_sum = relay.foldl(lambda acc, p: acc + weighted(p), rows[0] * 0.0, pairs)
+        ends = (lambda m: m[0] + m[-1])(rows)
+        nested = (lambda q: q[1][2] * q[0])((init, rows))
+        return total, weighted_sum, ends, nested
+
+    scales, vectors, rows = rand(3), rand(3, 3), rand(4, 3)
+    init = np.float32(0.5)
+    pairs = [(s, v) for s, v in zip(scales, vectors)]
+    want = (init + scales.sum(), (scales[:, None] * vectors).sum(0), rows[0] + rows[-1],
+            rows[2] * init)
+    for target in ("llvm", "interp"):
+        assert_same(f.build(target)(pairs, rows, init), want)
+    text = f.astext()
+    assert "%p.0" in text and "getitem" not in text  # resolved before anything else runs
+
+
 # ---- constants from the enclosing Python scope -------------------------------------------------
 
 WEIGHTS = np.array([0.5, -1.0, 2.0], np.float32)

@@ -426,7 +426,9 @@ class _Pin:
 
 def _check_boundary(t: Type, what: str, result: bool = False) -> None:
     """Values crossing into Python: tensors, tuples and data types of them; in a result,
-    also functions of such values (closures, called back natively)."""
+    also functions of such values (closures, called back natively), shape-polymorphic ones
+    too (``fn<n>(Tensor[(n, 4)]) -> ...``, a model relay.export_model exports): they run as
+    a closure whose types hold the entry's own shape variables does."""
     if isinstance(t, TensorType):
         if not isinstance(t.dtype, str):
             raise Unsupported(f"{what} has a dtype known only at run time")
@@ -436,7 +438,7 @@ def _check_boundary(t: Type, what: str, result: bool = False) -> None:
     elif isinstance(t, TypeCall):
         for a in t.args:
             _check_boundary(a, what, result)
-    elif isinstance(t, FuncType) and result and not t.type_params:
+    elif isinstance(t, FuncType) and result:
         for a in t.arg_types:
             _check_boundary(a, what)
         _check_boundary(t.ret_type, what, result)

@@ -55,6 +55,32 @@ def test_inlining_preserves_meaning_and_binds_fresh_variables():
     assert len(binders) == len(set(map(id, binders))) == 2
 
 
+def test_a_nested_functions_annotations_follow_whose_shape_variables_they_mention():
+    # In the copy, @g's `n` is dropped from %h's parameter and result alike (the call gives
+    # the types); the polymorphic literal keeps its own `m` (its type, the same at every call,
+    # as relay.export_model makes of a model written with symbolic dims).
+    mod = infer_types(parse('''
+    def @g(%x: Tensor[(n), float32]) -> Tensor[(n), float32] {
+      let %h = fn (%y: Tensor[(n), float32]) -> Tensor[(n), float32] { multiply(%y, 2f) };
+      %h(%x)
+    }
+    def @poly(%x: Tensor[(n), float32]) {
+      fn <m: Shape>(%y: Tensor[(m), float32]) -> Tensor[(m), float32] { add(%y, sum(%x)) }
+    }
+    def @main(%a: Tensor[(3), float32], %b: Tensor[(2), float32]) {
+      let %k: fn (Tensor[(2), float32]) -> Tensor[(2), float32] = @poly(%a);
+      (@g(%a), %k(%b))
+    }'''))
+    out = inline_globals(mod)
+    assert global_calls(out["main"]) == []
+    assert "fn <m: Shape>(%y: Tensor[(m,), float32]) -> Tensor[(m,), float32]" in out.astext()
+    a, b = np.array([0.5, -1.0, 2.0], np.float32), np.array([1.0, 3.0], np.float32)
+    for target in ("interp", "llvm"):
+        got = get_target(target).build(out, "main", {})(a, b)
+        np.testing.assert_allclose(got[0], 2 * a, rtol=1e-6)
+        np.testing.assert_allclose(got[1], b + a.sum(), rtol=1e-6)
+
+
 # ---- TVM's Inline (tests/python/relay/test_pass_inline.py, v0.16) and InlineAll -------------
 
 T = "Tensor[(3, 5), float32]"
