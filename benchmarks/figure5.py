@@ -39,6 +39,7 @@ if not __package__ and str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 from benchmarks.harness import Case, Result, Settings, replace_section, run_case  # noqa: E402
+from benchmarks.machine import machine_kind  # noqa: E402
 from benchmarks.workloads import vision  # noqa: E402
 from benchmarks.workloads.common import jax_modules  # noqa: E402
 from relaydsl import relay  # noqa: E402
@@ -228,7 +229,7 @@ def section_text(results: Sequence[ModelResult], layers: Sequence[Layer], missin
     table_md, notes = table(results, layers)
     command = " ".join(["python benchmarks/figure5.py", *argv])
     lines = [
-        f"Written by `{command}`"
+        f"Written by `{command}` on {machine_kind()},"
         f" on {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; load average "
         f"{load[0]} at the start, {load[1]} at the end. Batch 1, float32, NCHW, random "
         "weights bound as constants; the speedup of each pass set over opt_level 0 "

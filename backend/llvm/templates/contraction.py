@@ -1,4 +1,5 @@
-"""Which contraction op calls (dense, matmul, batch_matmul, conv2d) get a template, and how.
+"""Which contraction op calls (dense, matmul, batch_matmul, conv2d, conv2d_nchwc) get a
+template, and how.
 
 The scheduler asks ``template_for(op, attrs, input_types, out_type, transposable)``; a
 Template's ``emit(module, name)`` defines
@@ -11,7 +12,8 @@ the op's NumPy reference computes for the parallel units ``[begin, end)`` of
 concurrently, gives the same result (every unit writes its own part of ``out``).
 Helper functions are internal and named ``name.<helper>``; intrinsic declarations are
 shared through the module, and so are declarations of the shape-independent GEMM
-library (gemm_library.py), which ``emit`` loads into the process beforehand.
+library (gemm_library.py), whose parts the caller loads into the process before the
+module's object (``gemm_library.load(gemm_library.declared_parts(module))``).
 
 Supported (float32, static, non-empty shapes): dense with any data rank; matmul with
 1-D operands and broadcast batch dims; batch_matmul with both transposes and a batch

@@ -151,16 +151,6 @@ def reads_a_in_place(spec: GemmSpec, bl: Blocking) -> bool:
     return -(-spec.n // bl.nr) <= 2 and spec.m >= bl.mr
 
 
-def library_parts(spec: GemmSpec, bl: Blocking | None = None) -> list[gemm_library.Part]:
-    """The GEMM library functions the kernel of `spec` calls."""
-    bl = fit_blocking(bl or default_blocking(), spec)
-    tile = MicroTile(bl.vl, bl.mr, bl.nr)
-    parts = [*gemm_library.core_parts(bl.vl), gemm_library.ukernel_part(tile)]
-    if reads_a_in_place(spec, bl):
-        parts.append(gemm_library.ukernel_part(tile, direct=True))
-    return parts
-
-
 def choose_split(spec: GemmSpec, bl: Blocking) -> str:
     if spec.split:
         return spec.split
