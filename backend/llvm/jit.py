@@ -299,25 +299,26 @@ _AHEAD: dict[pathlib.Path, int] = {}  # cache entries a forked child is compilin
 AHEAD_TIMEOUT = 60.0  # seconds a load waits for such a child before compiling itself
 
 
-def compile_ahead(key: str, ir_text: str, *, speed_level: int = 3, vectorize: bool = True,
-                  unroll: bool = False) -> bool:
-    """Starts compiling `ir_text` (as ``compile_ir(ir_text, key, ...)`` would) into its disk
-    cache entry in a forked child process, so that this one can meanwhile compile something
-    else on another core; ``compile_ir(ir_text, key, ...)`` then waits for the child and
-    loads what it wrote (or compiles itself if the child failed or took over
-    ``AHEAD_TIMEOUT``). Whether a child was started: not where the entry exists, there is
-    no second core or no ``os.fork``, or the fork fails.
+def compile_ahead(modules: list[tuple[str, Callable[[], str]]], *, speed_level: int = 3,
+                  vectorize: bool = True, unroll: bool = False) -> bool:
+    """Starts compiling `modules`, (key, build_ir) pairs, one after the other (as
+    ``load_or_compile(key, names, build_ir, ...)`` would) into their disk cache entries in a
+    forked child process, so that this one can meanwhile compile something else on another
+    core; ``load_or_compile`` (or ``compile_ir``) of the same key then waits for the child
+    and loads what it wrote (or compiles itself if the child failed or took over
+    ``AHEAD_TIMEOUT``). The child builds the IR too. Whether a child was started: not where
+    every entry exists, there is no second core or no ``os.fork``, or the fork fails.
 
-    The child only compiles and writes a file, then leaves with ``os._exit`` (no exit
+    The child only compiles and writes files, then leaves with ``os._exit`` (no exit
     handlers, no flushing of the parent's buffers); the at-fork handlers above make sure no
     thread is inside LLVM when it is forked.
     """
-    path = object_path(key)
-    if path in _AHEAD or not hasattr(os, "fork") or settings.usable_cores() < 2 or \
-            path.exists():
+    todo = [(object_path(key), build_ir) for key, build_ir in modules]
+    todo = [(path, build) for path, build in todo if path not in _AHEAD and not path.exists()]
+    if not todo or not hasattr(os, "fork") or settings.usable_cores() < 2:
         return False
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        todo[0][0].parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():  # of forking a threaded process (Python 3.12+,
             warnings.filterwarnings("ignore", ".*fork")  # JAX): the child only compiles
             pid = os.fork()
@@ -326,11 +327,13 @@ def compile_ahead(key: str, ir_text: str, *, speed_level: int = 3, vectorize: bo
     if pid == 0:
         code = 1
         try:
-            _write_cached(path, _compile_object(ir_text, speed_level, vectorize, unroll))
+            for path, build_ir in todo:
+                _write_cached(path, _compile_object(build_ir(), speed_level, vectorize, unroll))
             code = 0
         finally:
             os._exit(code)
-    _AHEAD[path] = pid
+    for path, _ in todo:
+        _AHEAD[path] = pid
     return True
 
 

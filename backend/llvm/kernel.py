@@ -41,6 +41,7 @@ type.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import math
@@ -285,26 +286,33 @@ def compile_primitive(func: Function, *, opt_level: int = 3) -> Kernel:
 
 
 def _build(todo: dict[str, tuple[Function, int, list[int]]], speed: int) -> dict[str, Kernel]:
-    module = ir.Module(name="relaydsl")
-    module.triple = jit.host_target().triple
-    module.data_layout = jit.data_layout()
-    parts = []
     with deep_recursion():  # a fused chain of 256 ops is a 256-deep expression
-        for digest, (f, _, _) in todo.items():
-            prefix = f"rd{digest[:24]}"
-            lowered = lower(f)
-            sched = schedule(lowered, prefix)
-            codes, entry = emit_module(module, sched, prefix)
-            parts.append((digest, lowered, sched, codes, entry))
+        module, parts = _emit({digest: f for digest, (f, _, _) in todo.items()})
     key = "kernels|" + "|".join(sorted(todo)) + f"|speed{speed}"
-    library = gemm_library.declared_parts(module)
-    if gemm_library.missing(library):  # two compilations: the kernels' in a child meanwhile
-        jit.compile_ahead(key, str(module), speed_level=speed)
-    gemm_library.load(library)  # before the kernels' object, which calls it
     # the module's text (a fifth of the Python time of a build) only where it is compiled
-    lib = jit.load_or_compile(key, [entry for *_, entry in parts], lambda: str(module),
-                              speed_level=speed)
+    text = functools.partial(str, module)
+    library = gemm_library.declared_parts(module)
+    if gemm_library.missing(library):  # two compilations at once: the library here
+        jit.compile_ahead([(key, text)], speed_level=speed)
+    gemm_library.load(library)  # before the kernels' object, which calls it
+    lib = jit.load_or_compile(key, [entry for *_, entry in parts], text, speed_level=speed)
     stats["modules"] += 1
     stats["functions"] += len(parts)
     return {digest: Kernel(lowered, sched, codes, entry, lib)
             for digest, lowered, sched, codes, entry in parts}
+
+
+def _emit(functions: dict[str, Function]) -> tuple[ir.Module, list[tuple]]:
+    """One LLVM module defining the kernels of `functions` (by digest), and per kernel
+    (digest, lowered, schedule, stage codes, entry symbol)."""
+    module = ir.Module(name="relaydsl")
+    module.triple = jit.host_target().triple
+    module.data_layout = jit.data_layout()
+    parts = []
+    for digest, f in functions.items():
+        prefix = f"rd{digest[:24]}"
+        lowered = lower(f)
+        sched = schedule(lowered, prefix)
+        codes, entry = emit_module(module, sched, prefix)
+        parts.append((digest, lowered, sched, codes, entry))
+    return module, parts

@@ -153,11 +153,11 @@ def test_a_module_compiled_ahead_is_loaded_from_what_the_child_wrote(tmp_path, m
     real = jit._compile_object
     monkeypatch.setattr(jit, "_compile_object", lambda *a: (
         compiled_here.append(1) if os.getpid() == parent else None, real(*a))[1])
-    assert jit.compile_ahead(f"ahead-test|{tag}|1", add_ir(tag, 1))
+    assert jit.compile_ahead([(f"ahead-test|{tag}|1", lambda: add_ir(tag, 1))])
     assert call_add(tag, 1) == 42
     assert not compiled_here and not jit._AHEAD  # the child compiled it; it was reaped
     # an entry on disk is not compiled again, ahead or here
-    assert not jit.compile_ahead(f"ahead-test|{tag}|1", add_ir(tag, 1))
+    assert not jit.compile_ahead([(f"ahead-test|{tag}|1", lambda: add_ir(tag, 1))])
 
 
 @needs_two_cores
@@ -178,7 +178,7 @@ def test_the_parent_compiles_what_a_failed_or_stuck_child_did_not(tmp_path, monk
         return real(*args)
 
     monkeypatch.setattr(jit, "_compile_object", in_the_child_only)
-    assert jit.compile_ahead(f"ahead-test|{tag}|2", add_ir(tag, 2))
+    assert jit.compile_ahead([(f"ahead-test|{tag}|2", lambda: add_ir(tag, 2))])
     start = time.monotonic()
     assert call_add(tag, 2) == 43
     assert time.monotonic() - start < 10 and not jit._AHEAD
