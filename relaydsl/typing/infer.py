@@ -20,6 +20,7 @@ Tensor[(2, 3), float32]
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Callable
@@ -644,7 +645,10 @@ _TYPED_AGAINST_MAX = 4096
 
 def _remember_typed(fn: Function, callees: dict[GlobalVar, FuncType]) -> None:
     if len(_TYPED_AGAINST) >= _TYPED_AGAINST_MAX:
-        del _TYPED_AGAINST[next(iter(_TYPED_AGAINST))]
+        # (no lock: a build in another thread may change the table meanwhile, and a lost
+        # entry only means typing that function again)
+        with contextlib.suppress(RuntimeError, StopIteration):
+            _TYPED_AGAINST.pop(next(iter(_TYPED_AGAINST)), None)
     _TYPED_AGAINST[fn] = callees
 
 
