@@ -20,7 +20,7 @@ from relaydsl.ir.expr import Call, Expr, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import children, post_order
 from relaydsl.op.registry import OpDef
-from relaydsl.transform._util import retyped
+from relaydsl.transform._util import calls_any, retyped
 from relaydsl.transform.a_normal_form import a_normal_form_function
 from relaydsl.transform.fold_constant import fold_constants
 from relaydsl.transform.graph_normal_form import to_graph_normal_form
@@ -36,7 +36,7 @@ def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule],
     `anchors` (the ops every rewrite of the pass involves) is returned at once: most
     programs have nothing to rewrite, and the graph form costs an inference.
     """
-    if not _calls_any(mod, anchors):
+    if not any(calls_any(fn, anchors) for fn in mod.user_functions().values()):
         return mod
     graph = to_graph_normal_form(mod)
     out = transform(graph)
@@ -49,22 +49,6 @@ def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule],
     for gv in changed:
         result.add(gv, a_normal_form_function(folded[gv]))
     return retyped(result, types_kept=True)
-
-
-def _calls_any(mod: IRModule, opdefs: Collection[OpDef]) -> bool:
-    """Whether a user function of `mod` calls one of `opdefs`."""
-    targets = {d.op for d in opdefs}
-    found = False
-
-    def visit(e: Expr) -> None:
-        nonlocal found
-        found = found or (isinstance(e, Call) and e.op in targets)
-
-    for fn in mod.user_functions().values():
-        post_order(fn, visit)
-        if found:
-            return True
-    return False
 
 
 def use_counts(root: Expr) -> dict[int, int]:

@@ -1,7 +1,7 @@
 """Small helpers shared by the passes."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Callable
 
 from relaydsl.ir.adt import Constructor
@@ -11,8 +11,9 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import ExprMutator, type_vars_of
+from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
 from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
+from relaydsl.op.registry import OpDef
 from relaydsl.typing.infer import infer_types
 
 PRIMITIVE = Attrs({"Primitive": 1})
@@ -35,6 +36,19 @@ def rewrite_functions(mod: IRModule, rewrite: Callable[[Function], Expr]) -> IRM
             out.add(gv, new)
             changed = True
     return retyped(out, types_kept=not changed)
+
+
+def calls_any(e: Expr, opdefs: Collection[OpDef]) -> bool:
+    """Whether `e` calls one of `opdefs` (a pass with nothing to rewrite returns at once)."""
+    targets = {d.op for d in opdefs}
+    found = False
+
+    def visit(n: Expr) -> None:
+        nonlocal found
+        found = found or (isinstance(n, Call) and n.op in targets)
+
+    post_order(e, visit)
+    return found
 
 
 def is_pure(e: Expr) -> bool:

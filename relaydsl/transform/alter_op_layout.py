@@ -61,7 +61,9 @@ from relaydsl.op.nn.conv import conv2d, conv2d_nchwc, nchwc_layouts
 from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.registry import OpPattern, ops
 from relaydsl.op.transform.layout import layout_transform
-from relaydsl.transform._util import is_primitive, rewrite_functions, with_parameter_types
+from relaydsl.transform._util import (
+    calls_any, is_primitive, rewrite_functions, with_parameter_types,
+)
 from relaydsl.transform.fold_constant import fold_constants
 
 BLOCK = 32
@@ -88,7 +90,7 @@ def alter_op_layout(mod: IRModule, block: int = BLOCK, everywhere: bool = False)
     weights and biases are folded."""
 
     def alter(fn: Function) -> Expr:
-        if is_primitive(fn) or not _calls_conv2d(fn):
+        if is_primitive(fn) or not calls_any(fn, (conv2d,)):
             return fn
         new = _AlterLayout(block, everywhere).visit(fn)
         assert isinstance(new, Function)
@@ -104,13 +106,6 @@ def op_calls(e: Expr) -> list[str]:
     post_order(e, lambda n: names.append(n.op.name)
                if isinstance(n, Call) and isinstance(n.op, Op) else None)
     return names
-
-
-def _calls_conv2d(e: Expr) -> bool:
-    found: list[Call] = []
-    post_order(e, lambda n: found.append(n) if isinstance(n, Call) and n.op == conv2d.op
-               else None)
-    return bool(found)
 
 
 def channel_block(channels: int, block: int) -> int:

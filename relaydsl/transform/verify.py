@@ -106,6 +106,8 @@ def _agree(kept: Type, found: Type) -> bool:
 
 
 def _user_functions(mod: IRModule) -> dict[GlobalVar, Function]:
+    """The functions not as the prelude installed them: ``mod.user_functions()``, and any
+    prelude function a pass rewrote (which that leaves out)."""
     prelude = installed_prelude()[1]
     return {gv: fn for gv, fn in mod.functions.items() if prelude.get(gv) is not fn}
 

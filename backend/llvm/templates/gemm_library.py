@@ -99,8 +99,9 @@ BLOCK_TYPE = ir.FunctionType(VOID, [t for _, t in BLOCK_PARAMS])
 def declare_core(module: ir.Module, vl: int, part: str) -> ir.Function:
     """The declaration of the core's ``block`` or ``pack`` in a caller's module."""
     fnty = {"block": BLOCK_TYPE, "pack": PACK_TYPE}[part]
-    _DECLARED[core_symbol(vl, part)] = Part(core_symbol(vl, part), part, vl)
-    return get_function(module, core_symbol(vl, part), fnty)
+    declared = _core_part(vl, part)
+    _DECLARED[declared.name] = declared
+    return get_function(module, declared.name, fnty)
 
 
 def declare_ukernel(module: ir.Module, tile: MicroTile, direct: bool = False) -> ir.Function:
@@ -117,7 +118,7 @@ def declared_parts(module: ir.Module) -> list[Part]:
     for name, part in _DECLARED.items():
         if name in module.globals:
             if part.kind == "block":
-                parts.append(core_parts(part.vl)[0])
+                parts.append(_core_part(part.vl, "pack"))
             parts.append(part)
     return list(dict.fromkeys(parts))
 
@@ -163,7 +164,11 @@ class Part:
 
 def core_parts(vl: int) -> list[Part]:
     """The packer and the blocked sub-GEMM for vectors of `vl` floats."""
-    return [Part(core_symbol(vl, kind), kind, vl) for kind in ("pack", "block")]
+    return [_core_part(vl, kind) for kind in ("pack", "block")]
+
+
+def _core_part(vl: int, kind: str) -> Part:
+    return Part(core_symbol(vl, kind), kind, vl)
 
 
 def ukernel_part(tile: MicroTile, direct: bool = False) -> Part:
