@@ -12,11 +12,14 @@ and picks how to run the entry function:
   returns; loops (``for`` and ``while``: local tail-recursive functions) are jumps that
   release what a turn no longer needs; closures, general and mutual recursion, data types
   and ``match``, references, the higher-order gradient's backpropagators and shapes known
-  only at run time (a ``relay.Any`` dimension: kernels made per shape on first use) all run
-  there.
+  only at run time (a ``relay.Any`` dimension: kernels generic in a leading batch
+  dimension where the computation is row-separable, chunked.py, else made per shape on
+  first use) all run there.
 * a program whose tensor parameters have symbolic dimensions (``("n", 784)``) gets native
-  code per call signature: the entry re-typed with the call's shapes and compiled (and
-  native code of the entry as typed for values that fix no size, such as an empty list).
+  code for its first call signature (the entry re-typed with the call's shapes and
+  compiled), and for every later one native code of the entry as typed: one build, whose
+  kernels of run-time shapes are generic in the batch size where they can be. A signature
+  called HOT_CALLS times gets native code of its own.
 * the dispatcher for what remains (functions passed in from Python, references passed
   to or returned to it): the reference interpreter, whose
   ``call_primitive`` hook runs each call of a primitive function as a compiled kernel
@@ -29,7 +32,7 @@ data values as it encodes them; the dispatcher keys its kernels by the arguments
 so no input can make compiled code touch memory out of bounds.
 
 The path chosen is logged (INFO, logger ``relaydsl.backend.llvm.executor``): "native
-code", "native code per call signature" (and what each signature gets as it is made), or
+code", native code for a call signature or of run-time shapes (and what each gets as it is made), or
 "the dispatcher" with the reason native code does not apply (native's ``Unsupported``).
 ``Program.path`` names it for tests and tools.
 """
@@ -58,6 +61,13 @@ from relaydsl.transform.pass_infra import PassContext
 
 _log = logging.getLogger(__name__)
 
+# Calls with one signature after which an entry with symbolic dimensions gets native code
+# for that signature: static buffer placement and kernels of exact shapes, a build of 20-200
+# ms that pays back over many calls (LeNet's forward pass runs 15-30% faster than on its
+# kernels generic in the batch size), not over a few.
+HOT_CALLS = 100
+_MAX_COUNTED = 256  # signatures whose calls are counted at once
+
 
 def prepare(mod: IRModule, context: PassContext) -> IRModule:
     """The module as the llvm target runs it: every op call inside a primitive function.
@@ -78,9 +88,9 @@ class Program:
     """A compiled entry point: ``program(*values)``; values checked against its type.
 
     The entry runs as native code (native/). An entry with symbolic dimensions
-    (``Tensor[Float, ("n", 784)]``) gets native code per call signature: on a call with new
-    shapes the entry is re-typed with those shapes and compiled. The few programs native
-    code does not run go to the dispatcher.
+    (``Tensor[Float, ("n", 784)]``) gets native code for its first call signature, then
+    native code of run-time shapes for the others (see ``_compiled_for``). The few programs
+    native code does not run go to the dispatcher.
     """
 
     def __init__(self, source: IRModule, entry: str, opt_level: int):
@@ -89,11 +99,12 @@ class Program:
         self.context = replace(PassContext.current(), opt_level=opt_level)
         self.mod = prepare(source, self.context)
         fn = self.mod[entry]
-        # symbolic dimensions: native code per call signature (shapes)
-        self._per_signature = any(symbolic_type(p.checked_type) for p in fn.params)
+        # symbolic dimensions: native code of run-time shapes, per signature once hot
+        self._symbolic = any(symbolic_type(p.checked_type) for p in fn.params)
         self._compiled: dict[tuple, NativeProgram | None] = {}
+        self._calls: dict[tuple, int] = {}
         self._native_unsupported = ""
-        self.native = None if self._per_signature else self._native(self.mod)
+        self.native = None if self._symbolic else self._native(self.mod)
         # the dispatcher: kernels by primitive function (held, so never confused with a
         # later one) and argument shapes
         self._kernels: dict[tuple, Kernel] = {}
@@ -109,9 +120,10 @@ class Program:
             return None
 
     def _log_path(self) -> None:
-        if self._per_signature:
-            _log.info("@%s runs as native code per call signature (its shapes are symbolic)",
-                      self.entry)
+        if self._symbolic:
+            _log.info("@%s has symbolic shapes: it runs as native code for its first call "
+                      "signature, then as native code of run-time shapes (and for a signature "
+                      "called %d times, native code for it)", self.entry, HOT_CALLS)
         elif self.native is not None:
             _log.info("@%s runs as native code: %s", self.entry, self.native.describe())
         else:
@@ -121,31 +133,46 @@ class Program:
 
     @property
     def path(self) -> str:
-        """How calls run: "native", "per signature" (native code for each call's shapes) or
-        "dispatcher"."""
-        if self._per_signature:
-            return "per signature"
+        """How calls run: "native", "run-time shapes" (the entry has symbolic dimensions:
+        native code of run-time shapes, and native code per call signature once it is hot)
+        or "dispatcher"."""
+        if self._symbolic:
+            return "run-time shapes"
         return "native" if self.native is not None else "dispatcher"
 
     def __call__(self, *values: Value) -> Value:
-        compiled = self.native or \
-            (self._compiled_for(values) if self._per_signature else None)
+        compiled = self.native or (self._compiled_for(values) if self._symbolic else None)
         if compiled is not None:
             return compiled(*values)
         return evaluate(self.mod, *values, entry=self.entry, interpreter=self._interpreter)
 
     def _compiled_for(self, values: Sequence[Value]) -> NativeProgram | None:
-        """The native code of the entry typed with the values' shapes."""
+        """The native code for the values: of the entry typed with their shapes for the
+        first signature (most programs are called with one), for a signature called
+        HOT_CALLS times, and where native code of run-time shapes cannot run the program;
+        else, from the second signature on, of the entry as typed, one build for every
+        signature (its kernels generic in a batch dimension, or made per shape:
+        native/sites.py). PyTorch's compiler does the same ("automatic dynamic shapes")."""
         params = self.mod[self.entry].params
         if all(isinstance(v, np.ndarray) for v in values):
             key: tuple = tuple((v.shape, v.dtype.str) for v in values)
-            types = [TensorType(v.shape, v.dtype.name) for v in values]
+            types = None
         else:  # data values: the types their tensors give the parameters' shape variables
             found = signature_types([p.checked_type for p in params], values, self.mod)
             if found is None:  # e.g. an empty list: nothing fixes its tensors' shapes
                 return self._generic_native
             types = found
             key = tuple(types)
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+            return compiled
+        calls = self._calls[key] = self._calls.get(key, 0) + 1
+        if self._compiled and calls < HOT_CALLS and self._generic_native is not None:
+            if len(self._calls) > _MAX_COUNTED:  # only the recent signatures can get hot
+                del self._calls[next(iter(self._calls))]
+            return self._generic_native
+        if types is None:
+            types = [TensorType(v.shape, v.dtype.name) for v in values]
         if key not in self._compiled:
             mod = prepare(specialize_entry(self.source, self.entry, types), self.context)
             compiled = self._compiled[key] = self._native(mod)
@@ -154,12 +181,12 @@ class Program:
                                    else type_to_str(t) for t in types)
                 how = f"native code: {compiled.describe()}" if compiled else "the dispatcher"
                 _log.info("@%s for (%s): %s", self.entry, shapes, how)
-        return self._compiled[key]
+        return self._compiled[key] or self._generic_native
 
     @cached_property
     def _generic_native(self) -> NativeProgram | None:
         """Native code of the entry as it is typed, its kernels' shapes known only at run
-        time: for calls whose values fix no size (an empty list)."""
+        time (one build for every call signature)."""
         native = self._native(self.mod)
         if _log.isEnabledFor(logging.INFO):
             _log.info("@%s for values that fix no size: %s", self.entry,

@@ -122,6 +122,11 @@ class Kernel:
         return Bound(self, [*inputs, *outputs, *self.constants, *scratch])
 
 
+def nbytes(shape: Sequence[int], dtype: str) -> int:
+    """Bytes of a tensor (at least 1, so that every tensor has an address of its own)."""
+    return max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
+
+
 def _slow_address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 

@@ -46,6 +46,11 @@ def _compile() -> list[Case]:
     return compile_time.cases()
 
 
+def _batch_sizes() -> list[Case]:
+    from benchmarks.workloads import batch_sizes
+    return batch_sizes.cases()
+
+
 def _treelstm() -> list[Case]:
     from benchmarks.workloads import tree_lstm
     return [tree_lstm.inference_case(tree_lstm.sst_trees())]
@@ -70,7 +75,8 @@ def _charrnn_generate() -> list[Case]:
 GROUPS: dict[str, Callable[[], list[Case]]] = {
     "gemm": _gemm, "mlp": _mlp, "lenet": _lenet, "lenet-train": _lenet_train,
     "resnet": _resnet, "lstm": _lstm,
-    "elementwise": _elementwise, "compile": _compile, "treelstm": _treelstm,
+    "elementwise": _elementwise, "compile": _compile, "batch-sizes": _batch_sizes,
+    "treelstm": _treelstm,
     "treelstm-train": _treelstm_train, "charrnn-score": _charrnn_score,
     "charrnn-generate": _charrnn_generate,
 }

@@ -1,9 +1,11 @@
 """Kernel calls whose shapes are known only at run time, in native code (this package).
 
-Such a call site compiles its primitive function per shape of its inputs, on first use
-(type inference re-run with the shapes is the shape function: it gives the outputs'), and
-describes each kernel to native code by a record; native code keeps the last few records
-of a site in its "ways" and asks Python only on a miss.
+Such a call site compiles its primitive function once for chunks of rows where its inputs
+have a leading dimension known only at run time and the function is row-separable (a
+kernel generic in the batch size: ../chunked.py), else per shape of its inputs, on first
+use (type inference re-run with the shapes is the shape function: it gives the outputs'),
+and describes the kernel for each shape to native code by a record; native code keeps the
+last few records of a site in its "ways" and asks Python only on a miss.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 from llvmlite import ir
 
-from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitive
+from relaydsl.backend.llvm.chunked import ChunkedKernel, compile_chunked
+from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitive, nbytes
 from relaydsl.backend.llvm.native.abi import I64, PTR, Error, Word
 from relaydsl.backend.llvm.native.values import contiguous
 from relaydsl.backend.llvm.specialize import specialize
@@ -26,11 +29,6 @@ if TYPE_CHECKING:
 ALIGN = 64  # bytes: tensors' data, kernels' scratch
 WAYS = 4  # the kernels a call site of run-time shapes finds without asking Python
 _log = logging.getLogger(__name__)
-
-
-def nbytes(shape: Sequence[int], dtype: str) -> int:
-    """Bytes of a tensor (at least 1, so that every tensor has an address of its own)."""
-    return max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
 
 
 def leaf_types(types: Sequence[Type]) -> list[TensorType]:
@@ -50,12 +48,14 @@ class KernelSite:
 
     Its kernel is compiled per shape of the inputs, on first use, and described to native
     code by a record (int64 words): ``[kernel entry (0: nothing to compute), table size,
-    scratch bytes, scratch buffers, input dims..., output dims..., output bytes...,
+    scratch bytes, scratch buffers, data, input dims..., output dims..., output bytes...,
     table template...]``. The template is the kernel's buffer table with its constants'
-    addresses, and its scratch buffers' offsets in one block native code allocates.
+    addresses, and its scratch buffers' offsets in one block native code allocates. The
+    entry is called with the table and the record: a kernel ignores the record; the
+    driver of kernels generic in the batch size (chunked.py) reads its plan at "data".
     """
 
-    ENTRY, TABLE, SCRATCH_BYTES, SCRATCHES, KEY = range(5)
+    ENTRY, TABLE, SCRATCH_BYTES, SCRATCHES, DATA, KEY = range(6)
 
     def __init__(self, fn: Function, inputs: list[TensorType], outputs: list[TensorType]):
         self.fn, self.inputs, self.outputs = fn, inputs, outputs
@@ -66,13 +66,21 @@ class KernelSite:
         self.records: dict[tuple[int, ...], np.ndarray] = {}
         self.next_way = 0  # the way the next record goes to
         self._kept: list = []  # every record made, its kernel and the constants it points at
+        # inputs whose leading dimension is known only at run time, and the kernels generic
+        # in it (chunked.py) by the other dimensions
+        self.batched = [bool(t.shape) and not isinstance(t.shape[0], int) for t in inputs]
+        self._chunked: dict[tuple, ChunkedKernel | None] = {}
 
     def record(self, key: tuple[int, ...], opt_level: int) -> np.ndarray:
-        """The record for input dimensions `key`, its kernel compiled."""
+        """The record for input dimensions `key`: of the function's kernel generic in the
+        batch size where it has one, else of its kernel compiled for these shapes."""
         types, at = [], 0
         for t in self.inputs:
             types.append(TensorType(key[at:at + len(t.shape)], t.dtype))
             at += len(t.shape)
+        chunked = self._chunked_kernel(types, opt_level)
+        if chunked is not None:
+            return self._chunked_record(key, chunked, types[self.batched.index(True)].shape[0])
         kernel = compile_primitive(specialize(self.fn, types), opt_level=opt_level)
         outputs = kernel.output_types
         assert [len(t.shape) for t in outputs] == [len(t.shape) for t in self.outputs]
@@ -87,10 +95,39 @@ class KernelSite:
             _log.debug("native code: for (%s) %r",
                        ", ".join(f"{t.dtype}{list(t.shape)}" for t in types), kernel)
         record = np.array([0 if kernel.empty else kernel.entry_address, len(template),
-                         scratch_bytes, len(offsets), *key,
+                         scratch_bytes, len(offsets), 0, *key,
                          *[d for t in outputs for d in t.shape],
                          *[nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
         self._kept.append((record, kernel, constants))  # ways may point at it for good
+        return record
+
+    def _chunked_kernel(self, types: list[TensorType], opt_level: int) -> ChunkedKernel | None:
+        """The kernel generic in the batch size for inputs of `types`, if the batched inputs
+        agree on a size and the function is row-separable."""
+        if not any(self.batched):
+            return None
+        sizes = {t.shape[0] for t, b in zip(types, self.batched) if b}
+        if len(sizes) != 1:
+            return None
+        key = tuple(t.shape[1:] if b else t.shape for t, b in zip(types, self.batched))
+        if key not in self._chunked:
+            self._chunked[key] = compile_chunked(self.fn, types, self.batched,
+                                                 opt_level=opt_level)
+        return self._chunked[key]
+
+    def _chunked_record(self, key: tuple[int, ...], chunked: ChunkedKernel, n: int
+                        ) -> np.ndarray:
+        outputs = chunked.output_types(n)
+        constants, scratch, plan = chunked.call(n)
+        offsets, scratch_bytes = [], 0
+        for size in scratch:
+            offsets.append(scratch_bytes)
+            scratch_bytes += -(-size // ALIGN) * ALIGN
+        template = [0] * (len(self.inputs) + len(outputs)) + constants + offsets
+        record = np.array([chunked.driver, len(template), scratch_bytes, len(offsets),
+                           address(plan), *key, *[d for t in outputs for d in t.shape],
+                           *[nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
+        self._kept.append((record, chunked, plan))
         return record
 
 
@@ -169,8 +206,8 @@ def site_call(fc: FunctionCompiler, fn: Function, call: Call, inputs: list[ir.Va
     for i, p in enumerate([*map(fc.data, inputs), *map(fc.data, outputs)]):
         fc.set_field(table, i, p)
     code = fc.word(record, KernelSite.ENTRY)
-    with b.if_then(b.icmp_unsigned("!=", code, I64(0))):
-        b.call(b.inttoptr(code, ir.FunctionType(ir.VoidType(), [PTR]).as_pointer()),
-               [table])
+    with b.if_then(b.icmp_unsigned("!=", code, I64(0))):  # (a kernel ignores the record)
+        b.call(b.inttoptr(code, ir.FunctionType(ir.VoidType(), [PTR, PTR]).as_pointer()),
+               [table, b.bitcast(record, PTR)])
     b.call(low.reset, [fc.st, *mark])
     return fc.rebuild(call.checked_type, iter(outputs))

@@ -61,7 +61,11 @@ def reshape_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) ->
     x, shape = inputs[0], out_type.concrete_shape()  # reshape_like: inputs[1] gives the shape
     if shape == x.shape:
         return compute(shape, lambda *o: x[o], "T_reshape")
-    return compute(shape, lambda *o: x[unravel(ravel(o, shape), x.shape)], "T_reshape")
+    kept = 0  # leading axes the reshape keeps are read as they are (a batch stays a batch)
+    while kept < min(len(shape), x.ndim) - 1 and shape[kept] == x.shape[kept]:
+        kept += 1
+    return compute(shape, lambda *o: x[(*o[:kept], *unravel(ravel(o[kept:], shape[kept:]),
+                                                             x.shape[kept:]))], "T_reshape")
 
 
 reshape = register(OpDef(

@@ -202,15 +202,21 @@ def poly_mlp(x: Tensor[Float, ("n", 16)], w: Tensor[Float, (16, 4)]) -> Tensor[F
     return relay.tanh(relay.matmul(x, w)) * 2.0
 
 
-def test_shape_polymorphic_first_order_programs_get_native_code_per_signature():
+def test_a_shape_polymorphic_program_gets_native_code_for_its_first_signature_then_one_generic(
+        monkeypatch):
+    from relaydsl.backend.llvm import executor
+
+    monkeypatch.setattr(executor, "HOT_CALLS", 3)
     exe = relay.build(poly_mlp, target="llvm")
+    assert exe.program.path == "run-time shapes"
     w = rand(16, 4)
-    for n in (1, 5, 5, 9):
+    for n in (1, 5, 5, 9, 5):
         x = rand(n, 16)
         np.testing.assert_allclose(exe(x, w), np.tanh(x @ w) * 2.0, rtol=1e-5, atol=1e-6)
-    compiled = exe.program._compiled
-    assert sorted(key[0][0][0] for key in compiled) == [1, 5, 9]
+    compiled = exe.program._compiled  # the first signature, and one called 3 times
+    assert sorted(key[0][0][0] for key in compiled) == [1, 5]
     assert all(isinstance(p, NativeProgram) for p in compiled.values())
+    assert isinstance(exe.program._generic_native, NativeProgram)  # n = 9 ran there
 
 
 # ---- transposed operands read in place ----------------------------------------------------

@@ -102,7 +102,7 @@ def doubled_sum(xs: relay.List[Tensor[Float, ("n",)]], init: Tensor[Float, (rela
 
 def test_values_that_fix_no_size_get_native_code_with_run_time_shapes():
     exe = relay.build(doubled_sum, target="llvm")
-    assert exe.program.path == "per signature"
+    assert exe.program.path == "run-time shapes"
     init = RNG.standard_normal(4).astype(np.float32)
     np.testing.assert_allclose(exe([], init), init)  # an empty list fixes no "n"
     assert exe.program._generic_native.boxed
