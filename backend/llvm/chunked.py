@@ -5,13 +5,14 @@ A primitive function whose inputs have a leading dimension known only at run tim
 sizes (64, 16, 4 and 1 rows of 784 floats; ``chunk_levels``), each once, when a call
 first needs it, if its computation is row-separable: every row of every output depends
 only on the same row of the batched inputs and on the other inputs whole (an MLP, softmax
-over the last axis, a convolution over a batch of images; not a sum over the batch, nor a
-reshape mixing rows). A *driver* then runs those kernels over the ``n`` rows of a call:
-whole chunks in place, and the last rows copied into a padded chunk (spare rows zero,
-their results dropped), as the plan for ``n`` says (``ChunkedKernel.plan``: the fewest
-rows computed, counting a chunk's re-reading of the weights and the padded rows' copies).
-Each chunk's loops keep the static trip counts the loop vectoriser wants; only the chunk
-loops are bounded by the run-time size.
+over the last axis, a convolution over a batch of images), or the output is a float32 sum
+over the rows of such values (a weight's gradient, a sum of losses); not a mean over the
+batch (its 1/n), nor a reshape mixing rows. A *driver* then runs those kernels over the
+``n`` rows of a call: whole chunks in place, and the last rows copied into a padded chunk
+(spare rows zero, their results dropped; never for a sum), as the plan for ``n`` says
+(``ChunkedKernel.plan``: the fewest rows computed, counting a chunk's re-reading of the
+weights and the padded rows' copies). Each chunk's loops keep the static trip counts the
+loop vectoriser wants; only the chunk loops are bounded by the run-time size.
 
 The price, measured on an Intel Xeon (AVX-512, 2 cores): an MLP 784-512-512-10 runs in
 1.05-1.5x the time of kernels compiled for the exact batch (its GEMMs pack their weights
@@ -22,13 +23,16 @@ own).
 Row separability is proven on the kernel's tensor expressions (``separable``), not assumed
 from op names:
 
-* a tensor is *batched* when it is a batched input or reads a batched tensor; a batched
-  tensor's leading dimension is the chunk's ``C`` rows, and every read of a batched
-  tensor indexes its leading axis with exactly the reader's own leading axis, which
-  appears nowhere else: no value depends on another row, nor on a row's position;
-* every output is batched;
-* the expressions at ``C`` and at ``C + 1`` rows are the same but for those leading
-  dimensions: no constant depends on the batch size (a ``1 / n`` of a mean over the
+* a tensor is *batched* (on one of its axes, of the chunk's ``C`` rows) when it is a
+  batched input or reads a batched tensor: every read of a batched tensor indexes its
+  row axis with one index variable that appears nowhere else, the reader's own row axis
+  (or the reduce axis of a sum over the rows): no value depends on another row, nor on a
+  row's position; a tensor that reads none is batched when its leading axis has ``C``
+  rows its values do not depend on (``zeros_like`` of a batch);
+* every output is batched on its leading axis, or is a float32 sum over the rows that no
+  other tensor reads (the driver adds up the chunks' sums);
+* the expressions at ``C`` and at ``C + 1`` rows are the same but for those row axes:
+  no constant depends on the batch size (a ``1 / n`` of a mean over the
   batch, a shape read as a value).
 
 A function that is not separable is compiled per shape, as before (native/sites.py).
@@ -57,7 +61,9 @@ from relaydsl.backend.llvm.templates.irgen import Gen
 from relaydsl.errors import RelayError
 from relaydsl.ir.expr import Function
 from relaydsl.ir.types import TensorType, TupleType
-from relaydsl.te.expr import PrimExpr, Reduce, TensorRead, Var, children, post_order
+from relaydsl.te.expr import (
+    FloatImm, IntImm, IterVar, PrimExpr, Reduce, TensorRead, Var, children, post_order,
+)
 from relaydsl.te.tensor import Tensor
 
 CHUNK_ELEMENTS = 1 << 15  # elements of the widest batched row times the largest chunk
@@ -66,18 +72,21 @@ MAX_CHUNK = 1 << 16  # rows
 LEVEL = 4  # each chunk size this many times the next
 
 
-def chunk_levels(row_elements: int, other_elements: int = 0) -> list[int]:
+def chunk_levels(row_elements: int, other_elements: int = 0, *, to_one: bool = False
+                 ) -> list[int]:
     """The chunk sizes for rows of `row_elements`, largest first: powers of two from the
     first with CHUNK_ELEMENTS elements (64 rows of 784) down, LEVEL times smaller each, to
-    the first with SMALL_ELEMENTS (1 row of 784, 64 of 10); the largest holds at least
-    `other_elements` (the weights a GEMM packs again for every chunk) too."""
+    the first with SMALL_ELEMENTS (1 row of 784, 64 of 10), or to 1 row (`to_one`: a sum
+    over the rows cannot take padded ones); the largest holds at least `other_elements`
+    (the weights a GEMM packs again for every chunk) too."""
     def first(elements: int) -> int:
         rows = 1
         while rows * max(row_elements, 1) < elements and rows < MAX_CHUNK:
             rows *= 2
         return rows
 
-    levels, smallest = [first(max(CHUNK_ELEMENTS, other_elements))], first(SMALL_ELEMENTS)
+    levels = [first(max(CHUNK_ELEMENTS, other_elements))]
+    smallest = 1 if to_one else first(SMALL_ELEMENTS)
     while levels[-1] > smallest:
         levels.append(max(levels[-1] // LEVEL, smallest))
     return levels
@@ -86,46 +95,105 @@ def chunk_levels(row_elements: int, other_elements: int = 0) -> list[int]:
 # ---- proving a lowered function row-separable ------------------------------------------
 
 
-def separable(at_c: Lowered, at_c1: Lowered, batched: Sequence[bool], rows: int) -> bool:
-    """Whether `at_c` (lowered with `rows` rows in the batched inputs) is row-separable,
-    and `at_c1` (the same function at rows + 1) differs from it only in those rows."""
+@dataclass
+class Batching:
+    """How the rows run through a lowered function: the axis of each batched tensor, the
+    axes (output or reduce) that count rows, and the outputs that sum over the rows."""
+
+    axis: dict[Tensor, int]
+    row_axes: set[int]  # ids of IterVars
+    sums: set[Tensor]
+
+
+def separable(at_c: Lowered, at_c1: Lowered, batched: Sequence[bool], rows: int
+              ) -> Batching | None:
+    """How `at_c` (lowered with `rows` rows in the batched inputs) is row-separable, if
+    it is, and `at_c1` (the same function at rows + 1) differs from it only in the rows:
+    every output is batched on its leading axis, or a float32 sum over the rows."""
     if at_c.empty or at_c1.empty:
-        return False
-    marked = _batched_tensors(at_c, batched, rows)
-    if marked is None or not all(t in marked for t in at_c.outputs):
-        return False
-    marked1 = _batched_tensors(at_c1, batched, rows + 1)
-    if marked1 is None:
-        return False
-    return _fingerprint(at_c, marked) == _fingerprint(at_c1, marked1)
-
-
-def _batched_tensors(lowered: Lowered, batched: Sequence[bool], rows: int
-                     ) -> set[Tensor] | None:
-    """The batched tensors of `lowered`, or None when a read breaks row separability."""
-    marked = {p for p, b in zip(lowered.params, batched) if b}
-    if any(not p.shape or p.shape[0] != rows for p in marked):
         return None
+    found = _batching(at_c, batched, rows)
+    if found is None or not all(found.axis.get(t) == 0 or t in found.sums
+                                for t in at_c.outputs):
+        return None
+    again = _batching(at_c1, batched, rows + 1)
+    if again is None or _fingerprint(at_c, found) != _fingerprint(at_c1, again):
+        return None
+    return found
+
+
+def _batching(lowered: Lowered, batched: Sequence[bool], rows: int) -> Batching | None:
+    """The batching of `lowered`, or None where a read breaks row separability.
+
+    A computed tensor that reads batched tensors must index their row axis with one index
+    variable, used nowhere else: one of its own axes (it is batched on that axis), or the
+    reduce axis of a sum that is its whole body (it sums over the rows; then it is an
+    output no other tensor reads). One that reads none is batched when it has a leading
+    axis of the rows that its values do not depend on."""
+    found = Batching({p: 0 for p, b in zip(lowered.params, batched) if b}, set(), set())
+    if any(not p.shape or p.shape[0] != rows for p in found.axis):
+        return None
+    readers: dict[Tensor, int] = {}
     for t in _topological(lowered.outputs):
-        if t.body is None or not any(r in marked for r in t.inputs):
+        if t.body is None:
             continue
-        if not t.shape or t.shape[0] != rows:
+        for r in t.inputs:
+            readers[r] = readers.get(r, 0) + 1
+        if not any(r in found.axis or r in found.sums for r in t.inputs):
+            if t.shape and t.shape[0] == rows and \
+                    not any(node is t.axes[0] for node in post_order(t.body)):
+                found.axis[t] = 0  # the same in every row (zeros_like of a batch)
+                found.row_axes.add(id(t.axes[0]))
+            continue
+        if any(r in found.sums for r in t.inputs):
+            return None  # a sum over the rows is known only after the last chunk
+        row = _row_index(t, found.axis)
+        if row is None or row.extent != rows:
             return None
-        lead = t.axes[0]
-        for node in post_order(t.body):
-            reads_batch = isinstance(node, TensorRead) and node.tensor in marked
-            if reads_batch and node.indices[0] is not lead:
+        if row in t.axes:
+            found.axis[t] = t.axes.index(row)
+        elif (isinstance(t.body, Reduce) and t.body.name == "sum" and row in t.body.axes
+              and t.dtype == "float32" and _is_zero(t.body.init)):
+            found.sums.add(t)
+        else:
+            return None
+        found.row_axes.add(id(row))
+    if any(readers.get(t) for t in found.sums):
+        return None
+    return found
+
+
+def _row_index(t: Tensor, axis: dict[Tensor, int]) -> IterVar | None:
+    """The index variable with which `t` reads the rows of the batched tensors it reads,
+    if it is one variable used for nothing else."""
+    assert t.body is not None
+    row: IterVar | None = None
+    nodes = list(post_order(t.body))
+    for node in nodes:
+        if isinstance(node, TensorRead) and node.tensor in axis:
+            index = node.indices[axis[node.tensor]]
+            if not isinstance(index, IterVar) or (row is not None and index is not row):
                 return None
-            for position, child in enumerate(_operands(node)):
-                if child is lead and not (reads_batch and position == 0):
-                    return None
-        marked.add(t)
-    return marked
+            row = index
+    if row is None:
+        return None
+    for node in nodes:
+        reads_batch = isinstance(node, TensorRead) and node.tensor in axis
+        for position, child in enumerate(_operands(node)):
+            allowed = (reads_batch and position == axis[node.tensor]) or \
+                (isinstance(node, Reduce) and position >= len(children(node)))  # its axes
+            if child is row and not allowed:
+                return None
+    return row
 
 
-def _operands(node) -> tuple:
-    if isinstance(node, Reduce):  # its axes and combiner too: a reduction over the rows
-        return (*children(node), *node.axes, node.combined)
+def _is_zero(e: PrimExpr) -> bool:
+    return isinstance(e, (IntImm, FloatImm)) and e.value == 0
+
+
+def _operands(node: PrimExpr) -> tuple:
+    if isinstance(node, Reduce):  # its axes too
+        return (*children(node), *node.axes)
     return children(node)
 
 
@@ -144,13 +212,13 @@ def _topological(outputs: Sequence[Tensor]) -> list[Tensor]:
     return order
 
 
-def _fingerprint(lowered: Lowered, marked: set[Tensor]) -> list[str]:
+def _fingerprint(lowered: Lowered, batching: Batching) -> list[str]:
     """Every tensor and expression of `lowered` as text, nodes numbered in order of
-    appearance, the leading dimension of batched tensors written N."""
+    appearance, the rows written N (batched tensors' row axes, the axes counting rows)."""
     def dims(t: Tensor) -> str:
         shape = [str(d) for d in t.shape]
-        if t in marked:
-            shape[0] = "N"
+        if t in batching.axis:
+            shape[batching.axis[t]] = "N"
         return f"{t.dtype}[{', '.join(shape)}]"
 
     names: dict[int, str] = {}
@@ -161,7 +229,6 @@ def _fingerprint(lowered: Lowered, marked: set[Tensor]) -> list[str]:
     for i, (c, _) in enumerate(lowered.constants):
         names[id(c)] = f"const{i}"
         lines.append(f"const{i} {dims(c)}")
-    leads = {id(t.axes[0]) for t in marked if t.body is not None}
 
     def name(node) -> str:
         found = names.get(id(node))
@@ -177,8 +244,8 @@ def _fingerprint(lowered: Lowered, marked: set[Tensor]) -> list[str]:
         fields = [f"{k}={getattr(node, k)!r}" for k in ("value", "name", "extent", "is_reduce")
                   if not isinstance(node, (Var, TensorRead))
                   and not isinstance(getattr(node, k, None), (PrimExpr, type(None)))]
-        if id(node) in leads:  # a batched tensor's leading axis
-            fields = ["extent=N"]
+        if id(node) in batching.row_axes:
+            fields = ["extent=N", f"is_reduce={node.is_reduce}"]
         if isinstance(node, TensorRead):
             fields.append(f"tensor={name(node.tensor)}")
         if isinstance(node, Reduce):
@@ -216,6 +283,7 @@ class ChunkedKernel:
     functions: list[Function]  # the function typed for each chunk size
     rows: list[int]
     batched: list[bool]  # per input
+    sums: list[bool]  # per output: a sum over the rows (else batched on its leading axis)
     pass_rows: int  # what a chunk costs beyond its rows, in rows: reading the other inputs
     driver: int  # the driver's address
     opt_level: int
@@ -227,8 +295,9 @@ class ChunkedKernel:
         self._lock = threading.Lock()
 
     def output_types(self, n: int) -> list[TensorType]:
-        return [TensorType((n, *t.shape[1:]), t.dtype)
-                for t in _leaves(self.functions[0].checked_type.ret_type)]
+        return [t if total else TensorType((n, *t.shape[1:]), t.dtype)
+                for t, total in zip(_leaves(self.functions[0].checked_type.ret_type),
+                                    self.sums)]
 
     def plan(self, n: int) -> list[tuple[int, int]]:
         """Per chunk size, the first row and how many rows it takes for `n` rows: whole
@@ -241,10 +310,10 @@ class ChunkedKernel:
             whole, rest = divmod(left, size)
             cost = whole * (size + self.pass_rows)
             padded = cost + size + self.pass_rows + COPY * rest
-            if rest == 0 or level == len(self.rows) - 1:
+            if rest == 0 or level == len(self.rows) - 1:  # (a sum's last level is 1 row)
                 return (padded if rest else cost), [left]
             lower, taken = best(rest, level + 1)
-            if padded <= cost + lower:
+            if padded <= cost + lower and not any(self.sums):  # a sum takes no padded row
                 return padded, [left]
             return cost + lower, [left - rest, *taken]
 
@@ -268,16 +337,33 @@ class ChunkedKernel:
         padding = [size for size, (_, rows) in zip(self.rows, plan) if rows % size]
         pad = padding[0] if padding else 0
         scratch = [nbytes(shape, dtype) for k in kernels if k for shape, dtype in k.scratch]
+        padded_at = len(scratch)
         scratch += [nbytes((pad, *t.shape[1:]), t.dtype) for t, b in
                     zip(self.functions[0].checked_type.arg_types, self.batched) if b]
-        scratch += [nbytes((pad, *t.shape[1:]), t.dtype) for t in self.output_types(pad)]
+        scratch += [nbytes((pad, *t.shape[1:]), t.dtype)
+                    for t, total in zip(self.output_types(pad), self.sums) if not total]
         some = [k for k in kernels if k]
         constants = [*map(address, some[0].constants)] if some else [0] * self.constants
         inputs = self.functions[0].checked_type.arg_types
-        words = [len(inputs), len(self.output_types(0)), self.constants, len(self.rows),
-                 *[_row_bytes(t) if b else 0 for t, b in zip(inputs, self.batched)],
-                 *[_row_bytes(t) for t in self.output_types(0)], *self.rows,
-                 *[k.entry_address if k else 0 for k in kernels],
+        outputs = self.output_types(0)
+        # per operand: row bytes (0: not batched), its padded buffer's or partial sum's slot
+        # in the table, and a sum's bytes
+        extra = len(inputs) + len(outputs) + len(constants) + padded_at
+        operands = []
+        for t, b in zip(inputs, self.batched):
+            operands += [_row_bytes(t) if b else 0, extra if b else 0, 0]
+            extra += b
+        for t, total in zip(outputs, self.sums):
+            operands += [0 if total else _row_bytes(t), 0 if total else extra, 0]
+            extra += not total
+        for o, (t, total) in enumerate(zip(outputs, self.sums)):
+            if total:
+                scratch.append(nbytes(t.shape, t.dtype))
+                at = 3 * (len(inputs) + o)
+                operands[at + 1:at + 3] = [extra, nbytes(t.shape, t.dtype)]
+                extra += 1
+        words = [len(inputs), len(outputs), self.constants, len(self.rows), *operands,
+                 *self.rows, *[k.entry_address if k else 0 for k in kernels],
                  *[len(k.scratch) if k else 0 for k in kernels],
                  *[word for step in plan for word in step]]
         return constants, scratch, np.array(words, np.int64)
@@ -306,28 +392,44 @@ def compile_chunked(fn: Function, types: Sequence[TensorType], batched: Sequence
     a call first needs them."""
     row = max(math.prod(t.shape[1:]) for t, b in zip(types, batched) if b)
     others = sum(math.prod(t.shape) for t, b in zip(types, batched) if not b)
-    rows = chunk_levels(row, others)
 
     def at(n: int) -> Function:
         return specialize(fn, [TensorType((n, *t.shape[1:]), t.dtype) if b else t
                                for t, b in zip(types, batched)])
 
-    # The proof at every size of two rows or more (a chunk of one row is the function
-    # itself at one row, whose rules may index the row as 0 rather than by its axis)
-    proven = [r for r in rows if r >= 2] or [2]
-    try:
+    def proof(rows: list[int]) -> tuple[dict[int, Function], Lowered, Batching] | None:
+        # at every size of two rows or more (a chunk of one row is the function itself at
+        # one row, whose rules may index the row as 0 rather than by its axis)
+        proven = [r for r in rows if r >= 2] or [2]
         functions = {r: at(r) for r in {*rows, *proven}}
-        lowered = {r: lower(functions[r]) for r in proven}
-        if not all(separable(lowered[r], lower(at(r + 1)), batched, r) for r in proven):
-            return None
+        found = []
+        for r in proven:
+            low = lower(functions[r])
+            batching = separable(low, lower(at(r + 1)), batched, r)
+            if batching is None:
+                return None
+            found.append((low, batching))
+        sums = {tuple(t in b.sums for t in low.outputs) for low, b in found}
+        return (functions, *found[0]) if len(sums) == 1 else None
+
+    rows = chunk_levels(row, others)
+    try:
+        proven = proof(rows)
+        if proven is not None and proven[2].sums and rows[-1] != 1:
+            rows = chunk_levels(row, others, to_one=True)
+            proven = proof(rows)
     except RelayError:  # typed only for some sizes (broadcast with a static dimension)
         return None
-    constants = len(lowered[proven[0]].constants)  # (the same at every size)
+    if proven is None:
+        return None
+    functions, lowered, batching = proven
     outputs = _leaves(functions[rows[0]].checked_type.ret_type)
     if any(math.prod(t.shape[1:]) == 0 for t in outputs):
         return None  # nothing to compute
     return ChunkedKernel([functions[r] for r in rows], rows, list(batched),
-                         max(1, others // (row * PASS)), _driver(), opt_level, constants)
+                         [t in batching.sums for t in lowered.outputs],
+                         max(1, others // (row * PASS)), _driver(), opt_level,
+                         len(lowered.constants))
 
 
 COPY = 0.5  # what copying a row in and out of a padded chunk costs, in rows computed
@@ -346,8 +448,7 @@ DRIVER = "relaydsl_chunks"
 def _driver() -> int:
     """The address of the driver (one for every function, compiled once per process)."""
     text = str(_driver_ir(DRIVER))
-    return jit.load_or_compile("chunks", [DRIVER], lambda: text, speed_level=2,
-                               vectorize=False).address(DRIVER)
+    return jit.load_or_compile("chunks", [DRIVER], lambda: text).address(DRIVER)
 
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
@@ -359,17 +460,19 @@ def _driver_ir(symbol: str) -> ir.Module:
     """``void symbol(ptr table, ptr record)``: a call of a function generic in the batch
     size, its plan at the record's data slot (``ChunkedKernel.call``)::
 
-        [inputs, outputs, constants, chunk sizes, row bytes per input (0: not batched)...,
-         per output..., rows per chunk size..., kernel entries..., their scratch counts...,
+        [inputs, outputs, constants, chunk sizes,
+         per input and output: (row bytes (0: not batched), padded buffer's or partial
+         sum's table slot, a sum's bytes)...,
+         rows per chunk size..., kernel entries..., their scratch counts...,
          (first row, rows) per chunk size...]
 
-    Per chunk size, whole chunks in place, then the rest through the padded buffers; the
-    table is ``[inputs, outputs, constants, each kernel's scratch..., padded inputs...,
-    padded outputs...]``."""
+    Per chunk size, whole chunks in place, then the rest through the padded buffers; an
+    output summing over the rows takes the first chunk's sum, then adds each next chunk's
+    from its partial buffer (zeros when there are no rows)."""
     module = ir.Module(name=symbol)
     module.triple = jit.host_target().triple
     module.data_layout = jit.data_layout()
-    void = ir.VoidType()
+    void, f32 = ir.VoidType(), ir.FloatType()
     kernel_type = ir.FunctionType(void, [PTR.as_pointer()]).as_pointer()
     fn = ir.Function(module, ir.FunctionType(void, [PTR.as_pointer(), PTR]), symbol)
     memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
@@ -389,23 +492,67 @@ def _driver_ir(symbol: str) -> ir.Module:
     def word(i: ir.Value | int) -> ir.Value:
         return b.load(at(data, i))
 
+    def nonzero(v: ir.Value) -> ir.Value:
+        return b.icmp_unsigned("!=", v, I64(0))
+
     n_in, n_out, n_const, levels = word(0), word(1), word(2), word(3)
     io = b.add(n_in, n_out)
-    row_bytes = I64(4)  # word indices
-    sizes = b.add(row_bytes, io)
+    sizes = b.add(I64(4), b.mul(io, I64(3)))
     entries = b.add(sizes, levels)
     counts = b.add(entries, levels)
     steps = b.add(counts, levels)
     first_scratch = b.add(io, n_const)
-    total, scratch_at, padded_at = b.alloca(I64), b.alloca(I64), b.alloca(I64)
-    b.store(I64(0), total)  # every kernel's scratch buffers: then the padded ones
+
+    def operand(j: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        at3 = b.add(I64(4), b.mul(j, I64(3)))
+        return word(at3), word(b.add(at3, I64(1))), word(b.add(at3, I64(2)))
+
+    total, scratch_at, started = b.alloca(I64), b.alloca(I64), b.alloca(I64)
+    b.store(I64(0), total)
     with g.loop(0, levels, name="total") as level:
         b.store(b.add(b.load(total), word(b.add(counts, level))), total)
-    pads = b.add(first_scratch, b.load(total))
-    inner = b.alloca(PTR, pads)  # a kernel's table: operands, constants, scratch
+    inner = b.alloca(PTR, b.add(first_scratch, b.load(total)))  # a kernel's table
     with g.loop(0, n_const, name="constants") as i:
         b.store(slot(b.add(io, i)), at(inner, b.add(io, i)))
     b.store(first_scratch, scratch_at)
+    b.store(I64(0), started)
+
+    def run(kernel: ir.Value, row: ir.Value, left: ir.Value, size: ir.Value,
+            padded: bool) -> None:
+        """The kernel on rows [row, row + left) (a whole chunk in place, or `left` rows
+        of a chunk of `size` through the padded buffers)."""
+        first = b.icmp_unsigned("==", b.load(started), I64(0))
+        with g.loop(0, io, name="operand") as j:
+            rb, extra, sum_bytes = operand(j)
+            is_input = b.icmp_unsigned("<", j, n_in)
+            pointer = slot(j)
+            if padded:
+                with b.if_then(b.and_(is_input, nonzero(rb))):
+                    used = b.mul(left, rb)
+                    b.call(memcpy, [slot(extra), at(pointer, b.mul(row, rb)), used, I1(0)])
+                    b.call(memset, [at(slot(extra), used), I8(0), b.sub(b.mul(size, rb), used),
+                                    I1(0)])
+                batched = slot(extra)
+            else:
+                batched = at(pointer, b.mul(row, rb))
+            summed = b.select(first, pointer, slot(extra))
+            chosen = b.select(nonzero(rb), batched,
+                              b.select(nonzero(sum_bytes), summed, pointer))
+            b.store(chosen, at(inner, j))
+        b.call(kernel, [inner])
+        with g.loop(0, n_out, name="result") as o:
+            j = b.add(n_in, o)
+            rb, extra, sum_bytes = operand(j)
+            if padded:
+                with b.if_then(nonzero(rb)):
+                    b.call(memcpy, [at(slot(j), b.mul(row, rb)), slot(extra),
+                                    b.mul(left, rb), I1(0)])
+            with b.if_then(b.and_(nonzero(sum_bytes), b.not_(first))):
+                out = b.bitcast(slot(j), f32.as_pointer())
+                part = b.bitcast(slot(extra), f32.as_pointer())
+                with g.loop(0, b.udiv(sum_bytes, I64(4)), name="add") as e:
+                    b.store(b.fadd(b.load(at(out, e)), b.load(at(part, e))), at(out, e))
+        b.store(I64(1), started)
 
     with g.loop(0, levels, name="level") as level:
         size = word(b.add(sizes, level))
@@ -416,37 +563,16 @@ def _driver_ir(symbol: str) -> ir.Module:
         with g.loop(0, count, name="scratch") as i:  # this kernel's scratch buffers
             b.store(slot(b.add(b.load(scratch_at), i)), at(inner, b.add(first_scratch, i)))
         b.store(b.add(b.load(scratch_at), count), scratch_at)
-
-        chunks = b.udiv(taken, size)  # whole chunks, in place
-        with g.loop(0, chunks, name="chunk") as c:
-            row = b.add(start, b.mul(c, size))
-            with g.loop(0, io, name="operand") as j:
-                b.store(at(slot(j), b.mul(row, word(b.add(row_bytes, j)))), at(inner, j))
-            b.call(kernel, [inner])
-
-        row = b.add(start, b.mul(chunks, size))  # the rows left, padded
+        chunks = b.udiv(taken, size)
+        with g.loop(0, chunks, name="chunk") as c:  # whole chunks, in place
+            run(kernel, b.add(start, b.mul(c, size)), size, size, padded=False)
         left = b.sub(taken, b.mul(chunks, size))
-        with b.if_then(b.icmp_unsigned("!=", left, I64(0)), likely=False):
-            b.store(pads, padded_at)
-            with g.loop(0, n_in, name="input") as j:
-                rb = word(b.add(row_bytes, j))
-                with b.if_else(b.icmp_unsigned("!=", rb, I64(0))) as (batched, other):
-                    with batched:
-                        padded, used = slot(b.load(padded_at)), b.mul(left, rb)
-                        b.call(memcpy, [padded, at(slot(j), b.mul(row, rb)), used, I1(0)])
-                        b.call(memset, [at(padded, used), I8(0),
-                                        b.sub(b.mul(size, rb), used), I1(0)])
-                        b.store(padded, at(inner, j))
-                        b.store(b.add(b.load(padded_at), I64(1)), padded_at)
-                    with other:
-                        b.store(slot(j), at(inner, j))
-            first_out = b.load(padded_at)
-            with g.loop(0, n_out, name="output") as o:
-                b.store(slot(b.add(first_out, o)), at(inner, b.add(n_in, o)))
-            b.call(kernel, [inner])
-            with g.loop(0, n_out, name="result") as o:
-                rb = word(b.add(row_bytes, b.add(n_in, o)))
-                b.call(memcpy, [at(slot(b.add(n_in, o)), b.mul(row, rb)),
-                                slot(b.add(first_out, o)), b.mul(left, rb), I1(0)])
+        with b.if_then(nonzero(left), likely=False):  # the rows left, padded
+            run(kernel, b.add(start, b.mul(chunks, size)), left, size, padded=True)
+
+    no_rows = b.icmp_unsigned("==", b.load(started), I64(0))
+    with b.if_then(no_rows, likely=False), g.loop(0, n_out, name="empty") as o:
+        _, _, sum_bytes = operand(b.add(n_in, o))  # every sum is zero
+        b.call(memset, [slot(b.add(n_in, o)), I8(0), sum_bytes, I1(0)])
     b.ret_void()
     return module

@@ -169,7 +169,7 @@ class Program:
         calls = self._calls[key] = self._calls.get(key, 0) + 1
         if self._compiled and calls < HOT_CALLS and self._generic_native is not None:
             if len(self._calls) > _MAX_COUNTED:  # only the recent signatures can get hot
-                del self._calls[next(iter(self._calls))]
+                self._calls.pop(next(iter(self._calls)), None)  # (another thread may too)
             return self._generic_native
         if types is None:
             types = [TensorType(v.shape, v.dtype.name) for v in values]

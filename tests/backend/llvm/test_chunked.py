@@ -1,10 +1,10 @@
 """Kernels generic in a leading batch dimension (backend/llvm/chunked.py), checked with JAX.
 
 A function with a symbolic batch dimension is compiled once for chunks of rows; every
-later batch size runs on those kernels (whole chunks in place, the rest padded), with no
-compile. Functions that are not row-separable (a sum over the batch, a reshape mixing
-rows, a transpose) keep kernels per shape: the tests check both the values
-and which way each call site went.
+later batch size runs on those kernels (whole chunks in place, the rest padded; a sum over
+the batch adds up its chunks), with no compile. Functions that are not row-separable (a
+mean over the batch, a reshape mixing rows, a transpose) keep kernels per shape: the tests
+check both the values and which way each call site went.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from relaydsl import Float, Int, Tensor, relay, te
+from relaydsl import Float, Int, Tensor, relay, relay_model, te
 from relaydsl.backend.llvm import chunked, executor, kernel
 from relaydsl.backend.llvm.chunked import chunk_levels, separable
 from relaydsl.backend.llvm.lower import Lowered
@@ -51,8 +51,8 @@ def test_chunk_levels_go_down_by_four_to_a_row_of_512_elements():
 class Plan:  # what ChunkedKernel.plan reads
     plan = chunked.ChunkedKernel.plan
 
-    def __init__(self, rows: list[int], pass_rows: int):
-        self.rows, self.pass_rows = rows, pass_rows
+    def __init__(self, rows: list[int], pass_rows: int, sums: tuple[bool, ...] = ()):
+        self.rows, self.pass_rows, self.sums = rows, pass_rows, sums
 
 
 @pytest.mark.parametrize("n", [0, 1, 3, 7, 8, 9, 63, 64, 65, 100, 1000, 4097])
@@ -176,12 +176,54 @@ def columns(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, (6, "n")]:
     return relay.transpose(relay.sigmoid(x))
 
 
+def test_a_sum_over_the_batch_adds_up_its_chunks():
+    exe = relay.build(batch_sum, target="llvm")
+    for n in (2, 9, 1, 70, 0, 1000):
+        x = rand(n, 6)
+        np.testing.assert_allclose(exe(x), jnp.exp(x).sum(0), rtol=1e-5, atol=1e-5)
+    assert all(generic_sites(exe))
+
+
+@relay_model
+def classifier(x: Tensor[Float, ("n", 20)]) -> Tensor[Float, ("n", 4)]:
+    return relay.linear(relay.tanh(relay.linear(x, num_hidden=16)), num_hidden=4)
+
+
+@relay
+def classifier_loss(x: Tensor[Float, ("n", 20)], y: Tensor[Float, ("n", 4)]) -> Float:
+    return relay.sum(-(y * relay.log_softmax(classifier(x))))  # (a mean's 1/n: per shape)
+
+
+def test_a_training_step_runs_new_batch_sizes_on_the_chunks_it_has():
+    model = relay.create_model(classifier, seed=0)
+    step = relay.grad(model, classifier_loss)
+    params = {k: jnp.asarray(v) for k, v in model.params.items()}
+    names = sorted(params)
+    assert [n.split(".")[-1] for n in names] == ["bias", "weight", "bias", "weight"]
+
+    def jax_loss(p, x, y):
+        h = jnp.tanh(x @ p[names[1]].T + p[names[0]])
+        return -jnp.sum(y * jax.nn.log_softmax(h @ p[names[3]].T + p[names[2]]))
+
+    def check(n: int) -> None:
+        x, y = rand(n, 20), np.eye(4, dtype=np.float32)[RNG.integers(0, 4, n)]
+        grads, want = step(x, y), jax.grad(jax_loss)(params, x, y)
+        for k in names:
+            np.testing.assert_allclose(grads[k], want[k], rtol=2e-4, atol=2e-4, err_msg=k)
+
+    for n in (8, 4095):  # its own code at 8; 4095 rows take a chunk of every size up to 2048
+        check(n)
+    built = kernel.stats["modules"]
+    for n in (3, 17, 64, 1, 100, 999):
+        check(n)
+    assert kernel.stats["modules"] == built
+
+
 @pytest.mark.parametrize("fn, reference", [
-    (batch_sum, lambda x: jnp.exp(x).sum(0)),
     (batch_centred, lambda x: x - x.mean(0, keepdims=True)),
     (rows_mixed, lambda x: x.reshape(-1, 3) * 2.0),
     (columns, lambda x: jax.nn.sigmoid(x).T),
-], ids=["sum over the batch", "mean over the batch", "reshape mixing rows", "transpose"])
+], ids=["mean over the batch", "reshape mixing rows", "transpose"])
 def test_a_function_that_is_not_row_separable_keeps_kernels_per_shape(fn, reference):
     exe = relay.build(fn, target="llvm")
     for n in (2, 9, 1, 70):
@@ -229,10 +271,13 @@ def lowered(rows: int, body) -> Lowered:
     (lambda x, w, i, j: x[i, j] * te.cast("float32", i), False),   # the row's position
     (lambda x, w, i, j: x[0, j], False),                            # another row
     (lambda x, w, i, j: x[i // 2, j], False),                       # rows mixed
-    (lambda x, w, i, j: w[j] * 2.0, False),                         # an output not batched
-], ids=["row-wise", "reversed columns", "position", "row 0", "rows mixed", "no batch"])
+    (lambda x, w, i, j: w[j] * 2.0, True),                          # the same in every row
+    (lambda x, w, i, j: w[j] * te.cast("float32", i), False),       # a row's position
+], ids=["row-wise", "reversed columns", "position", "row 0", "rows mixed", "every row alike",
+        "position alone"])
 def test_the_proof_accepts_row_wise_expressions_only(body, expected):
-    assert separable(lowered(8, body), lowered(9, body), [True, False], 8) is expected
+    assert (separable(lowered(8, body), lowered(9, body), [True, False], 8) is not None) \
+        is expected
 
 
 def test_the_proof_refuses_a_constant_that_depends_on_the_rows():
@@ -242,5 +287,5 @@ def test_the_proof_refuses_a_constant_that_depends_on_the_rows():
     def eighth(rows: int) -> Lowered:  # the same constant at every size
         return lowered(rows, lambda x, w, i, j: x[i, j] * 0.125)
 
-    assert separable(eighth(8), eighth(9), [True, False], 8)
-    assert not separable(scaled(8), scaled(9), [True, False], 8)
+    assert separable(eighth(8), eighth(9), [True, False], 8) is not None
+    assert separable(scaled(8), scaled(9), [True, False], 8) is None

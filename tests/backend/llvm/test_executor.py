@@ -219,6 +219,18 @@ def test_a_shape_polymorphic_program_gets_native_code_for_its_first_signature_th
     assert isinstance(exe.program._generic_native, NativeProgram)  # n = 9 ran there
 
 
+def test_only_the_latest_signatures_are_counted_toward_getting_hot(monkeypatch):
+    from relaydsl.backend.llvm import executor
+
+    monkeypatch.setattr(executor, "_MAX_COUNTED", 3)
+    exe = relay.build(poly_mlp, target="llvm")
+    w = rand(16, 4)
+    for n in range(1, 12):
+        x = rand(n, 16)
+        np.testing.assert_allclose(exe(x, w), np.tanh(x @ w) * 2.0, rtol=1e-5, atol=1e-6)
+    assert len(exe.program._calls) <= 4
+
+
 # ---- transposed operands read in place ----------------------------------------------------
 
 @relay
