@@ -10,7 +10,7 @@ from typing import Callable, final
 
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Expr, Var
-from relaydsl.ir.node import Immutable
+from relaydsl.ir.node import Immutable, conforms
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall, TypeVar
 
@@ -32,7 +32,7 @@ class Constructor(Expr):
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(self.inputs))
         for t in self.inputs:
-            if not isinstance(t, Type):
+            if not conforms(t, Type):
                 raise IRError(f"constructor {self.name}: input types must be Types, got {t!r}")
 
 
@@ -81,7 +81,7 @@ def define_adt(name: str, type_var_names: list[str],
     header = GlobalTypeVar(name)
     type_vars = tuple(TypeVar(n) for n in type_var_names)
     self_type = TypeCall(header, type_vars)
-    ctors = []
+    ctors: list[Constructor] = []
     for tag, (cname, inputs) in enumerate(constructors):
         resolved = [i(self_type, type_vars) if callable(i) else i for i in inputs]
         ctors.append(Constructor(cname, tuple(resolved), header, tag))
@@ -111,7 +111,7 @@ class PatternVar(Pattern):
     span: Span | None = field(default=None, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.var, Var):
+        if not conforms(self.var, Var):
             raise IRError(f"PatternVar binds a Var, got {self.var!r:.80}")
 
 
@@ -126,7 +126,7 @@ class PatternConstructor(Pattern):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "patterns", tuple(self.patterns))
-        if not isinstance(self.constructor, Constructor):
+        if not conforms(self.constructor, Constructor):
             raise IRError(f"PatternConstructor needs a Constructor, got {self.constructor!r:.80}")
         if len(self.patterns) != len(self.constructor.inputs):
             raise IRError(
@@ -135,7 +135,7 @@ class PatternConstructor(Pattern):
                 self.span,
             )
         for p in self.patterns:
-            if not isinstance(p, Pattern):
+            if not conforms(p, Pattern):
                 raise IRError(f"sub-patterns must be Patterns, got {p!r:.80}")
 
 
@@ -150,7 +150,7 @@ class PatternTuple(Pattern):
     def __post_init__(self) -> None:
         object.__setattr__(self, "patterns", tuple(self.patterns))
         for p in self.patterns:
-            if not isinstance(p, Pattern):
+            if not conforms(p, Pattern):
                 raise IRError(f"sub-patterns must be Patterns, got {p!r:.80}")
 
 

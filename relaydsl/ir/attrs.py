@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any as AnyValue
+from typing import Any as AnyValue, TypeGuard, cast
 
 from relaydsl.ir.node import Immutable
 
@@ -10,16 +10,24 @@ from relaydsl.ir.node import Immutable
 def freeze(value: AnyValue) -> AnyValue:
     """Lists become tuples so attributes are hashable and immutable."""
     if isinstance(value, (list, tuple)):
-        return tuple(freeze(v) for v in value)
+        # isinstance cannot tell the element type: any value, each frozen in turn
+        return tuple(freeze(v) for v in cast("list[AnyValue] | tuple[AnyValue, ...]", value))
     if hasattr(value, "item") and getattr(value, "shape", None) == ():
         return value.item()  # numpy scalars
     return value
+
+
+def is_tuple(value: object) -> TypeGuard[tuple[AnyValue, ...]]:
+    """Whether an attribute value is a tuple, of attribute values (``isinstance`` alone cannot
+    say what its items are)."""
+    return isinstance(value, tuple)
 
 
 class Attrs(Immutable, Mapping[str, AnyValue]):
     """Read-only attribute mapping; also readable as ``attrs.axis``."""
 
     __slots__ = ("_items",)
+    _items: dict[str, AnyValue]
 
     def __init__(self, items: Mapping[str, AnyValue] | None = None):
         object.__setattr__(self, "_items", {k: freeze(v) for k, v in (items or {}).items()})
@@ -39,7 +47,8 @@ class Attrs(Immutable, Mapping[str, AnyValue]):
     def __setattr__(self, key: str, value: AnyValue) -> None:
         raise AttributeError("Attrs are immutable")
 
-    def __reduce__(self) -> tuple:  # rebuilt through __init__: __setattr__ refuses the slot
+    def __reduce__(self) -> tuple[type[Attrs], tuple[dict[str, AnyValue]]]:
+        # rebuilt through __init__: __setattr__ refuses the slot
         return (Attrs, (self._items,))
 
     def __iter__(self) -> Iterator[str]:

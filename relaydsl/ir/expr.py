@@ -16,7 +16,7 @@ import numpy as np
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.node import Immutable
+from relaydsl.ir.node import Immutable, conforms
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import DTYPES, Type, TypeVar, type_to_str
 
@@ -71,9 +71,9 @@ class Var(Expr):
     type_annotation: Type | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name_hint, str) or not self.name_hint:
+        if not conforms(self.name_hint, str) or not self.name_hint:
             raise IRError(f"Var name must be a non-empty string, got {self.name_hint!r}")
-        if self.type_annotation is not None and not isinstance(self.type_annotation, Type):
+        if self.type_annotation is not None and not conforms(self.type_annotation, Type):
             raise IRError(f"Var {self.name_hint}: type_annotation must be a Type, "
                           f"got {self.type_annotation!r}")
 
@@ -94,7 +94,7 @@ class Constant(Expr):
     data: np.ndarray
 
     def __post_init__(self) -> None:
-        if not isinstance(self.data, np.ndarray):
+        if not conforms(self.data, np.ndarray):
             raise IRError("Constant takes a numpy array (use relay.const for Python values), "
                           f"got {self.data!r:.80}")
         if self.data.dtype.name not in DTYPES:
@@ -184,9 +184,12 @@ class Call(Expr):
         object.__setattr__(self, "type_args", tuple(self.type_args))
         for i, a in enumerate(self.args):
             _check_expr(a, f"argument {i} of a call")
-        attrs = self.attrs if isinstance(self.attrs, Attrs) else Attrs(self.attrs)
+        attrs = self.attrs if conforms(self.attrs, Attrs) else Attrs(self.attrs)
         if isinstance(self.op, Op):
-            attrs = self.op.definition.check_call(self.args, attrs, self.span)
+            # OpDef.check_call (relaydsl/op) takes a bare `tuple`, which strict mode calls
+            # partially unknown
+            attrs = self.op.definition.check_call(  # pyright: ignore[reportUnknownMemberType]
+                self.args, attrs, self.span)
         elif len(attrs):
             raise IRError(f"only operator calls take attributes, got {dict(attrs)}", self.span)
         object.__setattr__(self, "attrs", attrs)
@@ -210,7 +213,7 @@ class Let(Expr):
     body: Expr
 
     def __post_init__(self) -> None:
-        if not isinstance(self.var, Var):
+        if not conforms(self.var, Var):
             raise IRError(f"a let binds a Var, got {self.var!r:.80}", self.span)
         _check_expr(self.value, "a let's value")
         _check_expr(self.body, "a let's body")
@@ -230,18 +233,18 @@ class Function(Expr):
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", tuple(self.params))
         object.__setattr__(self, "type_params", tuple(self.type_params))
-        if not isinstance(self.attrs, Attrs):
+        if not conforms(self.attrs, Attrs):
             object.__setattr__(self, "attrs", Attrs(self.attrs))
         for p in self.params:
-            if not isinstance(p, Var):
+            if not conforms(p, Var):
                 raise IRError(f"function parameters must be Vars, got {p!r:.80}", self.span)
         if len({id(p) for p in self.params}) != len(self.params):
             raise IRError("a function lists the same parameter Var twice", self.span)
         _check_expr(self.body, "a function body")
-        if self.ret_type is not None and not isinstance(self.ret_type, Type):
+        if self.ret_type is not None and not conforms(self.ret_type, Type):
             raise IRError(f"ret_type must be a Type, got {self.ret_type!r}", self.span)
         for tp in self.type_params:
-            if not isinstance(tp, TypeVar):
+            if not conforms(tp, TypeVar):
                 raise IRError(f"type parameters must be TypeVars, got {tp!r}", self.span)
 
 
@@ -264,7 +267,7 @@ class TupleGetItem(Expr):
 
     def __post_init__(self) -> None:
         _check_expr(self.tuple_value, "the tuple of a TupleGetItem")
-        if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:
+        if isinstance(self.index, bool) or not conforms(self.index, int) or self.index < 0:
             raise IRError(f"tuple index must be a non-negative int, got {self.index!r}", self.span)
 
 
@@ -292,7 +295,7 @@ class Clause(Immutable):
     def __post_init__(self) -> None:
         from relaydsl.ir.adt import Pattern
 
-        if not isinstance(self.lhs, Pattern):
+        if not conforms(self.lhs, Pattern):
             raise IRError(f"a clause's left-hand side must be a Pattern, got {self.lhs!r:.80}")
         _check_expr(self.rhs, "a clause's right-hand side")
 
@@ -312,7 +315,7 @@ class Match(Expr):
         if not self.clauses:
             raise IRError("a match needs at least one clause", self.span)
         for c in self.clauses:
-            if not isinstance(c, Clause):
+            if not conforms(c, Clause):
                 raise IRError(f"match clauses must be Clauses, got {c!r:.80}", self.span)
 
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from relaydsl.errors import IRError, ParseError
 from relaydsl.ir.expr import Constant
-from relaydsl.ir.printer import METADATA, decode_constant
+from relaydsl.ir.printer import METADATA, decode_constant, is_json_array, is_json_object
 from relaydsl.ir.span import Span
 
 
@@ -125,7 +125,8 @@ _PUNCT = frozenset(["=>", "->", *"()[]{}<>,;:=.?-"])
 
 
 def _split_indices(tok: Token) -> list[Token]:
-    out, at = [], tok.start
+    out: list[Token] = []
+    at = tok.start
     for i, part in enumerate(tok.text.split(".")):
         if i:
             out.append(Token("punct", ".", at, at + 1))
@@ -154,11 +155,14 @@ def split_metadata(src: Source) -> tuple[str, list[Constant]]:
         raise src.error(f"the metadata section is not valid: {e}", marker) from None
     except RecursionError:
         raise src.error("the metadata section nests too deeply", marker) from None
-    if not isinstance(pool, dict) or not isinstance(pool.get("Constant", []), list) or \
-            set(pool) - {"Constant"}:
-        raise src.error('the metadata section must be {"Constant": [...]}', marker)
-    constants = []
-    for i, entry in enumerate(pool.get("Constant", [])):
+    not_constants = 'the metadata section must be {"Constant": [...]}'
+    if not is_json_object(pool):
+        raise src.error(not_constants, marker)
+    entries = pool.get("Constant", [])
+    if not is_json_array(entries) or set(pool) - {"Constant"}:
+        raise src.error(not_constants, marker)
+    constants: list[Constant] = []
+    for i, entry in enumerate(entries):
         try:
             constants.append(Constant(decode_constant(entry)))
         except (ValueError, IRError) as e:

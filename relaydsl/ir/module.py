@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from relaydsl.errors import IRError
 from relaydsl.ir.adt import Constructor, TypeData
 from relaydsl.ir.expr import Expr, Function, GlobalVar, suggest
+from relaydsl.ir.node import conforms
 from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall
 from relaydsl.ir.visitor import substitute_types
 
@@ -79,7 +80,7 @@ class IRModule:
         one of the prelude's takes its name under a GlobalVar of its own (the prelude's nodes
         are shared by every module); the prelude's function stays, unnamed, for the prelude
         functions that call it (a user's ``@sum`` leaves the prelude's ``@size`` working)."""
-        if not isinstance(fn, Function):
+        if not conforms(fn, Function):
             raise IRError(f"a global must be a Function, got {type(fn).__name__}")
         if isinstance(name, GlobalVar):
             gv = name
@@ -144,7 +145,7 @@ class IRModule:
 
     # ---- types -----------------------------------------------------------
     def add_type(self, td: TypeData) -> GlobalTypeVar:
-        if not isinstance(td, TypeData):
+        if not conforms(td, TypeData):
             raise IRError(f"add_type takes a TypeData, got {type(td).__name__}")
         old = self._type_names.get(td.header.name)
         if old is not None and old is not td.header and not is_prelude_type(old):

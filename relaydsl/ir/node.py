@@ -1,4 +1,5 @@
-"""What every IR node shares: it is immutable, so copying one gives the node itself."""
+"""What every IR node shares: it is immutable, so copying one gives the node itself; and the
+check its constructor runs on what it is given."""
 from __future__ import annotations
 
 from typing import Any as AnyValue
@@ -20,3 +21,13 @@ class Immutable:
 
     def __deepcopy__(self, memo: dict[int, AnyValue]) -> AnyValue:
         return self
+
+
+def conforms(value: object, cls: type[object] | tuple[type[object], ...]) -> bool:
+    """``isinstance(value, cls)``, for a value whose annotation already promises `cls`.
+
+    IR constructors check what they are given, since their callers (a user's Python, the
+    frontend) are not type-checked; pyright trusts the annotations and would call such a
+    check unnecessary. Taking `value` as an ``object`` says the check is meant.
+    """
+    return isinstance(value, cls)

@@ -49,7 +49,7 @@ import contextlib
 import gc
 import math
 import sys
-from typing import Any as AnyValue, Callable, Iterator, TypeVar as PyTypeVar
+from typing import Any as AnyValue, Callable, Generator, TypeVar as PyTypeVar
 
 import numpy as np
 
@@ -63,6 +63,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.lexer import NUMBER, Source, Token, split_metadata, tokenize
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.node import conforms
 from relaydsl.ir.printer import (
     DTYPE_LIKE, FRAMES_PER_LEVEL, LITERAL_SUFFIX, MAX_NESTING, VERSION,
 )
@@ -749,7 +750,10 @@ class _Parser:
 
 def _no_span(make: Callable[..., _T]) -> Callable[..., _T]:
     """Types carry no span; this drops the one `build` passes."""
-    return lambda *args, span: make(*args)
+    def build(*args: AnyValue, span: Span | None) -> _T:
+        return make(*args)
+
+    return build
 
 
 _KEYWORDS: dict[str, Callable[[_Parser], Expr]] = {
@@ -776,7 +780,7 @@ _LITERAL_WORDS = {"True": True, "False": False, "None": None,
 
 
 @contextlib.contextmanager
-def _bulk_allocation() -> Iterator[None]:
+def _bulk_allocation() -> Generator[None, None, None]:
     """Pause the cycle collector while a parse allocates its (acyclic) tokens and nodes:
     with a large program alive, its full-heap passes would otherwise dominate."""
     was_enabled = gc.isenabled()
@@ -794,7 +798,7 @@ def _room_to_nest() -> contextlib.AbstractContextManager[None]:
 
 
 def _prepare(text: str, source_name: str) -> tuple[Source, list[Token], list[Constant]]:
-    if not isinstance(text, str):
+    if not conforms(text, str):
         raise TypeError(f"parse takes a str, got {type(text).__name__}")
     src = Source(text, source_name)
     program, constants = split_metadata(src)

@@ -32,7 +32,7 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from typing import Any as AnyValue, cast
+from typing import Any as AnyValue, TypeGuard, cast
 
 import numpy as np
 
@@ -40,12 +40,13 @@ from relaydsl.errors import IRError
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard, TypeData,
 )
-from relaydsl.ir.attrs import Attrs, freeze
+from relaydsl.ir.attrs import Attrs, freeze, is_tuple
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule, installed_prelude
+from relaydsl.ir.node import conforms
 from relaydsl.ir.types import DTYPES, Type, TypeVar, type_param_to_str, type_to_str
 from relaydsl.ir.visitor import deep_recursion
 
@@ -94,7 +95,7 @@ def _astext(node: Expr | Type | IRModule, include_prelude: bool, show_types: boo
     printer = _Printer(show_types)
     if isinstance(node, IRModule):
         body = printer.module(node, include_prelude)
-    elif isinstance(node, Expr):
+    elif conforms(node, Expr):
         printer.reserved = _module_type_names(None)
         printer.names = _Names(printer.reserved)
         body = _join(printer.block(node))
@@ -188,7 +189,7 @@ class _Printer:
         self.names = _Names(self.reserved - {td.header.name})
         params = ", ".join(type_param_to_str(tv, self.names.type_var) for tv in td.type_vars)
         head = f"type {td.header.name}" + (f"[{params}]" if td.type_vars else "")
-        ctors = []
+        ctors: list[str] = []
         for c in td.constructors:
             inputs = ", ".join(self.type(t) for t in c.inputs)
             ctors.append(f"{INDENT}{c.name}" + (f"({inputs})" if c.inputs else "") + ",")
@@ -302,7 +303,9 @@ class _Printer:
 
     # ---- one node, operands already atomic ------------------------------------------
     def head(self, e: Expr, lines: list[str]) -> str:
-        a = lambda x: self.atom(x, lines)  # noqa: E731
+        def a(x: Expr) -> str:
+            return self.atom(x, lines)
+
         if isinstance(e, Call):
             return self.call(e, a)
         if isinstance(e, Tuple):
@@ -397,7 +400,7 @@ def attr_items(attrs: Attrs, defaults: dict[str, AnyValue]) -> list[str]:
     >>> attr_items(Attrs({"axis": (1,), "keepdims": False}), {"axis": None, "keepdims": False})
     ['axis=[1]']
     """
-    out = []
+    out: list[str] = []
     for key, value in attrs.items():
         if key in defaults and _same_value(value, freeze(defaults[key])):
             continue
@@ -408,7 +411,7 @@ def attr_items(attrs: Attrs, defaults: dict[str, AnyValue]) -> list[str]:
 def _same_value(a: AnyValue, b: AnyValue) -> bool:
     if type(a) is not type(b):
         return False
-    if isinstance(a, tuple):
+    if is_tuple(a):
         return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
     return bool(a == b)
 
@@ -427,7 +430,7 @@ def attr_value_text(v: AnyValue) -> str:
         return repr(v)  # exact; 'inf', '-inf' and 'nan' are read back too
     if isinstance(v, str):
         return json.dumps(v)
-    if isinstance(v, tuple):
+    if is_tuple(v):
         return f"[{', '.join(attr_value_text(x) for x in v)}]"
     raise IRError(f"attribute value {v!r} of type {type(v).__name__} has no text form")
 
@@ -449,9 +452,10 @@ def scalar_literal(data: np.ndarray) -> str | None:
     if dtype.startswith(("int", "uint")):
         return f"{int(value)}{LITERAL_SUFFIX[dtype]}"
     assert isinstance(value, np.floating)  # every other dtype is handled above
-    if not np.isfinite(value):
+    number = cast(np.floating, value)  # (isinstance leaves its precision unknown)
+    if not np.isfinite(number):
         return None
-    return float_text(value) + LITERAL_SUFFIX[dtype]
+    return float_text(number) + LITERAL_SUFFIX[dtype]
 
 
 def float_text(value: np.floating) -> str:
@@ -507,22 +511,37 @@ def decode_constant(entry: AnyValue) -> np.ndarray:
     Traceback (most recent call last):
     ValueError: -1 is out of range for uint8
     """
-    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data"}:
+    if not is_json_object(entry) or set(entry) != {"dtype", "shape", "data"}:
         raise ValueError('a constant must be {"dtype": ..., "shape": [...], "data": [...]}')
     dtype, shape, values = entry["dtype"], entry["shape"], entry["data"]
     if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ValueError(f"unknown dtype {_short(dtype)}")
-    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+    if not _is_shape(shape):
         raise ValueError(f"bad shape {_short(shape)}")
     size = math.prod(shape)
-    if not isinstance(values, list) or len(values) != size:
+    if not is_json_array(values) or len(values) != size:
         raise ValueError(f"shape {_short(shape)} needs {_short(size)} values")
     np_dtype = np.dtype(dtype)
     decode = {"f": _decode_float, "b": _decode_bool}.get(np_dtype.kind, _decode_int)
     return np.array([decode(v, np_dtype) for v in values], dtype=np_dtype).reshape(shape)
 
 
-def _is_int(v: AnyValue) -> bool:
+def is_json_object(v: object) -> TypeGuard[dict[object, object]]:
+    """Whether a value read from JSON is an object (``isinstance`` alone cannot say what its
+    keys and values are)."""
+    return isinstance(v, dict)
+
+
+def is_json_array(v: object) -> TypeGuard[list[object]]:
+    """Whether a value read from JSON is an array (of values of any type)."""
+    return isinstance(v, list)
+
+
+def _is_shape(v: object) -> TypeGuard[list[int]]:
+    return is_json_array(v) and all(_is_int(d) and d >= 0 for d in v)
+
+
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

@@ -28,19 +28,20 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any as AnyValue, Iterator
+from typing import Any as AnyValue, Callable, Iterator, TypeVar as PyTypeVar
 
 import numpy as np
 
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard, TypeData,
 )
-from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.attrs import Attrs, is_tuple
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Grad, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.node import conforms
 from relaydsl.ir.printer import astext
 from relaydsl.ir.visitor import children, deep_recursion
 from relaydsl.ir.types import (
@@ -48,12 +49,13 @@ from relaydsl.ir.types import (
 )
 
 Node = Expr | Type | IRModule | TypeData
+_T = PyTypeVar("_T")
 
 
 # ---------------------------------------------------------------------------
 # Paths: where in the two terms a difference was found (a linked list, built cheaply).
 # ---------------------------------------------------------------------------
-class _Path(tuple):
+class _Path(tuple["_Path | None", str]):
     """(parent, label): a linked list of labels, cheap to extend, rendered only on failure."""
 
     __slots__ = ()
@@ -97,7 +99,7 @@ def _values_equal(a: AnyValue, b: AnyValue) -> bool:
     """Attribute values: equal types and values; floats bitwise (so NaN equals NaN)."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, tuple):
+    if is_tuple(a):
         return len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, float):
         return np.float64(a).tobytes() == np.float64(b).tobytes()
@@ -135,7 +137,7 @@ class _Equal:
 
     # ---- variables -----------------------------------------------------------
     @staticmethod
-    def _bind(maps: tuple[dict, dict], a: AnyValue, b: AnyValue) -> None:
+    def _bind(maps: tuple[dict[_T, _T], dict[_T, _T]], a: _T, b: _T) -> None:
         l2r, r2l = maps
         if a in l2r:
             r2l.pop(l2r[a], None)
@@ -144,7 +146,7 @@ class _Equal:
         l2r[a], r2l[b] = b, a
 
     @staticmethod
-    def _lookup(maps: tuple[dict, dict], a: AnyValue, b: AnyValue, may_map: bool) -> bool:
+    def _lookup(maps: tuple[dict[_T, _T], dict[_T, _T]], a: _T, b: _T, may_map: bool) -> bool:
         l2r, r2l = maps
         if a in l2r:
             return l2r[a] is b
@@ -232,7 +234,8 @@ class _Equal:
             self.sequence(r.args, s.args, p.child(".args"), self.type)
             self.type(r.out, s.out, p.child(".out"))
 
-    def sequence(self, a: tuple, b: tuple, path: _Path, each) -> None:
+    def sequence(self, a: tuple[_T, ...], b: tuple[_T, ...], path: _Path,
+                 each: Callable[[_T, _T, _Path], None]) -> None:
         if len(a) != len(b):
             self.fail(path, f"{len(a)} vs {len(b)} elements", a, b)
         for i, (x, y) in enumerate(zip(a, b)):
@@ -322,7 +325,7 @@ class _Equal:
             return [(a.ref, b.ref, p(".ref")), (a.value, b.value, p(".value"))]
         raise TypeError(f"structural_equal: unknown expression {type(a).__name__}")
 
-    def lengths(self, a: tuple, b: tuple, path: _Path) -> None:
+    def lengths(self, a: tuple[object, ...], b: tuple[object, ...], path: _Path) -> None:
         if len(a) != len(b):
             self.fail(path, f"{len(a)} vs {len(b)} elements", a, b)
 
@@ -414,7 +417,7 @@ def _compare_nodes(a: Node, b: Node, map_free_vars: bool) -> None:
         _Equal(map_free_vars, map_free_vars).type_data(a, b, root)
     else:
         for x in (a, b):
-            if not isinstance(x, (Expr, Type, IRModule, TypeData)):
+            if not conforms(x, (Expr, Type, IRModule, TypeData)):
                 raise TypeError(f"structural equality is defined on Expr, Type, TypeData and "
                                 f"IRModule, got {type(x).__name__}")
         _Equal.fail(root, f"{type(a).__name__} vs {type(b).__name__}", a, b)
@@ -607,7 +610,7 @@ class _Hasher:
         return hash((type(e).__name__, kids))
 
 
-def _shallow(e: Expr) -> tuple:
+def _shallow(e: Expr) -> tuple[str | int, ...]:
     """A context-free summary of a let's value, to tell let-bound variables apart."""
     if isinstance(e, Call):
         callee = e.op
@@ -617,12 +620,12 @@ def _shallow(e: Expr) -> tuple:
     return (type(e).__name__,)
 
 
-def _attrs_key(attrs: Attrs) -> tuple:
+def _attrs_key(attrs: Attrs) -> tuple[tuple[str, AnyValue], ...]:
     return tuple((k, _value_key(attrs[k])) for k in attrs)
 
 
 def _value_key(v: AnyValue) -> AnyValue:
-    if isinstance(v, tuple):
+    if is_tuple(v):
         return tuple(_value_key(x) for x in v)
     if isinstance(v, float):
         return ("float", np.float64(v).tobytes())
@@ -649,7 +652,7 @@ def structural_hash(x: Node, *, map_free_vars: bool = False) -> int:
         return hasher.expr(x)
     if isinstance(x, Type):
         return hasher.type(x)
-    if isinstance(x, TypeData):
+    if conforms(x, TypeData):
         return hasher.type_data(x)
     raise TypeError(f"structural_hash is defined on Expr, Type, TypeData and IRModule, "
                     f"got {type(x).__name__}")

@@ -10,10 +10,10 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, SupportsIndex, final
+from typing import TYPE_CHECKING, Callable, SupportsIndex, cast, final
 
 from relaydsl.errors import IRError
-from relaydsl.ir.node import Immutable
+from relaydsl.ir.node import Immutable, conforms
 
 if TYPE_CHECKING:
     from relaydsl.ir.attrs import Attrs
@@ -105,7 +105,7 @@ class TensorType(Type):
     dtype: DType = "float32"
 
     def __post_init__(self) -> None:
-        shape = self.shape if isinstance(self.shape, (tuple, list)) else (self.shape,)
+        shape = self.shape if conforms(self.shape, (tuple, list)) else (self.shape,)
         object.__setattr__(self, "shape", tuple(_check_dim(d) for d in shape))
         if isinstance(self.dtype, TypeVar):
             if self.dtype.kind is not Kind.BaseType:
@@ -131,7 +131,7 @@ class TensorType(Type):
     def concrete_shape(self) -> tuple[int, ...]:
         if not self.is_static:
             raise IRError(f"shape {self.shape} is not static")
-        return tuple(self.shape)  # type: ignore[arg-type]
+        return cast("tuple[int, ...]", self.shape)  # is_static: every dimension an int
 
     def concrete_dtype(self) -> str:
         if not isinstance(self.dtype, str):
@@ -220,7 +220,7 @@ class TypeCall(Type):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))
-        if not isinstance(self.func, GlobalTypeVar):
+        if not conforms(self.func, GlobalTypeVar):
             raise IRError(f"TypeCall expects a GlobalTypeVar, got {self.func!r}")
         for a in self.args:
             _check_type(a, "a type argument")
@@ -252,7 +252,7 @@ def is_int(dtype: DType) -> bool:
     return isinstance(dtype, str) and dtype.startswith(("int", "uint"))
 
 
-def shape_to_str(shape: tuple) -> str:
+def shape_to_str(shape: tuple[Dim, ...]) -> str:
     """``(3, n, ?)``; a 1-tuple keeps its comma."""
     dims = ", ".join(type_to_str(d) for d in shape)
     return f"({dims},)" if len(shape) == 1 else f"({dims})"
@@ -311,7 +311,11 @@ def type_param_to_str(tv: TypeVar, name_of: "Callable[[TypeVar], str] | None" = 
     return name if tv.kind is Kind.Type else f"{name}: {tv.kind.name}"
 
 
+def _type_text(self: Type) -> str:
+    return type_to_str(self)
+
+
 # Readable reprs everywhere (tests, errors, debugging).
 for _cls in (TensorType, TupleType, RefType, FuncType, TypeCall):
-    _cls.__repr__ = lambda self: type_to_str(self)  # type: ignore[method-assign]
-    _cls.__str__ = lambda self: type_to_str(self)  # type: ignore[method-assign]
+    _cls.__repr__ = _type_text
+    _cls.__str__ = _type_text

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 
 from typing import Callable, Generic, TypeVar as PyTypeVar, cast
 
@@ -38,7 +38,7 @@ from relaydsl.ir.types import (
 
 T = PyTypeVar("T")
 
-_VISIT_NAME = {
+_VISIT_NAME: dict[type[Expr], str] = {
     Var: "visit_var", GlobalVar: "visit_global_var", Constant: "visit_constant", Op: "visit_op",
     Call: "visit_call", Let: "visit_let", Function: "visit_function", Tuple: "visit_tuple",
     TupleGetItem: "visit_tuple_getitem", If: "visit_if", Match: "visit_match",
@@ -327,7 +327,8 @@ class ExprMutator:
             ctor = self.visit(p.constructor)
             if ctor is p.constructor and all(a is b for a, b in zip(subs, p.patterns)):
                 return p
-            return PatternConstructor(ctor, tuple(subs), span=p.span)  # type: ignore[arg-type]
+            # a constructor's visit returns a Constructor; PatternConstructor checks it does
+            return PatternConstructor(cast(Constructor, ctor), tuple(subs), span=p.span)
         if isinstance(p, PatternTuple):
             subs = [self.visit_pattern(s) for s in p.patterns]
             if all(a is b for a, b in zip(subs, p.patterns)):
@@ -424,11 +425,11 @@ class _PostOrder(ExprVisitor):
         super().__init__()
         self.fn = fn
 
-    def visit(self, e: Expr) -> None:
-        if id(e) in self.memo:
+    def visit(self, expr: Expr) -> None:
+        if id(expr) in self.memo:
             return
-        super().visit(e)
-        self.fn(e)
+        super().visit(expr)
+        self.fn(expr)
 
     def visit_let_binding(self, let: Let) -> None:
         pass
@@ -449,10 +450,10 @@ class _FreeVars(ExprVisitor):
         self.seen: set[int] = set()
         self.free: list[Var] = []
 
-    def visit_var(self, v: Var) -> None:
-        if id(v) not in self.bound and id(v) not in self.seen:
-            self.seen.add(id(v))
-            self.free.append(v)
+    def visit_var(self, var: Var) -> None:
+        if id(var) not in self.bound and id(var) not in self.seen:
+            self.seen.add(id(var))
+            self.free.append(var)
 
     def visit_let(self, let: Let) -> None:
         node: Expr = let
@@ -520,7 +521,7 @@ class TypeMutator:
         return d
 
 
-def _same(new: tuple, old: tuple) -> bool:
+def _same(new: tuple[object, ...], old: tuple[object, ...]) -> bool:
     return all(a is b for a, b in zip(new, old))
 
 
@@ -528,8 +529,10 @@ class _SubstituteTypes(TypeMutator):
     def __init__(self, mapping: Mapping[TypeVar, object]):
         self.mapping = mapping
 
-    def visit_type_var(self, tv: TypeVar):
-        return self.mapping.get(tv, tv)
+    def visit_type_var(self, tv: TypeVar) -> Type:
+        # A dimension or a dtype for a Shape or BaseType variable: what visit_dim and
+        # visit_dtype take it for.
+        return cast(Type, self.mapping.get(tv, tv))
 
 
 class _CollectTypeVars(TypeMutator):
@@ -576,7 +579,7 @@ _limit_before = 0
 
 
 @contextlib.contextmanager
-def deep_recursion(limit: int | None = None) -> Iterator[None]:
+def deep_recursion(limit: int | None = None) -> Generator[None, None, None]:
     """Raises Python's recursion limit (to `limit`, by default COMPILER_RECURSION_LIMIT) while
     code recurses over a deep expression.
 

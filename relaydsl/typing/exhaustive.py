@@ -44,7 +44,7 @@ def _missing(rows: list[list[Pattern]], width: int, mod: IRModule) -> list[str] 
                         else tuple({p.constructor for p in ctors}))
         for c in constructors:
             a = len(c.inputs)
-            sub = []
+            sub: list[list[Pattern]] = []
             for r in rows:
                 head = r[0]
                 if isinstance(head, PatternConstructor):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.adt import (
@@ -40,6 +40,10 @@ from relaydsl.ir.types import (
 from relaydsl.ir.visitor import ExprVisitor, deep_recursion, type_vars_of
 from relaydsl.typing.exhaustive import missing_case
 from relaydsl.typing.solver import PendingRelation, Solver, UnifyError
+
+if TYPE_CHECKING:
+    from relaydsl.ir.attrs import Attrs
+    from relaydsl.typing.relations import RelationContext
 
 BOOL_SCALAR = TensorType((), "bool")
 
@@ -254,8 +258,8 @@ class _Inferencer:
         return body
 
     def _function(self, fn: Function) -> Type:
-        params = []
-        inferred = []
+        params: list[Type] = []
+        inferred: list[tuple[Var, Type]] = []
         for p in fn.params:
             t = p.type_annotation or self.solver.fresh(hint=p.name_hint)
             if p.type_annotation is None:
@@ -343,7 +347,7 @@ class _Inferencer:
         fn_type = self.infer(expr.fn)
         out = self.solver.fresh(hint="grad")
 
-        def rule(args, attrs, ctx):
+        def rule(args: list[Type], attrs: Attrs | None, ctx: RelationContext) -> Type:
             f = args[0]
             if not isinstance(f, FuncType):
                 ctx.fail(f"grad takes a function, got {type_to_str(f)}")
@@ -364,7 +368,7 @@ class _Inferencer:
         out = self.solver.fresh()
         index = expr.index
 
-        def project(args, attrs, ctx):
+        def project(args: list[Type], attrs: Attrs | None, ctx: RelationContext) -> Type:
             t = args[0]
             if not isinstance(t, TupleType):
                 ctx.fail(f"indexing with .{index} needs a tuple, got {type_to_str(t)}")
@@ -495,6 +499,11 @@ def _declared_type(fn: Function, solver: Solver) -> FuncType:
     return FuncType(params, ret, (*fn.type_params, *rigid))
 
 
+def _function_type(fn: Function) -> FuncType:
+    """The type inference gave `fn`: a function type (``checked_type`` is declared a Type)."""
+    return cast(FuncType, fn.checked_type)
+
+
 def _generalise(t: FuncType, fn: Function) -> FuncType:
     """Quantify over explicit type params and any other variable free in the signature."""
     free = [v for v in type_vars_of(FuncType(t.arg_types, t.ret_type)) if v not in t.type_params]
@@ -509,9 +518,9 @@ class _GlobalRefs(ExprVisitor):
         self.mod = mod
         self.found: list[GlobalVar] = []
 
-    def visit_global_var(self, g: GlobalVar) -> None:
-        if g in self.mod.functions and g not in self.found:
-            self.found.append(g)
+    def visit_global_var(self, gv: GlobalVar) -> None:
+        if gv in self.mod.functions and gv not in self.found:
+            self.found.append(gv)
 
 
 def call_graph_sccs(mod: IRModule, names: list[GlobalVar]) -> list[list[GlobalVar]]:
@@ -545,7 +554,7 @@ def _call_graph(mod: IRModule, names: list[GlobalVar]
             elif w in on_stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            comp = []
+            comp: list[GlobalVar] = []
             while True:
                 w = stack.pop()
                 on_stack.discard(w)
@@ -579,7 +588,7 @@ def _prelude_types() -> dict[GlobalVar, FuncType]:
     may bear on them."""
     with deep_recursion():
         mod = _check_globals(IRModule(), None)
-    return {gv: fn.checked_type for gv, fn in mod.functions.items()}  # type: ignore[misc]
+    return {gv: _function_type(fn) for gv, fn in mod.functions.items()}
 
 
 def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None,
@@ -607,13 +616,13 @@ def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None,
             # typed already, against these very types of what it calls: inference would
             # find the same types again (a pass re-types a module after rewriting a part)
             for gv in scc:
-                global_types[gv] = mod.functions[gv].checked_type  # type: ignore[assignment]
+                global_types[gv] = _function_type(mod.functions[gv])
                 gv.set_checked_type(global_types[gv])
             continue
         solver_owner = _Inferencer(mod, global_types, {}, allow_free_vars=False)
         for gv in scc:
             solver_owner.current[gv] = _declared_type(mod.functions[gv], solver_owner.solver)
-        signatures = []
+        signatures: list[Type] = []
         for gv in scc:
             fn = mod.functions[gv]
             t = solver_owner.infer(fn)
@@ -659,8 +668,8 @@ def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:
     """
     module = mod if mod is not None else IRModule()
     infer_types(module)
-    global_types = {gv: fn.checked_type for gv, fn in module.functions.items()}
-    inferencer = _Inferencer(module, global_types, {}, allow_free_vars=True)  # type: ignore[arg-type]
+    global_types = {gv: _function_type(fn) for gv, fn in module.functions.items()}
+    inferencer = _Inferencer(module, global_types, {}, allow_free_vars=True)
     t = inferencer.infer(expr)
     inferencer.solve_and_annotate((t, *inferencer.free_var_types))
     return expr

@@ -71,12 +71,13 @@ class ConcreteContext:
     def resolve_dim(self, d: Dim) -> Dim:
         return d
 
-    def fail(self, message: str):
+    def fail(self, message: str) -> NoReturn:
         raise RelayTypeError(message)
 
 
-def check_relation(rel, arg_types: Sequence[Type],
-                   attrs: dict | Attrs | None = None) -> Type | None:
+def check_relation(rel: Callable[[list[Type], Attrs, RelationContext], Type | None],
+                   arg_types: Sequence[Type],
+                   attrs: dict[str, AnyValue] | Attrs | None = None) -> Type | None:
     """Run a relation on concrete argument types (for tests and docs)."""
     attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
     return rel(list(arg_types), attrs, ConcreteContext())

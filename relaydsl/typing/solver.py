@@ -77,7 +77,7 @@ class Solver:
             self._parent[tv], tv = root, self._parent[tv]
         return root
 
-    def _head(self, t: AnyValue) -> AnyValue:
+    def head(self, t: AnyValue) -> AnyValue:
         """Follow bindings at the top only."""
         while isinstance(t, TypeVar) and t in self._flexible:
             root = self._find(t)
@@ -90,7 +90,7 @@ class Solver:
     def resolve(self, t: AnyValue) -> AnyValue:
         """Substitute every bound variable (types, dims and dtypes alike)."""
         if isinstance(t, TypeVar):
-            head = self._head(t)
+            head = self.head(t)
             return head if isinstance(head, TypeVar) else self.resolve(head)
         if isinstance(t, TensorType) and t.is_ground:
             return t  # the common case, without a walk
@@ -160,7 +160,7 @@ class Solver:
         what the other side passes) and a reference's contents are neither (a reference is
         read and written, so its type must match exactly).
         """
-        a, b = self._head(a), self._head(b)
+        a, b = self.head(a), self.head(b)
         if a is b:
             return a
         bound = self._bind_either(a, b)
@@ -238,7 +238,7 @@ class Solver:
         return inst
 
     def unify_dim(self, a: Dim, b: Dim) -> Dim:
-        a, b = self._head(a), self._head(b)
+        a, b = self.head(a), self.head(b)
         if a is b or (isinstance(a, int) and isinstance(b, int) and a == b):
             return a
         bound = self._bind_either(a, b)
@@ -257,7 +257,7 @@ class Solver:
         raise UnifyError(f"{a} vs {b}")
 
     def unify_dtype(self, a: DType, b: DType) -> DType:
-        a, b = self._head(a), self._head(b)
+        a, b = self.head(a), self.head(b)
         if a is b or a == b:
             return a
         bound = self._bind_either(a, b)
@@ -276,7 +276,7 @@ class Solver:
         blocking: list[TypeVar] = []
         partial: list[TypeVar] = []
         for i, arg in enumerate(rel.args):
-            head = self._head(arg)
+            head = self.head(arg)
             if isinstance(head, TypeVar) and head in self._flexible:
                 if i not in rel.inferable:
                     blocking.append(head)
@@ -285,7 +285,7 @@ class Solver:
                 continue
             if isinstance(head, TupleType):
                 for f in head.fields:
-                    fh = self._head(f)
+                    fh = self.head(f)
                     if isinstance(fh, TypeVar) and fh in self._flexible:
                         blocking.append(fh)
             partial.extend(v for v in _Occurs(self).vars(head) if v.kind is not Kind.Type)
@@ -293,7 +293,7 @@ class Solver:
 
     def unbound_root(self, t: Type) -> TypeVar | None:
         """The unbound flexible variable `t` stands for, if it stands for one."""
-        head = self._head(t)
+        head = self.head(t)
         return head if isinstance(head, TypeVar) and head in self._flexible else None
 
     def root(self, tv: TypeVar) -> TypeVar:
@@ -386,8 +386,8 @@ class _Resolver(TypeMutator):
     def __init__(self, solver: Solver):
         self.solver = solver
 
-    def visit_type_var(self, tv: TypeVar):
-        head = self.solver._head(tv)
+    def visit_type_var(self, tv: TypeVar) -> Type:
+        head = self.solver.head(tv)
         if isinstance(head, TypeVar):
             return head
         return self.solver.resolve(head)
@@ -404,10 +404,10 @@ class _Occurs(TypeMutator):
         self.visit(t)
         return self.found
 
-    def visit_type_var(self, tv: TypeVar):
-        head = self.solver._head(tv)
+    def visit_type_var(self, tv: TypeVar) -> Type:
+        head = self.solver.head(tv)
         if isinstance(head, TypeVar):
-            if head in self.solver._flexible and head not in self.found:
+            if self.solver.is_flexible(head) and head not in self.found:
                 self.found.append(head)
         elif isinstance(head, Type):
             self.visit(head)
