@@ -394,11 +394,8 @@ class _StageEmitter:
                 return b.select(self.value(c, ctx), self.value(tv, ctx), self.value(fv, ctx))
             case Cast(dtype=d, value=v):
                 return self.cast(self.value(v, ctx), v.dtype, d)
-            case Call(name=n, args=args):
-                vals = [self.value(a, ctx) for a in args]
-                if is_float(e.dtype):
-                    return M.float_call(b, n, vals)
-                return M.int_call(b, n, vals, e.dtype == "uint8")
+            case Call(intrinsic=intrinsic, args=args):
+                return M.lower_call(b, intrinsic, [self.value(a, ctx) for a in args], e.dtype)
             case TensorRead():
                 return self.read(e, ctx)
             case Reduce():

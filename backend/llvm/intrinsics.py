@@ -15,21 +15,33 @@ vectorised loop (see shared/PERFORMANCE.md), so float32 ``exp``, ``log``,
 * sigmoid: e / (1 + e) or 1 / (1 + e) with e = exp(-|x|) (keeps the relative
   accuracy of tiny results, which 0.5 + 0.5 tanh(x/2) loses for x << 0).
 
-float16 goes through the float32 code; float64 uses LLVM intrinsics and libm
-(scalar, accurate). ``sqrt``, ``floor``, ``ceil``, ``round`` (to even) and
-``abs`` are LLVM intrinsics with vector instructions (``trunc`` too); ``sin``, ``cos`` and
-``pow`` are ``llvm.*`` calls (scalar libm); ``tan``, ``atan`` and ``erf`` call libm.
+float16 goes through the float32 code (but ``abs`` and ``sign``, exact, stay in
+float16); float64 uses LLVM intrinsics and libm (scalar, accurate). ``sqrt``,
+``floor``, ``ceil``, ``round`` (to even), ``trunc`` and ``abs`` are LLVM intrinsics
+with vector instructions; ``sin``, ``cos`` and ``pow`` are ``llvm.*`` calls (scalar
+libm); ``tan``, ``atan`` and ``erf`` call libm.
 
 Every routine takes the IR builder and returns the value, e.g.::
 
     %n  = call float @llvm.roundeven.f32(float %t)      ; t = x * log2(e)
     %r  = call float @llvm.fmuladd.f32(float %n, float -0.693359375, float %x)
+
+``LOWERINGS`` holds one ``Lowering`` per intrinsic of te's table
+(relaydsl/te/intrinsics.py, which has every other facet of it), keyed by the
+``Intrinsic`` object; tests/backend/llvm/test_intrinsics.py fails for an intrinsic
+without one. The code generator calls ``lower_call``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from llvmlite import ir
+
+from relaydsl.te.intrinsics import (
+    ABS, ATAN, CEIL, COS, ERF, EXP, FLOOR, LEFT_SHIFT, LOG, POW, RIGHT_SHIFT, ROUND, RSQRT,
+    SIGMOID, SIGN, SIN, SQRT, TAN, TANH, TRUNC, Intrinsic,
+)
 
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 I32 = ir.IntType(32)
@@ -168,22 +180,41 @@ def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 _TANH_SATURATES = 9.010913848876953  # the least float32 whose tanh rounds to 1.0
 
 
-def sigmoid_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+# ---- float32 or float64 ------------------------------------------------------------------
+
+
+def exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """float32 inline (it vectorises); float64 ``llvm.exp`` (libm's, scalar, accurate)."""
+    return exp_f32(b, x) if isinstance(x.type, ir.FloatType) else call1(b, "exp", x)
+
+
+def log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return log_f32(b, x) if isinstance(x.type, ir.FloatType) else call1(b, "log", x)
+
+
+def tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return tanh_f32(b, x) if isinstance(x.type, ir.FloatType) else _libm(b, "tanh", x)
+
+
+def sigmoid(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """e = exp(-|x|); (x < 0 ? e : 1) / (1 + e): no overflow, tiny results keep their digits."""
-    e = exp_f32(b, b.fsub(const(F32, -0.0), call1(b, "fabs", x)))
-    num = b.select(b.fcmp_ordered("olt", x, const(F32, 0.0)), e, const(F32, 1.0))
-    return b.fdiv(num, b.fadd(const(F32, 1.0), e))
+    t = x.type
+    e = exp(b, b.fsub(const(t, -0.0), call1(b, "fabs", x)))
+    num = b.select(b.fcmp_ordered("olt", x, const(t, 0.0)), e, const(t, 1.0))
+    return b.fdiv(num, b.fadd(const(t, 1.0), e))
 
 
-# ---- dispatch ------------------------------------------------------------------------------
+def rsqrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.fdiv(const(x.type, 1.0), call1(b, "sqrt", x))
 
-_F32_INLINE: dict[str, Callable[[ir.IRBuilder, ir.Value], ir.Value]] = {
-    "exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "sigmoid": sigmoid_f32,
-}
-_LLVM_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "round": "roundeven",
-               "trunc": "trunc", "sin": "sin", "cos": "cos", "exp": "exp", "log": "log",
-               "abs": "fabs"}
-_LIBM = ("tan", "atan", "erf")  # no LLVM intrinsic: libm's tan/tanf, atan/atanf, erf/erff
+
+def float_sign(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """-1, 0 or 1; NaN stays NaN (NumPy)."""
+    t = x.type
+    one = const(t, 1.0)
+    pos = b.select(b.fcmp_ordered("ogt", x, const(t, 0.0)), one, const(t, 0.0))
+    s = b.select(b.fcmp_ordered("olt", x, const(t, 0.0)), const(t, -1.0), pos)
+    return b.select(_is_nan(b, x), x, s)
 
 
 def _libm(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
@@ -191,57 +222,104 @@ def _libm(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
     return b.call(fn, [x])
 
 
-def float_call(b: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
-    """The float intrinsic ``name`` on operands of one float type."""
-    x = args[0]
-    t = x.type
-    if isinstance(t, ir.HalfType) and name not in ("abs", "sign"):
-        wide = [b.fpext(a, F32) for a in args]
-        return b.fptrunc(float_call(b, name, wide), F16)
-    if name in _F32_INLINE and isinstance(t, ir.FloatType):
-        return _F32_INLINE[name](b, x)
-    if name == "tanh":  # float64: libm (scalar, accurate)
-        return _libm(b, "tanh", x)
-    if name in _LIBM:
-        return _libm(b, name + "f" if isinstance(t, ir.FloatType) else name, x)
-    if name == "sigmoid":
-        e = call1(b, "exp", b.fsub(const(t, -0.0), call1(b, "fabs", x)))
-        num = b.select(b.fcmp_ordered("olt", x, const(t, 0.0)), e, const(t, 1.0))
-        return b.fdiv(num, b.fadd(const(t, 1.0), e))
-    if name == "rsqrt":
-        return b.fdiv(const(t, 1.0), call1(b, "sqrt", x))
-    if name == "pow":
-        return call2(b, "pow", x, args[1])
-    if name == "sign":  # -1, 0 or 1; NaN stays NaN (NumPy)
-        one = const(t, 1.0)
-        pos = b.select(b.fcmp_ordered("ogt", x, const(t, 0.0)), one, const(t, 0.0))
-        s = b.select(b.fcmp_ordered("olt", x, const(t, 0.0)), const(t, -1.0), pos)
-        return b.select(_is_nan(b, x), x, s)
-    return call1(b, _LLVM_UNARY[name], x)
+def libm(name: str) -> Callable[[ir.IRBuilder, ir.Value], ir.Value]:
+    """libm's ``name`` on float64, ``name`` + "f" on float32 (for functions LLVM has no
+    intrinsic of)."""
+    return lambda b, x: _libm(b, name + "f" if isinstance(x.type, ir.FloatType) else name, x)
 
 
-def int_call(b: ir.IRBuilder, name: str, args: list[ir.Value], unsigned: bool) -> ir.Value:
-    """``abs`` and ``sign`` on integers (abs of the minimum wraps, as NumPy's does); the
-    shifts, as NumPy's: a count outside 0 .. bits-1 (negative ones too) shifts every bit out,
-    where LLVM's shl/ashr/lshr would give poison."""
-    x = args[0]
+def llvm_unary(base: str) -> Callable[[ir.IRBuilder, ir.Value], ir.Value]:
+    """``llvm.<base>.<type>(x)``."""
+    return lambda b, x: call1(b, base, x)
+
+
+# ---- integers (``unsigned``: the operands are uint8) ------------------------------------------
+
+
+def int_abs(b: ir.IRBuilder, x: ir.Value, *, unsigned: bool) -> ir.Value:
+    """abs of the minimum wraps, as NumPy's does."""
+    if unsigned:
+        return x
     zero = ir.Constant(x.type, 0)
-    if name in ("left_shift", "right_shift"):
-        count, bits = args[1], ir.Constant(x.type, x.type.width)
-        in_range = b.icmp_unsigned("<", count, bits)
-        if name == "left_shift":
-            return b.select(in_range, b.shl(x, b.select(in_range, count, zero)), zero)
-        if unsigned:
-            return b.select(in_range, b.lshr(x, b.select(in_range, count, zero)), zero)
-        return b.ashr(x, b.select(in_range, count, ir.Constant(x.type, x.type.width - 1)))
-    if name == "abs":
-        if unsigned:
-            return x
-        return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
-    if name == "sign":
-        gt = b.zext(b.icmp_unsigned("!=", x, zero) if unsigned else b.icmp_signed(">", x, zero),
-                    x.type)
-        if unsigned:
-            return gt
-        return b.sub(gt, b.zext(b.icmp_signed("<", x, zero), x.type))
-    raise TypeError(f"intrinsic {name} is not defined on integers")
+    return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+
+
+def int_sign(b: ir.IRBuilder, x: ir.Value, *, unsigned: bool) -> ir.Value:
+    zero = ir.Constant(x.type, 0)
+    gt = b.zext(b.icmp_unsigned("!=", x, zero) if unsigned else b.icmp_signed(">", x, zero),
+                x.type)
+    if unsigned:
+        return gt
+    return b.sub(gt, b.zext(b.icmp_signed("<", x, zero), x.type))
+
+
+# The shifts are NumPy's: a count outside 0 .. bits-1 (negative ones too) shifts every bit
+# out, where LLVM's shl/ashr/lshr would give poison.
+
+def left_shift(b: ir.IRBuilder, x: ir.Value, count: ir.Value, *, unsigned: bool) -> ir.Value:
+    """The same signed or unsigned."""
+    zero = ir.Constant(x.type, 0)
+    in_range = b.icmp_unsigned("<", count, ir.Constant(x.type, x.type.width))
+    return b.select(in_range, b.shl(x, b.select(in_range, count, zero)), zero)
+
+
+def right_shift(b: ir.IRBuilder, x: ir.Value, count: ir.Value, *, unsigned: bool) -> ir.Value:
+    zero = ir.Constant(x.type, 0)
+    in_range = b.icmp_unsigned("<", count, ir.Constant(x.type, x.type.width))
+    if unsigned:
+        return b.select(in_range, b.lshr(x, b.select(in_range, count, zero)), zero)
+    return b.ashr(x, b.select(in_range, count, ir.Constant(x.type, x.type.width - 1)))
+
+
+# ---- one lowering per te intrinsic -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """How one te intrinsic becomes LLVM IR: ``on_float(b, *operands)`` on float32 or
+    float64 operands, ``on_int(b, *operands, unsigned=...)`` on integers (None: the
+    intrinsic's dtype rule admits none). float16 operands are widened to float32 and the
+    result rounded back, unless ``widens_half`` is False: the result is then exact, and
+    the half type's own instructions compute it."""
+
+    on_float: Callable[..., ir.Value] | None = None
+    on_int: Callable[..., ir.Value] | None = None
+    widens_half: bool = True
+
+
+LOWERINGS: dict[Intrinsic, Lowering] = {
+    EXP: Lowering(exp),
+    LOG: Lowering(log),
+    SQRT: Lowering(llvm_unary("sqrt")),
+    RSQRT: Lowering(rsqrt),
+    TANH: Lowering(tanh),
+    SIGMOID: Lowering(sigmoid),
+    SIN: Lowering(llvm_unary("sin")),  # scalar libm calls
+    COS: Lowering(llvm_unary("cos")),
+    TAN: Lowering(libm("tan")),
+    ATAN: Lowering(libm("atan")),
+    ERF: Lowering(libm("erf")),
+    FLOOR: Lowering(llvm_unary("floor")),
+    CEIL: Lowering(llvm_unary("ceil")),
+    ROUND: Lowering(llvm_unary("roundeven")),
+    TRUNC: Lowering(llvm_unary("trunc")),
+    POW: Lowering(lambda b, x, y: call2(b, "pow", x, y)),
+    ABS: Lowering(llvm_unary("fabs"), int_abs, widens_half=False),
+    SIGN: Lowering(float_sign, int_sign, widens_half=False),
+    LEFT_SHIFT: Lowering(on_int=left_shift),
+    RIGHT_SHIFT: Lowering(on_int=right_shift),
+}
+
+
+def lower_call(b: ir.IRBuilder, intrinsic: Intrinsic, args: list[ir.Value], dtype: str
+               ) -> ir.Value:
+    """``intrinsic`` applied to ``args``, operands of the te dtype ``dtype``."""
+    lowering = LOWERINGS[intrinsic]
+    if dtype.startswith("float") and lowering.on_float is not None:
+        if dtype == "float16" and lowering.widens_half:
+            wide = [b.fpext(a, F32) for a in args]
+            return b.fptrunc(lowering.on_float(b, *wide), F16)
+        return lowering.on_float(b, *args)
+    if not dtype.startswith("float") and lowering.on_int is not None:
+        return lowering.on_int(b, *args, unsigned=dtype == "uint8")
+    raise TypeError(f"intrinsic {intrinsic.name} is not defined on {dtype}")

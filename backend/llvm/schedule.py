@@ -42,8 +42,6 @@ from relaydsl.op.nn.linear import dense
 PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
 EXPENSIVE = 12  # inlined cost at which recomputation is avoided
 ROW_BYTES = 64 * 1024  # largest accumulator row kept on the stack
-_CALL_COST = {"exp": 16, "log": 16, "tanh": 16, "sigmoid": 18, "pow": 40, "sin": 30,
-              "cos": 30, "sqrt": 4, "rsqrt": 5}
 
 
 @dataclass(eq=False)
@@ -76,7 +74,7 @@ def size(t: Tensor) -> int:
 
 def node_cost(e: PrimExpr) -> int:
     if isinstance(e, Call):
-        return _CALL_COST.get(e.name, 1)
+        return e.intrinsic.cost
     if isinstance(e, (Div, FloorDiv, FloorMod)):
         return 3 if e.dtype.startswith("float") else 6
     return 1

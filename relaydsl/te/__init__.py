@@ -1,8 +1,9 @@
 """relaydsl.te: the tensor-expression language in which ops' arithmetic is written.
 
-Scalar expressions (expr.py), placeholders / computes / reductions (tensor.py)
-and the NumPy reference evaluator (evaluate.py). Backends lower these; tests
-check them against the ops' NumPy references.
+Scalar expressions (expr.py), the math intrinsics they call (intrinsics.py),
+placeholders / computes / reductions (tensor.py) and the NumPy reference
+evaluator (evaluate.py). Backends lower these; tests check them against the ops'
+NumPy references.
 
 >>> import numpy as np
 >>> from relaydsl import te

@@ -38,6 +38,7 @@ from relaydsl.te.expr import (
     FloorMod, IntImm, IterVar, Max, Min, Mul, Not, Or, PrimExpr, Reduce, Select, Sub, TensorRead,
     Var,
 )
+from relaydsl.te.intrinsics import erf as erf  # re-exported: op/tensor.py's erf reference
 from relaydsl.te.tensor import Tensor
 
 Array = np.ndarray
@@ -52,26 +53,6 @@ BINARY: dict[type, Callable[[Array, Array], AnyValue]] = {
     FloorDiv: np.floor_divide, FloorMod: np.mod, Min: np.minimum, Max: np.maximum,
     EQ: np.equal, NE: np.not_equal, LT: np.less, LE: np.less_equal,
     GT: np.greater, GE: np.greater_equal, And: np.logical_and, Or: np.logical_or,
-}
-
-
-def erf(x: Array) -> Array:
-    """The error function elementwise, in x's dtype (NumPy has none: math.erf per element)."""
-    x = np.asarray(x)
-    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
-
-
-def _half(x: Array) -> AnyValue:
-    return x.dtype.type(0.5)
-
-
-INTRINSICS: dict[str, Callable[..., AnyValue]] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: np.reciprocal(np.sqrt(x)),
-    "tanh": np.tanh, "sigmoid": lambda x: _half(x) * (np.tanh(_half(x) * x) + x.dtype.type(1)),
-    "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan, "erf": erf,
-    "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc,
-    "pow": np.power, "abs": np.abs, "sign": np.sign,
-    "left_shift": np.left_shift, "right_shift": np.right_shift,
 }
 
 
@@ -149,8 +130,8 @@ class _Evaluator:
                 return np.logical_not(self.expr(a, ctx))
             case Cast(dtype=d, value=v):
                 return self.expr(v, ctx).astype(d)
-            case Call(name=n, args=args):
-                return INTRINSICS[n](*(self.expr(a, ctx) for a in args))
+            case Call(intrinsic=intrinsic, args=args):
+                return intrinsic.numpy(*(self.expr(a, ctx) for a in args))
             case Select(condition=c, true_value=t, false_value=f):
                 cond = self.expr(c, ctx)
                 live = cond if ctx.mask is None else ctx.mask & cond

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterator, Union, final
 
 from relaydsl.errors import IRError
 from relaydsl.ir.types import DTYPES
+from relaydsl.te.intrinsics import Intrinsic, lookup as lookup_intrinsic
 
 if TYPE_CHECKING:
     from relaydsl.te.tensor import Tensor
@@ -297,44 +298,20 @@ class Cast(PrimExpr):
         _check_dtype(self.dtype, "Cast")
 
 
-# name -> (arity, the operand dtypes it takes: "float", "int" or "numeric")
-INTRINSICS: dict[str, tuple[int, str]] = {
-    "exp": (1, "float"), "log": (1, "float"), "sqrt": (1, "float"), "rsqrt": (1, "float"),
-    "tanh": (1, "float"), "sigmoid": (1, "float"), "sin": (1, "float"), "cos": (1, "float"),
-    "tan": (1, "float"), "atan": (1, "float"), "erf": (1, "float"),
-    "floor": (1, "float"), "ceil": (1, "float"), "round": (1, "float"), "trunc": (1, "float"),
-    "pow": (2, "float"), "abs": (1, "numeric"), "sign": (1, "numeric"),
-    # NumPy's shifts: a count outside 0 .. bits-1 shifts every bit out (right: the sign fills)
-    "left_shift": (2, "int"), "right_shift": (2, "int"),
-}
-
-
 @final
 @dataclass(frozen=True, slots=True, eq=False)
 class Call(PrimExpr):
-    """A math intrinsic (a key of ``INTRINSICS``) applied to operands of one dtype."""
+    """The math intrinsic ``name`` (relaydsl/te/intrinsics.py) applied to operands of one dtype."""
 
     name: str
     args: tuple[PrimExpr, ...]
+    intrinsic: Intrinsic = field(init=False, repr=False)
     dtype: str = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.name not in INTRINSICS:
-            raise IRError(f"unknown intrinsic {self.name!r}; known: {', '.join(INTRINSICS)}")
-        arity, operands = INTRINSICS[self.name]
-        if len(self.args) != arity:
-            raise IRError(f"{self.name} takes {arity} operand(s), got {len(self.args)}")
-        dtypes = {a.dtype for a in self.args}
-        if len(dtypes) != 1:
-            raise IRError(f"{self.name}: operand dtypes differ: {sorted(dtypes)}")
-        (dtype,) = dtypes
-        if operands == "float" and dtype not in FLOAT_DTYPES:
-            raise IRError(f"{self.name} needs a float operand, got {dtype} ({self.args[0]})")
-        if operands == "int" and dtype not in INT_DTYPES:
-            raise IRError(f"{self.name} needs integer operands, got {dtype} ({self.args[0]})")
-        if dtype == "bool":
-            raise IRError(f"{self.name}: bool operand {self.args[0]}")
-        object.__setattr__(self, "dtype", dtype)
+        intrinsic = lookup_intrinsic(self.name)
+        object.__setattr__(self, "intrinsic", intrinsic)
+        object.__setattr__(self, "dtype", intrinsic.result_dtype(self.args))
 
 
 @final
