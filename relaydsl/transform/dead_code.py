@@ -98,6 +98,14 @@ class _Uses(ExprVisitor):
         return self.count.get(var, 0) == 1 and var not in self.in_nested_function
 
 
+def _types_others(var: Var, value: Expr) -> bool:
+    """Whether a dead let of `value` to `var` may still type other variables: its
+    annotation may be the only type of a variable `value` reads (a parameter left to
+    inference). Not when each of them has its own annotation."""
+    return ascribes(var, value) and \
+        any(v.type_annotation is None for v in free_vars(value))
+
+
 class _DeadLets(ExprMutator):
     def __init__(self, uses: _Uses):
         super().__init__()
@@ -124,7 +132,7 @@ class _DeadLets(ExprMutator):
         kept: list[tuple[Let, Expr]] = []
         for binding, value in reversed(bindings):
             if binding.var not in used and is_pure(value) and \
-                    not ascribes(binding.var, value):  # it may type a parameter: keep it
+                    not _types_others(binding.var, value):
                 continue
             used.update(free_vars(value))
             kept.append((binding, value))

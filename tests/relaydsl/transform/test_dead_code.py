@@ -60,6 +60,27 @@ def test_dead_code_sends_no_nan_into_gradients():
         np.testing.assert_allclose(dx, expected, rtol=1e-5)
 
 
+def test_an_annotated_dead_let_sends_no_nan_into_gradients_either():
+    # found by random programs: the annotation kept the dead sqrt(abs(0)), whose adjoint
+    # 0 * inf = nan reached %x, where jax.grad gives the adjoint of min's path alone
+    mod = infer_types(parse('''
+    def @f(%x: Tensor[(1), float64], %y: Tensor[(1), float64]) {
+      let %zero: Tensor[(1), float64] = subtract(%y, %y);
+      let %dead: Tensor[(1), float64] = sqrt(abs(%zero));
+      add(sum(min(%zero, axis=[0], keepdims=True)), sum(%x))
+    }
+    def @main(%x: Tensor[(1), float64], %y: Tensor[(1), float64]) { grad(@f)(%x, %y) }'''))
+    assert let_names(eliminate_dead_code(mod)["f"]) == ["zero"]
+    x, y = np.array([-1.05]), np.array([0.74])
+    with jax.enable_x64(True):
+        expected = jax.grad(lambda a, b: jnp.sum(jnp.min(b - b, axis=0, keepdims=True))
+                            + jnp.sum(a), argnums=(0, 1))(x, y)
+    for first_order in (False, True):
+        _, grads = evaluate(lower_grads(mod, first_order=first_order), x, y)
+        for got, want in zip(grads, expected):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_a_dead_let_that_types_a_parameter_stays():
     # the parameter's only type is the let's annotation (a model's weight in a loss that
     # ignores the layer's output): dropping the let left "cannot infer a complete type"
