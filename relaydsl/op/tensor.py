@@ -35,7 +35,7 @@ from relaydsl.op.grad_util import collapse, scalar, tensor_type, through_cast, z
 from relaydsl.op.lazy_jax import jax, jnp, lax
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
 from relaydsl.te import expr as E
-from relaydsl.te.evaluate import erf as te_erf
+from relaydsl.te.intrinsics import erf as te_erf
 from relaydsl.te.expr import INT_DTYPES, PrimExpr
 from relaydsl.te.rules import broadcast_read, elementwise
 from relaydsl.te.tensor import Tensor, compute

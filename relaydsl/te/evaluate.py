@@ -38,7 +38,6 @@ from relaydsl.te.expr import (
     FloorMod, IntImm, IterVar, Max, Min, Mul, Not, Or, PrimExpr, Reduce, Select, Sub, TensorRead,
     Var,
 )
-from relaydsl.te.intrinsics import erf as erf  # re-exported: op/tensor.py's erf reference
 from relaydsl.te.tensor import Tensor
 
 Array = np.ndarray
