@@ -39,7 +39,7 @@ A function that is not separable is compiled per shape, as before (native/sites.
 
 One driver, compiled once per process, runs every such function at every size: native
 code calls it with the kernels' buffer table (inputs and outputs of n rows, constants,
-scratch, padded buffers) and the site's record, whose data word points at the call's plan
+scratch, padded buffers) and the call's plan, from the site's record
 (``ChunkedKernel.call``, ``_driver_ir``).
 """
 from __future__ import annotations
@@ -457,8 +457,9 @@ WORD = ir.IntType(64).as_pointer()
 
 
 def _driver_ir(symbol: str) -> ir.Module:
-    """``void symbol(ptr table, ptr record)``: a call of a function generic in the batch
-    size, its plan at the record's data slot (``ChunkedKernel.call``)::
+    """``void symbol(ptr table, ptr plan)``: a call of a function generic in the batch
+    size, as its plan says (``ChunkedKernel.call``; native code passes it from the site's
+    record)::
 
         [inputs, outputs, constants, chunk sizes,
          per input and output: (row bytes (0: not batched), padded buffer's or partial
@@ -479,7 +480,7 @@ def _driver_ir(symbol: str) -> ir.Module:
     memset = module.declare_intrinsic("llvm.memset", [PTR, I64])
     g = Gen(module, fn)
     b = g.b
-    table, record = fn.args
+    table, plan = fn.args
 
     def at(base: ir.Value, i: ir.Value | int) -> ir.Value:
         return b.gep(base, [I64(i) if isinstance(i, int) else i])
@@ -487,7 +488,7 @@ def _driver_ir(symbol: str) -> ir.Module:
     def slot(i: ir.Value) -> ir.Value:
         return b.load(at(table, i))
 
-    data = b.inttoptr(b.load(at(b.bitcast(record, WORD), 4)), WORD)  # KernelSite.DATA
+    data = b.bitcast(plan, WORD)
 
     def word(i: ir.Value | int) -> ir.Value:
         return b.load(at(data, i))

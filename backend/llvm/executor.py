@@ -189,7 +189,7 @@ class Program:
         time (one build for every call signature)."""
         native = self._native(self.mod)
         if _log.isEnabledFor(logging.INFO):
-            _log.info("@%s for values that fix no size: %s", self.entry,
+            _log.info("@%s for every call signature after the first: %s", self.entry,
                       f"native code: {native.describe()}" if native else "the dispatcher")
         return native
 

@@ -46,13 +46,14 @@ def leaf_types(types: Sequence[Type]) -> list[TensorType]:
 class KernelSite:
     """A kernel call whose shapes are known only at run time.
 
-    Its kernel is compiled per shape of the inputs, on first use, and described to native
-    code by a record (int64 words): ``[kernel entry (0: nothing to compute), table size,
-    scratch bytes, scratch buffers, data, input dims..., output dims..., output bytes...,
-    table template...]``. The template is the kernel's buffer table with its constants'
-    addresses, and its scratch buffers' offsets in one block native code allocates. The
-    entry is called with the table and the record: a kernel ignores the record; the
-    driver of kernels generic in the batch size (chunked.py) reads its plan at "data".
+    Its kernel is compiled per shape of the inputs (or once for chunks of rows: chunked.py),
+    on first use, and described to native code by a record (int64 words): ``[kernel entry
+    (0: nothing to compute), table size, scratch bytes, scratch buffers, data, input
+    dims..., output dims..., output bytes..., table template...]``. The template is the
+    kernel's buffer table with its constants' addresses, and its scratch buffers' offsets
+    in one block native code allocates. The entry is called with the table and the
+    record's data: a kernel ignores it; the driver of kernels generic in the batch size
+    (chunked.py) finds its plan there.
     """
 
     ENTRY, TABLE, SCRATCH_BYTES, SCRATCHES, DATA, KEY = range(6)
@@ -65,7 +66,7 @@ class KernelSite:
         self.template_at = self.out_bytes_at + len(outputs)
         self.records: dict[tuple[int, ...], np.ndarray] = {}
         self.next_way = 0  # the way the next record goes to
-        self._kept: list = []  # every record made, its kernel and the constants it points at
+        self._kept: list = []  # every record made, and what it points at
         # inputs whose leading dimension is known only at run time, and the kernels generic
         # in it (chunked.py) by the other dimensions
         self.batched = [bool(t.shape) and not isinstance(t.shape[0], int) for t in inputs]
@@ -85,20 +86,29 @@ class KernelSite:
         outputs = kernel.output_types
         assert [len(t.shape) for t in outputs] == [len(t.shape) for t in self.outputs]
         constants = [contiguous(c) for c in kernel.constants]
-        offsets, scratch_bytes = [], 0
-        for shape, dtype in kernel.scratch:
-            offsets.append(scratch_bytes)
-            scratch_bytes += -(-nbytes(shape, dtype) // ALIGN) * ALIGN
-        template = [0] * (len(self.inputs) + len(outputs)) + \
-            [address(c) for c in constants] + offsets
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug("native code: for (%s) %r",
                        ", ".join(f"{t.dtype}{list(t.shape)}" for t in types), kernel)
-        record = np.array([0 if kernel.empty else kernel.entry_address, len(template),
-                         scratch_bytes, len(offsets), 0, *key,
-                         *[d for t in outputs for d in t.shape],
-                         *[nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
-        self._kept.append((record, kernel, constants))  # ways may point at it for good
+        return self._record(key, 0 if kernel.empty else kernel.entry_address, 0, outputs,
+                            [address(c) for c in constants],
+                            [nbytes(shape, dtype) for shape, dtype in kernel.scratch],
+                            (kernel, constants))
+
+    def _record(self, key: tuple[int, ...], entry: int, data: int,
+                outputs: list[TensorType], table: list[int], scratch: list[int],
+                keep: object) -> np.ndarray:
+        """The record of a kernel (or driver) at `entry`: its table after the inputs and
+        outputs is `table` then the offsets of scratch buffers of `scratch` bytes; `keep`
+        (what the table points at) lives as long as the site, as ways may point at it."""
+        offsets, scratch_bytes = [], 0
+        for size in scratch:
+            offsets.append(scratch_bytes)
+            scratch_bytes += -(-size // ALIGN) * ALIGN
+        template = [0] * (len(self.inputs) + len(outputs)) + table + offsets
+        record = np.array([entry, len(template), scratch_bytes, len(offsets), data, *key,
+                           *[d for t in outputs for d in t.shape],
+                           *[nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
+        self._kept.append((record, keep))
         return record
 
     def _chunked_kernel(self, types: list[TensorType], opt_level: int) -> ChunkedKernel | None:
@@ -117,18 +127,9 @@ class KernelSite:
 
     def _chunked_record(self, key: tuple[int, ...], chunked: ChunkedKernel, n: int
                         ) -> np.ndarray:
-        outputs = chunked.output_types(n)
         constants, scratch, plan = chunked.call(n)
-        offsets, scratch_bytes = [], 0
-        for size in scratch:
-            offsets.append(scratch_bytes)
-            scratch_bytes += -(-size // ALIGN) * ALIGN
-        template = [0] * (len(self.inputs) + len(outputs)) + constants + offsets
-        record = np.array([chunked.driver, len(template), scratch_bytes, len(offsets),
-                           address(plan), *key, *[d for t in outputs for d in t.shape],
-                           *[nbytes(t.shape, t.dtype) for t in outputs], *template], np.int64)
-        self._kept.append((record, chunked, plan))
-        return record
+        return self._record(key, chunked.driver, address(plan), chunked.output_types(n),
+                            constants, scratch, (chunked, plan))
 
 
 # ---- native code calling a site ---------------------------------------------------------------
@@ -206,8 +207,8 @@ def site_call(fc: FunctionCompiler, fn: Function, call: Call, inputs: list[ir.Va
     for i, p in enumerate([*map(fc.data, inputs), *map(fc.data, outputs)]):
         fc.set_field(table, i, p)
     code = fc.word(record, KernelSite.ENTRY)
-    with b.if_then(b.icmp_unsigned("!=", code, I64(0))):  # (a kernel ignores the record)
+    with b.if_then(b.icmp_unsigned("!=", code, I64(0))):  # (a kernel ignores the data)
         b.call(b.inttoptr(code, ir.FunctionType(ir.VoidType(), [PTR, PTR]).as_pointer()),
-               [table, b.bitcast(record, PTR)])
+               [table, b.inttoptr(fc.word(record, KernelSite.DATA), PTR)])
     b.call(low.reset, [fc.st, *mark])
     return fc.rebuild(call.checked_type, iter(outputs))
