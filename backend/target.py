@@ -10,7 +10,7 @@ PassContext. Its ``opt_level`` is the build's ``opt_level`` option if given, els
 context's, else the target's default (llvm 3, interp 0).
 
 >>> sorted(available_targets())
-['interp', 'llvm']
+['accel', 'interp', 'llvm']
 >>> get_target("llvm").options
 {'opt_level': 3}
 >>> from relaydsl.transform import PassContext
@@ -49,6 +49,7 @@ class Target:
     description: str
     compile: Callable[[IRModule, str, dict[str, AnyValue]], Program]  # run under the context
     options: dict[str, AnyValue] = field(default_factory=dict)  # accepted options, defaults
+    check_options: Callable[[dict[str, AnyValue]], None] | None = None  # raises on bad values
 
     def configure(self, options: dict[str, AnyValue]) -> tuple[dict[str, AnyValue], PassContext]:
         """The options a build with `options` compiles with (defaults filled in), and the
@@ -67,7 +68,10 @@ class Target:
                 not 0 <= level <= pipeline.MAX_OPT_LEVEL:
             raise ValueError(f"opt_level must be an int from 0 to {pipeline.MAX_OPT_LEVEL}, "
                              f"got {level!r}")
-        return {**self.options, **options, "opt_level": level}, _at_level(context, level)
+        options = {**self.options, **options, "opt_level": level}
+        if self.check_options is not None:
+            self.check_options(options)
+        return options, _at_level(context, level)
 
     def build(self, mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
         """`entry` of `mod` compiled with `options` under the current PassContext.
@@ -152,3 +156,31 @@ register_target(Target("interp", "the reference interpreter over NumPy", _interp
                        {"opt_level": 0}))
 register_target(Target("llvm", "fused kernels compiled for the host CPU with llvmlite", _llvm,
                        {"opt_level": 3}))
+
+
+def _check_accel_options(options: dict[str, AnyValue]) -> None:
+    from relaydsl.backend.accel.config import AcceleratorConfig
+    from relaydsl.backend.accel.schedule import SCHEDULES
+
+    config = options["config"]
+    if config is not None and not isinstance(config, AcceleratorConfig):
+        raise TypeError(f"target 'accel': config must be a relay.AcceleratorConfig, got "
+                        f"{type(config).__name__}")
+    if options["schedule"] not in SCHEDULES:
+        raise ValueError(f"target 'accel': unknown schedule {options['schedule']!r}; choose one "
+                         f"of {', '.join(repr(s) for s in SCHEDULES)}")
+
+
+def _accel(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
+    from relaydsl.backend.accel.config import AcceleratorConfig
+    from relaydsl.backend.accel.program import AccelProgram
+
+    config = options["config"] or AcceleratorConfig.deep_fusion()
+    return AccelProgram(mod, entry, config, options["schedule"],
+                        host_options={"opt_level": options["opt_level"]})
+
+
+register_target(Target("accel", "a simulated DNN accelerator with Deep Fusion scheduling "
+                       "(relay.AcceleratorConfig)", _accel,
+                       {"opt_level": 3, "config": None, "schedule": "fusion+reuse"},
+                       _check_accel_options))

@@ -531,6 +531,13 @@ class Executable:
                    for h, t, v in zip(self.fn.hidden, hidden_types, hidden_values)]
         return to_python(program(*values), program)
 
+    @property
+    def report(self) -> AnyValue:
+        """The accelerator's report of the last call (``AccelReport``; the accel target)."""
+        from relaydsl.frontend.frozen import program_report
+
+        return program_report(self.program, self.target)
+
     def _program_with(self, functions: dict[int, AnyValue]) -> tuple[Program, FuncType]:
         """The program of ``fn(x0, .., @g, .., xn)``: fn with decorated functions or relay
         ops as the arguments at the positions of `functions` (the others stay parameters),

@@ -21,6 +21,7 @@ from typing import Any as AnyValue, Callable
 
 import numpy as np
 
+from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeError, SettingError
 from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import ConstructorRef
@@ -178,7 +179,15 @@ def _api() -> dict[str, AnyValue]:
     def build(fn, target: str | None = None, **options):
         """Compile a decorated function for `target` (default: the target a call uses,
         llvm or $RELAYDSL_TARGET) under the current ``relay.PassContext``; returns a
-        callable."""
+        callable. A Model is compiled with its parameters as constants (a snapshot).
+        ``target="accel"`` takes ``config=relay.AcceleratorConfig...`` and ``schedule=``
+        ("none", "fusion", "fusion+reuse", the default; "fusion:greedy",
+        "fusion+reuse:greedy" for the Deep Fusion paper's own loop); the result's
+        ``.report`` is an AccelReport."""
+        if isinstance(fn, Model):
+            from relaydsl.frontend.frozen import FrozenModel
+
+            return FrozenModel(fn, target, options)
         return fn.build(target, **options)
 
     def visualize(fn, *, fused: bool = False):
@@ -198,7 +207,7 @@ def _api() -> dict[str, AnyValue]:
             "value_and_grad": value_and_grad,
             "update_model_params": update_model_params, "export_model": export_model,
             "save_model": save_model, "load_model": load_model, "SGD": SGD, "Momentum": Momentum,
-            "Adam": Adam, "datasets": datasets,
+            "Adam": Adam, "datasets": datasets, "AcceleratorConfig": AcceleratorConfig,
             "DSLSyntaxError": DSLSyntaxError, "RelayTypeError": RelayTypeError,
             "ModelFileError": ModelFileError, "SettingError": SettingError,
             "PassContext": PassContext, "PassInstrument": PassInstrument,

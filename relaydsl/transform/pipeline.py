@@ -53,6 +53,7 @@ PassContext, else the target's default; the context's ``required_pass`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from relaydsl.ir.module import IRModule
 from relaydsl.transform.alter_op_layout import alter_op_layout
@@ -177,7 +178,13 @@ OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradie
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
     "llvm": (AlterOpLayout, StaticShapes, FuseOps, ToANormalForm),
+    "accel": (StaticShapes,),
 }
+# Passes a target runs first at every level (unless disabled by name). The accelerator's code
+# generator takes the network as one function of op calls (§4.4 of the 2019 Relay paper; the
+# notes ask whether InlineAll can do it: it can), with no scalar op left (SimplifyInference,
+# FoldConstant and FoldScaleAxis come with opt_level 3, its default).
+ALWAYS: dict[str, tuple[Pass, ...]] = {"accel": (InlineAll,)}
 
 
 def for_target(target: str) -> Sequential:
@@ -188,7 +195,8 @@ def for_target(target: str) -> Sequential:
     except KeyError:
         raise ValueError(f"no pipeline for target {target!r}; "
                          f"known: {', '.join(sorted(LOWERING))}") from None
-    return Sequential([*OPTIMIZE, *lowering], name=f"{target} pipeline")
+    always = [replace(p, opt_level=0) for p in ALWAYS.get(target, ())]
+    return Sequential([*always, *OPTIMIZE, *lowering], name=f"{target} pipeline")
 
 
 def run(mod: IRModule, target: str, context: PassContext) -> IRModule:
@@ -210,9 +218,12 @@ def table() -> str:
     level)."""
     levels = range(MAX_OPT_LEVEL + 1)
     rows: dict[str, tuple[Pass, set[int], list[str]]] = {}
+    always = {p.name: target for target, passes in ALWAYS.items() for p in passes}
     for target in LOWERING:
         for level in [*levels, ON_DEMAND]:
             for p in for_target(target).plan(PassContext(opt_level=level)):
+                if always.get(p.name) == target:
+                    continue  # a column of its own: "always on <target>"
                 _, at, targets = rows.setdefault(p.name, (p, set(), []))
                 at.add(level)
                 if target not in targets:
@@ -228,6 +239,8 @@ def table() -> str:
         on = "all" if len(targets) == len(LOWERING) else ", ".join(targets)
         what = p.description if p.opt_level <= MAX_OPT_LEVEL else \
             f"on demand (`required_pass`): {p.description}"
+        if name in always:
+            what = f"always on {always[name]}; elsewhere {what}"
         lines.append(f"| {name} | {marks} | {on} | {what} |")
     return "\n".join(lines)
 

@@ -14,13 +14,16 @@ def scaled_tanh(x: Tensor[Float, 4], s: Float) -> Tensor[Float, 4]:
 
 
 def test_registered_targets_and_their_options():
-    assert {"interp", "llvm"} <= set(available_targets())
+    assert {"accel", "interp", "llvm"} <= set(available_targets())
     assert get_target("llvm").options == {"opt_level": 3}
-    with pytest.raises(ValueError, match="unknown target 'tpu'; available: 'interp', 'llvm'"):
+    assert get_target("accel").options == {"opt_level": 3, "config": None,
+                                           "schedule": "fusion+reuse"}
+    with pytest.raises(ValueError,
+                       match="unknown target 'tpu'; available: 'accel', 'interp', 'llvm'"):
         get_target("tpu")
 
 
-@pytest.mark.parametrize("target", ["interp", "llvm"])
+@pytest.mark.parametrize("target", ["interp", "llvm", "accel"])
 def test_every_target_runs_the_same_program(target):
     x = np.array([-2.0, -0.5, 0.5, 2.0], np.float32)
     out = relay.build(scaled_tanh, target=target)(x, np.float32(3.0))

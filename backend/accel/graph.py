@@ -1,0 +1,174 @@
+"""The accelerator's view of a program: a list of layers over tensors, in dataflow order.
+
+The accel pipeline leaves the entry one function (InlineAll) of op calls on its parameters
+and constants, bound by lets or nested. ``extract`` turns it into a ``Graph``: every op call
+a ``Layer`` with the ``LayerRule`` it runs by (layers.py); every value a ``TensorInfo`` with
+a static shape. What the accelerator has no rule for -- control flow, ADTs, closures,
+references, calls of other functions, an op with no rule, a shape known only at run time --
+raises ``NotOnAccelerator`` with the reason, and the program runs on the host.
+
+>>> from relaydsl.ir import Call, Function, Op, TensorType, Var
+>>> from relaydsl.typing import infer_types
+>>> from relaydsl.ir.module import IRModule
+>>> x = Var("x", TensorType((1, 4, 8, 8)))
+>>> mod = infer_types(IRModule.from_expr(Function([x], Call(Op.get("relu"), [x]))))
+>>> g = extract(mod["main"])
+>>> [(layer.name, layer.output.shape) for layer in g.layers]
+[('relu_0', (1, 4, 8, 8))]
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any as AnyValue
+
+import numpy as np
+
+from relaydsl.backend.accel.layers import LayerRule, rule_for
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, Var
+from relaydsl.ir.types import TensorType
+from relaydsl.op.registry import OpDef
+
+
+class NotOnAccelerator(Exception):
+    """The program (or a part of it) has something the accelerator cannot run."""
+
+
+@dataclass(frozen=True, eq=False)
+class TensorInfo:
+    """A value of the program: an input, a constant (weights) or a layer's output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    value: np.ndarray | None = field(default=None, repr=False)  # a constant's
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.value is not None
+
+
+@dataclass(frozen=True, eq=False)
+class Layer:
+    """One op call: its op, attributes, input tensors, output tensor and rule."""
+
+    name: str
+    opdef: OpDef
+    attrs: dict[str, AnyValue]
+    inputs: tuple[TensorInfo, ...]
+    output: TensorInfo
+    rule: LayerRule
+
+    @property
+    def is_windowed(self) -> bool:
+        return len(self.output.shape) == 4 and self.rule.row_tiles
+
+
+@dataclass
+class Graph:
+    """The layers in dataflow order; ``params`` the entry's inputs, ``output`` its result."""
+
+    params: list[TensorInfo]
+    layers: list[Layer]
+    output: TensorInfo
+
+    def consumers(self) -> dict[TensorInfo, list[Layer]]:
+        users: dict[TensorInfo, list[Layer]] = {}
+        for layer in self.layers:
+            for t in dict.fromkeys(layer.inputs):
+                users.setdefault(t, []).append(layer)
+        return users
+
+    @property
+    def constants(self) -> list[TensorInfo]:
+        return list(dict.fromkeys(t for layer in self.layers for t in layer.inputs
+                                  if t.is_constant))
+
+
+def _static(t: object, what: str) -> tuple[tuple[int, ...], str]:
+    if not isinstance(t, TensorType):
+        raise NotOnAccelerator(f"{what} is a {type(t).__name__}, not a tensor")
+    shape = t.shape
+    if not all(isinstance(n, int) for n in shape):
+        raise NotOnAccelerator(f"{what} has a shape known only at run time ({t})")
+    return tuple(shape), t.concrete_dtype()
+
+
+class _Extractor:
+    def __init__(self) -> None:
+        self.tensors: dict[Expr, TensorInfo | list[TensorInfo]] = {}
+        self.layers: list[Layer] = []
+        self.counts: dict[str, int] = {}
+
+    def fresh(self, base: str) -> str:
+        n = self.counts.get(base, 0)
+        self.counts[base] = n + 1
+        return f"{base}_{n}"
+
+    def value(self, e: Expr) -> TensorInfo | list[TensorInfo]:
+        known = self.tensors.get(e)
+        if known is not None:
+            return known
+        if isinstance(e, Constant):
+            shape, dtype = tuple(e.data.shape), e.data.dtype.name
+            out: TensorInfo | list[TensorInfo] = TensorInfo(self.fresh("const"), shape, dtype,
+                                                            e.data)
+        elif isinstance(e, Tuple):
+            out = [self.tensor(f) for f in e.fields]
+        elif isinstance(e, Let):
+            self.tensors[e.var] = self.value(e.value)
+            out = self.value(e.body)
+        elif isinstance(e, Call) and isinstance(e.op, Op):
+            out = self.call(e)
+        elif isinstance(e, Var):
+            raise NotOnAccelerator(f"the variable %{e.name_hint} is not bound by the program")
+        else:
+            raise NotOnAccelerator(f"the program has a {type(e).__name__}, which the "
+                                   "accelerator does not run")
+        self.tensors[e] = out
+        return out
+
+    def tensor(self, e: Expr) -> TensorInfo:
+        v = self.value(e)
+        if isinstance(v, list):
+            raise NotOnAccelerator("a tuple is used where the accelerator needs a tensor")
+        return v
+
+    def call(self, call: Call) -> TensorInfo:
+        opdef = call.op.definition  # type: ignore[attr-defined]
+        inputs: list[TensorInfo] = []
+        for a in call.args:
+            v = self.value(a)
+            inputs.extend(v if isinstance(v, list) else [v])
+        name = self.fresh(opdef.name)
+        shape, dtype = _static(call.checked_type, f"the result of {opdef.name}")
+        attrs = dict(call.attrs)
+        rule = rule_for(opdef, attrs, [t.shape for t in inputs], shape)
+        if rule is None:
+            raise NotOnAccelerator(f"{opdef.name} has no accelerator lowering")
+        if dtype != "float32" or any(t.dtype != "float32" for t in inputs):
+            raise NotOnAccelerator(f"{name} computes in {dtype}: the accelerator runs float32")
+        out = TensorInfo(name, shape, dtype)
+        self.layers.append(Layer(name, opdef, attrs, tuple(inputs), out, rule))
+        return out
+
+
+def extract(fn: Function) -> Graph:
+    """The graph of a typed function of op calls (see the module docstring)."""
+    ex = _Extractor()
+    params = []
+    for p in fn.params:
+        shape, dtype = _static(p.checked_type, f"the parameter %{p.name_hint}")
+        t = TensorInfo(p.name_hint, shape, dtype)
+        ex.tensors[p] = t
+        params.append(t)
+    result = ex.value(fn.body)
+    if isinstance(result, list):
+        raise NotOnAccelerator("the result is a tuple: the accelerator returns one tensor")
+    if not ex.layers or result not in {layer.output for layer in ex.layers}:
+        raise NotOnAccelerator("the result is not computed by an op call")
+    return Graph(params, ex.layers, result)

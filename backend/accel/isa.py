@@ -1,0 +1,91 @@
+"""The accelerator's instructions, and the code generator from a schedule to them.
+
+Four queues' worth of instructions, as VTA's: LOAD moves a region of a DRAM tensor to an
+on-chip address, STORE the other way, GEMM (the MAC array: convolutions, dense layers) and
+ALU (the vector unit: pooling, activations, additions, the rest) compute a layer's output
+region from on-chip operands into on-chip memory, and SYNC ends a tile: its loads, the
+previous tile's computation and stores may overlap (double buffering), nothing crosses a
+SYNC otherwise.
+
+An on-chip operand names the tensor, its buffer's address, the region the buffer holds and
+the region the instruction reads of it. Activations (NCHW, batch 1) lie position by
+position on chip -- (H, W, C), the layout deep reuse assumes -- everything else in C order.
+
+>>> Instr(Opcode.SYNC).opcode.name
+'SYNC'
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from relaydsl.backend.accel.graph import Layer, TensorInfo
+from relaydsl.backend.accel.layers import Region, full_region
+from relaydsl.backend.accel.schedule import GroupPlan
+
+
+class Opcode(enum.Enum):
+    LOAD = "load"
+    STORE = "store"
+    GEMM = "gemm"
+    ALU = "alu"
+    SYNC = "sync"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """`region` of `tensor` read from (or written to) the buffer at `address`, which holds
+    `held` (a region of the same tensor containing it)."""
+
+    tensor: TensorInfo
+    address: int
+    held: Region
+    region: Region
+
+
+@dataclass(frozen=True)
+class Instr:
+    opcode: Opcode
+    layer: Layer | None = None
+    inputs: tuple[Operand, ...] = ()
+    output: Operand | None = None
+
+    def __str__(self) -> str:
+        def where(o: Operand) -> str:
+            span = "x".join(str(hi - lo) for lo, hi in o.region)
+            return f"{o.tensor.name}[{span}]@{o.address}"
+
+        if self.opcode is Opcode.SYNC:
+            return "SYNC"
+        if self.opcode in (Opcode.LOAD, Opcode.STORE):
+            assert self.output is not None
+            return f"{self.opcode.name:5} {where(self.output)}"
+        assert self.layer is not None and self.output is not None
+        args = ", ".join(where(o) for o in self.inputs)
+        return f"{self.opcode.name:5} {self.layer.name}({args}) -> {where(self.output)}"
+
+
+def generate(groups: list[GroupPlan]) -> list[Instr]:
+    """The instruction stream running `groups` in order."""
+    code: list[Instr] = []
+    for group in groups:
+        held: dict[TensorInfo, Region] = {}
+        for tile in group.tiles:
+            for t, region in tile.loads:
+                held[t] = region
+                code.append(Instr(Opcode.LOAD, output=Operand(
+                    t, group.addresses[t][0], region, region)))
+            for layer, out in tile.computes:
+                reads = layer.rule.deduce(layer, out)
+                operands = tuple(Operand(t, group.addresses[t][0], held[t], r)
+                                 for t, r in zip(layer.inputs, reads))
+                held[layer.output] = out
+                unit = Opcode.GEMM if layer.rule.unit == "mac" else Opcode.ALU
+                code.append(Instr(unit, layer, operands,
+                                  Operand(layer.output, group.addresses[layer.output][0], out,
+                                          out)))
+            for t, region in tile.stores:
+                code.append(Instr(Opcode.STORE, output=Operand(
+                    t, group.addresses[t][0], held.get(t, full_region(t.shape)), region)))
+            code.append(Instr(Opcode.SYNC))
+    return code

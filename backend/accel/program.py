@@ -1,0 +1,121 @@
+"""The accel target: a program compiled for the simulated accelerator, and run on it.
+
+``relay.build(f, target="accel", config=..., schedule=...)`` comes here (target.py):
+
+1. the accel pipeline (pipeline.py): the llvm target's optimisations with batch norm and
+   per-channel scales folded into the weights and constants folded, so that no scalar op
+   is left over, and InlineAll, so that the network is one function, one call;
+2. ``graph.extract``: the function as layers the accelerator has rules for;
+3. ``schedule.schedule``: the fused groups, tiles and on-chip addresses;
+4. ``isa.generate``: the instruction stream;
+5. a call runs it on ``simulator.Simulator`` and returns the result as NumPy.
+
+The report (``program.report``) is known from the build, before any call: the schedule is
+static. A program the accelerator cannot run (control flow, recursion, ADTs, closures, an
+op without an accelerator rule) runs on the host (the llvm target) instead, and its report
+says why.
+
+>>> import numpy as np
+>>> from relaydsl.ir import Call, Function, Op, TensorType, Var
+>>> from relaydsl.ir.module import IRModule
+>>> from relaydsl.typing import infer_types
+>>> x = Var("x", TensorType((1, 2, 4, 4)))
+>>> mod = infer_types(IRModule.from_expr(Function([x], Call(Op.get("relu"), [x]))))
+>>> program = AccelProgram(mod, "main", AcceleratorConfig.deep_fusion(), "none")
+>>> float(program(-np.ones((1, 2, 4, 4), np.float32)).max())
+0.0
+>>> program.report.dram_bytes   # 32 floats read, 32 written
+256
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any as AnyValue, Sequence
+
+import numpy as np
+
+from relaydsl.backend.accel.config import AcceleratorConfig
+from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, extract
+from relaydsl.backend.accel.isa import generate
+from relaydsl.backend.accel.report import AccelReport, GroupReport
+from relaydsl.backend.accel.schedule import GroupPlan, schedule
+from relaydsl.backend.accel.simulator import Simulator
+from relaydsl.ir.module import IRModule
+from relaydsl.transform import pipeline
+
+_log = logging.getLogger(__name__)
+
+
+def _group_report(g: GroupPlan) -> GroupReport:
+    return GroupReport(tuple(layer.name for layer in g.layers), len(g.tiles), g.tile_rows,
+                       g.channel_blocks, g.loop_order,
+                       {t.name: a for t, a in g.addresses.items()}, g.onchip_bytes,
+                       g.dram_read, g.dram_write, g.macs, g.alu_ops, g.seconds)
+
+
+def compulsory_bytes(graph: Graph, element_bytes: int) -> int:
+    """Inputs and weights read once, the result written once."""
+    read = {t for layer in graph.layers for t in layer.inputs
+            if t.is_constant or t in graph.params}
+    return (sum(t.size for t in read) + graph.output.size) * element_bytes
+
+
+class AccelProgram:
+    """`entry` of `mod` compiled for the accelerator `config` under `schedule_kind` (see the
+    module docstring); called with the entry's arguments, it returns its result."""
+
+    def __init__(self, mod: IRModule, entry: str, config: AcceleratorConfig,
+                 schedule_kind: str, host_options: dict[str, AnyValue] | None = None):
+        self.config, self.schedule_kind = config, schedule_kind
+        self.mod = pipeline.for_target("accel")(mod)
+        self.entry = entry
+        self.host = None
+        try:
+            self.graph = extract(self.mod[entry])
+        except NotOnAccelerator as e:
+            from relaydsl.backend.target import get_target
+
+            _log.warning("@%s runs on the host: %s", entry, e)
+            self.host = get_target("llvm").build(mod, entry, dict(host_options or {}))
+            self.report = AccelReport(schedule_kind, config, (), host=str(e))
+            return
+        self.groups = schedule(self.graph, config, schedule_kind)
+        self.code = generate(self.groups)
+        read: dict[str, int] = {}
+        written: dict[str, int] = {}
+        for g in self.groups:
+            for name, n in g.read_bytes.items():
+                read[name] = read.get(name, 0) + n
+            for name, n in g.write_bytes.items():
+                written[name] = written.get(name, 0) + n
+        self.report = AccelReport(schedule_kind, config,
+                                  tuple(_group_report(g) for g in self.groups), read, written,
+                                  compulsory_bytes(self.graph, config.element_bytes))
+        _log.info("@%s on the accelerator: %s", entry, self.report.summary())
+
+    def __call__(self, *values: AnyValue) -> AnyValue:
+        if self.host is not None:
+            return self.host(*values)
+        dram = {p: np.asarray(v, np.float32) for p, v in zip(self.graph.params, values)}
+        dram.update({t: np.asarray(t.value, np.float32) for t in self.graph.constants})
+        counters = Simulator(self.graph, self.config).run(self.code, dram)
+        start, tiles_per_group = 0, []
+        for g in self.groups:
+            tiles_per_group.append(counters.tiles[start:start + len(g.tiles)])
+            start += len(g.tiles)
+        groups = tuple(
+            GroupReport(r.layers, r.tiles, r.tile_rows, r.channel_blocks, r.loop_order,
+                        r.addresses, r.onchip_bytes, sum(t.load_bytes for t in tiles),
+                        sum(t.store_bytes for t in tiles), sum(t.mac_ops for t in tiles),
+                        sum(t.alu_ops for t in tiles),
+                        Simulator.seconds_of(tiles, self.config))
+            for r, tiles in zip(self.report.groups, tiles_per_group))
+        self.report = AccelReport(self.schedule_kind, self.config, groups,
+                                  counters.read_bytes, counters.write_bytes,
+                                  self.report.compulsory_bytes)
+        return dram[self.graph.output]
+
+    def call_closure(self, closure: AnyValue, args: Sequence[AnyValue]) -> AnyValue:
+        if self.host is not None:
+            return self.host.call_closure(closure, args)
+        raise TypeError("a program on the accelerator returns tensors, not functions")

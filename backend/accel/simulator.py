@@ -1,0 +1,127 @@
+"""The accelerator simulator: runs an instruction stream on DRAM and on-chip memory.
+
+DRAM is a NumPy array per tensor; the on-chip buffer is one array of the config's bytes,
+addressed by byte. Each instruction does what the hardware would: LOAD copies a region of
+a DRAM tensor into the buffer at its address (in the on-chip layout, isa.py), GEMM and ALU
+read their operands from the buffer, compute the output region with the layer's rule and
+write it back, STORE copies a region out, SYNC closes a tile. Values that the schedule did
+not put where an instruction reads them come out wrong, which the tests would see.
+
+While it runs, it counts what the report shows: DRAM bytes read and written per tensor,
+MACs and ALU operations, each tile's cycles and the time (the schedule's model:
+schedule._seconds).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from relaydsl.backend.accel.config import AcceleratorConfig
+from relaydsl.backend.accel.graph import Graph, TensorInfo
+from relaydsl.backend.accel.isa import Instr, Opcode, Operand
+from relaydsl.backend.accel.layers import Region, region_shape, take
+from relaydsl.backend.accel.schedule import Tile, _seconds
+
+
+def _is_activation(t: TensorInfo) -> bool:
+    return len(t.shape) == 4 and not t.is_constant
+
+
+def to_chip(t: TensorInfo, values: np.ndarray) -> np.ndarray:
+    """The on-chip layout of a region's values, flattened."""
+    if _is_activation(t):
+        values = values.transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(values, np.float32).ravel()
+
+
+def from_chip(t: TensorInfo, flat: np.ndarray, region: Region) -> np.ndarray:
+    shape = region_shape(region)
+    if _is_activation(t):
+        n, c, h, w = shape
+        return flat.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    return flat.reshape(shape)
+
+
+def _relative(inner: Region, outer: Region) -> Region:
+    return tuple((lo - olo, hi - olo) for (lo, hi), (olo, _) in zip(inner, outer))
+
+
+@dataclass
+class Counters:
+    read_bytes: dict[str, int] = field(default_factory=dict)
+    write_bytes: dict[str, int] = field(default_factory=dict)
+    macs: int = 0
+    alu_ops: int = 0
+    tiles: list[Tile] = field(default_factory=list)
+
+
+class Simulator:
+    def __init__(self, graph: Graph, config: AcceleratorConfig):
+        self.graph, self.config = graph, config
+        self.words = np.full(config.onchip_bytes // 4, np.nan, np.float32)
+
+    def _read(self, o: Operand) -> np.ndarray:
+        size = math.prod(region_shape(o.held))
+        start = o.address // 4
+        held = from_chip(o.tensor, self.words[start:start + size], o.held)
+        return take(held, _relative(o.region, o.held))
+
+    def _write(self, o: Operand, values: np.ndarray) -> None:
+        flat = to_chip(o.tensor, values)
+        start = o.address // 4
+        if start + flat.size > self.words.size:
+            raise RuntimeError(f"the schedule put {o.tensor.name} past the on-chip buffer")
+        self.words[start:start + flat.size] = flat
+
+    def run(self, code: list[Instr], dram: dict[TensorInfo, np.ndarray]) -> Counters:
+        """Execute `code` with `dram` holding the inputs and constants; the layers' stored
+        outputs are added to `dram`."""
+        e = self.config.element_bytes
+        c = Counters()
+        loads = stores = macs = alu = cycles = 0
+        for ins in code:
+            op = ins.opcode
+            if op is Opcode.LOAD:
+                o = ins.output
+                assert o is not None
+                self._write(o, take(dram[o.tensor], o.region))
+                n = math.prod(region_shape(o.region)) * e
+                c.read_bytes[o.tensor.name] = c.read_bytes.get(o.tensor.name, 0) + n
+                loads += n
+            elif op is Opcode.STORE:
+                o = ins.output
+                assert o is not None
+                target = dram.setdefault(o.tensor, np.full(o.tensor.shape, np.nan, np.float32))
+                target[tuple(slice(lo, hi) for lo, hi in o.region)] = self._read(o)
+                n = math.prod(region_shape(o.region)) * e
+                c.write_bytes[o.tensor.name] = c.write_bytes.get(o.tensor.name, 0) + n
+                stores += n
+            elif op is Opcode.SYNC:
+                c.tiles.append(Tile((), (), (), loads, stores, macs, alu, cycles))
+                loads = stores = macs = alu = cycles = 0
+            else:
+                layer, o = ins.layer, ins.output
+                assert layer is not None and o is not None
+                tiles = [self._read(i) for i in ins.inputs]
+                out = np.asarray(layer.rule.compute(layer, tiles, o.region), np.float32)
+                if out.shape != region_shape(o.region):
+                    raise RuntimeError(f"{layer.name}: computed {out.shape} for the region "
+                                       f"{region_shape(o.region)}")
+                self._write(o, out)
+                work = layer.rule.work(layer, o.region)
+                if op is Opcode.GEMM:
+                    macs += work
+                    cycles += math.ceil(work / self.config.macs_per_cycle)
+                else:
+                    alu += work
+                    cycles += math.ceil(work / self.config.alu_lanes)
+        c.macs = sum(t.mac_ops for t in c.tiles)
+        c.alu_ops = sum(t.alu_ops for t in c.tiles)
+        return c
+
+    @staticmethod
+    def seconds_of(tiles: list[Tile], config: AcceleratorConfig) -> float:
+        """The time of one group's tiles as counted by a run."""
+        return _seconds(tiles, config)

@@ -1,0 +1,156 @@
+"""The accel target end to end: values against JAX on single ops, fused chains, residual
+and inception blocks and a small network, under every schedule and buffer size; the
+report's invariants; the host for what the accelerator cannot run; the errors."""
+import numpy as np
+import pytest
+
+from relaydsl import Float, Tensor, relay, relay_model
+from relaydsl.backend.accel.config import KIB, AcceleratorConfig
+from relaydsl.backend.accel.schedule import SCHEDULES
+from relaydsl.testing.oracle import to_jax
+
+RTOL, ATOL = 1e-4, 1e-5
+SMALL = AcceleratorConfig.deep_fusion(onchip_bytes=24 * KIB)  # tiles and channel blocks
+CONFIGS = [AcceleratorConfig.deep_fusion(), SMALL,
+           AcceleratorConfig.deep_fusion(onchip_bytes=24 * KIB, double_buffering=False)]
+
+
+@relay
+def chain(x: Tensor[Float, (1, 3, 20, 20)], w1: Tensor[Float, (8, 3, 3, 3)],
+          b1: Tensor[Float, (8,)], w2: Tensor[Float, (6, 8, 1, 1)]
+          ) -> Tensor[Float, (1, 6, 10, 10)]:
+    h = relay.relu(relay.bias_add(relay.conv2d(x, w1, padding=1), b1))
+    h = relay.max_pool2d(h, pool_size=3, strides=2, padding=1)
+    return relay.sigmoid(relay.conv2d(h, w2))
+
+
+@relay
+def residual(x: Tensor[Float, (1, 8, 16, 16)], w1: Tensor[Float, (8, 8, 3, 3)],
+             w2: Tensor[Float, (8, 8, 3, 3)]) -> Tensor[Float, (1, 8, 16, 16)]:
+    h = relay.relu(relay.conv2d(x, w1, padding=1))
+    t = relay.conv2d(h, w2, padding=1)
+    return relay.relu(t + x)
+
+
+@relay
+def inception(x: Tensor[Float, (1, 8, 12, 12)], a: Tensor[Float, (4, 8, 1, 1)],
+              b: Tensor[Float, (6, 8, 3, 3)], c: Tensor[Float, (2, 8, 5, 5)]
+              ) -> Tensor[Float, (1, 20, 12, 12)]:
+    pooled = relay.max_pool2d(x, pool_size=3, strides=1, padding=1)
+    return relay.concatenate((relay.conv2d(x, a), relay.conv2d(x, b, padding=1),
+                              relay.conv2d(x, c, padding=2), pooled), axis=1)
+
+
+@relay
+def classifier(x: Tensor[Float, (1, 4, 16, 16)], w: Tensor[Float, (16, 4, 3, 3)],
+               d: Tensor[Float, (10, 16)]) -> Tensor[Float, (1, 10)]:
+    h = relay.relu(relay.conv2d(x, w, strides=2, padding=1))
+    h = relay.avg_pool2d(h, pool_size=2, strides=2)
+    return relay.softmax(relay.dense(relay.flatten(relay.global_avg_pool2d(h)), d))
+
+
+PROGRAMS = [chain, residual, inception, classifier]
+
+
+def _args(fn, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(p.checked_type.shape).astype(np.float32) * 0.5
+            for p in fn.function.params]
+
+
+def _jax(fn, args):
+    return np.asarray(to_jax(fn.mod, fn.global_var.name_hint)(*args))
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("config", CONFIGS, ids=["768KiB", "24KiB", "24KiB-single-buffer"])
+def test_every_schedule_computes_what_jax_computes(fn, config):
+    args = _args(fn)
+    expected = _jax(fn, args)
+    for schedule in SCHEDULES:
+        exe = relay.build(fn, target="accel", config=config, schedule=schedule)
+        np.testing.assert_allclose(exe(*args), expected, rtol=RTOL, atol=ATOL,
+                                   err_msg=f"{fn.__name__}, {schedule}")
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+def test_the_report_keeps_its_invariants(fn):
+    args = _args(fn)
+    traffic = {}
+    for schedule in SCHEDULES:
+        exe = relay.build(fn, target="accel", config=SMALL, schedule=schedule)
+        static = exe.report
+        exe(*args)
+        ran = exe.report
+        # the simulator's own counts are the schedule's
+        assert (ran.read_bytes, ran.write_bytes, ran.macs) == \
+            (static.read_bytes, static.write_bytes, static.macs)
+        assert ran.seconds == pytest.approx(static.seconds)
+        assert ran.dram_bytes >= ran.compulsory_bytes
+        assert ran.seconds >= ran.roofline_seconds * (1 - 1e-9)
+        assert ran.onchip_peak_bytes <= SMALL.onchip_bytes
+        traffic[schedule] = ran.dram_bytes
+    assert traffic["none"] >= traffic["fusion"] >= traffic["fusion+reuse"]
+    assert traffic["fusion"] < traffic["none"]
+
+
+def test_more_on_chip_memory_never_adds_traffic():
+    for schedule in ("fusion", "fusion+reuse"):
+        bytes_moved = [relay.build(residual, target="accel", schedule=schedule,
+                                   config=AcceleratorConfig.deep_fusion(onchip_bytes=k * KIB)
+                                   ).report.dram_bytes for k in (12, 16, 24, 48, 96, 768)]
+        assert bytes_moved == sorted(bytes_moved, reverse=True)
+
+
+def test_a_model_runs_with_its_parameters_as_constants():
+    @relay_model
+    def net(x: Tensor[Float, (1, 3, 16, 16)]) -> Tensor[Float, (1, 5)]:
+        h = relay.relu(relay.batch_norm(relay.conv2d(x, num_filter=8, ksize=3, padding=1,
+                                                     no_bias=True)))
+        h = relay.max_pool(h, ksize=2, strides=2)
+        return relay.linear(relay.flatten_layer(h), num_hidden=5)
+
+    model = relay.create_model(net, seed=0)
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    exe = relay.build(model, target="accel", config=SMALL)
+    # batch norm folded into the weights: no layer of it is left on the accelerator
+    layers = [name for g in exe.report.groups for name in g.layers]
+    assert not any(name.startswith("batch_norm") for name in layers)
+    np.testing.assert_allclose(exe(x), model(x), rtol=RTOL, atol=ATOL)
+    text = str(exe.report)
+    assert "fusion+reuse on deep_fusion" in text and "DRAM read MB" in text
+    assert exe.report.to_markdown().count("\n|") == len(exe.report.groups) + 2  # + header
+
+
+def test_the_report_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    exe = relay.build(residual, target="accel", config=SMALL)
+    exe.report.plot(str(tmp_path / "r.png"))
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_what_the_accelerator_cannot_run_runs_on_the_host():
+    @relay
+    def loop(x: Tensor[Float, (1, 2, 4, 4)], n: Tensor[Float, ()]) -> Tensor[Float, (1, 2, 4, 4)]:
+        if n > 0.0:
+            return relay.relu(x)
+        return x
+
+    x = -np.ones((1, 2, 4, 4), np.float32)
+    exe = relay.build(loop, target="accel")
+    np.testing.assert_array_equal(exe(x, np.float32(1)), np.zeros_like(x))
+    assert exe.report.host is not None and "If" in exe.report.host
+    assert "ran on the host" in str(exe.report)
+
+
+def test_errors_name_what_is_wrong():
+    with pytest.raises(TypeError, match=r"config must be a relay\.AcceleratorConfig"):
+        relay.build(chain, target="accel", config={"onchip_bytes": 1})
+    with pytest.raises(ValueError, match=r"unknown schedule 'fuse'"):
+        relay.build(chain, target="accel", schedule="fuse")
+    tiny = AcceleratorConfig.deep_fusion(onchip_bytes=64)
+    with pytest.raises(ValueError, match=r"AcceleratorConfig\.onchip_bytes: 64 bytes hold no "
+                                         r"tile of layer conv2d_0"):
+        relay.build(chain, target="accel", config=tiny)
+    with pytest.raises(AttributeError, match="target 'llvm' keeps no report"):
+        relay.build(chain, target="llvm").report
