@@ -277,16 +277,19 @@ class _Layers:
         return self.params[name]
 
 
-def _jax_nn(params: dict[str, Any]):
-    """conv, bn, dense, max_pool over one model's parameters, in JAX, NCHW."""
+def jax_layers(params: dict[str, Any]):
+    """jax, jax.numpy and conv, bn, dense, max_pool over one model's parameters, in JAX,
+    NCHW; each layer function takes the next parameters of its kind. A conv's `pad` is an
+    int or (h, w)."""
     jax, jnp = jax_modules()
     p = _Layers(params)
     highest = jax.lax.Precision.HIGHEST
 
-    def conv(x, stride=1, pad=0, groups=1, bias=True):
+    def conv(x, stride=1, pad: int | tuple[int, int] = 0, groups=1, bias=True):
         name = p.next("conv2d")
+        pad_h, pad_w = (pad, pad) if isinstance(pad, int) else pad
         y = jax.lax.conv_general_dilated(
-            x, p[f"{name}.weight"], (stride, stride), [(pad, pad), (pad, pad)],
+            x, p[f"{name}.weight"], (stride, stride), [(pad_h, pad_h), (pad_w, pad_w)],
             feature_group_count=groups, dimension_numbers=("NCHW", "OIHW", "NCHW"),
             precision=highest)
         return y + p[f"{name}.bias"][:, None, None] if bias else y
@@ -310,7 +313,7 @@ def _jax_nn(params: dict[str, Any]):
 
 
 def resnet18_jax(params: dict[str, Any], x: Any) -> Any:
-    jax, jnp, conv, bn, dense, max_pool = _jax_nn(params)
+    jax, jnp, conv, bn, dense, max_pool = jax_layers(params)
     relu = jax.nn.relu
     h = max_pool(relu(bn(conv(x, 2, 3, bias=False))), 3, 2, 1)
     for stage in range(4):
@@ -329,7 +332,7 @@ MOBILENET_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), *
 
 
 def mobilenet_v1_jax(params: dict[str, Any], x: Any) -> Any:
-    jax, jnp, conv, bn, dense, _ = _jax_nn(params)
+    jax, jnp, conv, bn, dense, _ = jax_layers(params)
     relu = jax.nn.relu
     h = relu(bn(conv(x, 2, 1, bias=False)))
     channels = 32
@@ -340,11 +343,12 @@ def mobilenet_v1_jax(params: dict[str, Any], x: Any) -> Any:
     return dense(jnp.mean(h, axis=(2, 3)))
 
 
-def vgg16_jax(params: dict[str, Any], x: Any) -> Any:
-    jax, _, conv, _, dense, max_pool = _jax_nn(params)
+def vgg_jax(params: dict[str, Any], x: Any, groups: tuple[int, ...]) -> Any:
+    """A VGG network with `groups` 3x3 convolutions before each of its five max pools."""
+    jax, _, conv, _, dense, max_pool = jax_layers(params)
     relu = jax.nn.relu
     h = x
-    for convs in (2, 2, 3, 3, 3):
+    for convs in groups:
         for _ in range(convs):
             h = relu(conv(h, 1, 1))
         h = max_pool(h, 2, 2)
@@ -353,8 +357,12 @@ def vgg16_jax(params: dict[str, Any], x: Any) -> Any:
     return dense(h)
 
 
+def vgg16_jax(params: dict[str, Any], x: Any) -> Any:
+    return vgg_jax(params, x, (2, 2, 3, 3, 3))
+
+
 def nature_dqn_jax(params: dict[str, Any], x: Any) -> Any:
-    jax, _, conv, _, dense, _ = _jax_nn(params)
+    jax, _, conv, _, dense, _ = jax_layers(params)
     relu = jax.nn.relu
     h = relu(conv(relu(conv(relu(conv(x, 4)), 2)), 1))
     return dense(relu(dense(h.reshape(1, -1))))
