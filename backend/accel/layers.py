@@ -80,7 +80,7 @@ class LayerRule:
 # ---- windowed ops ----------------------------------------------------------------------
 
 
-def _window(layer: "Layer") -> tuple[tuple[int, int], tuple[int, int], tuple[int, int],
+def window(layer: "Layer") -> tuple[tuple[int, int], tuple[int, int], tuple[int, int],
                                      tuple[int, int, int, int]]:
     """(kernel, strides, dilation, pads) of a conv2d or pool layer."""
     a = layer.attrs
@@ -94,7 +94,7 @@ def _window_rows(layer: "Layer", out: Region) -> tuple[list[tuple[int, int]],
                                                        list[tuple[int, int]]]:
     """The clipped input (lo, hi) along H and W of the output region, and the padding
     (before, after) the clip removed along each."""
-    kernel, strides, dilation, pads = _window(layer)
+    kernel, strides, dilation, pads = window(layer)
     size = layer.inputs[0].shape[2:]
     spans, pad_pairs = [], []
     for axis in (0, 1):
@@ -139,7 +139,7 @@ def _windowed_compute(layer: "Layer", tiles: list[np.ndarray], out: Region) -> n
 
 
 def _windowed_work(layer: "Layer", out: Region) -> int:
-    kernel, _, _, _ = _window(layer)
+    kernel, _, _, _ = window(layer)
     per_output = kernel[0] * kernel[1]
     if layer.opdef is ops.conv2d:
         per_output *= layer.inputs[1].shape[1]  # input channels per group

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 
 from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, Layer, TensorInfo
-from relaydsl.backend.accel.layers import Region, region_shape, region_size
+from relaydsl.backend.accel.layers import (
+    CONV2D, ELEMENTWISE, WINDOWED, Region, region_shape, region_size, window,
+)
 from relaydsl.backend.accel.memory import Buffer, allocate, deep_reuse_offset
 
 SCHEDULES = ("none", "fusion", "fusion+reuse", "fusion:greedy", "fusion+reuse:greedy")
@@ -282,8 +284,6 @@ def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region,
             element_bytes: int) -> int | None:
     """The deep-reuse offset of `layer`'s output tile over input `t`'s tile, or None where
     the layer reads it other than window by window (a broadcast operand, a concatenation)."""
-    from relaydsl.backend.accel.layers import CONV2D, ELEMENTWISE, WINDOWED, _window
-
     (h_lo, _), (w_lo, _) = t_region[2], t_region[3]
     rows, cols = range(*out[2]), range(*out[3])
     if layer.rule is ELEMENTWISE:
@@ -293,7 +293,7 @@ def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region,
         row_starts = [r - h_lo for r in rows]
         col_starts = [c - w_lo for c in cols]
     elif layer.rule in (WINDOWED, CONV2D) and t is layer.inputs[0]:
-        _, strides, _, pads = _window(layer)
+        _, strides, _, pads = window(layer)
         row_starts = [max(r * strides[0] - pads[0], 0) - h_lo for r in rows]
         col_starts = [max(c * strides[1] - pads[1], 0) - w_lo for c in cols]
     else:
