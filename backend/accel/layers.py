@@ -13,8 +13,9 @@ its fusion pattern (never its name):
 - elementwise and broadcast ops: the same region (a broadcast axis reads its one element;
   bias_add's bias the channels of the region);
 - channel concatenation: the same rows of every input, all its channels;
-- dense: its output units in blocks (each block reads its rows of the weight); the others
-  (softmax, flatten, reshape, global pooling, reductions) read their whole input.
+- dense: its output units in blocks (each block reads its rows of the weight); global
+  pooling in blocks of channels; the others (softmax, flatten, reshape, reductions) read
+  their whole input.
 
 A region is a tuple of half-open ``(lo, hi)`` per axis of a tensor.
 
@@ -217,6 +218,18 @@ def _dense_compute(layer: "Layer", tiles: list[np.ndarray], out: Region) -> np.n
                 (*out[:-1], (0, out[-1][1] - out[-1][0])))
 
 
+def _global_pool_deduce(layer: "Layer", out: Region) -> list[Region]:
+    return [(out[0], out[1], *full_region(layer.inputs[0].shape[2:]))]
+
+
+def _global_pool_compute(layer: "Layer", tiles: list[np.ndarray], out: Region) -> np.ndarray:
+    return layer.opdef.numpy_ref(*tiles, **layer.attrs)
+
+
+# a channel's mean or maximum over the whole image: blocks of channels fit where all do not
+GLOBAL_POOL = LayerRule("alu", _global_pool_deduce, _global_pool_compute,
+                        lambda layer, out: region_size(_global_pool_deduce(layer, out)[0]),
+                        channel_blocks=True, row_tiles=False)
 DENSE = LayerRule("mac", _dense_deduce, _dense_compute,
                   lambda layer, out: region_size(out) * layer.inputs[1].shape[1],
                   channel_blocks=True, row_tiles=False)
@@ -227,7 +240,7 @@ _RULES: dict[OpDef, LayerRule] = {
     ops.conv2d: CONV2D, ops.max_pool2d: WINDOWED, ops.avg_pool2d: WINDOWED,
     ops.dense: DENSE, ops.bias_add: BIAS_ADD,
     ops.softmax: WHOLE, ops.log_softmax: WHOLE, ops.flatten: WHOLE, ops.reshape: WHOLE,
-    ops.global_avg_pool2d: WHOLE, ops.global_max_pool2d: WHOLE, ops.mean: WHOLE,
+    ops.global_avg_pool2d: GLOBAL_POOL, ops.global_max_pool2d: GLOBAL_POOL, ops.mean: WHOLE,
     ops.sum: WHOLE, ops.max: WHOLE, ops.squeeze: WHOLE, ops.expand_dims: WHOLE,
 }
 

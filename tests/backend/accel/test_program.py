@@ -154,3 +154,15 @@ def test_errors_name_what_is_wrong():
         relay.build(chain, target="accel", config=tiny)
     with pytest.raises(AttributeError, match="target 'llvm' keeps no report"):
         relay.build(chain, target="llvm").report
+
+
+def test_a_global_pool_too_big_for_the_buffer_runs_in_blocks_of_channels():
+    @relay
+    def pool(x: Tensor[Float, (1, 64, 8, 8)]) -> Tensor[Float, (1, 64, 1, 1)]:
+        return relay.global_avg_pool2d(relay.relu(x))
+
+    x = np.random.default_rng(0).standard_normal((1, 64, 8, 8)).astype(np.float32)
+    exe = relay.build(pool, target="accel", schedule="none",
+                      config=AcceleratorConfig.deep_fusion(onchip_bytes=12 * KIB))
+    np.testing.assert_allclose(exe(x), _jax(pool, [x]), rtol=RTOL, atol=ATOL)
+    assert exe.report.groups[-1].channel_blocks > 1
