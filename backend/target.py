@@ -176,8 +176,7 @@ def _accel(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
     from relaydsl.backend.accel.program import AccelProgram
 
     config = options["config"] or AcceleratorConfig.deep_fusion()
-    return AccelProgram(mod, entry, config, options["schedule"],
-                        host_options={"opt_level": options["opt_level"]})
+    return AccelProgram(mod, entry, config, options["schedule"])
 
 
 register_target(Target("accel", "a simulated DNN accelerator with Deep Fusion scheduling "

@@ -91,7 +91,7 @@ class Graph:
 
 def _static(t: object, what: str) -> tuple[tuple[int, ...], str]:
     if not isinstance(t, TensorType):
-        raise NotOnAccelerator(f"{what} is a {type(t).__name__}, not a tensor")
+        raise NotOnAccelerator(f"{what} is a {t}, not a tensor")
     shape = t.shape
     if not all(isinstance(n, int) for n in shape):
         raise NotOnAccelerator(f"{what} has a shape known only at run time ({t})")

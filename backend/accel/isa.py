@@ -3,7 +3,9 @@
 Four queues' worth of instructions, as VTA's: LOAD moves a region of a DRAM tensor to an
 on-chip address, STORE the other way, GEMM (the MAC array: convolutions, dense layers) and
 ALU (the vector unit: pooling, activations, additions, the rest) compute a layer's output
-region from on-chip operands into on-chip memory, and SYNC ends a tile: its loads, the
+region from on-chip operands into on-chip memory, SHIFT keeps the rows of a line buffer
+that the next tile reads again (the rows it holds become the new band's first rows; a
+circular buffer in hardware, which costs no cycles), and SYNC ends a tile: its loads, the
 previous tile's computation and stores may overlap (double buffering), nothing crosses a
 SYNC otherwise.
 
@@ -29,6 +31,7 @@ class Opcode(enum.Enum):
     STORE = "store"
     GEMM = "gemm"
     ALU = "alu"
+    SHIFT = "shift"
     SYNC = "sync"
 
 
@@ -57,7 +60,7 @@ class Instr:
 
         if self.opcode is Opcode.SYNC:
             return "SYNC"
-        if self.opcode in (Opcode.LOAD, Opcode.STORE):
+        if self.opcode in (Opcode.LOAD, Opcode.STORE, Opcode.SHIFT):
             assert self.output is not None
             return f"{self.opcode.name:5} {where(self.output)}"
         assert self.layer is not None and self.output is not None
@@ -71,10 +74,15 @@ def generate(groups: list[GroupPlan]) -> list[Instr]:
     for group in groups:
         held: dict[TensorInfo, Region] = {}
         for tile in group.tiles:
-            for t, region in tile.loads:
+            for t, loaded, region in tile.loads:
+                address = group.addresses[t][0]
+                if loaded != region:  # a line buffer: its kept rows move to the front
+                    code.append(Instr(Opcode.SHIFT, inputs=(Operand(t, address, held[t],
+                                                                    held[t]),),
+                                      output=Operand(t, address, region, region)))
                 held[t] = region
-                code.append(Instr(Opcode.LOAD, output=Operand(
-                    t, group.addresses[t][0], region, region)))
+                if all(lo < hi for lo, hi in loaded) or not loaded:
+                    code.append(Instr(Opcode.LOAD, output=Operand(t, address, region, loaded)))
             for layer, out in tile.computes:
                 reads = layer.rule.deduce(layer, out)
                 operands = tuple(Operand(t, group.addresses[t][0], held[t], r)

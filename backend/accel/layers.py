@@ -236,6 +236,10 @@ DENSE = LayerRule("mac", _dense_deduce, _dense_compute,
 WHOLE = LayerRule("alu", _whole_deduce, _whole_compute,
                   lambda layer, out: sum(t.size for t in layer.inputs), row_tiles=False)
 
+CONCAT = LayerRule("alu", _whole_deduce,
+                   lambda layer, tiles, out: take(np.concatenate(tiles, layer.attrs["axis"]), out),
+                   lambda layer, out: region_size(out), row_tiles=False)
+
 _RULES: dict[OpDef, LayerRule] = {
     ops.conv2d: CONV2D, ops.max_pool2d: WINDOWED, ops.avg_pool2d: WINDOWED,
     ops.dense: DENSE, ops.bias_add: BIAS_ADD,
@@ -251,7 +255,7 @@ def rule_for(opdef: OpDef, attrs: dict[str, AnyValue], input_shapes: list[tuple[
     call then runs on the host)."""
     nchw = len(output_shape) == 4 and all(len(s) == 4 for s in input_shapes[:1])
     if opdef is ops.concatenate:
-        return CONCAT_CHANNELS if nchw and attrs["axis"] in (1, -3) else WHOLE
+        return CONCAT_CHANNELS if nchw and attrs["axis"] in (1, -3) else CONCAT
     rule = _RULES.get(opdef)
     if rule is None:
         return ELEMENTWISE if opdef.pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST) \

@@ -11,9 +11,9 @@
 5. a call runs it on ``simulator.Simulator`` and returns the result as NumPy.
 
 The report (``program.report``) is known from the build, before any call: the schedule is
-static. A program the accelerator cannot run (control flow, recursion, ADTs, closures, an
-op without an accelerator rule) runs on the host (the llvm target) instead, and its report
-says why.
+static. A program that is not one network (control flow, recursion, ADTs, closures, an op
+without an accelerator rule) runs its control on the host and its fused groups of op calls
+on the accelerator (hybrid.py); its report says why and counts both.
 
 >>> import numpy as np
 >>> from relaydsl.ir import Call, Function, Op, TensorType, Var
@@ -36,6 +36,7 @@ import numpy as np
 
 from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, extract
+from relaydsl.backend.accel.hybrid import HybridProgram
 from relaydsl.backend.accel.isa import generate
 from relaydsl.backend.accel.report import AccelReport, GroupReport
 from relaydsl.backend.accel.schedule import GroupPlan, schedule
@@ -65,19 +66,18 @@ class AccelProgram:
     module docstring); called with the entry's arguments, it returns its result."""
 
     def __init__(self, mod: IRModule, entry: str, config: AcceleratorConfig,
-                 schedule_kind: str, host_options: dict[str, AnyValue] | None = None):
+                 schedule_kind: str):
         self.config, self.schedule_kind = config, schedule_kind
         self.mod = pipeline.for_target("accel")(mod)
         self.entry = entry
-        self.host = None
+        self.hybrid: HybridProgram | None = None
         try:
             self.graph = extract(self.mod[entry])
         except NotOnAccelerator as e:
-            from relaydsl.backend.target import get_target
-
-            _log.warning("@%s runs on the host: %s", entry, e)
-            self.host = get_target("llvm").build(mod, entry, dict(host_options or {}))
-            self.report = AccelReport(schedule_kind, config, (), host=str(e))
+            _log.info("@%s is not one network (%s): its control runs on the host, its fused "
+                      "op groups on the accelerator", entry, e)
+            self.hybrid = HybridProgram(self.mod, entry, config, schedule_kind, str(e))
+            self.report = self.hybrid.report
             return
         self.groups = schedule(self.graph, config, schedule_kind)
         self.code = generate(self.groups)
@@ -94,8 +94,10 @@ class AccelProgram:
         _log.info("@%s on the accelerator: %s", entry, self.report.summary())
 
     def __call__(self, *values: AnyValue) -> AnyValue:
-        if self.host is not None:
-            return self.host(*values)
+        if self.hybrid is not None:
+            result = self.hybrid(*values)
+            self.report = self.hybrid.report
+            return result
         dram = {p: np.asarray(v, np.float32) for p, v in zip(self.graph.params, values)}
         dram.update({t: np.asarray(t.value, np.float32) for t in self.graph.constants})
         counters = Simulator(self.graph, self.config).run(self.code, dram)
@@ -116,6 +118,6 @@ class AccelProgram:
         return dram[self.graph.output]
 
     def call_closure(self, closure: AnyValue, args: Sequence[AnyValue]) -> AnyValue:
-        if self.host is not None:
-            return self.host.call_closure(closure, args)
+        if self.hybrid is not None:
+            return self.hybrid.call_closure(closure, args)
         raise TypeError("a program on the accelerator returns tensors, not functions")

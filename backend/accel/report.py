@@ -43,8 +43,10 @@ class AccelReport:
     """A network's cost on the accelerator under one schedule (see the module docstring).
 
     ``compulsory_bytes`` is what any schedule moves: the inputs and weights read once and
-    the result written once. ``host`` says why the program ran on the host instead (then
-    every figure is 0), or is None."""
+    the result written once. ``host`` is None for a program that is one network; else it
+    says why not, and the program ran on the host with its fused groups of op calls on the
+    accelerator (hybrid.py): ``offloaded_calls`` of them there, ``host_calls`` on the host
+    (no accelerator rule), ``transfer_bytes`` moved between the two."""
 
     schedule: str
     config: AcceleratorConfig
@@ -53,6 +55,9 @@ class AccelReport:
     write_bytes: dict[str, int] = field(default_factory=dict)
     compulsory_bytes: int = 0
     host: str | None = None
+    host_calls: int = 0
+    offloaded_calls: int = 0
+    transfer_bytes: int = 0
 
     @property
     def dram_read_bytes(self) -> int:
@@ -111,9 +116,13 @@ class AccelReport:
                                    "DRAM read MB", "DRAM write MB", "MMACs", "ms"]
 
     def summary(self) -> str:
+        head = f"{self.schedule} on {self.config.describe()}\n"
         if self.host is not None:
-            return f"ran on the host: {self.host}"
-        return (f"{self.schedule} on {self.config.describe()}\n"
+            head += (f"not one network ({self.host}): the control ran on the host, "
+                     f"{self.offloaded_calls} calls of fused op groups on the accelerator, "
+                     f"{self.host_calls} on the host, {self.transfer_bytes / 1e6:.3f} MB moved "
+                     "between them\n")
+        return (head +
                 f"{len(self.groups)} groups; DRAM {self.dram_bytes / 1e6:.3f} MB "
                 f"(read {self.dram_read_bytes / 1e6:.3f}, write {self.dram_write_bytes / 1e6:.3f}; "
                 f"compulsory {self.compulsory_bytes / 1e6:.3f}); {self.macs / 1e6:.2f} MMACs; "

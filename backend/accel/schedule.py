@@ -46,9 +46,12 @@ MAX_GROUP_LAYERS = 24  # the search's longest group: longer ones never fit 768 K
 
 @dataclass(frozen=True)
 class Tile:
-    """One step of a group: what it loads, computes and stores (regions per tensor)."""
+    """One step of a group: what it loads, computes and stores (regions per tensor). A load
+    is (tensor, the region read from DRAM, the region its buffer holds afterwards): a line
+    buffer keeps the rows the previous tile loaded that this one reads again, and loads only
+    the rows after them."""
 
-    loads: tuple[tuple[TensorInfo, Region], ...]
+    loads: tuple[tuple[TensorInfo, Region, Region], ...]
     computes: tuple[tuple[Layer, Region], ...]
     stores: tuple[tuple[TensorInfo, Region], ...]
     load_bytes: int
@@ -196,6 +199,7 @@ def plan_group(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: l
     stored_upto = dict.fromkeys(ctx.stored, 0)
     loaded_before: dict[TensorInfo, Region] = {}
     kept = set(ctx.weights)  # loaded once and read by later tiles: on chip all along
+    line_buffers: set[TensorInfo] = set()  # rows kept from one tile for the next
     peak_region: dict[TensorInfo, int] = {}
     deep_offsets: dict[TensorInfo, tuple[TensorInfo, int]] = {}
     out_tiles: list[Tile] = []
@@ -214,12 +218,17 @@ def plan_group(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: l
         loads = []
         for t in [*ctx.weights, *ctx.loads]:
             r = regions[t]
-            if loaded_before.get(t) == r:
+            before = loaded_before.get(t)
+            if before == r:
                 kept.add(t)
-            else:
-                loads.append((t, r))
-                loaded_before[t] = r
-                read[t.name] = read.get(t.name, 0) + region_size(r) * e
+                continue
+            new = r
+            if before is not None and _continues(before, r):
+                new = (*r[:2], (max(before[2][1], r[2][0]), r[2][1]), *r[3:])
+                line_buffers.add(t)
+            loads.append((t, new, r))
+            loaded_before[t] = r
+            read[t.name] = read.get(t.name, 0) + region_size(new) * e
         stores = []
         for t in ctx.stored:
             r = regions[t]
@@ -247,15 +256,23 @@ def plan_group(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: l
             else:
                 alu, cycles = alu + work, cycles + math.ceil(work / config.alu_lanes)
         out_tiles.append(Tile(tuple(loads), tuple(computes), tuple(stores),
-                              sum(region_size(r) * e for _, r in loads),
+                              sum(region_size(r) * e for _, r, _ in loads),
                               sum(region_size(r) * e for _, r in stores), mac, alu, cycles))
     if any(stored_upto[t] < (t.shape[2] if len(t.shape) == 4 else 1) for t in ctx.stored):
         return None
-    addresses, span = _place(ctx, peak_region, deep_offsets, kept, config, reuse)
+    addresses, span = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
+                             line_buffers, config, reuse)
     if span > config.onchip_bytes:
         return None
     return GroupPlan(layers, out_tiles, addresses, span, _seconds(out_tiles, config),
                      channel_blocks, loop_order, read, written)
+
+
+def _continues(before: Region, after: Region) -> bool:
+    """Whether a band of rows `after` starts within the band `before` of the same tensor,
+    the same in every other axis (a line buffer can keep the rows in between)."""
+    return len(after) == 4 and before[:2] == after[:2] and before[3:] == after[3:] and \
+        before[2][0] <= after[2][0] < before[2][1] and after[2][1] >= before[2][1]
 
 
 def _deep_reuse(ctx: _GroupContext, regions: dict[TensorInfo, Region],
@@ -307,7 +324,7 @@ def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region,
 
 def _place(ctx: _GroupContext, sizes: dict[TensorInfo, int],
            offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
-           config: AcceleratorConfig, reuse: bool
+           line_buffers: set[TensorInfo], config: AcceleratorConfig, reuse: bool
            ) -> tuple[dict[TensorInfo, tuple[int, int]], int]:
     """Addresses for the group's buffers: weights (and any input a later tile reads again
     without loading it) live for the whole group, a loaded input
@@ -321,8 +338,8 @@ def _place(ctx: _GroupContext, sizes: dict[TensorInfo, int],
     for t in order:
         if t in buffers:
             continue
-        if t in kept:
-            start, end, copies = 0, last, 1
+        if t in kept:  # a line buffer loads its next rows while a tile computes
+            start, end, copies = 0, last, double if t in line_buffers else 1
         elif t in ctx.loads:
             start, end, copies = 0, ctx.readers[t][-1], double
         else:

@@ -4,7 +4,8 @@ DRAM is a NumPy array per tensor; the on-chip buffer is one array of the config'
 addressed by byte. Each instruction does what the hardware would: LOAD copies a region of
 a DRAM tensor into the buffer at its address (in the on-chip layout, isa.py), GEMM and ALU
 read their operands from the buffer, compute the output region with the layer's rule and
-write it back, STORE copies a region out, SYNC closes a tile. Values that the schedule did
+write it back, STORE copies a region out, SHIFT moves a line buffer's kept rows to its
+front, SYNC closes a tile. Values that the schedule did
 not put where an instruction reads them come out wrong, which the tests would see.
 
 While it runs, it counts what the report shows: DRAM bytes read and written per tensor,
@@ -68,9 +69,21 @@ class Simulator:
         held = from_chip(o.tensor, self.words[start:start + size], o.held)
         return take(held, _relative(o.region, o.held))
 
+    def _offset(self, o: Operand) -> int:
+        """The word where `o.region` starts in its buffer: the buffer holds `o.held`, and a
+        band of an activation's rows is contiguous there (positions lie row by row)."""
+        if o.region == o.held:
+            return o.address // 4
+        if not _is_activation(o.tensor) or o.region[:2] != o.held[:2] or \
+                o.region[3:] != o.held[3:]:
+            raise RuntimeError(f"{o.tensor.name}: only a band of rows can be written into a "
+                               "buffer holding more")
+        row = math.prod(region_shape(o.held)) // (o.held[2][1] - o.held[2][0])
+        return o.address // 4 + (o.region[2][0] - o.held[2][0]) * row
+
     def _write(self, o: Operand, values: np.ndarray) -> None:
         flat = to_chip(o.tensor, values)
-        start = o.address // 4
+        start = self._offset(o)
         if start + flat.size > self.words.size:
             raise RuntimeError(f"the schedule put {o.tensor.name} past the on-chip buffer")
         self.words[start:start + flat.size] = flat
@@ -98,6 +111,14 @@ class Simulator:
                 n = math.prod(region_shape(o.region)) * e
                 c.write_bytes[o.tensor.name] = c.write_bytes.get(o.tensor.name, 0) + n
                 stores += n
+            elif op is Opcode.SHIFT:  # keep the rows both bands share, at the new band's front
+                before, after = ins.inputs[0], ins.output
+                assert after is not None
+                kept = (*after.region[:2], (after.region[2][0], before.region[2][1]),
+                        *after.region[3:])
+                self._write(Operand(after.tensor, after.address, after.region, kept),
+                            self._read(Operand(before.tensor, before.address, before.held,
+                                               kept)).copy())
             elif op is Opcode.SYNC:
                 c.tiles.append(Tile((), (), (), loads, stores, macs, alu, cycles))
                 loads = stores = macs = alu = cycles = 0

@@ -4,7 +4,7 @@ report's invariants; the host for what the accelerator cannot run; the errors.""
 import numpy as np
 import pytest
 
-from relaydsl import Float, Tensor, relay, relay_model
+from relaydsl import Float, Int, Tensor, relay, relay_model
 from relaydsl.backend.accel.config import KIB, AcceleratorConfig
 from relaydsl.backend.accel.schedule import SCHEDULES
 from relaydsl.testing.oracle import to_jax
@@ -129,18 +129,63 @@ def test_the_report_plots(tmp_path):
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_what_the_accelerator_cannot_run_runs_on_the_host():
-    @relay
-    def loop(x: Tensor[Float, (1, 2, 4, 4)], n: Tensor[Float, ()]) -> Tensor[Float, (1, 2, 4, 4)]:
-        if n > 0.0:
-            return relay.relu(x)
-        return x
+@relay
+def repeated(x: Tensor[Float, (1, 4, 8, 8)], w: Tensor[Float, (4, 4, 3, 3)], n: Int
+             ) -> Tensor[Float, (1, 4, 8, 8)]:
+    h = x
+    for _ in range(n):
+        h = relay.tanh(relay.conv2d(h, w, padding=1))
+    return h
 
-    x = -np.ones((1, 2, 4, 4), np.float32)
-    exe = relay.build(loop, target="accel")
-    np.testing.assert_array_equal(exe(x, np.float32(1)), np.zeros_like(x))
-    assert exe.report.host is not None and "If" in exe.report.host
-    assert "ran on the host" in str(exe.report)
+
+def test_a_loop_runs_on_the_host_and_its_layer_on_the_accelerator_each_turn():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    w = (rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32)
+    exe = relay.build(repeated, target="accel", config=SMALL)
+    assert exe.report.host is not None  # known from the build: not one network
+
+    def jax_repeated(n):
+        h = x
+        for _ in range(n):
+            h = np.tanh(_jax(conv_only, [h, w]))
+        return h
+
+    for n in (0, 1, 3):
+        np.testing.assert_allclose(exe(x, w, np.int32(n)), jax_repeated(n), rtol=RTOL,
+                                   atol=ATOL)
+        r = exe.report
+        assert r.offloaded_calls == n  # the loop's counter and test are int ops: the host's
+        assert r.macs == n * 4 * 8 * 8 * 4 * 9
+        assert r.transfer_bytes == n * (x.nbytes + w.nbytes + x.nbytes)
+        assert r.dram_bytes >= r.transfer_bytes
+    assert "the control ran on the host, 3 calls of fused op groups on the accelerator" in \
+        str(exe.report)
+
+
+@relay
+def conv_only(x: Tensor[Float, (1, 4, 8, 8)], w: Tensor[Float, (4, 4, 3, 3)]
+              ) -> Tensor[Float, (1, 4, 8, 8)]:
+    return relay.conv2d(x, w, padding=1)
+
+
+def test_a_tree_lstm_runs_its_cells_on_the_accelerator_and_its_recursion_on_the_host():
+    from relaydsl.datasets.sst import Leaf, Node, Vocabulary
+    from relaydsl.frontend.zoo import tree_lstm as zoo
+
+    tree = zoo.tree_lstm(vocab=20, hidden=8, dim=6)
+    model = relay.create_model(tree.model, seed=0)
+    sentence = Node(4, Leaf(1, "a"), Node(2, Leaf(3, "b"), Leaf(0, "c")))
+    value = zoo.to_adt(sentence, Vocabulary(("<unk>", "a", "b", "c")))
+    want_scores, want_loss = model(value)
+    exe = relay.build(model, target="accel", config=SMALL)
+    scores, loss = exe(value)
+    np.testing.assert_allclose(scores, want_scores, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(loss, want_loss, rtol=RTOL, atol=ATOL)
+    r = exe.report
+    assert r.host == "the parameter %tree is a ParseTree, not a tensor"
+    assert r.offloaded_calls > 0 and r.macs > 0  # the cells' dense layers
+    assert r.host_calls > 0  # the splits and losses, which have no accelerator rule
 
 
 def test_errors_name_what_is_wrong():
@@ -166,3 +211,18 @@ def test_a_global_pool_too_big_for_the_buffer_runs_in_blocks_of_channels():
                       config=AcceleratorConfig.deep_fusion(onchip_bytes=12 * KIB))
     np.testing.assert_allclose(exe(x), _jax(pool, [x]), rtol=RTOL, atol=ATOL)
     assert exe.report.groups[-1].channel_blocks > 1
+
+
+def test_a_line_buffer_loads_each_input_row_once():
+    @relay
+    def conv(x: Tensor[Float, (1, 8, 40, 40)], w: Tensor[Float, (8, 8, 3, 3)]
+             ) -> Tensor[Float, (1, 8, 40, 40)]:
+        return relay.conv2d(x, w, padding=1)
+
+    args = _args(conv)
+    exe = relay.build(conv, target="accel", schedule="none", config=SMALL)
+    group = exe.report.groups[0]
+    assert group.tiles > 1  # bands of rows, each reading its neighbours' rows too
+    np.testing.assert_allclose(exe(*args), _jax(conv, args), rtol=RTOL, atol=ATOL)
+    assert exe.report.read_bytes["x"] == args[0].nbytes
+    assert any(ins.opcode.name == "SHIFT" for ins in exe.program.code)

@@ -1,0 +1,171 @@
+"""The Deep Fusion paper's experiment (its Figures 8 and 9) on our accel target.
+
+    python benchmarks/accel/deep_fusion.py                 # the five networks, full size
+    python benchmarks/accel/deep_fusion.py --quick         # 32x32 images (75 for InceptionV3)
+    python benchmarks/accel/deep_fusion.py --networks resnet18,resnet50
+
+VGG-19, GoogLeNet, InceptionV3, ResNet-18 and ResNet-50 (benchmarks/accel/networks.py, at
+224x224, InceptionV3 at its 299x299; random weights) are built for
+``AcceleratorConfig.deep_fusion()`` -- the paper's prototype: 200 GFLOP/s, 1.5 GB/s DRAM,
+768 KiB on chip -- under each schedule: "none" (the paper's baseline, every layer alone),
+the paper's own greedy fusion without and with on-chip reuse, and ours (the groups chosen
+by dynamic programming). The schedule is static, so the figures come from the build's
+report; nothing runs at 224x224 (the tests check the values at small sizes).
+
+Written to benchmarks/accel/RESULTS.md: per network and schedule the DRAM traffic and the
+time, the reduction and the speedup over "none" beside the paper's figures, the compulsory
+traffic (the image, the weights and the result, each moved once) and how far each schedule
+is from it; and two bar charts (traffic_reduction.png, speedup.png; matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if not __package__ and str(ROOT) not in sys.path:  # run as a script, from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.accel import networks  # noqa: E402
+from relaydsl import relay  # noqa: E402
+from relaydsl.backend.accel.config import AcceleratorConfig  # noqa: E402
+from relaydsl.backend.accel.report import AccelReport  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SCHEDULES = ("none", "fusion:greedy", "fusion+reuse:greedy", "fusion", "fusion+reuse")
+LABELS = {"none": "none", "fusion:greedy": "fusion (paper's loop)",
+          "fusion+reuse:greedy": "fusion+reuse (paper's loop)", "fusion": "fusion (ours)",
+          "fusion+reuse": "fusion+reuse (ours)"}
+# What the paper states in its text (Figs. 8 and 9 are bar charts without numbers): the
+# reduction and speedup of fusion+reuse over the baseline.
+PAPER = {"vgg19": "lowest: 15%, 1.26x", "resnet50": "56%, 2.62x",
+         "average": "32%, 1.6x (range 15-56%, 1.26-2.62x)"}
+QUICK_IMAGE = {"inception_v3": 75}
+
+
+@dataclass
+class Row:
+    network: str
+    schedule: str
+    report: AccelReport
+    build_seconds: float
+
+
+def measure(names: list[str], image: int | None, config: AcceleratorConfig) -> list[Row]:
+    rows = []
+    for name in names:
+        size = QUICK_IMAGE.get(name, image) if image else None
+        model = relay.create_model(networks.model(name, size))
+        for schedule in SCHEDULES:
+            start = time.perf_counter()
+            report = relay.build(model, target="accel", config=config,
+                                 schedule=schedule).report
+            rows.append(Row(name, schedule, report, time.perf_counter() - start))
+            print(f"  {name:12} {schedule:20} {report.dram_bytes / 1e6:9.2f} MB "
+                  f"{report.seconds * 1e3:9.2f} ms  (built in {rows[-1].build_seconds:.1f} s)",
+                  flush=True)
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| network | schedule | DRAM MB | / compulsory | ms | traffic cut | speedup | "
+             "roofline ms | groups |", "|---|---|---|---|---|---|---|---|---|"]
+    base = {r.network: r.report for r in rows if r.schedule == "none"}
+    for r in rows:
+        b, rep = base[r.network], r.report
+        lines.append(
+            f"| {r.network} | {LABELS[r.schedule]} | {rep.dram_bytes / 1e6:.1f} | "
+            f"{rep.dram_bytes / rep.compulsory_bytes:.2f}x | {rep.seconds * 1e3:.1f} | "
+            f"{100 * (1 - rep.dram_bytes / b.dram_bytes):.1f}% | "
+            f"{b.seconds / rep.seconds:.2f}x | {rep.roofline_seconds * 1e3:.1f} | "
+            f"{len(rep.groups)} |")
+    return "\n".join(lines)
+
+
+def summary(rows: list[Row]) -> str:
+    base = {r.network: r.report for r in rows if r.schedule == "none"}
+    lines = ["| schedule | average traffic cut | average speedup | paper (fusion+reuse) |",
+             "|---|---|---|---|"]
+    for schedule in SCHEDULES[1:]:
+        chosen = [r for r in rows if r.schedule == schedule]
+        cut = sum(1 - r.report.dram_bytes / base[r.network].dram_bytes for r in chosen)
+        speed = sum(base[r.network].seconds / r.report.seconds for r in chosen)
+        lines.append(f"| {LABELS[schedule]} | {100 * cut / len(chosen):.1f}% | "
+                     f"{speed / len(chosen):.2f}x | "
+                     f"{PAPER['average'] if schedule.startswith('fusion+reuse') else ''} |")
+    compulsory = ["| network | compulsory MB | paper, fusion+reuse |", "|---|---|---|"]
+    compulsory += [f"| {n} | {rep.compulsory_bytes / 1e6:.1f} | {PAPER.get(n, '')} |"
+                   for n, rep in base.items()]
+    return "\n".join(lines) + "\n\n" + "\n".join(compulsory)
+
+
+def charts(rows: list[Row], out: Path) -> list[Path]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no charts (pip install -e '.[bench]')")
+        return []
+    base = {r.network: r.report for r in rows if r.schedule == "none"}
+    names = list(base)
+    written = []
+    for what, value, path in (
+            ("DRAM traffic cut over none (%)",
+             lambda r: 100 * (1 - r.report.dram_bytes / base[r.network].dram_bytes),
+             out / "traffic_reduction.png"),
+            ("speedup over none (x)", lambda r: base[r.network].seconds / r.report.seconds,
+             out / "speedup.png")):
+        fig, ax = plt.subplots(figsize=(9, 4))
+        width = 0.8 / (len(SCHEDULES) - 1)
+        for k, schedule in enumerate(SCHEDULES[1:]):
+            by_name = {r.network: value(r) for r in rows if r.schedule == schedule}
+            ax.bar([i + k * width for i in range(len(names))], [by_name[n] for n in names],
+                   width, label=LABELS[schedule])
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names)
+        ax.set_ylabel(what)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--networks", default=",".join(networks.NETWORKS))
+    parser.add_argument("--quick", action="store_true", help="32x32 images: a smoke run")
+    parser.add_argument("--output", default=str(HERE / "RESULTS.md"),
+                        help="the Markdown results ('' to skip, and no charts)")
+    args = parser.parse_args(argv)
+    names = args.networks.split(",")
+    unknown = sorted(set(names) - set(networks.NETWORKS))
+    if unknown:
+        parser.error(f"unknown network {', '.join(unknown)}; "
+                     f"known: {', '.join(networks.NETWORKS)}")
+    config = AcceleratorConfig.deep_fusion()
+    print(config.describe())
+    rows = measure(names, 32 if args.quick else None, config)
+    text = "\n\n".join([
+        "# The Deep Fusion experiment on the accel target",
+        f"`python benchmarks/accel/deep_fusion.py{' --quick' if args.quick else ''}`, "
+        f"{datetime.date.today()}: {config.describe()}. Images "
+        f"{'32x32 (InceptionV3 75x75)' if args.quick else '224x224 (InceptionV3 299x299)'}"
+        ", batch 1, float32. Figures from the schedule (static), not measured on hardware.",
+        summary(rows), table(rows)])
+    print("\n" + text)
+    if args.output:
+        out = Path(args.output)
+        out.write_text(text + "\n")
+        charts(rows, out.parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
