@@ -104,7 +104,7 @@ class HybridProgram:
                 continue
             offloaded_calls += o.calls
             for g in o.groups:
-                groups.append(_scaled(g, o.name, o.calls))
+                groups.append(g.report(o.calls, f"{o.name}."))
                 for totals, counts in ((read, g.read_bytes), (written, g.write_bytes)):
                     for name, n in counts.items():
                         key = f"{o.name}.{name}"
@@ -114,11 +114,3 @@ class HybridProgram:
                            offloaded_calls=offloaded_calls,
                            transfer_bytes=self._transfer_bytes)
 
-
-def _scaled(g: GroupPlan, prefix: str, calls: int) -> GroupReport:
-    """A group's report over `calls` calls of its function."""
-    return GroupReport(tuple(f"{prefix}.{layer.name}" for layer in g.layers),
-                       len(g.tiles) * calls, g.tile_rows, g.channel_blocks, g.loop_order,
-                       {t.name: a for t, a in g.addresses.items()}, g.onchip_bytes,
-                       g.dram_read * calls, g.dram_write * calls, g.macs * calls,
-                       g.alu_ops * calls, g.seconds * calls)

@@ -30,6 +30,7 @@ on the accelerator (hybrid.py); its report says why and counts both.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any as AnyValue, Sequence
 
 import numpy as np
@@ -38,20 +39,13 @@ from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, extract
 from relaydsl.backend.accel.hybrid import HybridProgram
 from relaydsl.backend.accel.isa import generate
-from relaydsl.backend.accel.report import AccelReport, GroupReport
-from relaydsl.backend.accel.schedule import GroupPlan, schedule
+from relaydsl.backend.accel.report import AccelReport
+from relaydsl.backend.accel.schedule import schedule
 from relaydsl.backend.accel.simulator import Simulator
 from relaydsl.ir.module import IRModule
 from relaydsl.transform import pipeline
 
 _log = logging.getLogger(__name__)
-
-
-def _group_report(g: GroupPlan) -> GroupReport:
-    return GroupReport(tuple(layer.name for layer in g.layers), len(g.tiles), g.tile_rows,
-                       g.channel_blocks, g.loop_order,
-                       {t.name: a for t, a in g.addresses.items()}, g.onchip_bytes,
-                       g.dram_read, g.dram_write, g.macs, g.alu_ops, g.seconds)
 
 
 def compulsory_bytes(graph: Graph, element_bytes: int) -> int:
@@ -89,7 +83,7 @@ class AccelProgram:
             for name, n in g.write_bytes.items():
                 written[name] = written.get(name, 0) + n
         self.report = AccelReport(schedule_kind, config,
-                                  tuple(_group_report(g) for g in self.groups), read, written,
+                                  tuple(g.report() for g in self.groups), read, written,
                                   compulsory_bytes(self.graph, config.element_bytes))
         _log.info("@%s on the accelerator: %s", entry, self.report.summary())
 
@@ -105,12 +99,11 @@ class AccelProgram:
         for g in self.groups:
             tiles_per_group.append(counters.tiles[start:start + len(g.tiles)])
             start += len(g.tiles)
-        groups = tuple(
-            GroupReport(r.layers, r.tiles, r.tile_rows, r.channel_blocks, r.loop_order,
-                        r.addresses, r.onchip_bytes, sum(t.load_bytes for t in tiles),
-                        sum(t.store_bytes for t in tiles), sum(t.mac_ops for t in tiles),
-                        sum(t.alu_ops for t in tiles),
-                        Simulator.seconds_of(tiles, self.config))
+        groups = tuple(  # the simulator's own counts
+            replace(r, dram_read_bytes=sum(t.load_bytes for t in tiles),
+                    dram_write_bytes=sum(t.store_bytes for t in tiles),
+                    macs=sum(t.mac_ops for t in tiles), alu_ops=sum(t.alu_ops for t in tiles),
+                    seconds=Simulator.seconds_of(tiles, self.config))
             for r, tiles in zip(self.report.groups, tiles_per_group))
         self.report = AccelReport(self.schedule_kind, self.config, groups,
                                   counters.read_bytes, counters.write_bytes,

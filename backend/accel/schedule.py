@@ -39,6 +39,7 @@ from relaydsl.backend.accel.layers import (
     CONV2D, ELEMENTWISE, WINDOWED, Region, region_shape, region_size, window,
 )
 from relaydsl.backend.accel.memory import Buffer, allocate, deep_reuse_offset
+from relaydsl.backend.accel.report import GroupReport
 
 SCHEDULES = ("none", "fusion", "fusion+reuse", "fusion:greedy", "fusion+reuse:greedy")
 MAX_GROUP_LAYERS = 24  # the search's longest group: longer ones never fit 768 KiB anyway
@@ -100,6 +101,14 @@ class GroupPlan:
     @property
     def cycles(self) -> int:
         return sum(t.cycles for t in self.tiles)
+
+    def report(self, calls: int = 1, prefix: str = "") -> GroupReport:
+        """The group's report over `calls` runs, its layers' names after `prefix`."""
+        return GroupReport(tuple(prefix + layer.name for layer in self.layers),
+                           len(self.tiles) * calls, self.tile_rows, self.channel_blocks,
+                           self.loop_order, {t.name: a for t, a in self.addresses.items()},
+                           self.onchip_bytes, self.dram_read * calls, self.dram_write * calls,
+                           self.macs * calls, self.alu_ops * calls, self.seconds * calls)
 
     @property
     def tile_rows(self) -> int:
