@@ -24,7 +24,6 @@ A region is a tuple of half-open ``(lo, hi)`` per axis of a tensor.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any as AnyValue, Callable
 
@@ -48,7 +47,10 @@ def region_shape(region: Region) -> tuple[int, ...]:
 
 
 def region_size(region: Region) -> int:
-    return math.prod(region_shape(region))
+    size = 1
+    for lo, hi in region:
+        size *= hi - lo
+    return size
 
 
 def take(array: np.ndarray, region: Region) -> np.ndarray:

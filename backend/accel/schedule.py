@@ -43,6 +43,9 @@ from relaydsl.backend.accel.report import GroupReport
 
 SCHEDULES = ("none", "fusion", "fusion+reuse", "fusion:greedy", "fusion+reuse:greedy")
 MAX_GROUP_LAYERS = 24  # the search's longest group: longer ones never fit 768 KiB anyway
+# Tile counts a group is costed at from the fewest that fit: with line buffers the traffic
+# hardly depends on the count, and more tiles than a few beyond it only add halos.
+TILE_COUNTS_TRIED = 3
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,8 @@ def plan_group(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: l
         steps = [(None, c) for c in blocks]
 
     e = config.element_bytes
+    if blocks == [None] and sum(t.size for t in ctx.weights) * e > config.onchip_bytes:
+        return None  # the weights stay on chip all along: they alone do not fit
     stored_upto = dict.fromkeys(ctx.stored, 0)
     loaded_before: dict[TensorInfo, Region] = {}
     kept = set(ctx.weights)  # loaded once and read by later tiles: on chip all along
@@ -398,10 +403,14 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
     rows = min((s.shape[2] for s in ctx.sinks if len(s.shape) == 4), default=1)
     counts = _tile_counts(rows) if ctx.row_tiled else [1]
     best: GroupPlan | None = None
-    for count in counts:
+    tried = 0
+    for count in counts:  # the fewest tiles that fit, and a few more for overlap
         plan = plan_group(graph, consumers, layers, config, reuse, count)
         if plan is not None and (best is None or plan.cost < best.cost):
             best = plan
+        tried += best is not None
+        if tried == TILE_COUNTS_TRIED:
+            break
     if best is None and len(layers) == 1 and layers[0].rule.channel_blocks:
         channels = layers[0].output.shape[1 if len(layers[0].output.shape) == 4 else -1]
         for blocks in _tile_counts(channels)[1:]:
