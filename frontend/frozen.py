@@ -10,9 +10,9 @@ not change it.
 >>> import numpy as np
 >>> from relaydsl import relay, relay_model, Tensor, Float
 >>> @relay_model
-... def affine(x: Tensor[Float, (1, 4)]) -> Tensor[Float, (1, 2)]:
+... def frozen_example(x: Tensor[Float, (1, 4)]) -> Tensor[Float, (1, 2)]:
 ...     return relay.linear(x, num_hidden=2)
->>> m = relay.create_model(affine, seed=0)
+>>> m = relay.create_model(frozen_example, seed=0)
 >>> exe = relay.build(m, target="interp")
 >>> x = np.ones((1, 4), np.float32)
 >>> bool(np.allclose(exe(x), m(x)))

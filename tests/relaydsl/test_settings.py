@@ -72,7 +72,7 @@ def test_a_bad_thread_count_is_reported_at_the_first_compiled_call():
 def test_an_unknown_target_is_refused_naming_the_variable(monkeypatch):
     monkeypatch.setenv("RELAYDSL_TARGET", "cuda")
     with pytest.raises(SettingError, match=r"RELAYDSL_TARGET='cuda': expected one of "
-                                           r"'interp', 'llvm'"):
+                                           r"'accel', 'interp', 'llvm'"):
         relay.build(double)
     monkeypatch.setenv("RELAYDSL_TARGET", "interp")
     np.testing.assert_array_equal(double(np.arange(3, dtype=np.float32)), [0, 2, 4])
