@@ -100,7 +100,7 @@ class RelayFunction:
         self.function: Function = fn
         self.num_user_params = len(self.source.tree.args.args)
         self._modules: dict[Mode, IRModule] = {}
-        self._executables: dict[tuple, AnyValue] = {}
+        self._executables: dict[tuple, Executable] = {}
         self._check_names_can_be_defined()
         if self._names_defined():
             self.mod  # noqa: B018  # type errors now, at the `def`, not at the first call
@@ -274,6 +274,18 @@ class RelayFunction:
     def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         return self.build()(*args, **kwargs)
 
+    def bind_arguments(self, args: tuple, kwargs: dict[str, AnyValue]) -> tuple:
+        """The user's arguments in parameter order, from a Python call: positionally or by
+        name, with Python's errors for a call that does not fit."""
+        if not kwargs:
+            return args
+        try:
+            bound = inspect.signature(self.pyfunc).bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.__name__}(): {e}") from None
+        return bound.args
+
+    # ---- decorated functions and ops given for relay.Fn parameters (execution.py) ------
     @staticmethod
     def is_static_function(value: AnyValue) -> bool:
         """Whether `value`, given for a ``relay.Fn`` parameter, is compiled into the program
@@ -307,17 +319,6 @@ class RelayFunction:
         with deep_recursion():
             infer_types(mod)
         return mod, entry
-
-    def bind_arguments(self, args: tuple, kwargs: dict[str, AnyValue]) -> tuple:
-        """The user's arguments in parameter order, from a Python call: positionally or by
-        name, with Python's errors for a call that does not fit."""
-        if not kwargs:
-            return args
-        try:
-            bound = inspect.signature(self.pyfunc).bind(*args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"{self.__name__}(): {e}") from None
-        return bound.args
 
     def __reduce__(self) -> str:
         """Pickled and copied as a Python function is: by reference, its module and qualified
