@@ -25,28 +25,28 @@ from __future__ import annotations
 import inspect
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any as AnyValue, Callable
+from typing import Any as AnyValue, Callable
 
 import numpy as np
 
 from relaydsl.backend.target import Program, get_target
 from relaydsl.frontend import annotations
+from relaydsl.frontend.decorators import relay_decorator
+from relaydsl.frontend.function import RelayFunction
+from relaydsl.frontend.model import Model
+from relaydsl.frontend.modes import Mode
 from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.expr import Call, Expr, Function, Grad, Let, RefCreate, RefRead, Tuple, Var
 from relaydsl.ir.types import TensorType, is_float
 from relaydsl.transform.pass_infra import PassContext
 from relaydsl.typing import infer_types
 
-if TYPE_CHECKING:
-    from relaydsl.frontend.decorators import RelayFunction
-    from relaydsl.frontend.model import Model
-
 
 class GradFunction:
     """``relay.grad(f)``: computes f's value and its gradient with respect to every argument
     (or, with `argnums`, those arguments: one index gives one gradient, a tuple a tuple)."""
 
-    def __init__(self, fn: "RelayFunction", argnums: int | tuple[int, ...] | None = None):
+    def __init__(self, fn: RelayFunction, argnums: int | tuple[int, ...] | None = None):
         if fn.hidden:
             raise TypeError(f"{fn.__name__} uses a model's parameters: differentiate it with "
                             f"relay.grad(model, {fn.__name__}, args)")
@@ -57,7 +57,7 @@ class GradFunction:
         self.fn = fn
         self.argnums = _checked_argnums(argnums, fn.num_user_params, fn.__name__)
 
-        def build() -> tuple["Program", Function]:
+        def build() -> tuple[Program, Function]:
             params = [Var(p.name_hint, a) for p, a in zip(fn.function.params, t.arg_types)]
             return _lowered(fn, Function(params, Call(Grad(fn.global_var), params)))
         self._program = _compiled(("grad", fn), build)
@@ -112,8 +112,8 @@ def _compiled(what: tuple, build: Callable[[], AnyValue]) -> AnyValue:
     return made
 
 
-def _lowered(fn: "RelayFunction", main: Function,
-             mode: str = "inference") -> tuple["Program", Function]:
+def _lowered(fn: RelayFunction, main: Function,
+             mode: Mode = Mode.INFERENCE) -> tuple[Program, Function]:
     """The program computing `main`, which calls `fn` in `mode`, compiled for the default
     target, and `main` typed."""
     mod = fn.module_for(mode).copy()
@@ -122,7 +122,7 @@ def _lowered(fn: "RelayFunction", main: Function,
     return get_target().build(mod, "__grad_main", {}), mod["__grad_main"]
 
 
-def _run(lowered: tuple["Program", Function], fn: "RelayFunction", args: tuple,
+def _run(lowered: tuple[Program, Function], fn: RelayFunction, args: tuple,
          hidden: list | None = None):
     program, main = lowered
     t = main.checked_type
@@ -140,7 +140,7 @@ def _run(lowered: tuple["Program", Function], fn: "RelayFunction", args: tuple,
 class _LossGradient:
     """The compiled programs of ``relay.grad(model, loss)`` for one loss (see ModelGrad)."""
 
-    def __init__(self, loss: "RelayFunction"):
+    def __init__(self, loss: RelayFunction):
         t = loss.checked_type
         n = loss.num_user_params
         user = [Var(p.name_hint, a) for p, a in zip(loss.function.params[:n], t.arg_types[:n])]
@@ -152,22 +152,22 @@ class _LossGradient:
         inner = {h.name: Var(h.name, v.type_annotation)
                  for h, v in zip(loss.hidden, hidden) if not h.spec.state}
         of_params = Function(list(inner.values()), Call(
-            loss.global_var_for("training"),
+            loss.global_var_for(Mode.TRAINING),
             [*user, *(inner.get(h.name, v) for h, v in zip(loss.hidden, hidden))]))
         by_name = {h.name: v for h, v in zip(loss.hidden, hidden)}
         main = Function([*user, *hidden],
                         Call(Grad(of_params), [by_name[k] for k in self.trainable]))
-        self.program = _lowered(loss, main, "training")
+        self.program = _lowered(loss, main, Mode.TRAINING)
         self.update = None
         if self.state:
             refs = {k: Var(k) for k in self.state}
             spec = {h.name: h.spec for h in loss.hidden}
-            body: Expr = Let(Var("_"), Call(loss.global_var_for("update"), [
+            body: Expr = Let(Var("_"), Call(loss.global_var_for(Mode.UPDATE), [
                 *user, *(refs.get(h.name, v) for h, v in zip(loss.hidden, hidden))]),
                 Tuple([spec[k].after_step(RefRead(r)) for k, r in refs.items()]))
             for k, ref in reversed(refs.items()):
                 body = Let(ref, RefCreate(by_name[k]), body)
-            self.update = _lowered(loss, Function([*user, *hidden], body), "update")
+            self.update = _lowered(loss, Function([*user, *hidden], body), Mode.UPDATE)
 
 
 class ModelGrad:
@@ -180,7 +180,7 @@ class ModelGrad:
     model's new state.
     """
 
-    def __init__(self, model: "Model", loss: "RelayFunction"):
+    def __init__(self, model: Model, loss: RelayFunction):
         model.values_for(loss)  # loss must use this model
         self.model, self.loss = model, loss
         # the programs depend on the loss (and the model function it calls), not on the
@@ -222,13 +222,9 @@ def grad(*args: AnyValue, argnums: int | tuple[int, ...] | None = None) -> AnyVa
         value, (dx,) = relay.grad(cube)(np.float32(2.0))   # 8.0, 12.0
         value, dx = relay.value_and_grad(cube)(np.float32(2.0))
     """
-    from relaydsl.frontend.decorators import RelayFunction
-    from relaydsl.frontend.model import Model
-
     if len(args) == 1 and isinstance(args[0], RelayFunction):
         return GradFunction(args[0], argnums)
     if len(args) == 1 and inspect.isfunction(args[0]):
-        from relaydsl.frontend.decorators import relay_decorator
         return GradFunction(relay_decorator(args[0]), argnums)
     if argnums is not None:
         raise TypeError("argnums applies to relay.grad(f); relay.grad(model, loss) "
@@ -241,6 +237,11 @@ def grad(*args: AnyValue, argnums: int | tuple[int, ...] | None = None) -> AnyVa
         return step(*data)
     raise TypeError("relay.grad takes a decorated function, or (model, loss) and optionally the "
                     "loss's arguments as a tuple")
+
+
+# Inside decorated code a call of relay.grad is translated, not run (special_calls.py): the mark
+# says it is this function, which special_calls.py cannot import (this module imports it).
+grad.relay_grad = True  # type: ignore[attr-defined]
 
 
 @user_facing

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any as AnyValue
 
 from relaydsl.backend.target import get_target
 from relaydsl.frontend import annotations
+from relaydsl.frontend.execution import program_report, to_python
 from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.expr import Constant, Expr, Function, Var
 from relaydsl.ir.module import IRModule
@@ -70,8 +71,6 @@ class FrozenModel:
 
     @user_facing
     def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
-        from relaydsl.frontend.decorators import to_python
-
         args = self.fn.bind_arguments(args, kwargs)
         params = self.fn.function.params[:self.fn.num_user_params]
         if len(args) != len(params):
@@ -87,10 +86,3 @@ class FrozenModel:
         """The accelerator's report of the last call (``AccelReport``; the accel target)."""
         return program_report(self.program, self.target.name)
 
-
-def program_report(program: AnyValue, target: str) -> AnyValue:
-    report = getattr(program, "report", None)
-    if report is None:
-        raise AttributeError(f"a program built for target {target!r} keeps no report; "
-                             "target 'accel' does")
-    return report

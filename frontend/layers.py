@@ -24,7 +24,7 @@ sizes accepted as written there):
 
 A layer whose behaviour depends on the mode (batch_norm, dropout) builds its inference form,
 which the model function holds, and registers its training form with ``LayerContext.modal``;
-the frontend derives the model's training variant from them (decorators.py). Model state that
+the frontend derives the model's training variant from them (modes.py). Model state that
 training updates (batch_norm's running statistics, dropout's key) is a hidden parameter with
 ``ParamSpec.state``: a tensor in the inference and training variants, a reference in the
 update variant, which the training form then reads and writes; it never has a gradient.

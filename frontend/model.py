@@ -49,9 +49,13 @@ from relaydsl.ir.types import DTYPES, TensorType, type_to_str
 from relaydsl.frontend.tracebacks import user_facing
 
 if TYPE_CHECKING:
-    from relaydsl.frontend.decorators import RelayFunction, RelayModelFunction
+    from relaydsl.frontend.function import RelayFunction, RelayModelFunction
 
 INITIALISERS = ("normal", "glorot")
+
+# The @relay_model functions this program has defined, by qualified name (function.py adds
+# each): load_model finds the function of a file's model here.
+MODEL_FUNCTIONS: dict[str, RelayModelFunction] = {}
 
 
 class Model:
@@ -109,9 +113,8 @@ def create_model(fn: "RelayModelFunction", *, seed: int = 0, init: str = "normal
 
     init: "normal" (mean 0, standard deviation `sigma`) or "glorot" (uniform, Glorot & Bengio).
     """
-    from relaydsl.frontend.decorators import RelayModelFunction
-
-    if not isinstance(fn, RelayModelFunction):
+    # a RelayModelFunction, known by its flag: function.py, which defines it, imports this module
+    if getattr(fn, "is_model", False) is not True:
         raise TypeError(f"create_model takes a @relay_model function, got {fn!r}")
     if init not in INITIALISERS:
         raise ValueError(f"init must be one of {INITIALISERS}, got {init!r}")
@@ -253,7 +256,7 @@ class Adam(Optimizer):
         return self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
 
-_OPTIMISERS: dict[str, type[Optimizer]] = {o.kind: o for o in (SGD, Momentum, Adam)}
+OPTIMISERS: dict[str, type[Optimizer]] = {o.kind: o for o in (SGD, Momentum, Adam)}
 
 
 def update_model_params(model: Model, grads: dict[str, np.ndarray],
@@ -295,13 +298,13 @@ def update_model_params(model: Model, grads: dict[str, np.ndarray],
             raise ValueError(f"the gradient of {name} has shape {np.shape(g)}, the parameter "
                              f"{model.params[name].shape}")
     if isinstance(optimizer, str):
-        if optimizer not in _OPTIMISERS:
-            raise ValueError(f"optimizer must be one of {sorted(_OPTIMISERS)} or an optimiser "
+        if optimizer not in OPTIMISERS:
+            raise ValueError(f"optimizer must be one of {sorted(OPTIMISERS)} or an optimiser "
                              f"object, got {optimizer!r}")
         key = (optimizer, lr)
         state = model.__dict__.setdefault("_optimisers", {})
         if key not in state:
-            state[key] = _OPTIMISERS[optimizer](lr=lr)
+            state[key] = OPTIMISERS[optimizer](lr=lr)
         optimizer = state[key]
     optimizer.step(model, {k: np.asarray(v) for k, v in grads.items()})
 
@@ -445,12 +448,10 @@ def load_model(path: "str | os.PathLike[str]", fn: "RelayModelFunction | None" =
     shapes, dtypes) or the optimiser is a ModelFileError naming it; nothing is allocated before
     the manifest and the array headers agree with the file's size.
     """
-    from relaydsl.frontend.decorators import RelayModelFunction
-
     path = model_file_path(path)
     contents = _read_model_file(path)
     if fn is None:
-        fn = RelayModelFunction.defined.get(contents.model)
+        fn = MODEL_FUNCTIONS.get(contents.model)
         if fn is None:
             raise ModelFileError(f"{path} holds parameters of the model {contents.model!r}, "
                                  "which this program has not defined: pass it, "
@@ -602,7 +603,7 @@ def _check_optimizer_manifest(section: AnyValue, damaged: Callable[[str], ModelF
     if section is None:
         return None
     ok = (isinstance(section, dict) and set(section) == {"kind", "hyperparameters", "state"}
-          and section["kind"] in _OPTIMISERS and isinstance(section["hyperparameters"], dict)
+          and section["kind"] in OPTIMISERS and isinstance(section["hyperparameters"], dict)
           and all(isinstance(k, str) and type(v) in (int, float)
                   for k, v in section["hyperparameters"].items())
           and isinstance(section["state"], list))

@@ -3,7 +3,8 @@
 ``@relay`` decorates a function; ``relay.<op>`` names an operator of the
 registry (inside decorated code it becomes an op call; outside, it runs
 eagerly on NumPy arrays); ``relay.map`` and friends are the prelude;
-``relay.Any``, ``relay.Fn``, ``relay.List`` are for annotations.
+``relay.Any``, ``relay.Fn``, ``relay.List`` are for annotations;
+``relay.function_from_source`` decorates functions written as text.
 
 >>> import numpy as np
 >>> from relaydsl import relay
@@ -17,10 +18,14 @@ AttributeError: relay has no operator or function 'sofmax'. Did you mean softmax
 from __future__ import annotations
 
 import functools
+import itertools
+import linecache
+import textwrap
 from typing import Any as AnyValue, Callable
 
 import numpy as np
 
+from relaydsl import errors
 from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeError, SettingError
 from relaydsl.frontend import annotations, references
@@ -28,12 +33,13 @@ from relaydsl.frontend.adt import ConstructorRef
 from relaydsl import datasets
 from relaydsl.frontend.adt import adt
 from relaydsl.frontend.autodiff import grad, value_and_grad
-from relaydsl.frontend.decorators import RelayFunction, relay_decorator
-from relaydsl.frontend.from_source import function_from_source
+from relaydsl.frontend.decorators import relay_decorator, relay_model_decorator
+from relaydsl.frontend.function import RelayFunction
 from relaydsl.frontend.model import (
     SGD, Adam, Model, Momentum, create_model, export_model, load_model, save_model,
     update_model_params,
 )
+from relaydsl.frontend.special_calls import PreludeFunction
 from relaydsl.tools.to_python import python_source
 from relaydsl.transform import DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR
 from relaydsl.frontend.layers import LAYER_HELP, LAYERS
@@ -90,17 +96,6 @@ def layer_function(name: str) -> Callable[..., AnyValue]:
     call.__doc__ = LAYER_HELP[name]
     call.relay_layer = name  # type: ignore[attr-defined]
     return call
-
-
-class PreludeFunction:
-    """``relay.map``, ``relay.foldl``, ...: a global function of the prelude."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.global_var = next(gv for gv in prelude_definitions()[1] if gv.name_hint == name)
-
-    def __repr__(self) -> str:
-        return f"relay.{self.name}"
 
 
 def _array(value: AnyValue) -> AnyValue:
@@ -219,3 +214,54 @@ def _api() -> dict[str, AnyValue]:
 
 
 relay = RelayNamespace()
+
+
+def _user_names() -> dict[str, AnyValue]:
+    """What ``from relaydsl import *`` binds: relaydsl/__init__.py re-exports these names
+    (tests/frontend/test_namespace.py checks that the two agree)."""
+    return {
+        "relay": relay, "relay_model": relay_model_decorator, "Model": Model,
+        **{name: getattr(annotations, name) for name in (
+            "Bool", "Float", "Float16", "Float32", "Float64", "Fn", "Int", "Int8", "Int16",
+            "Int32", "Int64", "Tensor", "UInt8")},
+        **{name: getattr(errors, name) for name in (
+            "DSLSyntaxError", "IRError", "ModelFileError", "ParseError", "RelayError",
+            "RelayTypeError", "SettingError")},
+    }
+
+
+_SOURCE_COUNTER = itertools.count(1)
+
+
+def function_from_source(text: str, namespace: dict[str, AnyValue] | None = None) -> AnyValue:
+    """The last decorated function `text` defines. `text` runs with `namespace`'s names (by
+    default relaydsl's: ``relay``, ``relay_model``, ``Tensor``, ``Float``, ``Int``, ...,
+    and ``np``) and can import what else it needs.
+
+    For code that has no file: ``python -c``, exec(), notebooks that generate code. `text`
+    (Python source defining functions decorated with ``@relay`` / ``@relay_model``) runs as a
+    module of its own, whose source the frontend can read: it is registered with
+    ``linecache`` under a name like ``<relay source 1>``, which error messages show with the
+    line and a caret.
+
+    >>> double = relay.function_from_source('''
+    ... @relay
+    ... def double(x: Tensor[Float, (2,)]) -> Tensor[Float, (2,)]:
+    ...     return x * 2.0
+    ... ''')
+    >>> double([1.0, 2.5])
+    array([2., 5.], dtype=float32)
+    """
+    source = textwrap.dedent(text)
+    filename = f"<relay source {next(_SOURCE_COUNTER)}>"
+    # inspect.getsource reads linecache: the entry makes the text a file for it (the
+    # mtime None keeps linecache.checkcache from dropping an entry with no file behind it)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    scope: dict[str, AnyValue] = {"__name__": filename.strip("<>").replace(" ", "_"), "np": np,
+                                  **_user_names()}
+    scope.update(namespace or {})
+    exec(compile(source, filename, "exec"), scope)  # the user's own code
+    found = [v for v in scope.values() if isinstance(v, RelayFunction)]
+    if not found:
+        raise ValueError("the source defines no @relay or @relay_model function")
+    return found[-1]

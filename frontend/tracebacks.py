@@ -17,15 +17,15 @@ import types
 from pathlib import Path
 from typing import Any as AnyValue, Callable, TypeVar
 
-import relaydsl
 from relaydsl import settings
 from relaydsl.errors import RelayError
 
 F = TypeVar("F", bound=Callable[..., AnyValue])
 
-# the installed package's folders: relaydsl itself, and frontend/backend mapped into it
-_OURS = tuple({str(Path(p).resolve()) for p in relaydsl.__path__} |
-              {str(Path(__file__).resolve().parent),
+# the installed package's folders: relaydsl itself (settings.py's), and frontend/backend
+# mapped into it
+_OURS = tuple({str(Path(settings.__file__).resolve().parent),
+               str(Path(__file__).resolve().parent),
                str(Path(__file__).resolve().parent.parent / "backend")})
 
 

@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from relaydsl.errors import DSLSyntaxError
-from relaydsl.frontend.translate.kinds import _declared_result_kind
+from relaydsl.frontend.function import RelayFunction
+from relaydsl.frontend.model import (
+    OPTIMISERS, SGD, Adam, Momentum, create_model as create_parameters, update_model_params,
+)
+from relaydsl.frontend.modes import Mode
+from relaydsl.frontend.translate.kinds import ValueKind, declared_result_kind
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, Grad, Let, RefCreate, RefRead, RefWrite, Tuple,
     TupleGetItem, Var,
@@ -39,9 +44,10 @@ from relaydsl.ir.visitor import type_vars_of
 from relaydsl.op.registry import ops
 
 if TYPE_CHECKING:
-    from relaydsl.frontend.decorators import RelayFunction, RelayModelFunction
+    from relaydsl.frontend.function import RelayModelFunction
     from relaydsl.frontend.model import Optimizer
     from relaydsl.frontend.translate import Translator
+    from relaydsl.frontend.translate.bindings import Env
 
 
 class ModelValue:
@@ -74,10 +80,8 @@ def create_model(tr: "Translator", owner: "RelayFunction", node, model_fn, stati
     """relay.create_model(fn, seed=, init=, sigma=): a reference to the parameters' initial
     values, and to zeros for the state of the optimiser this function's updates of the model
     use (found in the function's text: the state must exist before the training loop)."""
-    from relaydsl.frontend.model import create_model as create
-
-    params = create(model_fn, **static).params
-    owner._to_global(model_fn)
+    params = create_parameters(model_fn, **static).params
+    owner.global_of(model_fn)
     optimizer = _optimizer_of(tr, owner, node)
     model = ModelValue(model_fn, [str(v.dtype) for v in params.values()], optimizer)
     values = list(params.values())
@@ -87,7 +91,7 @@ def create_model(tr: "Translator", owner: "RelayFunction", node, model_fn, stati
     if optimizer.STEP_SLOTS:
         fields.append(Constant(np.array(0, "int32")))
     expr = RefCreate(Tuple(fields), span=tr.span(node))
-    tr._kinds[expr] = model
+    tr.kinds.note(expr, model)
     return expr
 
 
@@ -95,8 +99,6 @@ def _optimizer_of(tr: "Translator", owner: "RelayFunction", node: ast.Call
                   ) -> "type[Optimizer]":
     """The optimiser of the `relay.update_model_params(model, ..., optimizer=...)` calls in
     `owner` of the model that `node` creates (assigned to a name); SGD when there are none."""
-    from relaydsl.frontend.model import SGD, _OPTIMISERS, update_model_params
-
     tree = owner.source.tree
     names = {t.id for a in ast.walk(tree) if isinstance(a, ast.Assign) and a.value is node
              for t in a.targets if isinstance(t, ast.Name)}
@@ -106,24 +108,24 @@ def _optimizer_of(tr: "Translator", owner: "RelayFunction", node: ast.Call
                 and call.args[0].id in names and isinstance(call.func, (ast.Name, ast.Attribute))):
             continue
         try:
-            target = tr.python_value(call.func)
+            target = tr.values.python_value(call.func)
         except DSLSyntaxError:  # a local function: not the update
             continue
         if target is not update_model_params:
             continue
         chosen = next((k.value for k in call.keywords if k.arg == "optimizer"), None)
-        kind = "sgd" if chosen is None else tr._static(chosen)
-        if kind not in _OPTIMISERS:
-            raise tr.error(call, f"optimizer must be one of {sorted(_OPTIMISERS)}, got {kind!r}")
+        kind = "sgd" if chosen is None else tr.values.static(chosen)
+        if kind not in OPTIMISERS:
+            raise tr.error(call, f"optimizer must be one of {sorted(OPTIMISERS)}, got {kind!r}")
         found.setdefault(kind, call)
     if len(found) > 1:
         raise tr.error(list(found.values())[1], f"one model's updates use one optimiser; this "
                                                 f"function uses {' and '.join(found)}")
-    return _OPTIMISERS[next(iter(found))] if found else SGD
+    return OPTIMISERS[next(iter(found))] if found else SGD
 
 
-def _model(tr: "Translator", value: Expr, env, node) -> ModelValue:
-    kind = tr.kind_of(value, env)
+def _model(tr: "Translator", value: Expr, env: Env, node: ast.Call) -> ModelValue:
+    kind = tr.kinds.of(value, env)
     if not isinstance(kind, ModelValue):
         raise tr.error(node, "the first argument must be a model made by relay.create_model in "
                              "this function")
@@ -133,16 +135,14 @@ def _model(tr: "Translator", value: Expr, env, node) -> ModelValue:
 def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Expr:
     """relay.grad(model, loss, data): the loss's gradients with respect to the trainable
     parameters, the loss running in training mode (the model's state updated)."""
-    from relaydsl.frontend.decorators import RelayFunction
-
     model_expr, loss, data = args
     model = _model(tr, model_expr, env, node)
     if not isinstance(loss, RelayFunction) or not loss.hidden or any(
             h.model is not model.fn for h in loss.hidden):
         raise tr.error(node, f"relay.grad(model, loss, data): loss must be a decorated function "
                              f"using the model {model.fn.__name__}")
-    owner._to_global(loss)
-    owner.mode_callees.append((loss, "training"))
+    owner.global_of(loss)
+    owner.mode_callees.append((loss, Mode.TRAINING))
     span = tr.span(node)
     hidden = model.fn.hidden
     params = Var("params")
@@ -156,17 +156,17 @@ def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Exp
                           else TupleGetItem(params, index[h.name]) for h in loss.hidden)]
 
     qs = {i: Var(hidden[i].name) for i in model.trainable}
-    inner = Function(list(qs.values()), Call(loss.global_var_for("training"), loss_args(qs)))
+    inner = Function(list(qs.values()), Call(loss.global_var_for(Mode.TRAINING), loss_args(qs)))
     result = Call(Grad(inner, span=span), [TupleGetItem(params, i) for i in model.trainable],
                   span=span)
     body: Expr = TupleGetItem(result, 1)
     refs = {i: Var(h.name) for i, h in enumerate(hidden) if h.spec.state}
     if refs:  # the update variant's final state goes back into the model
-        owner.mode_callees.append((loss, "update"))
+        owner.mode_callees.append((loss, Mode.UPDATE))
         g = Var("grads")
         new = Tuple([hidden[i].spec.after_step(RefRead(refs[i])) if i in refs
                      else TupleGetItem(params, i) for i in range(model.num_fields)])
-        update = Let(Var("_"), Call(loss.global_var_for("update"), loss_args(refs)),
+        update = Let(Var("_"), Call(loss.global_var_for(Mode.UPDATE), loss_args(refs)),
                      Let(Var("_"), RefWrite(model_expr, new), g))
         for i, ref in reversed(refs.items()):
             update = Let(ref, RefCreate(TupleGetItem(params, i)), update)
@@ -174,7 +174,7 @@ def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Exp
     for var, field in reversed(list(zip(bound, fields))):
         body = Let(var, field, body)
     out = Let(params, RefRead(model_expr), body, span=span)
-    tr._kinds[out] = "tuple"
+    tr.kinds.note(out, ValueKind.TUPLE)
     return out
 
 
@@ -182,13 +182,11 @@ def update(tr: "Translator", node, args: list, static: dict, env) -> Expr:
     """relay.update_model_params(model, grads, lr=0.01, optimizer="sgd", ...): a step of the
     optimiser on the trainable parameters, in place, as the Python API's (its hyperparameters
     by keyword: momentum=; beta1=, beta2=, eps=), its state kept in the model reference."""
-    from relaydsl.frontend.model import _OPTIMISERS, Adam, Momentum
-
     model_expr, grads = args
     model = _model(tr, model_expr, env, node)
     static.pop("optimizer", None)  # create_model chose the model's optimiser from this call
     try:
-        optimizer = _OPTIMISERS[model.optimizer.kind](**static)
+        optimizer = OPTIMISERS[model.optimizer.kind](**static)
     except TypeError:
         raise tr.error(node, f"relay.update_model_params with optimizer="
                              f"{model.optimizer.kind!r} takes the keyword arguments "
@@ -249,7 +247,7 @@ def export(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> E
     of its parameters."""
     (model_expr,) = args
     model = _model(tr, model_expr, env, node)
-    owner._to_global(model.fn)
+    owner.global_of(model.fn)
     fn = model.fn
     user = [Var(p.name_hint, p.type_annotation) for p in fn.function.params[:fn.num_user_params]]
     params = Var("params")
@@ -266,8 +264,8 @@ def export(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> E
         for v in type_vars_of(t)))
     closure = Function(user, body, ret if dims else None, tuple(dims))
     out = Let(params, RefRead(model_expr), closure, span=tr.span(node))
-    tr._kinds[out] = "func"
-    tr._return_kinds[out] = _declared_result_kind(fn)
+    tr.kinds.note(out, ValueKind.FUNCTION)
+    tr.kinds.note_result(out, declared_result_kind(fn))
     return out
 
 

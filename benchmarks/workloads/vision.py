@@ -30,11 +30,9 @@ import numpy as np
 
 from benchmarks.workloads.common import jax_modules, specialize
 from relaydsl import Float, Tensor, relay, relay_model
+from relaydsl.frontend import frozen
 from relaydsl.frontend.model import Model
-from relaydsl.ir.expr import Constant, Expr, Function, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator
-from relaydsl.typing import infer_types
 
 # ============================================================================================
 # the networks (S, CLASSES and CHANNELS are bound by specialize)
@@ -230,33 +228,12 @@ def random_params(m: Model, seed: int = 0) -> dict[str, np.ndarray]:
     return m.params
 
 
-class _Bind(ExprMutator):
-    def __init__(self, values: dict[Var, Constant]) -> None:
-        super().__init__()
-        self.values = values
-
-    def visit_var(self, var: Var) -> Expr:
-        return self.values.get(var, var)
-
-
 def bind_params(m: Model) -> tuple[IRModule, str]:
     """The typed module of `m`'s forward pass with its parameters bound as constants (what
-    TVM's ``relay.build(mod, params=...)`` does) and the name of its entry function.
-
-    A model's parameters are arguments of its function (``model(x)`` passes them at each
-    call); as constants they are known at compile time, which is what constant folding,
-    fold-scale-axis and layout alteration of the weights need: the setting of Figure 5.
-    """
-    fn = m.fn
-    mod = fn.mod
-    main = mod[fn.global_var]
-    hidden = main.params[fn.num_user_params:]
-    values = {var: Constant(m.params[h.name]) for var, h in zip(hidden, fn.hidden)}
-    bound = IRModule(dict(mod.functions), dict(mod.type_definitions), prelude=False)
-    bound.add(fn.global_var, Function(
-        main.params[:fn.num_user_params], _Bind(values).visit(main.body), main.ret_type,
-        main.type_params, main.attrs, span=main.span))
-    return infer_types(bound), fn.global_var.name_hint
+    TVM's ``relay.build(mod, params=...)`` does, and ``relay.build(model)``) and the name of
+    its entry function: the setting of Figure 5, where constant folding, fold-scale-axis and
+    layout alteration of the weights have their work to do."""
+    return frozen.bind_params(m)
 
 
 # ============================================================================================

@@ -20,10 +20,14 @@ capture values, so a name a nested function reads may not be rebound after it (P
 closure would see the new value). Python numbers fold as Python computes them; a number
 meeting a tensor in an elementwise operator takes its dtype (``cast_like(0.1f64, %x)``, with
 ``%x`` let-bound when it is not a variable, so it is computed once); elsewhere it is an Int,
-a Float or a Bool. What is known statically of each value (`Translator.kind_of`: a tensor, a
+a Float or a Bool. What is known statically of each value (its kind, kinds.py: a tensor, a
 tuple and its fields, a list, a function) decides what ``t[0]`` and ``for`` mean; where nothing
 is known, type inference decides whether ``x[0]`` projects a tuple or slices a tensor
 (getitem.py).
+
+The `Translator` (translator.py) is the context of one function's translation: the parts,
+one per family of constructs (functions, statements, loops, expressions, calls, Python
+values), each hold it and call each other through it.
 
 Every node gets the span of the Python node it comes from, so type errors
 point at the user's line. Anything outside the subset is a DSLSyntaxError

@@ -1,11 +1,11 @@
 """What a Python name is bound to, and the lets and block endings that bind them."""
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any as AnyValue, Callable, Iterable
 
-from relaydsl.ir.adt import Constructor
-from relaydsl.ir.expr import Constant, Expr, GlobalVar, Let, Op, Var
+from relaydsl.ir.expr import Constant, Constructor, Expr, GlobalVar, Let, Op, Var
 from relaydsl.ir.span import Span
 
 if TYPE_CHECKING:
@@ -17,17 +17,17 @@ class Binding:
     """A Python name bound to a Relay expression; `kind` is what is known of its value."""
 
     expr: Expr
-    kind: "Kind" = None  # what is known of the value; see `Translator.kind_of`
+    kind: Kind = None  # see kinds.py
     annotation: AnyValue = None
     captured_by: str | None = None  # "the function 'g' (line 3)" once a closure reads it
 
 
 Env = dict[str, Binding]
-_LetBinding = tuple[Var, Expr, "Span | None"]  # a let, with the span of its statement
+LetBinding = tuple[Var, Expr, "Span | None"]  # a let, with the span of its statement
 
 
 @dataclass
-class _Context:
+class BlockEnd:
     """What falling off the end of a block means where it is."""
 
     fallthrough: Callable[[Env], Expr]
@@ -36,13 +36,21 @@ class _Context:
     live: frozenset[str] = frozenset()
 
 
-def _is_atomic(e: Expr) -> bool:
+def is_atomic(e: Expr) -> bool:
     """Whether using `e` twice costs nothing (no computation is repeated)."""
     return isinstance(e, (Var, Constant, GlobalVar, Op, Constructor))
 
 
-def _let_all(lets: Iterable[tuple[Var, Expr] | _LetBinding], body: Expr) -> Expr:
+def let_all(lets: Iterable[tuple[Var, Expr] | LetBinding], body: Expr) -> Expr:
     """``let var = value; ...; body``; a binding's third item is the span of its statement."""
     for var, value, *span in reversed(list(lets)):
         body = Let(var, value, body, span=span[0] if span else None)
     return body
+
+
+def is_value_path(node: ast.Attribute, env: Env) -> bool:
+    """Whether `a.b.c` starts from a value of the function (not a Python object)."""
+    root: ast.expr = node
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    return not isinstance(root, ast.Name) or root.id in env

@@ -2,42 +2,50 @@
 from __future__ import annotations
 
 import ast
-from typing import Any as AnyValue
+from typing import TYPE_CHECKING, Any as AnyValue
 
 from relaydsl.errors import DSLSyntaxError, IRError
 from relaydsl.frontend.model import Model
-from relaydsl.frontend.translate.base import TranslatorBase
-from relaydsl.frontend.translate.bindings import Binding, Env, _Context
-from relaydsl.frontend.translate.kinds import _kind_of_type
-from relaydsl.frontend.translate.scoping import _assigned_names
+from relaydsl.frontend.translate.bindings import Binding, BlockEnd, Env
+from relaydsl.frontend.translate.kinds import kind_of_type
+from relaydsl.frontend.translate.scoping import assigned_names
 from relaydsl.ir.expr import Expr, Function
 from relaydsl.ir.types import Type
 
+if TYPE_CHECKING:
+    from relaydsl.frontend.translate.translator import Translator
 
-class Functions(TranslatorBase):
-    """Translates function definitions; mixed into `Translator`."""
+
+class FunctionTranslator:
+    """Translates function definitions; the translator's ``functions``."""
+
+    def __init__(self, tr: Translator):
+        self.tr = tr
 
     def function(self, tree: ast.FunctionDef, env: Env | None = None, *, top: bool = True
                  ) -> Function:
-        local_names = [a.arg for a in tree.args.args] + _assigned_names(tree.body)
-        self._scopes.append(dict.fromkeys(local_names))
-        try:
-            return self._function(tree, env, top)
-        except IRError as e:  # malformed IR built from valid-looking Python: still the user's line
-            raise DSLSyntaxError(e.raw_message, e.span or self.span(tree)) from None
-        except RecursionError:
-            if not top:
-                raise
-            raise self.error(tree, "the function nests too many statements (each `if` and loop "
-                                   "holds the rest of its block) to be translated; split it "
-                                   "into smaller functions") from None
-        finally:
-            self._scopes.pop()
+        """The function `tree` defines: the decorated function (`top`), or a nested ``def``
+        seeing `env`."""
+        tr = self.tr
+        local_names = [a.arg for a in tree.args.args] + assigned_names(tree.body)
+        with tr.locals.function(local_names):
+            try:
+                return self._function(tree, env, top)
+            except IRError as e:  # malformed IR from valid-looking Python: still the user's line
+                raise DSLSyntaxError(e.raw_message, e.span or tr.span(tree)) from None
+            except RecursionError:
+                if not top:
+                    raise
+                raise tr.error(tree, "the function nests too many statements (each `if` "
+                                     "and loop holds the rest of its block) to be "
+                                     "translated; split it into smaller functions") from None
 
     def _function(self, tree: ast.FunctionDef, env: Env | None, top: bool) -> Function:
+        tr = self.tr
         self._check_signature(tree, top)
         # The function's own locals hide the enclosing ones from its first line, as in Python.
-        env = {n: b for n, b in (env or {}).items() if n not in self._scopes[-1]}
+        own = tr.locals.innermost()
+        env = {n: b for n, b in (env or {}).items() if n not in own}
         params = []
         for a in tree.args.args:
             annotation = None
@@ -45,11 +53,11 @@ class Functions(TranslatorBase):
             if a.annotation is not None:
                 py_ann = self._signature_value(a.arg, a.annotation, top)
                 annotation = self.annotation(py_ann, a.annotation)
-                kind = _kind_of_type(annotation)
+                kind = kind_of_type(annotation)
             elif top:
-                raise self.error(a, f"parameter {a.arg!r} needs a type annotation, e.g. "
-                                    f"`{a.arg}: Tensor[Float, (2, 3)]`")
-            p = self.var(a.arg, a, annotation)
+                raise tr.error(a, f"parameter {a.arg!r} needs a type annotation, e.g. "
+                                  f"`{a.arg}: Tensor[Float, (2, 3)]`")
+            p = tr.var(a.arg, a, annotation)
             params.append(p)
             env[a.arg] = Binding(p, kind, annotation)
         ret = None
@@ -59,53 +67,57 @@ class Functions(TranslatorBase):
             # returns, a function of the model's inputs whose type inference finds
             if py_ret is not Model:
                 ret = self.annotation(py_ret, tree.returns)
-        body = self.block(tree.body, env, _Context(lambda e: self._missing_return(tree)))
-        return Function(params, body, ret, span=self.span(tree))
+        body = tr.statements.block(tree.body, env,
+                                        BlockEnd(lambda e: self._missing_return(tree)))
+        return Function(params, body, ret, span=tr.span(tree))
 
     def _signature_value(self, name: str, node: ast.expr, top: bool) -> AnyValue:
         """The annotation of parameter `name` ("return": the result): for the decorated
         function itself, the value Python evaluated at its definition when there is one (not
         under ``from __future__ import annotations``); else the annotation's text, read in
         the function's scope."""
-        if top and name in self.resolver.signature:
-            return self.resolver.signature[name]
-        return self.python_value(node)
+        tr = self.tr
+        if top and name in tr.resolver.signature:
+            return tr.resolver.signature[name]
+        return tr.values.python_value(node)
 
     def _check_signature(self, tree: ast.FunctionDef, top: bool) -> None:
+        tr = self.tr
         args = tree.args
         for bad, what in ((args.vararg, "*args"), (args.kwarg, "**kwargs")):
             if bad is not None:
-                raise self.error(bad, f"{what} parameters are not supported; list each parameter")
+                raise tr.error(bad, f"{what} parameters are not supported; list each parameter")
         if args.kwonlyargs or args.posonlyargs:
             node = (args.kwonlyargs or args.posonlyargs)[0]
-            raise self.error(node, "keyword-only and positional-only parameters are not supported")
+            raise tr.error(node, "keyword-only and positional-only parameters are not supported")
         if args.defaults:
-            raise self.error(args.defaults[0], "default parameter values are not supported")
+            raise tr.error(args.defaults[0], "default parameter values are not supported")
 
     def _missing_return(self, tree: ast.AST) -> Expr:
-        raise self.error(tree, "the function can end without returning a value; "
-                               "end every path with `return ...`")
+        raise self.tr.error(tree, "the function can end without returning a value; "
+                                  "end every path with `return ...`")
 
     def annotation(self, py_ann: AnyValue, node: ast.AST) -> Type:
+        """The type the Python annotation `py_ann` (at `node`) denotes."""
+        tr = self.tr
         try:
-            return self.resolver.annotation_type(py_ann, self.symbols)
+            return tr.resolver.annotation_type(py_ann, tr.symbols)
         except TypeError as e:
-            raise self.error(node, str(e)) from None
+            raise tr.error(node, str(e)) from None
 
     def lambda_(self, node: ast.Lambda, env: Env) -> Function:
+        """A lambda: a closure over `env`."""
+        tr = self.tr
         args = node.args
         if args.vararg or args.kwarg or args.kwonlyargs or args.defaults:
-            raise self.error(node, "lambdas take plain positional parameters only (no "
-                                   "defaults, *args or keywords); pass every argument explicitly")
+            raise tr.error(node, "lambdas take plain positional parameters only (no "
+                                 "defaults, *args or keywords); pass every argument explicitly")
         inner = dict(env)
         params = []
         for a in args.args:
-            p = self.var(a.arg, a)
+            p = tr.var(a.arg, a)
             params.append(p)
             inner[a.arg] = Binding(p)
-        self._scopes.append(dict.fromkeys(a.arg for a in args.args))
-        try:
-            body = self.materialize(self.expr(node.body, inner))
-        finally:
-            self._scopes.pop()
-        return Function(params, body, span=self.span(node))
+        with tr.locals.function(a.arg for a in args.args):
+            body = tr.materialize(tr.expressions.expr(node.body, inner))
+        return Function(params, body, span=tr.span(node))

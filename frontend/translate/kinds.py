@@ -1,16 +1,24 @@
 """What is known statically of a translated value: a tensor, a tuple and its fields, a list, a
-function. It decides what ``t[0]`` and ``for`` mean."""
+function. It decides what ``t[0]`` and ``for`` mean.
+
+A value's `Kind` is a `ValueKind`, a `TupleKind` (a tuple whose fields' kinds are known), a
+model made by ``relay.create_model`` (``training.ModelValue``), or None: nothing is known here,
+and where it matters type inference decides (getitem.py). It comes from annotations and
+constructions: a parameter's type, an op's result, a tuple built in the function, the declared
+result of a function called (`KnownKinds.note_result`).
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any as AnyValue
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any as AnyValue, TypeAlias
 
-from relaydsl.frontend.translate.base import TranslatorBase
 from relaydsl.frontend.translate.getitem import GETITEM
-from relaydsl.frontend.translate.literals import _Literal
-from relaydsl.ir.adt import Constructor
+from relaydsl.frontend.translate.literals import Number
 from relaydsl.ir.expr import (
     Call,
     Constant,
+    Constructor,
     Expr,
     Function,
     GlobalVar,
@@ -26,28 +34,52 @@ from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.prelude import prelude_definitions
 
 if TYPE_CHECKING:
+    from relaydsl.frontend.training import ModelValue
     from relaydsl.frontend.translate.bindings import Env
 
-# "tensor", "list", "func", "grad" (a grad function: its calls give (value, gradients)),
-# "tuple" (fields unknown), a tuple of kinds, or None
-Kind = AnyValue
+
+class ValueKind(Enum):
+    """What a value is known to be."""
+
+    TENSOR = "tensor"
+    LIST = "list"  # a relay.List
+    FUNCTION = "function"
+    GRAD = "grad"  # a grad function: calling it gives (value, gradients)
+    TUPLE = "tuple"  # a tuple whose fields are not known
 
 
-def _is_tuple_kind(kind: Kind) -> bool:
-    return kind == "tuple" or isinstance(kind, tuple)
+@dataclass(frozen=True)
+class TupleKind:
+    """A tuple whose fields' kinds are known."""
+
+    fields: tuple[Kind, ...]
 
 
-def _kind_of_type(t: Type | None) -> Kind:
+Kind: TypeAlias = "ValueKind | TupleKind | ModelValue | None"
+
+
+def is_tuple(kind: Kind) -> bool:
+    """Whether `kind` is a tuple's, its fields known or not."""
+    return kind is ValueKind.TUPLE or isinstance(kind, TupleKind)
+
+
+def kind_of_type(t: Type | None) -> Kind:
     """What a declared type says of a value: a tuple type gives the kinds of its fields."""
     if isinstance(t, TensorType):
-        return "tensor"
+        return ValueKind.TENSOR
     if isinstance(t, TupleType):
-        return tuple(_kind_of_type(f) for f in t.fields)
+        return TupleKind(tuple(kind_of_type(f) for f in t.fields))
     if isinstance(t, FuncType):
-        return "func"
+        return ValueKind.FUNCTION
     if isinstance(t, TypeCall) and t.func.name == "List":
-        return "list"
+        return ValueKind.LIST
     return None
+
+
+def declared_result_kind(target: AnyValue) -> Kind:
+    """The kind of what a decorated function returns, when its result type is written."""
+    fn = getattr(target, "function", None)
+    return kind_of_type(fn.ret_type) if isinstance(fn, Function) else None
 
 
 def _op_result_kind(call: Call) -> Kind:
@@ -57,56 +89,71 @@ def _op_result_kind(call: Call) -> Kind:
     assert isinstance(call.op, Op)
     arity = call.op.definition.traits.result_arity
     if arity is None:
-        return "tensor"
+        return ValueKind.TENSOR
     n = arity(call.attrs)
-    return "tuple" if n is None else ("tensor",) * n
+    return ValueKind.TUPLE if n is None else TupleKind((ValueKind.TENSOR,) * n)
 
 
-def _declared_result_kind(target: AnyValue) -> Kind:
-    """The kind of what a decorated function returns, when its result type is written."""
-    fn = getattr(target, "function", None)
-    return _kind_of_type(fn.ret_type) if isinstance(fn, Function) else None
+class KnownKinds:
+    """The kinds of one function's values: found from their constructions (`of`), or noted
+    where the construction does not say (a call of a function whose result type is written, a
+    special call's result)."""
 
+    def __init__(self) -> None:
+        self._noted: dict[Expr, Kind] = {}
+        # what calling a function value gives, when known: a nested def with a declared
+        # result type, an exported model (``relay.export_model(m)(x)[0]``), names bound to them
+        self._results: dict[Expr, Kind] = {}
 
-class ValueKinds(TranslatorBase):
-    """`kind_of`, for the translator."""
+    def note(self, e: Expr, kind: Kind) -> None:
+        """`e`'s kind is `kind`."""
+        self._noted[e] = kind
 
-    def kind_of(self, e: Expr | _Literal, env: Env) -> Kind:
-        """What is known statically of a translated value, from annotations and constructions:
-        "tensor", "list", "func", "grad", "tuple" (fields unknown), a tuple of kinds, or None."""
-        if isinstance(e, (_Literal, Constant)):
-            return "tensor"
-        known = self._kinds.get(e)
+    def note_result(self, f: Expr, kind: Kind) -> None:
+        """Calling the function value `f` gives a value of `kind`."""
+        self._results[f] = kind
+
+    def result(self, f: Expr | Number) -> Kind:
+        """The kind of what calling the function value `f` gives, when noted."""
+        return self._results.get(f) if isinstance(f, Expr) else None
+
+    def of(self, e: Expr | Number, env: Env) -> Kind:
+        """What is known statically of a translated value, from annotations and constructions."""
+        if isinstance(e, (Number, Constant)):
+            return ValueKind.TENSOR
+        known = self._noted.get(e)
         if known is not None:
             return known
         if isinstance(e, Var):
             for b in env.values():
                 if b.expr is e:
                     return b.kind
-            return _kind_of_type(e.type_annotation)
+            return kind_of_type(e.type_annotation)
         if isinstance(e, Tuple):
-            return tuple(self.kind_of(f, env) for f in e.fields)
+            return TupleKind(tuple(self.of(f, env) for f in e.fields))
         if isinstance(e, TupleGetItem):
-            outer = self.kind_of(e.tuple_value, env)
-            return outer[e.index] if isinstance(outer, tuple) and e.index < len(outer) else None
+            outer = self.of(e.tuple_value, env)
+            if isinstance(outer, TupleKind) and e.index < len(outer.fields):
+                return outer.fields[e.index]
+            return None
         if isinstance(e, Let):
-            return self.kind_of(e.body, env)
+            return self.of(e.body, env)
         if isinstance(e, If):
-            then = self.kind_of(e.true_branch, env)
-            return then if then == self.kind_of(e.false_branch, env) else None
+            then = self.of(e.true_branch, env)
+            return then if then == self.of(e.false_branch, env) else None
         if isinstance(e, Call) and e.op is GETITEM:
             return None  # a tuple's field or a tensor's row, unknown until type inference
         if isinstance(e, Call) and isinstance(e.op, Op):
             return _op_result_kind(e)
         if isinstance(e, Call) and isinstance(e.op, Constructor) and e.op.belong_to.name == "List":
-            return "list"
+            return ValueKind.LIST
         if isinstance(e, Call) and isinstance(e.op, GlobalVar):
             prelude = prelude_definitions()[1].get(e.op)  # relay.map, relay.zip, ...
-            return _kind_of_type(prelude.ret_type) if prelude is not None else None
+            return kind_of_type(prelude.ret_type) if prelude is not None else None
         if isinstance(e, Function):
-            return "func"
+            return ValueKind.FUNCTION
         if isinstance(e, Grad):
-            return "grad"
-        if isinstance(e, Call) and (isinstance(e.op, Grad) or self.kind_of(e.op, env) == "grad"):
-            return ("tensor", "tuple")  # (f(args), (d/darg0, ...))
+            return ValueKind.GRAD
+        if isinstance(e, Call) and (isinstance(e.op, Grad) or self.of(e.op, env) is ValueKind.GRAD):
+            return TupleKind((ValueKind.TENSOR, ValueKind.TUPLE))  # (f(args), (d/darg0, ...))
         return None

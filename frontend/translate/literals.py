@@ -10,11 +10,11 @@ from relaydsl.ir.expr import Constant, const
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import TensorType
 
-_INT32 = TensorType((), "int32")
+INT32 = TensorType((), "int32")
 _INT32_RANGE = (-2**31, 2**31 - 1)
 
 # Python operators folded when both operands are Python numbers.
-_PYTHON_BINOPS: dict[type, Callable[[AnyValue, AnyValue], AnyValue]] = {
+PYTHON_BINOPS: dict[type, Callable[[AnyValue, AnyValue], AnyValue]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
     ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
@@ -22,7 +22,7 @@ _PYTHON_BINOPS: dict[type, Callable[[AnyValue, AnyValue], AnyValue]] = {
 }
 
 
-class _Literal:
+class Number:
     """A Python number in the program: it takes the dtype of the tensor it meets."""
 
     __slots__ = ("span", "value")

@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Any as AnyValue, Callable
 import numpy as np
 
 from relaydsl.errors import IRError
-from relaydsl.frontend.translate.base import TranslatorBase
-from relaydsl.frontend.translate.literals import _PYTHON_BINOPS, _Literal
-from relaydsl.ir.adt import Constructor
-from relaydsl.ir.expr import Call, Constant, Expr, Function, GlobalVar, Op, Var
+from relaydsl.frontend.translate.literals import PYTHON_BINOPS, Number
+from relaydsl.ir.expr import Call, Constant, Constructor, Expr, Function, GlobalVar, Op, Var
 from relaydsl.ir.types import Type, TypeVar
 from relaydsl.op import lookup
 
 if TYPE_CHECKING:
+    from relaydsl.frontend.translate.bindings import Env
     from relaydsl.frontend.translate.translator import Translator
 
 
@@ -28,7 +27,10 @@ class Resolver:
     lookup: Callable[[str], AnyValue]  # raises KeyError for an unknown name
     to_global: Callable[[AnyValue], GlobalVar | None]  # a decorated function's GlobalVar
     annotation_type: Callable[[AnyValue, dict[str, TypeVar]], Type]
-    special: Callable[["Translator", AnyValue, ast.Call, list, dict], Expr | None]
+    # a call with a meaning of its own (an op, a layer, the training API...): its Relay
+    # expression, from the callee, the call, its translated arguments and keyword nodes
+    special: Callable[[Translator, AnyValue, ast.Call, list, dict[str, ast.expr], Env],
+                      Expr | None]
     forward_refs: dict[str, GlobalVar] = field(default_factory=dict)
     # The decorated function's annotations as Python evaluated them when it was defined (by
     # parameter name, "return" for the result): a name used only in an annotation, such as
@@ -36,22 +38,26 @@ class Resolver:
     signature: dict[str, AnyValue] = field(default_factory=dict)
 
 
-class PythonValues(TranslatorBase):
-    """Reads Python objects and constants; mixed into `Translator`."""
+class PythonValues:
+    """Reads Python objects and constants; the translator's ``values``."""
+
+    def __init__(self, tr: Translator):
+        self.tr = tr
 
     def python_to_relay(self, value: AnyValue, node: ast.AST):
         """A Python object used as a value: numbers and arrays are constants, decorated functions
         globals, constructors constructors."""
+        tr = self.tr
         if isinstance(value, (bool, int, float)) and not isinstance(value, np.ndarray):
-            return _Literal(value, self.span(node))
+            return Number(value, tr.span(node))
         if isinstance(value, np.generic):
-            return Constant(np.asarray(value), span=self.span(node))
+            return Constant(np.asarray(value), span=tr.span(node))
         if isinstance(value, np.ndarray):
             try:
-                return Constant(value, span=self.span(node))
+                return Constant(value, span=tr.span(node))
             except IRError as e:
-                raise self.error(node, e.raw_message) from None
-        gv = self.resolver.to_global(value)
+                raise tr.error(node, e.raw_message) from None
+        gv = tr.resolver.to_global(value)
         if gv is not None:
             return gv
         relay_op = getattr(value, "relay_op", None)  # relay.<op>
@@ -60,66 +66,68 @@ class PythonValues(TranslatorBase):
         ctor = getattr(value, "constructor", value)
         if isinstance(ctor, Constructor):
             return ctor
-        raise self.error(node, f"{_describe(value)} cannot be used as a value inside a decorated "
-                               "function (numbers, NumPy arrays, decorated functions and ADT "
-                               "constructors can)")
+        raise tr.error(node, f"{_describe(value)} cannot be used as a value inside a decorated "
+                             "function (numbers, NumPy arrays, decorated functions and ADT "
+                             "constructors can)")
 
     def _op_as_function(self, name: str, node: ast.AST) -> Function:
         """``relay.tanh`` passed as a value: ``fn (%data) { tanh(%data) }``."""
-        span = self.span(node)
+        tr = self.tr
+        span = tr.span(node)
         params = [Var(p, span=span) for p in lookup(name).inputs]
         try:
             body = Call(Op.get(name), params, span=span)
         except IRError as e:
-            raise self.error(node, f"{e.raw_message}; wrap the call in a lambda to pass relay."
-                                   f"{name} as a function") from None
+            raise tr.error(node, f"{e.raw_message}; wrap the call in a lambda to pass relay."
+                                 f"{name} as a function") from None
         return Function(params, body, span=span)
 
     def python_value(self, node: ast.expr) -> AnyValue:
         """The Python object a name or attribute path denotes in the function's scope."""
+        tr = self.tr
         if isinstance(node, ast.Name):
-            if self._is_local_name(node.id):
-                raise self.error(node, f"{node.id!r} is a value computed by the function, not a "
-                                       "Python object known when the function is translated")
+            if node.id in tr.locals:
+                raise tr.error(node, f"{node.id!r} is a value computed by the function, not a "
+                                     "Python object known when the function is translated")
             try:
-                return self.resolver.lookup(node.id)
+                return tr.resolver.lookup(node.id)
             except KeyError:
-                raise self.error(node, f"name {node.id!r} is not defined") from None
+                raise tr.error(node, f"name {node.id!r} is not defined") from None
         if isinstance(node, ast.Attribute):
             base = self.python_value(node.value)
             try:
                 return getattr(base, node.attr)
             except AttributeError as e:
-                raise self.error(node, str(e)) from None
+                raise tr.error(node, str(e)) from None
         if isinstance(node, ast.Subscript):
             base = self.python_value(node.value)
-            index = self._static(node.slice)
+            index = self.static(node.slice)
             try:
                 return base[index]
             except Exception as e:  # any error of the user's Python object, at the user's line
-                raise self.error(node, f"{type(e).__name__}: {e}") from None
+                raise tr.error(node, f"{type(e).__name__}: {e}") from None
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, (ast.Tuple, ast.List)):
-            return tuple(self._static(e) for e in node.elts)
-        raise self.error(node, "expected a name, an attribute or a constant here")
+            return tuple(self.static(e) for e in node.elts)
+        raise tr.error(node, "expected a name, an attribute or a constant here")
 
-    def _static(self, node: ast.expr) -> AnyValue:
+    def static(self, node: ast.expr) -> AnyValue:
         """A Python value known when the function is translated: constants, names of the
         enclosing scope, and arithmetic on them (``axis=-1``, ``newshape=(N, 2 * K)``)."""
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, (ast.Tuple, ast.List)):
-            return tuple(self._static(e) for e in node.elts)
+            return tuple(self.static(e) for e in node.elts)
         folds = {ast.USub: operator.neg, ast.UAdd: operator.pos}
         try:
             if isinstance(node, ast.UnaryOp) and type(node.op) in folds:
-                return folds[type(node.op)](self._static(node.operand))
-            if isinstance(node, ast.BinOp) and type(node.op) in _PYTHON_BINOPS:
-                return _PYTHON_BINOPS[type(node.op)](self._static(node.left),
-                                                     self._static(node.right))
+                return folds[type(node.op)](self.static(node.operand))
+            if isinstance(node, ast.BinOp) and type(node.op) in PYTHON_BINOPS:
+                return PYTHON_BINOPS[type(node.op)](self.static(node.left),
+                                                     self.static(node.right))
         except (ArithmeticError, TypeError, ValueError) as e:
-            raise self.error(node, f"cannot compute this constant: {e}") from None
+            raise self.tr.error(node, f"cannot compute this constant: {e}") from None
         return self.python_value(node)
 
 

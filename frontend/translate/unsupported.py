@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 # What to write instead of common constructs outside the subset.
-_UNSUPPORTED_STATEMENTS: dict[type, str] = {
+UNSUPPORTED_STATEMENTS: dict[type, str] = {
     ast.Try: "`try` is not supported: exceptions are not part of the language; check "
              "conditions with `if`",
     ast.With: "`with` is not supported; call functions directly",
@@ -23,7 +23,7 @@ _UNSUPPORTED_STATEMENTS: dict[type, str] = {
     ast.Break: "`break` is not supported; put the exit test in a `while` condition",
     ast.Continue: "`continue` is not supported; use `if` around the rest of the body",
 }
-_UNSUPPORTED_EXPRESSIONS: dict[type, str] = {
+UNSUPPORTED_EXPRESSIONS: dict[type, str] = {
     ast.Yield: "generators are not supported; return a tuple or a relay.List",
     ast.YieldFrom: "generators are not supported; return a tuple or a relay.List",
     ast.Await: "`await` is not supported",

@@ -30,7 +30,7 @@ import numpy as np
 from relaydsl import Float, Int, Tensor, relay, relay_model
 from relaydsl.backend.interpreter import ConstructorValue
 from relaydsl.datasets.names import END, LANGUAGES, NUM_CHARS, decode, encode
-from relaydsl.frontend.decorators import RelayFunction
+from relaydsl.frontend.function import RelayFunction
 from relaydsl.frontend.model import Model
 
 LANGS = len(LANGUAGES)

@@ -37,7 +37,7 @@ import numpy as np
 from relaydsl import Float, Int, Tensor, relay, relay_model
 from relaydsl.backend.interpreter import ConstructorValue
 from relaydsl.datasets.sst import NUM_CLASSES, Leaf, Node, Tree, Vocabulary
-from relaydsl.frontend.decorators import RelayFunction
+from relaydsl.frontend.function import RelayFunction
 
 CLASSES = NUM_CLASSES
 _ONE_HOT = np.eye(CLASSES, dtype=np.float32)

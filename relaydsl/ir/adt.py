@@ -2,6 +2,9 @@
 
 ``List[a] = Cons(a, List[a]) | Nil`` is a TypeData whose header is the
 GlobalTypeVar ``List`` with type variable ``a`` and two Constructors.
+
+`Constructor` and the base class `Pattern` are defined in expr.py, beside the nodes that check
+them (a call checks a constructor's arity, a match clause its pattern), and are named here too.
 """
 from __future__ import annotations
 
@@ -9,31 +12,10 @@ from dataclasses import dataclass, field
 from typing import Callable, final
 
 from relaydsl.errors import IRError
-from relaydsl.ir.expr import Expr, Var
+from relaydsl.ir.expr import Constructor, Pattern, Var
 from relaydsl.ir.node import Immutable, conforms
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall, TypeVar
-
-
-@final
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
-class Constructor(Expr):
-    """A constructor of an ADT; called like a function: ``Cons(x, xs)``.
-
-    `inputs` may mention the ADT's type variables and the ADT itself.
-    `belong_to` and `tag` are filled when the TypeData is built.
-    """
-
-    name: str
-    inputs: tuple[Type, ...]
-    belong_to: GlobalTypeVar
-    tag: int = -1
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        for t in self.inputs:
-            if not conforms(t, Type):
-                raise IRError(f"constructor {self.name}: input types must be Types, got {t!r}")
 
 
 @final
@@ -86,12 +68,6 @@ def define_adt(name: str, type_var_names: list[str],
         resolved = [i(self_type, type_vars) if callable(i) else i for i in inputs]
         ctors.append(Constructor(cname, tuple(resolved), header, tag))
     return TypeData(header, type_vars, tuple(ctors))
-
-
-class Pattern(Immutable):
-    """Base of match patterns."""
-
-    __slots__ = ()
 
 
 @final
@@ -161,3 +137,9 @@ def pattern_vars(p: Pattern) -> list[Var]:
     if isinstance(p, (PatternConstructor, PatternTuple)):
         return [v for sub in p.patterns for v in pattern_vars(sub)]
     return []
+
+
+__all__ = [
+    "Constructor", "TypeData", "FieldSpec", "define_adt", "Pattern", "PatternWildcard",
+    "PatternVar", "PatternConstructor", "PatternTuple", "pattern_vars",
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any as AnyValue, Iterable, final
+from typing import TYPE_CHECKING, Any as AnyValue, Iterable, Protocol, final
 
 import numpy as np
 
@@ -18,10 +18,10 @@ from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.node import Immutable, conforms
 from relaydsl.ir.span import Span
-from relaydsl.ir.types import DTYPES, Type, TypeVar, type_to_str
+from relaydsl.ir.types import DTYPES, GlobalTypeVar, Type, TypeVar, type_to_str
 
 if TYPE_CHECKING:
-    from relaydsl.ir.adt import Pattern
+    from relaydsl.ir.module import IRModule
     from relaydsl.op.registry import OpDef
 
 
@@ -49,9 +49,8 @@ class Expr(Immutable):
         object.__setattr__(self, "_checked_type", t)
 
     def __repr__(self) -> str:
-        from relaydsl.ir.printer import HEADER, astext
-
-        return astext(self).removeprefix(HEADER + "\n")  # the version header is for files
+        text = installed_printer()(self)
+        return text.partition("\n")[2]  # without its first line, the version header (for files)
 
     def __str__(self) -> str:
         return self.__repr__()
@@ -170,6 +169,27 @@ def op_call(name: str, *args: Expr, **attrs: AnyValue) -> "Call":
 
 @final
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Constructor(Expr):
+    """A constructor of an ADT (relaydsl/ir/adt.py); called like a function: ``Cons(x, xs)``.
+
+    `inputs` may mention the ADT's type variables and the ADT itself.
+    `belong_to` and `tag` are filled when the TypeData is built.
+    """
+
+    name: str
+    inputs: tuple[Type, ...]
+    belong_to: GlobalTypeVar
+    tag: int = -1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        for t in self.inputs:
+            if not conforms(t, Type):
+                raise IRError(f"constructor {self.name}: input types must be Types, got {t!r}")
+
+
+@final
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Call(Expr):
     """``op(args, attrs)``. For an Op, arity and attributes are checked against the registry."""
 
@@ -193,8 +213,6 @@ class Call(Expr):
         elif len(attrs):
             raise IRError(f"only operator calls take attributes, got {dict(attrs)}", self.span)
         object.__setattr__(self, "attrs", attrs)
-        from relaydsl.ir.adt import Constructor
-
         if isinstance(self.op, Constructor) and len(self.args) != len(self.op.inputs):
             raise IRError(
                 f"constructor {self.op.name} takes {len(self.op.inputs)} arguments, "
@@ -284,17 +302,21 @@ class If(Expr):
         _check_expr(self.false_branch, "an if's false branch")
 
 
+class Pattern(Immutable):
+    """Base of match patterns (relaydsl/ir/adt.py)."""
+
+    __slots__ = ()
+
+
 @final
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Clause(Immutable):
     """``pattern => rhs`` in a Match."""
 
-    lhs: "Pattern"
+    lhs: Pattern
     rhs: Expr
 
     def __post_init__(self) -> None:
-        from relaydsl.ir.adt import Pattern
-
         if not conforms(self.lhs, Pattern):
             raise IRError(f"a clause's left-hand side must be a Pattern, got {self.lhs!r:.80}")
         _check_expr(self.rhs, "a clause's right-hand side")
@@ -369,6 +391,31 @@ class Grad(Expr):
         _check_expr(self.fn, "the function of grad()")
 
 
+class Printer(Protocol):
+    """What prints nodes in the Relay text format: relaydsl/ir/printer.py's ``astext``."""
+
+    def __call__(self, node: Expr | IRModule, *, include_prelude: bool = False) -> str: ...
+
+
+# The text format prints expressions (their repr) and modules, and is built on them (printer.py
+# walks them with the visitor), so they reach it through this slot, which relaydsl/ir/__init__.py
+# fills, as the op registry fills _OP_DEFINITIONS.
+_printer: Printer | None = None
+
+
+def install_printer(printer: Printer) -> None:
+    """Make `printer` the one ``repr(expr)`` and ``IRModule.astext`` use."""
+    global _printer
+    _printer = printer
+
+
+def installed_printer() -> Printer:
+    """The printer of the text format (installed when relaydsl.ir is imported)."""
+    if _printer is None:
+        raise IRError("no printer is installed: import relaydsl.ir")
+    return _printer
+
+
 def suggest(name: str, candidates: Iterable[str]) -> str:
     """' Did you mean x, y?' for near misses among `candidates` (names or a mapping), or ''."""
     close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
@@ -376,8 +423,9 @@ def suggest(name: str, candidates: Iterable[str]) -> str:
 
 
 __all__ = [
-    "Expr", "Var", "GlobalVar", "Constant", "const", "Op", "Call", "Let", "Function", "Tuple",
-    "TupleGetItem", "If", "Clause", "Match", "RefCreate", "RefRead", "RefWrite", "Grad", "suggest",
-    "op_call", "op_names", "declare_op",
+    "Expr", "Var", "GlobalVar", "Constant", "const", "Op", "Constructor", "Call", "Let",
+    "Function", "Tuple", "TupleGetItem", "If", "Pattern", "Clause", "Match", "RefCreate", "RefRead",
+    "RefWrite", "Grad", "suggest", "op_call", "op_names", "declare_op", "Printer",
+    "install_printer", "installed_printer",
     "type_to_str",
 ]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from relaydsl.errors import IRError
 from relaydsl.ir.adt import Constructor, TypeData
-from relaydsl.ir.expr import Expr, Function, GlobalVar, suggest
+from relaydsl.ir.expr import Expr, Function, GlobalVar, installed_printer, suggest
 from relaydsl.ir.node import conforms
 from relaydsl.ir.types import GlobalTypeVar, Type, TypeCall
 from relaydsl.ir.visitor import substitute_types
@@ -209,9 +209,7 @@ class IRModule:
         return new
 
     def astext(self, *, include_prelude: bool = False) -> str:
-        from relaydsl.ir.printer import astext
-
-        return astext(self, include_prelude=include_prelude)
+        return installed_printer()(self, include_prelude=include_prelude)
 
     def __repr__(self) -> str:
         return self.astext()

@@ -627,11 +627,11 @@ def test_constructs_outside_the_subset_are_located_with_advice(define, marker, c
 
 def test_every_unsupported_statement_kind_has_a_case():
     """Each statement the translator refuses by kind is exercised above."""
-    from relaydsl.frontend.translate.unsupported import _UNSUPPORTED_STATEMENTS
+    from relaydsl.frontend.translate.unsupported import UNSUPPORTED_STATEMENTS
 
     tested = {type(node) for define, *_ in CASES
               for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(define))))}
-    untested = {kind.__name__ for kind in _UNSUPPORTED_STATEMENTS} - {
+    untested = {kind.__name__ for kind in UNSUPPORTED_STATEMENTS} - {
         kind.__name__ for kind in tested}
     assert untested <= {"ImportFrom", "AsyncFor", "AsyncWith"}
 

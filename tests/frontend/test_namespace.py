@@ -92,3 +92,12 @@ def test_an_op_passed_as_a_value_is_still_the_op():
         return f(x)
 
     np.testing.assert_allclose(apply(X), jnp.tanh(X), rtol=1e-6)
+
+
+def test_source_text_runs_with_the_names_from_relaydsl_import_star():
+    """relay.function_from_source gives the text relaydsl's public names (and np), which the
+    frontend lists apart from relaydsl/__init__.py, as the frontend does not import it."""
+    import relaydsl
+    from relaydsl.frontend.namespace import _user_names
+
+    assert _user_names() == {name: getattr(relaydsl, name) for name in relaydsl.__all__}

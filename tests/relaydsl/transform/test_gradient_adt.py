@@ -196,7 +196,7 @@ def lowered_grad_module(fn):
     from relaydsl.transform.gradient import lower_grads
     from relaydsl.typing import infer_types
 
-    mod = fn.module_for("inference").copy()
+    mod = fn.mod.copy()
     t = fn.checked_type
     params = [Var(f"x{i}", a) for i, a in enumerate(t.arg_types)]
     mod.add("main", Function(params, Call(Grad(fn.global_var), params)))
