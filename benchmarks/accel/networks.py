@@ -24,10 +24,11 @@ shift; the running statistics are state, not counted):
   and relu, five 2x2 max pools, three dense layers (dropout, the identity in inference, left
   out). No batch norm, as published: 143,667,240 parameters.
 - GoogLeNet (Szegedy et al. 2015, Inception v1): its nine inception modules with the paper's
-  Table 1 channel counts and 5x5 convolutions, without the auxiliary classifiers. The
-  local response normalisations are replaced by batch norm after every (bias-free)
-  convolution, as torchvision's and the BN-Inception variants do. The max pools pad by one
-  where Caffe rounds the output size up: the same sizes at 224x224 (112, 56, 28, 14, 7).
+  Table 1 channel counts and 5x5 convolutions, without the auxiliary classifiers. The local
+  response normalisations are left out and every convolution is bias-free and followed by
+  batch norm, as in torchvision's GoogLeNet (after Ioffe and Szegedy 2015). The max pools pad
+  by one where Caffe rounds the output size up: the same sizes at 224x224 (112, 56, 28, 14,
+  7).
   7,005,832 parameters: torchvision's 6,624,904 plus the 380,928 its "5x5" branches lack
   (torchvision keeps a 3x3 kernel there for compatibility with its weights).
 - InceptionV3 (Szegedy et al. 2016), torchvision's layout without the auxiliary head: 299x299
@@ -37,10 +38,10 @@ shift; the running statistics are state, not counted):
   head's 3,326,696.
 - ResNet-18: vision.py's (He et al. 2016, basic blocks): 11,689,512 parameters.
 - ResNet-50 (He et al. 2016): bottleneck blocks 3-4-6-3 with batch norm and bias-free
-  convolutions, projection shortcuts in each stage's first block. The original's stride (the
-  authors' Caffe model, which the paper ran): on the first 1x1 convolution of a stage's first
-  block (torchvision's v1.5 strides the 3x3 one; the parameters are the same):
-  25,557,032 parameters.
+  convolutions, projection shortcuts in each stage's first block. The stride is the
+  original's, the authors' Caffe model's (the paper's BatchNorm and Scale layers are Caffe's):
+  on the first 1x1 convolution of a stage's first block (torchvision's v1.5 strides the 3x3
+  one; the parameters are the same): 25,557,032 parameters.
 
 Each network has a JAX forward pass over the same parameters (:data:`JAX_FORWARD`), the
 reference of the tests.

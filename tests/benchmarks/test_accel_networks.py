@@ -28,8 +28,8 @@ RTOL, ATOL_OF_LARGEST = 1e-4, 1e-5
 SMALL = {"vgg19": 32, "googlenet": 32, "inception_v3": 75, "resnet18": 32, "resnet50": 32}
 
 
-@functools.cache  # the JAX reference takes seconds to compile: one per network
-def small_model(name):
+def build_small_model(name):
+    """Network `name` at its small size with random parameters, an input and JAX's logits."""
     model = relay.create_model(networks.model(name, SMALL[name]))
     params = vision.random_params(model, seed=0)
     x = np.random.default_rng(1).standard_normal(
@@ -37,6 +37,13 @@ def small_model(name):
     forward = jax.jit(networks.JAX_FORWARD[name])
     want = forward({k: jnp.asarray(v) for k, v in params.items()}, x)
     return model, x, np.asarray(want)
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    # the JAX reference takes seconds to compile: one per network, kept while this module's
+    # tests run (the five models hold ~90 million parameters)
+    return functools.cache(build_small_model)
 
 
 def assert_close_logits(got, want):
@@ -50,7 +57,7 @@ SLOW = {"googlenet", "inception_v3"}
 
 @pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.slow] * (name in SLOW))
                                   for name in networks.NETWORKS])
-def test_each_network_computes_its_jax_forward_pass_on_llvm(name):
+def test_each_network_computes_its_jax_forward_pass_on_llvm(small_model, name):
     model, x, want = small_model(name)
     assert np.abs(want).max() > 0.5  # the random weights keep the activations alive
     got = relay.build(model.fn, target="llvm").run((x,), model.values_for(model.fn))
@@ -59,7 +66,7 @@ def test_each_network_computes_its_jax_forward_pass_on_llvm(name):
 
 
 @pytest.mark.slow  # GoogLeNet's forward passes, as above
-def test_with_its_parameters_bound_a_network_inlines_into_one_function():
+def test_with_its_parameters_bound_a_network_inlines_into_one_function(small_model):
     # what an accelerator's code generator is given (issue 23: InlineAll, one call): the
     # blocks' calls, polymorphic in the image size, are inlined at their concrete sizes
     model, x, want = small_model("googlenet")
