@@ -5,9 +5,11 @@ argument values (already checked against the entry's type by the frontend) that
 returns the result, and can call closures the result contains. ``relay.build``
 and every decorated function go through here.
 
-Every target runs its pipeline (relaydsl/transform/pipeline.py) under the current
-PassContext. Its ``opt_level`` is the build's ``opt_level`` option if given, else the
-context's, else the target's default (llvm 3, interp 0).
+A build compiles with one ``CompileOptions`` (relaydsl/transform/pipeline.py): its
+``opt_level`` is the build's ``opt_level`` option if given, else the current PassContext's,
+else the target's default (``pipeline.DEFAULT_OPT_LEVEL``: llvm 3, interp 0), and its
+context, the one the target runs its pipeline under, is the current PassContext at that
+level.
 
 >>> sorted(available_targets())
 ['accel', 'interp', 'llvm']
@@ -32,6 +34,7 @@ from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform import pipeline
 from relaydsl.transform.instrument import DumpIR
 from relaydsl.transform.pass_infra import PassContext
+from relaydsl.transform.pipeline import CompileOptions
 
 DEFAULT_TARGET = "llvm"
 _log = logging.getLogger(__name__)
@@ -47,31 +50,37 @@ class Program(Protocol):
 class Target:
     name: str
     description: str
-    compile: Callable[[IRModule, str, dict[str, AnyValue]], Program]  # run under the context
-    options: dict[str, AnyValue] = field(default_factory=dict)  # accepted options, defaults
+    compile: Callable[[IRModule, str, CompileOptions], Program]  # run under options.context
+    own_options: dict[str, AnyValue] = field(default_factory=dict)  # the target's, defaults
     check_options: Callable[[dict[str, AnyValue]], None] | None = None  # raises on bad values
 
-    def configure(self, options: dict[str, AnyValue]) -> tuple[dict[str, AnyValue], PassContext]:
-        """The options a build with `options` compiles with (defaults filled in), and the
-        PassContext it runs its pipeline under: the current one, at the opt_level of the
-        options, else of the context, else the target's default. Together with the target
-        they are everything a compiled program depends on besides its module."""
+    @property
+    def options(self) -> dict[str, AnyValue]:
+        """The options a build accepts, with their defaults."""
+        return {"opt_level": pipeline.DEFAULT_OPT_LEVEL[self.name], **self.own_options}
+
+    def compile_options(self, options: dict[str, AnyValue]) -> CompileOptions:
+        """What a build with `options` (``relay.build``'s keywords) compiles with, under the
+        current PassContext. Together with the target it is everything a compiled program
+        depends on besides its module."""
         unknown = sorted(set(options) - set(self.options))
         if unknown:
             accepted = ", ".join(self.options) or "none"
             raise TypeError(f"target {self.name!r} has no option {', '.join(unknown)} "
                             f"(accepted: {accepted})")
-        context = PassContext.current()
-        level = options.get("opt_level", context.opt_level)
-        level = self.options["opt_level"] if level is None else level
-        if not isinstance(level, int) or isinstance(level, bool) or \
-                not 0 <= level <= pipeline.MAX_OPT_LEVEL:
-            raise ValueError(f"opt_level must be an int from 0 to {pipeline.MAX_OPT_LEVEL}, "
-                             f"got {level!r}")
-        options = {**self.options, **options, "opt_level": level}
+        own = {**self.own_options, **{k: v for k, v in options.items() if k != "opt_level"}}
         if self.check_options is not None:
-            self.check_options(options)
-        return options, _at_level(context, level)
+            self.check_options(own)
+        level, context = options.get("opt_level"), PassContext.current()
+        chosen = _options(self.name, context) if level is None else \
+            CompileOptions(level, context)
+        return replace(chosen, target_options=tuple(sorted(own.items()))) if own else chosen
+
+    def configure(self, options: dict[str, AnyValue]) -> tuple[dict[str, AnyValue], PassContext]:
+        """``compile_options(options)`` as the options with defaults filled in and the
+        PassContext the pipeline runs under (the key of a compiled program)."""
+        chosen = self.compile_options(options)
+        return {**self.own_options, **options, "opt_level": chosen.opt_level}, chosen.context
 
     def build(self, mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
         """`entry` of `mod` compiled with `options` under the current PassContext.
@@ -80,19 +89,21 @@ class Target:
         after each pass written to files (``RELAYDSL_DUMP_IR``: a subdirectory
         ``<entry>.<target>`` per build)."""
         settings.apply_log_setting()
-        options, context = self.configure(options)
+        chosen = self.compile_options(options)
         dump = settings.dump_ir_dir()
         if dump is not None:
+            context = chosen.context
             instrument = DumpIR.fresh(dump, f"{entry}.{self.name}")
-            context = replace(context, instruments=(*context.instruments, instrument))
-        _log.info("building @%s for %s at opt_level %d", entry, self.name, options["opt_level"])
-        with context, deep_recursion():
-            return self.compile(mod, entry, options)
+            chosen = replace(chosen, context=replace(
+                context, instruments=(*context.instruments, instrument)))
+        _log.info("building @%s for %s at opt_level %d", entry, self.name, chosen.opt_level)
+        with chosen.context, deep_recursion():
+            return self.compile(mod, entry, chosen)
 
 
 @functools.lru_cache(maxsize=64)  # every call of a decorated function asks
-def _at_level(context: PassContext, level: int) -> PassContext:
-    return context if context.opt_level == level else replace(context, opt_level=level)
+def _options(target: str, context: PassContext) -> CompileOptions:
+    return CompileOptions.for_target(target, context=context)
 
 
 _TARGETS: dict[str, Target] = {}
@@ -142,20 +153,18 @@ class InterpreterProgram:
         return self._interpreter.call(closure, args)
 
 
-def _interp(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
+def _interp(mod: IRModule, entry: str, options: CompileOptions) -> Program:
     return InterpreterProgram(mod, entry)
 
 
-def _llvm(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
+def _llvm(mod: IRModule, entry: str, options: CompileOptions) -> Program:
     from relaydsl.backend.llvm.executor import compile_program
 
-    return compile_program(mod, entry, opt_level=options["opt_level"])
+    return compile_program(mod, entry, options)
 
 
-register_target(Target("interp", "the reference interpreter over NumPy", _interp,
-                       {"opt_level": 0}))
-register_target(Target("llvm", "fused kernels compiled for the host CPU with llvmlite", _llvm,
-                       {"opt_level": 3}))
+register_target(Target("interp", "the reference interpreter over NumPy", _interp))
+register_target(Target("llvm", "fused kernels compiled for the host CPU with llvmlite", _llvm))
 
 
 def _check_accel_options(options: dict[str, AnyValue]) -> None:
@@ -171,7 +180,7 @@ def _check_accel_options(options: dict[str, AnyValue]) -> None:
                          f"of {', '.join(repr(s) for s in SCHEDULES)}")
 
 
-def _accel(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
+def _accel(mod: IRModule, entry: str, options: CompileOptions) -> Program:
     from relaydsl.backend.accel.config import AcceleratorConfig
     from relaydsl.backend.accel.program import AccelProgram
 
@@ -181,5 +190,4 @@ def _accel(mod: IRModule, entry: str, options: dict[str, AnyValue]) -> Program:
 
 register_target(Target("accel", "a simulated DNN accelerator with Deep Fusion scheduling "
                        "(relay.AcceleratorConfig)", _accel,
-                       {"opt_level": 3, "config": None, "schedule": "fusion+reuse"},
-                       _check_accel_options))
+                       {"config": None, "schedule": "fusion+reuse"}, _check_accel_options))

@@ -28,7 +28,6 @@ from relaydsl.backend.interpreter import Interpreter, Value, evaluate
 from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
 from relaydsl.transform import pipeline
-from relaydsl.transform.pass_infra import Sequential
 
 
 class _Offloaded:
@@ -47,7 +46,7 @@ class HybridProgram:
     def __init__(self, mod: IRModule, entry: str, config: AcceleratorConfig,
                  schedule_kind: str, reason: str):
         self.config, self.schedule_kind, self.reason = config, schedule_kind, reason
-        self.mod = Sequential([pipeline.FuseOps], name="accel host split")(mod)
+        self.mod = pipeline.accel_host_split()(mod)
         self.entry = entry
         self._interpreter = Interpreter(self.mod, call_primitive=self._primitive)
         self._host = Interpreter(self.mod)

@@ -65,6 +65,7 @@ from relaydsl.te.expr import (
     FloatImm, IntImm, IterVar, PrimExpr, Reduce, TensorRead, Var, children, post_order,
 )
 from relaydsl.te.tensor import Tensor
+from relaydsl.transform.pipeline import CompileOptions
 
 CHUNK_ELEMENTS = 1 << 15  # elements of the widest batched row times the largest chunk
 SMALL_ELEMENTS = 1 << 9  # ... and times the smallest
@@ -286,7 +287,7 @@ class ChunkedKernel:
     sums: list[bool]  # per output: a sum over the rows (else batched on its leading axis)
     pass_rows: int  # what a chunk costs beyond its rows, in rows: reading the other inputs
     driver: int  # the driver's address
-    opt_level: int
+    options: CompileOptions  # what its kernels are compiled with
     constants: int  # how many the kernels hold (the same for every size)
     kernels: list[Kernel | None] = field(default_factory=list)
 
@@ -373,7 +374,7 @@ class ChunkedKernel:
         with self._lock:
             missing = [level for level in levels if self.kernels[level] is None]
             built = compile_primitives([self.functions[level] for level in missing],
-                                       opt_level=self.opt_level) if missing else []
+                                       self.options) if missing else []
             for level, kernel in zip(missing, built):
                 self.kernels[level] = kernel
             return list(self.kernels)
@@ -386,7 +387,7 @@ def _leaves(t) -> list[TensorType]:
 
 
 def compile_chunked(fn: Function, types: Sequence[TensorType], batched: Sequence[bool],
-                    *, opt_level: int) -> ChunkedKernel | None:
+                    options: CompileOptions) -> ChunkedKernel | None:
     """`fn` for chunks of rows of its inputs of `types` (whose leading dimension is ignored
     where `batched`), or None when it is not row-separable. Its kernels are compiled when
     a call first needs them."""
@@ -428,7 +429,7 @@ def compile_chunked(fn: Function, types: Sequence[TensorType], batched: Sequence
         return None  # nothing to compute
     return ChunkedKernel([functions[r] for r in rows], rows, list(batched),
                          [t in batching.sums for t in lowered.outputs],
-                         max(1, others // (row * PASS)), _driver(), opt_level,
+                         max(1, others // (row * PASS)), _driver(), options,
                          len(lowered.constants))
 
 

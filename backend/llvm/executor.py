@@ -1,6 +1,6 @@
 """Running whole programs on compiled kernels: native code, or the dispatcher.
 
-``compile_program(mod, entry, opt_level)`` prepares the module (the llvm pipeline of
+``compile_program(mod, entry, options)`` prepares the module (the llvm pipeline of
 relaydsl/transform/pipeline.py: grad lowering, inlining, the first-order gradient where it
 applies, constant folding, fusion into primitive functions, A-normal form; see ``prepare``)
 and picks how to run the entry function:
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 from functools import cached_property
-from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -57,7 +56,7 @@ from relaydsl.ir.types import (
 )
 from relaydsl.ir.visitor import substitute_types, type_vars_of
 from relaydsl.transform import pipeline
-from relaydsl.transform.pass_infra import PassContext
+from relaydsl.transform.pipeline import CompileOptions
 
 _log = logging.getLogger(__name__)
 
@@ -69,19 +68,21 @@ HOT_CALLS = 100
 _MAX_COUNTED = 256  # signatures whose calls are counted at once
 
 
-def prepare(mod: IRModule, context: PassContext) -> IRModule:
+def prepare(mod: IRModule, options: CompileOptions) -> IRModule:
     """The module as the llvm target runs it: every op call inside a primitive function.
 
-    The llvm pipeline (relaydsl/transform/pipeline.py) under `context`, whose opt_level
-    is set: grad nodes lowered, and by level fusion, inlining, constant folding, the
-    first-order gradient; every call let-bound (A-normal form).
+    The llvm pipeline (relaydsl/transform/pipeline.py) under the options' PassContext:
+    grad nodes lowered, and by level fusion, inlining, constant folding, the first-order
+    gradient; every call let-bound (A-normal form).
     """
-    return pipeline.run(mod, "llvm", context)
+    return pipeline.run(mod, "llvm", options.context)
 
 
-def compile_program(mod: IRModule, entry: str, *, opt_level: int = 3) -> "Program":
-    """The runnable form of global `entry` of `mod` (typed, possibly with grad nodes)."""
-    return Program(mod, entry, opt_level)
+def compile_program(mod: IRModule, entry: str, options: CompileOptions | None = None
+                    ) -> "Program":
+    """The runnable form of global `entry` of `mod` (typed, possibly with grad nodes),
+    compiled with `options` (default: the llvm target's under the current PassContext)."""
+    return Program(mod, entry, CompileOptions.for_target("llvm") if options is None else options)
 
 
 class Program:
@@ -93,11 +94,10 @@ class Program:
     native code does not run go to the dispatcher.
     """
 
-    def __init__(self, source: IRModule, entry: str, opt_level: int):
-        self.source, self.entry, self.opt_level = source, entry, opt_level
-        # the pass settings it was built under, for the entry's re-preparation per signature
-        self.context = replace(PassContext.current(), opt_level=opt_level)
-        self.mod = prepare(source, self.context)
+    def __init__(self, source: IRModule, entry: str, options: CompileOptions):
+        # the options it was built with, for the entry's re-preparation per signature too
+        self.source, self.entry, self.options = source, entry, options
+        self.mod = prepare(source, options)
         fn = self.mod[entry]
         # symbolic dimensions: native code of run-time shapes, per signature once hot
         self._symbolic = any(symbolic_type(p.checked_type) for p in fn.params)
@@ -114,7 +114,7 @@ class Program:
 
     def _native(self, mod: IRModule) -> NativeProgram | None:
         try:
-            return NativeProgram(mod, self.entry, self.opt_level)
+            return NativeProgram(mod, self.entry, self.options)
         except Unsupported as e:
             self._native_unsupported = str(e)
             return None
@@ -174,7 +174,7 @@ class Program:
         if types is None:
             types = [TensorType(v.shape, v.dtype.name) for v in values]
         if key not in self._compiled:
-            mod = prepare(specialize_entry(self.source, self.entry, types), self.context)
+            mod = prepare(specialize_entry(self.source, self.entry, types), self.options)
             compiled = self._compiled[key] = self._native(mod)
             if _log.isEnabledFor(logging.INFO):
                 shapes = ", ".join(f"{t.dtype}{list(t.shape)}" if isinstance(t, TensorType)
@@ -203,7 +203,7 @@ class Program:
         kernel = self._kernels.get(key)
         if kernel is None:
             types = [TensorType(a.shape, a.dtype.name) for a in arrays]
-            kernel = compile_primitive(specialize(fn, types), opt_level=self.opt_level)
+            kernel = compile_primitive(specialize(fn, types), self.options)
             if _log.isEnabledFor(logging.DEBUG):
                 shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
                 _log.debug("dispatcher: for (%s) %r", shapes, kernel)

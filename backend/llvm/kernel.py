@@ -63,6 +63,7 @@ from relaydsl.ir.expr import Function
 from relaydsl.ir.structural import structural_equal, structural_hash
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import deep_recursion
+from relaydsl.transform.pipeline import CompileOptions
 
 _ALIGN = 64
 _log = logging.getLogger(__name__)
@@ -252,9 +253,12 @@ def _remembered(func: Function, h: int) -> Kernel | None:
     return None
 
 
-def compile_primitives(funcs: Sequence[Function], *, opt_level: int = 3) -> list[Kernel]:
-    """One kernel per function; the new ones compiled together in one LLVM module."""
-    speed = 3 if opt_level >= 1 else 1
+def compile_primitives(funcs: Sequence[Function], options: CompileOptions | None = None
+                       ) -> list[Kernel]:
+    """One kernel per function; the new ones compiled together in one LLVM module, at the
+    LLVM speed level of `options` (default: the llvm target's): 3, or 1 at opt_level 0."""
+    options = CompileOptions.for_target("llvm") if options is None else options
+    speed = 3 if options.opt_level >= 1 else 1
     with _LOCK:
         results: list[Kernel | None] = [None] * len(funcs)
         todo: dict[str, tuple[Function, int, list[int]]] = {}
@@ -286,8 +290,8 @@ def compile_primitives(funcs: Sequence[Function], *, opt_level: int = 3) -> list
         return results  # type: ignore[return-value]
 
 
-def compile_primitive(func: Function, *, opt_level: int = 3) -> Kernel:
-    return compile_primitives([func], opt_level=opt_level)[0]
+def compile_primitive(func: Function, options: CompileOptions | None = None) -> Kernel:
+    return compile_primitives([func], options)[0]
 
 
 def _build(todo: dict[str, tuple[Function, int, list[int]]], speed: int) -> dict[str, Kernel]:

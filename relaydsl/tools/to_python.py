@@ -88,7 +88,7 @@ def _as_value(out: AnyValue) -> AnyValue:
 def python_source(mod: IRModule, entry: str = "main", name: str | None = None) -> str:
     """The typed module's `entry`, and every global it reaches, as Python source; running
     it defines the function `name` (default: `entry`)."""
-    mod = LowerGrads(mod)
+    mod = LowerGrads()(mod)
     renderer = _Renderer(mod)
     tree = renderer.module(mod.get_global_var(entry), name or entry)
     source = astunparse.unparse(ast.fix_missing_locations(tree)).lstrip("\n")

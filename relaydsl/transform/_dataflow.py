@@ -3,13 +3,18 @@
 
 Their patterns -- a conv2d whose only consumer is a per-channel multiply, several conv2d
 reading one input -- are edges of the dataflow graph, which ``let`` bindings (as the frontend
-writes every assignment) hide. The frame shows each pass its module in graph normal form
-(let-bound pure dataflow inlined, so producers and consumers are linked directly, and
-``uses`` counts each node's consumers); a function the pass left alone is returned as it
-was, lets and all; a function it rewrote has its constants folded (the scaled or
-concatenated weights become constants) and comes back in A-normal form, so that each node,
-shared or not, is evaluated once (the interpreter evaluates a graph's shared node once per
-reference).
+writes every assignment) hide. The frame shows each pass a graph view of its module: the functions
+calling the pass's anchor ops in graph normal form (let-bound pure dataflow inlined, so
+producers and consumers are linked directly, and ``uses`` counts each node's consumers),
+typed. A function the pass left alone is returned as it was, lets and all; a function it
+rewrote has its constants folded (the scaled or concatenated weights become constants) and
+comes back in A-normal form, so that each node, shared or not, is evaluated once (the
+interpreter evaluates a graph's shared node once per reference).
+
+The view is built and taken apart one function at a time, with the helpers of the normal
+form and folding passes (``graph_normal_form_function``, ``fold_function``,
+``a_normal_form_function``), never by running those passes on the module: they would
+rewrite every function, and the pass's result is the functions it rewrote.
 """
 from __future__ import annotations
 
@@ -20,35 +25,39 @@ from relaydsl.ir.expr import Call, Expr, Op
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import children, post_order
 from relaydsl.op.registry import OpDef
-from relaydsl.transform._util import calls_any, retyped
+from relaydsl.transform._util import calls_any
 from relaydsl.transform.a_normal_form import a_normal_form_function
-from relaydsl.transform.fold_constant import fold_constants
-from relaydsl.transform.graph_normal_form import to_graph_normal_form
+from relaydsl.transform.fold_constant import fold_function
+from relaydsl.transform.graph_normal_form import graph_normal_form_function
+from relaydsl.typing.infer import infer_types
 
 
 def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule],
                      anchors: Collection[OpDef]) -> IRModule:
-    """`mod` with the functions that ``transform(graph form of mod)`` changed replaced by
+    """`mod` with the functions that ``transform(graph view of mod)`` changed replaced by
     their new version, constants folded, in A-normal form; `mod` itself if none changed.
 
+    The view holds the functions calling one of the `anchors` (the ops every rewrite of the
+    pass involves) in graph form; most programs call none, and are returned at once.
     `transform` must keep each function it leaves alone (the same object), as
-    ``rewrite_functions`` does, and return a typed module. A module calling none of the
-    `anchors` (the ops every rewrite of the pass involves) is returned at once: most
-    programs have nothing to rewrite, and the graph form costs an inference.
+    ``rewrite_functions`` does; what it builds may be untyped.
     """
-    if not any(calls_any(fn, anchors) for fn in mod.user_functions().values()):
+    chosen = [gv for gv, fn in mod.user_functions().items() if calls_any(fn, anchors)]
+    if not chosen:
         return mod
-    graph = to_graph_normal_form(mod)
+    graph = mod.copy()
+    for gv in chosen:
+        graph.add(gv, graph_normal_form_function(mod[gv]))
+    infer_types(graph)  # the view is new: the rewrite reads its types
     out = transform(graph)
-    changed = [gv for gv, fn in out.user_functions().items()
-               if fn is not graph.functions.get(gv)]
+    changed = [gv for gv in chosen if out[gv] is not graph[gv]]
     if not changed:
         return mod
-    folded = fold_constants(out)
+    infer_types(out)  # a folded call takes its type
     result = mod.copy()
     for gv in changed:
-        result.add(gv, a_normal_form_function(folded[gv]))
-    return retyped(result, types_kept=True)
+        result.add(gv, a_normal_form_function(fold_function(out[gv])))
+    return result
 
 
 def use_counts(root: Expr) -> dict[int, int]:

@@ -14,7 +14,6 @@ from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
 from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
 from relaydsl.op.registry import OpDef
-from relaydsl.typing.infer import infer_types
 
 PRIMITIVE = Attrs({"Primitive": 1})
 
@@ -25,17 +24,15 @@ def is_primitive(expr: Expr) -> bool:
 
 
 def rewrite_functions(mod: IRModule, rewrite: Callable[[Function], Expr]) -> IRModule:
-    """A copy of `mod` with every user function replaced by ``rewrite(fn)``, re-typed where
-    one changed: the frame of a pass that rewrites each function on its own."""
+    """A copy of `mod` with every user function replaced by ``rewrite(fn)``: the frame of a
+    pass that rewrites each function on its own (the pass infrastructure re-types them)."""
     out = mod.copy()
-    changed = False
     for gv, fn in list(out.user_functions().items()):
         new = rewrite(fn)
         assert isinstance(new, Function)  # a function's rewrite is a function
         if new is not fn:
             out.add(gv, new)
-            changed = True
-    return retyped(out, types_kept=not changed)
+    return out
 
 
 def calls_any(e: Expr, opdefs: Collection[OpDef]) -> bool:
@@ -64,16 +61,6 @@ def is_pure(e: Expr) -> bool:
     if isinstance(e, Call):
         return isinstance(e.op, (Op, Constructor)) and all(is_pure(a) for a in e.args)
     return False
-
-
-def retyped(out: IRModule, types_kept: bool) -> IRModule:
-    """A pass's result `out`, re-typed -- unless the pass kept the types of a typed input:
-    changed no function (every node is one of the input's, with its checked type), or
-    gave every node it built the type of the node it stands for. Inference would then
-    only find the same types again."""
-    if types_kept and all(fn.has_type for fn in out.functions.values()):
-        return out
-    return infer_types(out)
 
 
 def ascribes(var: Var, value: Expr) -> bool:

@@ -41,7 +41,8 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import scoped_children
-from relaydsl.transform._util import deep_recursion, is_primitive, retyped
+from relaydsl.transform._util import deep_recursion, is_primitive
+from relaydsl.transform.pass_infra import Pass
 
 _ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
 
@@ -237,17 +238,22 @@ def a_normal_form_function(fn: Function) -> Function:
     return _typed(new, fn)  # type: ignore[return-value]
 
 
-def _transform(mod: IRModule) -> IRModule:
-    out = mod.copy()
-    for gv, fn in mod.functions.items():
-        out.add(gv, a_normal_form_function(fn))
-    return out
+@dataclass(frozen=True)
+class ToANormalForm(Pass, opt_level=0,
+                    description="bind every computation once, in order, in the innermost scope "
+                                "using it"):
+    """Every global function in A-normal form (see the module doc)."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        out = mod.copy()
+        for gv, fn in mod.functions.items():
+            out.add(gv, a_normal_form_function(fn))
+        return out
 
 
 def to_a_normal_form(mod: IRModule) -> IRModule:
-    """Every global function of `mod` in A-normal form, typed (inferred only where the
-    input was not)."""
-    typed = all(fn.has_type for fn in mod.functions.values())
-    return retyped(_transform(mod), types_kept=typed)
+    """``ToANormalForm()(mod)``: every global function of `mod` in A-normal form."""
+    return ToANormalForm()(mod)
 
-__all__ = ["to_a_normal_form", "a_normal_form_function"]
+
+__all__ = ["ToANormalForm", "to_a_normal_form", "a_normal_form_function"]

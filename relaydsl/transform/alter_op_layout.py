@@ -53,6 +53,8 @@ and that ResNet-18 1.25x. The pass runs at opt_level 3 on the llvm target (pipel
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
@@ -64,7 +66,7 @@ from relaydsl.op.transform.layout import layout_transform
 from relaydsl.transform._util import (
     calls_any, is_primitive, rewrite_functions, with_parameter_types,
 )
-from relaydsl.transform.fold_constant import fold_constants
+from relaydsl.transform.pass_infra import Pass
 
 BLOCK = 32
 """The widest channel block: the llvm GEMM micro-tile's NR with AVX-512 (two vectors of 16
@@ -83,21 +85,33 @@ _LAYOUT_BOUND = ("axis", "shape")
 op with one means them in NCHW, so it is not moved into a blocked layout as it is."""
 
 
+@dataclass(frozen=True)
+class AlterOpLayout(Pass, opt_level=3,
+                    description="conv2d in the blocked NCHW32c layout where that is faster "
+                                "(llvm's kernel)"):
+    """The NCHW conv2d calls in blocked layouts where that is faster (see the module doc),
+    or with `everywhere` every groups=1 NCHW conv2d, whatever its blocks; channel blocks are
+    powers of two up to `block`. FoldConstant, after it in the pipeline, folds the
+    transforms of constant weights and biases."""
+
+    block: int = BLOCK
+    everywhere: bool = False
+
+    def transform(self, mod: IRModule) -> IRModule:
+        def alter(fn: Function) -> Expr:
+            if is_primitive(fn) or not calls_any(fn, (conv2d,)):
+                return fn
+            new = _AlterLayout(self.block, self.everywhere).visit(fn)
+            assert isinstance(new, Function)
+            # a weight whose shape conv2d's relation inferred is now read by layout_transform
+            return fn if new is fn else with_parameter_types(new)
+
+        return rewrite_functions(mod, alter)
+
+
 def alter_op_layout(mod: IRModule, block: int = BLOCK, everywhere: bool = False) -> IRModule:
-    """A copy of `mod` with its NCHW conv2d calls in blocked layouts where that is faster
-    (see the module doc), or with `everywhere` every groups=1 NCHW conv2d, whatever its
-    blocks; channel blocks are powers of two up to `block`. The transforms of constant
-    weights and biases are folded."""
-
-    def alter(fn: Function) -> Expr:
-        if is_primitive(fn) or not calls_any(fn, (conv2d,)):
-            return fn
-        new = _AlterLayout(block, everywhere).visit(fn)
-        assert isinstance(new, Function)
-        # a weight whose shape conv2d's relation inferred is now read by layout_transform
-        return fn if new is fn else with_parameter_types(new)
-
-    return fold_constants(rewrite_functions(mod, alter))
+    """``AlterOpLayout(block, everywhere)(mod)``."""
+    return AlterOpLayout(block, everywhere)(mod)
 
 
 def op_calls(e: Expr) -> list[str]:
@@ -265,4 +279,4 @@ class _AlterLayout(ExprMutator):
         return _unblock(Call(new.op, tuple(args), new.attrs, new.type_args, span=new.span), f)
 
 
-__all__ = ["alter_op_layout", "channel_block"]
+__all__ = ["AlterOpLayout", "alter_op_layout", "channel_block"]

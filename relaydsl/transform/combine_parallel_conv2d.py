@@ -56,20 +56,35 @@ from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.registry import OpPattern, ops
 from relaydsl.transform._dataflow import op_consumers, rewrite_dataflow, use_counts
 from relaydsl.transform._util import rewrite_functions
+from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 
 DEFAULT_MIN_NUM_BRANCHES = 3
 
 
+@dataclass(frozen=True)
+class CombineParallelConv2D(Pass, opt_level=ON_DEMAND,
+                            description="conv2d calls of one input (3 or more) become one wider "
+                                        "conv2d and slices"):
+    """Each set of at least `min_num_branches` combinable conv2d calls of one input made one
+    conv2d (and the element-wise ops all of them apply next), then sliced."""
+
+    min_num_branches: int = DEFAULT_MIN_NUM_BRANCHES
+
+    def __post_init__(self) -> None:
+        if self.min_num_branches < 2:
+            raise ValueError(f"min_num_branches must be at least 2, got {self.min_num_branches}")
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return rewrite_dataflow(
+            mod, lambda graph: rewrite_functions(
+                graph, lambda fn: _Combine(fn, self.min_num_branches).visit(fn)),
+            anchors=(conv2d,))
+
+
 def combine_parallel_conv2d(mod: IRModule,
                             min_num_branches: int = DEFAULT_MIN_NUM_BRANCHES) -> IRModule:
-    """`mod` with each set of at least `min_num_branches` combinable conv2d calls of one
-    input made one conv2d (and the element-wise ops all of them apply next), then sliced."""
-    if min_num_branches < 2:
-        raise ValueError(f"min_num_branches must be at least 2, got {min_num_branches}")
-    return rewrite_dataflow(
-        mod, lambda graph: rewrite_functions(
-            graph, lambda fn: _Combine(fn, min_num_branches).visit(fn)),
-        anchors=(conv2d,))
+    """``CombineParallelConv2D(min_num_branches)(mod)``."""
+    return CombineParallelConv2D(min_num_branches)(mod)
 
 
 def _static_type(e: Expr) -> TensorType | None:
@@ -257,4 +272,4 @@ class _Combine(ExprMutator):
         return Call(first.op, args, first.attrs, span=first.span)
 
 
-__all__ = ["combine_parallel_conv2d", "DEFAULT_MIN_NUM_BRANCHES"]
+__all__ = ["CombineParallelConv2D", "combine_parallel_conv2d", "DEFAULT_MIN_NUM_BRANCHES"]

@@ -37,21 +37,38 @@ let %y = tanh(%x: Tensor[(2,), float32]);
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from relaydsl.ir.expr import Expr, Function, Let, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, free_vars, let_chain
 from relaydsl.transform._util import ascribes, is_pure, rewrite_functions
+from relaydsl.transform.pass_infra import ON_DEMAND, Pass
+
+
+@dataclass(frozen=True)
+class DeadCodeElimination(Pass, opt_level=2,
+                          description="drop let bindings of pure values that are never used"):
+    """Every function without its dead pure lets (nested functions included)."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return rewrite_functions(mod, remove_dead_lets)
+
+
+@dataclass(frozen=True)
+class InlineOnce(Pass, opt_level=ON_DEMAND,
+                 description="dead-code elimination that also inlines a pure let used once "
+                             "(never into a function)"):
+    """TVM's ``DeadCodeElimination(inline_once=True)``: dead pure lets dropped, and pure lets
+    used once inlined at their use."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return rewrite_functions(mod, lambda fn: remove_dead_lets(fn, inline_once=True))
 
 
 def eliminate_dead_code(mod: IRModule, *, inline_once: bool = False) -> IRModule:
-    """A copy of `mod` without dead pure lets (in every function, nested ones included); with
-    `inline_once`, pure lets used once are inlined at their use too."""
-    return rewrite_functions(mod, lambda fn: remove_dead_lets(fn, inline_once=inline_once))
-
-
-def inline_once(mod: IRModule) -> IRModule:
-    """``eliminate_dead_code(mod, inline_once=True)``: the pass InlineOnce."""
-    return eliminate_dead_code(mod, inline_once=True)
+    """``DeadCodeElimination()(mod)``, or ``InlineOnce()(mod)`` with `inline_once`."""
+    return (InlineOnce() if inline_once else DeadCodeElimination())(mod)
 
 
 def remove_dead_lets(expr: Expr, *, inline_once: bool = False) -> Expr:

@@ -31,13 +31,16 @@ would still be higher order. The original globals stay (other calls may use them
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Let, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, RefType, TensorType, TupleType, Type, TypeCall, TypeVar
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, free_vars, substitute_types, type_vars_of
-from relaydsl.transform._util import is_primitive, retyped, substitute
+from relaydsl.transform._util import is_primitive, substitute
 from relaydsl.transform.dead_code import remove_dead_lets
 from relaydsl.transform.inline import fresh_copy, inlined_call
+from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 from relaydsl.typing.infer import infer_types
 
 MAX_ROUNDS = 8
@@ -46,27 +49,35 @@ MAX_ROUNDS = 8
 Target = GlobalVar | Function  # a global function, or a function literal
 
 
+@dataclass(frozen=True)
+class Defunctionalization(Pass, opt_level=ON_DEMAND,
+                          description="a higher-order global called with a known function "
+                                      "becomes a first-order copy"):
+    """Calls of higher-order globals with static function arguments call first-order copies
+    of them (see the module doc)."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        out = mod.copy()
+        copies = _Copies(out)
+        for _ in range(MAX_ROUNDS):
+            changed = False
+            for gv, fn in list(out.user_functions().items()):
+                new = _Specialise(copies).visit(fn)
+                assert isinstance(new, Function)  # a function's rewrite is a function
+                if new is not fn:
+                    new = remove_dead_lets(new)  # a literal's let, now called nowhere
+                    assert isinstance(new, Function)
+                    out.add(gv, new)
+                    changed = True
+            if not changed:
+                break
+            infer_types(out)  # the copies' literals are next: their captures need types
+        return out
+
+
 def defunctionalize(mod: IRModule) -> IRModule:
-    """A copy of `mod` whose calls of higher-order globals with static function arguments
-    call first-order copies of them."""
-    out = mod.copy()
-    copies = _Copies(out)
-    changed = False
-    for _ in range(MAX_ROUNDS):
-        round_changed = False
-        for gv, fn in list(out.user_functions().items()):
-            new = _Specialise(copies).visit(fn)
-            assert isinstance(new, Function)  # a function's rewrite is a function
-            if new is not fn:
-                new = remove_dead_lets(new)  # a literal's let, now called nowhere
-                assert isinstance(new, Function)
-                out.add(gv, new)
-                round_changed = True
-        if not round_changed:
-            break
-        changed = True
-        infer_types(out)  # the copies' literals are next: their captures need types
-    return retyped(out, types_kept=not changed)
+    """``Defunctionalization()(mod)``."""
+    return Defunctionalization()(mod)
 
 
 class _Copies:
@@ -255,4 +266,4 @@ class _Instantiate(ExprMutator):
         return super().visit_call(call)
 
 
-__all__ = ["defunctionalize", "MAX_ROUNDS"]
+__all__ = ["Defunctionalization", "defunctionalize", "MAX_ROUNDS"]

@@ -41,6 +41,7 @@ add(%a, %a)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any as AnyValue, Callable, Hashable
 
 from relaydsl.ir.expr import (
@@ -49,19 +50,29 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator
 from relaydsl.transform._util import ascribes, rewrite_functions
+from relaydsl.transform.pass_infra import Pass
 
 # Constants this small compare by value (two literal 1.0s are one); larger ones by identity.
 _VALUE_KEYED_CONSTANT = 64
 
 
+@dataclass(frozen=True)
+class EliminateCommonSubexpr(Pass, opt_level=3,
+                             description="compute each pure op call once: equal calls share "
+                                         "one node"):
+    """Every function computes each pure op call once. `skip(expr)` True keeps that op call
+    or projection as it is (neither merged into an earlier one nor reused by a later one)."""
+
+    skip: Callable[[Expr], bool] | None = None
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return rewrite_functions(mod, lambda fn: _Eliminator(self.skip).visit(fn))
+
+
 def eliminate_common_subexpr(mod: IRModule, skip: Callable[[Expr], bool] | None = None
                              ) -> IRModule:
-    """A copy of `mod` in which every function computes each pure op call once.
-
-    `skip(expr)` True keeps that op call or projection as it is (neither merged into an
-    earlier one nor reused by a later one).
-    """
-    return rewrite_functions(mod, lambda fn: _Eliminator(skip).visit(fn))
+    """``EliminateCommonSubexpr(skip)(mod)``."""
+    return EliminateCommonSubexpr(skip)(mod)
 
 
 class _Eliminator(ExprMutator):

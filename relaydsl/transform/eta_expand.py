@@ -17,22 +17,38 @@ a literal of its own, so no variable is bound twice.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from relaydsl.ir.adt import Constructor, Pattern
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, Type
 from relaydsl.ir.visitor import ExprMutator, type_vars_of
 from relaydsl.transform._util import is_primitive, rewrite_functions
+from relaydsl.transform.pass_infra import ON_DEMAND, Pass
+
+
+@dataclass(frozen=True)
+class EtaExpand(Pass, opt_level=ON_DEMAND,
+                description="a global or constructor used as a value becomes a literal "
+                            "calling it"):
+    """Globals (`expand_global_var`) and constructors (`expand_constructor`) mentioned as
+    values become function literals calling them."""
+
+    expand_global_var: bool = True
+    expand_constructor: bool = True
+
+    def transform(self, mod: IRModule) -> IRModule:
+        def expand(fn: Function) -> Expr:
+            return _EtaExpand(mod, self.expand_global_var, self.expand_constructor).visit(fn)
+
+        return rewrite_functions(mod, expand)
 
 
 def eta_expand(mod: IRModule, *, expand_global_var: bool = True,
                expand_constructor: bool = True) -> IRModule:
-    """A copy of `mod` where globals (`expand_global_var`) and constructors
-    (`expand_constructor`) mentioned as values are function literals calling them."""
-    def expand(fn: Function) -> Expr:
-        return _EtaExpand(mod, expand_global_var, expand_constructor).visit(fn)
-
-    return rewrite_functions(mod, expand)
+    """``EtaExpand(expand_global_var, expand_constructor)(mod)``."""
+    return EtaExpand(expand_global_var, expand_constructor)(mod)
 
 
 class _EtaExpand(ExprMutator):
@@ -86,4 +102,4 @@ def _calling(callee: Expr, names: list[str], types: tuple[Type, ...]) -> Functio
     return Function(params, Call(callee, params))
 
 
-__all__ = ["eta_expand"]
+__all__ = ["EtaExpand", "eta_expand"]

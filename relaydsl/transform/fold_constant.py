@@ -42,23 +42,42 @@ add(%x: Tensor[(2,), float32], 2f)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any as AnyValue
 
 import numpy as np
 
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, If, Let, Op, Tuple, TupleGetItem,
+    Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem,
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform._util import ascribes, is_pure, retyped, rewrite_functions
+from relaydsl.transform._util import ascribes, is_pure, rewrite_functions
+from relaydsl.transform.pass_infra import Pass
+
+
+@dataclass(frozen=True)
+class FoldConstant(Pass, opt_level=2,
+                   description="evaluate what is known at compile time: constant op calls, "
+                               "lets, projections, ifs"):
+    """Every user function with what is known at compile time folded (see the module doc)."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return rewrite_functions(mod, fold_function)
 
 
 def fold_constants(mod: IRModule) -> IRModule:
-    """A copy of `mod` with what is known at compile time folded (in every user function)."""
-    typed = retyped(mod, types_kept=True)  # a folded value must have its call's type
-    return rewrite_functions(typed, lambda fn: _Fold().visit(fn))
+    """``FoldConstant()(mod)``: a copy of `mod` with what is known at compile time folded."""
+    return FoldConstant()(mod)
+
+
+def fold_function(fn: Function) -> Function:
+    """`fn`, typed, with what is known at compile time folded (a folded value takes its
+    call's type, so the calls to fold must be typed)."""
+    out = _Fold().visit(fn)
+    assert isinstance(out, Function)
+    return out
 
 
 def is_constant(e: Expr) -> bool:

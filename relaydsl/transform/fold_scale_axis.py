@@ -51,6 +51,8 @@ let %t3 = relu(%t2);
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from relaydsl.ir.expr import Call, Constant, Expr, Function
@@ -63,6 +65,8 @@ from relaydsl.op.registry import OpDef, ops
 from relaydsl.op.tensor import add, multiply, relu, subtract
 from relaydsl.transform._dataflow import op_consumers, rewrite_dataflow, use_counts
 from relaydsl.transform._util import rewrite_functions
+from relaydsl.transform.pass_infra import Pass
+from relaydsl.typing.infer import infer_types
 
 # Not Traits.contraction (the GEMMs): the ops this pass knows how to rescale, each in its
 # own way (_channel_axis, _in_scaled_weight).
@@ -70,11 +74,26 @@ _CONTRACTIONS = (conv2d, dense)
 _BIAS_OPS = (add, subtract)
 
 
+@dataclass(frozen=True)
+class FoldScaleAxis(Pass, opt_level=3,
+                    description="fold per-channel scales (inference batch_norm) into "
+                                "conv2d/dense weights"):
+    """Per-channel scalings folded into conv2d/dense weights, backward then forward (as
+    TVM's FoldScaleAxis sequence), and the scaled constant weights folded (_dataflow.py)."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return rewrite_dataflow(mod, _backward_then_forward, anchors=_CONTRACTIONS)
+
+
 def fold_scale_axis(mod: IRModule) -> IRModule:
-    """`mod` with per-channel scalings folded into conv2d/dense weights, backward then
-    forward (as TVM's FoldScaleAxis sequence), and the scaled constant weights folded."""
-    return rewrite_dataflow(mod, lambda graph: forward_fold(backward_fold(graph)),
-                            anchors=_CONTRACTIONS)
+    """``FoldScaleAxis()(mod)``."""
+    return FoldScaleAxis()(mod)
+
+
+def _backward_then_forward(graph: IRModule) -> IRModule:
+    backward = backward_fold(graph)
+    infer_types(backward)  # the forward fold reads the types of what the backward one built
+    return forward_fold(backward)
 
 
 def backward_fold(mod: IRModule) -> IRModule:
@@ -335,4 +354,4 @@ class _Forward(ExprMutator):
         return self.pull(x, axis) if self.uses.get(id(x), 0) == 1 else None
 
 
-__all__ = ["fold_scale_axis", "backward_fold", "forward_fold"]
+__all__ = ["FoldScaleAxis", "fold_scale_axis", "backward_fold", "forward_fold"]

@@ -54,8 +54,9 @@ opaque, so fusion never crosses them):
    field and re-tupled inside); constants stay inside. A group rooted at a tuple-valued op
    (``split``) returns the tuple and its consumers project it outside.
 
-Callers run to_graph_normal_form first (``fuse_ops`` does not inline lets itself: a let is an
-opaque boundary), and to_a_normal_form after it so each primitive call is evaluated once.
+The pass requires ToGraphNormalForm, which runs right before it (it does not inline lets
+itself: a let is an opaque boundary); ToANormalForm runs after it in the pipeline, so that
+each primitive call is evaluated once.
 Existing primitive functions are left as they are, so the pass is idempotent.
 """
 from __future__ import annotations
@@ -73,7 +74,8 @@ from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import children, post_order, scoped_children, type_vars_of
 from relaydsl.op.registry import OpPattern
 from relaydsl.transform._util import PRIMITIVE, deep_recursion, is_primitive
-from relaydsl.typing.infer import infer_types
+from relaydsl.transform.graph_normal_form import ToGraphNormalForm
+from relaydsl.transform.pass_infra import Pass, PassContext
 
 ELEMWISE, BROADCAST, INJECTIVE = OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE
 COMM_REDUCE, OUT_FUSABLE = OpPattern.COMM_REDUCE, OpPattern.OUT_ELEMWISE_FUSABLE
@@ -536,20 +538,34 @@ def fuse_function(fn: Function, fuse_opt_level: int = 2,
         return _Fuser(fuse_opt_level, max_fuse_depth).function(fn)
 
 
+@dataclass(frozen=True)
+class FuseOps(Pass, opt_level=0, requires=(ToGraphNormalForm,),
+              description="put op calls in primitive functions: one op each at opt_level 0, "
+                          "fused from 1"):
+    """The op calls of every global function grouped into primitive functions (see the
+    module doc). `level` 0 puts each op call alone in a primitive function of its own, 1 or
+    more fuses; None takes it from the PassContext, as TVM's: 0 at opt_level 0, else 2."""
+
+    level: int | None = None
+    max_fuse_depth: int = MAX_FUSE_DEPTH
+
+    def transform(self, mod: IRModule) -> IRModule:
+        level = self.level
+        if level is None:
+            level = 0 if PassContext.current().opt_level == 0 else 2
+        out = mod.copy()
+        for gv, fn in mod.functions.items():
+            new = fuse_function(fn, level, self.max_fuse_depth)
+            if new is not fn:
+                out.add(gv, new)
+        return out
+
+
 def fuse_ops(mod: IRModule, fuse_opt_level: int = 2,
              max_fuse_depth: int = MAX_FUSE_DEPTH) -> IRModule:
-    """Group the operator calls of every global function of a typed module in graph form
-    into primitive functions (see the module docstring); the result is re-typed.
-
-    `fuse_opt_level` 0 puts each op call alone in its own primitive function; 1 or more
-    fuses.
-    """
-    out = mod.copy()
-    for gv, fn in mod.functions.items():
-        new = fuse_function(fn, fuse_opt_level, max_fuse_depth)
-        if new is not fn:
-            out.add(gv, new)
-    return infer_types(out)
+    """``FuseOps(fuse_opt_level, max_fuse_depth)(mod)``: the op calls of `mod` grouped into
+    primitive functions, after ToGraphNormalForm."""
+    return FuseOps(fuse_opt_level, max_fuse_depth)(mod)
 
 
 def primitive_functions(expr: Expr | IRModule) -> list[Function]:
@@ -564,4 +580,4 @@ def primitive_functions(expr: Expr | IRModule) -> list[Function]:
         post_order(root, collect)
     return found
 
-__all__ = ["fuse_ops", "fuse_function", "primitive_functions", "MAX_FUSE_DEPTH"]
+__all__ = ["FuseOps", "fuse_ops", "fuse_function", "primitive_functions", "MAX_FUSE_DEPTH"]

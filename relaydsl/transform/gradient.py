@@ -29,6 +29,7 @@ Free variables of the differentiated function are treated as constants
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from relaydsl.errors import IRError, RelayTypeError
@@ -45,8 +46,9 @@ from relaydsl.ir.types import (
     type_to_str,
 )
 from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
-from relaydsl.transform.dead_code import eliminate_dead_code
+from relaydsl.transform.dead_code import DeadCodeElimination
 from relaydsl.transform.first_order_gradient import first_order_gradient, supports
+from relaydsl.transform.pass_infra import Pass
 from relaydsl.typing import infer_types
 from relaydsl.typing.infer import call_graph_sccs
 from relaydsl.op.grad_util import input_adjoints
@@ -440,25 +442,28 @@ def _first_grad(fn: Expr) -> Grad | None:
     return found[0] if found else None
 
 
-def lower_first_order_grads(mod: IRModule) -> IRModule:
-    """Replace each grad of straight-line first-order code (a function literal, or a global)
-    by its adjoint program from first_order_gradient.py: no references, no closures. Returns a
-    new, typed module; the other grad nodes stay, for ``lower_grads``.
+@dataclass(frozen=True)
+class FirstOrderGradients(Pass, opt_level=3, requires=(DeadCodeElimination,),
+                          description="a grad of straight-line code becomes a reference-free "
+                                      "adjoint program"):
+    """Each grad of straight-line first-order code (a function literal, or a global) replaced
+    by its adjoint program from first_order_gradient.py: no references, no closures. The
+    other grad nodes stay, for LowerGrads.
 
     Such a grad contains no other (its function is straight-line), so the replacements are
     independent of each other and of the order the remaining grads are lowered in. Dead pure
-    code is removed first, as in ``lower_grads``.
+    code is removed first (DeadCodeElimination), as for LowerGrads.
     """
-    mod = eliminate_dead_code(mod)
-    adjoints = _FirstOrderGrads(mod)
-    changed = False
-    for gv, fn in list(mod.user_functions().items()):
-        new_fn = adjoints.visit(fn)
-        if new_fn is not fn:
-            assert isinstance(new_fn, Function)
-            mod.add(gv, new_fn)
-            changed = True
-    return infer_types(mod) if changed else mod
+
+    def transform(self, mod: IRModule) -> IRModule:
+        out = mod.copy()
+        adjoints = _FirstOrderGrads(out)
+        for gv, fn in list(out.user_functions().items()):
+            new_fn = adjoints.visit(fn)
+            if new_fn is not fn:
+                assert isinstance(new_fn, Function)
+                out.add(gv, new_fn)
+        return out
 
 
 class _FirstOrderGrads(ExprMutator):
@@ -493,26 +498,32 @@ class _FirstOrderGrads(ExprMutator):
         return adjoint
 
 
-def lower_grads(mod: IRModule, *, first_order: bool = False) -> IRModule:
-    """Replace every grad node of `mod` by ordinary Relay, innermost first; returns a new module.
+@dataclass(frozen=True)
+class LowerGrads(Pass, opt_level=0, requires=(DeadCodeElimination,),
+                 description="the remaining grad nodes become reverse-mode AD code (closures, "
+                             "references)"):
+    """Every grad node replaced by ordinary Relay, innermost first.
 
-    Dead pure code is removed first (it contributes nothing to a gradient, as in JAX).
-    With `first_order`, a grad of straight-line first-order code (a function literal, or a
-    global) gets the adjoint program of first_order_gradient.py instead: no references, no
-    closures (``lower_first_order_grads``). The module is re-typed after each replacement, so
-    nested grads see typed programs.
+    Dead pure code is removed first (DeadCodeElimination: dead code contributes nothing to a
+    gradient, as in JAX, and would send nan adjoints, 0 * inf, back).
     """
-    mod = lower_first_order_grads(mod) if first_order else mod
-    mod = eliminate_dead_code(mod)  # dead code would send nan adjoints (0 * inf) back
-    lifting = _Lifting(mod)
-    while (found := _innermost_grad(mod)) is not None:
-        gv, node = found
-        replacement = _ReverseAD(mod, lifting).grad(node)
-        new_fn = _ReplaceGrad(node, replacement).visit(mod[gv])
-        assert isinstance(new_fn, Function)
-        mod.add(gv, new_fn)
-        infer_types(mod)
-    return mod
+
+    def transform(self, mod: IRModule) -> IRModule:
+        out = mod.copy()
+        lifting = _Lifting(out)
+        while (found := _innermost_grad(out)) is not None:
+            gv, node = found
+            replacement = _ReverseAD(out, lifting).grad(node)
+            new_fn = _ReplaceGrad(node, replacement).visit(out[gv])
+            assert isinstance(new_fn, Function)
+            out.add(gv, new_fn)
+            infer_types(out)  # the next grad, an enclosing one, is lowered from a typed program
+        return out
+
+
+def lower_grads(mod: IRModule) -> IRModule:
+    """``LowerGrads()(mod)``: every grad node of `mod` replaced by ordinary Relay."""
+    return LowerGrads()(mod)
 
 
 class _ReplaceGrad(ExprMutator):
@@ -526,4 +537,4 @@ class _ReplaceGrad(ExprMutator):
         return self.replacement if g is self.node else super().visit_grad(g)
 
 
-__all__ = ["BACKPROP_TYPE", "lower_first_order_grads", "lower_grads"]
+__all__ = ["BACKPROP_TYPE", "FirstOrderGradients", "LowerGrads", "lower_grads"]

@@ -40,6 +40,8 @@ to_a_normal_form (a_normal_form.py) fixes by binding each node once.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, Let, Op, Tuple, TupleGetItem, Var,
@@ -47,7 +49,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, scoped_children
 from relaydsl.transform._util import ascribes, deep_recursion, is_primitive
-from relaydsl.typing.infer import infer_types
+from relaydsl.transform.pass_infra import Pass
 
 ATOMS = (Var, Constant, GlobalVar, Op, Constructor)
 
@@ -160,17 +162,24 @@ def graph_normal_form_function(fn: Function) -> Function:
     return result
 
 
-def _transform(mod: IRModule) -> IRModule:
-    out = mod.copy()
-    for gv, fn in mod.functions.items():
-        new = graph_normal_form_function(fn)
-        if new is not fn:
-            out.add(gv, new)
-    return out
+@dataclass(frozen=True)
+class ToGraphNormalForm(Pass, opt_level=0,
+                        description="inline let-bound pure dataflow into a DAG of shared nodes"):
+    """Every global function in graph normal form (see the module doc)."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        out = mod.copy()
+        for gv, fn in mod.functions.items():
+            new = graph_normal_form_function(fn)
+            if new is not fn:
+                out.add(gv, new)
+        return out
 
 
 def to_graph_normal_form(mod: IRModule) -> IRModule:
-    """Every global function of `mod` in graph normal form; the result is re-typed."""
-    return infer_types(_transform(mod))
+    """``ToGraphNormalForm()(mod)``: every global function of `mod` in graph normal form."""
+    return ToGraphNormalForm()(mod)
 
-__all__ = ["to_graph_normal_form", "graph_normal_form_function", "is_dataflow"]
+
+__all__ = ["ToGraphNormalForm", "to_graph_normal_form", "graph_normal_form_function",
+           "is_dataflow"]

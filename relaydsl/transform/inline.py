@@ -41,6 +41,7 @@ def @main(%y: Tensor[(2,), float32]) {
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from relaydsl.ir.adt import PatternVar
 from relaydsl.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Var
@@ -48,27 +49,57 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import Type, TypeVar
 from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
-from relaydsl.transform._util import ascribes, is_primitive, retyped
+from relaydsl.transform._util import ascribes, is_primitive
+from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 from relaydsl.typing.infer import call_graph_sccs
 
 
+@dataclass(frozen=True)
+class InlineGlobals(Pass, opt_level=2,
+                    description="inline calls of non-recursive monomorphic globals and applied "
+                                "function literals"):
+    """Calls of non-recursive, monomorphic globals and applied function literals inlined;
+    the globals stay."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return _inline(mod, lambda fn: True, remove=False)
+
+
+@dataclass(frozen=True)
+class Inline(Pass, opt_level=2,
+             description="substitute the globals marked Inline=1 and remove them (TVM's "
+                         "Inline)"):
+    """TVM's Inline: the non-recursive globals marked ``Inline=1`` substituted wherever they
+    are mentioned and removed, unless they are entries."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return _inline(mod, lambda fn: fn.attrs.get("Inline", 0) == 1, remove=True)
+
+
+@dataclass(frozen=True)
+class InlineAll(Pass, opt_level=ON_DEMAND,
+                description="substitute every non-recursive global and remove it: one "
+                            "function per entry"):
+    """Every non-recursive monomorphic global substituted wherever it is mentioned and
+    removed: what remains are the entries (``@main``) and recursive functions."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return _inline(mod, lambda fn: True, remove=True)
+
+
 def inline_globals(mod: IRModule) -> IRModule:
-    """A copy of `mod` where calls of non-recursive, monomorphic globals and applied
-    function literals are inlined; the globals stay."""
-    return _inline(mod, lambda fn: True, remove=False)
+    """``InlineGlobals()(mod)``."""
+    return InlineGlobals()(mod)
 
 
 def inline(mod: IRModule) -> IRModule:
-    """TVM's Inline: a copy of `mod` where the non-recursive globals marked ``Inline=1`` are
-    substituted wherever they are mentioned and removed, unless they are entries."""
-    return _inline(mod, lambda fn: fn.attrs.get("Inline", 0) == 1, remove=True)
+    """``Inline()(mod)``."""
+    return Inline()(mod)
 
 
 def inline_all(mod: IRModule) -> IRModule:
-    """A copy of `mod` where every non-recursive monomorphic global is substituted wherever it
-    is mentioned and removed: what remains are the entries (``@main``) and recursive
-    functions."""
-    return _inline(mod, lambda fn: True, remove=True)
+    """``InlineAll()(mod)``."""
+    return InlineAll()(mod)
 
 
 def _inline(mod: IRModule, chosen: Callable[[Function], bool], *, remove: bool) -> IRModule:
@@ -79,24 +110,21 @@ def _inline(mod: IRModule, chosen: Callable[[Function], bool], *, remove: bool) 
     mentions = {gv: _globals_in(out[gv]) for gv in user}
     entries = {gv for gv in user if not any(gv in mentions[f] for f in user if f is not gv)}
     inlinable: dict[GlobalVar, Function] = {}
-    changed = False
     for scc in call_graph_sccs(out, user):  # callees first
         for gv in scc:
             fn = _Inline(inlinable, applied_literals=not remove, values=remove).visit(out[gv])
             assert isinstance(fn, Function)  # a function's rewrite is a function
             if fn is not out[gv]:
                 out.add(gv, fn)
-                changed = True
         fn = out[scc[0]]
         if len(scc) == 1 and not fn.type_params and scc[0] not in _globals_in(fn) \
                 and chosen(fn):
             inlinable[scc[0]] = fn
     if remove:
-        gone = [gv for gv in inlinable if gv not in entries]
-        for gv in gone:
-            out.remove(gv)
-        changed = changed or bool(gone)
-    return retyped(out, types_kept=not changed)
+        for gv in inlinable:
+            if gv not in entries:
+                out.remove(gv)
+    return out
 
 
 def _globals_in(fn: Function) -> set[GlobalVar]:

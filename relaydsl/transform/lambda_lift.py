@@ -36,25 +36,37 @@ global's value the literal's type, so that they stay the enclosing function's va
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr, Function, GlobalVar, Grad, Let, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, free_vars, let_chain, type_vars_of
-from relaydsl.transform._util import is_primitive, retyped, substitute
+from relaydsl.transform._util import is_primitive, substitute
+from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 
 CLOSURE = Attrs({"Closure": 1})
 
 
+@dataclass(frozen=True)
+class LambdaLift(Pass, opt_level=ON_DEMAND,
+                 description="local function literals become globals (a closure: a Closure=1 "
+                             "global of its captures)"):
+    """Every local function literal of a user function lifted to a global (see the module
+    doc)."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        out = mod.copy()
+        for gv, fn in list(out.user_functions().items()):
+            new = _Lifter(out, gv.name_hint).lift_global(fn)
+            if new is not fn:
+                out.add(gv, new)
+        return out
+
+
 def lambda_lift(mod: IRModule) -> IRModule:
-    """A copy of `mod` in which every local function literal of a user function is a global."""
-    out = mod.copy()
-    changed = False
-    for gv, fn in list(out.user_functions().items()):
-        new = _Lifter(out, gv.name_hint).lift_global(fn)
-        if new is not fn:
-            out.add(gv, new)
-            changed = True
-    return retyped(out, types_kept=not changed)
+    """``LambdaLift()(mod)``."""
+    return LambdaLift()(mod)
 
 
 def is_closure_global(fn: Function) -> bool:

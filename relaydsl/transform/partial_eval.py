@@ -70,9 +70,9 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TupleType, Type, TypeVar
 from relaydsl.ir.visitor import free_vars, post_order, type_vars_of
-from relaydsl.transform._util import ascribes, deep_recursion, is_primitive, retyped, \
-    rewrite_functions
+from relaydsl.transform._util import ascribes, deep_recursion, is_primitive, rewrite_functions
 from relaydsl.transform.fold_constant import evaluate_call
+from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 
 FUEL = 64
 """How many calls of one function may be inlined inside each other (a recursion whose
@@ -84,11 +84,21 @@ calls itself in both branches of a dynamic ``if`` would unroll exponentially); t
 after those stay calls."""
 
 
+@dataclass(frozen=True)
+class PartialEvaluate(Pass, opt_level=ON_DEMAND,
+                      description="run what is static, emit the rest: inlines closures, "
+                                  "unrolls static loops"):
+    """Every user function partially evaluated (see the module doc); folding an op call
+    takes its type from the typed input."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        names = {id(fn): gv for gv, fn in mod.functions.items()}
+        return rewrite_functions(mod, lambda fn: _PartialEvaluator(mod).function(names[id(fn)]))
+
+
 def partial_evaluate(mod: IRModule) -> IRModule:
-    """A copy of `mod` with every user function partially evaluated (see the module doc)."""
-    typed = retyped(mod, types_kept=True)  # folding an op call needs its type
-    names = {id(fn): gv for gv, fn in typed.functions.items()}
-    return rewrite_functions(typed, lambda fn: _PartialEvaluator(typed).function(names[id(fn)]))
+    """``PartialEvaluate()(mod)``."""
+    return PartialEvaluate()(mod)
 
 
 # ---- partially static values ------------------------------------------------------------

@@ -1,31 +1,56 @@
 """A small pass infrastructure, after TVM's (include/tvm/ir/transform.h): Pass, Sequential,
 PassContext.
 
-- A ``Pass`` is a named ``IRModule -> IRModule`` function with an ``opt_level``, a one-line
-  ``description`` and the passes it ``required`` (run before it). Calling it runs the
-  function and re-types what the function left untyped, so the next pass can rely on every
-  node's ``checked_type`` (DESIGN.md §1).
-- ``module_pass(opt_level=..., name=..., description=...)`` turns a plain function into a Pass.
-- ``Sequential([...])`` is itself a Pass: it runs each pass the current ``PassContext``
-  enables (a pass's required passes run first, whatever their level).
+- A pass is a small frozen dataclass deriving from ``Pass``, in a file of its own. Its fields
+  are its options (``FuseOps(level=0)``, ``AlterOpLayout(everywhere=True)``); its class
+  statement declares its ``opt_level``, a one-line ``description`` and the passes it
+  ``requires`` (classes: they must have run right before it); ``transform(mod)`` is the
+  rewrite::
+
+      @dataclass(frozen=True)
+      class FuseOps(Pass, opt_level=0, requires=(ToGraphNormalForm,),
+                    description="put op calls in primitive functions"):
+          level: int | None = None
+
+          def transform(self, mod: IRModule) -> IRModule: ...
+
+  Calling it, ``FuseOps(level=0)(mod)``, runs its prerequisites, then the transform, then
+  re-types what the transform left untyped, so that the next pass can rely on every node's
+  ``checked_type`` (DESIGN.md §1): a transform re-infers types only where it needs them
+  itself, before it returns. A pass never runs another pass; prerequisites are the
+  infrastructure's business.
+- Prerequisites (``resolve``): each pass is preceded by the passes it requires, with their
+  default options (theirs before them), whatever the context's level or disabled passes (the
+  pass would be wrong without them, as in TVM). A pass right after an equal one (same class,
+  same options) is left out: the module is already as that pass leaves it (a pass reaches
+  its fixed point in one run; PartialEvaluate cut short by its budget is the exception, and
+  nothing lists it twice). So ``Sequential([ToGraphNormalForm(), FuseOps()])`` runs
+  ToGraphNormalForm once.
+- ``Sequential([...])`` runs each pass the current ``PassContext`` enables, prerequisites
+  resolved.
 - ``PassContext(opt_level=2, required_pass=[...], disabled_pass=[...], instruments=[...])``
   is a context manager. A pass is enabled when it is not disabled and either required or at
-  most at the context's level (disabled wins). ``opt_level=None``, the default context's,
-  leaves the level to whoever runs the passes: ``relay.build`` takes the target's default
-  level, a Sequential run on its own runs every level.
-- Instruments (instrument.py) watch every pass called under the context: timing, IR dumps.
+  most at the context's level (disabled wins); passes are named by their class's name.
+  ``opt_level=None``, the default context's, leaves the level to whoever runs the passes:
+  ``relay.build`` takes the target's default level, a Sequential run on its own runs every
+  level.
+- Instruments (instrument.py) watch every pass run under the context: timing, IR dumps.
+- ``module_pass(fn, opt_level=..., description=...)`` makes a pass of a plain function
+  ``IRModule -> IRModule`` (a quick pass in a test or a notebook).
 - Logging: each Sequential run logs its passes and their times to the
   ``relaydsl.transform.pass_infra`` logger (INFO: the pipeline in one line; DEBUG: each pass).
 
-The passes a target runs, and their levels, are listed in pipeline.py.
+The passes a target runs, in order, are listed in pipeline.py.
 
+>>> from dataclasses import dataclass
 >>> from relaydsl.ir import Call, Function, IRModule, Op, TensorType, Var
->>> @module_pass(opt_level=3, name="Noop", description="changes nothing")
-... def noop(mod):
-...     return mod.copy()
+>>> @dataclass(frozen=True)
+... class Noop(Pass, opt_level=3, description="changes nothing"):
+...     def transform(self, mod):
+...         return mod.copy()
 >>> x = Var("x", TensorType((2,)))
 >>> mod = IRModule.from_expr(Function([x], Call(Op.get("exp"), [x])))
->>> seq = Sequential([noop], name="demo")
+>>> seq = Sequential([Noop()], name="demo")
 >>> with PassContext(opt_level=2):
 ...     out = seq(mod)          # Noop is above level 2: skipped
 >>> seq.last_run
@@ -42,19 +67,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import types
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any as AnyValue, ClassVar, overload
 
 from relaydsl import settings
 from relaydsl.errors import IRError
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import deep_recursion
-from relaydsl.transform._util import retyped
 from relaydsl.transform.instrument import PassInstrument
 from relaydsl.transform.verify import changed_functions, check_scopes, check_types, kept_types
+from relaydsl.typing.infer import infer_types
 
 _log = logging.getLogger(__name__)
+
+MAX_OPT_LEVEL = 3
+"""The highest optimisation level: a build's opt_level runs from 0 to it."""
+ON_DEMAND = MAX_OPT_LEVEL + 1
+"""The opt_level of passes that run only when the PassContext requires them."""
 
 
 def _names(value: Iterable[str], what: str) -> frozenset[str]:
@@ -134,30 +166,49 @@ def _active_instruments() -> list[PassInstrument]:
     return [i for ctx in _stack() for i in ctx.instruments]
 
 
-@dataclass(frozen=True, eq=False)
-class Pass:
-    """A named module transformation: ``pass_(mod)`` returns the transformed, typed module.
+@dataclass(frozen=True)
+class Pass(ABC):
+    """A module transformation: ``pass_(mod)`` returns the transformed, typed module.
 
-    The instruments of the current context see the call: any ``should_run`` returning False
-    skips it (the module is returned as it is), then ``run_before_pass`` and
+    A pass is a frozen dataclass deriving from this class, declaring its level, description
+    and prerequisites in its class statement (see the module doc); its name is its class's.
+    The instruments of the current context see each pass run: any ``should_run`` returning
+    False skips it (the module is returned as it is), then ``run_before_pass`` and
     ``run_after_pass`` surround it.
     """
 
-    name: str
-    opt_level: int
-    transform: Callable[[IRModule], IRModule] = field(repr=False)
-    description: str
-    required: tuple["Pass", ...] = ()
+    name: ClassVar[str]
+    opt_level: ClassVar[int]
+    description: ClassVar[str]
+    requires: ClassVar[tuple[type["Pass"], ...]]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "required", tuple(self.required))
-        for r in self.required:
-            if not isinstance(r, Pass):
-                raise IRError(f"pass {self.name}: required passes must be Passes, got {r!r}")
+    def __init_subclass__(cls, *, opt_level: int, description: str,
+                          requires: Iterable[type["Pass"]] = (), **kwargs: AnyValue) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name = cls.__name__
+        if isinstance(opt_level, bool) or not isinstance(opt_level, int) or opt_level < 0:
+            raise IRError(f"pass {cls.name}: opt_level must be an int >= 0, got {opt_level!r}")
+        if not isinstance(description, str) or not description or "\n" in description:
+            raise IRError(f"pass {cls.name}: the description is one line of text")
+        cls.opt_level, cls.description, cls.requires = opt_level, description, tuple(requires)
+        for r in cls.requires:
+            if not (isinstance(r, type) and issubclass(r, Pass)):
+                raise IRError(f"pass {cls.name}: requires takes pass classes, got {r!r}")
+
+    @abstractmethod
+    def transform(self, mod: IRModule) -> IRModule:
+        """The rewrite: a new module (or `mod` itself, unchanged). `mod` is typed; what the
+        rewrite builds may be left untyped, the caller re-types it."""
 
     def __call__(self, mod: IRModule) -> IRModule:
-        if not isinstance(mod, IRModule):
-            raise IRError(f"pass {self.name} takes an IRModule, got {type(mod).__name__}")
+        """`mod` after the passes this one requires, then this one; typed."""
+        mod = _typed(_module(mod, self.name))
+        for p in resolve([self]):
+            mod = p._apply(mod)
+        return mod
+
+    def _apply(self, mod: IRModule) -> IRModule:
+        """This pass alone on the typed `mod`: watched, verified (RELAYDSL_VERIFY_IR), typed."""
         instruments = PassContext.current().instruments
         if not all(i.should_run(mod, self) for i in instruments):
             return mod
@@ -172,7 +223,7 @@ class Pass:
             changed = changed_functions(mod, out)
             check_scopes(out, changed, self.name)
             kept = kept_types(changed)
-        out = retyped(out, types_kept=True)  # infers only functions the pass left untyped
+        out = _typed(out)
         if kept is not None:
             check_types(out, kept, self.name)
         for i in instruments:
@@ -180,68 +231,110 @@ class Pass:
         return out
 
 
+def _module(mod: object, name: str) -> IRModule:
+    if not isinstance(mod, IRModule):
+        raise IRError(f"pass {name} takes an IRModule, got {type(mod).__name__}")
+    return mod
+
+
+def _typed(mod: IRModule) -> IRModule:
+    """`mod` with every function typed: inferred where a function has no type (one a pass
+    rebuilt); the functions it kept keep their types."""
+    if all(fn.has_type for fn in mod.functions.values()):
+        return mod
+    return infer_types(mod)
+
+
+def resolve(passes: Iterable[Pass]) -> list[Pass]:
+    """The passes to run for `passes`, in order: each preceded by the passes it requires (with
+    their default options, theirs before them), and none right after an equal one (the same
+    class and options), as the module is then already as that pass leaves it."""
+    order: list[Pass] = []
+
+    def add(p: Pass) -> None:
+        for required in p.requires:
+            add(required())
+        if not order or order[-1] != p:
+            order.append(p)
+
+    for p in passes:
+        add(p)
+    return order
+
+
 @overload
 def module_pass(transform: Callable[[IRModule], IRModule], *, opt_level: int,
-                description: str, name: str | None = None, required: Iterable[Pass] = ()
-                ) -> Pass: ...
+                description: str, name: str | None = None,
+                required: Iterable[Pass | type[Pass]] = ()) -> Pass: ...
 @overload
 def module_pass(transform: None = None, *, opt_level: int,
-                description: str, name: str | None = None, required: Iterable[Pass] = ()
+                description: str, name: str | None = None,
+                required: Iterable[Pass | type[Pass]] = ()
                 ) -> Callable[[Callable[[IRModule], IRModule]], Pass]: ...
 def module_pass(transform: Callable[[IRModule], IRModule] | None = None, *, opt_level: int,
-                description: str, name: str | None = None, required: Iterable[Pass] = ()
+                description: str, name: str | None = None,
+                required: Iterable[Pass | type[Pass]] = ()
                 ) -> Pass | Callable[[Callable[[IRModule], IRModule]], Pass]:
-    """Make a Pass of a function ``IRModule -> IRModule``; usable as a decorator
+    """A pass (without options) of a function ``IRModule -> IRModule``; usable as a decorator
     (``@module_pass(opt_level=1, description="...")``) or called directly
-    (``module_pass(f, opt_level=1, description="...")``). The name defaults to the
-    function's name."""
+    (``module_pass(f, opt_level=1, description="...")``). Its name defaults to the function's;
+    `required` takes passes or pass classes (a required pass runs with its default options).
+    """
 
     def make(fn: Callable[[IRModule], IRModule]) -> Pass:
-        return Pass(name or fn.__name__, opt_level, fn, description, tuple(required))
+        requires = tuple(type(r) if isinstance(r, Pass) else r for r in required)
+        declaration = {"opt_level": opt_level, "description": description, "requires": requires}
+
+        def body(namespace: dict[str, AnyValue]) -> None:
+            namespace["transform"] = lambda self, mod: fn(mod)
+            namespace["__doc__"] = fn.__doc__
+
+        cls: type[Pass] = types.new_class(name or fn.__name__, (Pass,), declaration, body)
+        return cls()
 
     return make if transform is None else make(transform)
 
 
-class Sequential(Pass):
-    """Runs passes in order under the current PassContext; itself a Pass (opt_level 0).
+class Sequential:
+    """Runs passes in order under the current PassContext: those it enables, each preceded by
+    its prerequisites (``resolve``); the `always` passes first, at every level (unless
+    disabled).
 
     ``plan()`` lists the passes a run would call; after a run, ``last_run`` lists the names
-    of the passes that were called, required ones included. A Sequential is not itself
-    shown to instruments: its passes are.
+    of the passes that were called, prerequisites included. Instruments see its passes, not
+    the Sequential itself.
     """
 
-    def __init__(self, passes: Sequence[Pass], name: str = "Sequential", opt_level: int = 0,
-                 required: Iterable[Pass] = ()):
-        for p in passes:
+    def __init__(self, passes: Sequence[Pass], name: str = "Sequential",
+                 always: Sequence[Pass] = ()):
+        for p in [*passes, *always]:
+            if isinstance(p, type) and issubclass(p, Pass):
+                raise IRError(f"Sequential takes Passes, got the class {p.name}: "
+                              f"{p.name}() is the pass with its default options")
             if not isinstance(p, Pass):
                 raise IRError(f"Sequential takes Passes, got {p!r}")
-        description = "runs " + (", ".join(p.name for p in passes) or "nothing")
-        super().__init__(name, opt_level, self._run, description, tuple(required))
-        object.__setattr__(self, "passes", tuple(passes))
-        object.__setattr__(self, "last_run", ())
+        self.passes: tuple[Pass, ...] = tuple(passes)
+        self.always: tuple[Pass, ...] = tuple(always)  # first, whatever the level
+        self.name = name
+        self.last_run: tuple[str, ...] = ()
 
     def plan(self, context: PassContext | None = None) -> list[Pass]:
         """The passes a run under `context` (default: the current one) calls, in order."""
         context = PassContext.current() if context is None else context
-        return [q for p in self.passes if context.enables(p)  # type: ignore[attr-defined]
-                for q in (*p.required, p)]
+        return resolve([*(p for p in self.always if p.name not in context.disabled_pass),
+                        *(p for p in self.passes if context.enables(p))])
 
     def __call__(self, mod: IRModule) -> IRModule:
-        if not isinstance(mod, IRModule):
-            raise IRError(f"pass {self.name} takes an IRModule, got {type(mod).__name__}")
-        return self._run(mod)
-
-    def _run(self, mod: IRModule) -> IRModule:
         plan = self.plan()
-        mod = retyped(mod, types_kept=True)
+        mod = _typed(_module(mod, self.name))
         timings: list[tuple[str, float]] = []
         for p in plan:
             start = time.perf_counter()
-            mod = p(mod)
+            mod = p._apply(mod)
             timings.append((p.name, 1000 * (time.perf_counter() - start)))
             if _log.isEnabledFor(logging.DEBUG):
                 _log.debug("%s: %s in %.2f ms", self.name, *timings[-1])
-        object.__setattr__(self, "last_run", tuple(p.name for p in plan))
+        self.last_run = tuple(p.name for p in plan)
         if _log.isEnabledFor(logging.INFO):
             level = PassContext.current().opt_level
             _log.info("%s (opt_level %s): %s; %.1f ms in all", self.name,
@@ -251,8 +344,8 @@ class Sequential(Pass):
         return mod
 
     def __repr__(self) -> str:
-        names = ", ".join(p.name for p in self.passes)  # type: ignore[attr-defined]
-        return f"Sequential({self.name}: {names})"
+        return f"Sequential({self.name}: {', '.join(p.name for p in self.passes)})"
 
 
-__all__ = ["Pass", "PassContext", "Sequential", "module_pass"]
+__all__ = ["Pass", "PassContext", "Sequential", "module_pass", "resolve", "MAX_OPT_LEVEL",
+           "ON_DEMAND"]

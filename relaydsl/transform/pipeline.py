@@ -1,6 +1,8 @@
-"""The pass pipeline: every pass a target runs, in order, and the opt_level it starts at.
+"""The pass pipeline: every pass a target runs, in order, and what a build compiles with.
 
-This module is the one place that lists them. A target compiles a module in two phases:
+This module is the one place that lists them (each pass declares its opt_level, description
+and prerequisites in its own file; see pass_infra.py). A target compiles a module in two
+phases:
 
 1. ``OPTIMIZE``, target-independent: grad nodes lowered (required to run anything), and at
    higher levels inlining, first-order gradients, dead code elimination, constant folding;
@@ -38,123 +40,56 @@ What each opt_level adds:
   a program a lot (up to FUEL nested calls of one function), so the user asks for it (a
   model with static loops, before fusion).
 
-Each target has its default level (llvm 3, interp 0: the interpreter stays the simple
-reference). ``relay.build`` takes the level from its ``opt_level`` option, else the current
-PassContext, else the target's default; the context's ``required_pass`` and
-``disabled_pass`` add and remove passes whatever the level.
+A pass's prerequisites run right before it whatever the level (LowerGrads requires
+DeadCodeElimination, FuseOps ToGraphNormalForm), and a pass right after an equal one is left
+out (pass_infra.resolve).
 
->>> pass_names("llvm", 0)
-['LowerGrads', 'StaticShapes', 'ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
->>> pass_names("interp", 2)[4:]
+Each target has its default level, ``DEFAULT_OPT_LEVEL`` (llvm 3, interp 0: the interpreter
+stays the simple reference). ``relay.build`` takes the level from its ``opt_level`` option,
+else the current PassContext, else the target's default; the context's ``required_pass`` and
+``disabled_pass`` add and remove passes whatever the level. The level and the context travel
+together to the backends as one ``CompileOptions``.
+
+>>> print(", ".join(pass_names("llvm", 0)))
+DeadCodeElimination, LowerGrads, StaticShapes, ToGraphNormalForm, FuseOps, ToANormalForm
+>>> pass_names("interp", 2)[5:]
 ['SimplifyInference', 'DeadCodeElimination', 'FoldConstant']
 >>> pass_names("interp", 0, required_pass=["InlineAll"])
-['InlineAll', 'LowerGrads']
+['InlineAll', 'DeadCodeElimination', 'LowerGrads']
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any as AnyValue
 
 from relaydsl.ir.module import IRModule
-from relaydsl.transform.alter_op_layout import alter_op_layout
-from relaydsl.transform.a_normal_form import to_a_normal_form
-from relaydsl.transform.combine_parallel_conv2d import combine_parallel_conv2d
-from relaydsl.transform.dead_code import eliminate_dead_code, inline_once
-from relaydsl.transform.defunctionalize import defunctionalize
-from relaydsl.transform.eliminate_common_subexpr import eliminate_common_subexpr
-from relaydsl.transform.eta_expand import eta_expand
-from relaydsl.transform.fold_constant import fold_constants
-from relaydsl.transform.fold_scale_axis import fold_scale_axis
-from relaydsl.transform.fuse_ops import fuse_ops
-from relaydsl.transform.gradient import lower_first_order_grads, lower_grads
-from relaydsl.transform.graph_normal_form import to_graph_normal_form
-from relaydsl.transform.inline import inline, inline_all, inline_globals
-from relaydsl.transform.lambda_lift import lambda_lift
-from relaydsl.transform.partial_eval import partial_evaluate
-from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
-from relaydsl.transform.simplify_inference import simplify_inference
-from relaydsl.transform.static_shapes import static_shapes
-
-MAX_OPT_LEVEL = 3
-ON_DEMAND = MAX_OPT_LEVEL + 1
-"""The opt_level of passes that run only when the PassContext requires them."""
-
-
-def _fuse_ops(mod: IRModule) -> IRModule:
-    """Fusion at the current context's level: each op alone at 0, fused from 1."""
-    return fuse_ops(mod, fuse_opt_level=0 if PassContext.current().opt_level == 0 else 2)
-
-
-Inline = module_pass(
-    inline, opt_level=2, name="Inline",
-    description="substitute the globals marked Inline=1 and remove them (TVM's Inline)")
-InlineAll = module_pass(
-    inline_all, opt_level=ON_DEMAND, name="InlineAll",
-    description="substitute every non-recursive global and remove it: one function per entry")
-InlineGlobals = module_pass(
-    inline_globals, opt_level=2, name="InlineGlobals",
-    description="inline calls of non-recursive monomorphic globals and applied function literals")
-FirstOrderGradients = module_pass(
-    lower_first_order_grads, opt_level=3, name="FirstOrderGradients",
-    description="a grad of straight-line code becomes a reference-free adjoint program")
-LowerGrads = module_pass(
-    lower_grads, opt_level=0, name="LowerGrads",
-    description="the remaining grad nodes become reverse-mode AD code (closures, references)")
-EtaExpand = module_pass(
-    eta_expand, opt_level=ON_DEMAND, name="EtaExpand",
-    description="a global or constructor used as a value becomes a literal calling it")
-Defunctionalization = module_pass(
-    defunctionalize, opt_level=ON_DEMAND, name="Defunctionalization",
-    description="a higher-order global called with a known function becomes a first-order "
-                "copy")
-LambdaLift = module_pass(
-    lambda_lift, opt_level=ON_DEMAND, name="LambdaLift",
-    description="local function literals become globals (a closure: a Closure=1 global of "
-                "its captures)")
-PartialEvaluate = module_pass(
-    partial_evaluate, opt_level=ON_DEMAND, name="PartialEvaluate",
-    description="run what is static, emit the rest: inlines closures, unrolls static loops")
-SimplifyInference = module_pass(
-    simplify_inference, opt_level=2, name="SimplifyInference",
-    description="inference-mode batch_norm becomes a per-channel multiply-add; dropout goes")
-AlterOpLayout = module_pass(
-    alter_op_layout, opt_level=3, name="AlterOpLayout",
-    description="conv2d in the blocked NCHW32c layout where that is faster (llvm's kernel)")
-DeadCodeElimination = module_pass(
-    eliminate_dead_code, opt_level=2, name="DeadCodeElimination",
-    description="drop let bindings of pure values that are never used")
-InlineOnce = module_pass(
-    inline_once, opt_level=ON_DEMAND, name="InlineOnce",
-    description="dead-code elimination that also inlines a pure let used once (never into "
-                "a function)")
-FoldConstant = module_pass(
-    fold_constants, opt_level=2, name="FoldConstant",
-    description="evaluate what is known at compile time: constant op calls, lets, projections, ifs")
-FoldScaleAxis = module_pass(
-    fold_scale_axis, opt_level=3, name="FoldScaleAxis",
-    description="fold per-channel scales (inference batch_norm) into conv2d/dense weights")
-EliminateCommonSubexpr = module_pass(
-    eliminate_common_subexpr, opt_level=3, name="EliminateCommonSubexpr",
-    description="compute each pure op call once: equal calls share one node")
-CombineParallelConv2D = module_pass(
-    combine_parallel_conv2d, opt_level=ON_DEMAND, name="CombineParallelConv2D",
-    description="conv2d calls of one input (3 or more) become one wider conv2d and slices")
-StaticShapes = module_pass(
-    static_shapes, opt_level=0, name="StaticShapes",
-    description="drop relay.Any from annotations where the values' shapes are static")
-ToGraphNormalForm = module_pass(
-    to_graph_normal_form, opt_level=0, name="ToGraphNormalForm",
-    description="inline let-bound pure dataflow into a DAG of shared nodes")
-FuseOps = module_pass(
-    _fuse_ops, opt_level=0, name="FuseOps", required=[ToGraphNormalForm],
-    description="put op calls in primitive functions: one op each at opt_level 0, fused from 1")
-ToANormalForm = module_pass(
-    to_a_normal_form, opt_level=0, name="ToANormalForm",
-    description="bind every computation once, in order, in the innermost scope using it")
+from relaydsl.transform.a_normal_form import ToANormalForm
+from relaydsl.transform.alter_op_layout import AlterOpLayout
+from relaydsl.transform.combine_parallel_conv2d import CombineParallelConv2D
+from relaydsl.transform.dead_code import DeadCodeElimination, InlineOnce
+from relaydsl.transform.defunctionalize import Defunctionalization
+from relaydsl.transform.eliminate_common_subexpr import EliminateCommonSubexpr
+from relaydsl.transform.eta_expand import EtaExpand
+from relaydsl.transform.fold_constant import FoldConstant
+from relaydsl.transform.fold_scale_axis import FoldScaleAxis
+from relaydsl.transform.fuse_ops import FuseOps
+from relaydsl.transform.gradient import FirstOrderGradients, LowerGrads
+from relaydsl.transform.graph_normal_form import ToGraphNormalForm
+from relaydsl.transform.inline import Inline, InlineAll, InlineGlobals
+from relaydsl.transform.lambda_lift import LambdaLift
+from relaydsl.transform.partial_eval import PartialEvaluate
+from relaydsl.transform.pass_infra import (
+    MAX_OPT_LEVEL, ON_DEMAND, Pass, PassContext, Sequential,
+)
+from relaydsl.transform.simplify_inference import SimplifyInference
+from relaydsl.transform.static_shapes import StaticShapes
 
 # Inline and InlineAll run first: the globals they remove are gone for every later pass.
 # InlineGlobals runs twice: first so that a grad sees through the calls of its function (and gets
 # the first-order adjoint), then to inline the adjoints, which are applied function literals.
+# The grad lowerings require DeadCodeElimination (dead code would send nan adjoints back): it
+# runs right before each.
 # PartialEvaluate runs once grads are lowered (it leaves grad nodes alone) and before
 # FoldConstant and fusion, which then see the unrolled straight-line code.
 # SimplifyInference runs before FoldConstant, which folds its per-channel scale and shift,
@@ -163,28 +98,80 @@ ToANormalForm = module_pass(
 # batch_norm folds into each branch's weights before they are concatenated) and after CSE
 # (equal inputs are one node). It runs on demand, at TVM's opt_level 4: one wide convolution
 # is not always faster than several narrow ones on a CPU. AlterOpLayout comes after them all
-# (as in TVM's build): the passes before it read conv2d in NCHW; it folds the layout
-# transforms of constant weights itself. The closure conversions run on lowered grads (which make
-# closures): eta-expansion first, so that defunctionalization sees globals passed as values
-# as literals too, then lifting of what stays local.
-OPTIMIZE: tuple[Pass, ...] = (Inline, InlineAll, InlineGlobals, FirstOrderGradients,
-                              LowerGrads, InlineGlobals, PartialEvaluate,
-                              EtaExpand, Defunctionalization, LambdaLift,
-                              SimplifyInference, DeadCodeElimination, InlineOnce,
-                              FoldConstant, FoldScaleAxis, EliminateCommonSubexpr,
-                              CombineParallelConv2D)
+# (as in TVM's build): the passes before it read conv2d in NCHW; FoldConstant runs again
+# after it (as in TVM's build), folding the layout transforms of constant weights (at a level
+# without AlterOpLayout, the two FoldConstants are adjacent and run once). The closure
+# conversions run on lowered grads (which make closures): eta-expansion first, so that
+# defunctionalization sees globals passed as values as literals too, then lifting of what
+# stays local. FuseOps requires ToGraphNormalForm, which runs right before it.
+OPTIMIZE: tuple[Pass, ...] = (
+    Inline(), InlineAll(), InlineGlobals(), FirstOrderGradients(), LowerGrads(), InlineGlobals(),
+    PartialEvaluate(), EtaExpand(), Defunctionalization(), LambdaLift(), SimplifyInference(),
+    DeadCodeElimination(), InlineOnce(), FoldConstant(), FoldScaleAxis(),
+    EliminateCommonSubexpr(), CombineParallelConv2D())
 # AlterOpLayout is the llvm target's: its blocked layouts are chosen for that target's
-# conv2d_nchwc kernel, which the interpreter would run by unblocking and reblocking.
+# conv2d_nchwc kernel, which the interpreter would run by unblocking and reblocking. FuseOps
+# takes its level from the context: one op per primitive function at opt_level 0.
 LOWERING: dict[str, tuple[Pass, ...]] = {
     "interp": (),
-    "llvm": (AlterOpLayout, StaticShapes, FuseOps, ToANormalForm),
-    "accel": (StaticShapes,),
+    "llvm": (AlterOpLayout(), FoldConstant(), StaticShapes(), FuseOps(), ToANormalForm()),
+    "accel": (StaticShapes(),),
 }
 # Passes a target runs first at every level (unless disabled by name). The accelerator's code
 # generator takes the network as one function of op calls (§4.4 of the 2019 Relay paper; the
 # notes ask whether InlineAll can do it: it can), with no scalar op left (SimplifyInference,
 # FoldConstant and FoldScaleAxis come with opt_level 3, its default).
-ALWAYS: dict[str, tuple[Pass, ...]] = {"accel": (InlineAll,)}
+ALWAYS: dict[str, tuple[Pass, ...]] = {"accel": (InlineAll(),)}
+DEFAULT_OPT_LEVEL: dict[str, int] = {"interp": 0, "llvm": 3, "accel": 3}
+"""Each target's level when neither the build nor the PassContext gives one."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What a target compiles a module with, besides the module: the optimisation level, and
+    the PassContext its pipeline runs under, at that level (its required and disabled passes
+    and instruments). Equal options compile equal programs.
+
+    >>> CompileOptions.for_target("llvm").opt_level
+    3
+    >>> with PassContext(opt_level=1, disabled_pass=["FuseOps"]):
+    ...     options = CompileOptions.for_target("llvm")
+    >>> options.opt_level, options.context.opt_level, sorted(options.context.disabled_pass)
+    (1, 1, ['FuseOps'])
+    >>> CompileOptions(opt_level=4)
+    Traceback (most recent call last):
+    ValueError: opt_level must be an int from 0 to 3, got 4
+    """
+
+    opt_level: int
+    context: PassContext = field(default_factory=PassContext)
+    target_options: tuple[tuple[str, AnyValue], ...] = ()  # a target's own, by name
+
+    def __getitem__(self, name: str) -> AnyValue:
+        """A target's own option: ``options["schedule"]`` on the accel target."""
+        return dict(self.target_options)[name]
+
+    def __post_init__(self) -> None:
+        level = self.opt_level
+        if not isinstance(level, int) or isinstance(level, bool) or \
+                not 0 <= level <= MAX_OPT_LEVEL:
+            raise ValueError(f"opt_level must be an int from 0 to {MAX_OPT_LEVEL}, "
+                             f"got {level!r}")
+        if self.context.opt_level != level:
+            object.__setattr__(self, "context", replace(self.context, opt_level=level))
+
+    @staticmethod
+    def for_target(target: str, opt_level: int | None = None,
+                   context: PassContext | None = None) -> "CompileOptions":
+        """The options `target` compiles with under `context` (default: the current
+        PassContext): at `opt_level` if given, else the context's, else the target's
+        default level."""
+        context = PassContext.current() if context is None else context
+        if opt_level is None:
+            opt_level = context.opt_level
+        if opt_level is None:
+            opt_level = DEFAULT_OPT_LEVEL[target]
+        return CompileOptions(opt_level, context)
 
 
 def for_target(target: str) -> Sequential:
@@ -195,8 +182,15 @@ def for_target(target: str) -> Sequential:
     except KeyError:
         raise ValueError(f"no pipeline for target {target!r}; "
                          f"known: {', '.join(sorted(LOWERING))}") from None
-    always = [replace(p, opt_level=0) for p in ALWAYS.get(target, ())]
-    return Sequential([*always, *OPTIMIZE, *lowering], name=f"{target} pipeline")
+    return Sequential([*OPTIMIZE, *lowering], name=f"{target} pipeline",
+                      always=ALWAYS.get(target, ()))
+
+
+def accel_host_split() -> Sequential:
+    """What the accel target runs on a program that is not one network (after its pipeline):
+    its op calls fused into primitive functions, each call of which goes to the accelerator
+    where it has the rules (backend/accel/hybrid.py)."""
+    return Sequential([FuseOps()], name="accel host split")
 
 
 def run(mod: IRModule, target: str, context: PassContext) -> IRModule:
@@ -245,9 +239,11 @@ def table() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["OPTIMIZE", "LOWERING", "MAX_OPT_LEVEL", "ON_DEMAND", "for_target", "run",
-           "pass_names", "table", "Inline", "InlineAll", "InlineGlobals", "FirstOrderGradients",
-           "LowerGrads", "PartialEvaluate", "EtaExpand", "Defunctionalization", "LambdaLift",
-           "SimplifyInference", "DeadCodeElimination", "InlineOnce", "FoldConstant",
-           "FoldScaleAxis", "EliminateCommonSubexpr", "CombineParallelConv2D", "AlterOpLayout",
-           "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
+__all__ = ["OPTIMIZE", "LOWERING", "ALWAYS", "DEFAULT_OPT_LEVEL", "MAX_OPT_LEVEL", "ON_DEMAND",
+           "CompileOptions", "for_target", "accel_host_split", "run", "pass_names", "table",
+           "Inline", "InlineAll",
+           "InlineGlobals", "FirstOrderGradients", "LowerGrads", "PartialEvaluate", "EtaExpand",
+           "Defunctionalization", "LambdaLift", "SimplifyInference", "DeadCodeElimination",
+           "InlineOnce", "FoldConstant", "FoldScaleAxis", "EliminateCommonSubexpr",
+           "CombineParallelConv2D", "AlterOpLayout", "ToGraphNormalForm", "FuseOps",
+           "ToANormalForm"]

@@ -26,6 +26,8 @@ add(%x: Tensor[(4, 3), float32], %x)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple
@@ -37,17 +39,29 @@ from relaydsl.op.nn.dropout import dropout
 from relaydsl.op.nn.norm import batch_norm
 from relaydsl.op.registry import ops
 from relaydsl.transform._util import rewrite_functions, with_parameter_types
+from relaydsl.transform.pass_infra import Pass
+
+
+@dataclass(frozen=True)
+class SimplifyInference(Pass, opt_level=2,
+                        description="inference-mode batch_norm becomes a per-channel "
+                                    "multiply-add; dropout goes"):
+    """Inference-mode batch_norm and dropout calls rewritten (see the module doc)."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return rewrite_functions(mod, _simplify)
 
 
 def simplify_inference(mod: IRModule) -> IRModule:
-    """A copy of `mod` with inference-mode batch_norm and dropout calls rewritten."""
-    def simplify(fn: Function) -> Expr:
-        new = _Simplify().visit(fn)
-        assert isinstance(new, Function)  # a function's rewrite is a function
-        # batch_norm's relation inferred the shapes of a model's running statistics
-        return fn if new is fn else with_parameter_types(new)
+    """``SimplifyInference()(mod)``."""
+    return SimplifyInference()(mod)
 
-    return rewrite_functions(mod, simplify)
+
+def _simplify(fn: Function) -> Expr:
+    new = _Simplify().visit(fn)
+    assert isinstance(new, Function)  # a function's rewrite is a function
+    # batch_norm's relation inferred the shapes of a model's running statistics
+    return fn if new is fn else with_parameter_types(new)
 
 
 class _Simplify(ExprMutator):
@@ -81,4 +95,4 @@ def _affine_batch_norm(call: Call, x_type: TensorType) -> Expr:
     return Tuple((out, mean, var), span=call.span)
 
 
-__all__ = ["simplify_inference"]
+__all__ = ["SimplifyInference", "simplify_inference"]

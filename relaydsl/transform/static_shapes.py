@@ -21,6 +21,8 @@ After (the same values)::
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.expr import Expr, Function, Var
 from relaydsl.ir.module import IRModule
@@ -28,24 +30,36 @@ from relaydsl.ir.types import (
     AnyDim, FuncType, RefType, TensorType, TupleType, Type, TypeCall,
 )
 from relaydsl.ir.visitor import ExprMutator
+from relaydsl.transform.pass_infra import Pass
 from relaydsl.typing import infer_types
 
 
+@dataclass(frozen=True)
+class StaticShapes(Pass, opt_level=0,
+                   description="drop relay.Any from annotations where the values' shapes are "
+                               "static"):
+    """The module re-typed without its ``Any`` annotations; the module itself when it has
+    none, or when it needs them to type-check. Global functions' parameters keep their
+    types."""
+
+    def transform(self, mod: IRModule) -> IRModule:
+        dropper = _DropDynamic()
+        out = mod.copy()
+        for gv, fn in mod.functions.items():
+            new = dropper.visit_top(fn)
+            if new is not fn:
+                out.add(gv, new)
+        if not dropper.dropped:
+            return mod
+        try:  # inference decides: the program stays as written where it needs an annotation
+            return infer_types(out)
+        except RelayTypeError:
+            return mod
+
+
 def static_shapes(mod: IRModule) -> IRModule:
-    """`mod` re-typed without its ``Any`` annotations; `mod` itself when it has none, or
-    when it needs them to type-check. Global functions' parameters keep their types."""
-    dropper = _DropDynamic()
-    out = mod.copy()
-    for gv, fn in mod.functions.items():
-        new = dropper.visit_top(fn)
-        if new is not fn:
-            out.add(gv, new)
-    if not dropper.dropped:
-        return mod
-    try:
-        return infer_types(out)
-    except RelayTypeError:
-        return mod
+    """``StaticShapes()(mod)``."""
+    return StaticShapes()(mod)
 
 
 def is_dynamic(t: Type | None) -> bool:

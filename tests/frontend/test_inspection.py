@@ -193,7 +193,7 @@ def test_dump_ir_writes_the_ir_after_each_pass_per_build(tmp_path, monkeypatch):
     assert (dump / files[-1]).read_text() == layer.astext(fused=True) + "\n"
     assert "Primitive" not in (dump / "00_input.txt").read_text()
     assert sorted(p.name for p in (tmp_path / "ir" / f"{name}.interp").iterdir()) == \
-        ["00_input.txt", "01_LowerGrads.txt"]
+        ["00_input.txt", "01_DeadCodeElimination.txt", "02_LowerGrads.txt"]
 
 
 def test_a_dump_ir_path_that_is_a_file_is_refused(tmp_path, monkeypatch):

@@ -31,6 +31,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import post_order
 from relaydsl.transform.fuse_ops import is_primitive
+from relaydsl.transform.pipeline import CompileOptions
 
 
 _CHUNK = 1 << 20
@@ -45,8 +46,9 @@ WRAPPER = "relaydsl_native_PROGRAM_"
 class Lowering:
     """The LLVM module of one program: a function per reachable Relay function."""
 
-    def __init__(self, mod: IRModule, opt_level: int, resolve: int, shapes_at_run_time: bool):
-        self.mod, self.opt_level = mod, opt_level
+    def __init__(self, mod: IRModule, options: CompileOptions, resolve: int,
+                 shapes_at_run_time: bool):
+        self.mod, self.options = mod, options
         self.shapes_at_run_time = shapes_at_run_time
         # the addresses the code reads from the link table (Word.LINKS), by index; the first
         # is that of ``i64 resolve(site, dims)`` (Python: kernels of run-time shapes)
@@ -134,7 +136,7 @@ class Lowering:
                 self.dynamic.add(id(f))
             else:
                 raise Unsupported("a kernel whose dtypes are known only at run time")
-        for f, k in zip(static, compile_primitives(static, opt_level=self.opt_level)):
+        for f, k in zip(static, compile_primitives(static, self.options)):
             self.kernels[id(f)] = k
             self.keep.append(k)
 

@@ -103,6 +103,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
+from relaydsl.transform.pipeline import CompileOptions
 
 
 _INITIAL_ARENA = 1 << 16
@@ -123,7 +124,7 @@ class NativeProgram:
     programs check that machinery against JAX).
     """
 
-    def __init__(self, mod: IRModule, entry: str, opt_level: int = 3, *,
+    def __init__(self, mod: IRModule, entry: str, options: CompileOptions | None = None, *,
                  shapes_at_run_time: bool = False):
         self.mod, self.entry = mod, entry
         fn = mod[entry]
@@ -134,10 +135,12 @@ class NativeProgram:
         for p, pt in zip(fn.params, self.param_types):
             _check_boundary(pt, f"parameter {p.name_hint}")
         _check_boundary(self.ret_type, "the result", result=True)
-        self.opt_level = opt_level
+        # what its kernels are compiled with (default: the llvm target's)
+        self.options = CompileOptions.for_target("llvm") if options is None else options
         self._resolver = _RESOLVE(self._resolve)  # kernels of run-time shapes, on demand
-        lowering = Lowering(mod, opt_level, ctypes.cast(self._resolver, ctypes.c_void_p).value,
-                             shapes_at_run_time)
+        lowering = Lowering(mod, self.options,
+                            ctypes.cast(self._resolver, ctypes.c_void_p).value,
+                            shapes_at_run_time)
         name = lowering.lower_entry(mod.get_global_var(entry),
                                     [*self.param_types, self.ret_type])
         arities = sorted(_closure_arities(self.ret_type, set()))
@@ -284,7 +287,7 @@ class NativeProgram:
             key = tuple((ctypes.c_int64 * s.key_words).from_address(keys))
             record = s.records.get(key)
             if record is None:  # (two threads may make it at once: either is kept)
-                record = s.records.setdefault(key, s.record(key, self.opt_level))
+                record = s.records.setdefault(key, s.record(key, self.options))
             self._ways[site * WAYS + s.next_way] = address(record)
             s.next_way = (s.next_way + 1) % WAYS
             return address(record)

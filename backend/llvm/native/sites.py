@@ -22,6 +22,7 @@ from relaydsl.backend.llvm.native.values import contiguous
 from relaydsl.backend.llvm.specialize import specialize
 from relaydsl.ir.expr import Call, Function
 from relaydsl.ir.types import TensorType, TupleType, Type
+from relaydsl.transform.pipeline import CompileOptions
 
 if TYPE_CHECKING:
     from relaydsl.backend.llvm.native.functions import FunctionCompiler
@@ -72,17 +73,17 @@ class KernelSite:
         self.batched = [bool(t.shape) and not isinstance(t.shape[0], int) for t in inputs]
         self._chunked: dict[tuple, ChunkedKernel | None] = {}
 
-    def record(self, key: tuple[int, ...], opt_level: int) -> np.ndarray:
+    def record(self, key: tuple[int, ...], options: CompileOptions) -> np.ndarray:
         """The record for input dimensions `key`: of the function's kernel generic in the
         batch size where it has one, else of its kernel compiled for these shapes."""
         types, at = [], 0
         for t in self.inputs:
             types.append(TensorType(key[at:at + len(t.shape)], t.dtype))
             at += len(t.shape)
-        chunked = self._chunked_kernel(types, opt_level)
+        chunked = self._chunked_kernel(types, options)
         if chunked is not None:
             return self._chunked_record(key, chunked, types[self.batched.index(True)].shape[0])
-        kernel = compile_primitive(specialize(self.fn, types), opt_level=opt_level)
+        kernel = compile_primitive(specialize(self.fn, types), options)
         outputs = kernel.output_types
         assert [len(t.shape) for t in outputs] == [len(t.shape) for t in self.outputs]
         constants = [contiguous(c) for c in kernel.constants]
@@ -111,7 +112,8 @@ class KernelSite:
         self._kept.append((record, keep))
         return record
 
-    def _chunked_kernel(self, types: list[TensorType], opt_level: int) -> ChunkedKernel | None:
+    def _chunked_kernel(self, types: list[TensorType], options: CompileOptions
+                        ) -> ChunkedKernel | None:
         """The kernel generic in the batch size for inputs of `types`, if the batched inputs
         agree on a size and the function is row-separable."""
         if not any(self.batched):
@@ -122,7 +124,7 @@ class KernelSite:
         key = tuple(t.shape[1:] if b else t.shape for t, b in zip(types, self.batched))
         if key not in self._chunked:
             self._chunked[key] = compile_chunked(self.fn, types, self.batched,
-                                                 opt_level=opt_level)
+                                                 options)
         return self._chunked[key]
 
     def _chunked_record(self, key: tuple[int, ...], chunked: ChunkedKernel, n: int

@@ -16,6 +16,7 @@ from relaydsl.ir.parser import parse
 from relaydsl.ir.expr import Function
 from relaydsl.ir.visitor import post_order
 from relaydsl.transform.fuse_ops import is_primitive
+from relaydsl.transform.pipeline import CompileOptions
 from relaydsl.typing import infer_types
 
 RNG = np.random.default_rng(0)
@@ -103,7 +104,7 @@ def _chain(n):
 
 
 def test_a_long_chain_runs_in_a_small_frame():
-    program = compile_program(_chain(40), "main", opt_level=0)  # no fusion: 40 kernels
+    program = compile_program(_chain(40), "main", CompileOptions(0))  # no fusion: 40 kernels
     assert program.native.kernel_calls == 40
     assert frame(program.mod["main"]).size <= 2 * 64 * 64 * 4
     x = rand(64, 64)

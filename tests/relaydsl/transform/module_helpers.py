@@ -11,6 +11,8 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.parser import parse
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import post_order
+from relaydsl.transform.gradient import FirstOrderGradients, LowerGrads
+from relaydsl.transform.pass_infra import Sequential
 from relaydsl.typing import infer_types
 
 
@@ -25,6 +27,13 @@ def module(shapes, body: Callable[..., Expr]) -> IRModule:
 def typed(text: str) -> IRModule:
     """The module of Relay text `text`, typed."""
     return infer_types(parse(text))
+
+
+def grads_lowered(mod: IRModule, first_order: bool = False) -> IRModule:
+    """`mod` with its grad nodes lowered as the pipeline lowers them: with `first_order`,
+    straight-line code to its first-order adjoint program first."""
+    passes = [FirstOrderGradients(), LowerGrads()] if first_order else [LowerGrads()]
+    return Sequential(passes)(mod)
 
 
 def run(mod: IRModule, target: str, *args, entry: str = "main"):

@@ -16,8 +16,8 @@ from relaydsl.ir.structural import structural_equal
 from relaydsl.testing.oracle import assert_matches_jax
 from relaydsl.testing.random_programs import random_programs
 from relaydsl.transform.dead_code import eliminate_dead_code
-from relaydsl.transform.gradient import lower_grads
 from relaydsl.typing import infer_types
+from tests.relaydsl.transform.module_helpers import grads_lowered
 
 
 def let_names(fn):
@@ -56,7 +56,7 @@ def test_dead_code_sends_no_nan_into_gradients():
     x = np.array([0.5, -1.0, 2.0], np.float32)
     expected = jax.grad(lambda v: jnp.sum(jnp.tanh(v)))(x)
     for first_order in (False, True):
-        _, (dx,) = evaluate(lower_grads(mod, first_order=first_order), x)
+        _, (dx,) = evaluate(grads_lowered(mod, first_order), x)
         np.testing.assert_allclose(dx, expected, rtol=1e-5)
 
 
@@ -76,7 +76,7 @@ def test_an_annotated_dead_let_sends_no_nan_into_gradients_either():
         expected = jax.grad(lambda a, b: jnp.sum(jnp.min(b - b, axis=0, keepdims=True))
                             + jnp.sum(a), argnums=(0, 1))(x, y)
     for first_order in (False, True):
-        _, grads = evaluate(lower_grads(mod, first_order=first_order), x, y)
+        _, grads = evaluate(grads_lowered(mod, first_order), x, y)
         for got, want in zip(grads, expected):
             np.testing.assert_allclose(got, want, rtol=1e-12)
 

@@ -10,8 +10,8 @@ from relaydsl.ir.visitor import post_order
 from relaydsl.testing import to_jax
 from relaydsl.testing.random_programs import random_programs
 from relaydsl.transform.first_order_gradient import supports
-from relaydsl.transform.gradient import lower_grads
 from relaydsl.typing import infer_types
+from tests.relaydsl.transform.module_helpers import grads_lowered
 
 
 def grad_module(fn: Function) -> IRModule:
@@ -34,8 +34,8 @@ def test_both_transforms_and_jax_agree_on_random_straight_line_programs(program_
     fn, inputs = program_and_inputs
     mod = grad_module(fn)
     assert supports(mod["f"])
-    first = lower_grads(mod, first_order=True)
-    higher = lower_grads(mod)
+    first = grads_lowered(mod, first_order=True)
+    higher = grads_lowered(mod)
     assert not uses_references(first) and uses_references(higher)
     value_1, grads_1 = evaluate(first, *inputs)
     value_h, grads_h = evaluate(higher, *inputs)

@@ -68,15 +68,15 @@ def test_a_literal_cast_like_a_tensor_folds_to_a_constant_of_its_dtype():
 
 
 def test_nothing_to_fold_keeps_the_typed_functions_and_an_untyped_input_gets_typed(monkeypatch):
-    import relaydsl.transform._util as util  # where a pass's result is re-typed
+    import relaydsl.transform.pass_infra as infra  # where a pass's input and result are typed
 
     source = '''
     def @main(%x: Tensor[(4, 3), float32]) {
       add(%x, %x)
     }'''
     calls = []
-    real = util.infer_types
-    monkeypatch.setattr(util, "infer_types", lambda m: calls.append(m) or real(m))
+    real = infra.infer_types
+    monkeypatch.setattr(infra, "infer_types", lambda m: calls.append(m) or real(m))
     typed = real(parse(source))
     out = fold_constants(typed)
     assert out is not typed and out["main"] is typed["main"] and not calls  # not re-inferred

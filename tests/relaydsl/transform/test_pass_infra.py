@@ -1,7 +1,10 @@
-"""Pass, module_pass, Sequential and PassContext: levels, disabled and required passes,
-re-typing between passes, the fusion passes run as a Sequential, and instruments."""
+"""Pass, module_pass, Sequential and PassContext: passes as frozen objects with their options
+as fields, prerequisites resolved, levels, disabled and required passes, re-typing between
+passes, the fusion passes run as a Sequential, and instruments."""
+import dataclasses
 import doctest
 import io
+from dataclasses import dataclass
 
 import pytest
 
@@ -10,8 +13,10 @@ from relaydsl.errors import IRError
 from relaydsl.ir import Call, Function, Op, TensorType, Var
 from relaydsl.transform import instrument, pass_infra
 from relaydsl.transform.instrument import PassInstrument, PassTimingInstrument, PrintIR
-from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass
-from relaydsl.transform.pipeline import FuseOps, ToANormalForm, ToGraphNormalForm
+from relaydsl.transform.combine_parallel_conv2d import CombineParallelConv2D
+from relaydsl.transform.fold_constant import FoldConstant
+from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass, resolve
+from relaydsl.transform.pipeline import AlterOpLayout, FuseOps, ToANormalForm, ToGraphNormalForm
 from tests.relaydsl.transform.fusion_helpers import (
     assert_same_values, check_fused, groups, rand, typed,
 )
@@ -76,12 +81,14 @@ def test_contexts_with_equal_settings_are_equal():
     assert PassContext(instruments=[timing]) != PassContext(instruments=[PassTimingInstrument()])
 
 
-def test_required_passes_run_first_even_when_above_the_level():
+def test_a_module_pass_requires_passes_or_pass_classes():
     log: list[str] = []
     base = recording("Base", 3, log)
-    seq = Sequential([recording("Uses", 1, log, required=[base])])
+    seq = Sequential([recording("Uses", 1, log, required=[base]),
+                      recording("Fuses", 1, log, required=[ToGraphNormalForm])])
     seq(typed(SRC))
-    assert log == ["Base", "Uses"]
+    assert log == ["Base", "Uses", "Fuses"]
+    assert seq.last_run == ("Base", "Uses", "ToGraphNormalForm", "Fuses")
 
 
 def test_a_pass_called_alone_always_runs_and_retypes():
@@ -111,11 +118,105 @@ def test_bad_uses_are_reported():
         module_pass(lambda mod: None, opt_level=0, name="Broken", description="-")(typed(SRC))
     with pytest.raises(IRError, match="takes Passes"):
         Sequential([lambda mod: mod])
+    with pytest.raises(IRError, match=r"got the class FuseOps: FuseOps\(\) is the pass"):
+        Sequential([FuseOps])
+
+
+def test_bad_pass_declarations_are_reported():
+    with pytest.raises(IRError, match="opt_level must be an int >= 0, got -1"):
+        class Negative(Pass, opt_level=-1, description="-"):
+            def transform(self, mod):
+                return mod
+    with pytest.raises(IRError, match="the description is one line"):
+        class TwoLines(Pass, opt_level=0, description="first\nsecond"):
+            def transform(self, mod):
+                return mod
+    with pytest.raises(IRError, match="requires takes pass classes, got FuseOps"):
+        class Instance(Pass, opt_level=0, description="-", requires=(FuseOps(),)):
+            def transform(self, mod):
+                return mod
+    with pytest.raises(TypeError, match="abstract method"):
+        class NoTransform(Pass, opt_level=0, description="-"):
+            pass
+
+        NoTransform()
+
+
+# ---- passes as objects, their prerequisites ----------------------------------------------------
+
+def test_a_pass_is_a_frozen_object_its_options_fields_its_name_its_class():
+    fuse = FuseOps(level=0)
+    assert fuse == FuseOps(level=0) and hash(fuse) == hash(FuseOps(level=0))
+    assert fuse != FuseOps(level=2) and fuse != FuseOps()
+    assert repr(fuse) == "FuseOps(level=0, max_fuse_depth=256)"
+    assert fuse.name == FuseOps.name == "FuseOps" and fuse.opt_level == 0
+    assert FuseOps.requires == (ToGraphNormalForm,)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fuse.level = 2  # type: ignore[misc]
+    assert AlterOpLayout(everywhere=True) == AlterOpLayout(block=32, everywhere=True)
+    with pytest.raises(ValueError, match="min_num_branches must be at least 2, got 1"):
+        CombineParallelConv2D(min_num_branches=1)
+
+
+def logging_pass(name: str, log: list[str], requires=(), opt_level: int = 0) -> type[Pass]:
+    """A pass class `name` that logs its runs, with `requires`."""
+
+    def transform(self, mod):
+        log.append(name)
+        return mod.copy()
+
+    cls = type(name, (Pass,), {"transform": transform}, opt_level=opt_level,
+               description=f"logs {name}", requires=requires)
+    return dataclass(frozen=True)(cls)
+
+
+def test_prerequisites_run_first_theirs_before_them_and_once_in_a_row():
+    log: list[str] = []
+    graph = logging_pass("Graph", log)
+    fuse = logging_pass("Fuse", log, requires=(graph,))
+    anf = logging_pass("Anf", log, requires=(fuse,))
+    seq = Sequential([anf()])
+    seq(typed(SRC))
+    assert log == ["Graph", "Fuse", "Anf"] and seq.last_run == ("Graph", "Fuse", "Anf")
+    # a listed prerequisite right before its pass runs once; one further away again
+    assert [p.name for p in resolve([graph(), fuse()])] == ["Graph", "Fuse"]
+    assert [p.name for p in resolve([graph(), anf(), fuse()])] == [
+        "Graph", "Fuse", "Anf", "Graph", "Fuse"]
+    # an equal pass right after another is left out; one with other options is not
+    assert resolve([FoldConstant(), FoldConstant()]) == [FoldConstant()]
+    assert resolve([FuseOps(level=0), FuseOps(level=2)]) == [
+        ToGraphNormalForm(), FuseOps(level=0), ToGraphNormalForm(), FuseOps(level=2)]
+
+
+def test_prerequisites_run_whatever_the_level_and_disabled_passes():
+    log: list[str] = []
+    base = logging_pass("Base", log, opt_level=3)
+    uses = logging_pass("Uses", log, requires=(base,), opt_level=1)
+    with PassContext(opt_level=1, disabled_pass=["Base"]):
+        Sequential([uses()])(typed(SRC))
+    assert log == ["Base", "Uses"]
+    log.clear()
+    with PassContext(opt_level=1, disabled_pass=["Uses"]):  # a disabled pass needs nothing
+        Sequential([uses()])(typed(SRC))
+    assert log == []
+
+
+def test_a_pass_called_alone_runs_its_prerequisites_first():
+    log: list[str] = []
+    base = logging_pass("Base", log, opt_level=3)
+    uses = logging_pass("Uses", log, requires=(base,))
+    timing = PassTimingInstrument()
+    with PassContext(instruments=[timing]):
+        uses()(typed(SRC))
+    assert log == ["Base", "Uses"]
+    assert [name for name, _ in timing.timings] == ["Base", "Uses"]
+    fused = FuseOps(level=2)(typed(SRC))  # in let form: ToGraphNormalForm runs first
+    assert groups(fused) == [["add", "exp", "tanh"]]
 
 
 def test_the_fusion_pipeline_as_a_sequential():
     mod = typed(SRC)
-    pipeline = Sequential([FuseOps, ToANormalForm], name="fusion")
+    pipeline = Sequential([FuseOps(), ToANormalForm()], name="fusion")
     with PassContext(opt_level=1):
         out = pipeline(mod)
     assert pipeline.last_run == ("ToGraphNormalForm", "FuseOps", "ToANormalForm")
@@ -124,12 +225,16 @@ def test_the_fusion_pipeline_as_a_sequential():
     assert_same_values(evaluate(mod, rand(2, 3)), evaluate(out, rand(2, 3)))
 
 
-def test_fuse_ops_fuses_from_level_1():
-    mod = ToGraphNormalForm(typed(SRC))
+def test_fuse_ops_takes_its_level_from_the_context_unless_given_one():
+    mod = ToGraphNormalForm()(typed(SRC))
     with PassContext(opt_level=0):
-        assert groups(FuseOps(mod)) == [["add"], ["exp"], ["tanh"]]
+        assert groups(FuseOps()(mod)) == [["add"], ["exp"], ["tanh"]]
+        assert groups(FuseOps(level=2)(mod)) == [["add", "exp", "tanh"]]
+    with PassContext(opt_level=1):
+        assert groups(FuseOps()(mod)) == [["add", "exp", "tanh"]]
+        assert groups(FuseOps(level=0)(mod)) == [["add"], ["exp"], ["tanh"]]
     with PassContext(opt_level=0, disabled_pass=["FuseOps"]):
-        out = Sequential([FuseOps])(mod)
+        out = Sequential([FuseOps()])(mod)
     assert groups(out) == []
 
 
@@ -176,7 +281,7 @@ def test_instruments_see_every_pass_and_can_veto_one():
 
 def test_timing_records_each_pass_and_renders_a_table():
     timing = PassTimingInstrument()
-    seq = Sequential([FuseOps, ToANormalForm])
+    seq = Sequential([FuseOps(), ToANormalForm()])
     with PassContext(instruments=[timing]):
         seq(typed(SRC))
     assert [name for name, _ in timing.timings] == ["ToGraphNormalForm", "FuseOps",
@@ -192,7 +297,7 @@ def test_timing_records_each_pass_and_renders_a_table():
 def test_print_ir_prints_before_and_after_the_named_pass():
     out = io.StringIO()
     with PassContext(instruments=[PrintIR("FuseOps", file=out)]):
-        Sequential([FuseOps, ToANormalForm])(typed(SRC))
+        Sequential([FuseOps(), ToANormalForm()])(typed(SRC))
     text = out.getvalue()
     assert text.count("// before") == 1 and text.count("// after") == 1
     before, after = text.split("// after FuseOps")
@@ -202,7 +307,7 @@ def test_print_ir_prints_before_and_after_the_named_pass():
 
 def test_print_ir_without_a_name_prints_every_pass(capsys):
     with PassContext(instruments=[PrintIR()]):
-        Sequential([FuseOps, ToANormalForm])(typed(SRC))
+        Sequential([FuseOps(), ToANormalForm()])(typed(SRC))
     printed = capsys.readouterr().out
     for name in ("ToGraphNormalForm", "FuseOps", "ToANormalForm"):
         assert f"// before {name}" in printed and f"// after {name}" in printed

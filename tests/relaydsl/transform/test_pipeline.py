@@ -1,6 +1,8 @@
-"""The pass pipeline (relaydsl/transform/pipeline.py): the passes at each opt_level, and
-relay.build honouring the PassContext (level, required and disabled passes, instruments,
-caching) on both targets. Values are compared with JAX."""
+"""The pass pipeline (relaydsl/transform/pipeline.py): the passes at each opt_level, the
+CompileOptions a build compiles with, and relay.build honouring the PassContext (level,
+required and disabled passes, instruments, caching) on both targets. Values are compared
+with JAX."""
+import dataclasses
 import doctest
 import re
 from pathlib import Path
@@ -15,15 +17,19 @@ from relaydsl.backend.target import default_target
 from relaydsl.ir.expr import RefCreate
 from relaydsl.ir.visitor import post_order
 from relaydsl.transform import PassContext, PassTimingInstrument, PrintIR, pipeline
+from relaydsl.transform.pass_infra import resolve
+from relaydsl.transform.pipeline import CompileOptions
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 RNG = np.random.default_rng(0)
-OPTIMIZE = ["Inline", "InlineGlobals", "FirstOrderGradients", "LowerGrads", "InlineGlobals",
-            "SimplifyInference", "DeadCodeElimination", "FoldConstant", "FoldScaleAxis",
-            "EliminateCommonSubexpr"]
+LOWER_GRADS = ["DeadCodeElimination", "LowerGrads"]  # LowerGrads requires DCE
+OPTIMIZE_2 = ["Inline", "InlineGlobals", *LOWER_GRADS, "InlineGlobals", "SimplifyInference",
+              "DeadCodeElimination", "FoldConstant"]
+OPTIMIZE_3 = ["Inline", "InlineGlobals", "DeadCodeElimination", "FirstOrderGradients",
+              *LOWER_GRADS, "InlineGlobals", "SimplifyInference", "DeadCodeElimination",
+              "FoldConstant", "FoldScaleAxis", "EliminateCommonSubexpr"]
 LLVM_LOWERING = ["StaticShapes", "ToGraphNormalForm", "FuseOps", "ToANormalForm"]
-LLVM_LEVEL_3 = ["AlterOpLayout"]  # lowering passes from opt_level 3
-LEVEL_3 = ["FirstOrderGradients", "FoldScaleAxis", "EliminateCommonSubexpr"]
+LLVM_LEVEL_3 = ["AlterOpLayout", "FoldConstant"]  # lowering passes from opt_level 3
 ON_DEMAND = ["InlineAll", "PartialEvaluate", "EtaExpand", "Defunctionalization", "LambdaLift",
              "InlineOnce", "CombineParallelConv2D"]
 
@@ -56,24 +62,43 @@ def timed_build(fn, context_options, **build_options):
 
 
 def test_every_pass_has_a_name_and_a_description():
-    passes = [q for target in pipeline.LOWERING for p in pipeline.for_target(target).passes
-              for q in (*p.required, p)]
-    assert {p.name for p in passes} == {*OPTIMIZE, *ON_DEMAND, *LLVM_LEVEL_3, *LLVM_LOWERING}
+    passes = [p for target in pipeline.LOWERING
+              for p in resolve(pipeline.for_target(target).passes)]
+    assert {p.name for p in passes} == {*OPTIMIZE_3, *ON_DEMAND, *LLVM_LEVEL_3, *LLVM_LOWERING}
     for p in passes:
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", p.name)  # TVM's names: CombineParallelConv2D
         assert p.description and "\n" not in p.description and len(p.description) <= 90
 
 
 @pytest.mark.parametrize("level, llvm, interp", [
-    (0, ["LowerGrads", *LLVM_LOWERING], ["LowerGrads"]),
-    (1, ["LowerGrads", *LLVM_LOWERING], ["LowerGrads"]),
-    (2, [*[n for n in OPTIMIZE if n not in LEVEL_3], *LLVM_LOWERING],
-     [n for n in OPTIMIZE if n not in LEVEL_3]),
-    (3, [*OPTIMIZE, *LLVM_LEVEL_3, *LLVM_LOWERING], OPTIMIZE),
+    (0, [*LOWER_GRADS, *LLVM_LOWERING], LOWER_GRADS),
+    (1, [*LOWER_GRADS, *LLVM_LOWERING], LOWER_GRADS),
+    # llvm's FoldConstant after AlterOpLayout is left out: it would follow FoldConstant
+    (2, [*OPTIMIZE_2, *LLVM_LOWERING], OPTIMIZE_2),
+    (3, [*OPTIMIZE_3, *LLVM_LEVEL_3, *LLVM_LOWERING], OPTIMIZE_3),
 ])
 def test_the_passes_at_each_level(level, llvm, interp):
     assert pipeline.pass_names("llvm", level) == llvm
     assert pipeline.pass_names("interp", level) == interp
+
+
+def test_compile_options_take_the_level_given_else_the_contexts_else_the_targets():
+    assert CompileOptions.for_target("llvm") == CompileOptions(3)
+    assert CompileOptions.for_target("interp") == CompileOptions(0)
+    with PassContext(opt_level=1, disabled_pass=["FuseOps"]) as context:
+        assert CompileOptions.for_target("llvm").opt_level == 1
+        options = CompileOptions.for_target("interp", opt_level=2)
+    assert options.opt_level == options.context.opt_level == 2  # the context at that level
+    assert options.context.disabled_pass == context.disabled_pass == {"FuseOps"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.opt_level = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("level", [-1, 4, 1.0, "3", True, None])
+def test_compile_options_reject_a_bad_opt_level(level):
+    with pytest.raises(ValueError, match=re.escape(
+            f"opt_level must be an int from 0 to 3, got {level!r}")):
+        CompileOptions(level)
 
 
 def test_unknown_target_has_no_pipeline():
@@ -85,14 +110,14 @@ def test_build_runs_the_targets_pipeline_at_their_default_levels():
     _, ran = timed_build(mlp, {}, target="llvm")
     assert ran == pipeline.pass_names("llvm", 3)
     _, ran = timed_build(mlp, {}, target="interp")
-    assert ran == ["LowerGrads"]  # the interpreter stays the reference
+    assert ran == LOWER_GRADS  # the interpreter stays the reference
     _, ran = timed_build(mlp, {"opt_level": 2}, target="interp")
     assert ran == pipeline.pass_names("interp", 2)
 
 
 def test_the_opt_level_option_wins_over_the_context():
     exe, ran = timed_build(mlp, {"opt_level": 2}, target="llvm", opt_level=0)
-    assert ran == pipeline.pass_names("llvm", 0) and exe.program.opt_level == 0
+    assert ran == pipeline.pass_names("llvm", 0) and exe.program.options.opt_level == 0
 
 
 @pytest.mark.parametrize("target", ["llvm", "interp"])
@@ -116,7 +141,7 @@ def test_without_fuse_ops_llvm_still_runs_the_program():
 def test_a_required_pass_runs_below_its_level():
     exe, ran = timed_build(mlp, {"opt_level": 0, "required_pass": ["FoldConstant"]},
                            target="llvm")
-    assert ran == ["LowerGrads", "FoldConstant", *LLVM_LOWERING]
+    assert ran == [*LOWER_GRADS, "FoldConstant", *LLVM_LOWERING]
     args = mlp_args()
     np.testing.assert_allclose(exe(*args), mlp_jax(*args), rtol=1e-5, atol=1e-6)
 

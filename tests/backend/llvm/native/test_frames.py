@@ -67,7 +67,7 @@ def test_what_the_result_holds_is_not_placed_and_values_hold():
     layout = frame(mod[entry])
     assert len(layout.offsets) == 1  # a only
     x = RNG.standard_normal((16, 16)).astype(np.float32)
-    b, c = NativeProgram(mod, entry, 3)(x)
+    b, c = NativeProgram(mod, entry)(x)
     eb = jnp.tanh(jnp.tanh(x @ W) @ W)
     np.testing.assert_allclose(b, eb, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(c, jnp.tanh(eb @ W), rtol=1e-5, atol=1e-6)
@@ -79,7 +79,7 @@ def test_the_chain_runs_with_jax_s_values():
     expected = x
     for _ in range(4):
         expected = jnp.tanh(expected @ W)
-    np.testing.assert_allclose(NativeProgram(mod, entry, 3)(x), expected @ W, rtol=1e-5,
+    np.testing.assert_allclose(NativeProgram(mod, entry)(x), expected @ W, rtol=1e-5,
                                atol=1e-5)
 
 
@@ -94,7 +94,7 @@ def wide(x: Tensor[Float, (256, 512)]) -> Tensor[Float, (256, 512)]:
 def test_the_arena_grows_to_the_most_a_call_held_so_later_calls_take_no_chunk():
     """The GEMM's packing scratch is taken and freed within the call: the arena must still
     grow to hold it, or every call takes it from malloc (fresh pages) again."""
-    native = NativeProgram(*prepared(wide), 3)
+    native = NativeProgram(*prepared(wide))
     x = RNG.standard_normal((256, 512)).astype(np.float32)
     expected = jnp.tanh(x @ W512)
     np.testing.assert_allclose(native(x), expected, rtol=1e-4, atol=1e-5)

@@ -19,7 +19,7 @@ def native_of(fn) -> NativeProgram:
     """Native code of `fn` as the llvm target prepares it (a fresh one: patched constants
     apply)."""
     program = relay.build(fn, target="llvm").program
-    return NativeProgram(program.mod, program.entry, 3)
+    return NativeProgram(program.mod, program.entry)
 
 
 @pytest.fixture
