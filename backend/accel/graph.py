@@ -63,10 +63,6 @@ class Layer:
     output: TensorInfo
     rule: LayerRule
 
-    @property
-    def is_windowed(self) -> bool:
-        return len(self.output.shape) == 4 and self.rule.row_tiles
-
 
 @dataclass
 class Graph:

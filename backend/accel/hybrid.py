@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from typing import Any as AnyValue, Sequence
 
-import numpy as np
 
 from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, extract
 from relaydsl.backend.accel.isa import Instr, generate
 from relaydsl.backend.accel.report import AccelReport, GroupReport
 from relaydsl.backend.accel.schedule import GroupPlan, schedule
-from relaydsl.backend.accel.simulator import Simulator
+from relaydsl.backend.accel.simulator import Simulator, dram_of
 from relaydsl.backend.interpreter import Interpreter, Value, evaluate
 from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
@@ -72,13 +71,11 @@ class HybridProgram:
             self._host_calls += 1
             return self._host.call(self._host.eval(fn), args)
         graph = offloaded.graph
-        inputs = [np.asarray(v, np.float32) for v in args]
-        dram = dict(zip(graph.params, inputs))
-        dram.update({t: np.asarray(t.value, np.float32) for t in graph.constants})
-        Simulator(graph, self.config).run(offloaded.code, dram)
+        dram = dram_of(graph, args)
+        Simulator(self.config).run(offloaded.code, dram)
         offloaded.calls += 1
         result = dram[graph.output]
-        self._transfer_bytes += sum(a.nbytes for a in inputs) + result.nbytes
+        self._transfer_bytes += sum(dram[p].nbytes for p in graph.params) + result.nbytes
         return result
 
     def __call__(self, *values: AnyValue) -> AnyValue:

@@ -22,7 +22,7 @@ import enum
 from dataclasses import dataclass
 
 from relaydsl.backend.accel.graph import Layer, TensorInfo
-from relaydsl.backend.accel.layers import Region, full_region
+from relaydsl.backend.accel.layers import Region
 from relaydsl.backend.accel.schedule import GroupPlan
 
 
@@ -94,6 +94,6 @@ def generate(groups: list[GroupPlan]) -> list[Instr]:
                                           out)))
             for t, region in tile.stores:
                 code.append(Instr(Opcode.STORE, output=Operand(
-                    t, group.addresses[t][0], held.get(t, full_region(t.shape)), region)))
+                    t, group.addresses[t][0], held[t], region)))
             code.append(Instr(Opcode.SYNC))
     return code

@@ -33,15 +33,14 @@ import logging
 from dataclasses import replace
 from typing import Any as AnyValue, Sequence
 
-import numpy as np
 
 from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, extract
 from relaydsl.backend.accel.hybrid import HybridProgram
 from relaydsl.backend.accel.isa import generate
 from relaydsl.backend.accel.report import AccelReport
-from relaydsl.backend.accel.schedule import schedule
-from relaydsl.backend.accel.simulator import Simulator
+from relaydsl.backend.accel.schedule import schedule, tiles_seconds
+from relaydsl.backend.accel.simulator import Simulator, dram_of
 from relaydsl.ir.module import IRModule
 from relaydsl.transform import pipeline
 
@@ -92,9 +91,8 @@ class AccelProgram:
             result = self.hybrid(*values)
             self.report = self.hybrid.report
             return result
-        dram = {p: np.asarray(v, np.float32) for p, v in zip(self.graph.params, values)}
-        dram.update({t: np.asarray(t.value, np.float32) for t in self.graph.constants})
-        counters = Simulator(self.graph, self.config).run(self.code, dram)
+        dram = dram_of(self.graph, list(values))
+        counters = Simulator(self.config).run(self.code, dram)
         start, tiles_per_group = 0, []
         for g in self.groups:
             tiles_per_group.append(counters.tiles[start:start + len(g.tiles)])
@@ -103,7 +101,7 @@ class AccelProgram:
             replace(r, dram_read_bytes=sum(t.load_bytes for t in tiles),
                     dram_write_bytes=sum(t.store_bytes for t in tiles),
                     macs=sum(t.mac_ops for t in tiles), alu_ops=sum(t.alu_ops for t in tiles),
-                    seconds=Simulator.seconds_of(tiles, self.config))
+                    seconds=tiles_seconds(tiles, self.config))
             for r, tiles in zip(self.report.groups, tiles_per_group))
         self.report = AccelReport(self.schedule_kind, self.config, groups,
                                   counters.read_bytes, counters.write_bytes,

@@ -181,13 +181,12 @@ def _transfer(ctx: _GroupContext, sink_regions: dict[TensorInfo, Region]
     return regions, computes
 
 
-def plan_group(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: list[Layer],
-               config: AcceleratorConfig, reuse: bool, tiles: int, channel_blocks: int = 1,
-               loop_order: str = "rows") -> GroupPlan | None:
-    """The plan of `layers` as one group cut in `tiles` bands of rows (and, for a single
-    layer, `channel_blocks` blocks of output channels, `loop_order` "rows" or "channels"
+def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles: int,
+               channel_blocks: int = 1, loop_order: str = "rows") -> GroupPlan | None:
+    """The plan of the group `ctx` cut in `tiles` bands of rows (and, for a single layer,
+    `channel_blocks` blocks of output channels, `loop_order` "rows" or "channels"
     outermost), or None where that does not fit on chip or does not cover its outputs."""
-    ctx = _GroupContext(graph, consumers, layers)
+    layers = ctx.layers
     if tiles > 1 and not ctx.row_tiled:
         return None
     if tiles > 1 and tiles > min(s.shape[2] for s in ctx.sinks):
@@ -278,7 +277,7 @@ def plan_group(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: l
                              line_buffers, config, reuse)
     if span > config.onchip_bytes:
         return None
-    return GroupPlan(layers, out_tiles, addresses, span, _seconds(out_tiles, config),
+    return GroupPlan(layers, out_tiles, addresses, span, tiles_seconds(out_tiles, config),
                      channel_blocks, loop_order, read, written)
 
 
@@ -295,7 +294,7 @@ def _deep_reuse(ctx: _GroupContext, regions: dict[TensorInfo, Region],
     """Record, for each layer whose output can overlap an input dying at it, the smallest
     deep-reuse offset over the tiles seen so far."""
     for k, (layer, out) in enumerate(computes):
-        if layer.output in ctx.stored or len(out) != 4 or layer.rule.row_tiles is False:
+        if layer.output in ctx.stored or len(out) != 4 or not layer.rule.row_tiles:
             continue
         for t in layer.inputs:
             if t.is_constant or t in ctx.stored or ctx.readers[t][-1] != k or len(t.shape) != 4 \
@@ -371,7 +370,7 @@ def _place(ctx: _GroupContext, sizes: dict[TensorInfo, int],
     return {t: (placed[b], b.size) for t, b in buffers.items()}, span
 
 
-def _seconds(tiles: list[Tile], config: AcceleratorConfig) -> float:
+def tiles_seconds(tiles: list[Tile], config: AcceleratorConfig) -> float:
     """The group's time: with double buffering, a tile's computation overlaps the next
     tile's loads and the previous one's stores (one DRAM channel for both); without, each
     tile loads, computes and stores in turn."""
@@ -405,7 +404,7 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
     best: GroupPlan | None = None
     tried = 0
     for count in counts:  # the fewest tiles that fit, and a few more for overlap
-        plan = plan_group(graph, consumers, layers, config, reuse, count)
+        plan = plan_group(ctx, config, reuse, count)
         if plan is not None and (best is None or plan.cost < best.cost):
             best = plan
         tried += best is not None
@@ -416,8 +415,7 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
         for blocks in _tile_counts(channels)[1:]:
             for count in counts:
                 for order in ("rows", "channels") if count > 1 else ("rows",):
-                    plan = plan_group(graph, consumers, layers, config, reuse, count, blocks,
-                                      order)
+                    plan = plan_group(ctx, config, reuse, count, blocks, order)
                     if plan is not None and (best is None or plan.cost < best.cost):
                         best = plan
             if best is not None:

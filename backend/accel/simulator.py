@@ -10,7 +10,7 @@ not put where an instruction reads them come out wrong, which the tests would se
 
 While it runs, it counts what the report shows: DRAM bytes read and written per tensor,
 MACs and ALU operations, each tile's cycles and the time (the schedule's model:
-schedule._seconds).
+schedule.tiles_seconds).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, TensorInfo
 from relaydsl.backend.accel.isa import Instr, Opcode, Operand
 from relaydsl.backend.accel.layers import Region, region_shape, take
-from relaydsl.backend.accel.schedule import Tile, _seconds
+from relaydsl.backend.accel.schedule import Tile
 
 
 def _is_activation(t: TensorInfo) -> bool:
@@ -53,14 +53,19 @@ def _relative(inner: Region, outer: Region) -> Region:
 class Counters:
     read_bytes: dict[str, int] = field(default_factory=dict)
     write_bytes: dict[str, int] = field(default_factory=dict)
-    macs: int = 0
-    alu_ops: int = 0
-    tiles: list[Tile] = field(default_factory=list)
+    tiles: list[Tile] = field(default_factory=list)  # what each tile moved and computed
+
+
+def dram_of(graph: Graph, values: list[np.ndarray]) -> dict[TensorInfo, np.ndarray]:
+    """The DRAM a run of `graph` starts from: its inputs' `values` and its constants."""
+    dram = {p: np.asarray(v, np.float32) for p, v in zip(graph.params, values)}
+    dram.update({t: np.asarray(t.value, np.float32) for t in graph.constants})
+    return dram
 
 
 class Simulator:
-    def __init__(self, graph: Graph, config: AcceleratorConfig):
-        self.graph, self.config = graph, config
+    def __init__(self, config: AcceleratorConfig):
+        self.config = config
         self.words = np.full(config.onchip_bytes // 4, np.nan, np.float32)
 
     def _read(self, o: Operand) -> np.ndarray:
@@ -138,11 +143,4 @@ class Simulator:
                 else:
                     alu += work
                     cycles += math.ceil(work / self.config.alu_lanes)
-        c.macs = sum(t.mac_ops for t in c.tiles)
-        c.alu_ops = sum(t.alu_ops for t in c.tiles)
         return c
-
-    @staticmethod
-    def seconds_of(tiles: list[Tile], config: AcceleratorConfig) -> float:
-        """The time of one group's tiles as counted by a run."""
-        return _seconds(tiles, config)
