@@ -85,12 +85,14 @@ def declared_result_kind(target: AnyValue) -> Kind:
 def _op_result_kind(call: Call) -> Kind:
     """The kind of an operator call's result: a tuple of tensors for an op with a tuple
     result (its ``result_arity`` trait; fields unknown when the attributes do not fix
-    them), else a tensor."""
+    them), else a tensor (no trait, or an arity of 0: topk's ``ret_type="values"``)."""
     assert isinstance(call.op, Op)
     arity = call.op.definition.traits.result_arity
     if arity is None:
         return ValueKind.TENSOR
     n = arity(call.attrs)
+    if n == 0:
+        return ValueKind.TENSOR
     return ValueKind.TUPLE if n is None else TupleKind((ValueKind.TENSOR,) * n)
 
 

@@ -230,7 +230,9 @@ class Traits:
     """What stages other than the op's own definition may ask of it (never its name).
 
     - ``result_arity(attrs)``: for an op whose result is a tuple, its number of fields
-      (None when the attributes do not fix it); None for an op with one tensor result.
+      (None when the attributes do not fix it; 0 when these attributes make the result one
+      tensor, as topk's ``ret_type="values"``); the trait is None for an op whose result is
+      always one tensor.
     - ``contraction``: a matrix product the backends run as a GEMM; fusion lets a 2-D
       transpose feeding it join its group, and the GEMM reads that operand transposed.
     - ``transpose``: a pure axis permutation (what a contraction can read through strides).

@@ -696,6 +696,18 @@ def test_tensor_indexing_and_constant_slices():
         check(f, reference, x, np.int32(i))
 
 
+def test_indexing_an_op_result_follows_its_attributes_tuple_or_tensor():
+    # topk gives a (values, indices) pair, or with ret_type="values" one tensor whose [0] is a row
+    @relay
+    def f(x: Tensor[Float, (3, 5)]):
+        return relay.topk(x, k=2)[0][1], relay.topk(x, k=2, ret_type="values")[0]
+
+    def reference(x):
+        return jax.lax.top_k(x, 2)[0][1], jax.lax.top_k(x, 2)[0][0]
+
+    check(f, reference, rand(3, 5))
+
+
 def test_tuple_indexing_positive_negative_and_nested():
     @relay
     def f(x: Tensor[Float, 2], t: tuple[Tensor[Float, 2], tuple[Float, Tensor[Float, 2]]]):

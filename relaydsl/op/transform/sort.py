@@ -149,5 +149,5 @@ topk = register(OpDef(
                "int32", "int64") else "must be int32 or int64", doc="the indices' dtype")),
     doc="the k largest (or smallest) elements of x along `axis`, in order, and their indices, "
         "as TVM's topk; equal values by index, NaN above every number",
-    traits=Traits(result_arity=lambda a: 2 if a.get("ret_type", "both") == "both" else None),
+    traits=Traits(result_arity=lambda a: 2 if a.get("ret_type", "both") == "both" else 0),
 ))

@@ -36,6 +36,9 @@ def test_constructions_give_kinds_and_a_name_its_binding_s():
     assert kinds.of(If(const(True), x, pair), env) is None
     assert kinds.of(ops.split(x, indices_or_sections=2), env) == TupleKind((TENSOR, TENSOR))
     assert kinds.of(ops.exp(x), env) is TENSOR
+    # topk's attributes decide: a (values, indices) pair, or one tensor
+    assert kinds.of(ops.topk(x, k=2), env) == TupleKind((TENSOR, TENSOR))
+    assert kinds.of(ops.topk(x, k=2, ret_type="values"), env) is TENSOR
     f = Function([x], x)
     assert kinds.of(f, env) is ValueKind.FUNCTION and kinds.of(Grad(f), env) is ValueKind.GRAD
     assert kinds.of(Call(Grad(f), [x]), env) == TupleKind((TENSOR, TUPLE))
