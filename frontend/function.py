@@ -337,7 +337,7 @@ class RelayModelFunction(RelayFunction):
 
     def __init__(self, pyfunc: Callable, special_calls: type[SpecialCalls]):
         super().__init__(pyfunc, special_calls)
-        MODEL_FUNCTIONS[pyfunc.__qualname__] = self
+        MODEL_FUNCTIONS[pyfunc.__module__, pyfunc.__qualname__] = self
 
     def __call__(self, *args: AnyValue) -> AnyValue:
         raise TypeError(f"{self.__name__} is a @relay_model: create its parameters first, "

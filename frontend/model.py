@@ -53,9 +53,22 @@ if TYPE_CHECKING:
 
 INITIALISERS = ("normal", "glorot")
 
-# The @relay_model functions this program has defined, by qualified name (function.py adds
-# each): load_model finds the function of a file's model here.
-MODEL_FUNCTIONS: dict[str, RelayModelFunction] = {}
+# The @relay_model functions this program has defined, by (module, qualified name), the
+# latest of a name winning as a redefinition does (function.py adds each): load_model finds the
+# function of a file's model here. The module is part of the key: two modules may each define
+# an `affine`, and a file of one must not load into the other.
+MODEL_FUNCTIONS: dict[tuple[str, str], RelayModelFunction] = {}
+
+
+def defined_model_function(qualname: str, module: str | None) -> RelayModelFunction | None:
+    """The @relay_model function a model file names: the one of its module and qualified
+    name, else the only one of that qualified name (a file saved from a script run as
+    __main__ and loaded from a module, or written before files recorded the module); None when
+    there is no such function or several modules define one."""
+    if module is not None and (module, qualname) in MODEL_FUNCTIONS:
+        return MODEL_FUNCTIONS[module, qualname]
+    same_name = [fn for (_, name), fn in MODEL_FUNCTIONS.items() if name == qualname]
+    return same_name[0] if len(same_name) == 1 else None
 
 
 class Model:
@@ -347,6 +360,7 @@ def save_model(model: Model, path: "str | os.PathLike[str]", *,
     path = model_file_path(path)
     manifest: dict[str, AnyValue] = {
         "format": FORMAT, "version": 1, "model": model.fn.__qualname__,
+        "module": model.fn.__module__,
         "params": _entries(model.params),
     }
     arrays = {f"param/{k}": v for k, v in model.params.items()}
@@ -451,11 +465,13 @@ def load_model(path: "str | os.PathLike[str]", fn: "RelayModelFunction | None" =
     path = model_file_path(path)
     contents = _read_model_file(path)
     if fn is None:
-        fn = MODEL_FUNCTIONS.get(contents.model)
+        fn = defined_model_function(contents.model, contents.module)
         if fn is None:
+            modules = sorted(m for m, name in MODEL_FUNCTIONS if name == contents.model)
+            where = (f"which several modules define ({', '.join(modules)})" if modules
+                     else "which this program has not defined")
             raise ModelFileError(f"{path} holds parameters of the model {contents.model!r}, "
-                                 "which this program has not defined: pass it, "
-                                 "load_model(path, fn)")
+                                 f"{where}: pass it, load_model(path, fn)")
     expected = dict(zip((h.name for h in fn.hidden), create_model(fn).params.values()))
     problems = []
     for name, ref in expected.items():
@@ -513,10 +529,12 @@ _MAX_DEFLATE_RATIO = 1032  # deflate expands a byte to at most this many
 
 
 class _ModelFile(NamedTuple):
-    """What a model file holds, checked: the model's name, its parameters, and the optimiser's
-    (kind, hyperparameters, state by "<slot>/<parameter>") when one was saved."""
+    """What a model file holds, checked: the model's name and module (None in files written
+    before the module was recorded), its parameters, and the optimiser's (kind,
+    hyperparameters, state by "<slot>/<parameter>") when one was saved."""
 
     model: str
+    module: str | None
     params: dict[str, np.ndarray]
     optimizer: tuple[str, dict[str, float], dict[str, np.ndarray]] | None
 
@@ -576,7 +594,10 @@ def _read_archive(f: IO[bytes], size: int, path: str) -> _ModelFile:
                 raise damaged(f"the manifest lists the {what} {name}, which the file lacks")
             out = arrays if entries is params else state
             out[name] = _read_npy(archive, members[member], entries[name], damaged)
-    return _ModelFile(model_name, arrays,
+    module = manifest.get("module")
+    if module is not None and not isinstance(module, str):
+        raise damaged("its manifest names the model's module with something not a string")
+    return _ModelFile(model_name, module, arrays,
                       None if optimizer is None else (optimizer[0], optimizer[1], state))
 
 

@@ -125,6 +125,43 @@ def test_save_and_load_round_trip(tmp_path):
     assert [p["name"] for p in manifest["params"]] == ["linear_0.weight", "linear_0.bias"]
 
 
+@pytest.fixture
+def another_small():
+    """A @relay_model `small` of another module, forgotten afterwards: the registry of model
+    functions is the process's, and other tests load files of this module's `small`."""
+    fn = relay.function_from_source(
+        "@relay_model\n"
+        "def small(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (2, 5)]:\n"
+        "    return relay.linear(x, num_hidden=5)\n")
+    yield fn
+    del model_file.MODEL_FUNCTIONS[fn.__module__, "small"]
+
+
+def test_a_model_of_the_same_name_in_another_module_does_not_capture_its_files(
+        tmp_path, another_small):
+    """Model functions are found by module and name: a `small` defined elsewhere later (as a
+    doctest's model once did in the full suite) must not load this module's file."""
+    other_small = another_small
+    assert other_small.__module__ != small.__module__
+    path = save_model(fresh(), tmp_path / "mine")
+    assert load_model(path).fn is small
+    assert load_model(save_model(relay.create_model(other_small), tmp_path / "theirs")).fn \
+        is other_small
+
+    # a file written before files recorded the module names only `small`: two modules define
+    # one, so which is meant must be said
+    with np.load(path, allow_pickle=False) as data:
+        arrays = dict(data)
+    manifest = json.loads(arrays["__relaydsl_manifest__"].tobytes())
+    del manifest["module"]
+    arrays["__relaydsl_manifest__"] = np.frombuffer(json.dumps(manifest).encode(), np.uint8)
+    np.savez(tmp_path / "old.npz", **arrays)
+    with pytest.raises(ValueError, match=r"the model 'small', which several modules define "
+                                         r"\(.*\): pass it, load_model\(path, fn\)"):
+        load_model(tmp_path / "old.npz")
+    assert load_model(tmp_path / "old.npz", small).fn is small
+
+
 def test_loading_a_file_of_another_model_is_a_clear_error(tmp_path):
     @relay_model
     def other(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (2, 4)]:
