@@ -2,11 +2,14 @@
 
 A program with control flow, recursion, ADTs or closures (a TreeLSTM, a loop over a layer)
 cannot be one instruction stream. Here its op calls are fused into primitive functions
-(FuseOps, as for llvm), and the program runs on the host's reference interpreter, whose
-``call_primitive`` hook sends each call of a primitive function to the accelerator: the
-function is scheduled once (its layers, groups and instructions, as a whole network's) and
-each call simulated, its arguments moved from the host to the accelerator's DRAM and its
-result back. A primitive function the accelerator has no rule for runs on the host.
+(FuseOps, as for llvm), and the program runs as the llvm target's dispatcher runs one: its
+control on the reference interpreter, whose ``call_primitive`` hook sends each call of a
+primitive function to the accelerator. There the function is scheduled once (its layers,
+groups and instructions, as a whole network's) and each call simulated, its arguments moved
+from the host to the accelerator's DRAM and its result back. A primitive function the
+accelerator has no rule for (splits, losses, integer arithmetic) runs on the host as a
+compiled llvm kernel. (The control stays on the interpreter rather than in llvm's native
+code because native code cannot call back into the simulator.)
 
 The report of a call sums what its primitive calls cost on the accelerator (each group
 once per call), and counts the calls that ran on the host and the bytes moved between the
@@ -24,9 +27,11 @@ from relaydsl.backend.accel.report import AccelReport, GroupReport
 from relaydsl.backend.accel.schedule import GroupPlan, schedule
 from relaydsl.backend.accel.simulator import Simulator, dram_of
 from relaydsl.backend.interpreter import Interpreter, Value, evaluate
+from relaydsl.backend.llvm.executor import PrimitiveKernels
 from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
 from relaydsl.transform import pipeline
+from relaydsl.transform.pipeline import CompileOptions
 
 
 class _Offloaded:
@@ -48,7 +53,7 @@ class HybridProgram:
         self.mod = pipeline.accel_host_split()(mod)
         self.entry = entry
         self._interpreter = Interpreter(self.mod, call_primitive=self._primitive)
-        self._host = Interpreter(self.mod)
+        self._host = PrimitiveKernels(CompileOptions.for_target("llvm"))
         self._compiled: dict[Function, _Offloaded | None] = {}
         self._host_calls = self._transfer_bytes = 0
         self.report = AccelReport(schedule_kind, config, (), host=reason)
@@ -69,7 +74,7 @@ class HybridProgram:
         offloaded = self._compile(fn)
         if offloaded is None:
             self._host_calls += 1
-            return self._host.call(self._host.eval(fn), args)
+            return self._host(fn, args)
         graph = offloaded.graph
         dram = dram_of(graph, args)
         Simulator(self.config).run(offloaded.code, dram)

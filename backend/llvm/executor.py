@@ -105,10 +105,7 @@ class Program:
         self._calls: dict[tuple, int] = {}
         self._native_unsupported = ""
         self.native = None if self._symbolic else self._native(self.mod)
-        # the dispatcher: kernels by primitive function (held, so never confused with a
-        # later one) and argument shapes
-        self._kernels: dict[tuple, Kernel] = {}
-        self._interpreter = Interpreter(self.mod, call_primitive=self._run_kernel)
+        self._interpreter = Interpreter(self.mod, call_primitive=PrimitiveKernels(options))
         if _log.isEnabledFor(logging.INFO):
             self._log_path()
 
@@ -196,8 +193,21 @@ class Program:
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
         return self._interpreter.call(closure, args)
 
-    def _run_kernel(self, fn: Function, args: list[Value]) -> Value:
-        """The dispatcher's ``call_primitive``: `fn` on `args` as a compiled kernel."""
+
+
+class PrimitiveKernels:
+    """The dispatcher's ``call_primitive`` hook: each call of a primitive function runs as a
+    compiled kernel, compiled on first use per function and argument shapes. The accel
+    target's host runs its primitive calls through it too.
+    """
+
+    def __init__(self, options: CompileOptions):
+        self.options = options
+        # by primitive function (held, so never confused with a later one) and argument shapes
+        self._kernels: dict[tuple, Kernel] = {}
+
+    def __call__(self, fn: Function, args: list[Value]) -> Value:
+        """`fn` on `args` as a compiled kernel."""
         arrays = [contiguous(a) for a in args]
         key = (fn, *[(a.shape, a.dtype.str) for a in arrays])
         kernel = self._kernels.get(key)
