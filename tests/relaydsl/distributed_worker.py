@@ -1,0 +1,156 @@
+"""A data-parallel training run for tests/relaydsl/test_distributed.py, launched as
+``mpiexec -n N python distributed_worker.py MODE ...`` (or plainly, for the references).
+
+    train OUT.npz          K steps of SGD, Momentum and Adam on an MLP and on a batch-norm
+                           model with relaydsl.distributed; rank 0 writes the parameters (and
+                           state) to OUT.npz after checking that every rank holds the same
+    reference N OUT.npz    the same in one process without MPI: "full/..." trains on each
+                           whole global batch; "sliced/..." computes each of the N slices'
+                           gradients and state updates from the same model and averages them
+                           (what N ranks compute when batch norm normalises each slice)
+    hang | die | raise     two steps, then rank 1 sleeps / is killed / raises mid-training;
+                           the other ranks must fail the job within RELAYDSL_DIST_TIMEOUT
+    mismatch               rank 1 reduces gradients of another shape than rank 0's
+"""
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from relaydsl import Float, Tensor, distributed as dist, relay, relay_model
+
+GLOBAL_BATCH, STEPS, FEATURES, CLASSES = 8, 3, 6, 4
+
+
+@relay_model
+def mlp(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 4)]:
+    return relay.linear(relay.tanh(relay.linear(x, num_hidden=10)), num_hidden=4)
+
+
+@relay_model
+def bn_net(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 4)]:
+    h = relay.batch_norm(relay.linear(x, num_hidden=10), momentum=0.1)
+    return relay.linear(relay.tanh(h), num_hidden=4)
+
+
+@relay
+def mlp_loss(x: Tensor[Float, ("n", 6)], y: Tensor[Float, ("n", 4)]) -> Float:
+    return relay.softmax_cross_entropy(mlp(x), y)
+
+
+@relay
+def bn_loss(x: Tensor[Float, ("n", 6)], y: Tensor[Float, ("n", 4)]) -> Float:
+    return relay.softmax_cross_entropy(bn_net(x), y)
+
+
+MODELS = {"mlp": (mlp, mlp_loss), "bn": (bn_net, bn_loss)}
+OPTIMISERS = {"sgd": lambda: relay.SGD(lr=0.1), "momentum": lambda: relay.Momentum(lr=0.1),
+              "adam": lambda: relay.Adam(lr=0.01)}
+
+
+def dataset() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((GLOBAL_BATCH * STEPS, FEATURES)).astype(np.float32)
+    y = np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, len(x))]
+    return x, y
+
+
+def train_distributed(out: str) -> None:
+    dist.init()
+    data = dataset()
+    results: dict[str, np.ndarray] = {}
+    for mname, (fn, loss) in MODELS.items():
+        for oname, make in OPTIMISERS.items():
+            model = relay.create_model(fn, seed=dist.rank())  # different until broadcast
+            dist.broadcast_model(model)
+            opt = make()
+            for x, y in dist.shard(data, batch_size=GLOBAL_BATCH, seed=0):
+                assert len(x) == GLOBAL_BATCH // dist.world_size()
+                g = dist.allreduce(relay.grad(model, loss, (x, y)), op="mean")
+                relay.update_model_params(model, g, opt)
+            for k, v in model.params.items():
+                results[f"{mname}/{oname}/{k}"] = v
+    # every rank holds the same parameters, state and optimiser state: compare with rank 0's
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    mine = {k: v.tobytes() for k, v in results.items()}
+    root = comm.bcast(mine if comm.rank == 0 else None)
+    differ = [k for k in mine if mine[k] != root[k]]
+    assert not differ, f"rank {comm.rank} differs from rank 0 in {differ}"
+    if dist.rank() == 0:
+        np.savez(out, **results)
+        print(f"trained on {dist.world_size()} ranks")
+
+
+def slices(batch: tuple[np.ndarray, ...], n: int) -> list[tuple[np.ndarray, ...]]:
+    rows = len(batch[0])
+    return [tuple(a[r * rows // n:(r + 1) * rows // n] for a in batch) for r in range(n)]
+
+
+def train_reference(n: int, out: str) -> None:
+    dist.init(mpi=False)
+    assert dist.world_size() == 1
+    data = dataset()
+    results: dict[str, np.ndarray] = {}
+    for mname, (fn, loss) in MODELS.items():
+        for oname, make in OPTIMISERS.items():
+            full, fopt = relay.create_model(fn, seed=0), make()
+            sliced, sopt = relay.create_model(fn, seed=0), make()
+            for x, y in dist.shard(data, batch_size=GLOBAL_BATCH, seed=0):
+                relay.update_model_params(full, relay.grad(full, loss, (x, y)), fopt)
+                start = copy.deepcopy(sliced.params)
+                grads, states = [], []
+                for part in slices((x, y), n):
+                    sliced.params = copy.deepcopy(start)
+                    grads.append(relay.grad(sliced, loss, part))
+                    states.append({k: sliced.params[k] for k in sliced.state_names})
+                sliced.params = start
+                for k in sliced.state_names:
+                    sliced.params[k] = np.mean([s[k] for s in states], axis=0).astype(
+                        start[k].dtype)
+                mean = {k: np.mean([g[k] for g in grads], axis=0) for k in grads[0]}
+                relay.update_model_params(sliced, mean, sopt)
+            for k in full.params:
+                results[f"full/{mname}/{oname}/{k}"] = full.params[k]
+                results[f"sliced/{mname}/{oname}/{k}"] = sliced.params[k]
+    np.savez(out, **results)
+
+
+def fail(mode: str) -> None:
+    """Train an MLP; after two steps rank 1 misbehaves as `mode` says."""
+    dist.init()
+    model = relay.create_model(mlp, seed=0)
+    dist.broadcast_model(model)
+    opt = relay.SGD(lr=0.1)
+    x, y = dataset()
+    for step in range(1000):
+        if dist.rank() == 1 and step == (0 if mode == "mismatch" else 2):
+            print(f"rank 1: {mode}", flush=True)
+            if mode == "hang":
+                time.sleep(600)
+            elif mode == "die":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif mode == "raise":
+                raise RuntimeError("rank 1 fails mid-training")
+            elif mode == "mismatch":
+                dist.allreduce({"w": np.zeros(3, np.float32)})
+        g = dist.allreduce(relay.grad(model, mlp_loss, (x[:4], y[:4])))
+        relay.update_model_params(model, g, opt)
+        if dist.rank() == 0:
+            print(f"rank 0: step {step}", flush=True)
+    print("finished: the failure was not detected", flush=True)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "train":
+        train_distributed(sys.argv[2])
+    elif mode == "reference":
+        train_reference(int(sys.argv[2]), sys.argv[3])
+    else:
+        fail(mode)
