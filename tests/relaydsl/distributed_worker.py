@@ -11,6 +11,8 @@
     hang | die | raise     two steps, then rank 1 sleeps / is killed / raises mid-training;
                            the other ranks must fail the job within RELAYDSL_DIST_TIMEOUT
     mismatch               rank 1 reduces gradients of another shape than rank 0's
+    trees                  allreduce of ADT-shaped gradients (a tree, a relay.List) and of
+                           nested tuples and numbers, checked on every rank against the mean
 """
 from __future__ import annotations
 
@@ -146,11 +148,67 @@ def fail(mode: str) -> None:
     print("finished: the failure was not detected", flush=True)
 
 
+@relay.adt
+class Tree:
+    Leaf: Tensor[Float, 3]
+    Node: tuple["Tree", "Tree"]
+
+
+@relay
+def total(t: Tree) -> Float:
+    match t:
+        case Tree.Leaf(v):
+            return relay.sum(relay.tanh(v))
+        case Tree.Node(left, right):
+            return total(left) + total(right)
+
+
+@relay
+def list_total(xs: relay.List[Tensor[Float, 2]]) -> Float:
+    return relay.sum(relay.foldl(lambda a, b: a + b * b, relay.zeros_like(relay.hd(xs)), xs))
+
+
+def trees() -> None:
+    """Each rank differentiates at its own point; the reduced gradients are the mean of what
+    every rank computed, in the same structure."""
+    dist.init()
+    n = dist.world_size()
+
+    def point(r: int):
+        leaf = np.full(3, 0.1 * (r + 1), np.float32)
+        return (Tree.Node(Tree.Leaf(leaf), Tree.Leaf(2 * leaf)),
+                [np.full(2, r + 1.0, np.float32), np.ones(2, np.float32)])
+
+    def gradients(r: int):
+        t, xs = point(r)
+        return relay.grad(total)(t)[1], relay.grad(list_total)(xs)[1], float(r)
+
+    mine = gradients(dist.rank())
+    got = dist.allreduce(mine, op="mean")
+    every = [gradients(r) for r in range(n)]
+    tree = [g[0][0] for g in every]
+    assert type(got[0]) is tuple and type(got[0][0]).__name__ == "ConstructorValue"
+    assert got[0][0].name == "Node" and got[0][0].fields[0].name == "Leaf"
+    for side in (0, 1):
+        want = np.mean([t.fields[side].fields[0] for t in tree], axis=0)
+        np.testing.assert_allclose(got[0][0].fields[side].fields[0], want, rtol=1e-6)
+    cons = got[1][0]
+    assert cons.name == "Cons"
+    want = np.mean([g[1][0].fields[0] for g in every], axis=0)
+    np.testing.assert_allclose(cons.fields[0], want, rtol=1e-6)
+    assert isinstance(got[2], float) and got[2] == np.mean(range(n))
+    total_sum = dist.allreduce({"count": np.int64(dist.rank() + 1)}, op="sum")
+    assert total_sum["count"] == n * (n + 1) // 2
+    print(f"rank {dist.rank()}: trees reduced", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "train":
         train_distributed(sys.argv[2])
     elif mode == "reference":
         train_reference(int(sys.argv[2]), sys.argv[3])
+    elif mode == "trees":
+        trees()
     else:
         fail(mode)
