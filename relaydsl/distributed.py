@@ -229,8 +229,8 @@ def _wait(world: _World, requests: list, what: str) -> None:
             sys.stderr.write(
                 f"relaydsl.distributed: rank {world.rank} of {world.size} waited "
                 f"{now - start:.0f} s in {what} for the other ranks: one of them has hung, died "
-                "or taken another path through the program. Aborting the job. (The limit is "
-                "dist.init(timeout=...) or $RELAYDSL_DIST_TIMEOUT seconds.)\n")
+                f"or taken another path through the program. Aborting the job. (The limit, "
+                f"{world.timeout:g} s, is dist.init(timeout=...) or $RELAYDSL_DIST_TIMEOUT.)\n")
             sys.stderr.flush()
             world.comm.Abort(1)
         if now - start > 0.05:  # a long wait (another rank compiling): poll without spinning
@@ -461,8 +461,9 @@ def allreduce(tree: AnyValue, op: str = "mean", *, model: AnyValue = None,
         return tree
     start = time.perf_counter()
     owner = model if model is not None else _model_of(tree)
-    state = _float_state(owner) if owner is not None else []
-    extra = [np.asarray(owner.params[k]) for k in state]
+    params: dict[str, np.ndarray] = {} if owner is None else owner.params
+    state = [] if owner is None else _float_state(owner)
+    extra = [np.asarray(params[k]) for k in state]
     if count is not None:
         extra.append(np.array(count, leaves[0].dtype if leaves else np.float64))
     arrays = leaves + extra
@@ -500,9 +501,9 @@ def allreduce(tree: AnyValue, op: str = "mean", *, model: AnyValue = None,
     if grad_scale is not None:
         for a in out[:len(leaves)]:
             a *= a.dtype.type(grad_scale)
-    for name, a in zip(state, out[len(leaves):]):
+    for name, a in zip(state, out[len(leaves):]):  # the mean, whatever `op`
         a /= a.dtype.type(world.size)
-        np.copyto(owner.params[name], a)
+        params[name] = a
     result = _rebuild(tree, iter(out[:len(leaves)]))
     _last = AllreduceStats(sum(b.nbytes for b in buffers), len(buffers),
                            time.perf_counter() - start)
@@ -514,9 +515,7 @@ def sync_state(model: AnyValue) -> None:
     ranks, on its own (``allreduce`` does it in the gradients' buffer)."""
     names = _float_state(model)
     if names and world_size() > 1:
-        averaged = allreduce({k: model.params[k] for k in names}, op="mean")
-        for k in names:
-            np.copyto(model.params[k], averaged[k])
+        model.params.update(allreduce({k: model.params[k] for k in names}, op="mean"))
 
 
 # ---- broadcast --------------------------------------------------------------------------------
@@ -564,9 +563,7 @@ def broadcast_model(model: AnyValue, *, optimizer: AnyValue = None, root: int = 
     names = list(model.params)
     _check_same_layout(world, (tuple(names), _signature([np.asarray(model.params[k])
                                                          for k in names])), "broadcast_model")
-    received = broadcast({k: model.params[k] for k in names}, root=root)
-    for k in names:
-        np.copyto(model.params[k], received[k])
+    model.params.update(broadcast({k: model.params[k] for k in names}, root=root))
     keys = [k for k in model.state_names if np.asarray(model.params[k]).dtype.kind in "iu"]
     for k in keys:
         key = model.params[k]

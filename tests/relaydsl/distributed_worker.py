@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from relaydsl import Float, Tensor, distributed as dist, relay, relay_model
+from relaydsl import Float, Tensor, distributed as dist, relay, relay_model, settings
 
 GLOBAL_BATCH, STEPS, FEATURES, CLASSES = 8, 3, 6, 4
 
@@ -124,12 +124,17 @@ def train_reference(n: int, out: str) -> None:
 
 
 def fail(mode: str) -> None:
-    """Train an MLP; after two steps rank 1 misbehaves as `mode` says."""
-    dist.init()
+    """Train an MLP; after two steps rank 1 misbehaves as `mode` says. The ranks compile
+    before they wait on each other with $RELAYDSL_DIST_TIMEOUT (a loaded machine may compile
+    one rank much later than the other)."""
+    dist.init(timeout=600)
     model = relay.create_model(mlp, seed=0)
     dist.broadcast_model(model)
     opt = relay.SGD(lr=0.1)
     x, y = dataset()
+    relay.grad(model, mlp_loss, (x[:4], y[:4]))
+    dist.barrier()
+    dist.init(timeout=settings.dist_timeout())
     for step in range(1000):
         if dist.rank() == 1 and step == (0 if mode == "mismatch" else 2):
             print(f"rank 1: {mode}", flush=True)
