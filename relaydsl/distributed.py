@@ -87,7 +87,7 @@ import os
 import sys
 import time
 import weakref
-from typing import Any as AnyValue, Iterator, NamedTuple
+from typing import Any as AnyValue, Iterator, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -204,12 +204,25 @@ def _install_abort_on_exception() -> None:
         previous(kind, value, traceback)
         world = _world
         if world is not None and world.comm is not None and world.size > 1:
-            sys.stderr.write(f"relaydsl.distributed: rank {world.rank} of {world.size} stopped "
-                             "on the exception above; aborting the job\n")
-            sys.stderr.flush()
-            world.comm.Abort(1)
+            _abort(world, f"rank {world.rank} of {world.size} stopped on the exception above; "
+                          "aborting the job")
 
     sys.excepthook = abort_job
+
+
+# Seconds between a rank's last words and MPI_Abort: the launcher forwards each rank's output
+# through a pipe, and an abort ends the job before the launcher has read what was just written.
+ABORT_GRACE = 1.0
+
+
+def _abort(world: _World, message: str) -> NoReturn:
+    """Say why on standard error, then abort every rank of the job (MPI_Abort)."""
+    sys.stdout.flush()
+    sys.stderr.write(f"relaydsl.distributed: {message}\n")
+    sys.stderr.flush()
+    time.sleep(ABORT_GRACE)
+    world.comm.Abort(1)
+    raise SystemExit(1)  # not reached: MPI_Abort ends this process
 
 
 def _wait(world: _World, requests: list, what: str) -> None:
@@ -226,13 +239,11 @@ def _wait(world: _World, requests: list, what: str) -> None:
             continue
         now = time.monotonic()
         if now > deadline:
-            sys.stderr.write(
-                f"relaydsl.distributed: rank {world.rank} of {world.size} waited "
-                f"{now - start:.0f} s in {what} for the other ranks: one of them has hung, died "
-                f"or taken another path through the program. Aborting the job. (The limit, "
-                f"{world.timeout:g} s, is dist.init(timeout=...) or $RELAYDSL_DIST_TIMEOUT.)\n")
-            sys.stderr.flush()
-            world.comm.Abort(1)
+            _abort(world, f"rank {world.rank} of {world.size} waited {now - start:.0f} s in "
+                          f"{what} for the other ranks: one of them has hung, died or taken "
+                          "another path through the program. Aborting the job. (The limit, "
+                          f"{world.timeout:g} s, is dist.init(timeout=...) or "
+                          "$RELAYDSL_DIST_TIMEOUT.)")
         if now - start > 0.05:  # a long wait (another rank compiling): poll without spinning
             time.sleep(0.001)
 

@@ -11,8 +11,9 @@
     hang | die | raise     two steps, then rank 1 sleeps / is killed / raises mid-training;
                            the other ranks must fail the job within RELAYDSL_DIST_TIMEOUT
     mismatch               rank 1 reduces gradients of another shape than rank 0's
-    trees                  allreduce of ADT-shaped gradients (a tree, a relay.List) and of
-                           nested tuples and numbers, checked on every rank against the mean
+    trees                  allreduce of ADT-shaped gradients (a tree, a relay.List), of
+                           nested tuples and numbers, with counts; dropout keys after
+                           broadcast_model; checked on every rank
 """
 from __future__ import annotations
 
@@ -173,6 +174,16 @@ def list_total(xs: relay.List[Tensor[Float, 2]]) -> Float:
     return relay.sum(relay.foldl(lambda a, b: a + b * b, relay.zeros_like(relay.hd(xs)), xs))
 
 
+@relay_model
+def dropped(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 4)]:
+    return relay.dropout(relay.linear(x, num_hidden=4), rate=0.5)
+
+
+@relay
+def dropped_loss(x: Tensor[Float, ("n", 6)], y: Tensor[Float, ("n", 4)]) -> Float:
+    return relay.softmax_cross_entropy(dropped(x), y)
+
+
 def trees() -> None:
     """Each rank differentiates at its own point; the reduced gradients are the mean of what
     every rank computed, in the same structure."""
@@ -204,6 +215,22 @@ def trees() -> None:
     assert isinstance(got[2], float) and got[2] == np.mean(range(n))
     total_sum = dist.allreduce({"count": np.int64(dist.rank() + 1)}, op="sum")
     assert total_sum["count"] == n * (n + 1) // 2
+    # slices of unequal size: the mean weighted by each rank's count of examples
+    weighted = dist.allreduce({"g": np.full(2, dist.rank() + 1.0, np.float32)},
+                              count=dist.rank() + 1)
+    want = sum((r + 1) ** 2 for r in range(n)) / sum(r + 1 for r in range(n))
+    np.testing.assert_allclose(weighted["g"], want, rtol=1e-6)
+    # dropout keys: rank 0's, with the rank folded into k0; the step counts in lockstep
+    model = relay.create_model(dropped, seed=dist.rank())
+    dist.broadcast_model(model)
+    from mpi4py import MPI
+    keys = MPI.COMM_WORLD.allgather(model.params["dropout_0.key"].copy())
+    assert [int(k[0]) for k in keys] == [(int(keys[0][0]) + r * dist._FOLD) % 2**32
+                                         for r in range(n)]
+    x, y = dataset()
+    g = dist.allreduce(relay.grad(model, dropped_loss, (x[:2], y[:2])))
+    assert set(g) == {"linear_0.weight", "linear_0.bias"}
+    assert int(model.params["dropout_0.key"][1]) == 1
     print(f"rank {dist.rank()}: trees reduced", flush=True)
 
 
