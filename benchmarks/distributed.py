@@ -42,6 +42,7 @@ from relaydsl import Float, Tensor, distributed as dist, relay, relay_model  # n
 # ruff: noqa: F821  ("n" in the annotations is a shape symbol, the batch size, not a name)
 
 OUTPUT = ROOT / "benchmarks" / "DISTRIBUTED.md"
+LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 NETWORK_GBIT = 25.0  # the modelled network: 25 Gb/s per link
 LATENCY_S = 10e-6  # per message hop (a TCP/RoCE round trip is a few to tens of microseconds)
 RANKS_MODELLED = (2, 8, 64, 512)
@@ -98,13 +99,13 @@ MODELS = {"lenet": (lenet, lenet_loss, "LeNet (MNIST)"),
 
 # ---- one rank (the --worker entry point) --------------------------------------------------
 
-def worker(name: str, batch: int, steps: int, warmup: int) -> None:
-    """Train `name` for `steps` timed steps at `batch` images per rank on this rank's core;
-    rank 0 prints the medians as JSON."""
+def worker(name: str, batch: int, steps: int, warmup: int, core: int | None) -> None:
+    """Train `name` for `steps` timed steps at `batch` images per rank on this rank's core
+    (or `core`); rank 0 prints the medians as JSON."""
     dist.init()
     rank = dist.rank()
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {rank % os.cpu_count()})
+        os.sched_setaffinity(0, {(rank if core is None else core) % (os.cpu_count() or 1)})
     fn, loss, _ = MODELS[name]
     model = relay.create_model(fn, seed=0, init="glorot")
     dist.broadcast_model(model)
@@ -137,10 +138,15 @@ def worker(name: str, batch: int, steps: int, warmup: int) -> None:
             dist.allreduce(g, op="mean")
             alone.append(time.perf_counter() - t0)
     grad_bytes = sum(v.nbytes for k, v in model.params.items() if k not in model.state_names)
+    slowest = compute
+    if dist.world_size() > 1:  # each step waits for the rank whose compute took longest
+        from mpi4py import MPI
+        slowest = [max(c) for c in zip(*MPI.COMM_WORLD.allgather(compute))]
     if rank == 0:
         print(json.dumps({
             "ranks": dist.world_size(), "batch": batch, "steps": steps,
             "compute": statistics.median(compute), "comm": statistics.median(comm),
+            "slowest": statistics.median(slowest),
             "update": statistics.median(update), "step": statistics.median(total),
             "wall": sum(total), "alone": statistics.median(alone) if alone else 0.0,
             "bytes": stats.bytes if dist.world_size() > 1 else grad_bytes,
@@ -148,13 +154,30 @@ def worker(name: str, batch: int, steps: int, warmup: int) -> None:
             "images_per_s": batch * dist.world_size() * steps / sum(total)}), flush=True)
 
 
-def launch(name: str, ranks: int, batch: int, steps: int, warmup: int) -> dict:
-    """One measurement in fresh processes: `ranks` of them, one core and one thread each."""
+def launch(name: str, ranks: int, batch: int, steps: int, warmup: int,
+           independent: bool = False) -> dict:
+    """One measurement in fresh processes: `ranks` of them, one core and one thread each;
+    `independent`: that many plain processes at once, without MPI (the control: what the
+    cores give without any communication), their throughputs added up."""
     env = {**os.environ, "RELAYDSL_NUM_THREADS": "1"}
     for var in dist.LAUNCHER_VARIABLES:
         env.pop(var, None)
     cmd = [sys.executable, "-P", str(Path(__file__).resolve()), "--worker", name,
            "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup)]
+    if independent:
+        procs = [subprocess.Popen([*cmd, "--core", str(r)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for r in range(ranks)]
+        outs = [p.communicate(timeout=3600) for p in procs]
+        if any(p.returncode for p in procs):
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{outs}")
+        runs = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+        merged = dict(runs[0])
+        merged["images_per_s"] = sum(r["images_per_s"] for r in runs)
+        merged["compute"] = statistics.mean(r["compute"] for r in runs)
+        merged["slowest"] = max(r["compute"] for r in runs)
+        merged["step"] = statistics.mean(r["step"] for r in runs)
+        merged["ranks"], merged["independent"] = ranks, True
+        return merged
     if ranks > 1:
         mpiexec = Path(sys.executable).parent / "mpiexec"
         cmd = [str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(ranks), *cmd]
@@ -235,39 +258,48 @@ def report(results: dict[str, dict[str, dict]], quick: bool) -> str:
         "",
         "Written by `python benchmarks/distributed.py" + (" --quick" if quick else "") + "` "
         f"on {time.strftime('%Y-%m-%d')}: {cpu}, {os.cpu_count()} cores, load average "
-        f"{load:.1f} when it finished, MPICH over shared memory (the `mpich` wheel). Each rank "
-        "is one process pinned to its own core with one thread (`RELAYDSL_NUM_THREADS=1`); "
+        f"{LOAD_AT_START:.1f} when it started and {load:.1f} when it finished (other work on "
+        f"the machine: the measurements are only as steady as it was), MPICH over shared "
+        "memory (the `mpich` wheel). Each rank is one process pinned to its own core with one "
+        "thread (`RELAYDSL_NUM_THREADS=1`); "
         "the images are random (the throughput does not depend on their values). Medians over "
         "the timed steps, after warm-up steps that compile.",
         "",
         "## Measured: 1 process on 1 core against 2 processes on 2 cores",
         "",
-        "| model | gradients | ranks | per-rank batch | global batch | compute ms | "
-        "allreduce ms (in the step) | allreduce alone ms | update ms | step ms | images/s | "
-        "speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | gradients | run | per-rank batch | global batch | compute ms | compute ms, "
+        "slowest rank | allreduce ms (in the step) | allreduce alone ms | update ms | step ms | "
+        "images/s | speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, runs in results.items():
         base = runs["1"]
         label = MODELS[name][2]
         for r in runs.values():
             speedup = r["images_per_s"] / base["images_per_s"]
+            what = ("2 processes, no MPI (control)" if r.get("independent") else
+                    f"{r['ranks']} rank{'s' if r['ranks'] > 1 else ''}")
+            mpi = r["ranks"] > 1 and not r.get("independent")
             lines.append(
-                f"| {label} | {r['grad_bytes'] / 1e6:.2f} MB | {r['ranks']} | {r['batch']} | "
-                f"{r['batch'] * r['ranks']} | {ms(r['compute'])} | "
-                f"{ms(r['comm']) if r['ranks'] > 1 else '—'} | "
-                f"{ms(r['alone']) if r['ranks'] > 1 else '—'} | {ms(r['update'])} | "
-                f"{ms(r['step'])} | {r['images_per_s']:,.0f} | {speedup:.2f}x |")
+                f"| {label} | {r['grad_bytes'] / 1e6:.2f} MB | {what} | {r['batch']} | "
+                f"{r['batch'] * r['ranks'] if mpi or r['ranks'] == 1 else '—'} | "
+                f"{ms(r['compute'])} | {ms(r.get('slowest', r['compute']))} | "
+                f"{ms(r['comm']) if mpi else '—'} | {ms(r['alone']) if mpi else '—'} | "
+                f"{ms(r['update'])} | {ms(r['step'])} | {r['images_per_s']:,.0f} | "
+                f"{speedup:.2f}x |")
     lines += [
         "",
         "The goal is at least 1.8x at 2 processes on 2 cores against 1 process on 1 core, at "
-        "the same per-rank batch (weak scaling, as DDP and Horovod report it). The global-batch "
-        "rows (strong scaling: the same global batch split in two) show the cost of halving each "
-        "rank's batch. \"allreduce (in the step)\" includes waiting for the other rank to finish "
-        "its backward pass (their compute times differ); \"alone\" is the same buffers reduced "
-        "right after a barrier: the communication itself. The gradients of a model this size go "
-        "in one fused buffer per step (plus the batch-norm running statistics, averaged in the "
-        "same buffer).",
+        "the same per-rank batch (weak scaling, as DDP and Horovod report it). The control row "
+        "runs two independent one-core processes at once, without MPI: what the two cores give "
+        "with no communication at all, so the gap between it and the 2-rank row is what "
+        "data parallelism costs, and the gap between it and 2x is the machine (cores slowing "
+        "each other, and the load of other work). The global-batch rows (strong scaling: the "
+        "same global batch split in two) show the cost of halving each rank's batch. Each step "
+        "waits for the slower rank's compute (\"slowest rank\"); \"allreduce (in the step)\" "
+        "includes that wait, \"alone\" is the same buffers reduced right after a barrier: the "
+        "communication itself. The gradients of a model this size go in one fused buffer per "
+        "step (plus the batch-norm running statistics, averaged in the same buffer).",
         "",
         "## Modelled: 8, 64 and 512 ranks on a 25 Gb/s network",
         "",
@@ -335,17 +367,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--core", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
-        worker(args.worker, args.batch, args.steps or 20, args.warmup)
+        worker(args.worker, args.batch, args.steps or 20, args.warmup, args.core)
         return
     steps = args.steps or (5 if args.quick else 30)
     results: dict[str, dict[str, dict]] = {}
     for name in args.models.split(","):
         runs = results[name] = {}
-        for key, ranks, batch in (("1", 1, args.batch), ("2", 2, args.batch),
-                                  ("2 strong", 2, args.batch // 2)):
-            r = runs[key] = launch(name, ranks, batch, steps, args.warmup)
+        for key, ranks, batch in (("1", 1, args.batch), ("2 alone", 2, args.batch),
+                                  ("2", 2, args.batch), ("2 strong", 2, args.batch // 2)):
+            r = runs[key] = launch(name, ranks, batch, steps, args.warmup,
+                                   independent=key == "2 alone")
             print(f"{name}: {ranks} rank(s), {batch} images each: {r['images_per_s']:,.0f} "
                   f"images/s (compute {ms(r['compute'])} ms, allreduce {ms(r['comm'])} ms, "
                   f"alone {ms(r['alone'])} ms, update {ms(r['update'])} ms)", flush=True)

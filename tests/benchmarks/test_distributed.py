@@ -32,7 +32,8 @@ def test_the_report_holds_the_measured_and_the_modelled_tables():
                "resnet": {"1": _run(1, 64, 0.400, 0.0), "2": _run(2, 64, 0.400, 0.002),
                           "2 strong": _run(2, 32, 0.200, 0.002)}}
     text = distributed.report(results, quick=True)
-    assert "| LeNet (MNIST) | 1.72 MB | 2 | 64 | 128 | 61.0 | 1.0 | 0.5 | 1.0 | 63.0 |" in text
+    assert ("| LeNet (MNIST) | 1.72 MB | 2 ranks | 64 | 128 | 61.0 | 61.0 | 1.0 | 0.5 | 1.0 | "
+            "63.0 |") in text
     for p in (8, 64, 512):
         assert f"| LeNet (MNIST) | 1.72 MB | 64 | {p} |" in text
         assert f"| ResNet-18 (CIFAR), estimated | 44.70 MB | 64 | {p} |" in text

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -212,6 +213,20 @@ def test_dist_inside_a_relay_function_is_refused_where_it_is_called():
 
 # ---- jobs of two ranks ----------------------------------------------------------------------
 
+def _run(cmd: list[str], limit: float, **kwargs) -> subprocess.CompletedProcess:
+    """`cmd` in a session of its own, killed with every process it started (mpiexec's ranks)
+    after `limit` seconds: a hang fails the test, and leaves no rank behind."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not finish in {limit} s:\n{out}\n{err}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def _job(*args: str, ranks: int = 2, timeout_s: float | None = None, limit: float = 300):
     """``mpiexec -n ranks python -P distributed_worker.py args``, killed after `limit` seconds
     (-P: the worker's folder, which holds a package named ``typing``, is not put on sys.path)."""
@@ -219,8 +234,8 @@ def _job(*args: str, ranks: int = 2, timeout_s: float | None = None, limit: floa
     if timeout_s is not None:
         env["RELAYDSL_DIST_TIMEOUT"] = str(timeout_s)
     start = time.monotonic()
-    done = subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, "-P", str(WORKER), *args],
-                          env=env, capture_output=True, text=True, timeout=limit)
+    done = _run([MPIEXEC, "-n", str(ranks), sys.executable, "-P", str(WORKER), *args], limit,
+                env=env)
     return done, time.monotonic() - start
 
 
@@ -287,10 +302,9 @@ def test_the_example_trains_lenet_on_two_ranks(tmp_path):
                   if (p / "shared" / "data" / "mnist").is_dir()), None)
     if mnist is None:
         pytest.skip("the shared MNIST copy is not present")
-    done = subprocess.run(
-        [MPIEXEC, "-n", "2", sys.executable, str(ROOT / "examples" / "lenet_mnist.py"),
-         "--distributed", "--quick", "--data", str(mnist), "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    done = _run([MPIEXEC, "-n", "2", sys.executable, str(ROOT / "examples" / "lenet_mnist.py"),
+                 "--distributed", "--quick", "--data", str(mnist), "--out", str(tmp_path)],
+                900, cwd=tmp_path)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert out.count("epoch 1: ") == 1  # rank 0 alone reports
