@@ -2,6 +2,7 @@
 
     python examples/lenet_mnist.py            # the full run: 60,000 training images per epoch
     python examples/lenet_mnist.py --quick    # a short run on a subset
+    mpiexec -n 2 python examples/lenet_mnist.py --distributed --quick   # data-parallel, 2 ranks
 
 MNIST is read from --data, $RELAYDSL_DATA, ~/.cache/relaydsl/mnist, or the project's
 shared copy (../shared/data/mnist) when present. The model is the paper's, on mini-batches:
@@ -11,6 +12,13 @@ and evaluates on batches of 1,000.
 At the end the model (and its optimiser's state) is saved to --out, reloaded from the file
 and evaluated; with matplotlib installed (pip install -e ".[plots]") the training curve and
 the confusion matrix are drawn into --out/lenet_mnist.png.
+
+With --distributed, under `mpiexec -n N` (pip install -e ".[distributed]"), each of the N
+ranks (relaydsl.distributed) takes its slice of every global batch of --batch images, the
+ranks average their gradients, and every rank applies the same update: the same training as
+one process at the same global batch and learning rate (PyTorch DDP's and Horovod's
+convention), N times the compute. Rank 0 alone reports, plots and saves; the test set is
+evaluated in slices whose confusion matrices are summed.
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from relaydsl import Float, Int, Tensor, relay, relay_model
+from relaydsl import distributed as dist
 
 
 @relay_model
@@ -72,6 +81,15 @@ def accuracy_and_confusion(model, images, labels, batch=1000):
     for i in range(0, len(images), batch):
         predicted = model.apply(predict_labels, images[i:i + batch])
         np.add.at(confusion, (labels[i:i + batch], predicted), 1)
+    return np.trace(confusion) / confusion.sum(), confusion
+
+
+def evaluate_sharded(model, images, labels):
+    """The test accuracy and confusion matrix, each rank evaluating its slice of the test set
+    and the ranks' matrices summed (one rank: the whole set)."""
+    [(x, y)] = dist.shard([(images, labels)])
+    _, confusion = accuracy_and_confusion(model, x, y)
+    confusion = dist.allreduce(confusion, op="sum")
     return np.trace(confusion) / confusion.sum(), confusion
 
 
@@ -132,7 +150,13 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--out", default="lenet_mnist_out",
                         help="directory for the saved model and the plots (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--distributed", action="store_true",
+                        help="data-parallel over the ranks of `mpiexec -n N`: each rank takes\n"
+                             "--batch / N images of every global batch of --batch")
     args = parser.parse_args(argv)
+    # without --distributed every process trains alone, even under mpiexec
+    dist.init(mpi=None if args.distributed else False)
+    lead = dist.rank() == 0  # rank 0 alone reports, plots and saves
 
     from relaydsl.datasets.mnist import DatasetError
     try:
@@ -144,35 +168,48 @@ def main(argv: list[str] | None = None) -> float:
         train_x, train_y = train_x[:30000], train_y[:30000]
     one_hot = np.eye(10, dtype=np.float32)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if lead:
+        out.mkdir(parents=True, exist_ok=True)
+    ranks = dist.world_size()
+    if args.distributed and lead:
+        print(f"data-parallel on {ranks} ranks: global batch {args.batch}, "
+              f"{args.batch // ranks} images per rank, lr {args.lr}")
 
     model = relay.create_model(lenet, seed=args.seed, init="glorot")
+    dist.broadcast_model(model)  # every rank starts from rank 0's weights
     step = relay.grad(model, loss)
     optimizer = relay.Momentum(lr=args.lr, momentum=0.9)
-    rng = np.random.default_rng(args.seed)
-    steps = len(train_x) // args.batch
     losses: list[float] = []
     accuracies: list[float] = []
     for epoch in range(1, epochs + 1):
-        order = rng.permutation(len(train_x))
+        # this rank's slice of each global batch; the epoch's order is the permutation a
+        # default_rng(seed) draws for it, the same on every rank
+        batches = dist.shard((train_x, train_y), batch_size=args.batch, seed=args.seed,
+                             epoch=epoch - 1)
+        steps = len(batches)
         start, running = time.perf_counter(), None
-        for s in range(steps):
-            idx = order[s * args.batch:(s + 1) * args.batch]
-            grads = step(train_x[idx], one_hot[train_y[idx]])
+        for s, (x, y) in enumerate(batches):
+            grads = step(x, one_hot[y])
+            # the mean over the ranks of the gradients and of the loss, in one buffer
+            grads, value = dist.allreduce((grads, step.last_loss), op="mean")
             relay.update_model_params(model, grads, optimizer=optimizer)
-            value = float(step.last_loss)
+            value = float(value)
             losses.append(value)
             running = value if running is None else 0.95 * running + 0.05 * value
-            if s % 10 == 0 or s == steps - 1:
+            if lead and (s % 10 == 0 or s == steps - 1):
                 rate = (s + 1) * args.batch / (time.perf_counter() - start)
                 progress(epoch, s + 1, steps, running, rate)
         seconds = time.perf_counter() - start
-        accuracy, _ = accuracy_and_confusion(model, test_x, test_y)
+        accuracy, _ = evaluate_sharded(model, test_x, test_y)
         accuracies.append(accuracy)
-        print(f"\nepoch {epoch}: {seconds:.1f} s, test accuracy {accuracy:.2%}")
+        if lead:
+            print(f"\nepoch {epoch}: {seconds:.1f} s, test accuracy {accuracy:.2%}")
+    if not lead:
+        return accuracy
 
     # Save the model with its optimiser (training could resume from the file), then evaluate
-    # what a later program would load.
+    # what a later program would load. The save writes a temporary file and renames it, so a
+    # run killed mid-save leaves the previous file whole.
     saved = relay.save_model(model, out / "lenet", optimizer=optimizer)
     reloaded = relay.load_model(saved)
     accuracy, confusion = accuracy_and_confusion(reloaded, test_x, test_y)

@@ -19,6 +19,9 @@
 ``RELAYDSL_VERIFY_IR`` ``1``: verify the IR after every pass (scoping, globals, types;
                        relaydsl/transform/verify.py), as the test suite does; ``0`` (the
                        default): do not
+``RELAYDSL_DIST_TIMEOUT``  seconds a rank of a data-parallel job (relaydsl.distributed) waits
+                       in a collective for the others before it aborts the job: a positive
+                       number (the default: 600)
 =====================  ===============================================================
 
 An unset or empty variable means the default. A value that is not accepted raises a
@@ -134,6 +137,25 @@ def verify_ir() -> bool:
     if value not in (None, "0", "1"):
         raise SettingError(f"RELAYDSL_VERIFY_IR={value!r}: expected 0 or 1")
     return value == "1"
+
+
+DEFAULT_DIST_TIMEOUT = 600.0
+
+
+def dist_timeout() -> float:
+    """``$RELAYDSL_DIST_TIMEOUT`` in seconds, a positive number; DEFAULT_DIST_TIMEOUT when
+    unset."""
+    value = _read("RELAYDSL_DIST_TIMEOUT")
+    if value is None:
+        return DEFAULT_DIST_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise SettingError(f"RELAYDSL_DIST_TIMEOUT={value!r}: expected a positive number of "
+                           "seconds")
+    return seconds
 
 
 def dump_ir_dir() -> Path | None:

@@ -66,6 +66,9 @@ class CallTranslator:
         """A call of the Python object `target`: a relay operator, a decorated function, or a
         callee with a meaning of its own."""
         tr = self.tr
+        refusal = getattr(target, "relay_python_only", None)  # e.g. relaydsl.distributed's
+        if isinstance(refusal, str):
+            raise tr.error(node, refusal)
         # an operator's attributes given positionally are Python constants, read by op_call
         # from the syntax: only its inputs are translated here
         relay_op = getattr(target, "relay_op", None)
