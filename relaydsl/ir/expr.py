@@ -206,10 +206,7 @@ class Call(Expr):
             _check_expr(a, f"argument {i} of a call")
         attrs = self.attrs if conforms(self.attrs, Attrs) else Attrs(self.attrs)
         if isinstance(self.op, Op):
-            # OpDef.check_call (relaydsl/op) takes a bare `tuple`, which strict mode calls
-            # partially unknown
-            attrs = self.op.definition.check_call(  # pyright: ignore[reportUnknownMemberType]
-                self.args, attrs, self.span)
+            attrs = self.op.definition.check_call(self.args, attrs, self.span)
         elif len(attrs):
             raise IRError(f"only operator calls take attributes, got {dict(attrs)}", self.span)
         object.__setattr__(self, "attrs", attrs)

@@ -30,10 +30,12 @@ from relaydsl.op.grad_util import (
     broadcast_like, count, norm_axes, scalar, tensor_type, unreduce, zeros_for,
 )
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, Relation, ops, register
+from relaydsl.op.registry import (
+    Array, Attr, BinaryArrayFn, OpDef, OpPattern, Relation, ops, register,
+)
 from relaydsl.te import indexing
 from relaydsl.te import tensor as T
-from relaydsl.te.expr import PrimExpr, cast, const, equal, not_equal, select
+from relaydsl.te.expr import IterVar, PrimExpr, cast, const, equal, not_equal, select
 from relaydsl.te.indexing import over_axes, ravel
 from relaydsl.te.rules import ComputeRule
 from relaydsl.te.tensor import Reducer, Tensor, compute, reduce_axis
@@ -41,6 +43,11 @@ from relaydsl.typing.relations import (
     ANY_DTYPE, BOOL, FLOAT, NUMERIC, DTypeClass, RelationContext, attr_axes, attr_axis,
     require_dtype, shape_of, tensor_arg,
 )
+
+Index = tuple[PrimExpr, ...]
+Axes = int | tuple[int, ...] | None  # the axis attribute: one, several, or every axis
+# A reduction's NumPy reference or JAX lowering: (x, axis, keepdims) -> the result.
+ReduceArrayFn = Callable[[Array, Axes, bool], Array]
 
 _KEEPDIMS = Attr("keepdims", "bool", False, doc="keep reduced axes with size 1")
 
@@ -82,8 +89,8 @@ def _reduce_rel(op: str, accepts: DTypeClass) -> Relation:
 _AXIS = Attr("axis", "optional_ints", None, doc="axes to reduce; None reduces all")
 
 
-def _reduce(name: str, accepts: DTypeClass, doc: str, *, te: ComputeRule, numpy: Callable,
-            jax: Callable, grad: Callable[[Call, Expr], list[Expr]] | None) -> OpDef:
+def _reduce(name: str, accepts: DTypeClass, doc: str, *, te: ComputeRule, numpy: ReduceArrayFn,
+            jax: ReduceArrayFn, grad: Callable[[Call, Expr], list[Expr]] | None) -> OpDef:
     """Registers the reduction of one row: attributes ``axis`` (None: all) and ``keepdims``;
     ``grad=None``: not differentiable."""
     return register(OpDef(
@@ -138,7 +145,7 @@ def _mean_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
         return compute(shape, lambda *o: const(float("nan"), x.dtype), "T_mean")
     acc = "float32" if x.dtype == "float16" else x.dtype
 
-    def body(idx: tuple, r: list, o: tuple) -> PrimExpr:
+    def body(idx: Index, r: list[IterVar], o: Index) -> PrimExpr:
         v = x[idx] if acc == x.dtype else cast(acc, x[idx])
         m = T.sum(v, r) / float(n)
         return m if acc == x.dtype else cast(x.dtype, m)
@@ -273,14 +280,14 @@ def _variance_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) 
                        "T_variance")
     acc = "float32" if x.dtype == "float16" else x.dtype
 
-    def value(idx: tuple) -> PrimExpr:
+    def value(idx: Index) -> PrimExpr:
         return x[idx] if acc == x.dtype else cast(acc, x[idx])
 
     kept = tuple(1 if d in axes else e for d, e in enumerate(x.shape))
     m = over_axes(x, axes, True, kept, lambda idx, r, o: T.sum(value(idx), r) / float(n),
                   "T_variance_mean")
 
-    def body(idx: tuple, r: list, o: tuple) -> PrimExpr:
+    def body(idx: Index, r: list[IterVar], o: Index) -> PrimExpr:
         d = value(idx) - m[tuple(const(0) if a in axes else i for a, i in enumerate(idx))]
         v = T.sum(d * d, r) / float(n - ddof)
         return v if acc == x.dtype else cast(x.dtype, v)
@@ -310,11 +317,14 @@ def _variance_grad(call: Call, g: Expr) -> list[Expr]:
     return [ops.multiply(centred, scale)]
 
 
+def _jax_variance(x: Array, axis: Axes, keepdims: bool, unbiased: bool) -> Array:
+    return jnp.var(x, axis=axis, ddof=int(unbiased), keepdims=keepdims)
+
+
 variance = register(OpDef(
     "variance", ("data",), _reduce_rel("variance", FLOAT), OpPattern.COMM_REDUCE,
     numpy_ref=_numpy_variance,
-    jax_lower=lambda x, axis, keepdims, unbiased: jnp.var(
-        x, axis=axis, ddof=int(unbiased), keepdims=keepdims),
+    jax_lower=_jax_variance,
     compute=_variance_compute, gradient=_variance_grad,
     attrs=(_AXIS, _KEEPDIMS,
            Attr("unbiased", "bool", False, doc="divide by n - 1 (Bessel's correction), not n",
@@ -350,7 +360,7 @@ def _arg_compute(op: str, extreme: Reducer) -> ComputeRule:
         if _over_nothing(x, axes):
             raise _no_identity(op, x, axes)
 
-        def value(idx: tuple) -> PrimExpr:
+        def value(idx: Index) -> PrimExpr:
             return cast("int8", x[idx]) if x.dtype == "bool" else x[idx]
 
         best = over_axes(x, axes, attrs.keepdims, shape,
@@ -358,7 +368,7 @@ def _arg_compute(op: str, extreme: Reducer) -> ComputeRule:
         extents = [x.shape[a] for a in axes]
         past_end = math.prod(extents)
 
-        def first(idx: tuple, r: list, o: tuple) -> PrimExpr:
+        def first(idx: Index, r: list[IterVar], o: Index) -> PrimExpr:
             v = value(idx)
             hit = equal(v, best[o]) | not_equal(v, v)  # v != v: a NaN, which NumPy picks first
             return T.min(select(hit, ravel(r, extents), past_end), r)
@@ -368,15 +378,20 @@ def _arg_compute(op: str, extreme: Reducer) -> ComputeRule:
     return rule
 
 
-def _arg_reduce(name: str, extreme: Reducer, doc: str, *, numpy: Callable,
-                jax: Callable) -> OpDef:
+def _arg_reduce(name: str, extreme: Reducer, doc: str, *,
+                numpy: Callable[[Array, int | None, bool], Array],
+                jax: Callable[[Array, int | None, bool], Array]) -> OpDef:
     """Registers argmax/argmin (no gradient: an index); the references' results become int32."""
+
+    def numpy_ref(x: Array, axis: int | None, keepdims: bool) -> Array:
+        return np.asarray(numpy(x, axis, keepdims)).astype(np.int32)
+
+    def jax_lower(x: Array, axis: int | None, keepdims: bool) -> Array:
+        return jax(x, axis, keepdims).astype(jnp.int32)
+
     return register(OpDef(
         name, ("data",), _arg_rel(name), OpPattern.COMM_REDUCE,
-        numpy_ref=lambda x, axis, keepdims: np.asarray(
-            numpy(x, axis=axis, keepdims=keepdims)).astype(np.int32),
-        jax_lower=lambda x, axis, keepdims: jax(x, axis=axis, keepdims=keepdims).astype(
-            jnp.int32),
+        numpy_ref=numpy_ref, jax_lower=jax_lower,
         compute=_arg_compute(name, extreme), differentiable=False,
         attrs=(Attr("axis", "optional_int", None,
                     doc="the axis; None searches the flattened input"),
@@ -386,10 +401,10 @@ def _arg_reduce(name: str, extreme: Reducer, doc: str, *, numpy: Callable,
 
 
 argmax = _arg_reduce("argmax", T.max, "int32 index of the first maximum along the axis",
-                     numpy=np.argmax,
+                     numpy=lambda x, axis, keepdims: np.argmax(x, axis=axis, keepdims=keepdims),
                      jax=lambda x, axis, keepdims: jnp.argmax(x, axis=axis, keepdims=keepdims))
 argmin = _arg_reduce("argmin", T.min, "int32 index of the first minimum along the axis",
-                     numpy=np.argmin,
+                     numpy=lambda x, axis, keepdims: np.argmin(x, axis=axis, keepdims=keepdims),
                      jax=lambda x, axis, keepdims: jnp.argmin(x, axis=axis, keepdims=keepdims))
 
 
@@ -422,7 +437,7 @@ def collapsed_axes(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int
         lead + i for i, t in enumerate(target) if t == 1 and shape[lead + i] != 1)
 
 
-def _collapse_sum_like_ref(xp: AnyValue) -> Callable:
+def _collapse_sum_like_ref(xp: AnyValue) -> BinaryArrayFn:
     """The NumPy reference (xp = numpy) or the JAX lowering (xp = jax.numpy)."""
 
     def ref(data: AnyValue, like: AnyValue) -> AnyValue:
@@ -461,7 +476,7 @@ def _collapse_sum_like_grad(call: Call, g: Expr) -> list[Expr]:
 collapse_sum_like = register(OpDef(
     "collapse_sum_like", ("data", "like"), _collapse_rel, OpPattern.COMM_REDUCE,
     numpy_ref=_collapse_sum_like_ref(np),
-    jax_lower=lambda data, like: _collapse_sum_like_ref(jnp)(data, like),
+    jax_lower=_collapse_sum_like_ref(jnp),
     compute=_collapse_sum_like_compute, gradient=_collapse_sum_like_grad,
     doc="data summed over the axes that broadcasting `like` to data's shape adds or expands, "
         "so the result has like's shape (and data's dtype): the adjoint of broadcasting",

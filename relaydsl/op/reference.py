@@ -29,7 +29,7 @@ def markdown() -> str:
 
 
 def _markdown_body(text: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for line in text.splitlines():
         if line.startswith("    "):
             out.append(f"- {line.strip()}")

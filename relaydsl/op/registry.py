@@ -32,13 +32,15 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+from types import ModuleType
 from dataclasses import dataclass, field
 from typing import Any as AnyValue, Callable, Sequence
 
 from relaydsl.errors import IRError
-from relaydsl.ir.attrs import Attrs, freeze
+from relaydsl.ir.attrs import Attrs, freeze, is_tuple
 from relaydsl.ir.span import Span
 from relaydsl.ir.expr import Call, Expr, Op, declare_op, suggest
+from relaydsl.op.lazy_jax import LazyModule
 from relaydsl.ir.types import DTYPES, FuncType, Kind, Type, TypeRelation, TypeVar
 from relaydsl.te.rules import ComputeRule, checked
 
@@ -68,7 +70,7 @@ def _is_int(v: AnyValue) -> bool:
 
 
 def _ints(v: AnyValue) -> bool:
-    return isinstance(v, tuple) and all(_is_int(i) for i in v)
+    return is_tuple(v) and all(_is_int(i) for i in v)
 
 
 def _pair(v: int | tuple[int, ...]) -> tuple[int, int]:
@@ -222,6 +224,12 @@ class Attr:
 
 
 Relation = Callable[..., AnyValue]  # (arg types, attrs, RelationContext) -> result type
+# What NumPy references and JAX lowerings compute on: a numpy.ndarray, or a jax.Array (JAX is
+# imported lazily, so its type is not at hand; the two share no static type).
+Array = AnyValue
+ArrayModule = ModuleType | LazyModule  # numpy, or jax.numpy (lazy_jax.jnp)
+UnaryArrayFn = Callable[[Array], Array]
+BinaryArrayFn = Callable[[Array, Array], Array]
 GradientRule = Callable[[Call, Expr], list[Expr]]  # (call, output adjoint) -> input adjoints
 
 
@@ -295,7 +303,8 @@ class OpDef:
         return self.attrs[:n]
 
     def bind_arguments(self, args: Sequence[AnyValue], kwargs: dict[str, AnyValue],
-                       span: Span | None = None) -> tuple[tuple, dict[str, AnyValue]]:
+                       span: Span | None = None
+                       ) -> tuple[tuple[AnyValue, ...], dict[str, AnyValue]]:
         """(inputs, attributes) of a call written as in Python: the inputs positionally or by
         name, then the attributes positionally (``positional_attrs``) or by name. Unknown
         and repeated names, and a missing input, are IRErrors; attribute values are checked
@@ -356,7 +365,7 @@ class OpDef:
         lines += ["", f"Fusion pattern: {self.pattern.name}."]
         return "\n".join(lines)
 
-    def check_call(self, args: tuple, attrs: Attrs, span: Span | None = None) -> Attrs:
+    def check_call(self, args: Sequence[object], attrs: Attrs, span: Span | None = None) -> Attrs:
         """Arity and attributes of a call; returns the attributes with defaults filled in."""
         if len(args) != self.num_inputs:
             names = ", ".join(self.inputs) or "no inputs"
@@ -369,7 +378,7 @@ class OpDef:
             known = ", ".join(schema) or "none"
             raise IRError(
                 f"{self.name}: unknown attribute(s) {', '.join(unknown)}; known: {known}", span)
-        out = {}
+        out: dict[str, AnyValue] = {}
         for a in self.attrs:
             if a.name in attrs:
                 out[a.name] = a.validate(self.name, attrs[a.name], span)

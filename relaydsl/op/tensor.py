@@ -33,7 +33,9 @@ from relaydsl.ir.expr import Call, Constant, Expr
 from relaydsl.ir.types import TensorType, Type
 from relaydsl.op.grad_util import collapse, scalar, tensor_type, through_cast, zeros_for
 from relaydsl.op.lazy_jax import jax, jnp, lax
-from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
+from relaydsl.op.registry import (
+    Array, Attr, BinaryArrayFn, OpDef, OpPattern, Traits, UnaryArrayFn, register,
+)
 from relaydsl.te import expr as E
 from relaydsl.te.intrinsics import erf as te_erf
 from relaydsl.te.expr import INT_DTYPES, PrimExpr
@@ -75,7 +77,8 @@ def _named(rule: Callable[[Call, Expr], list[Expr]], name: str, math: str
 
 
 def _unary(name: str, accepts: DTypeClass | None, doc: str, *, te: Callable[[PrimExpr], PrimExpr],
-           numpy: Callable, jax: Callable, grad: tuple[str, UnaryAdjoint] | None = None) -> OpDef:
+           numpy: UnaryArrayFn, jax: UnaryArrayFn, grad: tuple[str, UnaryAdjoint] | None = None
+           ) -> OpDef:
     """Registers the unary elementwise op of one table row; no `grad`: not differentiable."""
     gradient = None
     if grad is not None:
@@ -93,7 +96,7 @@ def _unary(name: str, accepts: DTypeClass | None, doc: str, *, te: Callable[[Pri
 
 
 def _binary(name: str, accepts: DTypeClass | None, doc: str, *,
-            te: Callable[[PrimExpr, PrimExpr], PrimExpr], numpy: Callable, jax: Callable,
+            te: Callable[[PrimExpr, PrimExpr], PrimExpr], numpy: BinaryArrayFn, jax: BinaryArrayFn,
             grad: tuple[str, BinaryAdjoints] | None = None, out_dtype: str | None = None,
             arithmetic: bool = False) -> OpDef:
     """Registers the broadcasting binary op of one table row; no `grad`: not differentiable."""
@@ -116,7 +119,7 @@ def _binary(name: str, accepts: DTypeClass | None, doc: str, *,
 
 
 def _compare(name: str, doc: str, *, te: Callable[[PrimExpr, PrimExpr], PrimExpr],
-             numpy: Callable, jax: Callable) -> OpDef:
+             numpy: BinaryArrayFn, jax: BinaryArrayFn) -> OpDef:
     """Registers a comparison: any dtype, a bool result, no gradient."""
     return _binary(name, None, doc, te=te, numpy=numpy, jax=jax, out_dtype="bool")
 
@@ -263,10 +266,17 @@ def _cast_grad(call: Call, g: Expr) -> list[Expr]:
     return [through_cast(g, call.args[0], call.attrs.dtype)]
 
 
+def _cast_numpy(x: Array, dtype: str) -> Array:
+    return np.asarray(x).astype(dtype)
+
+
+def _cast_jax(x: Array, dtype: str) -> Array:
+    return x.astype(dtype)
+
+
 cast = register(OpDef(
     "cast", ("data",), _cast_rel, OpPattern.ELEMWISE,
-    numpy_ref=lambda x, dtype: np.asarray(x).astype(dtype),
-    jax_lower=lambda x, dtype: x.astype(dtype),
+    numpy_ref=_cast_numpy, jax_lower=_cast_jax,
     compute=elementwise("cast", lambda attrs, x: E.cast(attrs.dtype, x)),
     gradient=_cast_grad,
     attrs=(Attr("dtype", "dtype", doc="the result dtype"),),
@@ -309,10 +319,17 @@ def _cast_like_fold(call: Call, arg_types: Sequence[Type]) -> Expr | None:
     return Constant(np.asarray(data.data).astype(t.dtype), span=call.span)
 
 
+def _cast_like_numpy(x: Array, like: Array) -> Array:
+    return _cast_numpy(x, like.dtype)
+
+
+def _cast_like_jax(x: Array, like: Array) -> Array:
+    return _cast_jax(x, like.dtype)
+
+
 cast_like = register(OpDef(
     "cast_like", ("data", "dtype_like"), _cast_like_rel, OpPattern.ELEMWISE,
-    numpy_ref=lambda x, like: np.asarray(x).astype(like.dtype),
-    jax_lower=lambda x, like: x.astype(like.dtype),
+    numpy_ref=_cast_like_numpy, jax_lower=_cast_like_jax,
     compute=_cast_like_compute, gradient=_cast_like_grad,
     doc="x converted to the dtype of `dtype_like` (how Python literals take their operand's dtype)",
     traits=Traits(fold_from_types=_cast_like_fold),
@@ -393,7 +410,7 @@ minimum = _binary(
 # ---- floor division and modulo (TVM's floor_divide, floor_mod) -----------------
 
 
-def _floor_divide_reference(xp: AnyValue) -> Callable:
+def _floor_divide_reference(xp: AnyValue) -> BinaryArrayFn:
     """floor(x / y): NumPy's // for integers, TVM's floor(x / y) for floats (where NumPy's
     fmod-based // can differ by one when x / y rounds up to an integer)."""
 
@@ -405,7 +422,7 @@ def _floor_divide_reference(xp: AnyValue) -> Callable:
     return ref
 
 
-def _floor_mod_reference(xp: AnyValue) -> Callable:
+def _floor_mod_reference(xp: AnyValue) -> BinaryArrayFn:
     """x - floor(x / y) * y, with the sign of y: NumPy's % for integers, TVM's for floats."""
 
     def ref(x: AnyValue, y: AnyValue) -> AnyValue:
@@ -483,9 +500,13 @@ def _where_grad(call: Call, g: Expr) -> list[Expr]:
     return [zeros_for(cond), collapse(where(cond, g, zero), x), collapse(where(cond, zero, g), y)]
 
 
+def _where_jax(condition: Array, x: Array, y: Array) -> Array:
+    return jnp.where(condition, x, y)
+
+
 where = register(OpDef(
     "where", ("condition", "x", "y"), _where_rel, OpPattern.BROADCAST,
-    numpy_ref=np.where, jax_lower=lambda c, x, y: jnp.where(c, x, y),
+    numpy_ref=np.where, jax_lower=_where_jax,
     compute=elementwise("where", lambda attrs, c, x, y: E.select(c, x, y)),
     gradient=_where_grad,
     doc="x where condition else y, all three broadcasting",

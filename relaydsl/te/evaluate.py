@@ -69,7 +69,7 @@ class _Context:
     env: dict[PrimExpr, Array]
     rank: int
     mask: Array | None
-    memo: dict[int, Array] = field(default_factory=dict)
+    memo: dict[int, Array] = field(default_factory=dict[int, Array])
 
 
 class _Evaluator:
@@ -142,11 +142,12 @@ class _Evaluator:
                 return self._read(t, [self.expr(i, ctx) for i in indices], ctx.mask)
             case Reduce():
                 return self._reduce(e, ctx)
-        raise IRError(f"evaluate: not a te expression: {e!r}")
+            case _:
+                raise IRError(f"evaluate: not a te expression: {e!r}")
 
     def _read(self, t: Tensor, indices: list[Array], mask: Array | None) -> Array:
         array = self.tensor(t)
-        safe = []
+        safe: list[Array] = []
         for d, (idx, extent) in enumerate(zip(indices, t.shape)):
             outside = (idx < 0) | (idx >= extent)
             if mask is not None:

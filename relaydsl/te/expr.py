@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Iterator, Union, final
 
 from relaydsl.errors import IRError
+from relaydsl.ir.node import conforms
 from relaydsl.ir.types import DTYPES
 from relaydsl.te.intrinsics import Intrinsic, lookup as lookup_intrinsic
 
@@ -144,7 +145,7 @@ class IntImm(PrimExpr):
     def __post_init__(self) -> None:
         if self.dtype not in INT_DTYPES and self.dtype != "bool":
             raise IRError(f"IntImm: dtype must be an integer dtype or bool, got {self.dtype!r}")
-        if isinstance(self.value, bool) or not isinstance(self.value, int):
+        if isinstance(self.value, bool) or not conforms(self.value, int):
             raise IRError(f"IntImm: value must be an int, got {self.value!r}")
 
 
@@ -190,7 +191,7 @@ class IterVar(PrimExpr):
 
     def __post_init__(self) -> None:
         least = 1 if self.is_reduce else 0
-        if (isinstance(self.extent, bool) or not isinstance(self.extent, int)
+        if (isinstance(self.extent, bool) or not conforms(self.extent, int)
                 or self.extent < least):
             what = "a positive int" if self.is_reduce else "a non-negative int"
             raise IRError(f"axis {self.name}: extent must be {what}, got {self.extent!r}")
@@ -212,7 +213,7 @@ class BinaryOp(PrimExpr):
     def __post_init__(self) -> None:
         name = type(self).__name__
         for operand in (self.a, self.b):
-            if not isinstance(operand, PrimExpr):
+            if not conforms(operand, PrimExpr):
                 raise IRError(f"{name}: operand {operand!r} is not a te expression")
         if self.a.dtype != self.b.dtype:
             raise IRError(
@@ -357,7 +358,7 @@ class Reduce(PrimExpr):
         if not self.axes:
             raise IRError(f"{self.name}: a reduction needs at least one reduce axis")
         for ax in self.axes:
-            if not isinstance(ax, IterVar) or not ax.is_reduce:
+            if not conforms(ax, IterVar) or not ax.is_reduce:
                 raise IRError(f"{self.name}: {ax} is not a reduce axis (make one with "
                               "te.reduce_axis)")
         dtypes = {self.source.dtype, self.init.dtype, self.lhs.dtype, self.rhs.dtype,
@@ -389,7 +390,7 @@ def const_like(value: ExprLike, like: PrimExpr) -> PrimExpr:
     """``value`` as an expression: te expressions pass through, numbers take ``like``'s dtype."""
     if isinstance(value, PrimExpr):
         return value
-    if isinstance(value, (bool, int, float)):
+    if conforms(value, (bool, int, float)):
         if isinstance(value, bool) != (like.dtype == "bool"):
             raise IRError(f"cannot combine {value!r} with {like} of dtype {like.dtype}")
         return const(value, like.dtype)
@@ -489,7 +490,8 @@ def children(e: PrimExpr) -> tuple[PrimExpr, ...]:
             return (s, i)
         case IntImm() | FloatImm() | Var() | IterVar():
             return ()
-    raise IRError(f"not a te expression: {e!r}")
+        case _:
+            raise IRError(f"not a te expression: {e!r}")
 
 
 def post_order(e: PrimExpr) -> Iterator[PrimExpr]:
@@ -531,4 +533,5 @@ def to_text(e: PrimExpr) -> str:
             return f"{t.name}[{', '.join(to_text(i) for i in idx)}]"
         case Reduce(name=n, source=s, axes=axes):
             return f"{n}({to_text(s)}, axis=[{', '.join(a.name for a in axes)}])"
-    raise IRError(f"not a te expression: {e!r}")
+        case _:
+            raise IRError(f"not a te expression: {e!r}")

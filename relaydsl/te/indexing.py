@@ -26,7 +26,7 @@ def ravel(index: Sequence[PrimExpr], shape: Sequence[int]) -> PrimExpr:
 
 def unravel(flat: PrimExpr, shape: Sequence[int]) -> tuple[PrimExpr, ...]:
     """The index in ``shape`` of the row-major flat position ``flat``."""
-    out = []
+    out: list[PrimExpr] = []
     for d, extent in enumerate(shape):
         stride = math.prod(shape[d + 1:])
         i = flat if stride == 1 else flat // stride
@@ -41,7 +41,7 @@ def right_aligned(shape: Sequence[int], index: Sequence[PrimExpr]) -> list[PrimE
 
 
 def over_axes(x: Tensor, axes: tuple[int, ...], keepdims: bool, shape: Sequence[int],
-              body: Callable[[tuple[PrimExpr, ...], list[IterVar], tuple], PrimExpr],
+              body: Callable[[tuple[PrimExpr, ...], list[IterVar], tuple[PrimExpr, ...]], PrimExpr],
               name: str) -> Tensor:
     """A reduction of ``x`` over ``axes``: ``body(x_index, reduce_axes, out_index)``.
 

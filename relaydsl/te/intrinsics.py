@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from relaydsl.te.expr import PrimExpr
 
 Array = np.ndarray
+# An intrinsic's NumPy rule, one parameter per operand (as many as its arity).
+NumpyRule = (Callable[[Array], Array] | Callable[[Array, Array], Array]
+             | Callable[[Array, Array, Array], Array])
 
 # The dtypes an intrinsic's operands may have: floats, integers, or either (never bool).
 OperandRule = Literal["float", "int", "numeric"]
@@ -49,7 +52,7 @@ class Intrinsic:
     name: str
     arity: int
     operands: OperandRule
-    numpy: Callable[..., AnyValue]  # on arrays of the operand dtype, returning that dtype
+    numpy: NumpyRule  # on arrays of the operand dtype, returning that dtype
     cost: int  # scalar operations one call counts for in the llvm scheduler's inlining rule
 
     def result_dtype(self, args: Sequence[PrimExpr]) -> str:

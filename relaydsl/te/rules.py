@@ -39,7 +39,9 @@ from relaydsl.te.tensor import Tensor, compute
 # out_type is Any: each op's rule declares the one its type relation gives (TensorType, or
 # TupleType for split and batch_norm), which a single Callable type cannot say per op.
 ComputeRule = Callable[[Attrs, list[Tensor], AnyValue], Tensor | tuple[Tensor, ...]]
-Scalar = Callable[..., PrimExpr]
+# (attrs, one element of each input) -> the output element, one parameter per input.
+Scalar = (Callable[[Attrs, PrimExpr], PrimExpr] | Callable[[Attrs, PrimExpr, PrimExpr], PrimExpr]
+          | Callable[[Attrs, PrimExpr, PrimExpr, PrimExpr], PrimExpr])
 
 
 def broadcast_read(t: Tensor, out_index: Sequence[PrimExpr]) -> PrimExpr:

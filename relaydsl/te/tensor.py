@@ -26,6 +26,7 @@ from typing import Callable, Sequence, final
 import numpy as np
 
 from relaydsl.errors import IRError
+from relaydsl.ir.node import conforms
 from relaydsl.te.expr import (
     FLOAT_DTYPES, INT_DTYPES, ExprLike, IterVar, Max, Min, PrimExpr, Reduce, TensorRead, Var,
     as_expr, const, const_like, post_order,
@@ -45,7 +46,7 @@ class Tensor:
 
     def __post_init__(self) -> None:
         for d in self.shape:
-            if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            if isinstance(d, bool) or not conforms(d, int) or d < 0:
                 raise IRError(f"tensor {self.name}: shape {self.shape} must be non-negative ints")
         if self.body is not None and len(self.axes) != len(self.shape):
             raise IRError(f"tensor {self.name}: {len(self.axes)} axes for shape {self.shape}")

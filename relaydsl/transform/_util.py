@@ -12,7 +12,6 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
-from relaydsl.ir.visitor import deep_recursion  # noqa: F401  (used by the passes)
 from relaydsl.op.registry import OpDef
 
 PRIMITIVE = Attrs({"Primitive": 1})

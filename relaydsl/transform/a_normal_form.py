@@ -41,7 +41,8 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import scoped_children
-from relaydsl.transform._util import deep_recursion, is_primitive
+from relaydsl.ir.visitor import deep_recursion
+from relaydsl.transform._util import is_primitive
 from relaydsl.transform.pass_infra import Pass
 
 _ATOMS = (Var, GlobalVar, Constant, Op, Constructor)
@@ -142,7 +143,8 @@ class _ToANF:
 
     def block(self, root: Expr, scope: _Scope) -> Expr:
         """`root` as a block of scope `scope`: its bindings as lets around its value."""
-        self.blocks[id(scope)] = bindings = []
+        bindings: list[tuple[Var, Expr]] = []
+        self.blocks[id(scope)] = bindings
         result = self.convert(root, self.direct(root, scope), tail=True)
         del self.blocks[id(scope)]
         for var, value in reversed(bindings):
@@ -223,7 +225,8 @@ class _ToANF:
                 return RefWrite(new_ref, c(v), span=e.span)
             case Grad(fn=fn):
                 return Grad(c(fn), span=e.span)
-        raise AssertionError(f"to_a_normal_form: unexpected node {type(e).__name__}")
+            case _:
+                raise AssertionError(f"to_a_normal_form: unexpected node {type(e).__name__}")
 
 
 def a_normal_form_function(fn: Function) -> Function:

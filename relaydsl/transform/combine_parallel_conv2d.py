@@ -123,10 +123,10 @@ class _Branches:
     convs: list[Call]
     axis: int  # the channel axis of the convolutions' results
     channels: list[int]
-    ends: list[Expr] = field(default_factory=list)  # each branch's last combined node
+    ends: list[Expr] = field(default_factory=list[Expr])  # each branch's last combined node
     # the ops after the convs, step by step: one call per branch, and the operand position
     # of the branch's value in them
-    chain: list[tuple[list[Call], int]] = field(default_factory=list)
+    chain: list[tuple[list[Call], int]] = field(default_factory=list[tuple[list[Call], int]])
     combined: Expr | None = None  # the combined result, once built
 
 

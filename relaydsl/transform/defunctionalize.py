@@ -136,7 +136,7 @@ def _instantiate(t: Type, arg_types: list[Type], first: int
     assert isinstance(t, FuncType)
     params = set(t.type_params)
     target = arg_types[first]
-    foreign = set(target.type_params) if isinstance(target, FuncType) else set()
+    foreign: set[TypeVar] = set(target.type_params) if isinstance(target, FuncType) else set()
     mapping: dict[TypeVar, object] = {}
 
     def match(pattern: object, actual: object) -> None:

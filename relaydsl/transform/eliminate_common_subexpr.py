@@ -78,7 +78,7 @@ def eliminate_common_subexpr(mod: IRModule, skip: Callable[[Expr], bool] | None 
 class _Eliminator(ExprMutator):
     def __init__(self, skip: Callable[[Expr], bool] | None) -> None:
         super().__init__()
-        self.skip = skip or (lambda e: False)
+        self.skip: Callable[[Expr], bool] = skip or (lambda e: False)
         self.nodes: dict[Hashable, Expr] = {}    # computation -> its first node (anywhere)
         self.bound: dict[Hashable, Var] = {}     # computation -> the let variable holding it
         self.scopes: list[list[Hashable]] = [[]]  # the keys of `bound` each open scope added

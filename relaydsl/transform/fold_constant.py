@@ -43,10 +43,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any as AnyValue
+from typing import Any as AnyValue, cast
 
 import numpy as np
 
+from relaydsl.ir.attrs import is_tuple
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem,
 )
@@ -99,7 +100,7 @@ def _literal(value: AnyValue, t: Type, call: Call) -> Expr | None:
     """`value` as a constant (or tuple of constants) of type `t`, or None when it does not
     have that type: the call is then left for run time rather than retyped."""
     if isinstance(t, TupleType):
-        if not isinstance(value, tuple) or len(value) != len(t.fields):
+        if not is_tuple(value) or len(value) != len(t.fields):
             return None
         fields = [_literal(v, ft, call) for v, ft in zip(value, t.fields)]
         if any(f is None for f in fields):
@@ -107,7 +108,8 @@ def _literal(value: AnyValue, t: Type, call: Call) -> Expr | None:
         return Tuple(tuple(f for f in fields if f is not None), span=call.span)
     if not isinstance(t, TensorType) or not isinstance(value, np.ndarray | np.generic):
         return None
-    array = np.asarray(value)
+    # (isinstance leaves the dtype unknown)
+    array = np.asarray(cast("np.ndarray | np.generic", value))
     if array.shape != t.shape or array.dtype.name != t.dtype:
         return None
     return Constant(array, span=call.span)

@@ -73,7 +73,8 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import children, post_order, scoped_children, type_vars_of
 from relaydsl.op.registry import OpPattern
-from relaydsl.transform._util import PRIMITIVE, deep_recursion, is_primitive
+from relaydsl.ir.visitor import deep_recursion
+from relaydsl.transform._util import PRIMITIVE, is_primitive
 from relaydsl.transform.graph_normal_form import ToGraphNormalForm
 from relaydsl.transform.pass_infra import Pass, PassContext
 
@@ -91,15 +92,16 @@ class _Node:
     expr: Expr
     index: int
     pattern: OpPattern = OPAQUE
-    outputs: list[tuple["_Node", OpPattern]] = field(default_factory=list)
+    outputs: list[tuple[_Node, OpPattern]] = field(
+        default_factory=list[tuple["_Node", OpPattern]])
     extern_ref: bool = False
 
 
 @dataclass
 class _Graph:
-    nodes: dict[int, _Node] = field(default_factory=dict)  # keyed by id(expr)
-    post_dfs: list[_Node] = field(default_factory=list)
-    nested: list[Expr] = field(default_factory=list)  # roots of nested regions
+    nodes: dict[int, _Node] = field(default_factory=dict[int, _Node])  # keyed by id(expr)
+    post_dfs: list[_Node] = field(default_factory=list[_Node])
+    nested: list[Expr] = field(default_factory=list[Expr])  # roots of nested regions
 
 
 def _is_tensor(t: Type) -> bool:
@@ -273,7 +275,8 @@ class _Partitioner:
 
     def _reach(self, src: _Node, sink: _Node) -> list[_Node]:
         """The nodes on paths from src's consumers up to and including sink."""
-        out, seen = [], set()
+        out: list[_Node] = []
+        seen: set[int] = set()
         stack = [o for o, _ in src.outputs]
         while stack:
             n = stack.pop()
@@ -417,6 +420,7 @@ class _Region:
         r, nested = self.rewrite, self.nested
         # Each case gives the node's children (old), their rewrites (new) and `make`, which
         # builds the node from new children: a one-line lambda per case (noqa: E731).
+        make: Callable[[list[Expr]], Expr]
         match e:
             case Call(op=op, args=args):
                 old = [op, *args]
@@ -443,13 +447,17 @@ class _Region:
                 make = lambda k: Function(  # noqa: E731
                     params, k[0], e.ret_type, e.type_params, e.attrs, span=e.span)
             case RefCreate(value=v):
-                old, new, make = [v], [r(v)], lambda k: RefCreate(k[0], span=e.span)
+                old, new = [v], [r(v)]
+                make = lambda k: RefCreate(k[0], span=e.span)  # noqa: E731
             case RefRead(ref=v):
-                old, new, make = [v], [r(v)], lambda k: RefRead(k[0], span=e.span)
+                old, new = [v], [r(v)]
+                make = lambda k: RefRead(k[0], span=e.span)  # noqa: E731
             case RefWrite(ref=ref, value=v):
-                old, new, make = [ref, v], [r(ref), r(v)], lambda k: RefWrite(*k, span=e.span)
+                old, new = [ref, v], [r(ref), r(v)]
+                make = lambda k: RefWrite(*k, span=e.span)  # noqa: E731
             case Grad(fn=fn):
-                old, new, make = [fn], [r(fn)], lambda k: Grad(k[0], span=e.span)
+                old, new = [fn], [r(fn)]
+                make = lambda k: Grad(k[0], span=e.span)  # noqa: E731
             case _:
                 raise AssertionError(f"fuse_ops: unexpected node {type(e).__name__}")
         return e if all(a is b for a, b in zip(old, new)) else make(new)

@@ -205,7 +205,7 @@ class _Lifting:
             return gv
         prefix = "lift" if into_lifted else "adjoint"
         gv = self.walks[into_lifted, t] = GlobalVar(self._fresh(f"{prefix}_{t.func.name}"))
-        clauses = []
+        clauses: list[Clause] = []
         for c in self.mod.type_definitions[t.func].constructors:
             fields = self.mod.field_types(c, t)
             xs = [Var(f"f{i}") for i in range(len(fields))]

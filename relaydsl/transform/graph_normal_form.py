@@ -48,7 +48,8 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, scoped_children
-from relaydsl.transform._util import ascribes, deep_recursion, is_primitive
+from relaydsl.ir.visitor import deep_recursion
+from relaydsl.transform._util import ascribes, is_primitive
 from relaydsl.transform.pass_infra import Pass
 
 ATOMS = (Var, Constant, GlobalVar, Op, Constructor)

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from relaydsl.ir.adt import PatternVar
+from relaydsl.ir.adt import Pattern, PatternVar
 from relaydsl.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
@@ -208,24 +208,24 @@ class _Fresh(ExprMutator):
         self.renamed[v] = new
         return new
 
-    def visit_var(self, v: Var) -> Expr:
-        return self.renamed.get(v, v)
+    def visit_var(self, var: Var) -> Expr:
+        return self.renamed.get(var, var)
 
-    def visit_let_var(self, v: Var) -> Var:
-        new = self.renamed.get(v)
-        return new if isinstance(new, Var) else self.bind(v)
+    def visit_let_var(self, var: Var) -> Var:
+        new = self.renamed.get(var)
+        return new if isinstance(new, Var) else self.bind(var)
 
-    def visit_function(self, f: Function) -> Expr:
+    def visit_function(self, fn: Function) -> Expr:
         outer = self.own
-        self.own = outer | frozenset(f.type_params)
+        self.own = outer | frozenset(fn.type_params)
         try:
-            params = tuple(self.bind(p) for p in f.params)
-            return Function(params, self.visit(f.body), self._kept(f.ret_type), f.type_params,
-                            f.attrs, span=f.span)
+            params = tuple(self.bind(p) for p in fn.params)
+            return Function(params, self.visit(fn.body), self._kept(fn.ret_type), fn.type_params,
+                            fn.attrs, span=fn.span)
         finally:
             self.own = outer
 
-    def visit_pattern(self, p):
+    def visit_pattern(self, p: Pattern) -> Pattern:
         if isinstance(p, PatternVar):
             self.bind(p.var)
         return super().visit_pattern(p)

@@ -70,7 +70,8 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TupleType, Type, TypeVar
 from relaydsl.ir.visitor import free_vars, post_order, type_vars_of
-from relaydsl.transform._util import ascribes, deep_recursion, is_primitive, rewrite_functions
+from relaydsl.ir.visitor import deep_recursion
+from relaydsl.transform._util import ascribes, is_primitive, rewrite_functions
 from relaydsl.transform.fold_constant import evaluate_call
 from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 
@@ -165,6 +166,9 @@ class _Ref(_Value):
 
 _UNIT = _Tuple(())
 
+# The static part of a value (see _signature): equal signatures, equal residual code.
+Signature = tuple[object, ...]
+
 
 @dataclass(eq=False, slots=True)
 class _Frame:
@@ -172,7 +176,7 @@ class _Frame:
     (the frame its closure was made in). A variable is bound once per evaluation."""
 
     parent: "_Frame | None"
-    values: dict[Var, _Value] = field(default_factory=dict)
+    values: dict[Var, _Value] = field(default_factory=dict[Var, _Value])
 
     def lookup(self, v: Var) -> _Value:
         frame: _Frame | None = self
@@ -192,9 +196,11 @@ class _Scope:
     and the residual functions made in it, which code in it and in its sub-blocks may call."""
 
     parent: "_Scope | None"
-    bindings: list[tuple[Var, Expr]] = field(default_factory=list)
-    reified: dict[int, tuple[_Closure, Var]] = field(default_factory=dict)
-    specialised: dict[tuple, tuple[Var, list[object]]] = field(default_factory=dict)
+    bindings: list[tuple[Var, Expr]] = field(default_factory=list[tuple[Var, Expr]])
+    reified: dict[int, tuple[_Closure, Var]] = field(
+        default_factory=dict[int, tuple[_Closure, Var]])
+    specialised: dict[Signature, tuple[Var, list[object]]] = field(
+        default_factory=dict[Signature, tuple[Var, list[object]]])
 
     def push(self, value: Expr, name: str, annotation: Type | None = None) -> Var:
         var = Var(name, annotation)
@@ -227,7 +233,7 @@ class _Entry:
     `target` (a global, or a let-bound function), which a call with the same signature calls."""
 
     key: object
-    signature: tuple
+    signature: tuple[Signature, ...]
     args: Sequence[_Value]  # keeps the objects whose ids are in the signature alive
     target: Expr | None = None
 
@@ -246,7 +252,7 @@ class _Unsupported(Exception):
     the function is kept as it is."""
 
 
-def _signature(v: _Value) -> tuple:
+def _signature(v: _Value) -> Signature:
     """The static part of `v`: calls with equal signatures compute the same residual code."""
     if isinstance(v, _Tensor):
         data = v.constant.data
@@ -331,6 +337,13 @@ def _all(outcomes: Iterator[bool | None]) -> bool | None:
 
 
 # ---- the evaluator ----------------------------------------------------------------------
+
+# What rollback restores: the scope, its binding count, reified and specialised functions, the
+# cells and each cell's contents.
+_Mark = tuple[_Scope, int, dict[int, tuple[_Closure, Var]],
+              dict[Signature, tuple[Var, list[object]]], list[_Cell],
+              list[tuple[_Cell, _Value | None, Var | None]]]
+
 
 class _PartialEvaluator:
     def __init__(self, mod: IRModule):
@@ -557,7 +570,7 @@ class _PartialEvaluator:
                 self.bind(clause.lhs, data, frame)
                 return self.eval(clause.rhs, frame)
         atom = self.reify(data)
-        clauses = []
+        clauses: list[Clause] = []
         for clause in m.clauses:
             pattern = self.fresh_pattern(clause.lhs, frame)
             clauses.append(Clause(pattern, self.in_scope(lambda c=clause: self.eval(c.rhs, frame))))
@@ -675,7 +688,7 @@ class _PartialEvaluator:
         mark = self.mark()
         self.stack.append(entry)
         try:
-            bound = {}
+            bound: dict[Var, _Value] = {}
             for p, a in zip(fn.params, args):
                 t = p.type_annotation
                 if gv is not None and t is not None and type_vars_of(t):
@@ -719,12 +732,12 @@ class _PartialEvaluator:
 
     # -- rolling back an inlining that turned out to recurse --
 
-    def mark(self) -> tuple:
+    def mark(self) -> _Mark:
         s = self.scope
         return (s, len(s.bindings), dict(s.reified), dict(s.specialised), list(self.cells),
                 [(c, c.contents, c.residual) for c in self.cells])
 
-    def rollback(self, mark: tuple) -> None:
+    def rollback(self, mark: _Mark) -> None:
         scope, n, reified, specialised, cells, contents = mark
         assert scope is self.scope
         del scope.bindings[n:]

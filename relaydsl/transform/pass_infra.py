@@ -76,6 +76,7 @@ from typing import Any as AnyValue, ClassVar, overload
 from relaydsl import settings
 from relaydsl.errors import IRError
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.node import conforms
 from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform.instrument import PassInstrument
 from relaydsl.transform.verify import changed_functions, check_scopes, check_types, kept_types
@@ -106,20 +107,20 @@ class PassContext:
     """
 
     opt_level: int | None = None
-    required_pass: frozenset[str] = field(default_factory=frozenset)
-    disabled_pass: frozenset[str] = field(default_factory=frozenset)
+    required_pass: frozenset[str] = field(default_factory=frozenset[str])
+    disabled_pass: frozenset[str] = field(default_factory=frozenset[str])
     instruments: tuple[PassInstrument, ...] = ()
 
     def __post_init__(self) -> None:
         level = self.opt_level
-        if level is not None and (isinstance(level, bool) or not isinstance(level, int)
+        if level is not None and (isinstance(level, bool) or not conforms(level, int)
                                   or level < 0):
             raise IRError(f"PassContext opt_level must be an int >= 0, got {level!r}")
         object.__setattr__(self, "required_pass", _names(self.required_pass, "required_pass"))
         object.__setattr__(self, "disabled_pass", _names(self.disabled_pass, "disabled_pass"))
         object.__setattr__(self, "instruments", tuple(self.instruments))
         for i in self.instruments:
-            if not isinstance(i, PassInstrument):
+            if not conforms(i, PassInstrument):
                 raise IRError(f"PassContext instruments must be PassInstruments, got {i!r}")
 
     def __enter__(self) -> "PassContext":
@@ -157,9 +158,10 @@ _local = threading.local()
 
 
 def _stack() -> list[PassContext]:
-    if not hasattr(_local, "contexts"):
-        _local.contexts = []
-    return _local.contexts
+    stack: list[PassContext] | None = getattr(_local, "contexts", None)
+    if stack is None:
+        stack = _local.contexts = []
+    return stack
 
 
 def _active_instruments() -> list[PassInstrument]:
@@ -186,13 +188,13 @@ class Pass(ABC):
                           requires: Iterable[type["Pass"]] = (), **kwargs: AnyValue) -> None:
         super().__init_subclass__(**kwargs)
         cls.name = cls.__name__
-        if isinstance(opt_level, bool) or not isinstance(opt_level, int) or opt_level < 0:
+        if isinstance(opt_level, bool) or not conforms(opt_level, int) or opt_level < 0:
             raise IRError(f"pass {cls.name}: opt_level must be an int >= 0, got {opt_level!r}")
-        if not isinstance(description, str) or not description or "\n" in description:
+        if not conforms(description, str) or not description or "\n" in description:
             raise IRError(f"pass {cls.name}: the description is one line of text")
         cls.opt_level, cls.description, cls.requires = opt_level, description, tuple(requires)
         for r in cls.requires:
-            if not (isinstance(r, type) and issubclass(r, Pass)):
+            if not _is_pass_class(r):
                 raise IRError(f"pass {cls.name}: requires takes pass classes, got {r!r}")
 
     @abstractmethod
@@ -204,31 +206,36 @@ class Pass(ABC):
         """`mod` after the passes this one requires, then this one; typed."""
         mod = _typed(_module(mod, self.name))
         for p in resolve([self]):
-            mod = p._apply(mod)
+            mod = _apply(p, mod)
         return mod
 
-    def _apply(self, mod: IRModule) -> IRModule:
-        """This pass alone on the typed `mod`: watched, verified (RELAYDSL_VERIFY_IR), typed."""
-        instruments = PassContext.current().instruments
-        if not all(i.should_run(mod, self) for i in instruments):
-            return mod
-        for i in instruments:
-            i.run_before_pass(mod, self)
-        with deep_recursion():
-            out = self.transform(mod)
-        if not isinstance(out, IRModule):
-            raise IRError(f"pass {self.name} returned {type(out).__name__}, not an IRModule")
-        kept = None
-        if settings.verify_ir():  # (the functions the pass rebuilt: the others were checked)
-            changed = changed_functions(mod, out)
-            check_scopes(out, changed, self.name)
-            kept = kept_types(changed)
-        out = _typed(out)
-        if kept is not None:
-            check_types(out, kept, self.name)
-        for i in instruments:
-            i.run_after_pass(out, self)
-        return out
+
+def _is_pass_class(x: object) -> bool:
+    return isinstance(x, type) and issubclass(x, Pass)
+
+
+def _apply(p: Pass, mod: IRModule) -> IRModule:
+    """`p` alone on the typed `mod`: watched, verified (RELAYDSL_VERIFY_IR), typed."""
+    instruments = PassContext.current().instruments
+    if not all(i.should_run(mod, p) for i in instruments):
+        return mod
+    for i in instruments:
+        i.run_before_pass(mod, p)
+    with deep_recursion():
+        out = p.transform(mod)
+    if not conforms(out, IRModule):
+        raise IRError(f"pass {p.name} returned {type(out).__name__}, not an IRModule")
+    kept = None
+    if settings.verify_ir():  # (the functions the pass rebuilt: the others were checked)
+        changed = changed_functions(mod, out)
+        check_scopes(out, changed, p.name)
+        kept = kept_types(changed)
+    out = _typed(out)
+    if kept is not None:
+        check_types(out, kept, p.name)
+    for i in instruments:
+        i.run_after_pass(out, p)
+    return out
 
 
 def _module(mod: object, name: str) -> IRModule:
@@ -286,7 +293,10 @@ def module_pass(transform: Callable[[IRModule], IRModule] | None = None, *, opt_
         declaration = {"opt_level": opt_level, "description": description, "requires": requires}
 
         def body(namespace: dict[str, AnyValue]) -> None:
-            namespace["transform"] = lambda self, mod: fn(mod)
+            def transform(self: Pass, mod: IRModule) -> IRModule:
+                return fn(mod)
+
+            namespace["transform"] = transform
             namespace["__doc__"] = fn.__doc__
 
         cls: type[Pass] = types.new_class(name or fn.__name__, (Pass,), declaration, body)
@@ -311,7 +321,7 @@ class Sequential:
             if isinstance(p, type) and issubclass(p, Pass):
                 raise IRError(f"Sequential takes Passes, got the class {p.name}: "
                               f"{p.name}() is the pass with its default options")
-            if not isinstance(p, Pass):
+            if not conforms(p, Pass):
                 raise IRError(f"Sequential takes Passes, got {p!r}")
         self.passes: tuple[Pass, ...] = tuple(passes)
         self.always: tuple[Pass, ...] = tuple(always)  # first, whatever the level
@@ -330,7 +340,7 @@ class Sequential:
         timings: list[tuple[str, float]] = []
         for p in plan:
             start = time.perf_counter()
-            mod = p._apply(mod)
+            mod = _apply(p, mod)
             timings.append((p.name, 1000 * (time.perf_counter() - start)))
             if _log.isEnabledFor(logging.DEBUG):
                 _log.debug("%s: %s in %.2f ms", self.name, *timings[-1])

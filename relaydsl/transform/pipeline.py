@@ -64,6 +64,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any as AnyValue
 
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.node import conforms
 from relaydsl.transform.a_normal_form import ToANormalForm
 from relaydsl.transform.alter_op_layout import AlterOpLayout
 from relaydsl.transform.combine_parallel_conv2d import CombineParallelConv2D
@@ -153,7 +154,7 @@ class CompileOptions:
 
     def __post_init__(self) -> None:
         level = self.opt_level
-        if not isinstance(level, int) or isinstance(level, bool) or \
+        if not conforms(level, int) or isinstance(level, bool) or \
                 not 0 <= level <= MAX_OPT_LEVEL:
             raise ValueError(f"opt_level must be an int from 0 to {MAX_OPT_LEVEL}, "
                              f"got {level!r}")

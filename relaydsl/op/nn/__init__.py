@@ -24,6 +24,9 @@ Op objects are imported from their modules (``from relaydsl.op.nn.conv import co
 reached as ``ops.conv2d`` (relaydsl.op.registry).
 """
 # Import order: a later module's gradient rules call the earlier ones' ops.
-from relaydsl.op.nn import (  # noqa: F401  (define the ops)
+from relaydsl.op.nn import (
     linear, shape, conv, pool, activation, loss, norm, dropout, upsampling,
 )
+
+__all__ = ["linear", "shape", "conv", "pool", "activation", "loss", "norm", "dropout",
+           "upsampling"]

@@ -128,12 +128,13 @@ def _softmax_rel(op: str) -> Relation:
     return rel
 
 
-def _softmax_parts(x: Tensor, axis: int) -> tuple[Tensor, Tensor, Callable]:
+def _softmax_parts(x: Tensor, axis: int) -> tuple[
+        Tensor, Tensor, Callable[[tuple[PrimExpr, ...]], tuple[PrimExpr, ...]]]:
     """(max, sum of exp(x - max)) along ``axis``, and the map from x's index to theirs."""
     axis %= x.ndim
     rest = x.shape[:axis] + x.shape[axis + 1:]
 
-    def along(p: tuple, r: PrimExpr) -> tuple:
+    def along(p: tuple[PrimExpr, ...], r: PrimExpr) -> tuple[PrimExpr, ...]:
         return (*p[:axis], r, *p[axis:])
 
     def top(*p: PrimExpr) -> PrimExpr:

@@ -6,20 +6,16 @@ input types in its failures.
 """
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any as AnyValue, Callable, NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import Dim, DType, TensorType, Type, type_to_str
-from relaydsl.op.lazy_jax import LazyModule
-from relaydsl.op.registry import Attr
+from relaydsl.op.registry import Array, ArrayModule, Attr
 from relaydsl.typing.relations import (
     FLOAT, DTypeClass, RelationContext, attr_axis, is_unknown, require_dtype, same_dtype,
     tensor_arg,
 )
 
-Array = AnyValue  # a numpy.ndarray or a jax.Array
-ArrayModule = ModuleType | LazyModule  # numpy, or jax.numpy (lazy_jax.jnp)
 
 
 class Inputs:

@@ -98,6 +98,15 @@ def _moments(x: Tensor, axes: tuple[int, ...],
     return mean, var, lambda o: tuple(o[d] for d in kept)
 
 
+def _copy(t: Tensor, name: str) -> Tensor:
+    """A 1-D tensor's copy (an inference batch_norm's statistics pass through)."""
+
+    def at(c: PrimExpr) -> PrimExpr:
+        return t[c]
+
+    return compute(t.shape, at, name)
+
+
 def _normalize_te(x: Tensor, stat: Callable[[Index], tuple[PrimExpr, PrimExpr]], gamma: Tensor,
                   beta: Tensor, axis: int, attrs: Attrs, name: str) -> Tensor:
     """(x - mean) / sqrt(var + epsilon) [* gamma] [+ beta]; ``stat(o)`` is (mean, var) at o."""
@@ -197,8 +206,7 @@ def _batch_norm_compute(attrs: Attrs, inputs: list[Tensor],
     if not attrs.training:
         out = _normalize_te(x, lambda o: (moving_mean[o[axis]], moving_var[o[axis]]), gamma,
                             beta, axis, attrs, "T_batch_norm")
-        return (out, compute(moving_mean.shape, lambda c: moving_mean[c], "T_batch_norm_mean"),
-                compute(moving_var.shape, lambda c: moving_var[c], "T_batch_norm_var"))
+        return (out, _copy(moving_mean, "T_batch_norm_mean"), _copy(moving_var, "T_batch_norm_var"))
     others = tuple(d for d in range(x.ndim) if d != axis)
     mean, var, _ = _moments(x, others, "batch_norm")
     out = _normalize_te(x, lambda o: (mean[o[axis]], var[o[axis]]), gamma, beta, axis, attrs,
@@ -207,7 +215,10 @@ def _batch_norm_compute(attrs: Attrs, inputs: list[Tensor],
     unbiased = _unbiased(math.prod(x.shape[d] for d in others))
 
     def update(moving: Tensor, batch: Tensor, factor: float, name: str) -> Tensor:
-        return compute(moving.shape, lambda c: keep * moving[c] + new * factor * batch[c], name)
+        def at(c: PrimExpr) -> PrimExpr:
+            return keep * moving[c] + new * factor * batch[c]
+
+        return compute(moving.shape, at, name)
 
     return (out, update(moving_mean, mean, 1.0, "T_batch_norm_moving_mean"),
             update(moving_var, var, unbiased, "T_batch_norm_moving_var"))

@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any as AnyValue, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
@@ -36,7 +37,7 @@ from relaydsl.op.nn.window import (
 from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, Relation, ops, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import (
-    PrimExpr, cast, const, equal, maximum, minimum, not_equal, select,
+    IterVar, PrimExpr, cast, const, equal, maximum, minimum, not_equal, select,
 )
 from relaydsl.te.rules import ComputeRule
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
@@ -118,14 +119,14 @@ def _max_pool2d_grad_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -
     return args[1]
 
 
-def _max_pool2d_grad_np(out_grad: np.ndarray, data: np.ndarray,
-                        **attrs: AnyValue) -> np.ndarray:
+def _max_pool2d_grad_np(out_grad: NDArray[AnyValue], data: NDArray[AnyValue],
+                        **attrs: AnyValue) -> NDArray[AnyValue]:
     """Each window's out_grad added at the window's first maximum in row-major order."""
     if data.ndim == 3:
         return _max_pool2d_grad_np(out_grad[None], data[None], **attrs)[0]
     win = Window.pool(attrs)
     windows = win.np_windows(data, -np.inf)  # (n, c, oh, ow, kh, kw)
-    n, c, oh, ow, kh, kw = windows.shape
+    n, c, oh, ow, kh, kw = (int(d) for d in windows.shape)
     first = windows.reshape(n, c, oh, ow, kh * kw).argmax(axis=-1)
     rows = np.arange(oh)[:, None] * win.strides[0] + first // kw  # in the padded input
     cols = np.arange(ow)[None, :] * win.strides[1] + first % kw
@@ -198,7 +199,9 @@ def _max_pool2d_grad_compute(attrs: Attrs, inputs: list[Tensor], out_type: Tenso
 
     def f(*o: PrimExpr) -> PrimExpr:
         *lead, iy, ix = o
-        valid, out_at, tap = [], [], []
+        valid: list[PrimExpr] = []
+        out_at: list[tuple[PrimExpr, IterVar]] = []
+        tap: list[PrimExpr] = []
         for i, (before, stride, k, extent, size) in zip((iy, ix), spans):
             # i (at p in the padded input) is in windows (p - k) / stride < w <= p / stride
             count = min(-(-k // stride), extent)
@@ -235,9 +238,9 @@ max_pool2d_grad = register(OpDef(
 # ---- avg_pool2d ---------------------------------------------------------------------------------
 
 
-def _avg_divisor(win: Window, hw: Sequence[int], count_include_pad: bool) -> np.ndarray:
+def _avg_divisor(win: Window, hw: Sequence[int], count_include_pad: bool) -> NDArray[AnyValue]:
     """(OH, OW): how many input (or explicitly padded) elements each window covers, at least 1."""
-    counts = []
+    counts: list[NDArray[AnyValue]] = []
     for i, out in enumerate(win.out_hw(hw)):
         before, after = win.pads[i], win.pads[i + 2]
         lo, hi = (-before, hw[i] + after) if count_include_pad else (0, hw[i])
@@ -249,7 +252,7 @@ def _avg_divisor(win: Window, hw: Sequence[int], count_include_pad: bool) -> np.
 def _avg_divisor_te(win: Window, hw: Sequence[int], count_include_pad: bool,
                     at: tuple[PrimExpr, PrimExpr]) -> PrimExpr:
     """_avg_divisor at output position `at`, in te."""
-    counts = []
+    counts: list[PrimExpr] = []
     for i, o in enumerate(at):
         before, after = win.pads[i], win.pads[i + 2]
         lo, hi = (-before, hw[i] + after) if count_include_pad else (0, hw[i])

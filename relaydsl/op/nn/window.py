@@ -30,6 +30,7 @@ from typing import Any as AnyValue, Callable, Mapping, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs
@@ -103,7 +104,7 @@ class Window:
     def pad_pairs(self, hw: Sequence[int]) -> list[tuple[int, int]]:
         """(before, after) per axis; `after` grows to cover the windows ceil_mode adds."""
         out = self.out_hw(hw)
-        pairs = []
+        pairs: list[tuple[int, int]] = []
         for i in (0, 1):
             reach = (out[i] - 1) * self.strides[i] + self.dilation[i] * (self.kernel[i] - 1) + 1
             pairs.append((self.pads[i], max(self.pads[i + 2], reach - hw[i] - self.pads[i])))
@@ -120,7 +121,7 @@ class Window:
 
     # ---- the references
 
-    def np_windows(self, x: np.ndarray, pad_value: float) -> np.ndarray:
+    def np_windows(self, x: NDArray[AnyValue], pad_value: float) -> NDArray[AnyValue]:
         """A view (..., OH, OW, kh, kw) of every window of x (padded with pad_value)."""
         hw = x.shape[-2:]
         (oh, ow), (sh, sw), (dh, dw) = self.out_hw(hw), self.strides, self.dilation
@@ -231,14 +232,20 @@ def compute_via_2d(rule: ComputeRule) -> ComputeRule:
     """A 1-D op's compute rule from the 2-D op's `rule`: height-1 views in, the height dropped."""
 
     def tall(t: Tensor) -> Tensor:
-        return compute(tall_type(TensorType(t.shape, t.dtype)).concrete_shape(),
-                       lambda n, c, _h, w: t[n, c, w], t.name + "_tall")
+        def read(n: PrimExpr, c: PrimExpr, _h: PrimExpr, w: PrimExpr) -> PrimExpr:
+            return t[n, c, w]
+
+        return compute(tall_type(TensorType(t.shape, t.dtype)).concrete_shape(), read,
+                       t.name + "_tall")
 
     def run(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
         out = rule(attrs_2d(attrs), [tall(t) for t in inputs], tall_type(out_type))
         assert isinstance(out, Tensor)
-        return compute(out_type.concrete_shape(), lambda n, c, w: out[n, c, 0, w],
-                       out.name + "_1d")
+
+        def drop_height(n: PrimExpr, c: PrimExpr, w: PrimExpr) -> PrimExpr:
+            return out[n, c, 0, w]
+
+        return compute(out_type.concrete_shape(), drop_height, out.name + "_1d")
 
     return run
 
@@ -317,16 +324,23 @@ def compute_via_2d_twice(rule: ComputeRule) -> ComputeRule:
         (x,) = inputs
         n, c, d, h, w = x.shape
         od, oh, ow = out_type.concrete_shape()[2:]
-        flat = compute((n, c * d, h, w), lambda i, cd, y, z: x[i, cd // d, cd % d, y, z],
-                       x.name + "_flat")
+        def flat_at(i: PrimExpr, cd: PrimExpr, y: PrimExpr, z: PrimExpr) -> PrimExpr:
+            return x[i, cd // d, cd % d, y, z]
+
+        flat = compute((n, c * d, h, w), flat_at, x.name + "_flat")
         hw = rule(attrs_hw(attrs), [flat], TensorType((n, c * d, oh, ow), x.dtype))
         assert isinstance(hw, Tensor)
-        rows = compute((n, c, d, oh * ow),
-                       lambda i, ch, z, yx: hw[i, ch * d + z, yx // ow, yx % ow], hw.name + "_rows")
+        def row_at(i: PrimExpr, ch: PrimExpr, z: PrimExpr, yx: PrimExpr) -> PrimExpr:
+            return hw[i, ch * d + z, yx // ow, yx % ow]
+
+        rows = compute((n, c, d, oh * ow), row_at, hw.name + "_rows")
         out = rule(attrs_d(attrs), [rows], TensorType((n, c, od, oh * ow), x.dtype))
         assert isinstance(out, Tensor)
-        return compute(out_type.concrete_shape(),
-                       lambda i, ch, z, y, xx: out[i, ch, z, y * ow + xx], out.name + "_3d")
+        def out_at(i: PrimExpr, ch: PrimExpr, z: PrimExpr, y: PrimExpr, xx: PrimExpr
+                   ) -> PrimExpr:
+            return out[i, ch, z, y * ow + xx]
+
+        return compute(out_type.concrete_shape(), out_at, out.name + "_3d")
 
     return run
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any as AnyValue
 
 import numpy as np
 
@@ -17,7 +16,7 @@ from relaydsl.ir.expr import Call, Constant, Expr, const as ir_const
 from relaydsl.ir.types import TensorType, Type, type_to_str
 from relaydsl.op.grad_util import sum_, tensor_type, through_cast, zeros_for
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
+from relaydsl.op.registry import Array, ArrayModule, Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.op.transform.common import shape_attr
 from relaydsl.te.expr import PrimExpr, cast, const, equal, select
 from relaydsl.te.rules import ComputeRule
@@ -47,16 +46,25 @@ def _filled(value: int) -> ComputeRule:
 _CONSTANT_ATTRS = (shape_attr("the result shape"),
                    Attr("dtype", "dtype", "float32", doc="the result dtype"))
 
+
+def _zeros_jax(shape: tuple[int, ...], dtype: str) -> Array:
+    return jnp.zeros(shape, dtype)
+
+
+def _ones_jax(shape: tuple[int, ...], dtype: str) -> Array:
+    return jnp.ones(shape, dtype)
+
+
 zeros = register(OpDef(
     "zeros", (), _constant_rel, OpPattern.ELEMWISE,
-    numpy_ref=np.zeros, jax_lower=lambda shape, dtype: jnp.zeros(shape, dtype),
+    numpy_ref=np.zeros, jax_lower=_zeros_jax,
     compute=_filled(0), differentiable=False, attrs=_CONSTANT_ATTRS,
     doc="a tensor of zeros of `shape` and `dtype`",
 ))
 
 ones = register(OpDef(
     "ones", (), _constant_rel, OpPattern.ELEMWISE,
-    numpy_ref=np.ones, jax_lower=lambda shape, dtype: jnp.ones(shape, dtype),
+    numpy_ref=np.ones, jax_lower=_ones_jax,
     compute=_filled(1), differentiable=False, attrs=_CONSTANT_ATTRS,
     doc="a tensor of ones of `shape` and `dtype`",
 ))
@@ -85,10 +93,16 @@ def _full_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
     return compute(out_type.concrete_shape(), lambda *o: value, "T_full")
 
 
+def _full_ref(xp: ArrayModule) -> Callable[[Array, tuple[int, ...], str | None], Array]:
+    def ref(v: Array, shape: tuple[int, ...], dtype: str | None) -> Array:
+        return xp.full(shape, v, dtype or v.dtype)
+
+    return ref
+
+
 full = register(OpDef(
     "full", ("fill_value",), _full_rel, OpPattern.BROADCAST,
-    numpy_ref=lambda v, shape, dtype: np.full(shape, v, dtype or v.dtype),
-    jax_lower=lambda v, shape, dtype: jnp.full(shape, v, dtype or v.dtype),
+    numpy_ref=_full_ref(np), jax_lower=_full_ref(jnp),
     compute=_full_compute, gradient=_full_gradient,
     attrs=(shape_attr("the result shape"),
            Attr("dtype", "optional_dtype", None, doc="the result dtype; None is fill_value's")),
@@ -97,15 +111,23 @@ full = register(OpDef(
 
 # ---- zeros_like, ones_like -----------------------------------------------------------------
 
+def _zeros_like_jax(x: Array) -> Array:
+    return jnp.zeros_like(x)
+
+
+def _ones_like_jax(x: Array) -> Array:
+    return jnp.ones_like(x)
+
+
 zeros_like = register(OpDef(
     "zeros_like", ("data",), identity_rel, OpPattern.ELEMWISE,
-    numpy_ref=np.zeros_like, jax_lower=lambda x: jnp.zeros_like(x),
+    numpy_ref=np.zeros_like, jax_lower=_zeros_like_jax,
     compute=_filled(0), differentiable=False, doc="zeros of x's shape and dtype",
 ))
 
 ones_like = register(OpDef(
     "ones_like", ("data",), identity_rel, OpPattern.ELEMWISE,
-    numpy_ref=np.ones_like, jax_lower=lambda x: jnp.ones_like(x),
+    numpy_ref=np.ones_like, jax_lower=_ones_like_jax,
     compute=_filled(1), differentiable=False, doc="ones of x's shape and dtype",
 ))
 
@@ -138,10 +160,17 @@ def _shape_of_from_types(call: Call, arg_types: Sequence[Type]) -> Expr | None:
     return None
 
 
+def _shape_of_numpy(x: Array) -> Array:
+    return np.array(np.shape(x), np.int32)
+
+
+def _shape_of_jax(x: Array) -> Array:
+    return jnp.array(x.shape, jnp.int32)
+
+
 shape_of = register(OpDef(
     "shape_of", ("data",), _shape_of_rel, OpPattern.OPAQUE,
-    numpy_ref=lambda x: np.array(np.shape(x), np.int32),
-    jax_lower=lambda x: jnp.array(x.shape, jnp.int32),
+    numpy_ref=_shape_of_numpy, jax_lower=_shape_of_jax,
     compute=_shape_of_compute, differentiable=False,
     doc="the shape of x as a 1-D int32 tensor (loops over a tensor's first axis use it)",
     traits=Traits(fold_from_types=_shape_of_from_types),
@@ -168,10 +197,17 @@ def _ndarray_size_from_types(call: Call, arg_types: Sequence[Type]) -> Expr | No
     return None
 
 
+def _ndarray_size_numpy(x: Array, dtype: str) -> Array:
+    return np.array(np.size(x), dtype)
+
+
+def _ndarray_size_jax(x: Array, dtype: str) -> Array:
+    return jnp.array(x.size, dtype)
+
+
 ndarray_size = register(OpDef(
     "ndarray_size", ("data",), _ndarray_size_rel, OpPattern.OPAQUE,
-    numpy_ref=lambda x, dtype: np.array(np.size(x), dtype),
-    jax_lower=lambda x, dtype: jnp.array(x.size, dtype),
+    numpy_ref=_ndarray_size_numpy, jax_lower=_ndarray_size_jax,
     compute=_ndarray_size_compute, differentiable=False,
     attrs=(Attr("dtype", "dtype", "int32", doc="the result dtype"),),
     doc="the number of elements of x, a scalar of `dtype`",
@@ -196,11 +232,11 @@ def _one_hot_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
     return TensorType((*shape[:axis], attrs.depth, *shape[axis:]), attrs.dtype)
 
 
-def _one_hot_reference(xp: AnyValue) -> Callable:
+def _one_hot_reference(
+        xp: ArrayModule) -> Callable[[Array, Array, Array, int, int, str], Array]:
     """The NumPy reference (xp = numpy) or the JAX lowering (xp = jax.numpy)."""
 
-    def ref(indices: AnyValue, on: AnyValue, off: AnyValue, depth: int, axis: int,
-            dtype: str) -> AnyValue:
+    def ref(indices: Array, on: Array, off: Array, depth: int, axis: int, dtype: str) -> Array:
         axis %= indices.ndim + 1
         positions = xp.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
         hit = xp.expand_dims(indices, axis) == positions
@@ -224,7 +260,7 @@ def _one_hot_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -
     """out[o] = on where indices[o without the axis] == o[axis], else off."""
     indices, on, off = inputs
     shape = out_type.concrete_shape()
-    axis = attrs.axis % len(shape)
+    axis: int = attrs.axis % len(shape)
 
     def f(*o: PrimExpr) -> PrimExpr:
         i = indices[o[:axis] + o[axis + 1:]]
@@ -239,7 +275,7 @@ def _one_hot_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -
 one_hot = register(OpDef(
     "one_hot", ("indices", "on_value", "off_value"), _one_hot_rel, OpPattern.INJECTIVE,
     numpy_ref=_one_hot_reference(np),
-    jax_lower=lambda *args, **attrs: _one_hot_reference(jnp)(*args, **attrs),
+    jax_lower=_one_hot_reference(jnp),
     compute=_one_hot_compute, gradient=_one_hot_gradient,
     attrs=(Attr("depth", "int", check=lambda d: f"must be >= 0, got {d}" if d < 0 else None,
                 doc="the size of the one-hot axis"),

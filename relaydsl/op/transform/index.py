@@ -10,7 +10,7 @@ take to it, in order (repeated indices accumulate, as numpy.add.at does).
 from __future__ import annotations
 
 import math
-from typing import Any as AnyValue
+from typing import Any as AnyValue, Callable
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from relaydsl.ir.expr import Call, Expr, const as ir_const
 from relaydsl.ir.types import TensorType, Type, type_to_str
 from relaydsl.op.grad_util import static_dims, tensor_type, zeros_for
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, ops, register
+from relaydsl.op.registry import Array, ArrayModule, Attr, OpDef, OpPattern, ops, register
 from relaydsl.op.transform.common import along, as_tuple
 from relaydsl.op.transform.shape import reshape, reshape_like
 from relaydsl.te import tensor as T
@@ -62,7 +62,8 @@ def _take_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
     """out[o] = x[o before axis, position(indices[o on the index axes]), o after]."""
     x, indices = inputs
     k = indices.ndim
-    n = math.prod(x.shape) if attrs.axis is None else x.shape[attrs.axis % x.ndim]
+    given: int | None = attrs.axis
+    n = math.prod(x.shape) if given is None else x.shape[given % x.ndim]
 
     def position(i: PrimExpr) -> PrimExpr:
         return _take_position(i, n, attrs.mode)
@@ -70,7 +71,7 @@ def _take_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
     if attrs.axis is None:
         return compute(out_type.concrete_shape(),
                        lambda *o: x[unravel(position(indices[o]), x.shape)], "T_take")
-    axis = attrs.axis % x.ndim
+    axis: int = attrs.axis % x.ndim
     return compute(out_type.concrete_shape(), lambda *o: x[
         (*o[:axis], position(indices[o[axis:axis + k]]), *o[axis + k:])], "T_take")
 
@@ -83,10 +84,16 @@ _TAKE_ATTRS = (
          keyword_only=True),
 )
 
+def _take_ref(xp: ArrayModule) -> Callable[[Array, Array, int | None, str], Array]:
+    def ref(x: Array, indices: Array, axis: int | None, mode: str) -> Array:
+        return xp.take(x, indices, axis, mode=mode)
+
+    return ref
+
+
 take = register(OpDef(
     "take", ("data", "indices"), _take_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda x, indices, axis, mode: np.take(x, indices, axis, mode=mode),
-    jax_lower=lambda x, indices, axis, mode: jnp.take(x, indices, axis, mode=mode),
+    numpy_ref=_take_ref(np), jax_lower=_take_ref(jnp),
     compute=_take_compute, gradient=_take_gradient,
     attrs=_TAKE_ATTRS, doc="the elements of x at `indices` along `axis`, as numpy.take",
 ))
@@ -103,7 +110,7 @@ def _take_grad_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type
 
 
 def _taken_index(shape: tuple[int, ...], indices: AnyValue, axis: int | None, mode: str,
-                 xp: AnyValue) -> tuple:
+                 xp: ArrayModule) -> tuple[Array, ...]:
     """The index of the elements take reads (of the flattened x when axis is None)."""
     n = int(np.prod(shape)) if axis is None else shape[axis]
     i = xp.clip(indices, 0, n - 1) if mode == "clip" else xp.mod(indices, n)
@@ -112,7 +119,7 @@ def _taken_index(shape: tuple[int, ...], indices: AnyValue, axis: int | None, mo
 
 def _take_grad_numpy(g: AnyValue, indices: AnyValue, like: AnyValue, axis: int | None,
                      mode: str) -> AnyValue:
-    out = np.zeros(like.size if axis is None else like.shape, g.dtype)
+    out: Array = np.zeros(like.size if axis is None else like.shape, g.dtype)
     np.add.at(out, _taken_index(like.shape, indices, axis, mode, np), g)
     return out.reshape(like.shape)
 
@@ -133,7 +140,7 @@ def _take_grad_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType)
     """out[j] = sum over the index positions p of select(position(indices[p]) == j, g[p], 0)."""
     g, indices, like = inputs
     shape = out_type.concrete_shape()
-    axis = None if attrs.axis is None else attrs.axis % like.ndim
+    axis: int | None = None if attrs.axis is None else attrs.axis % like.ndim
     n = math.prod(shape) if axis is None else shape[axis]
     if math.prod(indices.shape) == 0:  # take read nothing
         return compute(shape, lambda *o: const(0, g.dtype), "T_take_grad")
@@ -227,7 +234,7 @@ def _strided_slice_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorT
     starts = _slice_starts(attrs, x.shape)
 
     def f(*o: PrimExpr) -> PrimExpr:
-        index = []
+        index: list[PrimExpr] = []
         for d, i in enumerate(o):
             start, step, _ = starts.get(d, (0, 1, 0))
             i = i if step == 1 else i * step
@@ -293,7 +300,8 @@ def _strided_slice_grad_compute(attrs: Attrs, inputs: list[Tensor],
         return compute(like.shape, lambda *o: const(0, g.dtype), "T_strided_slice_grad")
 
     def f(*o: PrimExpr) -> PrimExpr:
-        index, inside = [], None
+        index: list[PrimExpr] = []
+        inside: PrimExpr | None = None
         for d, i in enumerate(o):
             if d not in starts:
                 index.append(i)
@@ -348,7 +356,7 @@ def _gather_nd_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type
     return TensorType(index_shape[1:] + shape[b + m:], data.dtype)
 
 
-def _gather_positions(indices: AnyValue, dims: tuple[int, ...], xp: AnyValue) -> list:
+def _gather_positions(indices: Array, dims: tuple[int, ...], xp: ArrayModule) -> list[Array]:
     """indices[j] as positions on axis dims[j]: negative ones count from the end, then clamped
     (in int32 or int64: a narrow dtype has no room for i + n)."""
     if indices.dtype != xp.int64:
@@ -356,10 +364,10 @@ def _gather_positions(indices: AnyValue, dims: tuple[int, ...], xp: AnyValue) ->
     return [xp.clip(xp.where(i < 0, i + n, i), 0, n - 1) for i, n in zip(indices, dims)]
 
 
-def _gather_nd_reference(xp: AnyValue) -> AnyValue:
+def _gather_nd_reference(xp: ArrayModule) -> Callable[[Array, Array, int], Array]:
     """The NumPy reference (xp = numpy) or the JAX lowering (xp = jax.numpy)."""
 
-    def ref(data: AnyValue, indices: AnyValue, batch_dims: int) -> AnyValue:
+    def ref(data: Array, indices: Array, batch_dims: int) -> Array:
         b, m, k = batch_dims, indices.shape[0], indices.ndim - 1
         batch = [xp.arange(data.shape[d]).reshape((1,) * d + (-1,) + (1,) * (k - d - 1))
                  for d in range(b)]
@@ -371,7 +379,8 @@ def _gather_nd_reference(xp: AnyValue) -> AnyValue:
 def _gather_nd_gradient(call: Call, g: Expr) -> list[Expr]:
     """d gather_nd(x, i) = (take_grad(g, flat positions, x flattened on the indexed axes), 0)."""
     x, indices = call.args
-    dims, b = static_dims(x, "gather_nd"), call.attrs.batch_dims
+    dims = static_dims(x, "gather_nd")
+    b: int = call.attrs.batch_dims
     index_shape = static_dims(indices, "gather_nd")
     m, k = index_shape[0], len(index_shape) - 1
     dtype = "int64" if tensor_type(indices).dtype == "int64" else "int32"
@@ -393,7 +402,8 @@ def _gather_nd_gradient(call: Call, g: Expr) -> list[Expr]:
 def _gather_nd_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
     """out[o] = x[o's batch part, position(indices[j, o's index part]) for each j, the rest]."""
     x, indices = inputs
-    b, m, k = attrs.batch_dims, indices.shape[0], indices.ndim - 1
+    b: int = attrs.batch_dims
+    m, k = indices.shape[0], indices.ndim - 1
 
     def position(i: PrimExpr, n: int) -> PrimExpr:
         if i.dtype in ("int8", "int16", "uint8"):  # room for n - 1
@@ -410,8 +420,7 @@ def _gather_nd_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType)
 gather_nd = register(OpDef(
     "gather_nd", ("data", "indices"), _gather_nd_rel, OpPattern.INJECTIVE,
     numpy_ref=_gather_nd_reference(np),
-    jax_lower=lambda data, indices, batch_dims: _gather_nd_reference(jnp)(
-        data, indices, batch_dims),
+    jax_lower=_gather_nd_reference(jnp),
     compute=_gather_nd_compute, gradient=_gather_nd_gradient,
     attrs=(Attr("batch_dims", "int", 0,
                 check=lambda b: f"must be >= 0, got {b}" if b < 0 else None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from itertools import accumulate, pairwise
-from typing import Any as AnyValue
+from typing import Any as AnyValue, Callable, Sequence, cast
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from relaydsl.ir.expr import Call, Expr, Tuple, TupleGetItem
 from relaydsl.ir.types import AnyDim, TensorType, TupleType, Type, type_to_str
 from relaydsl.op.grad_util import END, add, arg_type, tensor_type
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
+from relaydsl.op.registry import Array, ArrayModule, Attr, OpDef, OpPattern, Traits, register
 from relaydsl.op.transform.common import along, as_tuple
 from relaydsl.op.transform.index import strided_slice, strided_slice_grad
 from relaydsl.op.transform.shape import reshape_like
@@ -46,8 +46,10 @@ def _fields(t: Type) -> int:
 
 def _tensors(inputs: list[Tensor]) -> list[Tensor]:
     """The fields of a tuple-typed argument (flattened, or still one Python tuple)."""
-    return (list(inputs[0]) if len(inputs) == 1 and isinstance(inputs[0], (tuple, list))
-            else list(inputs))
+    first = cast(object, inputs[0]) if len(inputs) == 1 else None  # (typed a Tensor)
+    if isinstance(first, (tuple, list)):
+        return list(cast("Sequence[Tensor]", first))
+    return list(inputs)
 
 
 # ---- concatenate ---------------------------------------------------------------------------
@@ -73,27 +75,30 @@ def _concatenate_gradient(call: Call, g: Expr) -> list[Expr]:
     # One input's size along the axis may be known only at run time (a sequence grown in a
     # loop): the pieces before it are cut from g's start, those after it from g's end, and
     # it is what lies between.
-    xs, axis = call.args[0], call.attrs.axis
+    xs = call.args[0]
+    axis: int = call.attrs.axis
     n = _fields(arg_type(xs))
     axis %= tensor_type(TupleGetItem(xs, 0)).ndim
     sizes = [tensor_type(TupleGetItem(xs, i)).shape[axis] for i in range(n)]
+    known = [d for d in sizes if isinstance(d, int)]
     unknown = [i for i, d in enumerate(sizes) if not isinstance(d, int)]
     if not unknown:
-        pieces = split(g, indices_or_sections=tuple(np.cumsum(sizes[:-1]).tolist()), axis=axis)
+        pieces = split(g, indices_or_sections=tuple(np.cumsum(known[:-1]).tolist()), axis=axis)
         return [Tuple(tuple(TupleGetItem(pieces, i) for i in range(n)))]
     if len(unknown) > 1:
         raise IRError(f"the gradient of concatenate takes at most one input whose size along "
                       f"axis {axis} is known only at run time; inputs {unknown[0]} and "
                       f"{unknown[1]} are of sizes {sizes[unknown[0]]} and {sizes[unknown[1]]}")
-    k = unknown[0]
+    k = unknown[0]  # the one unknown size: known[:k] are the sizes before it, known[k:] after
     # [begin, end) of each piece along the axis, an end counted from g's end when negative
-    bounds, at = [], 0
-    for d in sizes[:k]:
+    bounds: list[tuple[int, int]] = []
+    at = 0
+    for d in known[:k]:
         bounds.append((at, at + d))
         at += d
-    after = sum(sizes[k + 1:])
+    after = sum(known[k:])
     bounds.append((at, -after if after else END))
-    for d in sizes[k + 1:]:
+    for d in known[k:]:
         bounds.append((-after, -(after - d) if after - d else END))
         after -= d
     pieces = [strided_slice(g, begin=(b,), end=(e,), axes=(axis,)) for b, e in bounds]
@@ -104,7 +109,7 @@ def _concatenate_gradient(call: Call, g: Expr) -> list[Expr]:
 def _concatenate_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
     """out[o] = the input holding position o[axis], read at o[axis] less that input's start."""
     ts = _tensors(inputs)
-    axis = attrs.axis % ts[0].ndim
+    axis: int = attrs.axis % ts[0].ndim
     ts = [t for t in ts if t.shape[axis]] or ts[:1]  # an empty piece adds nothing
     ends = list(accumulate(t.shape[axis] for t in ts))
 
@@ -122,10 +127,16 @@ def _concatenate_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorTyp
     return compute(out_type.concrete_shape(), f, "T_concatenate")
 
 
+def _concatenate_ref(xp: ArrayModule) -> Callable[[tuple[Array, ...], int], Array]:
+    def ref(data: tuple[Array, ...], axis: int) -> Array:
+        return xp.concatenate(data, axis)
+
+    return ref
+
+
 concatenate = register(OpDef(
     "concatenate", ("data",), _concatenate_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda data, axis: np.concatenate(data, axis),
-    jax_lower=lambda data, axis: jnp.concatenate(data, axis),
+    numpy_ref=_concatenate_ref(np), jax_lower=_concatenate_ref(jnp),
     compute=_concatenate_compute, gradient=_concatenate_gradient,
     attrs=(Attr("axis", "int", 0, doc="the axis to join along"),),
     doc="the tensors of a tuple joined along an existing axis",
@@ -164,7 +175,7 @@ def _split_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
 
 
 def _split_reference(x: AnyValue, indices_or_sections: int | tuple[int, ...],
-                     axis: int) -> tuple:
+                     axis: int) -> tuple[AnyValue, ...]:
     return tuple(x[along(axis, x.ndim, s)] for s in _pieces(x.shape[axis], indices_or_sections))
 
 
@@ -183,11 +194,12 @@ def _split_compute(attrs: Attrs, inputs: list[Tensor],
                    out_type: TupleType) -> tuple[Tensor, ...]:
     """One tensor per piece (numpy.split's), reading x shifted by the piece's start."""
     (x,) = inputs
-    axis, how = attrs.axis % x.ndim, attrs.indices_or_sections
+    axis: int = attrs.axis % x.ndim
+    how: int | tuple[int, ...] = attrs.indices_or_sections
     size = x.shape[axis]
     cuts = ([size // how * i for i in range(how + 1)] if isinstance(how, int)
             else [0, *as_tuple(how), size])
-    pieces = []
+    pieces: list[Tensor] = []
     for n, (lo, hi) in enumerate(pairwise(cuts)):
         start, stop, _ = slice(lo, hi).indices(size)
 
@@ -205,7 +217,7 @@ def _split_arity(attrs: Attrs) -> int | None:
     if isinstance(how, int):
         return how
     if isinstance(how, (tuple, list)):
-        return len(how) + 1
+        return len(cast("Sequence[object]", how)) + 1  # (isinstance leaves its items unknown)
     return None
 
 
@@ -239,7 +251,8 @@ def _stack_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
 
 def _stack_gradient(call: Call, g: Expr) -> list[Expr]:
     """d stack(xs) = (the slices of g along the new axis, each squeezed,)."""
-    xs, axis = call.args[0], call.attrs.axis
+    xs = call.args[0]
+    axis: int = call.attrs.axis
     n = _fields(arg_type(xs))
     pieces = split(g, indices_or_sections=n, axis=axis)
     return [Tuple(tuple(squeeze(TupleGetItem(pieces, i), axis=(axis,)) for i in range(n)))]
@@ -248,7 +261,7 @@ def _stack_gradient(call: Call, g: Expr) -> list[Expr]:
 def _stack_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> Tensor:
     """out[o] = the input numbered o[axis], read at o without the new axis."""
     ts = _tensors(inputs)
-    axis = attrs.axis % (ts[0].ndim + 1)
+    axis: int = attrs.axis % (ts[0].ndim + 1)
 
     def f(*o: PrimExpr) -> PrimExpr:
         rest = o[:axis] + o[axis + 1:]
@@ -260,10 +273,16 @@ def _stack_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> 
     return compute(out_type.concrete_shape(), f, "T_stack")
 
 
+def _stack_ref(xp: ArrayModule) -> Callable[[tuple[Array, ...], int], Array]:
+    def ref(data: tuple[Array, ...], axis: int) -> Array:
+        return xp.stack(data, axis)
+
+    return ref
+
+
 stack = register(OpDef(
     "stack", ("data",), _stack_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda data, axis: np.stack(data, axis),
-    jax_lower=lambda data, axis: jnp.stack(data, axis),
+    numpy_ref=_stack_ref(np), jax_lower=_stack_ref(jnp),
     compute=_stack_compute, gradient=_stack_gradient,
     attrs=(Attr("axis", "int", 0, doc="the position of the new axis, in -ndim-1 .. ndim"),),
     doc="the equally shaped tensors of a tuple joined along a new axis",

@@ -27,7 +27,7 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import Dim, TensorType, Type, type_to_str
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, register
+from relaydsl.op.registry import Array, Attr, OpDef, OpPattern, register
 from relaydsl.te.expr import PrimExpr
 from relaydsl.te.tensor import Tensor, compute
 from relaydsl.typing.relations import RelationContext, shape_of, tensor_arg
@@ -96,7 +96,7 @@ class Layout:
 
     def primal_sizes(self, shape: tuple[AnyValue, ...]) -> dict[str, AnyValue]:
         """The primal axes' sizes of a tensor of this layout with dims `shape`."""
-        sizes = {}
+        sizes: dict[str, AnyValue] = {}
         for a in self.primal:
             d = shape[self.position(a)]
             k = self.factor(a)
@@ -200,11 +200,17 @@ def _layout_transform_compute(attrs: Attrs, inputs: list[Tensor],
     return compute(out_type.concrete_shape(), f, "T_layout_transform")
 
 
+def _layout_transform_numpy(x: Array, src_layout: str, dst_layout: str) -> Array:
+    return np.ascontiguousarray(transform_array(x, src_layout, dst_layout, np))
+
+
+def _layout_transform_jax(x: Array, src_layout: str, dst_layout: str) -> Array:
+    return transform_array(x, src_layout, dst_layout, jnp)
+
+
 layout_transform = register(OpDef(
     "layout_transform", ("data",), _layout_transform_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda x, src_layout, dst_layout: np.ascontiguousarray(
-        transform_array(x, src_layout, dst_layout, np)),
-    jax_lower=lambda x, src_layout, dst_layout: transform_array(x, src_layout, dst_layout, jnp),
+    numpy_ref=_layout_transform_numpy, jax_lower=_layout_transform_jax,
     compute=_layout_transform_compute, gradient=_layout_transform_gradient,
     attrs=(Attr("src_layout", "str", check=_layout_check, doc="the input's layout, e.g. NCHW"),
            Attr("dst_layout", "str", check=_layout_check,

@@ -7,7 +7,7 @@ removes the dims known to be 1 and keeps symbolic ones (as TVM does).
 """
 from __future__ import annotations
 
-from typing import TypeVar as TypeVariable
+from typing import Callable, TypeVar as TypeVariable
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import AnyDim, Dim, TensorType, Type, type_to_str
 from relaydsl.op.grad_util import collapse, norm_axes, static_dims, sum_, tensor_type, zeros_for
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, register
+from relaydsl.op.registry import Array, ArrayModule, Attr, OpDef, OpPattern, Traits, register
 from relaydsl.op.transform.common import as_tuple, shape_attr
 from relaydsl.te.expr import PrimExpr, const
 from relaydsl.te.indexing import norm_axes as te_norm_axes, ravel, unravel
@@ -68,10 +68,16 @@ def reshape_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) ->
                                                              x.shape[kept:]))], "T_reshape")
 
 
+def _reshape_ref(xp: ArrayModule) -> Callable[[Array, tuple[int, ...]], Array]:
+    def ref(x: Array, newshape: tuple[int, ...]) -> Array:
+        return xp.reshape(x, newshape)
+
+    return ref
+
+
 reshape = register(OpDef(
     "reshape", ("data",), _reshape_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda x, newshape: np.reshape(x, newshape),
-    jax_lower=lambda x, newshape: jnp.reshape(x, newshape),
+    numpy_ref=_reshape_ref(np), jax_lower=_reshape_ref(jnp),
     compute=reshape_compute, gradient=_reshape_gradient,
     attrs=(Attr("newshape", "ints", check=_newshape_check,
                 doc="the new shape; one -1 is inferred from the size"),),
@@ -97,10 +103,16 @@ def _reshape_like_gradient(call: Call, g: Expr) -> list[Expr]:
     return [reshape_like(g, x), zeros_for(like)]
 
 
+def _reshape_like_ref(xp: ArrayModule) -> Callable[[Array, Array], Array]:
+    def ref(x: Array, like: Array) -> Array:
+        return xp.reshape(x, like.shape)
+
+    return ref
+
+
 reshape_like = register(OpDef(
     "reshape_like", ("data", "like"), _reshape_like_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda x, like: np.reshape(x, like.shape),
-    jax_lower=lambda x, like: jnp.reshape(x, like.shape),
+    numpy_ref=_reshape_like_ref(np), jax_lower=_reshape_like_ref(jnp),
     compute=reshape_compute, gradient=_reshape_like_gradient,
     doc="the elements of x, in row-major order, with the shape of `like` (symbolic dims too)",
 ))
@@ -148,10 +160,16 @@ def _transpose_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType)
     return compute(out_type.concrete_shape(), f, "T_transpose")
 
 
+def _transpose_ref(xp: ArrayModule) -> Callable[[Array, tuple[int, ...] | None], Array]:
+    def ref(x: Array, axes: tuple[int, ...] | None) -> Array:
+        return xp.transpose(x, _transpose_axes(axes))
+
+    return ref
+
+
 transpose = register(OpDef(
     "transpose", ("data",), _transpose_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda x, axes: np.transpose(x, _transpose_axes(axes)),
-    jax_lower=lambda x, axes: jnp.transpose(x, _transpose_axes(axes)),
+    numpy_ref=_transpose_ref(np), jax_lower=_transpose_ref(jnp),
     compute=_transpose_compute, gradient=_transpose_gradient,
     attrs=(Attr("axes", "optional_ints", None, doc="output axis i is input axis axes[i]; "
                 "None reverses the axes"),),
@@ -194,10 +212,16 @@ def _expand_dims_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorTyp
                    "T_expand_dims")
 
 
+def _expand_dims_ref(xp: ArrayModule) -> Callable[[Array, int, int], Array]:
+    def ref(x: Array, axis: int, num_newaxis: int) -> Array:
+        return xp.reshape(x, _expanded(x.shape, axis, num_newaxis))
+
+    return ref
+
+
 expand_dims = register(OpDef(
     "expand_dims", ("data",), _expand_dims_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda x, axis, num_newaxis: np.reshape(x, _expanded(x.shape, axis, num_newaxis)),
-    jax_lower=lambda x, axis, num_newaxis: jnp.reshape(x, _expanded(x.shape, axis, num_newaxis)),
+    numpy_ref=_expand_dims_ref(np), jax_lower=_expand_dims_ref(jnp),
     compute=_expand_dims_compute, gradient=_expand_dims_gradient,
     attrs=(Attr("axis", "int", doc="where the new axes go, in -ndim-1 .. ndim"),
            Attr("num_newaxis", "int", 1, lambda n: "must be >= 0" if n < 0 else None,
@@ -242,10 +266,16 @@ def _squeeze_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -
     return compute(out_type.concrete_shape(), f, "T_squeeze")
 
 
+def _squeeze_ref(xp: ArrayModule) -> Callable[[Array, tuple[int, ...] | None], Array]:
+    def ref(x: Array, axis: tuple[int, ...] | None) -> Array:
+        return xp.squeeze(x, axis)
+
+    return ref
+
+
 squeeze = register(OpDef(
     "squeeze", ("data",), _squeeze_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda x, axis: np.squeeze(x, axis),
-    jax_lower=lambda x, axis: jnp.squeeze(x, axis),
+    numpy_ref=_squeeze_ref(np), jax_lower=_squeeze_ref(jnp),
     compute=_squeeze_compute, gradient=_squeeze_gradient,
     attrs=(Attr("axis", "optional_ints", None, doc="size-1 axes to remove; None removes all"),),
     doc="x without the size-1 axes `axis` (all size-1 axes by default)",
@@ -278,10 +308,16 @@ def _broadcast_to_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorTy
     return compute(out_type.concrete_shape(), lambda *o: broadcast_read(x, o), "T_broadcast_to")
 
 
+def _broadcast_to_ref(xp: ArrayModule) -> Callable[[Array, tuple[int, ...]], Array]:
+    def ref(x: Array, shape: tuple[int, ...]) -> Array:
+        return xp.broadcast_to(x, shape)
+
+    return ref
+
+
 broadcast_to = register(OpDef(
     "broadcast_to", ("data",), _broadcast_to_rel, OpPattern.BROADCAST,
-    numpy_ref=lambda x, shape: np.broadcast_to(x, shape),
-    jax_lower=lambda x, shape: jnp.broadcast_to(x, shape),
+    numpy_ref=_broadcast_to_ref(np), jax_lower=_broadcast_to_ref(jnp),
     compute=_broadcast_to_compute, gradient=_broadcast_to_gradient,
     attrs=(shape_attr("the target shape"),),
     doc="x broadcast (NumPy rules) to `shape`",
@@ -322,7 +358,7 @@ def _tile_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
     lead = len(shape) - x.ndim
 
     def f(*o: PrimExpr) -> PrimExpr:
-        index = []
+        index: list[PrimExpr] = []
         for i, n in enumerate(x.shape):
             at = o[lead + i]
             index.append(const(0) if n == 1 else at if shape[lead + i] == n else at % n)
@@ -331,10 +367,16 @@ def _tile_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -> T
     return compute(shape, f, "T_tile")
 
 
+def _tile_ref(xp: ArrayModule) -> Callable[[Array, tuple[int, ...]], Array]:
+    def ref(x: Array, reps: tuple[int, ...]) -> Array:
+        return xp.tile(x, reps)
+
+    return ref
+
+
 tile = register(OpDef(
     "tile", ("data",), _tile_rel, OpPattern.INJECTIVE,
-    numpy_ref=lambda x, reps: np.tile(x, reps),
-    jax_lower=lambda x, reps: jnp.tile(x, reps),
+    numpy_ref=_tile_ref(np), jax_lower=_tile_ref(jnp),
     compute=_tile_compute, gradient=_tile_gradient,
     attrs=(Attr("reps", "ints",
                 check=lambda r: f"must be >= 0, got {r}" if any(v < 0 for v in r) else None,

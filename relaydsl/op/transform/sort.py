@@ -10,7 +10,7 @@ second): O(n**2) per row, which suits the short rows topk meets (classes, anchor
 """
 from __future__ import annotations
 
-from typing import Any as AnyValue
+from typing import Any as AnyValue, Callable
 
 import numpy as np
 
@@ -19,7 +19,9 @@ from relaydsl.ir.expr import Call, Expr, TupleGetItem, const as ir_const
 from relaydsl.ir.types import TensorType, TupleType, Type, type_to_str
 from relaydsl.op.grad_util import static_dims, sum_, tensor_type, zeros_for
 from relaydsl.op.lazy_jax import jnp
-from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
+from relaydsl.op.registry import (
+    Array, ArrayModule, Attr, OpDef, OpPattern, Traits, ops, register,
+)
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import FLOAT_DTYPES, PrimExpr, cast, const, equal, not_equal, select
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
@@ -59,11 +61,11 @@ def _order(x: AnyValue, axis: int, is_ascend: bool, argsort: AnyValue, xp: AnyVa
     return (n - 1) - xp.flip(argsort(xp.flip(x, axis), axis), axis)
 
 
-def _topk_reference(xp: AnyValue, argsort: AnyValue) -> AnyValue:
+def _topk_reference(xp: ArrayModule, argsort: Callable[[Array, int], Array]
+                    ) -> Callable[[Array, int, int, str, bool, str], Array]:
     """The NumPy reference (xp = numpy) or the JAX lowering (xp = jax.numpy)."""
 
-    def ref(x: AnyValue, k: int, axis: int, ret_type: str, is_ascend: bool,
-            dtype: str) -> AnyValue:
+    def ref(x: Array, k: int, axis: int, ret_type: str, is_ascend: bool, dtype: str) -> Array:
         axis %= x.ndim
         order = _order(x, axis, is_ascend, argsort, xp)
         top = xp.take(order, xp.arange(_kept(k, x.shape[axis])), axis=axis)
@@ -79,7 +81,7 @@ def _topk_gradient(call: Call, g: Expr) -> list[Expr]:
     if a.ret_type == "indices":
         return [zeros_for(x)]
     g_values = TupleGetItem(g, 0) if a.ret_type == "both" else g
-    axis = a.axis % tensor_type(x).ndim
+    axis: int = a.axis % tensor_type(x).ndim
     n = static_dims(x, "topk")[axis]
     indices = topk(x, a.k, a.axis, "indices", a.is_ascend, "int32")
     dtype = tensor_type(x).concrete_dtype()
@@ -106,11 +108,11 @@ def _topk_compute(attrs: Attrs, inputs: list[Tensor],
                   out_type: Type) -> Tensor | tuple[Tensor, Tensor]:
     """rank[j] = #{i before j}; position[p] = the j of rank p; values[p] = x[position[p]]."""
     (x,) = inputs
-    axis = attrs.axis % x.ndim
+    axis: int = attrs.axis % x.ndim
     n = x.shape[axis]
     shape = (*x.shape[:axis], _kept(attrs.k, n), *x.shape[axis + 1:])
 
-    def at(o: tuple, i: PrimExpr) -> tuple:
+    def at(o: tuple[PrimExpr, ...], i: PrimExpr) -> tuple[PrimExpr, ...]:
         return (*o[:axis], i, *o[axis + 1:])
 
     if n == 0:  # nothing to order: the results are empty
@@ -136,8 +138,7 @@ def _topk_compute(attrs: Attrs, inputs: list[Tensor],
 topk = register(OpDef(
     "topk", ("data",), _topk_rel, OpPattern.OPAQUE,
     numpy_ref=_topk_reference(np, lambda x, axis: np.argsort(x, axis=axis, kind="stable")),
-    jax_lower=lambda x, **attrs: _topk_reference(
-        jnp, lambda v, axis: jnp.argsort(v, axis=axis, stable=True))(x, **attrs),
+    jax_lower=_topk_reference(jnp, lambda v, axis: jnp.argsort(v, axis=axis, stable=True)),
     compute=_topk_compute, gradient=_topk_gradient,
     attrs=(Attr("k", "int", 1, doc="how many to keep; k < 1 keeps the whole axis"),
            Attr("axis", "int", -1, doc="the axis to order"),
