@@ -146,3 +146,26 @@ def emit_im2col_packer(geo: ConvGeometry):
         return fn
 
     return emit
+
+
+def int_im2col_element(geo: ConvGeometry):
+    """An igemm.emit_int_gemm `load_b` hook: ``col[k, p]`` of one image group, read from the
+    image (an integer element; 0 in the padding)."""
+
+    def load(g: Gen, src: ir.Value, p: ir.Value, k: ir.Value) -> ir.Value:
+        b = g.b
+        et = src.type.pointee
+        (sh, sw), (dh, dw) = geo.strides, geo.dilation
+        top, left = geo.pads[:2]
+        khw = geo.kh * geo.kw
+        oy, ox = b.udiv(p, c64(geo.ow)), b.urem(p, c64(geo.ow))
+        c, r = b.udiv(k, c64(khw)), b.urem(k, c64(khw))
+        ky, kx = b.udiv(r, c64(geo.kw)), b.urem(r, c64(geo.kw))
+        iy = b.sub(b.add(b.mul(oy, c64(sh)), b.mul(ky, c64(dh))), c64(top))
+        ix = b.sub(b.add(b.mul(ox, c64(sw)), b.mul(kx, c64(dw))), c64(left))
+        inside = b.and_(b.icmp_unsigned("<", iy, c64(geo.h)), b.icmp_unsigned("<", ix, c64(geo.w)))
+        off = b.add(b.mul(b.add(b.mul(c, c64(geo.h)), iy), c64(geo.w)), ix)
+        val = b.load(g.at(src, b.select(inside, off, c64(0))), align=1)
+        return b.select(inside, val, ir.Constant(et, 0))
+
+    return load

@@ -1,0 +1,549 @@
+"""An integer GEMM (int8/uint8 x int8, int16 x int16, summed in int32) on the CPU's dot-product
+instructions, specialised to one static shape.
+
+For every batch index ``b`` it computes, as gemm.py does for float32 (same ``GemmSpec``,
+same parallel units, same BLIS loop nest),
+
+    C[b][m, n] = sum_k A[b][m, k] * B[b][k, n]      (exact in int32, then truncated to C's type)
+
+**Instructions** (``Isa``, chosen from the CPU's features by ``select_isa``; tests force the
+others): ``avx512vnni`` (``vpdpbusd``/``vpdpwssd`` on zmm, 16 int32 lanes), ``avxvnni`` (the
+same on ymm: AVX-VNNI, or AVX-512 VNNI with VL), ``generic`` (plain LLVM IR: widen, multiply,
+add; whatever SIMD the CPU has, e.g. ``vpmaddwd`` on AVX2). One instruction multiplies groups
+of G = 4 bytes (G = 2 int16) of A and B and adds the G products to an int32 lane.
+
+``vpdpbusd`` multiplies *unsigned* bytes by signed bytes. uint8 A goes in as it is; for
+int8 A the packer stores ``a ^ 0x80 = a + 128`` (unsigned), and since
+``sum (a + 128) b = sum a b + 128 sum b`` the B packer also stores each panel's column
+sums, which the micro-kernel subtracts (shifted by 7) once per K block. ``vpdpwssd`` is
+signed x signed and needs nothing of the kind.
+
+**Accumulator overflow.** Accumulators are int32 whatever C's type: the exact sum of
+products reduced mod 2^32, i.e. what NumPy and the interpreter compute in int32 (int16 x
+int16 products can only reach 2^31 when both are -32768: that wraps to -2^31 there too).
+An int16 (8/16 scheme) or int8 C is the int32 sum truncated, which equals the reference's
+sum wrapping in int16 (arithmetic mod 2^16 commutes with truncation). So the kernel can
+neither saturate nor differ from the reference: the saturating ``vpmaddubsw`` (int16
+intermediate sums; the overflow OpenVINO warns of on CPUs without VNNI) is never used.
+
+**Layouts.** K is split into blocks of KC (a multiple of G); a block's ``kq = ceil(kc/G)``
+groups. A packed A micro-panel of MR rows holds element ``(q, i, g)`` at ``(q*MR + i)*G + g``
+(the G elements of one row's group are one 32-bit word, broadcast to every lane); a packed
+B micro-panel of NR columns ``(q, j, g)`` at ``(q*NR + j)*G + g`` (VL columns' groups are
+one vector), then, with int8 A, its NR int32 column sums. Elements past K or past the
+operand's rows/columns are 0.
+
+The kernel, its packers, block loop and micro-kernel are internal functions of the caller's
+module, specialised to the shape's constants (int8 models have few distinct GEMM shapes, so
+unlike gemm_library.py nothing is shared between kernels)::
+
+    define void @name(i8* noalias %out, i8* noalias %in0, i8* noalias %in1, i64 %begin, i64 %end)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import llvmlite.ir as ir
+
+from relaydsl.backend.llvm.templates.gemm import GemmKernel, GemmSpec, choose_split
+from relaydsl.backend.llvm.templates.irgen import I1, I8, I32, I64, VOID, Gen, c32, c64
+
+P8 = I8.as_pointer()
+ISAS = ("avx512vnni", "avxvnni", "generic")
+_WIDTH = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32}
+
+
+@dataclass(frozen=True)
+class IntTypes:
+    """The element types of A, B and C (NumPy names)."""
+
+    a: str
+    b: str
+    c: str
+
+    @property
+    def element_bits(self) -> int:
+        return _WIDTH[self.b]
+
+    @property
+    def group(self) -> int:
+        """G: elements of one dot-product group (one 32-bit word)."""
+        return 32 // self.element_bits
+
+    @property
+    def offset_a(self) -> bool:
+        """int8 A and B through vpdpbusd: A stored + 128 (unsigned), B's column sums
+        correct it."""
+        return self.a == "int8" and self.b == "int8"
+
+
+def int_types(a: str, b: str, c: str) -> IntTypes | None:
+    """The supported combinations: int8 with int8, uint8 with int8 (either way round), int16
+    with int16, summed into int32, int16 or int8 (the wrapped int32 sum). None otherwise."""
+    if (a, b) not in (("int8", "int8"), ("uint8", "int8"), ("int8", "uint8"), ("int16", "int16")):
+        return None
+    if c not in ("int32", "int16", "int8"):
+        return None
+    return IntTypes(a, b, c)
+
+
+@dataclass(frozen=True)
+class Isa:
+    """The instruction set a kernel is written for, and its register blocking."""
+
+    name: str  # one of ISAS
+    vl: int  # int32 lanes of a vector
+    mr: int
+    nr: int
+
+    @property
+    def register(self) -> str:
+        """The vector registers its dot products use (in assembly)."""
+        return "zmm" if self.vl == 16 else "ymm"
+
+    def __post_init__(self) -> None:
+        if self.name not in ISAS or self.nr % self.vl:
+            raise ValueError(f"bad integer GEMM ISA {self}")
+
+
+def select_isa(features: str, vector_bits: int) -> Isa:
+    """The best ISA a CPU with LLVM `features` (``"+avx512vnni,..."``) runs, for vectors of
+    `vector_bits` (the target's chosen width: 256 on a CPU with AVX-512 means ymm).
+
+    >>> select_isa("+avx512f,+avx512vnni,+avx512vl,+avxvnni", 512).name
+    'avx512vnni'
+    >>> select_isa("+avx512f,+avx512vnni,+avx512vl", 256).name
+    'avxvnni'
+    >>> select_isa("+avx2,+fma", 256).name
+    'generic'
+    """
+    flags = set(features.split(","))
+    if vector_bits >= 512 and {"+avx512f", "+avx512vnni"} <= flags:
+        # 28 zmm accumulators + 2 B vectors; A's group is an embedded broadcast operand
+        return Isa("avx512vnni", 16, 14, 32)
+    if "+avxvnni" in flags or {"+avx512vnni", "+avx512vl"} <= flags:
+        return Isa("avxvnni", 8, 6, 16)  # 12 ymm accumulators + 2 B + 1 broadcast
+    return Isa("generic", 8, 4, 16)
+
+
+def host_isa() -> Isa:
+    from relaydsl.backend.llvm.jit import host_target
+
+    target = host_target()
+    return select_isa(target.features, target.vector_bits)
+
+
+@dataclass(frozen=True)
+class IntBlocking:
+    """Cache blocking in elements: KC a multiple of G."""
+
+    kc: int
+    mc: int
+    nc: int
+
+
+def default_blocking(isa: Isa, types: IntTypes) -> IntBlocking:
+    # KC x NR B micro-panel: 16 KiB in L1; MC x KC A block ~64 KiB and KC x NC B block
+    # 512 KiB in L2 (2 MiB on Intel Xeons with AMX, 1 MiB on Zen 4/5)
+    kc = 512 if types.element_bits == 8 else 256
+    return IntBlocking(kc=kc, mc=isa.mr * max(1, 126 // isa.mr), nc=1024)
+
+
+# A B packer source: (gen, src, x, k) -> the element (column x, depth k) of this batch
+# entry's B as an iE value, for x < N and k < K (conv2d's implicit im2col; None: strided).
+ElementLoad = Callable[[Gen, ir.Value, ir.Value, ir.Value], ir.Value]
+
+
+def emit_int_gemm(module: ir.Module, name: str, spec: GemmSpec, types: IntTypes,
+                  isa: Isa | None = None, blocking: IntBlocking | None = None,
+                  load_b: ElementLoad | None = None) -> GemmKernel:
+    """Defines ``void @name(i8* noalias out, i8* noalias in0, i8* noalias in1, i64 begin,
+    i64 end)`` computing units [begin, end) of the returned kernel's ``parallel_extent``."""
+    isa = isa or host_isa()
+    bl = blocking or default_blocking(isa, types)
+    g_ = types.group
+    if bl.kc % g_ or min(spec.m, spec.n, spec.k) < 1:
+        raise ValueError(f"bad integer GEMM blocking {bl} for {types}")
+    mr, nr = isa.mr, isa.nr
+    split = choose_split(spec, _as_float_blocking(isa))
+    units = -(-spec.m // mr) if split == "M" else -(-spec.n // nr)
+    nk = -(-spec.k // bl.kc)
+    kc_max = _ceil(_ceil(spec.k, nk), g_) * g_  # balanced K blocks, whole groups
+    mc_max = min(bl.mc, -(-spec.m // mr) * mr)
+    nc_max = min(bl.nc, -(-spec.n // nr) * nr)
+    e = types.element_bits // 8
+    sums = 4 * nr if types.offset_a else 0
+    a_panel = kc_max * mr * e  # bytes of one packed micro-panel
+    b_panel = kc_max * nr * e + sums
+    parts = _Parts(module, name, spec, types, isa, kc_max, a_panel, b_panel, load_b)
+    block = parts.block(mc_max, nc_max)
+
+    fn = _function(module, name, [P8, P8, P8, I64, I64], internal=False)
+    out, in0, in1, begin, end = fn.args
+    g = Gen(module, fn)
+    b = g.b
+    ap = _stack(g, mc_max // mr * a_panel, "packed_a")
+    bp = _stack(g, nc_max // nr * b_panel, "packed_b")
+    inputs = (in0, in1)
+    ea, eb, ec = (_WIDTH[t] // 8 for t in (types.a, types.b, types.c))
+    work, skip = g.block("work"), g.block("skip")
+    b.cbranch(b.icmp_signed("<", begin, end), work, skip)
+    b.position_at_end(skip)
+    b.ret_void()
+    b.position_at_end(work)
+
+    def call_block(bi: ir.Value | None, lo: ir.Value, hi: ir.Value) -> None:
+        offs = [c64(0), c64(0), c64(0)]
+        rest = bi
+        for d in reversed(range(len(spec.batch))):
+            size = spec.batch[d]
+            idx = b.srem(rest, c64(size)) if d else rest
+            rest = b.sdiv(rest, c64(size))
+            for o, strides in enumerate((spec.a_batch_strides, spec.b_batch_strides,
+                                         spec.c_batch_strides)):
+                offs[o] = g.add(offs[o], g.mul(idx, strides[d]))
+        if split == "M":
+            r0, r1 = g.mul(lo, mr), g.min(g.mul(hi, mr), spec.m)
+            c0, c1 = c64(0), c64(spec.n)
+        else:
+            r0, r1 = c64(0), c64(spec.m)
+            c0, c1 = g.mul(lo, nr), g.min(g.mul(hi, nr), spec.n)
+        b.call(block, [g.at(inputs[spec.a_input], g.mul(offs[0], ea)),
+                       g.at(inputs[spec.b_input], g.mul(offs[1], eb)),
+                       g.at(out, g.mul(offs[2], ec)), r0, r1, c0, c1, ap, bp])
+
+    if not spec.batch:
+        call_block(None, begin, end)
+    else:
+        rr = c64(units)
+        b_first = b.sdiv(begin, rr)
+        b_stop = b.add(b.sdiv(b.sub(end, c64(1)), rr), c64(1))
+        with g.loop(b_first, b_stop, name="batch") as bi:
+            first_unit = b.mul(bi, rr)
+            call_block(bi, g.max(b.sub(begin, first_unit), 0),
+                       g.min(b.sub(end, first_unit), units))
+    b.ret_void()
+    return GemmKernel(fn, spec.batch_size * units, spec.flops)
+
+
+def _ceil(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def _as_float_blocking(isa: Isa):
+    from relaydsl.backend.llvm.templates.gemm import Blocking
+
+    return Blocking(vl=isa.vl, mr=isa.mr, nr=isa.nr)
+
+
+def _function(module: ir.Module, name: str, args: list[ir.Type], internal: bool = True
+              ) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(VOID, args), name)
+    if internal:
+        fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    for arg in fn.args:
+        if isinstance(arg.type, ir.PointerType):
+            arg.add_attribute("noalias")
+    return fn
+
+
+def _stack(g: Gen, nbytes: int, name: str) -> ir.Value:
+    """A 64-byte aligned stack buffer of `nbytes` bytes, allocated in the entry block."""
+    b = g.b
+    with b.goto_entry_block():
+        b.position_at_start(g.fn.entry_basic_block)
+        buf = b.alloca(ir.ArrayType(I8, max(1, nbytes)), name=name)
+        buf.align = 64
+        ptr = b.bitcast(buf, P8)
+    return ptr
+
+
+def _int(dtype: str) -> ir.IntType:
+    return ir.IntType(_WIDTH[dtype])
+
+
+class _Parts:
+    """The kernel's internal functions: packers, micro-kernel, block loop."""
+
+    def __init__(self, module: ir.Module, name: str, spec: GemmSpec, types: IntTypes, isa: Isa,
+                 kc_max: int, a_panel: int, b_panel: int, load_b: ElementLoad | None):
+        self.module, self.name, self.spec, self.types, self.isa = module, name, spec, types, isa
+        self.kc_max, self.a_panel, self.b_panel = kc_max, a_panel, b_panel
+        self.load_b = load_b
+        self.et = _int(types.b)  # A and B have the same width
+        self.e = types.element_bits // 8
+
+    # ---- the dot product of one group -----------------------------------------------------
+
+    def dot(self, b: ir.IRBuilder, acc: ir.Value, a: ir.Value, bv: ir.Value) -> ir.Value:
+        """acc[l] + sum_g a[l, g] * bv[l, g]: `a`, `bv` are <VL*G x iE>, acc <VL x i32>."""
+        isa, types = self.isa, self.types
+        vl, g_ = isa.vl, types.group
+        acc_t = ir.VectorType(I32, vl)
+        op_t = ir.VectorType(self.et, vl * g_)
+        if isa.name != "generic":
+            op = "vpdpbusd" if types.element_bits == 8 else "vpdpwssd"
+            bits = 32 * vl
+            fn = _declare(self.module, f"llvm.x86.avx512.{op}.{bits}",
+                          ir.FunctionType(acc_t, [acc_t, op_t, op_t]))
+            # the unsigned operand first: uint8 A or B as it is, int8 A + 128 (offset_a)
+            return b.call(fn, [acc, bv, a] if types.b == "uint8" else [acc, a, bv])
+        wide = ir.VectorType(I32, vl * g_)
+
+        def ext(x: ir.Value, dtype: str) -> ir.Value:
+            return b.zext(x, wide) if dtype == "uint8" else b.sext(x, wide)
+
+        prod = b.mul(ext(a, types.a), ext(bv, types.b))
+        for j in range(g_):
+            lanes = ir.Constant(ir.VectorType(I32, vl), [lane * g_ + j for lane in range(vl)])
+            acc = b.add(acc, b.shuffle_vector(prod, ir.Constant(wide, ir.Undefined), lanes))
+        return acc
+
+    @property
+    def offset(self) -> bool:
+        """Whether A is stored + 128 and B carries column sums (vpdpbusd with int8 A)."""
+        return self.types.offset_a and self.isa.name != "generic"
+
+    # ---- packing ----------------------------------------------------------------------------
+
+    def packer(self, which: str) -> ir.Function:
+        """``void (dst, src, x0, nx, k0, kc)``: ceil(nx/W) micro-panels of rows (A) or columns
+        (B) [x0, x0+nx), depth [k0, k0+kc), zero-padded to W and to whole groups."""
+        spec, g_ = self.spec, self.types.group
+        width = self.isa.mr if which == "a" else self.isa.nr
+        s_x, s_k = spec.a_strides if which == "a" else spec.b_strides[::-1]
+        custom = self.load_b if which == "b" else None
+        fn = _function(self.module, f"{self.name}.pack_{which}", [P8, P8, I64, I64, I64, I64])
+        dst, src, x0, nx, k0, kc = fn.args
+        g = Gen(self.module, fn)
+        b = g.b
+        et = self.et
+        esrc = b.bitcast(src, et.as_pointer())
+        kq = b.sdiv(b.add(kc, c64(g_ - 1)), c64(g_))
+        # bytes of a micro-panel per row (A) or column (B): its groups, and a column's sum
+        per_x = b.add(b.mul(kq, c64(4)), c64(4 if which == "b" and self.offset else 0))
+        xor = which == "a" and self.offset
+        with g.loop(0, nx, width, "t") as t:
+            d = g.at(dst, b.mul(t, per_x))
+            ed = b.bitcast(d, et.as_pointer())
+            nvalid = g.min(b.sub(nx, t), width)
+            x_t = b.add(x0, t)
+            fast = custom is None and s_k == 1
+            if fast:  # whole groups are contiguous in the source: one 32-bit word each
+                full = b.and_(b.icmp_signed("==", nvalid, c64(width)),
+                              b.icmp_signed("==", b.srem(kc, c64(g_)), c64(0)))
+                words, elements = g.block("words"), g.block("elements")
+                join = g.block("join")
+                b.cbranch(full, words, elements)
+                b.position_at_end(words)
+                wdst = b.bitcast(d, I32.as_pointer())
+                with g.loop(0, kq, name="wq") as q, g.loop(0, width, name="ww") as w:
+                    off = g.add(g.mul(g.add(x_t, w), s_x), g.add(k0, b.mul(q, c64(g_))))
+                    word = b.load(b.bitcast(g.at(esrc, off), I32.as_pointer()), align=1)
+                    if xor:
+                        word = b.xor(word, c32(-0x7F7F7F80))  # 0x80808080
+                    b.store(word, g.at(wdst, g.add(g.mul(q, width), w)), align=4)
+                b.branch(join)
+                b.position_at_end(elements)
+            with g.loop(0, kq, name="q") as q:
+                for j in range(g_):
+                    k = b.add(b.mul(q, c64(g_)), c64(j))
+                    kin = b.icmp_signed("<", k, kc)
+                    with g.loop(0, width, name=f"w{j}") as w:
+                        inside = b.and_(kin, b.icmp_signed("<", w, nvalid))
+                        x = b.add(x_t, w)
+                        kk = b.add(k0, k)
+                        val = self._element(g, esrc, src, custom, inside, x, kk, s_x, s_k)
+                        if xor:
+                            val = b.xor(val, ir.Constant(et, 0x80))
+                        b.store(val, g.at(ed, g.add(g.mul(g.add(g.mul(q, width), w), g_), j)),
+                                align=1)
+            if fast:
+                b.branch(join)
+                b.position_at_end(join)
+            if which == "b" and self.offset:
+                self._column_sums(g, d, kq)
+        b.ret_void()
+        return fn
+
+    def _element(self, g: Gen, esrc: ir.Value, src: ir.Value, custom: ElementLoad | None,
+                 inside: ir.Value, x: ir.Value, k: ir.Value, s_x: int, s_k: int) -> ir.Value:
+        """Element (x, k) of the operand where `inside`, else 0 (never loaded)."""
+        b = g.b
+        zero = ir.Constant(self.et, 0)
+        result = None
+        with b.if_else(inside) as (then, otherwise):
+            with then:
+                val = (custom(g, esrc, x, k) if custom is not None else
+                       b.load(g.at(esrc, g.add(g.mul(x, s_x), g.mul(k, s_k))), align=self.e))
+                then_block = b.block
+            with otherwise:
+                else_block = b.block
+        result = b.phi(self.et)
+        result.add_incoming(val, then_block)
+        result.add_incoming(zero, else_block)
+        return result
+
+    def _column_sums(self, g: Gen, panel: ir.Value, kq: ir.Value) -> None:
+        """sum over k of each of the panel's NR columns, as int32 after its kq*NR groups (the
+        dot product with unsigned ones, on the kernel's own instruction)."""
+        b = g.b
+        vl, nr, g_ = self.isa.vl, self.isa.nr, self.types.group
+        acc_t = ir.VectorType(I32, vl)
+        op_t = ir.VectorType(self.et, vl * g_)
+        ones = ir.Constant(op_t, [1] * (vl * g_))
+        sums = b.bitcast(g.at(panel, b.mul(kq, c64(nr * g_ * self.e))), acc_t.as_pointer())
+        for v in range(nr // vl):
+            b.store(ir.Constant(acc_t, [0] * vl), g.at(sums, v), align=4)
+        with g.loop(0, kq, name="sq") as q:
+            row = b.bitcast(g.at(panel, b.mul(q, c64(nr * g_ * self.e))), op_t.as_pointer())
+            for v in range(nr // vl):
+                p = g.at(sums, v)
+                b.store(self.dot(b, b.load(p, align=4), ones, b.load(g.at(row, v), align=4)),
+                        p, align=4)
+
+    # ---- the micro-kernel ---------------------------------------------------------------------
+
+    def microkernel(self) -> ir.Function:
+        """``void (Ap, Bp, kq, C, mv, nv, first)``: C[:mv, :nv] = (or +=) Ap . Bp over kq groups
+        (C's row stride: ldc elements)."""
+        isa, types, spec = self.isa, self.types, self.spec
+        mr, nr, vl, g_ = isa.mr, isa.nr, isa.vl, types.group
+        nvec = nr // vl
+        fn = _function(self.module, f"{self.name}.ukernel", [P8, P8, I64, P8, I64, I64, I1])
+        ap, bp, kq, c, mv, nv, first = fn.args
+        g = Gen(self.module, fn)
+        b = g.b
+        acc_t = ir.VectorType(I32, vl)
+        op_t = ir.VectorType(self.et, vl * g_)
+        tmp = b.bitcast(_stack(g, 4 * mr * nr, "tile"), I32.as_pointer())
+        entry = b.block
+        body, done = g.block("k.body"), g.block("k.end")
+        b.cbranch(b.icmp_signed(">", kq, c64(0)), body, done)
+        b.position_at_end(body)
+        q = b.phi(I64, "q")
+        q.add_incoming(c64(0), entry)
+        zero = ir.Constant(acc_t, [0] * vl)
+        accs = [[b.phi(acc_t, f"acc{i}_{v}") for v in range(nvec)] for i in range(mr)]
+        for row in accs:
+            for acc in row:
+                acc.add_incoming(zero, entry)
+        pa = b.bitcast(g.at(ap, b.mul(q, c64(mr * 4))), I32.as_pointer())
+        pb = b.bitcast(g.at(bp, b.mul(q, c64(nr * 4))), op_t.as_pointer())
+        bvs = [b.load(g.at(pb, v), align=4 * vl) for v in range(nvec)]
+        new = []
+        for i in range(mr):
+            word = g.splat(b.load(g.at(pa, i), align=4), vl)
+            a = b.bitcast(word, op_t)
+            new.append([self.dot(b, accs[i][v], a, bvs[v]) for v in range(nvec)])
+        q1 = b.add(q, c64(1), flags=["nsw"])
+        q.add_incoming(q1, b.block)
+        for i in range(mr):
+            for v in range(nvec):
+                accs[i][v].add_incoming(new[i][v], b.block)
+        b.cbranch(b.icmp_signed("<", q1, kq), body, done)
+
+        b.position_at_end(done)
+        final = []
+        for i in range(mr):
+            row = []
+            for v in range(nvec):
+                phi = b.phi(acc_t)
+                phi.add_incoming(zero, entry)
+                phi.add_incoming(new[i][v], body)
+                row.append(phi)
+            final.append(row)
+        if self.offset:  # subtract 128 * column sums (stored after the kq*NR groups)
+            sums = b.bitcast(g.at(bp, b.mul(kq, c64(nr * 4))), acc_t.as_pointer())
+            seven = ir.Constant(acc_t, [7] * vl)
+            corr = [b.shl(b.load(g.at(sums, v), align=4), seven) for v in range(nvec)]
+            final = [[b.sub(row[v], corr[v]) for v in range(nvec)] for row in final]
+
+        ct = _int(types.c)
+        out_t = ir.VectorType(ct, vl)
+        ldc = spec.ldc
+        cp = b.bitcast(c, ct.as_pointer())
+
+        def narrow(x: ir.Value) -> ir.Value:
+            return x if ct.width == 32 else b.trunc(x, out_t)
+
+        full = b.and_(b.icmp_signed("==", mv, c64(mr)), b.icmp_signed("==", nv, c64(nr)))
+        fullb, edge = g.block("full"), g.block("edge")
+        b.cbranch(full, fullb, edge)
+        b.position_at_end(fullb)
+        setb, addb = g.block("set"), g.block("accumulate")
+        b.cbranch(first, setb, addb)
+        for blk, accumulate in ((setb, False), (addb, True)):
+            b.position_at_end(blk)
+            for i in range(mr):
+                for v in range(nvec):
+                    p = b.bitcast(g.at(cp, i * ldc + v * vl), out_t.as_pointer())
+                    val = narrow(final[i][v])
+                    if accumulate:
+                        val = b.add(b.load(p, align=1), val)
+                    b.store(val, p, align=1)
+            b.ret_void()
+
+        b.position_at_end(edge)  # through a stack tile: rows < mv, columns < nv
+        for i in range(mr):
+            for v in range(nvec):
+                b.store(final[i][v], b.bitcast(g.at(tmp, i * nr + v * vl), acc_t.as_pointer()),
+                        align=64)
+        keep = b.select(first, ir.Constant(ct, 0), ir.Constant(ct, -1))  # old C kept or not
+        with g.loop(0, mv, name="ei") as i, g.loop(0, nv, name="ej") as j:
+            p = g.at(cp, g.add(g.mul(i, ldc), j))
+            val = b.load(g.at(tmp, g.add(g.mul(i, nr), j)), align=4)
+            if ct.width != 32:
+                val = b.trunc(val, ct)
+            b.store(b.add(b.and_(b.load(p, align=1), keep), val), p, align=1)
+        b.ret_void()
+        return fn
+
+    # ---- the blocked sub-GEMM ----------------------------------------------------------------
+
+    def block(self, mc_max: int, nc_max: int) -> ir.Function:
+        """``void (A, B, C, r0, r1, c0, c1, Ap, Bp)``: C[r0:r1, c0:c1] = A[r0:r1] . B[:, c0:c1]
+        (the operands' element 0 at A, B, C; their strides from the spec)."""
+        spec, isa, types = self.spec, self.isa, self.types
+        mr, nr = isa.mr, isa.nr
+        pack_a, pack_b, ukernel = self.packer("a"), self.packer("b"), self.microkernel()
+        fn = _function(self.module, f"{self.name}.block", [P8, P8, P8, I64, I64, I64, I64, P8, P8])
+        a, bb, c, r0, r1, c0, c1, ap, bp = fn.args
+        g = Gen(self.module, fn)
+        b = g.b
+        ec = _WIDTH[types.c] // 8
+        kc_max, k = self.kc_max, spec.k
+        g_ = types.group
+        with g.loop(c0, c1, nc_max, "jc") as jc:
+            nc = g.min(b.sub(c1, jc), nc_max)
+            with g.loop(0, k, kc_max, "pc") as pc:
+                kc = g.min(b.sub(c64(k), pc), kc_max)
+                kq = b.sdiv(b.add(kc, c64(g_ - 1)), c64(g_))
+                first = b.icmp_signed("==", pc, c64(0))
+                b.call(pack_b, [bp, bb, jc, nc, pc, kc])
+                a_stride = b.mul(kq, c64(mr * 4))
+                b_stride = b.add(b.mul(kq, c64(nr * 4)), c64(4 * nr if self.offset else 0))
+                with g.loop(r0, r1, mc_max, "ic") as ic:
+                    mc = g.min(b.sub(r1, ic), mc_max)
+                    b.call(pack_a, [ap, a, ic, mc, pc, kc])
+                    with g.loop(0, nc, nr, "jr") as jr:
+                        nv = g.min(b.sub(nc, jr), nr)
+                        bpanel = g.at(bp, b.mul(b.sdiv(jr, c64(nr)), b_stride))
+                        with g.loop(0, mc, mr, "ir") as ir_:
+                            mv = g.min(b.sub(mc, ir_), mr)
+                            row = b.add(ic, ir_)
+                            coff = g.add(g.mul(row, spec.ldc), b.add(jc, jr))
+                            b.call(ukernel, [g.at(ap, b.mul(b.sdiv(ir_, c64(mr)), a_stride)),
+                                             bpanel, kq, g.at(c, g.mul(coff, ec)), mv, nv, first])
+        b.ret_void()
+        return fn
+
+
+def _declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
+    existing = module.globals.get(name)
+    return existing if existing is not None else ir.Function(module, fnty, name)
+
+
+
