@@ -286,3 +286,58 @@ def test_assembly_selects_the_instructions(isa):
         assert all(register in line for line in dots), dots[:3]
         if isa == "avxvnni":
             assert "{vex}" in asm or "zmm" not in asm
+
+
+# ---- in programs: the realized requantisation fuses into the integer kernel's group -----------
+
+REQUANTIZED = """def @main(%x: Tensor[{x}, {dx}], %w: Tensor[{w}, int8], %b: Tensor[{b}, int32]) {{
+  %0 = {op}(%x, %w, {attrs}out_dtype="int32");
+  %1 = add(%0, %b);
+  %2 = cast(%1, dtype="float32");
+  %3 = multiply(%2, 0.0173f);
+  %4 = round(%3);
+  %5 = clip(%4, a_min=-127.0, a_max=127.0);
+  %6 = cast(%5, dtype="int8");
+  %7 = cast(%6, dtype="int32");
+  %8 = right_shift(%1, 9);
+  add(%7, %8)
+}}"""
+PROGRAMS = [
+    ("dense", dict(x=(37, 70), w=(45, 70), b=(45,), attrs="")),
+    ("conv2d", dict(x=(2, 8, 9, 9), w=(16, 8, 3, 3), b=(16, 1, 1),
+                    attrs="strides=[2, 2], padding=[1, 1, 1, 1], ")),
+]
+
+
+@pytest.mark.parametrize("dx", ["int8"])  # mixed dtypes: the relations refuse them
+@pytest.mark.parametrize("op, shapes", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_requantisation_fuses_and_runs_bit_exactly(op, shapes, dx):
+    from relaydsl.backend.interpreter import evaluate
+    from relaydsl.backend.llvm.executor import compile_program
+    from relaydsl.backend.llvm.lower import lower
+    from relaydsl.backend.llvm.schedule import schedule
+    from relaydsl.ir.parser import parse
+    from relaydsl.transform.fuse_ops import primitive_functions
+    from relaydsl.typing import infer_types
+
+    text = REQUANTIZED.format(op=op, dx=dx, **shapes)
+    program = compile_program(infer_types(parse(text)), "main")
+    # one kernel: the contraction and its whole epilogue (cast, multiply, round, clip, shift)
+    (group,) = primitive_functions(program.mod["main"])
+    (gemm,) = [s for s in schedule(lower(group), "t").stages if s.template is not None]
+    assert isinstance(gemm.template, Template) and gemm.template.ints is not None
+    rng = np.random.default_rng(3)
+    x, w = _random(rng, shapes["x"], dx), _random(rng, shapes["w"], "int8")
+    bias = rng.integers(-5000, 5000, shapes["b"], dtype=np.int32)
+    got = program(x, w, bias)
+    want = evaluate(infer_types(parse(text)), x, w, bias)
+    np.testing.assert_array_equal(got, want)
+    acc = _ref(op, dict(full_attrs(op, {"out_dtype": "int32", **_attrs_of(shapes)})), x, w,
+               "int32")
+    acc = acc + bias
+    requant = np.clip(np.round(acc.astype(np.float32) * np.float32(0.0173)), -127, 127)
+    np.testing.assert_array_equal(got, requant.astype(np.int8).astype(np.int32) + (acc >> 9))
+
+
+def _attrs_of(shapes: dict) -> dict:
+    return {"strides": 2, "padding": 1} if "strides" in shapes["attrs"] else {}
