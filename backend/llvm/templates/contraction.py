@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import llvmlite.ir as ir
 
 from relaydsl.backend.llvm.templates.conv2d import (
-    ConvGeometry, emit_im2col_packer, int_im2col_element,
+    ConvGeometry, emit_im2col_packer, int_im2col_rows,
 )
 from relaydsl.backend.llvm.templates.conv2d_nchwc import BlockedConv, emit_blocked_conv, micro_tile
 from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, emit_gemm
@@ -63,8 +63,8 @@ class Template:
 
     def emit(self, module: ir.Module, name: str) -> StageInfo:
         if self.ints is not None:
-            load_b = int_im2col_element(self.conv) if self.conv is not None else None
-            kernel = emit_int_gemm(module, name, self.spec, self.ints, load_b=load_b)
+            rows_b = int_im2col_rows(self.conv) if self.conv is not None else None
+            kernel = emit_int_gemm(module, name, self.spec, self.ints, rows_b=rows_b)
         else:
             packer = emit_im2col_packer(self.conv) if self.conv is not None else None
             kernel = emit_gemm(module, name, self.spec, self.blocking, pack_b=packer)

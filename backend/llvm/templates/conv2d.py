@@ -148,24 +148,57 @@ def emit_im2col_packer(geo: ConvGeometry):
     return emit
 
 
-def int_im2col_element(geo: ConvGeometry):
-    """An igemm.emit_int_gemm `load_b` hook: ``col[k, p]`` of one image group, read from the
-    image (an integer element; 0 in the padding)."""
+def int_im2col_rows(geo: ConvGeometry):
+    """An igemm.emit_int_gemm `rows_b` hook (igemm.PanelRows): a micro-panel's columns of
+    ``col`` at one depth, gathered from one image group as the float packer does (0 in the
+    padding, never read there)."""
 
-    def load(g: Gen, src: ir.Value, p: ir.Value, k: ir.Value) -> ir.Value:
+    def rows(g: Gen, src: ir.Value, x_t: ir.Value, nvalid: ir.Value, width: int):
         b = g.b
         et = src.type.pointee
+        vi = ir.VectorType(I32, width)
+        vec = ir.VectorType(et, width)
+        mask_t = ir.VectorType(I1, width)
+        gather = get_function(g.module, f"llvm.masked.gather.v{width}i{et.width}.v{width}p0",
+                              ir.FunctionType(vec, [ir.VectorType(src.type, width), I32, mask_t,
+                                                    vec]))
         (sh, sw), (dh, dw) = geo.strides, geo.dilation
         top, left = geo.pads[:2]
         khw = geo.kh * geo.kw
-        oy, ox = b.udiv(p, c64(geo.ow)), b.urem(p, c64(geo.ow))
-        c, r = b.udiv(k, c64(khw)), b.urem(k, c64(khw))
-        ky, kx = b.udiv(r, c64(geo.kw)), b.urem(r, c64(geo.kw))
-        iy = b.sub(b.add(b.mul(oy, c64(sh)), b.mul(ky, c64(dh))), c64(top))
-        ix = b.sub(b.add(b.mul(ox, c64(sw)), b.mul(kx, c64(dw))), c64(left))
-        inside = b.and_(b.icmp_unsigned("<", iy, c64(geo.h)), b.icmp_unsigned("<", ix, c64(geo.w)))
-        off = b.add(b.mul(b.add(b.mul(c, c64(geo.h)), iy), c64(geo.w)), ix)
-        val = b.load(g.at(src, b.select(inside, off, c64(0))), align=1)
-        return b.select(inside, val, ir.Constant(et, 0))
 
-    return load
+        def splat(x: ir.Value) -> ir.Value:
+            return g.splat(x, width)
+
+        def vconst(v: int) -> ir.Constant:
+            return ir.Constant(vi, [v] * width)
+
+        valid = g.lane_mask(nvalid, width)
+        p = b.add(splat(b.trunc(x_t, I32)), ir.Constant(vi, list(range(width))))
+        pc = b.select(valid, p, vconst(0))
+        oy = b.udiv(pc, vconst(geo.ow))
+        ox = b.sub(pc, b.mul(oy, vconst(geo.ow)))
+        iy0 = b.sub(b.mul(oy, vconst(sh)), vconst(top))
+        ix0 = b.sub(b.mul(ox, vconst(sw)), vconst(left))
+        base = b.add(b.mul(iy0, vconst(geo.w)), ix0)
+        zero = ir.Constant(vec, [0] * width)
+
+        def row(k: ir.Value, k_in: ir.Value) -> ir.Value:
+            kk = b.trunc(k, I32)
+            c = b.udiv(kk, c32(khw))
+            r = b.sub(kk, b.mul(c, c32(khw)))
+            ky = b.udiv(r, c32(geo.kw))
+            kx = b.sub(r, b.mul(ky, c32(geo.kw)))
+            dy, dx = b.mul(ky, c32(dh)), b.mul(kx, c32(dw))
+            off = b.add(b.add(b.mul(c, c32(geo.h * geo.w)), b.mul(dy, c32(geo.w))), dx)
+            mask = b.and_(valid, splat(k_in))
+            if geo.padded:
+                inside = b.and_(b.icmp_unsigned("<", b.add(iy0, splat(dy)), vconst(geo.h)),
+                                b.icmp_unsigned("<", b.add(ix0, splat(dx)), vconst(geo.w)))
+                mask = b.and_(mask, inside)
+            ptrs = VectorGEP(b.block, src, b.add(base, splat(off)))
+            b._insert(ptrs)
+            return b.call(gather, [ptrs, c32(1), mask, zero])
+
+        return row
+
+    return rows

@@ -47,7 +47,9 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from relaydsl.backend.llvm.templates.gemm import GemmKernel, GemmSpec, choose_split
-from relaydsl.backend.llvm.templates.irgen import I1, I8, I32, I64, VOID, Gen, c32, c64
+from relaydsl.backend.llvm.templates.irgen import (
+    I1, I8, I32, I64, VOID, Gen, VectorGEP, c32, c64,
+)
 
 P8 = I8.as_pointer()
 ISAS = ("avx512vnni", "avxvnni", "generic")
@@ -150,14 +152,18 @@ def default_blocking(isa: Isa, types: IntTypes) -> IntBlocking:
     return IntBlocking(kc=kc, mc=isa.mr * max(1, 126 // isa.mr), nc=1024)
 
 
-# A B packer source: (gen, src, x, k) -> the element (column x, depth k) of this batch
-# entry's B as an iE value, for x < N and k < K (conv2d's implicit im2col; None: strided).
-ElementLoad = Callable[[Gen, ir.Value, ir.Value, ir.Value], ir.Value]
+# How a packer reads one micro-panel: ``rows(gen, src, x_t, nvalid, W)`` (src the operand's
+# iE* for this batch entry, the panel's W columns starting at x_t, nvalid of them real) emits
+# the set-up and returns ``row(k, k_in)``, which emits the read of the panel's elements at
+# depth k as a <W x iE> vector: 0 in the lanes past nvalid or where k_in (an i1) is false,
+# which it never reads. conv2d's implicit im2col is one (conv2d.py); strided operands another.
+PanelRows = Callable[[Gen, ir.Value, ir.Value, ir.Value, int],
+                     Callable[[ir.Value, ir.Value], ir.Value]]
 
 
 def emit_int_gemm(module: ir.Module, name: str, spec: GemmSpec, types: IntTypes,
                   isa: Isa | None = None, blocking: IntBlocking | None = None,
-                  load_b: ElementLoad | None = None) -> GemmKernel:
+                  rows_b: PanelRows | None = None) -> GemmKernel:
     """Defines ``void @name(i8* noalias out, i8* noalias in0, i8* noalias in1, i64 begin,
     i64 end)`` computing units [begin, end) of the returned kernel's ``parallel_extent``."""
     isa = isa or host_isa()
@@ -176,7 +182,7 @@ def emit_int_gemm(module: ir.Module, name: str, spec: GemmSpec, types: IntTypes,
     sums = 4 * nr if types.offset_a else 0
     a_panel = kc_max * mr * e  # bytes of one packed micro-panel
     b_panel = kc_max * nr * e + sums
-    parts = _Parts(module, name, spec, types, isa, kc_max, a_panel, b_panel, load_b)
+    parts = _Parts(module, name, spec, types, isa, kc_max, a_panel, b_panel, rows_b)
     block = parts.block(mc_max, nc_max)
 
     fn = _function(module, name, [P8, P8, P8, I64, I64], internal=False)
@@ -268,10 +274,10 @@ class _Parts:
     """The kernel's internal functions: packers, micro-kernel, block loop."""
 
     def __init__(self, module: ir.Module, name: str, spec: GemmSpec, types: IntTypes, isa: Isa,
-                 kc_max: int, a_panel: int, b_panel: int, load_b: ElementLoad | None):
+                 kc_max: int, a_panel: int, b_panel: int, rows_b: PanelRows | None):
         self.module, self.name, self.spec, self.types, self.isa = module, name, spec, types, isa
         self.kc_max, self.a_panel, self.b_panel = kc_max, a_panel, b_panel
-        self.load_b = load_b
+        self.rows_b = rows_b
         self.et = _int(types.b)  # A and B have the same width
         self.e = types.element_bits // 8
 
@@ -314,7 +320,7 @@ class _Parts:
         spec, g_ = self.spec, self.types.group
         width = self.isa.mr if which == "a" else self.isa.nr
         s_x, s_k = spec.a_strides if which == "a" else spec.b_strides[::-1]
-        custom = self.load_b if which == "b" else None
+        custom = self.rows_b if which == "b" else None
         fn = _function(self.module, f"{self.name}.pack_{which}", [P8, P8, I64, I64, I64, I64])
         dst, src, x0, nx, k0, kc = fn.args
         g = Gen(self.module, fn)
@@ -327,7 +333,6 @@ class _Parts:
         xor = which == "a" and self.offset
         with g.loop(0, nx, width, "t") as t:
             d = g.at(dst, b.mul(t, per_x))
-            ed = b.bitcast(d, et.as_pointer())
             nvalid = g.min(b.sub(nx, t), width)
             x_t = b.add(x0, t)
             fast = custom is None and s_k == 1
@@ -347,19 +352,19 @@ class _Parts:
                     b.store(word, g.at(wdst, g.add(g.mul(q, width), w)), align=4)
                 b.branch(join)
                 b.position_at_end(elements)
+            rows = (custom or self._strided_rows(s_x, s_k))(g, esrc, x_t, nvalid, width)
+            op_t = ir.VectorType(et, width * g_)
             with g.loop(0, kq, name="q") as q:
+                group = []
                 for j in range(g_):
                     k = b.add(b.mul(q, c64(g_)), c64(j))
-                    kin = b.icmp_signed("<", k, kc)
-                    with g.loop(0, width, name=f"w{j}") as w:
-                        inside = b.and_(kin, b.icmp_signed("<", w, nvalid))
-                        x = b.add(x_t, w)
-                        kk = b.add(k0, k)
-                        val = self._element(g, esrc, src, custom, inside, x, kk, s_x, s_k)
-                        if xor:
-                            val = b.xor(val, ir.Constant(et, 0x80))
-                        b.store(val, g.at(ed, g.add(g.mul(g.add(g.mul(q, width), w), g_), j)),
-                                align=1)
+                    group.append(rows(b.add(k0, k), b.icmp_signed("<", k, kc)))
+                val = _interleave(b, group)
+                if xor:
+                    val = b.xor(val, ir.Constant(op_t, [0x80] * (width * g_)))
+                # by bytes: the alloc size of a vector of W*G != 2^n elements is rounded up
+                b.store(val, b.bitcast(g.at(d, b.mul(q, c64(4 * width))), op_t.as_pointer()),
+                        align=1)
             if fast:
                 b.branch(join)
                 b.position_at_end(join)
@@ -368,23 +373,41 @@ class _Parts:
         b.ret_void()
         return fn
 
-    def _element(self, g: Gen, esrc: ir.Value, src: ir.Value, custom: ElementLoad | None,
-                 inside: ir.Value, x: ir.Value, k: ir.Value, s_x: int, s_k: int) -> ir.Value:
-        """Element (x, k) of the operand where `inside`, else 0 (never loaded)."""
-        b = g.b
-        zero = ir.Constant(self.et, 0)
-        result = None
-        with b.if_else(inside) as (then, otherwise):
-            with then:
-                val = (custom(g, esrc, x, k) if custom is not None else
-                       b.load(g.at(esrc, g.add(g.mul(x, s_x), g.mul(k, s_k))), align=self.e))
-                then_block = b.block
-            with otherwise:
-                else_block = b.block
-        result = b.phi(self.et)
-        result.add_incoming(val, then_block)
-        result.add_incoming(zero, else_block)
-        return result
+    def _strided_rows(self, s_x: int, s_k: int) -> PanelRows:
+        """The rows of a strided operand: element (x, k) at ``src[x*s_x + k*s_k]``, a masked
+        load of W elements where s_x is 1, else a masked gather."""
+        et = self.et
+
+        def rows(g: Gen, src: ir.Value, x_t: ir.Value, nvalid: ir.Value, width: int):
+            b = g.b
+            valid = g.lane_mask(nvalid, width)
+            vec = ir.VectorType(et, width)
+            zero = ir.Constant(vec, [0] * width)
+            mask_t = ir.VectorType(I1, width)
+            if s_x == 1:
+                load = _declare(g.module, f"llvm.masked.load.v{width}i{et.width}.p0",
+                                ir.FunctionType(vec, [vec.as_pointer(), I32, mask_t, vec]))
+            else:
+                vp = ir.VectorType(et.as_pointer(), width)
+                load = _declare(g.module, f"llvm.masked.gather.v{width}i{et.width}.v{width}p0",
+                                ir.FunctionType(vec, [vp, I32, mask_t, vec]))
+                lanes = ir.Constant(ir.VectorType(I64, width), list(range(width)))
+                cols = b.mul(b.add(g.splat(x_t, width), lanes),
+                             ir.Constant(ir.VectorType(I64, width), [s_x] * width))
+
+            def row(k: ir.Value, kin: ir.Value) -> ir.Value:
+                mask = b.and_(valid, g.splat(kin, width))
+                base = g.add(x_t, g.mul(k, s_k))
+                if s_x == 1:
+                    ptr = b.bitcast(g.at(src, base), vec.as_pointer())
+                    return b.call(load, [ptr, c32(1), mask, zero])
+                idx = b.add(cols, g.splat(g.mul(k, s_k), width))
+                ptrs = VectorGEP(b.block, src, idx)
+                b._insert(ptrs)
+                return b.call(load, [ptrs, c32(1), mask, zero])
+            return row
+
+        return rows
 
     def _column_sums(self, g: Gen, panel: ir.Value, kq: ir.Value) -> None:
         """sum over k of each of the panel's NR columns, as int32 after its kq*NR groups (the
@@ -539,6 +562,18 @@ class _Parts:
                                              bpanel, kq, g.at(c, g.mul(coff, ec)), mv, nv, first])
         b.ret_void()
         return fn
+
+
+def _interleave(b: ir.IRBuilder, rows: list[ir.Value]) -> ir.Value:
+    """G vectors of W elements as one of W*G: element (j, g) at j*G + g (rows[g][j])."""
+    g_, w = len(rows), rows[0].type.count
+    while len(rows) > 1:  # concatenated: rows[g][j] at g*W + j
+        n = rows[0].type.count
+        both = ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n)))
+        rows = [b.shuffle_vector(rows[i], rows[i + 1], both) for i in range(0, len(rows), 2)]
+    order = ir.Constant(ir.VectorType(I32, g_ * w),
+                        [g * w + j for j in range(w) for g in range(g_)])
+    return b.shuffle_vector(rows[0], ir.Constant(rows[0].type, ir.Undefined), order)
 
 
 def _declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:

@@ -20,7 +20,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from relaydsl.backend.llvm import jit, runtime
 from relaydsl.backend.llvm.templates import Template, template_for
-from relaydsl.backend.llvm.templates.conv2d import int_im2col_element
+from relaydsl.backend.llvm.templates.conv2d import int_im2col_rows
 from relaydsl.backend.llvm.templates.igemm import (
     IntBlocking, Isa, emit_int_gemm, host_isa, int_types, select_isa,
 )
@@ -94,8 +94,8 @@ def module_ir(cases: list[tuple], isa: Isa | None = None, blocking: IntBlocking 
         assert isinstance(tmpl, Template) and tmpl.ints is not None, case
         _count[0] += 1
         name = f"igemm{_count[0]}"
-        load_b = int_im2col_element(tmpl.conv) if tmpl.conv is not None else None
-        kernel = emit_int_gemm(module, name, tmpl.spec, tmpl.ints, isa, blocking, load_b)
+        rows_b = int_im2col_rows(tmpl.conv) if tmpl.conv is not None else None
+        kernel = emit_int_gemm(module, name, tmpl.spec, tmpl.ints, isa, blocking, rows_b)
         pending.append((case, name, kernel.parallel_extent, out))
     return str(module), pending
 
