@@ -22,7 +22,7 @@ import llvmlite.ir as ir
 from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec
 from relaydsl.backend.llvm.templates.gemm_library import PACK_ARGS
 from relaydsl.backend.llvm.templates.irgen import (
-    F32, I1, I32, PF, Gen, VectorGEP, c32, c64, get_function,
+    F32, I1, I32, I64, PF, Gen, VectorGEP, c32, c64, get_function,
     new_function,
 )
 
@@ -165,6 +165,11 @@ def int_im2col_rows(geo: ConvGeometry):
         (sh, sw), (dh, dw) = geo.strides, geo.dilation
         top, left = geo.pads[:2]
         khw = geo.kh * geo.kw
+        # stride 1 and as wide as the image ("same" 3x3, 1x1): pixel p's tap (c, ky, kx) is at
+        # p + c*H*W + ky*dh*W + kx*dw - top*W - left, so a panel's row is W contiguous elements
+        contiguous = geo.strides == (1, 1) and geo.w == geo.ow
+        load = get_function(g.module, f"llvm.masked.load.v{width}i{et.width}.p0",
+                            ir.FunctionType(vec, [vec.as_pointer(), I32, mask_t, vec]))
 
         def splat(x: ir.Value) -> ir.Value:
             return g.splat(x, width)
@@ -195,6 +200,10 @@ def int_im2col_rows(geo: ConvGeometry):
                 inside = b.and_(b.icmp_unsigned("<", b.add(iy0, splat(dy)), vconst(geo.h)),
                                 b.icmp_unsigned("<", b.add(ix0, splat(dx)), vconst(geo.w)))
                 mask = b.and_(mask, inside)
+            if contiguous:  # lane l at start + l: a masked load, no gather
+                start = b.add(b.trunc(x_t, I32), b.sub(off, c32(top * geo.w + left)))
+                ptr = b.gep(src, [b.sext(start, I64)])  # may point before src: lanes masked
+                return b.call(load, [b.bitcast(ptr, vec.as_pointer()), c32(1), mask, zero])
             ptrs = VectorGEP(b.block, src, b.add(base, splat(off)))
             b._insert(ptrs)
             return b.call(gather, [ptrs, c32(1), mask, zero])

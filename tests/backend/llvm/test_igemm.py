@@ -161,6 +161,8 @@ CONV_CASES = [  # (data shape, weight shape, attrs)
     ((1, 8, 10, 10), (8, 2, 3, 3), {"groups": 4, "padding": 1, "dilation": 2}),
     ((3, 7, 7), (5, 3, 1, 1), {}),
     ((1, 16, 12, 12), (32, 16, 3, 3), {"padding": 1}),
+    ((2, 4, 9, 11), (6, 4, 3, 3), {"padding": 2, "dilation": 2}),  # contiguous rows, dilated
+    ((1, 3, 5, 40), (4, 3, 1, 5), {"padding": (0, 2)}),  # rows of 40 > NR pixels
 ]
 
 
