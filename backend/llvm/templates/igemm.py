@@ -41,6 +41,10 @@ unlike gemm_library.py nothing is shared between kernels)::
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+import platform
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -52,7 +56,7 @@ from relaydsl.backend.llvm.templates.irgen import (
 )
 
 P8 = I8.as_pointer()
-ISAS = ("avx512vnni", "avxvnni", "generic")
+ISAS = ("amx", "avx512vnni", "avxvnni", "generic")
 _WIDTH = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32}
 
 
@@ -109,9 +113,10 @@ class Isa:
             raise ValueError(f"bad integer GEMM ISA {self}")
 
 
-def select_isa(features: str, vector_bits: int) -> Isa:
+def select_isa(features: str, vector_bits: int, amx: bool = False) -> Isa:
     """The best ISA a CPU with LLVM `features` (``"+avx512vnni,..."``) runs, for vectors of
-    `vector_bits` (the target's chosen width: 256 on a CPU with AVX-512 means ymm).
+    `vector_bits` (the target's chosen width: 256 on a CPU with AVX-512 means ymm); AMX
+    tiles only where `amx` (the OS granted them: ``amx_permitted``).
 
     >>> select_isa("+avx512f,+avx512vnni,+avx512vl,+avxvnni", 512).name
     'avx512vnni'
@@ -119,8 +124,13 @@ def select_isa(features: str, vector_bits: int) -> Isa:
     'avxvnni'
     >>> select_isa("+avx2,+fma", 256).name
     'generic'
+    >>> select_isa("+avx512f,+avx512vnni,+amx-tile,+amx-int8", 512, amx=True).name
+    'amx'
     """
     flags = set(features.split(","))
+    if amx and {"+amx-tile", "+amx-int8", "+avx512f", "+avx512vnni"} <= flags:
+        # a 32 x 32 int32 C block in 4 tiles, 2 A and 2 B tiles of 16 x 64 bytes
+        return Isa("amx", 16, 32, 32)
     if vector_bits >= 512 and {"+avx512f", "+avx512vnni"} <= flags:
         # 28 zmm accumulators + 2 B vectors; A's group is an embedded broadcast operand
         return Isa("avx512vnni", 16, 14, 32)
@@ -133,7 +143,25 @@ def host_isa() -> Isa:
     from relaydsl.backend.llvm.jit import host_target
 
     target = host_target()
-    return select_isa(target.features, target.vector_bits)
+    amx = "+amx-int8" in target.features.split(",") and amx_permitted()
+    return select_isa(target.features, target.vector_bits, amx)
+
+
+@functools.cache
+def amx_permitted() -> bool:
+    """Whether this process may use AMX tiles: Linux grants them on request
+    (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``, once per process); elsewhere,
+    or where the kernel refuses, no."""
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl, ..._PERM, XTILEDATA
+    except (OSError, AttributeError):
+        return False
+
+
+_VNNI512 = Isa("avx512vnni", 16, 14, 32)
 
 
 @dataclass(frozen=True)
@@ -149,7 +177,8 @@ def default_blocking(isa: Isa, types: IntTypes) -> IntBlocking:
     # KC x NR B micro-panel: 16 KiB in L1; MC x KC A block ~64 KiB and KC x NC B block
     # 512 KiB in L2 (2 MiB on Intel Xeons with AMX, 1 MiB on Zen 4/5)
     kc = 512 if types.element_bits == 8 else 256
-    return IntBlocking(kc=kc, mc=isa.mr * max(1, 126 // isa.mr), nc=1024)
+    return IntBlocking(kc=kc, mc=isa.mr * max(1, 126 // isa.mr) if isa.name != "amx" else 128,
+                       nc=1024)
 
 
 # How a packer reads one micro-panel: ``rows(gen, src, x_t, nvalid, W)`` (src the operand's
@@ -167,6 +196,8 @@ def emit_int_gemm(module: ir.Module, name: str, spec: GemmSpec, types: IntTypes,
     """Defines ``void @name(i8* noalias out, i8* noalias in0, i8* noalias in1, i64 begin,
     i64 end)`` computing units [begin, end) of the returned kernel's ``parallel_extent``."""
     isa = isa or host_isa()
+    if isa.name == "amx" and (types.element_bits != 8 or spec.a_strides[1] != 1):
+        isa = _VNNI512  # tiles of int8 only, A's rows read in place (every AMX CPU has VNNI)
     bl = blocking or default_blocking(isa, types)
     g_ = types.group
     if bl.kc % g_ or min(spec.m, spec.n, spec.k) < 1:
@@ -175,7 +206,9 @@ def emit_int_gemm(module: ir.Module, name: str, spec: GemmSpec, types: IntTypes,
     split = choose_split(spec, _as_float_blocking(isa))
     units = -(-spec.m // mr) if split == "M" else -(-spec.n // nr)
     nk = -(-spec.k // bl.kc)
-    kc_max = _ceil(_ceil(spec.k, nk), g_) * g_  # balanced K blocks, whole groups
+    # balanced K blocks of whole groups (AMX: whole tiles of 64 bytes per row)
+    step = 64 if isa.name == "amx" else g_
+    kc_max = _ceil(_ceil(spec.k, nk), step) * step
     mc_max = min(bl.mc, -(-spec.m // mr) * mr)
     nc_max = min(bl.nc, -(-spec.n // nr) * nr)
     e = types.element_bits // 8
@@ -310,7 +343,12 @@ class _Parts:
     @property
     def offset(self) -> bool:
         """Whether A is stored + 128 and B carries column sums (vpdpbusd with int8 A)."""
-        return self.types.offset_a and self.isa.name != "generic"
+        return self.types.offset_a and self.isa.name in ("avx512vnni", "avxvnni")
+
+    def groups(self, b: ir.IRBuilder, kc: ir.Value) -> ir.Value:
+        """kq: the groups of a K block of kc (AMX: whole tiles of 16 groups, zero-padded)."""
+        step = 64 if self.isa.name == "amx" else self.types.group
+        return b.mul(b.sdiv(b.add(kc, c64(step - 1)), c64(step)), c64(step // self.types.group))
 
     # ---- packing ----------------------------------------------------------------------------
 
@@ -327,7 +365,11 @@ class _Parts:
         b = g.b
         et = self.et
         esrc = b.bitcast(src, et.as_pointer())
-        kq = b.sdiv(b.add(kc, c64(g_ - 1)), c64(g_))
+        kq = self.groups(b, kc)
+        if which == "a" and self.isa.name == "amx":
+            self._pack_rows(g, dst, src, x0, nx, k0, kc, kq, s_x)
+            b.ret_void()
+            return fn
         # bytes of a micro-panel per row (A) or column (B): its groups, and a column's sum
         per_x = b.add(b.mul(kq, c64(4)), c64(4 if which == "b" and self.offset else 0))
         xor = which == "a" and self.offset
@@ -338,7 +380,7 @@ class _Parts:
             fast = custom is None and s_k == 1
             if fast:  # whole groups are contiguous in the source: one 32-bit word each
                 full = b.and_(b.icmp_signed("==", nvalid, c64(width)),
-                              b.icmp_signed("==", b.srem(kc, c64(g_)), c64(0)))
+                              b.icmp_signed("==", kc, b.mul(kq, c64(g_))))
                 words, elements = g.block("words"), g.block("elements")
                 join = g.block("join")
                 b.cbranch(full, words, elements)
@@ -409,6 +451,38 @@ class _Parts:
 
         return rows
 
+    def _pack_rows(self, g: Gen, dst: ir.Value, src: ir.Value, x0: ir.Value, nx: ir.Value,
+                   k0: ir.Value, kc: ir.Value, kq: ir.Value, s_x: int) -> None:
+        """AMX's A panels: MR rows of kq*4 bytes each (A's rows, k contiguous in the source,
+        zero past kc and past nx), 64 bytes at a time with masked loads."""
+        b, width = g.b, self.isa.mr
+        vec = ir.VectorType(I8, 64)
+        load = _declare(g.module, "llvm.masked.load.v64i8.p0",
+                        ir.FunctionType(vec, [vec.as_pointer(), I32, ir.VectorType(I1, 64), vec]))
+        row_bytes = b.mul(kq, c64(4))
+        with g.loop(0, nx, width, "t") as t, g.loop(0, width, name="i") as i, \
+                g.loop(0, row_bytes, 64, "kk") as kk:
+            live = b.icmp_signed("<", b.add(t, i), nx)
+            mask = b.and_(g.lane_mask(b.sub(kc, kk), 64), g.splat(live, 64))
+            x = b.select(live, b.add(x0, b.add(t, i)), x0)
+            ptr = g.at(src, g.add(g.mul(x, s_x), b.add(k0, kk)))
+            val = b.call(load, [b.bitcast(ptr, vec.as_pointer()), c32(1), mask,
+                                ir.Constant(vec, [0] * 64)])
+            out = g.at(dst, b.add(b.mul(b.add(t, i), row_bytes), kk))
+            b.store(val, b.bitcast(out, vec.as_pointer()), align=1)
+
+    def _tile_config(self) -> ir.GlobalVariable:
+        """The 64-byte AMX configuration: palette 1, tiles 0-7 of 16 rows x 64 bytes."""
+        name = f"{self.name}.tilecfg"
+        data = [1] + [0] * 15 + [64, 0] * 8 + [0] * 16 + [16] * 8 + [0] * 8
+        ty = ir.ArrayType(I8, 64)
+        var = ir.GlobalVariable(self.module, ty, name)
+        var.global_constant = True
+        var.linkage = "internal"
+        var.align = 64
+        var.initializer = ir.Constant(ty, data)
+        return var
+
     def _column_sums(self, g: Gen, panel: ir.Value, kq: ir.Value) -> None:
         """sum over k of each of the panel's NR columns, as int32 after its kq*NR groups (the
         dot product with unsigned ones, on the kernel's own instruction)."""
@@ -432,16 +506,26 @@ class _Parts:
     def microkernel(self) -> ir.Function:
         """``void (Ap, Bp, kq, C, mv, nv, first)``: C[:mv, :nv] = (or +=) Ap . Bp over kq groups
         (C's row stride: ldc elements)."""
-        isa, types, spec = self.isa, self.types, self.spec
-        mr, nr, vl, g_ = isa.mr, isa.nr, isa.vl, types.group
-        nvec = nr // vl
+        isa = self.isa
         fn = _function(self.module, f"{self.name}.ukernel", [P8, P8, I64, P8, I64, I64, I1])
         ap, bp, kq, c, mv, nv, first = fn.args
         g = Gen(self.module, fn)
-        b = g.b
+        tmp = g.b.bitcast(_stack(g, 4 * isa.mr * isa.nr, "tile"), I32.as_pointer())
+        if isa.name == "amx":
+            final = self._tile_products(g, ap, bp, kq, tmp)
+        else:
+            final = self._vector_products(g, ap, bp, kq)
+        self._store(g, final, c, mv, nv, first, tmp)
+        return fn
+
+    def _vector_products(self, g: Gen, ap: ir.Value, bp: ir.Value, kq: ir.Value
+                         ) -> list[list[ir.Value]]:
+        """The MR x NR/VL accumulator vectors of Ap . Bp, on vector dot products."""
+        isa, b = self.isa, g.b
+        mr, nr, vl, g_ = isa.mr, isa.nr, isa.vl, self.types.group
+        nvec = nr // vl
         acc_t = ir.VectorType(I32, vl)
         op_t = ir.VectorType(self.et, vl * g_)
-        tmp = b.bitcast(_stack(g, 4 * mr * nr, "tile"), I32.as_pointer())
         entry = b.block
         body, done = g.block("k.body"), g.block("k.end")
         b.cbranch(b.icmp_signed(">", kq, c64(0)), body, done)
@@ -483,7 +567,57 @@ class _Parts:
             seven = ir.Constant(acc_t, [7] * vl)
             corr = [b.shl(b.load(g.at(sums, v), align=4), seven) for v in range(nvec)]
             final = [[b.sub(row[v], corr[v]) for v in range(nvec)] for row in final]
+        return final
 
+    def _tile_products(self, g: Gen, ap: ir.Value, bp: ir.Value, kq: ir.Value, tmp: ir.Value
+                       ) -> list[list[ir.Value]]:
+        """Ap . Bp on AMX tiles (C in tiles 0-3, A in 4-5, B in 6-7; the block function loaded
+        their configuration), stored to `tmp` (MR x NR int32) and read back as vectors.
+
+        A's panel is MR rows of kq*4 bytes (a tile: 16 rows at 64-byte steps of k), B's the
+        usual kq rows of NR groups (a tile: 16 groups of 16 columns)."""
+        b, module = g.b, self.module
+        mr, nr, vl = self.isa.mr, self.isa.nr, self.isa.vl
+        tile = ir.IntType(8)
+
+        def intrinsic(name: str, args: list[ir.Type]) -> ir.Function:
+            return _declare(module, f"llvm.x86.{name}", ir.FunctionType(VOID, args))
+
+        load = intrinsic("tileloadd64", [tile, P8, I64])
+        store = intrinsic("tilestored64", [tile, P8, I64])
+        zero = intrinsic("tilezero", [tile])
+        dot = intrinsic({("int8", "int8"): "tdpbssd", ("uint8", "int8"): "tdpbusd",
+                         ("int8", "uint8"): "tdpbsud"}[(self.types.a, self.types.b)],
+                        [tile] * 3)
+        for t in range(4):
+            b.call(zero, [ir.Constant(tile, t)])
+        a_row = b.mul(kq, c64(4))  # bytes between A's rows
+        with g.loop(0, kq, 16, "kt") as q:
+            for t in range(2):
+                b.call(load, [ir.Constant(tile, 4 + t),
+                              g.at(ap, b.add(b.mul(a_row, c64(16 * t)), b.mul(q, c64(4)))), a_row])
+                b.call(load, [ir.Constant(tile, 6 + t), g.at(bp, b.add(b.mul(q, c64(nr * 4)),
+                                                                     c64(64 * t))), c64(nr * 4)])
+            for i in range(2):
+                for j in range(2):
+                    b.call(dot, [ir.Constant(tile, 2 * i + j), ir.Constant(tile, 4 + i),
+                                 ir.Constant(tile, 6 + j)])
+        raw = b.bitcast(tmp, P8)
+        for i in range(2):
+            for j in range(2):
+                b.call(store, [ir.Constant(tile, 2 * i + j), g.at(raw, 16 * i * nr * 4 + 64 * j),
+                               c64(nr * 4)])
+        acc_t = ir.VectorType(I32, vl)
+        return [[b.load(b.bitcast(g.at(tmp, i * nr + v * vl), acc_t.as_pointer()), align=64)
+                 for v in range(nr // vl)] for i in range(mr)]
+
+    def _store(self, g: Gen, final: list[list[ir.Value]], c: ir.Value, mv: ir.Value,
+               nv: ir.Value, first: ir.Value, tmp: ir.Value) -> None:
+        """C[:mv, :nv] = (or, unless `first`, +=) the accumulators, narrowed to C's type."""
+        isa, types, spec, b = self.isa, self.types, self.spec, g.b
+        mr, nr, vl = isa.mr, isa.nr, isa.vl
+        nvec = nr // vl
+        acc_t = ir.VectorType(I32, vl)
         ct = _int(types.c)
         out_t = ir.VectorType(ct, vl)
         ldc = spec.ldc
@@ -522,7 +656,6 @@ class _Parts:
                 val = b.trunc(val, ct)
             b.store(b.add(b.and_(b.load(p, align=1), keep), val), p, align=1)
         b.ret_void()
-        return fn
 
     # ---- the blocked sub-GEMM ----------------------------------------------------------------
 
@@ -538,12 +671,14 @@ class _Parts:
         b = g.b
         ec = _WIDTH[types.c] // 8
         kc_max, k = self.kc_max, spec.k
-        g_ = types.group
+        if isa.name == "amx":  # this thread's tile configuration, released at the end
+            b.call(_declare(self.module, "llvm.x86.ldtilecfg", ir.FunctionType(VOID, [P8])),
+                   [b.bitcast(self._tile_config(), P8)])
         with g.loop(c0, c1, nc_max, "jc") as jc:
             nc = g.min(b.sub(c1, jc), nc_max)
             with g.loop(0, k, kc_max, "pc") as pc:
                 kc = g.min(b.sub(c64(k), pc), kc_max)
-                kq = b.sdiv(b.add(kc, c64(g_ - 1)), c64(g_))
+                kq = self.groups(b, kc)
                 first = b.icmp_signed("==", pc, c64(0))
                 b.call(pack_b, [bp, bb, jc, nc, pc, kc])
                 a_stride = b.mul(kq, c64(mr * 4))
@@ -560,6 +695,8 @@ class _Parts:
                             coff = g.add(g.mul(row, spec.ldc), b.add(jc, jr))
                             b.call(ukernel, [g.at(ap, b.mul(b.sdiv(ir_, c64(mr)), a_stride)),
                                              bpanel, kq, g.at(c, g.mul(coff, ec)), mv, nv, first])
+        if isa.name == "amx":
+            b.call(_declare(self.module, "llvm.x86.tilerelease", ir.FunctionType(VOID, [])), [])
         b.ret_void()
         return fn
 

@@ -22,17 +22,19 @@ from relaydsl.backend.llvm import jit, runtime
 from relaydsl.backend.llvm.templates import Template, template_for
 from relaydsl.backend.llvm.templates.conv2d import int_im2col_rows
 from relaydsl.backend.llvm.templates.igemm import (
-    IntBlocking, Isa, emit_int_gemm, host_isa, int_types, select_isa,
+    IntBlocking, Isa, amx_permitted, emit_int_gemm, host_isa, int_types, select_isa,
 )
 from relaydsl.ir.types import TensorType
 from relaydsl.op.registry import lookup
 from tests.backend.llvm.test_templates import full_attrs
 
 ARGTYPES = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2
-ISAS = {"avx512vnni": Isa("avx512vnni", 16, 14, 32), "avxvnni": Isa("avxvnni", 8, 6, 16),
+ISAS = {"amx": Isa("amx", 16, 32, 32), "avx512vnni": Isa("avx512vnni", 16, 14, 32), "avxvnni": Isa("avxvnni", 8, 6, 16),
         "generic": Isa("generic", 8, 4, 16)}
 # LLVM features of CPUs with each ISA (for the assembly checks) and of one with none
 FEATURES = {
+    "amx": ("sapphirerapids", "+avx512f,+avx512vl,+avx512bw,+avx512vnni,+avx2,+fma,+amx-tile,"
+                              "+amx-int8"),
     "avx512vnni": ("icelake-server", "+avx512f,+avx512vl,+avx512bw,+avx512vnni,+avx2,+fma"),
     "avxvnni": ("alderlake", "+avx2,+fma,+avxvnni,-avx512f"),
     "generic": ("haswell", "+avx2,+fma,-avx512f,-avxvnni"),
@@ -40,6 +42,7 @@ FEATURES = {
 _host = jit.host_target()
 _flags = set(_host.features.split(","))
 HOST_RUNS = {
+    "amx": {"+amx-tile", "+amx-int8"} <= _flags and amx_permitted(),
     "avx512vnni": {"+avx512f", "+avx512vnni"} <= _flags,
     "avxvnni": "+avxvnni" in _flags or {"+avx512vnni", "+avx512vl"} <= _flags,
     "generic": True,
@@ -264,7 +267,9 @@ def test_host_isa_follows_the_host_features():
                 and (name != "avx512vnni" or _host.vector_bits >= 512))
     assert host_isa().name == best
     for name, (_, features) in FEATURES.items():
-        assert select_isa(features, 512 if "+avx512f" in features else 256).name == name
+        bits = 512 if "+avx512f" in features else 256
+        assert select_isa(features, bits, amx=name == "amx").name == name
+    assert select_isa(FEATURES["amx"][1], 512, amx=False).name == "avx512vnni"  # not granted
 
 
 @pytest.mark.parametrize("isa", list(ISAS))
@@ -280,6 +285,9 @@ def test_assembly_selects_the_instructions(isa):
     if isa == "generic":
         assert "vpdpbusd" not in asm and "vpdpwssd" not in asm
         assert "vpmaddubsw" not in asm  # the saturating int16 path is never taken
+    elif isa == "amx":  # int8 on tiles; int16 (no AMX instruction) falls back to VNNI
+        assert "tdpbssd" in asm and "ldtilecfg" in asm and "tilerelease" in asm
+        assert "vpdpwssd" in asm and "vpdpbusd" not in asm
     else:
         register = ISAS[isa].register
         dots = [line for line in asm.splitlines() if "vpdpbusd" in line or "vpdpwssd" in line]
