@@ -15,6 +15,10 @@ shared through the module, and so are declarations of the shape-independent GEMM
 library (gemm_library.py), whose parts the caller loads into the process before the
 module's object (``gemm_library.load(gemm_library.declared_parts(module))``).
 
+Integer operands (int8 x int8, uint8 x int8 either way, int16 x int16, summed into int32,
+int16 or int8: ``igemm.int_types``) get the same GEMM specs with ``Template.ints`` set, run
+by igemm.py (with the pointers ``i8*``); conv2d_nchwc stays float32.
+
 Supported (float32, static, non-empty shapes): dense with any data rank; matmul with
 1-D operands and broadcast batch dims; batch_matmul with both transposes and a batch
 of 1 broadcasting; conv2d NCHW/OIHW or CHW with strides, any padding form, dilation and
