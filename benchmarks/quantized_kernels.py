@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import Case, Settings, run_case  # noqa: E402
-from benchmarks.workloads.common import jax_modules, specialize, torch_module  # noqa: E402
-from relaydsl import Float, Int8, Int32, Tensor, relay  # noqa: E402, F401
+from benchmarks.harness import Case, Settings, run_case
+from benchmarks.workloads.common import jax_modules, specialize, torch_module
+from relaydsl import Float, Int8, Int32, Tensor, relay
 
 
 def dense_int8(x: Tensor[Int8, (M, K)], w: Tensor[Int8, (N, K)]  # noqa: F821
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {machine.load_average()}")
     settings = Settings.for_mode("llvm", args.quick)
     cases = [dense_case(1024, 1024, 1024), dense_case(256, 1024, 1024), conv_case(1, 64, 56)]
-    print(f"\n| row | system | ms | GOP/s | vs relaydsl int8 |\n|---|---|---|---|---|")
+    print("\n| row | system | ms | GOP/s | vs relaydsl int8 |\n|---|---|---|---|---|")
     for case in cases:
         (result,) = run_case(case, settings)
         ours = result.cells["relaydsl:int8"].seconds
