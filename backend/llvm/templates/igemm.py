@@ -56,6 +56,8 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
+from relaydsl import settings
+from relaydsl.errors import SettingError
 from relaydsl.backend.llvm.templates.gemm import (
     Blocking, GemmKernel, GemmSpec, choose_split, walk_units,
 )
@@ -64,7 +66,7 @@ from relaydsl.backend.llvm.templates.irgen import (
 )
 
 P8 = I8.as_pointer()
-ISAS = ("amx", "avx512vnni", "avxvnni", "generic")
+ISAS = settings.INT_ISAS  # best first
 _WIDTH = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32}
 
 
@@ -126,10 +128,28 @@ class Isa:
             raise ValueError(f"bad integer GEMM ISA {self}")
 
 
-def select_isa(features: str, vector_bits: int, amx: bool = False) -> Isa:
-    """The best ISA a CPU with LLVM `features` (``"+avx512vnni,..."``) runs, for vectors of
-    `vector_bits` (the target's chosen width: 256 on a CPU with AVX-512 means ymm); AMX
-    tiles only where `amx` (the OS granted them: ``amx_permitted``).
+_KNOWN = {"amx": Isa("amx", 16, 32, 32),  # a 32 x 32 C block in 4 tiles, 2 A and 2 B tiles
+          # 28 zmm accumulators + 2 B vectors; A's group is an embedded broadcast operand
+          "avx512vnni": Isa("avx512vnni", 16, 14, 32),
+          "avxvnni": Isa("avxvnni", 8, 6, 16),  # 12 ymm accumulators + 2 B + 1 broadcast
+          "generic": Isa("generic", 8, 4, 16)}
+
+
+def _runs(name: str, flags: set[str], vector_bits: int, amx: bool) -> bool:
+    """Whether a CPU with `flags` (and `amx` granted) runs `name`'s kernels, at vectors of
+    `vector_bits` (the target's chosen width: 256 on a CPU with AVX-512 means ymm)."""
+    vnni512 = {"+avx512f", "+avx512vnni"} <= flags
+    return {"amx": amx and vnni512 and {"+amx-tile", "+amx-int8"} <= flags,
+            "avx512vnni": vnni512 and vector_bits >= 512,
+            "avxvnni": "+avxvnni" in flags or {"+avx512vnni", "+avx512vl"} <= flags,
+            "generic": True}[name]
+
+
+def select_isa(features: str, vector_bits: int, amx: bool = False, forced: str | None = None
+               ) -> Isa:
+    """The best ISA a CPU with LLVM `features` (``"+avx512vnni,..."``) runs for vectors of
+    `vector_bits`, AMX tiles only where `amx` (the OS granted them: ``amx_permitted``); or
+    `forced` (``$RELAYDSL_INT_ISA``), which the CPU must run.
 
     >>> select_isa("+avx512f,+avx512vnni,+avx512vl,+avxvnni", 512).name
     'avx512vnni'
@@ -141,23 +161,22 @@ def select_isa(features: str, vector_bits: int, amx: bool = False) -> Isa:
     'amx'
     """
     flags = set(features.split(","))
-    if amx and {"+amx-tile", "+amx-int8", "+avx512f", "+avx512vnni"} <= flags:
-        # a 32 x 32 int32 C block in 4 tiles, 2 A and 2 B tiles of 16 x 64 bytes
-        return Isa("amx", 16, 32, 32)
-    if vector_bits >= 512 and {"+avx512f", "+avx512vnni"} <= flags:
-        # 28 zmm accumulators + 2 B vectors; A's group is an embedded broadcast operand
-        return Isa("avx512vnni", 16, 14, 32)
-    if "+avxvnni" in flags or {"+avx512vnni", "+avx512vl"} <= flags:
-        return Isa("avxvnni", 8, 6, 16)  # 12 ymm accumulators + 2 B + 1 broadcast
-    return Isa("generic", 8, 4, 16)
+    if forced is not None:
+        if not _runs(forced, flags, vector_bits, amx):
+            runs = ", ".join(n for n in ISAS if _runs(n, flags, vector_bits, amx))
+            raise SettingError(f"RELAYDSL_INT_ISA={forced!r}: this CPU (or OS) does not run "
+                               f"it; it runs {runs}")
+        return _KNOWN[forced]
+    return _KNOWN[next(name for name in ISAS if _runs(name, flags, vector_bits, amx))]
 
 
 def host_isa() -> Isa:
+    """The ISA of this process's integer kernels (``select_isa`` for the host CPU)."""
     from relaydsl.backend.llvm.jit import host_target
 
     target = host_target()
     amx = "+amx-int8" in target.features.split(",") and amx_permitted()
-    return select_isa(target.features, target.vector_bits, amx)
+    return select_isa(target.features, target.vector_bits, amx, settings.int_isa())
 
 
 @functools.cache
@@ -174,7 +193,6 @@ def amx_permitted() -> bool:
         return False
 
 
-_VNNI512 = Isa("avx512vnni", 16, 14, 32)
 
 
 @dataclass(frozen=True)
@@ -210,7 +228,8 @@ def emit_int_gemm(module: ir.Module, name: str, spec: GemmSpec, types: IntTypes,
     i64 end)`` computing units [begin, end) of the returned kernel's ``parallel_extent``."""
     isa = isa or host_isa()
     if isa.name == "amx" and (types.element_bits != 8 or spec.a_strides[1] != 1):
-        isa = _VNNI512  # tiles of int8 only, A's rows read in place (every AMX CPU has VNNI)
+        # tiles of int8 only, A's rows read in place; every AMX CPU has AVX-512 VNNI
+        isa = _KNOWN["avx512vnni"]
     bl = blocking or default_blocking(isa, types)
     g_ = types.group
     if bl.kc % g_ or min(spec.m, spec.n, spec.k) < 1:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from relaydsl.backend.llvm import jit, runtime
+from relaydsl.errors import SettingError
 from relaydsl.backend.llvm.templates import Template, template_for
 from relaydsl.backend.llvm.templates.conv2d import int_im2col_rows
 from relaydsl.backend.llvm.templates.igemm import (
@@ -269,6 +270,18 @@ def test_host_isa_follows_the_host_features():
     assert host_isa().name == best
     assert {name: isa.name for name, isa in ISAS.items()} == {name: name for name in FEATURES}
     assert select_isa(FEATURES["amx"][1], 512, amx=False).name == "avx512vnni"  # not granted
+
+
+def test_the_setting_forces_an_isa_the_cpu_runs(monkeypatch):
+    monkeypatch.setenv("RELAYDSL_INT_ISA", "generic")
+    assert host_isa().name == "generic"
+    monkeypatch.setenv("RELAYDSL_INT_ISA", "sse")
+    with pytest.raises(SettingError, match="RELAYDSL_INT_ISA='sse': expected one of amx"):
+        host_isa()
+    with pytest.raises(SettingError, match=r"RELAYDSL_INT_ISA='avx512vnni': this CPU .* runs "
+                                           r"generic"):
+        select_isa(FEATURES["generic"][1], 256, forced="avx512vnni")
+    assert select_isa(FEATURES["amx"][1], 512, forced="avxvnni").name == "avxvnni"
 
 
 @pytest.mark.parametrize("isa", list(ISAS))
