@@ -166,7 +166,8 @@ def int_im2col_rows(geo: ConvGeometry):
         top, left = geo.pads[:2]
         khw = geo.kh * geo.kw
         # stride 1 and as wide as the image ("same" 3x3, 1x1): pixel p's tap (c, ky, kx) is at
-        # p + c*H*W + ky*dh*W + kx*dw - top*W - left, so a panel's row is W contiguous elements
+        # p + c*H*W + ky*dh*W + kx*dw - top*W - left, so a panel's `width` pixels read
+        # contiguous elements (those in the padding masked off)
         contiguous = geo.strides == (1, 1) and geo.w == geo.ow
         load = get_function(g.module, f"llvm.masked.load.v{width}i{et.width}.p0",
                             ir.FunctionType(vec, [vec.as_pointer(), I32, mask_t, vec]))
