@@ -7,6 +7,9 @@
                        from 1; more than the usable cores is capped to them (with a warning)
 ``RELAYDSL_VECTOR_WIDTH``  the width in bits of the vectors compiled code uses on a CPU
                        with AVX-512: 512 (the default) or 256; elsewhere, ignored
+``RELAYDSL_INT_ISA``   the instructions of the llvm backend's integer kernels: ``amx``,
+                       ``avx512vnni``, ``avxvnni`` or ``generic`` (one the CPU has; the
+                       default: the best it has)
 ``RELAYDSL_CACHE_DIR`` the directory of the on-disk kernel cache (created if missing)
 ``RELAYDSL_DATA``      a directory holding datasets, or holding their folders (``mnist/``,
                        ``sst/``, ``names/``)
@@ -97,6 +100,20 @@ def vector_width() -> int | None:
     if value not in ("256", "512"):
         raise SettingError(f"RELAYDSL_VECTOR_WIDTH={value!r}: expected 256 or 512 (bits)")
     return int(value)
+
+
+INT_ISAS = ("amx", "avx512vnni", "avxvnni", "generic")
+
+
+def int_isa() -> str | None:
+    """``$RELAYDSL_INT_ISA``: one of ``INT_ISAS``; None when unset (whether the CPU has it
+    is checked by the backend)."""
+    value = _read("RELAYDSL_INT_ISA")
+    if value is None:
+        return None
+    if value not in INT_ISAS:
+        raise SettingError(f"RELAYDSL_INT_ISA={value!r}: expected one of {', '.join(INT_ISAS)}")
+    return value
 
 
 def cache_dir() -> Path | None:

@@ -58,6 +58,7 @@ from relaydsl.backend.llvm.codegen import StageCode, emit_module
 from relaydsl.backend.llvm.lower import Lowered, lower, stable_digest
 from relaydsl.backend.llvm.schedule import Schedule, schedule
 from relaydsl.backend.llvm.templates import gemm_library
+from relaydsl.backend.llvm.templates.igemm import host_isa
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Function
 from relaydsl.ir.structural import structural_equal, structural_hash
@@ -297,7 +298,9 @@ def compile_primitive(func: Function, options: CompileOptions | None = None) -> 
 def _build(todo: dict[str, tuple[Function, int, list[int]]], speed: int) -> dict[str, Kernel]:
     with deep_recursion():  # a fused chain of 256 ops is a 256-deep expression
         module, parts = _emit({digest: f for digest, (f, _, _) in todo.items()})
-    key = "kernels|" + "|".join(sorted(todo)) + f"|speed{speed}"
+    # the integer kernels' instructions depend on the OS too (AMX tiles only where granted):
+    # an object with tile instructions must never be loaded where they would fault
+    key = "kernels|" + "|".join(sorted(todo)) + f"|speed{speed}|int:{host_isa().name}"
     # the module's text (a fifth of the Python time of a build) only where it is compiled
     text = functools.partial(str, module)
     library = gemm_library.declared_parts(module)

@@ -9,6 +9,7 @@ the code generator as one stage (``Template.emit(module, name)``). Inside:
     conv2d.py         conv2d's implicit-im2col packer for the GEMM's B operand
     conv2d_nchwc.py   conv2d_nchwc as direct convolution on the micro-kernel, no packing
     gemm_library.py   the shape-independent GEMM core and micro-kernels, compiled once
+    igemm.py          the integer GEMM (int8/uint8/int16, int32 sums) on AMX, VNNI or SIMD
     irgen.py          small helpers over llvmlite.ir shared by the above
 
 >>> from relaydsl.ir.types import TensorType

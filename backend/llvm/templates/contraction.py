@@ -15,6 +15,10 @@ shared through the module, and so are declarations of the shape-independent GEMM
 library (gemm_library.py), whose parts the caller loads into the process before the
 module's object (``gemm_library.load(gemm_library.declared_parts(module))``).
 
+Integer operands (int8 x int8, uint8 x int8 either way, int16 x int16, summed into int32,
+int16 or int8: ``igemm.int_types``) get the same GEMM specs with ``Template.ints`` set, run
+by igemm.py (with the pointers ``i8*``); conv2d_nchwc stays float32.
+
 Supported (float32, static, non-empty shapes): dense with any data rank; matmul with
 1-D operands and broadcast batch dims; batch_matmul with both transposes and a batch
 of 1 broadcasting; conv2d NCHW/OIHW or CHW with strides, any padding form, dilation and
@@ -29,10 +33,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import llvmlite.ir as ir
 
-from relaydsl.backend.llvm.templates.conv2d import ConvGeometry, emit_im2col_packer
+from relaydsl.backend.llvm.templates.conv2d import (
+    ConvGeometry, emit_im2col_packer, int_im2col_rows,
+)
 from relaydsl.backend.llvm.templates.conv2d_nchwc import BlockedConv, emit_blocked_conv, micro_tile
 from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, emit_gemm
 from relaydsl.backend.llvm.templates.gemm_library import MicroTile
+from relaydsl.backend.llvm.templates.igemm import IntTypes, emit_int_gemm, int_types
 from relaydsl.ir.types import TensorType
 from relaydsl.op.nn.conv import conv2d, conv2d_nchwc
 from relaydsl.op.nn.linear import batch_matmul, dense, matmul
@@ -56,10 +63,15 @@ class Template:
     conv: ConvGeometry | None = None
     blocking: Blocking | None = None
     transposed: frozenset[int] = frozenset()  # operands handed as the buffer they transpose
+    ints: IntTypes | None = None  # an integer GEMM (igemm.py), else float32
 
     def emit(self, module: ir.Module, name: str) -> StageInfo:
-        packer = emit_im2col_packer(self.conv) if self.conv is not None else None
-        kernel = emit_gemm(module, name, self.spec, self.blocking, pack_b=packer)
+        if self.ints is not None:
+            rows_b = int_im2col_rows(self.conv) if self.conv is not None else None
+            kernel = emit_int_gemm(module, name, self.spec, self.ints, rows_b=rows_b)
+        else:
+            packer = emit_im2col_packer(self.conv) if self.conv is not None else None
+            kernel = emit_gemm(module, name, self.spec, self.blocking, pack_b=packer)
         return StageInfo(name, kernel.parallel_extent, kernel.flops)
 
 
@@ -133,17 +145,25 @@ def _template_for(op: OpDef, attrs: Mapping[str, Any], input_types: Sequence[Ten
     if build is None or len(input_types) != 2:
         return None
     types = [*input_types, out_type]
-    if not all(isinstance(t, TensorType) and t.dtype == "float32" and t.is_static
-               for t in types):
+    if not all(isinstance(t, TensorType) and t.is_static for t in types):
+        return None
+    dtypes = [str(t.dtype) for t in types]
+    integer = any(d != "float32" for d in dtypes)
+    if integer and op is conv2d_nchwc:
         return None
     shapes = [t.concrete_shape() for t in input_types]
     out = out_type.concrete_shape()
     if any(0 in s for s in (*shapes, out)):
         return None
     try:
-        return build(attrs, shapes[0], shapes[1], out)
+        template = build(attrs, shapes[0], shapes[1], out)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+    if not integer or not isinstance(template, Template):
+        return template
+    spec = template.spec  # conv2d's A is its weight
+    ints = int_types(dtypes[spec.a_input], dtypes[spec.b_input], dtypes[2])
+    return None if ints is None else replace(template, ints=ints)
 
 
 # ---- the ops --------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import llvmlite.ir as ir
 from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec
 from relaydsl.backend.llvm.templates.gemm_library import PACK_ARGS
 from relaydsl.backend.llvm.templates.irgen import (
-    F32, I1, I32, PF, Gen, VectorGEP, c32, c64, get_function,
+    F32, I1, I32, I64, PF, Gen, VectorGEP, c32, c64, get_function,
     new_function,
 )
 
@@ -146,3 +146,69 @@ def emit_im2col_packer(geo: ConvGeometry):
         return fn
 
     return emit
+
+
+def int_im2col_rows(geo: ConvGeometry):
+    """An igemm.emit_int_gemm `rows_b` hook (igemm.PanelRows): a micro-panel's columns of
+    ``col`` at one depth, gathered from one image group as the float packer does (0 in the
+    padding, never read there)."""
+
+    def rows(g: Gen, src: ir.Value, x_t: ir.Value, nvalid: ir.Value, width: int):
+        b = g.b
+        et = src.type.pointee
+        vi = ir.VectorType(I32, width)
+        vec = ir.VectorType(et, width)
+        mask_t = ir.VectorType(I1, width)
+        gather = get_function(g.module, f"llvm.masked.gather.v{width}i{et.width}.v{width}p0",
+                              ir.FunctionType(vec, [ir.VectorType(src.type, width), I32, mask_t,
+                                                    vec]))
+        (sh, sw), (dh, dw) = geo.strides, geo.dilation
+        top, left = geo.pads[:2]
+        khw = geo.kh * geo.kw
+        # stride 1 and as wide as the image ("same" 3x3, 1x1): pixel p's tap (c, ky, kx) is at
+        # p + c*H*W + ky*dh*W + kx*dw - top*W - left, so a panel's `width` pixels read
+        # contiguous elements (those in the padding masked off)
+        contiguous = geo.strides == (1, 1) and geo.w == geo.ow
+        load = get_function(g.module, f"llvm.masked.load.v{width}i{et.width}.p0",
+                            ir.FunctionType(vec, [vec.as_pointer(), I32, mask_t, vec]))
+
+        def splat(x: ir.Value) -> ir.Value:
+            return g.splat(x, width)
+
+        def vconst(v: int) -> ir.Constant:
+            return ir.Constant(vi, [v] * width)
+
+        valid = g.lane_mask(nvalid, width)
+        p = b.add(splat(b.trunc(x_t, I32)), ir.Constant(vi, list(range(width))))
+        pc = b.select(valid, p, vconst(0))
+        oy = b.udiv(pc, vconst(geo.ow))
+        ox = b.sub(pc, b.mul(oy, vconst(geo.ow)))
+        iy0 = b.sub(b.mul(oy, vconst(sh)), vconst(top))
+        ix0 = b.sub(b.mul(ox, vconst(sw)), vconst(left))
+        base = b.add(b.mul(iy0, vconst(geo.w)), ix0)
+        zero = ir.Constant(vec, [0] * width)
+
+        def row(k: ir.Value, k_in: ir.Value) -> ir.Value:
+            kk = b.trunc(k, I32)
+            c = b.udiv(kk, c32(khw))
+            r = b.sub(kk, b.mul(c, c32(khw)))
+            ky = b.udiv(r, c32(geo.kw))
+            kx = b.sub(r, b.mul(ky, c32(geo.kw)))
+            dy, dx = b.mul(ky, c32(dh)), b.mul(kx, c32(dw))
+            off = b.add(b.add(b.mul(c, c32(geo.h * geo.w)), b.mul(dy, c32(geo.w))), dx)
+            mask = b.and_(valid, splat(k_in))
+            if geo.padded:
+                inside = b.and_(b.icmp_unsigned("<", b.add(iy0, splat(dy)), vconst(geo.h)),
+                                b.icmp_unsigned("<", b.add(ix0, splat(dx)), vconst(geo.w)))
+                mask = b.and_(mask, inside)
+            if contiguous:  # lane l at start + l: a masked load, no gather
+                start = b.add(b.trunc(x_t, I32), b.sub(off, c32(top * geo.w + left)))
+                ptr = b.gep(src, [b.sext(start, I64)])  # may point before src: lanes masked
+                return b.call(load, [b.bitcast(ptr, vec.as_pointer()), c32(1), mask, zero])
+            ptrs = VectorGEP(b.block, src, b.add(base, splat(off)))
+            b._insert(ptrs)
+            return b.call(gather, [ptrs, c32(1), mask, zero])
+
+        return row
+
+    return rows

@@ -126,6 +126,44 @@ Packer = Callable[[ir.Module, str, "Blocking"], ir.Function]
 # ---- the driver ---------------------------------------------------------------------------------
 
 
+def walk_units(g: Gen, spec: GemmSpec, split: str, mr: int, nr: int, begin: ir.Value,
+               end: ir.Value, call_block: Callable[..., None]) -> None:
+    """Emits the calls of ``call_block(offsets, r0, r1, c0, c1)`` computing units [begin, end)
+    (of ``batch_size * units``): per batch entry the element offsets of A, B and C and the
+    rows [r0, r1) and columns [c0, c1) of its units."""
+    b = g.b
+    units = -(-spec.m // mr) if split == "M" else -(-spec.n // nr)
+
+    def one(bi: ir.Value | None, lo: ir.Value, hi: ir.Value) -> None:
+        """Units [lo, hi) of batch entry `bi` (units [begin, end) of the only entry if None)."""
+        offs = [c64(0), c64(0), c64(0)]
+        rest = bi
+        for d in reversed(range(len(spec.batch))):
+            size = spec.batch[d]
+            idx = b.srem(rest, c64(size)) if d else rest
+            rest = b.sdiv(rest, c64(size))
+            for o, strides in enumerate((spec.a_batch_strides, spec.b_batch_strides,
+                                         spec.c_batch_strides)):
+                offs[o] = g.add(offs[o], g.mul(idx, strides[d]))
+        if split == "M":
+            r0, r1 = g.mul(lo, mr), g.min(g.mul(hi, mr), spec.m)
+            c0, c1 = c64(0), c64(spec.n)
+        else:
+            r0, r1 = c64(0), c64(spec.m)
+            c0, c1 = g.mul(lo, nr), g.min(g.mul(hi, nr), spec.n)
+        call_block(offs, r0, r1, c0, c1)
+
+    if not spec.batch:  # straight-line code: a loop of one trip still costs LLVM time
+        one(None, begin, end)
+        return
+    rr = c64(units)
+    b_first = b.sdiv(begin, rr)
+    b_stop = b.add(b.sdiv(b.sub(end, c64(1)), rr), c64(1))
+    with g.loop(b_first, b_stop, name="batch") as bi:
+        first_unit = b.mul(bi, rr)
+        one(bi, g.max(b.sub(begin, first_unit), 0), g.min(b.sub(end, first_unit), units))
+
+
 @dataclass
 class GemmKernel:
     """What emit_gemm produced: the entry function and how many parallel units it has."""
@@ -194,23 +232,8 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
     b.position_at_end(skip)
     b.ret_void()
     b.position_at_end(work)
-    def call_block(bi: ir.Value | None, lo: ir.Value, hi: ir.Value) -> None:
-        """Units [lo, hi) of batch entry `bi` (units [begin, end) of the only entry if None)."""
-        offs = [c64(0), c64(0), c64(0)]
-        rest = bi
-        for d in reversed(range(len(spec.batch))):
-            size = spec.batch[d]
-            idx = b.srem(rest, c64(size)) if d else rest
-            rest = b.sdiv(rest, c64(size))
-            for o, strides in enumerate((spec.a_batch_strides, spec.b_batch_strides,
-                                         spec.c_batch_strides)):
-                offs[o] = g.add(offs[o], g.mul(idx, strides[d]))
-        if split == "M":
-            r0, r1 = g.mul(lo, bl.mr), g.min(g.mul(hi, bl.mr), spec.m)
-            c0, c1 = c64(0), c64(spec.n)
-        else:
-            r0, r1 = c64(0), c64(spec.m)
-            c0, c1 = g.mul(lo, bl.nr), g.min(g.mul(hi, bl.nr), spec.n)
+    def call_block(offs: list[ir.Value], r0: ir.Value, r1: ir.Value, c0: ir.Value,
+                   c1: ir.Value) -> None:
         args = {
             "a": g.at(inputs[spec.a_input], offs[0]), "b": g.at(inputs[spec.b_input], offs[1]),
             "c": g.at(out, offs[2]), "r0": r0, "r1": r1, "c0": c0, "c1": c1, "ap": ap, "bp": bp,
@@ -222,15 +245,6 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
         }
         b.call(block, [args[n] for n, _ in gemm_library.BLOCK_PARAMS])
 
-    if not spec.batch:  # straight-line code: a loop of one trip still costs LLVM time
-        call_block(None, begin, end)
-    else:
-        rr = c64(units)
-        b_first = b.sdiv(begin, rr)
-        b_stop = b.add(b.sdiv(b.sub(end, c64(1)), rr), c64(1))
-        with g.loop(b_first, b_stop, name="batch") as bi:
-            first_unit = b.mul(bi, rr)
-            call_block(bi, g.max(b.sub(begin, first_unit), 0),
-                       g.min(b.sub(end, first_unit), units))
+    walk_units(g, spec, split, bl.mr, bl.nr, begin, end, call_block)
     b.ret_void()
     return GemmKernel(fn, extent, spec.flops)
