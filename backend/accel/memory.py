@@ -98,6 +98,21 @@ def allocate(buffers: Sequence[Buffer], reuse: bool) -> tuple[dict[Buffer, int],
     return {b: a - low for b, a in placed.items()}, high - low
 
 
+def span_lower_bound(buffers: Sequence[Buffer], reuse: bool) -> int:
+    """Bytes `allocate` spans at least: all of them without reuse; with reuse, the most
+    bytes live at one step, less what deep reuse may overlap there."""
+    if not reuse:
+        return sum(b.size for b in buffers)
+    steps = {b.start for b in buffers}
+    best = 0
+    for t in steps:
+        live = [b for b in buffers if b.start <= t <= b.end]
+        overlap = sum(min(b.size, b.reuses[0].size) for b in live
+                      if b.reuses is not None and b.reuses[0].start <= t <= b.reuses[0].end)
+        best = max(best, sum(b.size for b in live) - overlap)
+    return best
+
+
 def _clash(b: Buffer, address: int, other: Buffer, other_address: int) -> bool:
     if address >= other_address + other.size or other_address >= address + b.size:
         return False
