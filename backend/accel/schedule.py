@@ -365,7 +365,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     if any(stored_upto[t] < (t.shape[2] if len(t.shape) == 4 else 1) for t in ctx.stored):
         return None
     addresses, spans = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
-                              line_buffers, stream, config, reuse)
+                              line_buffers, stream, config, reuse, once=len(steps) == 1)
     if any(spans[kind] > capacity[kind] for kind in spans):
         return None
     order = loop_order if channel_blocks > 1 else \
@@ -382,7 +382,7 @@ def _may_fit(ctx: _GroupContext, sizes: dict[TensorInfo, int],
              reuse: bool) -> bool:
     """Whether buffers of `sizes` (the first band's: later ones only grow them) leave room
     for an allocation in every on-chip buffer."""
-    buffers, kinds = _buffers(ctx, sizes, offsets, kept, set(), streamed, config, lower=True)
+    buffers, kinds = _buffers(ctx, sizes, offsets, kept, set(), streamed, config, once=True)
     return all(span_lower_bound([b for t, b in buffers.items() if kinds[t] == kind], reuse)
                <= capacity for kind, capacity in config.buffers().items())
 
@@ -513,7 +513,7 @@ def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region,
 def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
              offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
              line_buffers: set[TensorInfo], streamed: dict[Layer, list[tuple[int, int]]],
-             config: AcceleratorConfig, lower: bool = False
+             config: AcceleratorConfig, once: bool = False
              ) -> tuple[dict[TensorInfo, Buffer], dict[TensorInfo, str]]:
     """The group's buffers, and the on-chip buffer (its config field) each goes to:
     resident weights (and any input a later tile reads again without loading it)
@@ -522,8 +522,9 @@ def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
     start to its last reader, a layer's output from its layer to its last reader; a tensor
     loaded or stored while another step computes (double buffering) has two buffers. Where
     the config splits its memory (VTA), inputs, weights and outputs each go to their own
-    buffer. `lower`: the least room they may take (an input loaded once is held once, as
-    where later tiles keep it)."""
+    buffer. `once`: the group's inputs and outputs are loaded and stored in one step (one
+    tile), so nothing overlaps their moves and each is held once -- which is also the least
+    room a plan of more tiles may take."""
     last = len(ctx.layers) - 1
     double = 2 if config.double_buffering else 1
     stream_at = {layer.inputs[1]: k for k, layer in enumerate(ctx.layers) if layer in streamed}
@@ -538,12 +539,12 @@ def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
             start, end, copies = max(0, k - double + 1), k, double
         elif t in kept:  # a line buffer loads its next rows while a tile computes
             start, end, copies = 0, last, double if t in line_buffers else 1
-        elif t in ctx.loads:  # a lower bound holds it once: a later tile may keep it
-            start, end, copies = 0, ctx.readers[t][-1], 1 if lower else double
+        elif t in ctx.loads:
+            start, end, copies = 0, ctx.readers[t][-1], 1 if once else double
         else:
             start = next(k for k, layer in enumerate(ctx.layers) if layer.output is t)
             end = max([start, *ctx.readers[t]])
-            copies = double if t in ctx.stored else 1
+            copies = double if t in ctx.stored and not once else 1
         kinds[t] = config.buffer_for(WEIGHT if t.is_constant else
                                      INPUT if t in ctx.loads else OUTPUT)
         partner = offsets.get(t)
@@ -559,12 +560,13 @@ def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
 def _place(ctx: _GroupContext, sizes: dict[TensorInfo, int],
            offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
            line_buffers: set[TensorInfo], streamed: dict[Layer, list[tuple[int, int]]],
-           config: AcceleratorConfig, reuse: bool
+           config: AcceleratorConfig, reuse: bool, once: bool = False
            ) -> tuple[dict[TensorInfo, tuple[int, int]], dict[str, int]]:
     """Addresses for the group's buffers (_buffers), and the bytes each on-chip buffer of
     `config` spans. Where the config splits its memory (VTA), its buffers lie one after
     the other in the address space."""
-    buffers, kinds = _buffers(ctx, sizes, offsets, kept, line_buffers, streamed, config)
+    buffers, kinds = _buffers(ctx, sizes, offsets, kept, line_buffers, streamed, config,
+                              once=once)
     addresses: dict[TensorInfo, tuple[int, int]] = {}
     spans: dict[str, int] = {}
     base = 0
