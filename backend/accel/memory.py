@@ -83,15 +83,20 @@ def allocate(buffers: Sequence[Buffer], reuse: bool) -> tuple[dict[Buffer, int],
         if partner is not None and partner[0] in placed and partner[0].end == b.start:
             candidates.add(placed[partner[0]] + partner[1])
         best: tuple[int, int] | None = None
+        live_spans = [(placed[o], placed[o] + o.size, o) for o in live]
         for address in sorted(candidates):
             if address < 0 and (partner is None or address != placed.get(partner[0], 0) +
                                 partner[1]):
                 continue
-            if any(_clash(b, address, o, placed[o]) for o in live):
+            end = address + b.size
+            if any(lo < end and address < hi and _clash(b, address, o, lo)
+                   for lo, hi, o in live_spans):
                 continue
-            span = max(high, address + b.size) - min(low, address)
+            span = max(high, end) - min(low, address)
             if best is None or span < best[0]:
                 best = (span, address)
+                if span == high - low:
+                    break  # within the span so far: no address does better
         assert best is not None  # the end of every live buffer is a free candidate
         placed[b] = best[1]
         low, high = min(low, best[1]), max(high, best[1] + b.size)

@@ -190,10 +190,15 @@ def _transfer(ctx: _GroupContext, sink_regions: dict[TensorInfo, Region]
     for layer in reversed(ctx.layers):
         out = regions[layer.output]
         computes.append((layer, out))
-        for t, r in zip(layer.inputs, layer.rule.deduce(layer, out)):
+        for t, r in zip(layer.inputs, _deduce(layer, out)):
             regions[t] = _union(regions.get(t), r)
     computes.reverse()
     return regions, computes
+
+
+@functools.lru_cache(maxsize=1 << 18)  # groups sharing their last layers share these
+def _deduce(layer: Layer, out: Region) -> list[Region]:
+    return layer.rule.deduce(layer, out)
 
 
 @functools.lru_cache(maxsize=1 << 12)
