@@ -52,6 +52,7 @@ class Instr:
     layer: Layer | None = None
     inputs: tuple[Operand, ...] = ()
     output: Operand | None = None
+    serial: bool = False  # a SYNC: the step's loads waited for the last step (timing only)
 
     def __str__(self) -> str:
         def where(o: Operand) -> str:
@@ -95,5 +96,5 @@ def generate(groups: list[GroupPlan]) -> list[Instr]:
             for t, region in tile.stores:
                 code.append(Instr(Opcode.STORE, output=Operand(
                     t, group.addresses[t][0], held[t], region)))
-            code.append(Instr(Opcode.SYNC))
+            code.append(Instr(Opcode.SYNC, serial=tile.serial))
     return code

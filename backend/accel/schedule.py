@@ -54,6 +54,9 @@ TILE_COUNTS_TRIED = 3
 # them, double-buffered): small enough to leave the rest to the activations, large enough
 # that a block keeps the MAC array busy.
 STREAM_BLOCK_FRACTION = 16
+# A group streaming its weights reads them once per band: where the double-buffered bands
+# do not fit, up to this many single-buffered ones are tried (their loads wait).
+SERIAL_BANDS = 4
 WEIGHTS_STATIONARY, ACTIVATIONS_STATIONARY = "weights-stationary", "activations-stationary"
 
 
@@ -72,6 +75,7 @@ class Tile(NamedTuple):  # a tuple: the search makes millions of them
     mac_ops: int
     alu_ops: int
     cycles: int
+    serial: bool = False  # its loads wait for the last step (single-buffered inputs)
 
 
 @dataclass
@@ -113,7 +117,7 @@ class GroupPlan:
         """This plan with its steps."""
         if self.tiles or not self.steps:
             return self
-        built = plan_group(*self.recipe, keep=True)
+        built = plan_group(*self.recipe[:8], keep=True, double_io=self.recipe[-1])
         assert built is not None and built.cost == self.cost
         return built
 
@@ -234,7 +238,8 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                streamed: tuple[Layer, ...] = (),
                transfers: dict[tuple[int, int | None, tuple[int, int] | None],
                                tuple[dict[TensorInfo, Region], list[tuple[Layer, Region]]]]
-               | None = None, keep: bool = True) -> GroupPlan | None:
+               | None = None, keep: bool = True, double_io: bool = True
+               ) -> GroupPlan | None:
     """The plan of the group `ctx` cut in `tiles` bands of rows, or None where that does
     not fit on chip or does not cover its outputs. Two ways past weights that do not fit:
 
@@ -246,6 +251,8 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
       band, while the band's activations stay on chip (activations-stationary); the other
       weights stay on chip for the whole group (weights-stationary when none streams).
 
+    Without `double_io`, the group's inputs and outputs have one buffer each: a band's
+    loads wait for the last band's computation and stores (where two do not fit).
     `transfers` keeps the shape transfers of the tiles between calls for the same group;
     without `keep`, the plan is costed without its steps (GroupPlan.build makes them)."""
     layers = ctx.layers
@@ -294,6 +301,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     read: dict[str, int] = {}
     written: dict[str, int] = {}
     for band, block in steps:
+        made.serial = not double_io  # the band's first step
         known = transfers.get((tiles, band, block))
         if known is None:
             sink_regions = {}
@@ -370,7 +378,8 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     if any(stored_upto[t] < (t.shape[2] if len(t.shape) == 4 else 1) for t in ctx.stored):
         return None
     addresses, spans = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
-                              line_buffers, stream, config, reuse, once=len(steps) == 1)
+                              line_buffers, stream, config, reuse,
+                              once=len(steps) == 1 or not double_io)
     if any(spans[kind] > capacity[kind] for kind in spans):
         return None
     order = loop_order if channel_blocks > 1 else \
@@ -378,7 +387,8 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     return GroupPlan(layers, made.tiles, addresses, sum(spans.values()), made.finish(),
                      channel_blocks, order, read, written, tiles, tuple(stream), made.count,
                      made.macs, made.alu,
-                     (ctx, config, reuse, tiles, channel_blocks, loop_order, streamed))
+                     (ctx, config, reuse, tiles, channel_blocks, loop_order, streamed, None,
+                      False, double_io))
 
 
 def _may_fit(ctx: _GroupContext, sizes: dict[TensorInfo, int],
@@ -428,13 +438,15 @@ class _Steps:
         self.seconds = 0.0
         self._last: tuple[int, int] | None = None  # the last step's cycles and stores
         self._stored_before = 0  # the stores of the step before it
+        self.serial = False  # the next step's loads wait for the last one's compute, stores
 
     def add(self, load_bytes: int, store_bytes: int, macs: int, alu: int, cycles: int,
             loads: tuple = (), computes: tuple = (), stores: tuple = ()) -> None:
         bw, clock = self.config.dram_bandwidth, self.config.clock_hz
+        serial, self.serial = self.serial, False
         if self.keep:
             self.tiles.append(Tile(loads, computes, stores, load_bytes, store_bytes, macs, alu,
-                                   cycles))
+                                   cycles, serial))
         self.count += 1
         self.macs += macs
         self.alu += alu
@@ -443,6 +455,10 @@ class _Steps:
             return
         if self._last is None:
             self.seconds += load_bytes / bw
+        elif serial:  # single buffers: the loads wait for the last step's compute, stores
+            self.seconds += self._last[0] / clock + \
+                (load_bytes + self._stored_before + self._last[1]) / bw
+            self._stored_before = 0
         else:  # the last step computes while this one loads and the one before it stores
             self.seconds += max(self._last[0] / clock,
                                 (load_bytes + self._stored_before) / bw)
@@ -543,7 +559,7 @@ def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
             k = stream_at[t]
             start, end, copies = max(0, k - double + 1), k, double
         elif t in kept:  # a line buffer loads its next rows while a tile computes
-            start, end, copies = 0, last, double if t in line_buffers else 1
+            start, end, copies = 0, last, double if t in line_buffers and not once else 1
         elif t in ctx.loads:
             start, end, copies = 0, ctx.readers[t][-1], 1 if once else double
         else:
@@ -589,6 +605,7 @@ def tiles_seconds(tiles: list[Tile], config: AcceleratorConfig) -> float:
     tile loads, computes and stores in turn."""
     steps = _Steps(config, keep=False)
     for t in tiles:
+        steps.serial = t.serial
         steps.add(t.load_bytes, t.store_bytes, t.mac_ops, t.alu_ops, t.cycles)
     return steps.finish()
 
@@ -651,6 +668,10 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
                 break  # moves more than the best already: each band reads the streamed again
             plan = plan_group(ctx, config, reuse, counts[k], streamed=streamed,
                               transfers=transfers, keep=False)
+            if plan is None and streamed and config.double_buffering and \
+                    counts[k] <= SERIAL_BANDS:
+                plan = plan_group(ctx, config, reuse, counts[k], streamed=streamed,
+                                  transfers=transfers, keep=False, double_io=False)
             if plan is not None and tried == 0:
                 first = k
             if plan is not None and (best is None or plan.cost < best.cost):

@@ -131,7 +131,7 @@ class Simulator:
                             self._read(Operand(before.tensor, before.address, before.held,
                                                kept)).copy())
             elif op is Opcode.SYNC:
-                c.tiles.append(Tile((), (), (), loads, stores, macs, alu, cycles))
+                c.tiles.append(Tile((), (), (), loads, stores, macs, alu, cycles, ins.serial))
                 loads = stores = macs = alu = cycles = 0
             else:
                 layer, o = ins.layer, ins.output
