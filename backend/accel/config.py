@@ -141,8 +141,8 @@ class AcceleratorConfig:
         """VTA's GEMM core (Moreau et al. 2019): a ``batch x block_in x block_out`` MAC
         tensor at 100 MHz (its PYNQ build), with its three buffers -- input (32 KiB),
         weight (256 KiB) and accumulator (128 KiB), each holding only its kind of tensor --
-        and a 1.6 GB/s DRAM port. ``vta(batch=4, block_in=8, block_out=8)`` is the multi-batch variant with the
-        same MAC count."""
+        and a 1.6 GB/s DRAM port. ``vta(batch=4, block_in=8, block_out=8)`` is the
+        multi-batch variant with the same MAC count."""
         for name, value in (("batch", batch), ("block_in", block_in), ("block_out", block_out)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"AcceleratorConfig.vta: {name} must be a positive int, "

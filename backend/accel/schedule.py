@@ -280,7 +280,8 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     capacity = config.buffers()
     stream: dict[Layer, list[tuple[int, int]]] = {}
     for layer in streamed:
-        bounds = _stream_bounds(layer, capacity[config.buffer_for(WEIGHT)] // STREAM_BLOCK_FRACTION, e)
+        bounds = _stream_bounds(
+            layer, capacity[config.buffer_for(WEIGHT)] // STREAM_BLOCK_FRACTION, e)
         if bounds is None:
             return None
         stream[layer] = bounds
@@ -647,10 +648,11 @@ def _stream_options(ctx: _GroupContext, config: AcceleratorConfig) -> list[tuple
 
 
 def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: list[Layer],
-              config: AcceleratorConfig, reuse: bool) -> GroupPlan | None:
+              config: AcceleratorConfig, reuse: bool, stream: bool = True
+              ) -> GroupPlan | None:
     """The cheapest plan (GroupPlan.cost) of `layers` as one group over the tile counts,
-    the weights kept on chip or streamed (and, for a single layer with weights, channel
-    blocks and loop orders), or None where none fits."""
+    the weights kept on chip or (where `stream`) streamed, and for a single layer with
+    weights channel blocks and loop orders; or None where none fits."""
     ctx = _GroupContext(graph, consumers, layers)
     rows = min((s.shape[2] for s in ctx.sinks if len(s.shape) == 4), default=1)
     counts = _tile_counts(rows) if ctx.row_tiled else [1]
@@ -659,7 +661,8 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
     e = config.element_bytes
     stored = sum(t.size for t in ctx.stored) * e
     first = 0  # streaming fewer weights needs more room: no fewer tiles than with more
-    for streamed in _stream_options(ctx, config):
+    options = _stream_options(ctx, config)
+    for streamed in options if stream else [o for o in options if not o]:
         tried = 0
         streamed_bytes = sum(layer.inputs[1].size for layer in streamed) * e
         fixed = sum(t.size for t in ctx.weights) * e - streamed_bytes + stored
@@ -722,11 +725,13 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
     consumers = graph.consumers()
     layers = graph.layers
     reuse = kind.startswith("fusion+reuse")
+    # the paper's loop keeps a group's weights on chip: it grows a group while they fit
+    stream = not kind.endswith(":greedy")
     cache: dict[tuple[int, int], GroupPlan | None] = {}
 
     def plan(i: int, j: int) -> GroupPlan | None:
         if (i, j) not in cache:
-            cache[(i, j)] = best_plan(graph, consumers, layers[i:j], config, reuse)
+            cache[(i, j)] = best_plan(graph, consumers, layers[i:j], config, reuse, stream)
         return cache[(i, j)]
 
     def single(i: int) -> GroupPlan:

@@ -6,8 +6,9 @@ a DRAM tensor into the buffer at its address (in the on-chip layout, isa.py), GE
 read their operands from the buffer, compute the output region with the layer's rule and
 write it back, STORE copies a region out, SHIFT moves a line buffer's kept rows to its
 front, SYNC closes a step. A block of a streamed layer's output channels is strided on chip
-(positions lie channels last): it is written into its buffer among the others'. Values that the schedule did
-not put where an instruction reads them come out wrong, which the tests would see.
+(positions lie channels last): it is written into its buffer among the others'. Values
+that the schedule did not put where an instruction reads them come out wrong, which the
+tests would see.
 
 While it runs, it counts what the report shows: DRAM bytes read and written per tensor,
 MACs and ALU operations, each tile's cycles and the time (the schedule's model:
