@@ -9,9 +9,14 @@ group computes just that region -- with the overlapping halo of a window compute
 by the next tile, as in the paper. An output the group also stores is stored row by row as
 the tiles reach it.
 
-A layer whose weights do not fit on chip runs alone, its output channels in blocks, with
-whichever loop order moves fewer bytes (the weights again for each band of rows, or the
-input again for each block of channels).
+Where a group's weights do not fit on chip, the large ones *stream*: each band of rows
+keeps its activations on chip and passes a streamed layer's weight through in blocks of
+output channels, double-buffered, one step a block (activations-stationary: the weight is
+read again for each band). A layer alone may instead run in blocks of output channels,
+each stored as computed, with whichever loop order moves fewer bytes: bands outermost
+(activations-stationary: the weight again for each band) or blocks outermost
+(weights-stationary: the input again for each block). A group whose weights all stay on
+chip is weights-stationary.
 
 ``plan_group`` costs one group at one tile count: the DRAM bytes each tile loads and stores
 (weights once where they stay on chip), the buffers and their addresses (memory.py, with
@@ -22,10 +27,18 @@ chooses the groups:
 - ``none``: every layer alone (the paper's baseline);
 - ``fusion`` / ``fusion+reuse``: groups chosen by dynamic programming over the layer
   order, the DRAM traffic (then the time) of the whole network as the cost, without /
-  with on-chip reuse. Each group's tiling is the cheapest the same way, so adding reuse or
-  on-chip bytes never adds traffic, and neither schedule moves more than "none";
+  with on-chip reuse. Each group's tiling and streaming is the cheapest the same way, so
+  adding reuse or on-chip bytes never adds traffic, and neither schedule moves more than
+  "none";
 - ``fusion:greedy`` / ``fusion+reuse:greedy``: the paper's loop (Fig. 6): grow a group
-  while some tile size still fits on chip, then start the next.
+  while some tile size still fits on chip with its weights, then start the next.
+
+The search is what makes a build slow, so it costs a plan without building its steps
+(``keep=False``; ``GroupPlan.build`` makes the chosen ones), memoises shape deduction
+across groups, stops a plan at its first band where that alone cannot fit
+(``memory.span_lower_bound``), skips tile counts and groups whose traffic lower bound
+(weights, streamed weights once per band, stored outputs) exceeds the best found, and
+stops growing a group to the front once it fits in no way.
 """
 from __future__ import annotations
 
@@ -97,7 +110,7 @@ class GroupPlan:
     steps: int = 0
     macs: int = 0
     alu_ops: int = 0
-    recipe: tuple = field(default=(), repr=False)  # plan_group's arguments
+    recipe: dict = field(default_factory=dict, repr=False)  # plan_group's arguments
 
     @property
     def dram_read(self) -> int:
@@ -117,7 +130,7 @@ class GroupPlan:
         """This plan with its steps."""
         if self.tiles or not self.steps:
             return self
-        built = plan_group(*self.recipe[:8], keep=True, double_io=self.recipe[-1])
+        built = plan_group(**self.recipe, keep=True)
         assert built is not None and built.cost == self.cost
         return built
 
@@ -388,8 +401,9 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     return GroupPlan(layers, made.tiles, addresses, sum(spans.values()), made.finish(),
                      channel_blocks, order, read, written, tiles, tuple(stream), made.count,
                      made.macs, made.alu,
-                     (ctx, config, reuse, tiles, channel_blocks, loop_order, streamed, None,
-                      False, double_io))
+                     dict(ctx=ctx, config=config, reuse=reuse, tiles=tiles,
+                          channel_blocks=channel_blocks, loop_order=loop_order,
+                          streamed=streamed, double_io=double_io))
 
 
 def _may_fit(ctx: _GroupContext, sizes: dict[TensorInfo, int],
