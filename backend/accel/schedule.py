@@ -786,9 +786,11 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
                 continue  # dominated: its weights alone cost more than the best way to j
             p = single(i) if j == i + 1 else plan(i, j)
             if p is None:
-                # a layer more in front only adds to what must fit: the longer groups do
-                # not fit either
-                break
+                if layers[i].rule.unit == "mac":
+                    # it loads the input of a convolution or dense layer, which a layer
+                    # more in front only adds to: the longer groups do not fit either
+                    break
+                continue  # it loads an elementwise layer's input: a producer in front may fit
             if best[i][0][0] == math.inf:
                 continue
             cost = (best[i][0][0] + p.cost[0], best[i][0][1] + p.cost[1])
