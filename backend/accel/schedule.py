@@ -38,7 +38,8 @@ The search is what makes a build slow, so it costs a plan without building its s
 across groups, stops a plan at its first band where that alone cannot fit
 (``memory.span_lower_bound``), skips tile counts and groups whose traffic lower bound
 (weights, streamed weights once per band, stored outputs) exceeds the best found, and
-stops growing a group to the front once it fits in no way.
+stops growing a group to the front once one starting at a convolution or dense layer fits
+in no way.
 """
 from __future__ import annotations
 
