@@ -20,6 +20,11 @@ import numpy as np
 
 KIB = 1024
 _DTYPES = ("float32", "int8")
+# What an on-chip buffer holds, where the config splits its memory as VTA does: layers'
+# inputs loaded from DRAM, weights, and the outputs the units compute (VTA's accumulators)
+INPUT, WEIGHT, OUTPUT = "input", "weight", "output"
+_SPLIT = {INPUT: "input_buffer_bytes", WEIGHT: "weight_buffer_bytes",
+          OUTPUT: "acc_buffer_bytes"}
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,14 @@ class AcceleratorConfig:
     - ``dtype``: the element type in DRAM and on chip (float32; int8 with int32
       accumulation once quantization lands);
     - ``double_buffering``: loads and stores of one tile overlap the computation of the
-      previous one (each tile's buffers are then held twice).
+      previous one (each tile's buffers are then held twice);
+    - ``input_buffer_bytes``, ``weight_buffer_bytes``, ``acc_buffer_bytes``: None for one
+      buffer of ``onchip_bytes`` holding everything; else three separate buffers, as VTA's
+      (their sum is ``onchip_bytes``): inputs loaded from DRAM, weights, and the outputs the
+      units compute, each in its own.
+
+    >>> AcceleratorConfig.vta().buffers()
+    {'input_buffer_bytes': 32768, 'weight_buffer_bytes': 262144, 'acc_buffer_bytes': 131072}
     """
 
     name: str
@@ -47,6 +59,9 @@ class AcceleratorConfig:
     alu_lanes: int
     dtype: str = "float32"
     double_buffering: bool = True
+    input_buffer_bytes: int | None = None
+    weight_buffer_bytes: int | None = None
+    acc_buffer_bytes: int | None = None
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ValueError:
@@ -76,6 +91,28 @@ class AcceleratorConfig:
                                    f"({2 * self.macs_per_cycle})")
         if not isinstance(self.double_buffering, bool):
             raise bad("double_buffering", "must be a bool")
+        split = [getattr(self, f) for f in _SPLIT.values()]
+        if any(v is not None for v in split):
+            for field in _SPLIT.values():
+                value = getattr(self, field)
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    raise bad(field, "must be a positive int (the three buffers are given "
+                                     "together, or none)")
+            if sum(split) != self.onchip_bytes:
+                raise bad("onchip_bytes", f"must be the sum of the three buffers "
+                                          f"({sum(split)})")
+
+    def buffers(self) -> dict[str, int]:
+        """The on-chip buffers, by the name of the field giving their bytes, in address
+        order."""
+        if self.input_buffer_bytes is None:
+            return {"onchip_bytes": self.onchip_bytes}
+        return {field: getattr(self, field) for field in _SPLIT.values()}
+
+    def buffer_for(self, kind: str) -> str:
+        """The buffer (its field's name) that holds tensors of `kind` (INPUT, WEIGHT or
+        OUTPUT)."""
+        return "onchip_bytes" if self.input_buffer_bytes is None else _SPLIT[kind]
 
     @property
     def macs_per_cycle(self) -> int:
@@ -102,10 +139,10 @@ class AcceleratorConfig:
     def vta(cls, batch: int = 1, block_in: int = 16, block_out: int = 16,
             **changes: object) -> "AcceleratorConfig":
         """VTA's GEMM core (Moreau et al. 2019): a ``batch x block_in x block_out`` MAC
-        tensor at 100 MHz (its PYNQ build), with its input (32 KiB), weight (256 KiB) and
-        accumulator (128 KiB) buffers modelled as one 416 KiB buffer, and a 1.6 GB/s DRAM
-        port. ``vta(batch=4, block_in=8, block_out=8)`` is the multi-batch variant with the
-        same MAC count."""
+        tensor at 100 MHz (its PYNQ build), with its three buffers -- input (32 KiB),
+        weight (256 KiB) and accumulator (128 KiB), each holding only its kind of tensor --
+        and a 1.6 GB/s DRAM port. ``vta(batch=4, block_in=8, block_out=8)`` is the
+        multi-batch variant with the same MAC count."""
         for name, value in (("batch", batch), ("block_in", block_in), ("block_out", block_out)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"AcceleratorConfig.vta: {name} must be a positive int, "
@@ -114,7 +151,9 @@ class AcceleratorConfig:
                                      f"block_out={block_out})",
                                 onchip_bytes=(32 + 256 + 128) * KIB, dram_bandwidth=1.6e9,
                                 clock_hz=1e8, mac_array=(batch * block_in, block_out),
-                                alu_lanes=block_out * batch), changes)
+                                alu_lanes=block_out * batch, input_buffer_bytes=32 * KIB,
+                                weight_buffer_bytes=256 * KIB, acc_buffer_bytes=128 * KIB),
+                           changes)
 
     @classmethod
     def _preset(cls, values: dict[str, object], changes: dict[str, object]) -> "AcceleratorConfig":
@@ -127,6 +166,9 @@ class AcceleratorConfig:
 
     def describe(self) -> str:
         """One line: the figures a report is read against."""
+        memory = f"{self.onchip_bytes // KIB} KiB on chip" if self.input_buffer_bytes is None \
+            else "on chip " + " + ".join(f"{n // KIB} KiB" for n in self.buffers().values()) + \
+            " (input, weight, accumulator)"
         return (f"{self.name}: {self.peak_flops / 1e9:g} GFLOP/s, "
-                f"{self.dram_bandwidth / 1e9:g} GB/s DRAM, {self.onchip_bytes // KIB} KiB on chip, "
+                f"{self.dram_bandwidth / 1e9:g} GB/s DRAM, {memory}, "
                 f"{self.dtype}, double buffering {'on' if self.double_buffering else 'off'}")

@@ -52,6 +52,7 @@ class Instr:
     layer: Layer | None = None
     inputs: tuple[Operand, ...] = ()
     output: Operand | None = None
+    serial: bool = False  # a SYNC: the step's loads waited for the last step (timing only)
 
     def __str__(self) -> str:
         def where(o: Operand) -> str:
@@ -83,17 +84,17 @@ def generate(groups: list[GroupPlan]) -> list[Instr]:
                 held[t] = region
                 if all(lo < hi for lo, hi in loaded) or not loaded:
                     code.append(Instr(Opcode.LOAD, output=Operand(t, address, region, loaded)))
-            for layer, out in tile.computes:
+            for layer, out, whole in tile.computes:
                 reads = layer.rule.deduce(layer, out)
                 operands = tuple(Operand(t, group.addresses[t][0], held[t], r)
                                  for t, r in zip(layer.inputs, reads))
-                held[layer.output] = out
+                held[layer.output] = whole
                 unit = Opcode.GEMM if layer.rule.unit == "mac" else Opcode.ALU
                 code.append(Instr(unit, layer, operands,
-                                  Operand(layer.output, group.addresses[layer.output][0], out,
+                                  Operand(layer.output, group.addresses[layer.output][0], whole,
                                           out)))
             for t, region in tile.stores:
                 code.append(Instr(Opcode.STORE, output=Operand(
                     t, group.addresses[t][0], held[t], region)))
-            code.append(Instr(Opcode.SYNC))
+            code.append(Instr(Opcode.SYNC, serial=tile.serial))
     return code

@@ -24,6 +24,7 @@ A region is a tuple of half-open ``(lo, hi)`` per axis of a tensor.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any as AnyValue, Callable
 
@@ -83,6 +84,7 @@ class LayerRule:
 # ---- windowed ops ----------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 14)  # the schedule's search asks for it millions of times
 def window(layer: "Layer") -> tuple[tuple[int, int], tuple[int, int], tuple[int, int],
                                      tuple[int, int, int, int]]:
     """(kernel, strides, dilation, pads) of a conv2d or pool layer."""

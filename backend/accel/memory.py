@@ -83,19 +83,39 @@ def allocate(buffers: Sequence[Buffer], reuse: bool) -> tuple[dict[Buffer, int],
         if partner is not None and partner[0] in placed and partner[0].end == b.start:
             candidates.add(placed[partner[0]] + partner[1])
         best: tuple[int, int] | None = None
+        live_spans = [(placed[o], placed[o] + o.size, o) for o in live]
         for address in sorted(candidates):
             if address < 0 and (partner is None or address != placed.get(partner[0], 0) +
                                 partner[1]):
                 continue
-            if any(_clash(b, address, o, placed[o]) for o in live):
+            end = address + b.size
+            if any(lo < end and address < hi and _clash(b, address, o, lo)
+                   for lo, hi, o in live_spans):
                 continue
-            span = max(high, address + b.size) - min(low, address)
+            span = max(high, end) - min(low, address)
             if best is None or span < best[0]:
                 best = (span, address)
+                if span == high - low:
+                    break  # within the span so far: no address does better
         assert best is not None  # the end of every live buffer is a free candidate
         placed[b] = best[1]
         low, high = min(low, best[1]), max(high, best[1] + b.size)
     return {b: a - low for b, a in placed.items()}, high - low
+
+
+def span_lower_bound(buffers: Sequence[Buffer], reuse: bool) -> int:
+    """Bytes `allocate` spans at least: all of them without reuse; with reuse, the most
+    bytes live at one step, less what deep reuse may overlap there."""
+    if not reuse:
+        return sum(b.size for b in buffers)
+    steps = {b.start for b in buffers}
+    best = 0
+    for t in steps:
+        live = [b for b in buffers if b.start <= t <= b.end]
+        overlap = sum(min(b.size, b.reuses[0].size) for b in live
+                      if b.reuses is not None and b.reuses[0].start <= t <= b.reuses[0].end)
+        best = max(best, sum(b.size for b in live) - overlap)
+    return best
 
 
 def _clash(b: Buffer, address: int, other: Buffer, other_address: int) -> bool:

@@ -15,7 +15,9 @@ from relaydsl.backend.accel.config import AcceleratorConfig
 
 @dataclass(frozen=True)
 class GroupReport:
-    """One fused group: its layers, how it is tiled, where its buffers lie on chip, and
+    """One fused group: its layers, how it is tiled (``tiles`` counts its steps: a band of
+    rows, a block of channels, a streamed weight's block), its loop order
+    ("weights-stationary" or "activations-stationary"), where its buffers lie on chip, and
     what it moves and computes."""
 
     layers: tuple[str, ...]
@@ -30,12 +32,16 @@ class GroupReport:
     macs: int
     alu_ops: int
     seconds: float
+    streamed: tuple[str, ...] = ()  # layers whose weights stream through in blocks
 
     @property
     def tile_shape(self) -> str:
         rows = f"{self.tile_rows} rows" if self.tile_rows else "whole"
-        return rows if self.channel_blocks == 1 else \
-            f"{rows} x {self.channel_blocks} channel blocks ({self.loop_order} outer)"
+        if self.channel_blocks > 1:
+            return f"{rows} x {self.channel_blocks} channel blocks ({self.loop_order})"
+        if self.streamed:
+            return f"{rows}, {len(self.streamed)} weights streamed"
+        return rows
 
 
 @dataclass(frozen=True)

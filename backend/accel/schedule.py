@@ -9,9 +9,14 @@ group computes just that region -- with the overlapping halo of a window compute
 by the next tile, as in the paper. An output the group also stores is stored row by row as
 the tiles reach it.
 
-A layer whose weights do not fit on chip runs alone, its output channels in blocks, with
-whichever loop order moves fewer bytes (the weights again for each band of rows, or the
-input again for each block of channels).
+Where a group's weights do not fit on chip, the large ones *stream*: each band of rows
+keeps its activations on chip and passes a streamed layer's weight through in blocks of
+output channels, double-buffered, one step a block (activations-stationary: the weight is
+read again for each band). A layer alone may instead run in blocks of output channels,
+each stored as computed, with whichever loop order moves fewer bytes: bands outermost
+(activations-stationary: the weight again for each band) or blocks outermost
+(weights-stationary: the input again for each block). A group whose weights all stay on
+chip is weights-stationary.
 
 ``plan_group`` costs one group at one tile count: the DRAM bytes each tile loads and stores
 (weights once where they stay on chip), the buffers and their addresses (memory.py, with
@@ -22,23 +27,36 @@ chooses the groups:
 - ``none``: every layer alone (the paper's baseline);
 - ``fusion`` / ``fusion+reuse``: groups chosen by dynamic programming over the layer
   order, the DRAM traffic (then the time) of the whole network as the cost, without /
-  with on-chip reuse. Each group's tiling is the cheapest the same way, so adding reuse or
-  on-chip bytes never adds traffic, and neither schedule moves more than "none";
+  with on-chip reuse. Each group's tiling and streaming is the cheapest the same way, so
+  adding reuse or on-chip bytes never adds traffic, and neither schedule moves more than
+  "none";
 - ``fusion:greedy`` / ``fusion+reuse:greedy``: the paper's loop (Fig. 6): grow a group
-  while some tile size still fits on chip, then start the next.
+  while some tile size still fits on chip with its weights, then start the next.
+
+The search is what makes a build slow, so it costs a plan without building its steps
+(``keep=False``; ``GroupPlan.build`` makes the chosen ones), memoises shape deduction
+across groups, stops a plan at its first band where that alone cannot fit
+(``memory.span_lower_bound``), skips tile counts and groups whose traffic lower bound
+(weights, streamed weights once per band, stored outputs) exceeds the best found, and
+stops growing a group to the front once one starting at a convolution or dense layer fits
+in no way.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from relaydsl.backend.accel.config import AcceleratorConfig
+from relaydsl.backend.accel.config import INPUT, OUTPUT, WEIGHT, AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, Layer, TensorInfo
 from relaydsl.backend.accel.layers import (
     CONV2D, ELEMENTWISE, WINDOWED, Region, region_shape, region_size, window,
 )
-from relaydsl.backend.accel.memory import Buffer, allocate, deep_reuse_offset
+from relaydsl.backend.accel.memory import (
+    Buffer, allocate, deep_reuse_offset, span_lower_bound,
+)
 from relaydsl.backend.accel.report import GroupReport
 
 SCHEDULES = ("none", "fusion", "fusion+reuse", "fusion:greedy", "fusion+reuse:greedy")
@@ -46,28 +64,38 @@ MAX_GROUP_LAYERS = 24  # the search's longest group: longer ones never fit 768 K
 # Tile counts a group is costed at from the fewest that fit: with line buffers the traffic
 # hardly depends on the count, and more tiles than a few beyond it only add halos.
 TILE_COUNTS_TRIED = 3
+# A streamed weight passes in blocks of at most this fraction of the weight buffer (two of
+# them, double-buffered): small enough to leave the rest to the activations, large enough
+# that a block keeps the MAC array busy.
+STREAM_BLOCK_FRACTION = 16
+# A group streaming its weights reads them once per band: where the double-buffered bands
+# do not fit, up to this many single-buffered ones are tried (their loads wait).
+SERIAL_BANDS = 4
+WEIGHTS_STATIONARY, ACTIVATIONS_STATIONARY = "weights-stationary", "activations-stationary"
 
 
-@dataclass(frozen=True)
-class Tile:
+class Tile(NamedTuple):  # a tuple: the search makes millions of them
     """One step of a group: what it loads, computes and stores (regions per tensor). A load
     is (tensor, the region read from DRAM, the region its buffer holds afterwards): a line
     buffer keeps the rows the previous tile loaded that this one reads again, and loads only
-    the rows after them."""
+    the rows after them. A compute is (layer, the region computed, the region its output
+    buffer holds): a streamed layer computes one block of output channels a step."""
 
     loads: tuple[tuple[TensorInfo, Region, Region], ...]
-    computes: tuple[tuple[Layer, Region], ...]
+    computes: tuple[tuple[Layer, Region, Region], ...]
     stores: tuple[tuple[TensorInfo, Region], ...]
     load_bytes: int
     store_bytes: int
     mac_ops: int
     alu_ops: int
     cycles: int
+    serial: bool = False  # its loads wait for the last step (single-buffered inputs)
 
 
 @dataclass
 class GroupPlan:
-    """A group's schedule and costs (see the module docstring)."""
+    """A group's schedule and costs (see the module docstring). The search costs plans
+    without their steps (`tiles` empty); ``build`` makes the steps of a chosen one."""
 
     layers: list[Layer]
     tiles: list[Tile]
@@ -75,9 +103,15 @@ class GroupPlan:
     onchip_bytes: int
     seconds: float
     channel_blocks: int = 1
-    loop_order: str = "rows"
+    loop_order: str = WEIGHTS_STATIONARY
     read_bytes: dict[str, int] = field(default_factory=dict)
     write_bytes: dict[str, int] = field(default_factory=dict)
+    bands: int = 1  # bands of rows
+    streamed: tuple[Layer, ...] = ()  # the layers whose weights stream through
+    steps: int = 0
+    macs: int = 0
+    alu_ops: int = 0
+    recipe: dict = field(default_factory=dict, repr=False)  # plan_group's arguments
 
     @property
     def dram_read(self) -> int:
@@ -93,33 +127,31 @@ class GroupPlan:
         traffic; on a machine this short of bandwidth the time mostly follows it)."""
         return self.dram_read + self.dram_write, self.seconds
 
-    @property
-    def macs(self) -> int:
-        return sum(t.mac_ops for t in self.tiles)
-
-    @property
-    def alu_ops(self) -> int:
-        return sum(t.alu_ops for t in self.tiles)
-
-    @property
-    def cycles(self) -> int:
-        return sum(t.cycles for t in self.tiles)
+    def build(self) -> "GroupPlan":
+        """This plan with its steps."""
+        if self.tiles or not self.steps:
+            return self
+        built = plan_group(**self.recipe, keep=True)
+        assert built is not None and built.cost == self.cost
+        return built
 
     def report(self, calls: int = 1, prefix: str = "") -> GroupReport:
         """The group's report over `calls` runs, its layers' names after `prefix`."""
         return GroupReport(tuple(prefix + layer.name for layer in self.layers),
-                           len(self.tiles) * calls, self.tile_rows, self.channel_blocks,
+                           self.steps * calls, self.tile_rows, self.channel_blocks,
                            self.loop_order, {t.name: a for t, a in self.addresses.items()},
                            self.onchip_bytes, self.dram_read * calls, self.dram_write * calls,
-                           self.macs * calls, self.alu_ops * calls, self.seconds * calls)
+                           self.macs * calls, self.alu_ops * calls, self.seconds * calls,
+                           tuple(prefix + layer.name for layer in self.streamed))
 
     @property
     def tile_rows(self) -> int:
-        """Rows of the (first) sink in the first tile."""
-        for _, region in self.tiles[0].stores:
-            if len(region) == 4:
-                return region[2][1] - region[2][0]
-        return 0
+        """Rows of the last layer's output in the first band; 0 where the group is not cut
+        in bands of rows."""
+        sink = self.layers[-1].output
+        if self.bands == 1 or len(sink.shape) != 4:
+            return 0
+        return _bands(sink.shape[2], self.bands)[0][1]
 
 
 def _union(a: Region | None, b: Region) -> Region:
@@ -151,6 +183,7 @@ class _GroupContext:
             all(len(s.shape) == 4 for s in self.sinks)
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def _bands(size: int, count: int) -> list[tuple[int, int]]:
     return [(i * size // count, (i + 1) * size // count) for i in range(count)]
 
@@ -175,25 +208,76 @@ def _transfer(ctx: _GroupContext, sink_regions: dict[TensorInfo, Region]
     for layer in reversed(ctx.layers):
         out = regions[layer.output]
         computes.append((layer, out))
-        for t, r in zip(layer.inputs, layer.rule.deduce(layer, out)):
+        for t, r in zip(layer.inputs, _deduce(layer, out)):
             regions[t] = _union(regions.get(t), r)
     computes.reverse()
     return regions, computes
 
 
+@functools.lru_cache(maxsize=1 << 18)  # groups sharing their last layers share these
+def _deduce(layer: Layer, out: Region) -> list[Region]:
+    return layer.rule.deduce(layer, out)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _stream_bounds(layer: Layer, block_bytes: int, element_bytes: int
+                   ) -> list[tuple[int, int]] | None:
+    """The output-channel blocks a streamed layer's weight passes through on chip in: the
+    fewest whose every block holds at most `block_bytes` of it, or None where not even one
+    channel (one group) fits."""
+    weight = layer.inputs[1]
+    channels = layer.output.shape[1 if len(layer.output.shape) == 4 else -1]
+    per_channel = weight.size // channels * element_bytes
+    blocks = max(1, -(-per_channel * channels // block_bytes))
+    while blocks <= channels:
+        bounds = _channel_bounds(layer, blocks)
+        if bounds is None:
+            return None
+        if max(hi - lo for lo, hi in bounds) * per_channel <= block_bytes:
+            return bounds
+        blocks += 1
+    return None
+
+
+def streamable(layer: Layer, ctx: "_GroupContext") -> bool:
+    """Whether `layer`'s weight can stream through the group in output-channel blocks: a
+    conv2d or dense layer whose weight no other layer of the group reads."""
+    return layer.rule.channel_blocks and len(layer.inputs) > 1 and \
+        layer.inputs[1].is_constant and \
+        sum(layer.inputs[1] in other.inputs for other in ctx.layers) == 1
+
+
 def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles: int,
-               channel_blocks: int = 1, loop_order: str = "rows") -> GroupPlan | None:
-    """The plan of the group `ctx` cut in `tiles` bands of rows (and, for a single layer,
-    `channel_blocks` blocks of output channels, `loop_order` "rows" or "channels"
-    outermost), or None where that does not fit on chip or does not cover its outputs."""
+               channel_blocks: int = 1, loop_order: str = ACTIVATIONS_STATIONARY,
+               streamed: tuple[Layer, ...] = (),
+               transfers: dict[tuple[int, int | None, tuple[int, int] | None],
+                               tuple[dict[TensorInfo, Region], list[tuple[Layer, Region]]]]
+               | None = None, keep: bool = True, double_io: bool = True
+               ) -> GroupPlan | None:
+    """The plan of the group `ctx` cut in `tiles` bands of rows, or None where that does
+    not fit on chip or does not cover its outputs. Two ways past weights that do not fit:
+
+    - a single layer: `channel_blocks` blocks of output channels, each stored as it is
+      computed, with `loop_order` ACTIVATIONS_STATIONARY (bands outermost: the weight read
+      once per band) or WEIGHTS_STATIONARY (blocks outermost: the input once per block);
+    - any group: the weights of the `streamed` layers pass through on chip in blocks of
+      output channels (double-buffered: the next block loads while one computes), once per
+      band, while the band's activations stay on chip (activations-stationary); the other
+      weights stay on chip for the whole group (weights-stationary when none streams).
+
+    Without `double_io`, the group's inputs and outputs have one buffer each: a band's
+    loads wait for the last band's computation and stores (where two do not fit).
+    `transfers` keeps the shape transfers of the tiles between calls for the same group;
+    without `keep`, the plan is costed without its steps (GroupPlan.build makes them)."""
     layers = ctx.layers
+    transfers = {} if transfers is None else transfers
     if tiles > 1 and not ctx.row_tiled:
         return None
     if tiles > 1 and tiles > min(s.shape[2] for s in ctx.sinks):
         return None
     blocks: list[tuple[int, int] | None] = [None]
     if channel_blocks > 1:
-        if len(layers) != 1 or not layers[0].rule.channel_blocks:
+        if len(layers) != 1 or not layers[0].rule.channel_blocks or streamed:
             return None
         bounds = _channel_bounds(layers[0], channel_blocks)
         if bounds is None:
@@ -201,35 +285,60 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
         blocks = list(bounds)
     if tiles > 1:
         bands: list[int | None] = list(range(tiles))
-        steps = [(b, c) for b in bands for c in blocks] if loop_order == "rows" else \
-            [(b, c) for c in blocks for b in bands]
+        steps = [(b, c) for b in bands for c in blocks] if loop_order == ACTIVATIONS_STATIONARY \
+            else [(b, c) for c in blocks for b in bands]
     else:
         steps = [(None, c) for c in blocks]
 
     e = config.element_bytes
-    if blocks == [None] and sum(t.size for t in ctx.weights) * e > config.onchip_bytes:
-        return None  # the weights stay on chip all along: they alone do not fit
+    capacity = config.buffers()
+    stream: dict[Layer, list[tuple[int, int]]] = {}
+    for layer in streamed:
+        bounds = _stream_bounds(
+            layer, capacity[config.buffer_for(WEIGHT)] // STREAM_BLOCK_FRACTION, e)
+        if bounds is None:
+            return None
+        stream[layer] = bounds
+    streamed_weights = {layer.inputs[1] for layer in stream}
+    peak_region: dict[TensorInfo, int] = {  # a streamed weight's widest block
+        layer.inputs[1]: max(hi - lo for lo, hi in bounds) *
+        (layer.inputs[1].size // layer.inputs[1].shape[0]) * e
+        for layer, bounds in stream.items()}
+    resident = [t for t in ctx.weights if t not in streamed_weights]
+    if blocks == [None] and sum(t.size for t in resident) * e > capacity[config.buffer_for(WEIGHT)]:
+        return None  # the resident weights stay on chip all along: they alone do not fit
     stored_upto = dict.fromkeys(ctx.stored, 0)
     loaded_before: dict[TensorInfo, Region] = {}
-    kept = set(ctx.weights)  # loaded once and read by later tiles: on chip all along
+    kept = set(resident)  # loaded once and read by later tiles: on chip all along
     line_buffers: set[TensorInfo] = set()  # rows kept from one tile for the next
-    peak_region: dict[TensorInfo, int] = {}
     deep_offsets: dict[TensorInfo, tuple[TensorInfo, int]] = {}
-    out_tiles: list[Tile] = []
+    made = _Steps(config, keep)
     read: dict[str, int] = {}
     written: dict[str, int] = {}
     for band, block in steps:
-        sink_regions = {}
-        for s in ctx.sinks:
-            region = [(0, n) for n in s.shape]
-            if band is not None:
-                region[2] = _bands(s.shape[2], tiles)[band]
-            if block is not None:
-                region[1 if len(s.shape) == 4 else len(s.shape) - 1] = block
-            sink_regions[s] = tuple(region)
-        regions, computes = _transfer(ctx, sink_regions)
-        loads = []
-        for t in [*ctx.weights, *ctx.loads]:
+        made.serial = not double_io  # the band's first step
+        known = transfers.get((tiles, band, block))
+        if known is None:
+            sink_regions = {}
+            for s in ctx.sinks:
+                region = [(0, n) for n in s.shape]
+                if band is not None:
+                    region[2] = _bands(s.shape[2], tiles)[band]
+                if block is not None:
+                    region[1 if len(s.shape) == 4 else len(s.shape) - 1] = block
+                sink_regions[s] = tuple(region)
+            known = transfers[(tiles, band, block)] = _transfer(ctx, sink_regions)
+        regions, computes = known
+        for t, r in regions.items():
+            if t not in streamed_weights:
+                peak_region[t] = max(peak_region.get(t, 0), region_size(r) * e)
+        if reuse:
+            _deep_reuse(ctx, regions, computes, e, deep_offsets, stream)
+        if band in (0, None) and block in (None, blocks[0]) and \
+                not _may_fit(ctx, peak_region, deep_offsets, kept, stream, config, reuse):
+            return None  # the first tile alone overflows: so would all of them
+        loads: list[tuple[TensorInfo, Region, Region]] = []
+        for t in [*resident, *ctx.loads]:
             r = regions[t]
             before = loaded_before.get(t)
             if before == r:
@@ -257,28 +366,128 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                 stored_upto[t] = t.shape[2] if len(t.shape) == 4 else 1
         for t, r in stores:
             written[t.name] = written.get(t.name, 0) + region_size(r) * e
-        for t, r in regions.items():
-            peak_region[t] = max(peak_region.get(t, 0), region_size(r) * e)
-        if reuse:
-            _deep_reuse(ctx, regions, computes, e, deep_offsets)
-        mac = alu = cycles = 0
-        for layer, r in computes:
-            work = layer.rule.work(layer, r)
-            if layer.rule.unit == "mac":
-                mac, cycles = mac + work, cycles + math.ceil(work / config.macs_per_cycle)
-            else:
-                alu, cycles = alu + work, cycles + math.ceil(work / config.alu_lanes)
-        out_tiles.append(Tile(tuple(loads), tuple(computes), tuple(stores),
-                              sum(region_size(r) * e for _, r, _ in loads),
-                              sum(region_size(r) * e for _, r in stores), mac, alu, cycles))
+        # the band's steps: a streamed layer's every weight block is a step of its own
+        pending: list[tuple[Layer, Region, Region]] = []
+        for layer, whole in computes:
+            if layer not in stream:
+                pending.append((layer, whole, whole))
+                continue
+            if pending or loads:
+                _step(made, loads, pending, ())
+                loads, pending = [], []
+            axis = 1 if len(whole) == 4 else len(whole) - 1
+            weight = layer.inputs[1]
+            # work and weight bytes are linear in a block's channels
+            work = _work(layer, whole) // (whole[axis][1] - whole[axis][0])
+            per_channel = weight.size // weight.shape[0] * e
+            rest = tuple((0, n) for n in weight.shape[1:])
+            before, after = whole[:axis], whole[axis + 1:]
+            mac_rate = config.macs_per_cycle
+            for lo, hi in stream[layer]:
+                w = ((lo, hi), *rest)  # what the rule deduces
+                macs = work * (hi - lo)
+                made.add((hi - lo) * per_channel, 0, macs, 0, -(-macs // mac_rate),
+                          ((weight, w, w),), ((layer, (*before, (lo, hi), *after), whole),))
+            read[weight.name] = read.get(weight.name, 0) + weight.size * e
+        _step(made, loads, pending, stores)
     if any(stored_upto[t] < (t.shape[2] if len(t.shape) == 4 else 1) for t in ctx.stored):
         return None
-    addresses, span = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
-                             line_buffers, config, reuse)
-    if span > config.onchip_bytes:
+    addresses, spans = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
+                              line_buffers, stream, config, reuse,
+                              once=len(steps) == 1 or not double_io)
+    if any(spans[kind] > capacity[kind] for kind in spans):
         return None
-    return GroupPlan(layers, out_tiles, addresses, span, tiles_seconds(out_tiles, config),
-                     channel_blocks, loop_order, read, written)
+    order = loop_order if channel_blocks > 1 else \
+        ACTIVATIONS_STATIONARY if stream else WEIGHTS_STATIONARY
+    return GroupPlan(layers, made.tiles, addresses, sum(spans.values()), made.finish(),
+                     channel_blocks, order, read, written, tiles, tuple(stream), made.count,
+                     made.macs, made.alu,
+                     dict(ctx=ctx, config=config, reuse=reuse, tiles=tiles,
+                          channel_blocks=channel_blocks, loop_order=loop_order,
+                          streamed=streamed, double_io=double_io))
+
+
+def _may_fit(ctx: _GroupContext, sizes: dict[TensorInfo, int],
+             offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
+             streamed: dict[Layer, list[tuple[int, int]]], config: AcceleratorConfig,
+             reuse: bool) -> bool:
+    """Whether buffers of `sizes` (the first band's: later ones only grow them) leave room
+    for an allocation in every on-chip buffer."""
+    buffers, kinds = _buffers(ctx, sizes, offsets, kept, set(), streamed, config, once=True)
+    return all(span_lower_bound([b for t, b in buffers.items() if kinds[t] == kind], reuse)
+               <= capacity for kind, capacity in config.buffers().items())
+
+
+@functools.lru_cache(maxsize=1 << 16)  # the same tiles recur across options and groups
+def _work(layer: Layer, region: Region) -> int:
+    return layer.rule.work(layer, region)
+
+
+def _step(steps: "_Steps", loads: list[tuple[TensorInfo, Region, Region]],
+          computes: list[tuple[Layer, Region, Region]],
+          stores: tuple[tuple[TensorInfo, Region], ...] | list[tuple[TensorInfo, Region]]
+          ) -> None:
+    """Add a step (one SYNC) of a group to `steps`, its work and cycles counted."""
+    config = steps.config
+    e = config.element_bytes
+    mac = alu = cycles = 0
+    for layer, r, _ in computes:
+        work = _work(layer, r)
+        if layer.rule.unit == "mac":
+            mac, cycles = mac + work, cycles + math.ceil(work / config.macs_per_cycle)
+        else:
+            alu, cycles = alu + work, cycles + math.ceil(work / config.alu_lanes)
+    steps.add(sum(region_size(r) * e for _, r, _ in loads),
+              sum(region_size(r) * e for _, r in stores), mac, alu, cycles,
+              tuple(loads), tuple(computes), tuple(stores))
+
+
+class _Steps:
+    """A group's steps as they are planned: their totals, their time (tiles_seconds,
+    summed as they come) and, where `keep`, the steps themselves -- the search costs
+    millions of steps and keeps those of the groups it chooses."""
+
+    def __init__(self, config: AcceleratorConfig, keep: bool):
+        self.config, self.keep = config, keep
+        self.tiles: list[Tile] = []
+        self.count = self.macs = self.alu = 0
+        self.seconds = 0.0
+        self._last: tuple[int, int] | None = None  # the last step's cycles and stores
+        self._stored_before = 0  # the stores of the step before it
+        self.serial = False  # the next step's loads wait for the last one's compute, stores
+
+    def add(self, load_bytes: int, store_bytes: int, macs: int, alu: int, cycles: int,
+            loads: tuple = (), computes: tuple = (), stores: tuple = ()) -> None:
+        bw, clock = self.config.dram_bandwidth, self.config.clock_hz
+        serial, self.serial = self.serial, False
+        if self.keep:
+            self.tiles.append(Tile(loads, computes, stores, load_bytes, store_bytes, macs, alu,
+                                   cycles, serial))
+        self.count += 1
+        self.macs += macs
+        self.alu += alu
+        if not self.config.double_buffering:
+            self.seconds += (load_bytes + store_bytes) / bw + cycles / clock
+            return
+        if self._last is None:
+            self.seconds += load_bytes / bw
+        elif serial:  # single buffers: the loads wait for the last step's compute, stores
+            self.seconds += self._last[0] / clock + \
+                (load_bytes + self._stored_before + self._last[1]) / bw
+            self._stored_before = 0
+        else:  # the last step computes while this one loads and the one before it stores
+            self.seconds += max(self._last[0] / clock,
+                                (load_bytes + self._stored_before) / bw)
+            self._stored_before = self._last[1]
+        self._last = (cycles, store_bytes)
+
+    def finish(self) -> float:
+        """The time of the steps added."""
+        if self._last is None or not self.config.double_buffering:
+            return self.seconds
+        bw, clock = self.config.dram_bandwidth, self.config.clock_hz
+        return self.seconds + max(self._last[0] / clock, self._stored_before / bw) + \
+            self._last[1] / bw
 
 
 def _continues(before: Region, after: Region) -> bool:
@@ -290,11 +499,14 @@ def _continues(before: Region, after: Region) -> bool:
 
 def _deep_reuse(ctx: _GroupContext, regions: dict[TensorInfo, Region],
                 computes: list[tuple[Layer, Region]], element_bytes: int,
-                offsets: dict[TensorInfo, tuple[TensorInfo, int]]) -> None:
+                offsets: dict[TensorInfo, tuple[TensorInfo, int]],
+                streamed: dict[Layer, list[tuple[int, int]]]) -> None:
     """Record, for each layer whose output can overlap an input dying at it, the smallest
-    deep-reuse offset over the tiles seen so far."""
+    deep-reuse offset over the tiles seen so far. A streamed layer writes every position
+    once per block of channels, so its output may not overlap its input."""
     for k, (layer, out) in enumerate(computes):
-        if layer.output in ctx.stored or len(out) != 4 or not layer.rule.row_tiles:
+        if layer.output in ctx.stored or len(out) != 4 or not layer.rule.row_tiles or \
+                layer in streamed:
             continue
         for t in layer.inputs:
             if t.is_constant or t in ctx.stored or ctx.readers[t][-1] != k or len(t.shape) != 4 \
@@ -335,54 +547,83 @@ def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region,
                              row_starts, col_starts, element_bytes)
 
 
-def _place(ctx: _GroupContext, sizes: dict[TensorInfo, int],
-           offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
-           line_buffers: set[TensorInfo], config: AcceleratorConfig, reuse: bool
-           ) -> tuple[dict[TensorInfo, tuple[int, int]], int]:
-    """Addresses for the group's buffers: weights (and any input a later tile reads again
-    without loading it) live for the whole group, a loaded input
-    from the tile's start to its last reader, a layer's output from its layer to its last
-    reader; a tensor loaded or stored while another tile computes (double buffering) has
-    two buffers."""
+def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
+             offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
+             line_buffers: set[TensorInfo], streamed: dict[Layer, list[tuple[int, int]]],
+             config: AcceleratorConfig, once: bool = False
+             ) -> tuple[dict[TensorInfo, Buffer], dict[TensorInfo, str]]:
+    """The group's buffers, and the on-chip buffer (its config field) each goes to:
+    resident weights (and any input a later tile reads again without loading it)
+    live for the whole group, a streamed weight's blocks over its layer (and the step
+    before, which loads the first block while it computes), a loaded input from the tile's
+    start to its last reader, a layer's output from its layer to its last reader; a tensor
+    loaded or stored while another step computes (double buffering) has two buffers. Where
+    the config splits its memory (VTA), inputs, weights and outputs each go to their own
+    buffer. `once`: the group's inputs and outputs are loaded and stored in one step (one
+    tile), so nothing overlaps their moves and each is held once -- which is also the least
+    room a plan of more tiles may take."""
     last = len(ctx.layers) - 1
     double = 2 if config.double_buffering else 1
+    stream_at = {layer.inputs[1]: k for k, layer in enumerate(ctx.layers) if layer in streamed}
     buffers: dict[TensorInfo, Buffer] = {}
+    kinds: dict[TensorInfo, str] = {}
     order = [*ctx.weights, *ctx.loads, *(layer.output for layer in ctx.layers)]
     for t in order:
         if t in buffers:
             continue
-        if t in kept:  # a line buffer loads its next rows while a tile computes
-            start, end, copies = 0, last, double if t in line_buffers else 1
+        if t in stream_at:
+            k = stream_at[t]
+            start, end, copies = max(0, k - double + 1), k, double
+        elif t in kept:  # a line buffer loads its next rows while a tile computes
+            start, end, copies = 0, last, double if t in line_buffers and not once else 1
         elif t in ctx.loads:
-            start, end, copies = 0, ctx.readers[t][-1], double
+            start, end, copies = 0, ctx.readers[t][-1], 1 if once else double
         else:
             start = next(k for k, layer in enumerate(ctx.layers) if layer.output is t)
             end = max([start, *ctx.readers[t]])
-            copies = double if t in ctx.stored else 1
+            copies = double if t in ctx.stored and not once else 1
+        kinds[t] = config.buffer_for(WEIGHT if t.is_constant else
+                                     INPUT if t in ctx.loads else OUTPUT)
         partner = offsets.get(t)
         reuses = None
         if partner is not None and copies == 1 and partner[0] in buffers and \
-                partner[0] not in kept and \
+                partner[0] not in kept and kinds[partner[0]] == kinds[t] and \
                 buffers[partner[0]].size == sizes[partner[0]]:  # not a double buffer
             reuses = (buffers[partner[0]], partner[1])
         buffers[t] = Buffer(t.name, sizes[t] * copies, start, end, reuses)
-    placed, span = allocate(list(buffers.values()), reuse)
-    return {t: (placed[b], b.size) for t, b in buffers.items()}, span
+    return buffers, kinds
+
+
+def _place(ctx: _GroupContext, sizes: dict[TensorInfo, int],
+           offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
+           line_buffers: set[TensorInfo], streamed: dict[Layer, list[tuple[int, int]]],
+           config: AcceleratorConfig, reuse: bool, once: bool = False
+           ) -> tuple[dict[TensorInfo, tuple[int, int]], dict[str, int]]:
+    """Addresses for the group's buffers (_buffers), and the bytes each on-chip buffer of
+    `config` spans. Where the config splits its memory (VTA), its buffers lie one after
+    the other in the address space."""
+    buffers, kinds = _buffers(ctx, sizes, offsets, kept, line_buffers, streamed, config,
+                              once=once)
+    addresses: dict[TensorInfo, tuple[int, int]] = {}
+    spans: dict[str, int] = {}
+    base = 0
+    for kind, capacity in config.buffers().items():
+        mine = [t for t in buffers if kinds[t] == kind]
+        placed, spans[kind] = allocate([buffers[t] for t in mine], reuse)
+        addresses.update((t, (base + placed[buffers[t]], buffers[t].size)) for t in mine)
+        base += capacity
+    return addresses, spans
 
 
 def tiles_seconds(tiles: list[Tile], config: AcceleratorConfig) -> float:
     """The group's time: with double buffering, a tile's computation overlaps the next
     tile's loads and the previous one's stores (one DRAM channel for both); without, each
     tile loads, computes and stores in turn."""
-    bw, clock = config.dram_bandwidth, config.clock_hz
-    if not config.double_buffering or len(tiles) == 1:
-        return sum(t.load_bytes / bw + t.cycles / clock + t.store_bytes / bw for t in tiles)
-    total = tiles[0].load_bytes / bw
-    for i, t in enumerate(tiles):
-        moving = (tiles[i + 1].load_bytes if i + 1 < len(tiles) else 0) + \
-            (tiles[i - 1].store_bytes if i > 0 else 0)
-        total += max(t.cycles / clock, moving / bw)
-    return total + tiles[-1].store_bytes / bw
+    steps = _Steps(config, keep=False)
+    for t in tiles:
+        steps.serial = t.serial
+        steps.add(t.load_bytes, t.store_bytes, t.mac_ops, t.alu_ops, t.cycles)
+    return steps.finish()
 
 
 def _tile_counts(rows: int) -> list[int]:
@@ -393,29 +634,79 @@ def _tile_counts(rows: int) -> list[int]:
     return sorted(c for c in counts if 1 <= c <= rows)
 
 
+def _stream_options(ctx: _GroupContext, config: AcceleratorConfig) -> list[tuple[Layer, ...]]:
+    """The sets of layers whose weights a multi-layer group streams, the most first: all
+    whose streaming saves room (a weight over two blocks), the largest until the rest take
+    at most half of the weight buffer, and none (where all fit the weight buffer)."""
+    capacity = config.buffers()[config.buffer_for(WEIGHT)]
+    e = config.element_bytes
+    resident = sum(t.size for t in ctx.weights) * e
+    if len(ctx.layers) == 1:  # a single layer streams by its channel blocks (plan_group)
+        return [()] if resident <= capacity else []
+    block = capacity // STREAM_BLOCK_FRACTION
+    can = sorted((layer for layer in ctx.layers if streamable(layer, ctx) and
+                  layer.inputs[1].size * e > 2 * block),
+                 key=lambda layer: -layer.inputs[1].size)
+    some: list[Layer] = []
+    for layer in can:
+        if resident <= capacity // 2:
+            break
+        some.append(layer)
+        resident -= layer.inputs[1].size * e
+    options: list[tuple[Layer, ...]] = []
+    for option in (tuple(can), tuple(some)):
+        if option and option not in options:
+            options.append(option)
+    if sum(t.size for t in ctx.weights) * e <= capacity:
+        options.append(())
+    return options
+
+
 def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: list[Layer],
-              config: AcceleratorConfig, reuse: bool) -> GroupPlan | None:
-    """The cheapest plan (GroupPlan.cost) of `layers` as one group over the tile counts
-    (and, for a single layer with weights, channel blocks and loop orders), or None where
-    none fits."""
+              config: AcceleratorConfig, reuse: bool, stream: bool = True
+              ) -> GroupPlan | None:
+    """The cheapest plan (GroupPlan.cost) of `layers` as one group over the tile counts,
+    the weights kept on chip or (where `stream`) streamed, and for a single layer with
+    weights channel blocks and loop orders; or None where none fits."""
     ctx = _GroupContext(graph, consumers, layers)
     rows = min((s.shape[2] for s in ctx.sinks if len(s.shape) == 4), default=1)
     counts = _tile_counts(rows) if ctx.row_tiled else [1]
+    transfers: dict = {}
     best: GroupPlan | None = None
-    tried = 0
-    for count in counts:  # the fewest tiles that fit, and a few more for overlap
-        plan = plan_group(ctx, config, reuse, count)
-        if plan is not None and (best is None or plan.cost < best.cost):
-            best = plan
-        tried += best is not None
-        if tried == TILE_COUNTS_TRIED:
+    e = config.element_bytes
+    stored = sum(t.size for t in ctx.stored) * e
+    first = 0  # streaming fewer weights needs more room: no fewer tiles than with more
+    options = _stream_options(ctx, config)
+    for streamed in options if stream else [o for o in options if not o]:
+        tried = 0
+        streamed_bytes = sum(layer.inputs[1].size for layer in streamed) * e
+        fixed = sum(t.size for t in ctx.weights) * e - streamed_bytes + stored
+        for k in range(first, len(counts)):  # the fewest that fit, and a few more
+            if best is not None and fixed + counts[k] * streamed_bytes > best.cost[0]:
+                break  # moves more than the best already: each band reads the streamed again
+            plan = plan_group(ctx, config, reuse, counts[k], streamed=streamed,
+                              transfers=transfers, keep=False)
+            if plan is None and streamed and config.double_buffering and \
+                    counts[k] <= SERIAL_BANDS:
+                plan = plan_group(ctx, config, reuse, counts[k], streamed=streamed,
+                                  transfers=transfers, keep=False, double_io=False)
+            if plan is not None and tried == 0:
+                first = k
+            if plan is not None and (best is None or plan.cost < best.cost):
+                best = plan
+            tried += plan is not None or tried > 0
+            if tried == TILE_COUNTS_TRIED:
+                break
+        if tried == 0:
             break
     if best is None and len(layers) == 1 and layers[0].rule.channel_blocks:
         channels = layers[0].output.shape[1 if len(layers[0].output.shape) == 4 else -1]
         for blocks in _tile_counts(channels)[1:]:
             for count in counts:
-                for order in ("rows", "channels") if count > 1 else ("rows",):
-                    plan = plan_group(ctx, config, reuse, count, blocks, order)
+                for order in (ACTIVATIONS_STATIONARY, WEIGHTS_STATIONARY) if count > 1 \
+                        else (ACTIVATIONS_STATIONARY,):
+                    plan = plan_group(ctx, config, reuse, count, blocks, order,
+                                      transfers=transfers, keep=False)
                     if plan is not None and (best is None or plan.cost < best.cost):
                         best = plan
             if best is not None:
@@ -427,6 +718,21 @@ class ScheduleError(ValueError):
     """A layer that fits on chip in no way: the config's buffer is too small for it."""
 
 
+def _short_buffer(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layer: Layer,
+                  config: AcceleratorConfig, reuse: bool) -> str:
+    """The buffer (its field's name) that keeps `layer` off the chip: the first whose
+    growing alone lets it fit (onchip_bytes for one buffer, or where none does alone)."""
+    buffers = config.buffers()
+    if len(buffers) > 1:
+        for field, size in buffers.items():
+            grown = dataclasses.replace(config, **{field: size * 1024,
+                                                   "onchip_bytes": config.onchip_bytes +
+                                                   size * 1023})
+            if best_plan(graph, consumers, [layer], grown, reuse) is not None:
+                return field
+    return "onchip_bytes"
+
+
 def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPlan]:
     """The groups of `graph` under the schedule `kind` (one of SCHEDULES)."""
     if kind not in SCHEDULES:
@@ -434,25 +740,28 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
     consumers = graph.consumers()
     layers = graph.layers
     reuse = kind.startswith("fusion+reuse")
+    # the paper's loop keeps a group's weights on chip: it grows a group while they fit
+    stream = not kind.endswith(":greedy")
     cache: dict[tuple[int, int], GroupPlan | None] = {}
 
     def plan(i: int, j: int) -> GroupPlan | None:
         if (i, j) not in cache:
-            cache[(i, j)] = best_plan(graph, consumers, layers[i:j], config, reuse)
+            cache[(i, j)] = best_plan(graph, consumers, layers[i:j], config, reuse, stream)
         return cache[(i, j)]
 
     def single(i: int) -> GroupPlan:
         p = plan(i, i + 1)
         if p is None:
             layer = layers[i]
+            field = _short_buffer(graph, consumers, layer, config, reuse)
             raise ScheduleError(
-                f"AcceleratorConfig.onchip_bytes: {config.onchip_bytes} bytes hold no tile of "
+                f"AcceleratorConfig.{field}: {getattr(config, field)} bytes hold no tile of "
                 f"layer {layer.name} ({layer.opdef.name} to {layer.output.shape}), not even one "
                 "row or one channel block")
         return p
 
     if kind == "none":
-        return [single(i) for i in range(len(layers))]
+        return [single(i).build() for i in range(len(layers))]
     if kind.endswith(":greedy"):
         groups, i = [], 0
         while i < len(layers):
@@ -462,7 +771,7 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
                 if grown is None:
                     break
                 chosen, j = grown, j + 1
-            groups.append(chosen)
+            groups.append(chosen.build())
             i = j
         return groups
     # dynamic programming: best[j] is the cheapest schedule of layers[:j] (GroupPlan.cost)
@@ -474,10 +783,16 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
         weights = 0
         for i in range(j - 1, max(-1, j - 1 - MAX_GROUP_LAYERS), -1):
             weights += weight_bytes[i]
-            if j > i + 1 and weights > config.onchip_bytes:
-                break  # a group keeps its weights on chip: longer ones cannot fit either
+            if j > i + 1 and best[i][0][0] + weights > best[j][0][0]:
+                continue  # dominated: its weights alone cost more than the best way to j
             p = single(i) if j == i + 1 else plan(i, j)
-            if p is None or best[i][0][0] == math.inf:
+            if p is None:
+                if layers[i].rule.unit == "mac":
+                    # it loads the input of a convolution or dense layer, which a layer
+                    # more in front only adds to: the longer groups do not fit either
+                    break
+                continue  # it loads an elementwise layer's input: a producer in front may fit
+            if best[i][0][0] == math.inf:
                 continue
             cost = (best[i][0][0] + p.cost[0], best[i][0][1] + p.cost[1])
             if cost < best[j][0]:
@@ -487,4 +802,4 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
         i = best[j][1]
         groups.append(single(i) if j == i + 1 else plan(i, j))
         j = i
-    return [g for g in reversed(groups) if g is not None]
+    return [g.build() for g in reversed(groups) if g is not None]

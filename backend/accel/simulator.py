@@ -5,8 +5,10 @@ addressed by byte. Each instruction does what the hardware would: LOAD copies a 
 a DRAM tensor into the buffer at its address (in the on-chip layout, isa.py), GEMM and ALU
 read their operands from the buffer, compute the output region with the layer's rule and
 write it back, STORE copies a region out, SHIFT moves a line buffer's kept rows to its
-front, SYNC closes a tile. Values that the schedule did
-not put where an instruction reads them come out wrong, which the tests would see.
+front, SYNC closes a step. A block of a streamed layer's output channels is strided on chip
+(positions lie channels last): it is written into its buffer among the others'. Values
+that the schedule did not put where an instruction reads them come out wrong, which the
+tests would see.
 
 While it runs, it counts what the report shows: DRAM bytes read and written per tensor,
 MACs and ALU operations, each tile's cycles and the time (the schedule's model:
@@ -74,21 +76,26 @@ class Simulator:
         held = from_chip(o.tensor, self.words[start:start + size], o.held)
         return take(held, _relative(o.region, o.held))
 
-    def _offset(self, o: Operand) -> int:
-        """The word where `o.region` starts in its buffer: the buffer holds `o.held`, and a
-        band of an activation's rows is contiguous there (positions lie row by row)."""
+    def _offset(self, o: Operand) -> int | None:
+        """The word where `o.region` starts in its buffer, where it is one contiguous run
+        there: the whole buffer, or a band of an activation's rows (positions lie row by
+        row); None for any other part (a block of channels)."""
         if o.region == o.held:
             return o.address // 4
         if not _is_activation(o.tensor) or o.region[:2] != o.held[:2] or \
                 o.region[3:] != o.held[3:]:
-            raise RuntimeError(f"{o.tensor.name}: only a band of rows can be written into a "
-                               "buffer holding more")
+            return None
         row = math.prod(region_shape(o.held)) // (o.held[2][1] - o.held[2][0])
         return o.address // 4 + (o.region[2][0] - o.held[2][0]) * row
 
     def _write(self, o: Operand, values: np.ndarray) -> None:
-        flat = to_chip(o.tensor, values)
         start = self._offset(o)
+        if start is None:  # strided on chip: the buffer's other values are written back
+            whole = Operand(o.tensor, o.address, o.held, o.held)
+            held = self._read(whole).copy()
+            held[tuple(slice(lo, hi) for lo, hi in _relative(o.region, o.held))] = values
+            o, values, start = whole, held, o.address // 4
+        flat = to_chip(o.tensor, values)
         if start + flat.size > self.words.size:
             raise RuntimeError(f"the schedule put {o.tensor.name} past the on-chip buffer")
         self.words[start:start + flat.size] = flat
@@ -125,7 +132,7 @@ class Simulator:
                             self._read(Operand(before.tensor, before.address, before.held,
                                                kept)).copy())
             elif op is Opcode.SYNC:
-                c.tiles.append(Tile((), (), (), loads, stores, macs, alu, cycles))
+                c.tiles.append(Tile((), (), (), loads, stores, macs, alu, cycles, ins.serial))
                 loads = stores = macs = alu = cycles = 0
             else:
                 layer, o = ins.layer, ins.output

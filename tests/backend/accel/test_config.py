@@ -18,6 +18,10 @@ def test_vta_presets_keep_the_mac_count():
                                                                     block_out=8)
     assert single.macs_per_cycle == multi.macs_per_cycle == 256
     assert single.onchip_bytes == (32 + 256 + 128) * KIB
+    assert single.buffers() == {"input_buffer_bytes": 32 * KIB,
+                                "weight_buffer_bytes": 256 * KIB,
+                                "acc_buffer_bytes": 128 * KIB}
+    assert AcceleratorConfig.deep_fusion().buffers() == {"onchip_bytes": 768 * KIB}
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -31,6 +35,16 @@ def test_vta_presets_keep_the_mac_count():
 def test_a_bad_field_is_a_value_error_naming_it(field, value, message):
     with pytest.raises(ValueError, match=f"AcceleratorConfig.{message}"):
         AcceleratorConfig.deep_fusion(**{field: value})
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(weight_buffer_bytes=0), "weight_buffer_bytes must be a positive int"),
+    (dict(acc_buffer_bytes=None), "acc_buffer_bytes must be a positive int"),
+    (dict(onchip_bytes=512 * KIB), r"onchip_bytes must be the sum of the three buffers"),
+])
+def test_a_bad_split_buffer_names_its_field(changes, message):
+    with pytest.raises(ValueError, match=f"AcceleratorConfig.{message}"):
+        AcceleratorConfig.vta(**changes)
 
 
 def test_an_unknown_field_is_a_type_error_listing_the_fields():
