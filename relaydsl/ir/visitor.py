@@ -137,9 +137,10 @@ class ExprFunctor(Generic[T]):
         self.bound: dict[Var, T] = {}
 
     def visit(self, expr: Expr) -> T:
-        if expr in self.memo:
-            return self.memo[expr]
-        result = self.memo[expr] = self.dispatch(expr)
+        memo = self.memo
+        if expr in memo:
+            return memo[expr]
+        result = memo[expr] = self.dispatch(expr)
         return result
 
     def dispatch(self, expr: Expr) -> T:
@@ -217,7 +218,8 @@ class ExprVisitor(ExprFunctor[None]):
         if expr in self.memo:
             return
         self.memo[expr] = None  # before its children: a node is entered once
-        self.dispatch(expr)
+        # (dispatch inlined: one Python frame fewer per node on the passes' hot path)
+        getattr(self, _VISIT_NAME[type(expr)])(expr)
 
     def visit_var(self, var: Var) -> None:
         pass
@@ -312,7 +314,7 @@ class ExprMutator(ExprFunctor[Expr]):
         hit = self.memo.get(expr)
         if hit is not None:
             return hit
-        result = self.memo[expr] = self.dispatch(expr)
+        result = self.memo[expr] = getattr(self, _VISIT_NAME[type(expr)])(expr)  # (as above)
         return result
 
     def visit_var(self, var: Var) -> Expr:
