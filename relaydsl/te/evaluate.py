@@ -69,18 +69,18 @@ class _Context:
     env: dict[PrimExpr, Array]
     rank: int
     mask: Array | None
-    memo: dict[int, Array] = field(default_factory=dict[int, Array])
+    memo: dict[PrimExpr, Array] = field(default_factory=dict[PrimExpr, Array])
 
 
 class _Evaluator:
     def __init__(self, inputs: Mapping[Tensor, AnyValue], bindings: dict[Var, AnyValue]):
         self.inputs = inputs
         self.bindings = bindings
-        self.done: dict[int, Array] = {}
+        self.done: dict[Tensor, Array] = {}
 
     def tensor(self, t: Tensor) -> Array:
-        if id(t) in self.done:
-            return self.done[id(t)]
+        if t in self.done:
+            return self.done[t]
         if t.body is None:
             value = self._placeholder(t)
         else:
@@ -93,7 +93,7 @@ class _Evaluator:
                 env[var] = np.asarray(v, dtype=var.dtype)
             body = self.expr(t.body, _Context(env, rank, None))
             value = np.array(np.broadcast_to(body, t.shape), order="C")  # keeps 0-d shapes
-        self.done[id(t)] = value
+        self.done[t] = value
         return value
 
     def _placeholder(self, t: Tensor) -> Array:
@@ -106,7 +106,7 @@ class _Evaluator:
         return value
 
     def expr(self, e: PrimExpr, ctx: _Context) -> Array:
-        key = id(e)
+        key = e
         if key not in ctx.memo:
             value = np.asarray(self._compute(e, ctx))
             if value.dtype.name != e.dtype:

@@ -74,48 +74,48 @@ class _Analysis:
     """Use counts of every node and the scope each is bound in (LCA of its uses' scopes)."""
 
     def __init__(self, body: Expr, root_scope: _Scope):
-        self.uses: dict[int, list[tuple[Expr, int | None]]] = {}
+        self.uses: dict[Expr, list[tuple[Expr, int | None]]] = {}
         order: list[Expr] = []
-        seen: set[int] = set()
+        seen: set[Expr] = set()
         stack: list[tuple[Expr, bool]] = [(body, False)]
         while stack:  # iterative post-order over the DAG
             e, expanded = stack.pop()
             if expanded:
                 order.append(e)
                 continue
-            if id(e) in seen:
+            if e in seen:
                 continue
-            seen.add(id(e))
+            seen.add(e)
             stack.append((e, True))
             for child, key in reversed(_edges(e)):
                 if isinstance(child, _ATOMS):
                     continue
-                self.uses.setdefault(id(child), []).append((e, key))
+                self.uses.setdefault(child, []).append((e, key))
                 stack.append((child, False))
-        self.scope: dict[int, _Scope] = {id(body): root_scope}
-        self.child_scope: dict[tuple[int, int], _Scope] = {}
+        self.scope: dict[Expr, _Scope] = {body: root_scope}
+        self.child_scope: dict[tuple[Expr, int], _Scope] = {}
         for e in reversed(order):  # users before the nodes they use
             if e is not body:
-                scopes = [self._use_scope(user, key) for user, key in self.uses[id(e)]]
+                scopes = [self._use_scope(user, key) for user, key in self.uses[e]]
                 s = scopes[0]
                 for other in scopes[1:]:
                     s = _lca(s, other)
-                self.scope[id(e)] = s
+                self.scope[e] = s
             for _, key in _edges(e):
                 if key is not None:
                     self._use_scope(e, key)
 
     def _use_scope(self, user: Expr, key: int | None) -> _Scope:
-        parent = self.scope[id(user)]
+        parent = self.scope[user]
         if key is None:
             return parent
-        s = self.child_scope.get((id(user), key))
+        s = self.child_scope.get((user, key))
         if s is None:
-            s = self.child_scope[(id(user), key)] = _Scope(parent, parent.depth + 1)
+            s = self.child_scope[(user, key)] = _Scope(parent, parent.depth + 1)
         return s
 
     def count(self, e: Expr) -> int:
-        return len(self.uses.get(id(e), ()))
+        return len(self.uses.get(e, ()))
 
 
 def _typed(new: Expr, like: Expr) -> Expr:
@@ -137,30 +137,30 @@ def _stays_in_tail_position(e: Expr) -> bool:
 class _ToANF:
     def __init__(self, analysis: _Analysis):
         self.a = analysis
-        self.done: dict[int, Expr] = {}
-        self.blocks: dict[int, list[tuple[Var, Expr]]] = {}  # by id(scope), the open blocks
+        self.done: dict[Expr, Expr] = {}
+        self.blocks: dict[_Scope, list[tuple[Var, Expr]]] = {}  # the open blocks
         self.counter = 0
 
     def block(self, root: Expr, scope: _Scope) -> Expr:
         """`root` as a block of scope `scope`: its bindings as lets around its value."""
         bindings: list[tuple[Var, Expr]] = []
-        self.blocks[id(scope)] = bindings
+        self.blocks[scope] = bindings
         result = self.convert(root, self.direct(root, scope), tail=True)
-        del self.blocks[id(scope)]
+        del self.blocks[scope]
         for var, value in reversed(bindings):
             result = _typed(Let(var, value, result), result)
         return result
 
     def direct(self, e: Expr, scope: _Scope) -> bool:
         """Whether `e` may stay unbound where it is: used once, and bound in this scope."""
-        return self.a.count(e) <= 1 and self.a.scope.get(id(e)) is scope
+        return self.a.count(e) <= 1 and self.a.scope.get(e) is scope
 
     def emit(self, e: Expr, value: Expr) -> Var:
         self.counter += 1
         var = _typed(Var(f"t{self.counter}"), e)
         assert isinstance(var, Var)
-        self.blocks[id(self.a.scope[id(e)])].append((var, value))
-        self.done[id(e)] = var
+        self.blocks[self.a.scope[e]].append((var, value))
+        self.done[e] = var
         return var
 
     def convert(self, e: Expr, direct: bool = False, tail: bool = False) -> Expr:
@@ -169,15 +169,15 @@ class _ToANF:
         an ``if`` or a ``match``)."""
         if isinstance(e, _ATOMS) or is_primitive(e):
             return e
-        hit = self.done.get(id(e))
+        hit = self.done.get(e)
         if hit is not None:
             return hit
         if isinstance(e, Let):
             return self.convert_lets(e, direct, tail)
         if isinstance(e, Function):
-            new = _typed(Function(e.params, self.block(e.body, self.a.child_scope[(id(e), 0)]),
+            new = _typed(Function(e.params, self.block(e.body, self.a.child_scope[(e, 0)]),
                                   e.ret_type, e.type_params, e.attrs, span=e.span), e)
-            self.done[id(e)] = new  # a function literal is a value: not bound
+            self.done[e] = new  # a function literal is a value: not bound
             return new
         new = _typed(self.rebuild(e), e)
         if direct and (not tail or _stays_in_tail_position(e)):
@@ -185,16 +185,16 @@ class _ToANF:
         return self.emit(e, new)
 
     def convert_lets(self, let: Let, direct: bool, tail: bool) -> Expr:
-        scope = self.a.scope[id(let)]
+        scope = self.a.scope[let]
         node: Expr = let
         while isinstance(node, Let) and (node is let or (
-                self.a.count(node) <= 1 and id(node) not in self.done)):
+                self.a.count(node) <= 1 and node not in self.done)):
             value = self.convert(node.value, self.direct(node.value, scope))
-            self.blocks[id(scope)].append((node.var, value))
+            self.blocks[scope].append((node.var, value))
             node = node.body
         result = self.convert(node, direct and self.direct(node, scope), tail)
         if not direct:
-            self.done[id(let)] = result
+            self.done[let] = result
         return result
 
     def rebuild(self, e: Expr) -> Expr:
@@ -209,12 +209,12 @@ class _ToANF:
                 return TupleGetItem(c(t), i, span=e.span)
             case If(cond=cond, true_branch=a, false_branch=b):
                 new_cond = c(cond)
-                return If(new_cond, self.block(a, self.a.child_scope[(id(e), 0)]),
-                          self.block(b, self.a.child_scope[(id(e), 1)]), span=e.span)
+                return If(new_cond, self.block(a, self.a.child_scope[(e, 0)]),
+                          self.block(b, self.a.child_scope[(e, 1)]), span=e.span)
             case Match(data=data, clauses=clauses, complete=complete):
                 new_data = c(data)
                 return Match(new_data, tuple(
-                    Clause(cl.lhs, self.block(cl.rhs, self.a.child_scope[(id(e), i)]))
+                    Clause(cl.lhs, self.block(cl.rhs, self.a.child_scope[(e, i)]))
                     for i, cl in enumerate(clauses)), complete, span=e.span)
             case RefCreate(value=v):
                 return RefCreate(c(v), span=e.span)

@@ -80,8 +80,8 @@ class _Eliminator(ExprMutator):
         super().__init__()
         self.skip: Callable[[Expr], bool] = skip or (lambda e: False)
         self.nodes: dict[Hashable, Expr] = {}    # computation -> its first node (anywhere)
-        self.bound: dict[Hashable, Var] = {}     # computation -> the let variable holding it
-        self.scopes: list[list[Hashable]] = [[]]  # the keys of `bound` each open scope added
+        self.held: dict[Hashable, Var] = {}     # computation -> the let variable holding it
+        self.scopes: list[list[Hashable]] = [[]]  # the keys of `held` each open scope added
 
     # -- what a computation is --------------------------------------------------------------
     def key(self, e: Expr) -> Hashable | None:
@@ -98,15 +98,14 @@ class _Eliminator(ExprMutator):
     def operand(self, e: Expr) -> AnyValue:
         if isinstance(e, Constant) and e.data.size <= _VALUE_KEYED_CONSTANT:
             return ("const", e.data.dtype.str, e.data.shape, e.data.tobytes())
-        self._keep.append(e)  # ids stay unique while the pass runs
-        return id(e)
+        return e  # (nodes hash by identity)
 
     def reuse(self, e: Expr) -> Expr:
         """`e` (rewritten) or the earlier node or variable computing the same thing."""
         key = self.key(e)
         if key is None:
             return e
-        found = self.bound.get(key)
+        found = self.held.get(key)
         if found is not None:
             return found
         return self.nodes.setdefault(key, e)
@@ -117,7 +116,7 @@ class _Eliminator(ExprMutator):
         if result is not expr and isinstance(result, Var) and not isinstance(expr, Var):
             # a let variable stands for `expr` only inside its scope: the same node met
             # elsewhere (a DAG shared across branches) is rewritten again there
-            self.memo.pop(id(expr), None)
+            self.memo.pop(expr, None)
         return result
 
     def visit_call(self, call: Call) -> Expr:
@@ -140,13 +139,13 @@ class _Eliminator(ExprMutator):
                 if isinstance(value, Var) and not ascribes(node.var, value):
                     # an earlier let computes the same, or this one only renames a variable
                     # (inlining binds parameters so): use that variable, drop this binding
-                    self.memo[id(node.var)] = value
+                    self.memo[node.var] = value
                 else:
                     var = self.visit_let_var(node.var)
                     chain.append((node, var, value))
                     key = self.key(value)
-                    if key is not None and key not in self.bound:
-                        self.bound[key] = var
+                    if key is not None and key not in self.held:
+                        self.held[key] = var
                         self.scopes[-1].append(key)
                 node = node.body
             body = self.visit(node)
@@ -161,7 +160,7 @@ class _Eliminator(ExprMutator):
 
     def _close_scope(self) -> None:
         for key in self.scopes.pop():
-            del self.bound[key]
+            del self.held[key]
 
     def _scoped(self, expr: Expr) -> Expr:
         self.scopes.append([])

@@ -124,8 +124,7 @@ class _Fold(ExprMutator):
         while isinstance(node, Let):
             value = self.visit(node.value)
             if is_constant(value) and not ascribes(node.var, value):
-                self.memo[id(node.var)] = value
-                self._keep.append(node.var)
+                self.memo[node.var] = value
             else:
                 kept.append((node, value))
             node = node.body

@@ -55,10 +55,10 @@ from relaydsl.transform.pass_infra import Pass
 ATOMS = (Var, Constant, GlobalVar, Op, Constructor)
 
 
-def is_dataflow(expr: Expr, memo: dict[int, bool] | None = None) -> bool:
+def is_dataflow(expr: Expr, memo: dict[Expr, bool] | None = None) -> bool:
     """Whether `expr` is pure dataflow: atoms, op calls, primitive calls, tuples, projections."""
     memo = {} if memo is None else memo
-    key = id(expr)
+    key = expr
     if key in memo:
         return memo[key]
     if isinstance(expr, ATOMS):
@@ -119,7 +119,7 @@ class _ToGraph(ExprMutator):
         super().__init__()
         self.inlinable = inlinable
         self.subst: dict[Var, Expr] = {}
-        self.pure_memo: dict[int, bool] = {}
+        self.pure_memo: dict[Expr, bool] = {}
         self.depths: dict[Expr, int] = {}  # nodes hash by identity
 
     def depth(self, e: Expr) -> int:

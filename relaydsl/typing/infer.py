@@ -37,7 +37,7 @@ from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import (
     AnyDim, FuncType, Kind, RefType, TensorType, TupleType, Type, TypeVar, type_to_str,
 )
-from relaydsl.ir.visitor import ExprVisitor, deep_recursion, type_vars_of
+from relaydsl.ir.visitor import ExprFunctor, ExprVisitor, deep_recursion, type_vars_of
 from relaydsl.typing.exhaustive import missing_case
 from relaydsl.typing.solver import PendingRelation, Solver, UnifyError
 
@@ -79,23 +79,23 @@ def _where(expr: Expr) -> str:
     return text if len(text) <= 90 else text[:87] + "..."
 
 
-class _Inferencer:
+class _Inferencer(ExprFunctor[Type]):
     """Generates constraints for one group of globals (or one expression) against one solver."""
 
     def __init__(self, mod: IRModule, global_types: dict[GlobalVar, FuncType],
                  current: dict[GlobalVar, FuncType], allow_free_vars: bool):
+        super().__init__()  # memo: each node's type
         self.mod = mod
         self.solver = Solver()
         self.global_types = global_types  # finished globals: generalised types
         self.current = current  # globals being checked now: provisional types
         self.allow_free_vars = allow_free_vars
         self.env: dict[Var, Type] = {}
-        self.types: dict[int, Type] = {}
         self.nodes: list[Expr] = []
         self.pattern_vars: list[Var] = []
         self.free_var_types: list[Type] = []  # of the free variables allow_free_vars admits
         self.expectations: dict[TypeVar, _Expectation] = {}  # by the root variable they bound
-        self.function_names: dict[int, str] = {}  # id(Function) -> "%g", when let-bound
+        self.function_names: dict[Function, str] = {}  # -> "%g", when let-bound
         # The local functions with unannotated parameters, in the order met (outer first).
         self.inferred_params: list[tuple[Function, list[tuple[Var, Type]]]] = []
 
@@ -155,62 +155,53 @@ class _Inferencer:
         raise RelayTypeError(text, rel.span)
 
     # ---- expressions -----------------------------------------------------
-    def infer(self, expr: Expr) -> Type:
+    def visit(self, expr: Expr) -> Type:
+        """The type of `expr`, inferred once per node (``memo``) and listed in ``nodes``."""
         if isinstance(expr, (GlobalVar, Constructor)):
-            return self._infer(expr)  # polymorphic: a fresh instance at every use
-        key = id(expr)
-        t = self.types.get(key)
+            return self.dispatch(expr)  # polymorphic: a fresh instance at every use
+        t = self.memo.get(expr)
         if t is None:
-            t = self._infer(expr)
-            self.types[key] = t
+            t = self.memo[expr] = self.dispatch(expr)
             self.nodes.append(expr)
         return t
 
-    def _infer(self, expr: Expr) -> Type:
-        if isinstance(expr, Var):
-            return self._var(expr)
-        if isinstance(expr, Let):
-            return self._let(expr)
-        if isinstance(expr, Call):
-            return self._call(expr)
-        if isinstance(expr, Constant):
-            return TensorType(expr.data.shape, expr.data.dtype.name)
-        if isinstance(expr, Function):
-            return self._function(expr)
-        if isinstance(expr, GlobalVar):
-            return self._global(expr)
-        if isinstance(expr, Tuple):
-            return TupleType(tuple(self.infer(f) for f in expr.fields))
-        if isinstance(expr, TupleGetItem):
-            return self._tuple_getitem(expr)
-        if isinstance(expr, If):
-            self.unify(BOOL_SCALAR, self.infer(expr.cond), expr.cond, "the condition of an if",
-                       use=expr)
-            then = self.infer(expr.true_branch)
-            return self.unify(then, self.infer(expr.false_branch), expr,
-                              "the two branches of an if must have the same type", join=True)
-        if isinstance(expr, Match):
-            return self._match(expr)
-        if isinstance(expr, RefCreate):
-            return RefType(self.infer(expr.value))
-        if isinstance(expr, RefRead):
-            value = self.solver.fresh()
-            self.unify(RefType(value), self.infer(expr.ref), expr, "reading a reference")
-            return value
-        if isinstance(expr, RefWrite):
-            self.unify(RefType(self.infer(expr.value)), self.infer(expr.ref), expr,
-                       "writing a reference")
-            return TupleType(())
-        if isinstance(expr, Grad):
-            return self._grad(expr)
-        if isinstance(expr, Constructor):
-            return self._instantiate(self._constructor_type(expr))
-        if isinstance(expr, Op):
-            raise self.error(expr, f"operator {expr.name} must be called directly; "
-                                   "wrap it in a fn to pass it")
-        raise self.error(expr, f"unknown expression node {type(expr).__name__}")
+    infer = visit
 
-    def _var(self, var: Var) -> Type:
+    def unsupported(self, expr: Expr) -> Exception:
+        return self.error(expr, f"unknown expression node {type(expr).__name__}")
+
+    def visit_constant(self, c: Constant) -> Type:
+        return TensorType(c.data.shape, c.data.dtype.name)
+
+    def visit_tuple(self, t: Tuple) -> Type:
+        return TupleType(tuple(self.infer(f) for f in t.fields))
+
+    def visit_if(self, i: If) -> Type:
+        self.unify(BOOL_SCALAR, self.infer(i.cond), i.cond, "the condition of an if", use=i)
+        then = self.infer(i.true_branch)
+        return self.unify(then, self.infer(i.false_branch), i,
+                          "the two branches of an if must have the same type", join=True)
+
+    def visit_ref_create(self, r: RefCreate) -> Type:
+        return RefType(self.infer(r.value))
+
+    def visit_ref_read(self, r: RefRead) -> Type:
+        value = self.solver.fresh()
+        self.unify(RefType(value), self.infer(r.ref), r, "reading a reference")
+        return value
+
+    def visit_ref_write(self, r: RefWrite) -> Type:
+        self.unify(RefType(self.infer(r.value)), self.infer(r.ref), r, "writing a reference")
+        return TupleType(())
+
+    def visit_constructor(self, c: Constructor) -> Type:
+        return self._instantiate(self._constructor_type(c))
+
+    def visit_op(self, op: Op) -> Type:
+        raise self.error(op, f"operator {op.name} must be called directly; "
+                             "wrap it in a fn to pass it")
+
+    def visit_var(self, var: Var) -> Type:
         t = self.env.get(var)
         if t is not None:
             return t
@@ -232,32 +223,32 @@ class _Inferencer:
                 return TupleType(fields)
         return t
 
-    def _let(self, let: Let) -> Type:
+    def visit_let(self, let: Let) -> Type:
         node: Expr = let
         chain: list[Let] = []
-        while isinstance(node, Let) and (node is let or id(node) not in self.types):
+        while isinstance(node, Let) and (node is let or node not in self.memo):
             var = node.var
             declared = var.type_annotation or self.solver.fresh(hint=var.name_hint)
             if isinstance(node.value, Function):
                 self.env[var] = declared  # a let-bound function may call itself
-                self.function_names[id(node.value)] = f"%{var.name_hint}"
+                self.function_names[node.value] = f"%{var.name_hint}"
             value = self.infer(node.value)
             # an annotation's relay.Any dims make the variable's type less static, not the
             # value's: the value is checked against the annotation with those dims left free
             self.unify(self._any_free(declared), value, node,
                        f"the value bound to %{var.name_hint}")
             self.env[var] = declared
-            self.types[id(var)] = declared
+            self.memo[var] = declared
             self.nodes.append(var)
             chain.append(node)
             node = node.body
         body = self.infer(node)
         for link in chain[1:]:
-            self.types[id(link)] = body
+            self.memo[link] = body
             self.nodes.append(link)
         return body
 
-    def _function(self, fn: Function) -> Type:
+    def visit_function(self, fn: Function) -> Type:
         params: list[Type] = []
         inferred: list[tuple[Var, Type]] = []
         for p in fn.params:
@@ -265,7 +256,7 @@ class _Inferencer:
             if p.type_annotation is None:
                 inferred.append((p, t))
             self.env[p] = t
-            self.types[id(p)] = t
+            self.memo[p] = t
             self.nodes.append(p)
             params.append(t)
         if inferred and not any(self.mod.functions.get(gv) is fn for gv in self.current):
@@ -286,7 +277,7 @@ class _Inferencer:
                    declared_result, use=fn, at_operator=isinstance(returned, Var))
         return FuncType(tuple(params), fn.ret_type, fn.type_params)
 
-    def _global(self, gv: GlobalVar) -> Type:
+    def visit_global_var(self, gv: GlobalVar) -> Type:
         if gv in self.current:
             t = self.current[gv]
             complete = not any(self.solver.is_flexible(v) for v in type_vars_of(t))
@@ -308,11 +299,11 @@ class _Inferencer:
                                 "which this module does not define")
         return FuncType(c.inputs, td.self_type(), td.type_vars)
 
-    def _call(self, call: Call) -> Type:
+    def visit_call(self, call: Call) -> Type:
         if isinstance(call.op, Op):
             ft = call.op.definition.func_type(call.attrs)
             inst = self._instantiate(ft)
-            self.types[id(call.op)] = inst
+            self.memo[call.op] = inst
             self.nodes.append(call.op)
         else:
             callee = self.solver.resolve(self.infer(call.op))
@@ -342,9 +333,9 @@ class _Inferencer:
                 inferable=inferable))
         return inst.ret_type
 
-    def _grad(self, expr: Grad) -> Type:
+    def visit_grad(self, g: Grad) -> Type:
         """grad(f: fn(t0..tn) -> r) : fn(t0..tn) -> (r, (t0..tn)), r a tensor."""
-        fn_type = self.infer(expr.fn)
+        fn_type = self.infer(g.fn)
         out = self.solver.fresh(hint="grad")
 
         def rule(args: list[Type], attrs: Attrs | None, ctx: RelationContext) -> Type:
@@ -360,13 +351,13 @@ class _Inferencer:
             return FuncType(f.arg_types, TupleType((f.ret_type, TupleType(f.arg_types))))
 
         self.solver.add_relation(PendingRelation(
-            "grad", rule, (fn_type,), out, None, expr.span, expr, shallow=True))
+            "grad", rule, (fn_type,), out, None, g.span, g, shallow=True))
         return out
 
-    def _tuple_getitem(self, expr: TupleGetItem) -> Type:
-        tup = self.infer(expr.tuple_value)
+    def visit_tuple_getitem(self, t: TupleGetItem) -> Type:
+        tup = self.infer(t.tuple_value)
         out = self.solver.fresh()
-        index = expr.index
+        index = t.index
 
         def project(args: list[Type], attrs: Attrs | None, ctx: RelationContext) -> Type:
             t = args[0]
@@ -377,10 +368,10 @@ class _Inferencer:
             return t.fields[index]
 
         self.solver.add_relation(PendingRelation(
-            "tuple projection", project, (tup,), out, None, expr.span, expr, shallow=True))
+            "tuple projection", project, (tup,), out, None, t.span, t, shallow=True))
         return out
 
-    def _match(self, m: Match) -> Type:
+    def visit_match(self, m: Match) -> Type:
         data = self.infer(m.data)
         result = self.solver.fresh(hint="match")
         for clause in m.clauses:
@@ -401,7 +392,7 @@ class _Inferencer:
             declared = p.var.type_annotation or self.solver.fresh(hint=p.var.name_hint)
             self.unify(declared, expected, m, f"the pattern variable %{p.var.name_hint}")
             self.env[p.var] = declared
-            self.types[id(p.var)] = declared
+            self.memo[p.var] = declared
             self.pattern_vars.append(p.var)
             return
         if isinstance(p, PatternTuple):
@@ -431,9 +422,9 @@ class _Inferencer:
                 text += f"\n  in: {_where(rel.call)}"
             raise RelayTypeError(text, rel.span)
         typed = [*self.nodes, *self.pattern_vars]
-        types = [self.solver.resolve(self.types[id(n)]) for n in typed]
+        types = [self.solver.resolve(self.memo[n]) for n in typed]
         if self._default_unconstrained(interface, types):
-            types = [self.solver.resolve(self.types[id(n)]) for n in typed]
+            types = [self.solver.resolve(self.memo[n]) for n in typed]
         for node, t in zip(self.nodes, types):
             if not isinstance(node, Op):
                 self._check_complete(node, t)
@@ -468,7 +459,7 @@ class _Inferencer:
         for fn, inferred in reversed(self.inferred_params):  # the innermost function first
             for p, t in inferred:
                 if unknown.intersection(type_vars_of(self.solver.resolve(t))):
-                    name = self.function_names.get(id(fn))
+                    name = self.function_names.get(fn)
                     example = f"`{p.name_hint}: Tensor[Float, (3,)]`"
                     advice = (f"annotate the parameter, e.g. {example}" if name else
                               f"define it with `def` and annotate the parameter, e.g. {example}")

@@ -93,3 +93,14 @@ def test_a_functor_refuses_a_node_kind_it_does_not_handle_and_a_free_variable():
         _bound_size(Tuple([x]), x)
     with pytest.raises(IRError, match="unsupported Var node"):
         _Size().visit(ops.exp(x))
+
+
+def test_a_functors_memo_is_keyed_by_the_node_itself():
+    x = Var("x")
+    shared = ops.exp(x)
+    root = ops.add(shared, shared)
+    f = _Size()
+    f.bound[x] = 0
+    f.visit(root)
+    assert list(f.memo) == [x, shared, root]  # each node once, in the order computed
+    assert f.memo[shared] == 1 and f.memo[root] == 3
