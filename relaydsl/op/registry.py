@@ -33,7 +33,7 @@ import enum
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import Any as AnyValue, Callable, Sequence
+from typing import TYPE_CHECKING, Any as AnyValue, Callable, Sequence
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs, freeze
@@ -41,6 +41,9 @@ from relaydsl.ir.span import Span
 from relaydsl.ir.expr import Call, Expr, Op, declare_op, suggest
 from relaydsl.ir.types import DTYPES, FuncType, Kind, Type, TypeRelation, TypeVar
 from relaydsl.te.rules import ComputeRule, checked
+
+if TYPE_CHECKING:
+    from relaydsl.op.quantize_rule import QuantizeRule
 
 
 class OpPattern(enum.IntEnum):
@@ -242,6 +245,8 @@ class Traits:
     - ``arithmetic``: one of the four arithmetic operations ``x + y``, ``x - y``, ``x * y``,
       ``x / y``, elementwise on broadcast operands: applied to slices of its operands, it
       gives the slices of its result (CombineParallelConv2D combines them across branches).
+    - ``quantize``: the op's quantization rule (quantize_rule.QuantizeRule: which operands
+      annotation quantizes, how realization runs it on integers); None runs it in float.
     """
 
     result_arity: Callable[[Attrs], int | None] | None = None
@@ -250,6 +255,7 @@ class Traits:
     fold_from_types: Callable[[Call, Sequence[Type]], Expr | None] | None = None
     infers_inputs: tuple[int, ...] = ()
     arithmetic: bool = False
+    quantize: QuantizeRule | None = None
 
 
 @dataclass(frozen=True, eq=False)
