@@ -17,9 +17,9 @@ watching each simQ's input; weights' from the weights themselves. The modes:
 
 Weights take ``max`` (their largest magnitude, per tensor or per channel) or ``power2`` (that
 rounded up to a power of two), except in ``mse`` mode. Then accumulators: a product's integer
-result is bounded by the largest ``|y| / (s_x · s_w)`` seen on the data; where that, with one
-bit of headroom, would overflow the accumulator (8/16 above all), the weight's step doubles
-until it fits: overflow is avoided, at the price of weight precision, and reported.
+result is bounded by the largest ``|y| / (s_x · s_w)`` seen on the data; where that, with
+HEADROOM, would overflow the accumulator (8/16 above all), the operands' steps double until it
+fits: overflow is avoided, at the price of precision, and reported.
 
 ``calibrate`` runs programs through the ``run`` it is given (the frontend's compiled
 executables): the core runs nothing itself.
@@ -259,10 +259,17 @@ def _weight_step(q: Call, config: QConfig) -> np.ndarray:
     return step if per_channel else step.reshape(())
 
 
+HEADROOM = 1.25
+"""How far above the largest accumulator seen on the calibration data the accumulator's range
+must reach (other data may go further; an integer sum that overflows wraps)."""
+
+
 def _fit_accumulator(product: Call, amax: dict[int, np.ndarray], steps: dict[int, np.ndarray],
                      config: QConfig) -> int:
-    """Double the weight step of `product` (per channel) until its largest accumulator,
-    with one bit of headroom, fits; 1 if it had to."""
+    """Coarsen the steps of `product`'s operands by powers of two until its largest
+    accumulator (times HEADROOM) fits; 1 if it had to. The factor is split between the two
+    operands (the activation's square root of it, shared by every channel), which costs each
+    half the bits that coarsening one of them alone would."""
     a, b = product.args
     weight = b if b.attrs.kind == "weight" or a.attrs.kind != "weight" else a  # type: ignore[union-attr]
     other = a if weight is b else b
@@ -270,14 +277,16 @@ def _fit_accumulator(product: Call, amax: dict[int, np.ndarray], steps: dict[int
     out_axis = rule.out_axis if rule is not None and rule.out_axis is not None else -1
     largest = amax.get(out_axis, amax[-1])
     ws, xs = steps[id(weight)], steps[id(other)]
-    limit = (2 ** (config.nbit_activation - 1) - 1) / 2
+    limit = (2 ** (config.nbit_activation - 1) - 1) / HEADROOM
     bound = np.asarray(largest, np.float64) / (np.float64(xs) * ws.astype(np.float64))
     if ws.ndim == 0:
         bound = np.max(bound)
-    factor = np.where(bound > limit, 2.0 ** np.ceil(np.log2(np.maximum(bound, 1) / limit)), 1.0)
-    if np.all(factor == 1.0):
+    doublings = np.ceil(np.log2(np.maximum(bound, 1.0) / limit)).clip(0)
+    if not np.any(doublings):
         return 0
-    steps[id(weight)] = (ws * factor).astype(np.float32)
+    shared = np.floor(np.max(doublings) / 2)
+    steps[id(other)] = (xs * 2.0 ** shared).astype(np.float32)
+    steps[id(weight)] = (ws * 2.0 ** np.maximum(doublings - shared, 0)).astype(np.float32)
     return 1
 
 
