@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         (train_x, _), (test_x, test_y) = data
         test_x, test_y = test_x[:n_test], test_y[:n_test]
         tag = f"{template.__name__}-{folder}" + ("-quick" if args.quick else "")
-        net, model = train(template, data, 0.1 if args.quick else epochs, args.retrain, tag)
+        _, model = train(template, data, 0.1 if args.quick else epochs, args.retrain, tag)
         fp32 = accuracy(relay.build(model, target="llvm"), test_x, test_y)
         print(f"{name}: fp32 {fp32:.2f}%", flush=True)
         rows.append(f"| {name} | fp32 | - | - | {fp32:.2f} | - | - |")
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def write(rows: list[str], summary: list[str], n_test: int, quick: bool) -> None:
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = f"""# Quantization accuracy
 
 `python benchmarks/quantization.py`{' --quick' if quick else ''} ({when}, {platform.machine()},

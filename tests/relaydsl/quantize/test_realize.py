@@ -55,7 +55,7 @@ def test_power_of_two_steps_requantize_with_a_rounding_shift():
     s1 = np.float32(sx1 * sw1)
     acc1 = q(x, np.float32(sx1)).astype(np.int32) @ q(w1, np.float32(sw1)).astype(np.int32).T
     h = np.maximum(acc1 + np.round(b1.astype(np.float64) / float(s1)).astype(np.int32), 0)
-    k = int(round(np.log2(sx2 / s1)))
+    k = round(float(np.log2(sx2 / s1)))
     qh = np.clip((h + (1 << (k - 1))) >> k, -127, 127).astype(np.int32)
     acc2 = qh @ q(w2, np.float32(sw2)).astype(np.int32).T
     expected = acc2.astype(np.float32) * np.float32(sx2 * sw2)
