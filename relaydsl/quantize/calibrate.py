@@ -103,7 +103,9 @@ def calibrate(mod: IRModule, entry: str, batches: Sequence[tuple[np.ndarray, ...
     products = _products(main.body)
     strip = _Strip()
     watched = [strip.visit(q.args[0]) for q in inputs] + [strip.visit(p) for p in products]
-    samples = _watch(mod, entry, main, watched, batches, config, run) if watched else []
+    # with no data (global_scale only), every activation takes the global range as it is
+    samples = _watch(mod, entry, main, watched, batches, config, run) if watched and batches \
+        else [(np.zeros(0, np.float32), {}) for _ in watched]
     steps: dict[int, np.ndarray] = {}
     act_ranges = _activation_ranges(inputs, samples[:len(inputs)], config)
     for q, r in zip(inputs, act_ranges):
@@ -113,7 +115,8 @@ def calibrate(mod: IRModule, entry: str, batches: Sequence[tuple[np.ndarray, ...
             steps[id(q)] = _weight_step(q, config)
     coarsened = 0
     for p, (_, amax) in zip(products, samples[len(inputs):]):
-        coarsened += _fit_accumulator(p, amax, steps, config)
+        if amax:
+            coarsened += _fit_accumulator(p, amax, steps, config)
     ranges = [(q.attrs.kind, float(np.max(steps[id(q)]) * levels(q))) for q in quantizers]
     out = mod.copy()
     out.add(mod.get_global_var(entry), _SetSteps(steps).visit(main))  # type: ignore[arg-type]
