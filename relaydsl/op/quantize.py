@@ -33,11 +33,15 @@ from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp, lax
 from relaydsl.op.nn.common import Array, ArrayModule, Inputs, along, axis_attr
 from relaydsl.op.registry import Attr, OpDef, OpPattern, ops, register
+from relaydsl.op.tensor import ceil, floor, round_
 from relaydsl.te import expr as E
 from relaydsl.te.expr import PrimExpr
 from relaydsl.te.tensor import Tensor, compute
 
 ROUNDINGS = ("round", "floor", "ceil")
+NEAREST = ROUNDINGS[0]  # to nearest, ties to even
+ROUNDING_OPS = {"round": round_, "floor": floor, "ceil": ceil}
+"""The op each rounding mode is (what realization emits)."""
 
 
 def qrange(nbit: int, signed: bool) -> tuple[int, int]:
@@ -140,4 +144,4 @@ simulated_quantize = register(OpDef(
         "a straight-through gradient",
 ))
 
-__all__ = ["ROUNDINGS", "qrange", "simulated_quantize"]
+__all__ = ["NEAREST", "ROUNDINGS", "ROUNDING_OPS", "qrange", "simulated_quantize"]

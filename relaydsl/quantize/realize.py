@@ -37,7 +37,7 @@ from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGet
 from relaydsl.ir.module import IRModule
 from relaydsl.op import ops
 from relaydsl.op.nn.linear import bias_add
-from relaydsl.op.quantize import qrange, simulated_quantize
+from relaydsl.op.quantize import NEAREST, ROUNDING_OPS, qrange, simulated_quantize
 from relaydsl.op.quantize_rule import QuantizeRule, Realization
 from relaydsl.quantize.config import QConfig
 from relaydsl.quantize.rules import rule_of
@@ -89,10 +89,6 @@ def _const(value: np.ndarray | float, dtype: str) -> Constant:
 
 def _rank(e: Expr) -> int:
     return e.checked_type.ndim  # type: ignore[attr-defined]
-
-
-def _round_op(rounding: str):  # the op of a rounding mode
-    return {"round": ops.round, "floor": ops.floor, "ceil": ops.ceil}[rounding]
 
 
 def _power_of_two_shift(ratio: float) -> int | None:
@@ -172,7 +168,7 @@ class _Realizer:
             return _Value(_const(np.clip(q, lo, hi), dtype), step, axis, dtype, ndim)
         if not v.is_int:
             inv = np.float32(1) / _along(step, axis, ndim)
-            q = _round_op(a.rounding)(ops.multiply(v.expr, _const(inv, "float32")))
+            q = ROUNDING_OPS[a.rounding](ops.multiply(v.expr, _const(inv, "float32")))
             return _Value(self._saturate(q, lo, hi, dtype), step, axis, dtype, ndim)
         return _Value(self.requantize(v, step, axis, a.rounding, lo, hi, dtype), step, axis,
                       dtype, ndim)
@@ -185,7 +181,7 @@ class _Realizer:
         """Integer `v` at a new step: a rounding right shift where the steps differ by a
         power of two, else through float32."""
         assert v.step is not None
-        if v.step.ndim == 0 and step.ndim == 0 and rounding == "round":
+        if v.step.ndim == 0 and step.ndim == 0 and rounding == NEAREST:
             k = _power_of_two_shift(float(v.step) / float(step))
             if k is not None:
                 wide = ops.cast(v.expr, dtype="int32") if v.dtype != "int32" else v.expr
@@ -195,7 +191,7 @@ class _Realizer:
         ratio = (_along(v.step, v.axis, ndim).astype(np.float64)
                  / _along(step, axis, ndim).astype(np.float64)).astype(np.float32)
         scaled = ops.multiply(ops.cast(v.expr, dtype="float32"), _const(ratio, "float32"))
-        return self._saturate(_round_op(rounding)(scaled), lo, hi, dtype)
+        return self._saturate(ROUNDING_OPS[rounding](scaled), lo, hi, dtype)
 
     # ---- ops with rules --------------------------------------------------------------------
 
