@@ -35,6 +35,7 @@ import numpy as np
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.visitor import deep_recursion
 from relaydsl.op import ops
 from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.quantize import NEAREST, ROUNDING_OPS, qrange, simulated_quantize
@@ -104,7 +105,8 @@ class _Realizer:
         self.rng = np.random.default_rng(config.seed)
 
     def function(self, fn: Function) -> Function:
-        body = self.float(self.visit(fn.body))
+        with deep_recursion():  # one Python frame per node of a deep network
+            body = self.float(self.visit(fn.body))
         return Function(fn.params, body, None, fn.type_params, fn.attrs, span=fn.span)
 
     # ---- the walk --------------------------------------------------------------------------
@@ -136,7 +138,9 @@ class _Realizer:
         if isinstance(e, TupleGetItem):
             return _Value(TupleGetItem(self.float(self.visit(e.tuple_value)), e.index,
                                        span=e.span))
-        return _Value(e)  # variables, constants, ops: the annotated program is dataflow
+        # variables, constants, ops; a let or a function (not dataflow: annotation leaves
+        # what is inside it float) is kept as it is
+        return _Value(e)
 
     # ---- integers and floats ---------------------------------------------------------------
 
