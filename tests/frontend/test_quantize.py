@@ -53,6 +53,12 @@ def test_relay_build_of_a_quantized_function_is_bit_exact_across_targets(model):
         np.testing.assert_array_equal(interp(x), llvm(x))
 
 
+def test_the_accelerator_runs_a_quantized_model_bit_exactly(model):
+    qf = relay.quantize(model, dataset=DATA, config=ALL)
+    accel = relay.build(qf, target="accel")
+    np.testing.assert_array_equal(accel(DATA[0]), relay.build(qf, target="llvm")(DATA[0]))
+
+
 def test_a_function_with_constant_weights_quantizes():
     w = rng.standard_normal((3, 5)).astype(np.float32)
 
