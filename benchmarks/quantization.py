@@ -84,7 +84,7 @@ def train(template, data, epochs: float, retrain: bool, tag: str, seed: int = 0)
     net = specialize(template, relay_model)
     model = relay.create_model(net, seed=seed)
     path = CACHE / f"{tag}.relaymodel"
-    if path.exists() and not retrain:
+    if path.with_name(path.name + ".npz").exists() and not retrain:  # save_model adds .npz
         loaded = relay.load_model(path)
         model.params.update(loaded.params)
         return net, model

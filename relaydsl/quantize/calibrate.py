@@ -193,7 +193,10 @@ def kl_divergence_range(x: np.ndarray, qmax: int, bins: int = 2048) -> float:
     spread back over the bins that were non-zero (TensorRT's, MXNet's ``_get_optimal_threshold``).
     """
     a = np.abs(x)
-    top = float(a.max())
+    top = float(a.max()) if a.size else 0.0
+    # exact zeros (a relu's many) are exact at every range: in the first bin they would
+    # weigh on every candidate's divergence and favour the narrowest ranges
+    a = a[a > 0]
     levels = qmax + 1
     if top == 0.0 or levels >= bins:
         return top

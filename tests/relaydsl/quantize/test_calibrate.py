@@ -67,6 +67,11 @@ def test_percentile_ignores_outliers_and_kl_clips_them():
     assert kl_divergence_range(x, qmax=32767) == pytest.approx(50.0)  # enough levels: no clip
 
 
+def test_kl_is_not_pulled_down_by_a_relus_zeros():
+    x = np.maximum(rng.uniform(-27, 3, 100_000), 0).astype(np.float32)  # 90% exact zeros
+    assert 2.5 < kl_divergence_range(x, qmax=127) <= 3.0
+
+
 def test_mse_finds_the_error_minimising_clip():
     x = rng.standard_normal((1, 100_000))
     (r,) = mse_range(x, qmax=7, levels=8)  # 4 bits: clipping pays
