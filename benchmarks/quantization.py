@@ -172,8 +172,9 @@ quantized by `relay.quantize` with every layer quantized (`skip_conv_layers=()`,
 {EVAL_BATCH}. `global_scale` uses power-of-two weight steps (`weight_scale="power2"`, so
 requantization is a shift), the other modes `"max"`. "coarsened" counts the products whose
 operand steps calibration raised so that their accumulator (int16 for 8/16; int32 for 16/32)
-cannot overflow on the calibration data. With 1000 test images one image is 0.1 point:
-differences under about a point (quantized above fp32 included) are noise.
+cannot overflow on the calibration data. With {n_test} test images one image is
+{100 / n_test:g} point: differences under about a point (quantized above fp32 included) are
+noise.
 
 `global_scale` (the paper's first strategy, TVM's default mode) gives every activation one
 range, swept up until none overflows: right for LeNet, whose activations are tanh-bounded, and
