@@ -39,6 +39,7 @@ from relaydsl.frontend.model import (
     SGD, Adam, Model, Momentum, create_model, export_model, load_model, save_model,
     update_model_params,
 )
+from relaydsl.frontend.quantize import QuantizedFunction, quantize
 from relaydsl.frontend.special_calls import PreludeFunction
 from relaydsl.tools.to_python import python_source
 from relaydsl.transform import DumpIR, PassContext, PassInstrument, PassTimingInstrument, PrintIR
@@ -49,6 +50,7 @@ from relaydsl.ir.expr import suggest
 from relaydsl.ir.types import TensorType, TupleType
 from relaydsl.op import all_ops, lookup
 from relaydsl.prelude import prelude_definitions
+from relaydsl.quantize import QConfig, qconfig
 from relaydsl.typing.relations import check_relation
 
 
@@ -179,6 +181,8 @@ def _api() -> dict[str, AnyValue]:
         ("none", "fusion", "fusion+reuse", the default; "fusion:greedy",
         "fusion+reuse:greedy" for the Deep Fusion paper's own loop); the result's
         ``.report`` is an AccelReport."""
+        if isinstance(fn, QuantizedFunction):
+            return fn.build(target, **options)
         if isinstance(fn, Model):
             from relaydsl.frontend.frozen import FrozenModel
 
@@ -208,6 +212,7 @@ def _api() -> dict[str, AnyValue]:
             "PassContext": PassContext, "PassInstrument": PassInstrument,
             "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR, "DumpIR": DumpIR,
             "visualize": visualize, "to_python": to_python,
+            "quantize": quantize, "QConfig": QConfig, "qconfig": qconfig,
             "function_from_source": function_from_source,
             "ref": references.ref, "ref_read": references.ref_read,
             "ref_write": references.ref_write}

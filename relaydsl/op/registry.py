@@ -34,7 +34,7 @@ import functools
 import inspect
 from types import ModuleType
 from dataclasses import dataclass, field
-from typing import Any as AnyValue, Callable, Sequence
+from typing import TYPE_CHECKING, Any as AnyValue, Callable, Sequence
 
 from relaydsl.errors import IRError
 from relaydsl.ir.attrs import Attrs, freeze, is_tuple
@@ -43,6 +43,9 @@ from relaydsl.ir.expr import Call, Expr, Op, declare_op, suggest
 from relaydsl.op.lazy_jax import LazyModule
 from relaydsl.ir.types import DTYPES, FuncType, Kind, Type, TypeRelation, TypeVar
 from relaydsl.te.rules import ComputeRule, checked
+
+if TYPE_CHECKING:
+    from relaydsl.op.quantize_rule import QuantizeRule
 
 
 class OpPattern(enum.IntEnum):
@@ -252,6 +255,8 @@ class Traits:
     - ``arithmetic``: one of the four arithmetic operations ``x + y``, ``x - y``, ``x * y``,
       ``x / y``, elementwise on broadcast operands: applied to slices of its operands, it
       gives the slices of its result (CombineParallelConv2D combines them across branches).
+    - ``quantize``: the op's quantization rule (quantize_rule.QuantizeRule: which operands
+      annotation quantizes, how realization runs it on integers); None runs it in float.
     """
 
     result_arity: Callable[[Attrs], int | None] | None = None
@@ -260,6 +265,7 @@ class Traits:
     fold_from_types: Callable[[Call, Sequence[Type]], Expr | None] | None = None
     infers_inputs: tuple[int, ...] = ()
     arithmetic: bool = False
+    quantize: QuantizeRule | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -32,7 +32,9 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Constant, Expr
 from relaydsl.ir.types import TensorType, Type
 from relaydsl.op.grad_util import collapse, scalar, tensor_type, through_cast, zeros_for
+from relaydsl.op import quantize_rule as Q
 from relaydsl.op.lazy_jax import jax, jnp, lax
+from relaydsl.op.quantize_rule import QuantizeRule
 from relaydsl.op.registry import (
     Array, Attr, BinaryArrayFn, OpDef, OpPattern, Traits, UnaryArrayFn, register,
 )
@@ -77,8 +79,8 @@ def _named(rule: Callable[[Call, Expr], list[Expr]], name: str, math: str
 
 
 def _unary(name: str, accepts: DTypeClass | None, doc: str, *, te: Callable[[PrimExpr], PrimExpr],
-           numpy: UnaryArrayFn, jax: UnaryArrayFn, grad: tuple[str, UnaryAdjoint] | None = None
-           ) -> OpDef:
+           numpy: UnaryArrayFn, jax: UnaryArrayFn, grad: tuple[str, UnaryAdjoint] | None = None,
+           quantize: QuantizeRule | None = None) -> OpDef:
     """Registers the unary elementwise op of one table row; no `grad`: not differentiable."""
     gradient = None
     if grad is not None:
@@ -92,13 +94,14 @@ def _unary(name: str, accepts: DTypeClass | None, doc: str, *, te: Callable[[Pri
         name, ("data",), elementwise_rel(name, accepts), OpPattern.ELEMWISE,
         numpy_ref=numpy, jax_lower=jax, compute=elementwise(name, lambda attrs, x: te(x)),
         gradient=gradient, differentiable=gradient is not None, doc=doc,
+        traits=Traits(quantize=quantize),
     ))
 
 
 def _binary(name: str, accepts: DTypeClass | None, doc: str, *,
             te: Callable[[PrimExpr, PrimExpr], PrimExpr], numpy: BinaryArrayFn, jax: BinaryArrayFn,
             grad: tuple[str, BinaryAdjoints] | None = None, out_dtype: str | None = None,
-            arithmetic: bool = False) -> OpDef:
+            arithmetic: bool = False, quantize: QuantizeRule | None = None) -> OpDef:
     """Registers the broadcasting binary op of one table row; no `grad`: not differentiable."""
     gradient = None
     if grad is not None:
@@ -114,7 +117,7 @@ def _binary(name: str, accepts: DTypeClass | None, doc: str, *,
         name, ("lhs", "rhs"), elementwise_rel(name, accepts, out_dtype), OpPattern.BROADCAST,
         numpy_ref=numpy, jax_lower=jax, compute=elementwise(name, lambda attrs, x, y: te(x, y)),
         gradient=gradient, differentiable=gradient is not None, doc=doc,
-        traits=Traits(arithmetic=arithmetic),
+        traits=Traits(arithmetic=arithmetic, quantize=quantize),
     ))
 
 
@@ -164,7 +167,8 @@ relu = _unary(
     te=lambda x: E.maximum(x, 0), numpy=lambda x: np.maximum(x, np.zeros((), x.dtype)),
     jax=lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
     grad=("d relu(x) = g where x > 0, else 0.",
-          lambda g, x, y: where(greater(x, scalar(0, x)), g, scalar(0, x))))
+          lambda g, x, y: where(greater(x, scalar(0, x)), g, scalar(0, x))),
+    quantize=Q.SAME_SCALE_ELEMENTWISE)
 abs_ = _unary(
     "abs", NUMERIC, "|x|",
     te=E.abs_, numpy=np.abs, jax=lambda x: jnp.abs(x),
@@ -373,7 +377,7 @@ add = _binary(
     "add", NUMERIC, "x + y, broadcasting",
     te=E.Add, numpy=np.add, jax=lambda x, y: jnp.add(x, y),
     grad=("d(x + y) = (sum_b(g, x), sum_b(g, y)).", lambda g, x, y, z: (g, g)),
-    arithmetic=True)
+    arithmetic=True, quantize=Q.SUM)
 subtract = _binary(
     "subtract", NUMERIC, "x - y, broadcasting",
     te=E.Sub, numpy=np.subtract, jax=lambda x, y: jnp.subtract(x, y),
@@ -384,7 +388,7 @@ multiply = _binary(
     te=E.Mul, numpy=np.multiply, jax=lambda x, y: jnp.multiply(x, y),
     grad=("d(x * y) = (sum_b(g * y, x), sum_b(g * x, y)).",
           lambda g, x, y, z: (multiply(g, y), multiply(g, x))),
-    arithmetic=True)
+    arithmetic=True, quantize=Q.ELEMENTWISE_PRODUCT)
 divide = _binary(
     "divide", NUMERIC, "x / y for floats, x // y (floor division) for integers, broadcasting",
     te=E.Div, numpy=_divide_numpy, jax=_divide_jax,

@@ -194,6 +194,22 @@ def accel_host_split() -> Sequential:
     return Sequential([FuseOps()], name="accel host split")
 
 
+def quantize_prepare() -> Sequential:
+    """What ``relay.quantize`` runs on the float program before annotating it: one function
+    (InlineAll), inference batch_norm as arithmetic folded into the weights (SimplifyInference,
+    FoldConstant, FoldScaleAxis), dead code out, and dataflow form for the annotation rules.
+    Every pass runs whatever the PassContext's level (``always``)."""
+    return Sequential([], name="quantize: prepare", always=(
+        InlineAll(), SimplifyInference(), DeadCodeElimination(), FoldConstant(),
+        FoldScaleAxis(), ToGraphNormalForm()))
+
+
+QUANTIZE_FINISH: tuple[Pass, ...] = (FoldConstant(), DeadCodeElimination())
+"""What ``relay.quantize`` runs after realization (relaydsl/quantize/flow.py, which runs the
+quantize package's own passes, Annotate and Realize, above this layer): what realization left
+constant folded, dead code out."""
+
+
 def run(mod: IRModule, target: str, context: PassContext) -> IRModule:
     """`mod` after `target`'s pipeline under `context` (its instruments watching)."""
     with context:
@@ -242,6 +258,7 @@ def table() -> str:
 
 __all__ = ["OPTIMIZE", "LOWERING", "ALWAYS", "DEFAULT_OPT_LEVEL", "MAX_OPT_LEVEL", "ON_DEMAND",
            "CompileOptions", "for_target", "accel_host_split", "run", "pass_names", "table",
+           "quantize_prepare", "QUANTIZE_FINISH",
            "Inline", "InlineAll",
            "InlineGlobals", "FirstOrderGradients", "LowerGrads", "PartialEvaluate", "EtaExpand",
            "Defunctionalization", "LambdaLift", "SimplifyInference", "DeadCodeElimination",

@@ -29,6 +29,7 @@ from relaydsl.op.nn.window import (
     Window, as_batch, compute_via_2d, gradient_via_2d, image, out_size, reference_via_2d,
     single_example, unbatch, window_dim,
 )
+from relaydsl.op.quantize_rule import product_rule
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.op.transform.layout import Layout, layout_transform, transform_array
 from relaydsl.te import tensor as T
@@ -224,7 +225,7 @@ conv2d = register(OpDef(
     ),
     doc="2-D cross-correlation of NCHW (or one CHW) data with OIHW weight, summed in out_dtype; "
         "in-channels = I * groups",
-    traits=Traits(infers_inputs=(1,)),
+    traits=Traits(infers_inputs=(1,), quantize=product_rule(weight_axis=0, out_axis=1)),
 ))
 
 # ---- conv1d -------------------------------------------------------------------------------------

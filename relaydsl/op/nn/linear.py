@@ -22,6 +22,7 @@ from relaydsl.op.lazy_jax import jnp
 from relaydsl.op.nn.common import (
     Array, Inputs, along, axis_attr, out_dtype_attr, per_channel_inputs,
 )
+from relaydsl.op.quantize_rule import SUM, product_rule
 from relaydsl.op.registry import Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import PrimExpr, cast, const
@@ -93,7 +94,7 @@ matmul = register(OpDef(
     numpy_ref=np.matmul, jax_lower=_matmul_jax, compute=_matmul_compute, gradient=_matmul_grad,
     doc="numpy.matmul: (..., m, k) @ (..., k, n), batch dims broadcast, 1-D operands promoted; "
         "any numeric dtype",
-    traits=_CONTRACTION,
+    traits=Traits(contraction=True, quantize=product_rule(weight_axis=-1, out_axis=-1)),
 ))
 
 # ---- dense --------------------------------------------------------------------------------------
@@ -158,7 +159,8 @@ dense = register(OpDef(
     attrs=(Attr("units", "optional_int", None,
                 doc="rows of weight; lets inference infer the weight"), out_dtype_attr()),
     doc="data (..., k) @ weight (units, k).T -> (..., units), summed in out_dtype",
-    traits=Traits(contraction=True, infers_inputs=(1,)),
+    traits=Traits(contraction=True, infers_inputs=(1,),
+                  quantize=product_rule(weight_axis=0, out_axis=-1)),
 ))
 
 # ---- batch_matmul -------------------------------------------------------------------------------
@@ -260,5 +262,5 @@ bias_add = register(OpDef(
     numpy_ref=_bias_add_np, jax_lower=_bias_add_jax, compute=_bias_add_compute,
     gradient=_bias_add_grad, attrs=(axis_attr(1, "the axis bias runs along"),),
     doc="data + bias, the 1-D bias broadcast along axis",
-    traits=Traits(infers_inputs=(1,)),
+    traits=Traits(infers_inputs=(1,), quantize=SUM),
 ))

@@ -16,6 +16,7 @@ from relaydsl.ir.expr import Call, Expr
 from relaydsl.ir.types import AnyDim, Dim, TensorType, Type, type_to_str
 from relaydsl.op.grad_util import collapse, norm_axes, static_dims, sum_, tensor_type, zeros_for
 from relaydsl.op.lazy_jax import jnp
+from relaydsl.op.quantize_rule import SAME_SCALE_RESHAPE
 from relaydsl.op.registry import Array, ArrayModule, Attr, OpDef, OpPattern, Traits, register
 from relaydsl.op.transform.common import as_tuple, shape_attr
 from relaydsl.te.expr import PrimExpr, const
@@ -82,6 +83,7 @@ reshape = register(OpDef(
     attrs=(Attr("newshape", "ints", check=_newshape_check,
                 doc="the new shape; one -1 is inferred from the size"),),
     doc="the elements of x, in row-major order, with shape `newshape`",
+    traits=Traits(quantize=SAME_SCALE_RESHAPE),
 ))
 
 # ---- reshape_like --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from relaydsl.ir import Constant, Function, TensorType, Var, const
 from relaydsl.op import OpDef, OpPattern, all_ops, lookup, ops, register
 from relaydsl.typing import infer_type
 
-FAMILY_TESTS = ["test_tensor", "test_reduce", "test_transform", "test_nn"]
+FAMILY_TESTS = ["test_tensor", "test_reduce", "test_transform", "test_nn", "test_quantize"]
 
 
 def covered_ops() -> set[str]:

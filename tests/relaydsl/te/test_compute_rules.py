@@ -621,6 +621,14 @@ def test_tuple_results_are_checked() -> None:
         split.compute(attrs, [x], TensorType((2, 2), "float32"))
 
 
+def test_simulated_quantize_rule() -> None:
+    check("simulated_quantize", [floats((3, 4), -5, 5), np.float32(1 / 32)], nbit=8)
+    check("simulated_quantize", [floats((2, 3, 4), -5, 5), np.float32([0.1, 0.02, 0.5])],
+          nbit=4, rounding="floor")
+    check("simulated_quantize", [floats((3, 4), -5, 5), np.float32(1 / 32)], nbit=8,
+          signed=False, rounding="ceil")
+
+
 def test_empty_computes() -> None:
     A = te.placeholder((0, 3), "float32", "A")
     k = te.reduce_axis(3, "k")

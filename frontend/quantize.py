@@ -1,0 +1,163 @@
+"""``relay.quantize``: a model or decorated function quantized by the flow of §4.2 (annotate,
+calibrate, realize; relaydsl/quantize), as a callable taking and returning floats.
+
+>>> import numpy as np
+>>> from relaydsl import relay, relay_model, Tensor, Float
+>>> @relay_model
+... def quantize_example(x: Tensor[Float, (4, 8)]) -> Tensor[Float, (4, 3)]:
+...     return relay.linear(relay.relu(relay.linear(x, num_hidden=16)), num_hidden=3)
+>>> model = relay.create_model(quantize_example, seed=0)
+>>> batches = [np.random.default_rng(i).normal(size=(4, 8)).astype(np.float32) for i in range(4)]
+>>> cfg = relay.QConfig(calibrate_mode="percentile", skip_dense_layer=False)
+>>> qf = relay.quantize(model, dataset=batches, config=cfg)
+>>> y = qf(batches[0])
+>>> bool(np.abs(y - model(batches[0])).max() < 0.05)
+True
+>>> "int8" in qf.astext() and "int32" in qf.astext()
+True
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any as AnyValue
+
+import numpy as np
+
+from relaydsl.backend.target import Program, get_target
+from relaydsl.frontend import annotations
+from relaydsl.frontend.execution import to_python
+from relaydsl.frontend.frozen import bind_params
+from relaydsl.frontend.function import RelayFunction
+from relaydsl.frontend.model import Model
+from relaydsl.frontend.tracebacks import user_facing
+from relaydsl.ir.expr import Function
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.printer import astext
+from relaydsl.ir.types import FuncType, TensorType
+from relaydsl.quantize.calibrate import Calibrated
+from relaydsl.quantize.config import QConfig, current
+from relaydsl.quantize.rules import register_rule, reset_rule
+from relaydsl.quantize.flow import quantize_module
+
+
+class QuantizedFunction:
+    """A quantized program: called with the float arguments of the function it came from,
+    returns floats. ``astext()`` shows the realized program, ``simulated`` is the calibrated
+    program with simQ (float arithmetic), ``ranges`` each simQ's (kind, range) in program
+    order, ``coarsened`` how many products had their weight step raised to keep their
+    accumulators from overflowing. ``relay.build(qf, target=...)`` compiles it."""
+
+    def __init__(self, name: str, mod: IRModule, entry: str, calibrated: Calibrated,
+                 config: QConfig) -> None:
+        self.__name__, self.mod, self.entry, self.config = name, mod, entry, config
+        self.simulated = calibrated.mod
+        self.ranges, self.coarsened = calibrated.ranges, calibrated.coarsened
+        fn_type = mod[entry].checked_type
+        assert isinstance(fn_type, FuncType)
+        self.type = fn_type
+        self._programs: dict[tuple, Program] = {}
+        self._program: Program | None = None  # what a call runs (a build's)
+
+    def astext(self, *, show_types: bool = False) -> str:
+        """The Relay text of the realized program."""
+        return astext(self.mod, show_types=show_types)
+
+    def build(self, target: str | None = None, **options: AnyValue) -> "QuantizedFunction":
+        """This function compiled for `target` (llvm by default), as a callable."""
+        chosen = get_target(target)
+        key = (chosen.name, tuple(sorted(options.items())))
+        if key not in self._programs:
+            self._programs[key] = chosen.build(self.mod, self.entry, options)
+        built = copy.copy(self)
+        built._program = self._programs[key]
+        return built
+
+    @user_facing
+    def __call__(self, *args: AnyValue) -> AnyValue:
+        program = self._program or self.build()._program
+        assert program is not None
+        params = self.mod[self.entry].params  # type: ignore[union-attr]
+        if len(args) != len(params):
+            raise TypeError(f"{self.__name__}() takes {len(params)} argument(s) "
+                            f"({', '.join(p.name_hint for p in params)}), got {len(args)}")
+        bindings: dict = {}
+        values = [annotations.check_argument(p.name_hint, t, a, bindings)
+                  for p, t, a in zip(params, self.type.arg_types, args)]
+        return to_python(program(*values), program)
+
+    def __repr__(self) -> str:
+        return f"<quantized {self.__name__} {self.config.scheme}>"
+
+
+def _float_module(model_or_fn: AnyValue) -> tuple[str, IRModule, str]:
+    if isinstance(model_or_fn, Model):
+        mod, entry = bind_params(model_or_fn)
+        return model_or_fn.fn.__name__, mod, entry
+    if isinstance(model_or_fn, RelayFunction):
+        if model_or_fn.hidden:
+            raise TypeError(f"relay.quantize: model_or_fn {model_or_fn.__name__} has model "
+                            "parameters: pass the model, relay.create_model("
+                            f"{model_or_fn.__name__})")
+        return model_or_fn.__name__, model_or_fn.mod, model_or_fn.global_var.name_hint
+    raise TypeError(f"relay.quantize: model_or_fn must be a model (relay.create_model) or a "
+                    f"@relay function, got {type(model_or_fn).__name__}")
+
+
+def _batches(dataset: Iterable[AnyValue] | None, params: list[TensorType]
+             ) -> list[tuple[np.ndarray, ...]]:
+    """The calibration batches as argument tuples, checked against the parameter types."""
+    if dataset is None:
+        return []
+    if isinstance(dataset, np.ndarray):
+        raise TypeError("relay.quantize: dataset must be an iterable of batches (a list of "
+                        "arrays, or of argument tuples), not one array; wrap it in a list")
+    out = []
+    for n, batch in enumerate(dataset):
+        args = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+        if len(args) != len(params):
+            raise ValueError(f"relay.quantize: dataset batch {n} has {len(args)} value(s), "
+                             f"the function takes {len(params)} argument(s)")
+        arrays = []
+        for i, (a, t) in enumerate(zip(args, params)):
+            a = np.asarray(a, dtype=str(t.dtype))
+            want = t.concrete_shape() if t.is_static else None
+            if want is not None and a.shape != tuple(want):
+                raise ValueError(f"relay.quantize: dataset batch {n}, argument {i}, has shape "
+                                 f"{a.shape}; the function takes {tuple(want)}")
+            arrays.append(a)
+        out.append(tuple(arrays))
+    return out
+
+
+def _runner(mod: IRModule, entry: str) -> AnyValue:
+    return get_target("llvm").build(mod, entry, {})
+
+
+@user_facing
+def quantize(model_or_fn: AnyValue, dataset: Iterable[AnyValue] | None = None,
+             config: QConfig | None = None) -> QuantizedFunction:
+    """`model_or_fn` (a model, or a @relay function of tensors) quantized under `config`
+    (default: the current ``relay.qconfig``), calibrated on `dataset` (batches: arrays, or
+    tuples of the function's arguments). Returns a QuantizedFunction, float in and out."""
+    config = current() if config is None else config
+    if not isinstance(config, QConfig):
+        raise TypeError(f"relay.quantize: config must be a relay.QConfig, got "
+                        f"{type(config).__name__}")
+    name, mod, entry = _float_module(model_or_fn)
+    main = mod[entry]
+    assert isinstance(main, Function)
+    types = [p.checked_type for p in main.params]
+    if not all(isinstance(t, TensorType) and t.dtype == "float32" for t in types):
+        raise TypeError(f"relay.quantize: {name} must take float32 tensors only")
+    batches = _batches(dataset, types)  # type: ignore[arg-type]
+    if not batches and config.calibrate_mode != "global_scale":
+        raise ValueError(f"relay.quantize: calibrate_mode {config.calibrate_mode!r} needs "
+                         "calibration data: pass dataset= (a list of input batches)")
+    realized, calibrated = quantize_module(mod, entry, batches, config, _runner)
+    return QuantizedFunction(name, realized, entry, calibrated, config)
+
+
+# TVM's relay.quantize.register_annotate_function: a user's rule for an op
+quantize.register_rule = register_rule  # type: ignore[attr-defined]
+quantize.reset_rule = reset_rule  # type: ignore[attr-defined]

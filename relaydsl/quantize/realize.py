@@ -1,0 +1,259 @@
+"""Realize: each simQ becomes the integer operations it simulates (the last step of §4.2).
+
+The paper's ``Q(x) = cast(clip(round(x / rho · 2^(β-σ)), qtype))``, written in standard ops::
+
+    simQ(%x, s)      ->  cast(clip(round(multiply(%x, 1/s)), qmin, qmax), int8)
+
+Values then flow as integers with a known step through the ops whose rules say how
+(relaydsl/op/quantize_rule.py):
+
+- a product (conv2d, dense, matmul, multiply) of integers runs on them, summed in the
+  accumulator dtype (``out_dtype``; int16 sums widen to int32 after), its result's step the
+  product of its operands' (per channel where the weight's is);
+- a sum (add, bias_add) adds integers of one step, a constant operand quantized at the other's
+  step into int32; relu and reshapes keep the step (a reshape only a per-tensor one);
+- a simQ of an integer requantizes it: a right shift (rounding half up) when the steps differ by
+  a power of two, else ``cast(clip(round(multiply(cast(%q, float32), s_in / s_out))))``;
+- every other op, and the program's result, gets floats back: ``multiply(cast(%q, float32), s)``.
+
+The casts, multiplies, rounds and clips after a product are elementwise: fusion puts them in the
+integer kernel's epilogue. Weights are quantized here, in NumPy, to integer constants.
+
+Before and after (8/32, steps 0.5 for %x and 0.25 for the weight)::
+
+    dense(simulated_quantize(%x, 0.5f), simulated_quantize(W, 0.25f))
+    multiply(cast(dense(cast(clip(round(multiply(%x, 2f)), -127, 127), int8), Wq, int32),
+                  float32), 0.125f)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem
+from relaydsl.ir.module import IRModule
+from relaydsl.ir.visitor import deep_recursion
+from relaydsl.op import ops
+from relaydsl.op.nn.linear import bias_add
+from relaydsl.op.quantize import NEAREST, ROUNDING_OPS, qrange, simulated_quantize
+from relaydsl.op.quantize_rule import QuantizeRule, Realization
+from relaydsl.quantize.config import QConfig
+from relaydsl.quantize.rules import rule_of
+from relaydsl.transform._util import rewrite_functions
+from relaydsl.transform.pass_infra import Pass
+
+
+@dataclass(frozen=True)
+class Realize(Pass, opt_level=4, description="simQ as integer ops: multiply, round, clip, "
+                                             "cast, shifts (relay.quantize)"):
+    """Each simQ as integer arithmetic; see the module docstring."""
+
+    config: QConfig = field(default_factory=QConfig)
+
+    def transform(self, mod: IRModule) -> IRModule:
+        return rewrite_functions(mod, lambda fn: _Realizer(self.config).function(fn))
+
+
+@dataclass(frozen=True)
+class _Value:
+    """A realized expression: a float (``step`` None) or an integer of `dtype` standing for
+    ``expr · step``, `step` a scalar or one per channel along `axis`."""
+
+    expr: Expr
+    step: np.ndarray | None = None
+    axis: int = -1
+    dtype: str = "float32"
+    ndim: int = 0
+
+    @property
+    def is_int(self) -> bool:
+        return self.step is not None
+
+
+def _dtype(nbit: int, signed: bool) -> str:
+    return f"{'' if signed else 'u'}int{nbit}"
+
+
+def _along(step: np.ndarray, axis: int, ndim: int) -> np.ndarray:
+    """A step broadcastable against a rank-ndim value (one per channel along `axis`)."""
+    if step.ndim == 0:
+        return step
+    return step.reshape([-1 if i == axis % ndim else 1 for i in range(ndim)])
+
+
+def _const(value: np.ndarray | float, dtype: str) -> Constant:
+    return Constant(np.asarray(value, dtype))
+
+
+def _rank(e: Expr) -> int:
+    return e.checked_type.ndim  # type: ignore[attr-defined]
+
+
+def _power_of_two_shift(ratio: float) -> int | None:
+    """k with ratio = 2^-k, k >= 1; None otherwise."""
+    k = -math.log2(ratio) if ratio > 0 else 0.0
+    return round(k) if k >= 1 and abs(k - round(k)) < 1e-9 else None
+
+
+class _Realizer:
+    def __init__(self, config: QConfig) -> None:
+        self.config = config
+        self.memo: dict[int, _Value] = {}
+        self.rng = np.random.default_rng(config.seed)
+
+    def function(self, fn: Function) -> Function:
+        with deep_recursion():  # one Python frame per node of a deep network
+            body = self.float(self.visit(fn.body))
+        return Function(fn.params, body, None, fn.type_params, fn.attrs, span=fn.span)
+
+    # ---- the walk --------------------------------------------------------------------------
+
+    def visit(self, e: Expr) -> _Value:
+        hit = self.memo.get(id(e))
+        if hit is None:
+            hit = self.memo[id(e)] = self._realize(e)
+        return hit
+
+    def _realize(self, e: Expr) -> _Value:
+        if isinstance(e, Call) and e.op == simulated_quantize.op:
+            return self.simq(e)
+        if isinstance(e, Call) and isinstance(e.op, Op):
+            rule = rule_of(e.op.definition)
+            args = [self.visit(a) for a in e.args]
+            if rule is not None and any(a.is_int for a in args):
+                done = self.integer_call(e, rule, args)
+                if done is not None:
+                    return done
+            return _Value(Call(e.op, tuple(self.float(a) for a in args), e.attrs,
+                               e.type_args, span=e.span))
+        if isinstance(e, Call):
+            return _Value(Call(self.float(self.visit(e.op)),
+                               tuple(self.float(self.visit(a)) for a in e.args), e.attrs,
+                               e.type_args, span=e.span))
+        if isinstance(e, Tuple):
+            return _Value(Tuple(tuple(self.float(self.visit(f)) for f in e.fields), span=e.span))
+        if isinstance(e, TupleGetItem):
+            return _Value(TupleGetItem(self.float(self.visit(e.tuple_value)), e.index,
+                                       span=e.span))
+        # variables, constants, ops; a let or a function (not dataflow: annotation leaves
+        # what is inside it float) is kept as it is
+        return _Value(e)
+
+    # ---- integers and floats ---------------------------------------------------------------
+
+    def float(self, v: _Value) -> Expr:
+        """`v` as a float: ``multiply(cast(q, float32), step)``."""
+        if not v.is_int:
+            return v.expr
+        assert v.step is not None
+        return ops.multiply(ops.cast(v.expr, dtype="float32"),
+                            _const(_along(v.step, v.axis, v.ndim), "float32"))
+
+    def simq(self, call: Call) -> _Value:
+        x, s = call.args
+        a = call.attrs
+        assert isinstance(s, Constant)
+        step = s.data.astype(np.float32)
+        lo, hi = qrange(a.nbit, a.signed)
+        dtype = _dtype(a.nbit, a.signed)
+        axis = a.axis if step.ndim else -1
+        ndim = _rank(x)
+        v = self.visit(x)
+        if isinstance(v.expr, Constant) and not v.is_int:  # a weight: quantized now
+            data = v.expr.data.astype(np.float32)
+            scaled = data * (np.float32(1) / _along(step, axis, data.ndim))
+            if self.config.rounding == "stochastic":
+                q = np.floor(scaled + self.rng.random(scaled.shape, np.float32))
+            else:
+                q = getattr(np, a.rounding)(scaled)
+            return _Value(_const(np.clip(q, lo, hi), dtype), step, axis, dtype, ndim)
+        if not v.is_int:
+            inv = np.float32(1) / _along(step, axis, ndim)
+            q = ROUNDING_OPS[a.rounding](ops.multiply(v.expr, _const(inv, "float32")))
+            return _Value(self._saturate(q, lo, hi, dtype), step, axis, dtype, ndim)
+        return _Value(self.requantize(v, step, axis, a.rounding, lo, hi, dtype), step, axis,
+                      dtype, ndim)
+
+    def _saturate(self, q: Expr, lo: int, hi: int, dtype: str) -> Expr:
+        return ops.cast(ops.clip(q, a_min=float(lo), a_max=float(hi)), dtype=dtype)
+
+    def requantize(self, v: _Value, step: np.ndarray, axis: int, rounding: str, lo: int,
+                   hi: int, dtype: str) -> Expr:
+        """Integer `v` at a new step: a rounding right shift where the steps differ by a
+        power of two, else through float32."""
+        assert v.step is not None
+        if v.step.ndim == 0 and step.ndim == 0 and rounding == NEAREST:
+            k = _power_of_two_shift(float(v.step) / float(step))
+            if k is not None:
+                wide = ops.cast(v.expr, dtype="int32") if v.dtype != "int32" else v.expr
+                half = ops.add(wide, _const(1 << (k - 1), "int32"))
+                return self._saturate(ops.right_shift(half, _const(k, "int32")), lo, hi, dtype)
+        ndim = v.ndim
+        ratio = (_along(v.step, v.axis, ndim).astype(np.float64)
+                 / _along(step, axis, ndim).astype(np.float64)).astype(np.float32)
+        scaled = ops.multiply(ops.cast(v.expr, dtype="float32"), _const(ratio, "float32"))
+        return self._saturate(ROUNDING_OPS[rounding](scaled), lo, hi, dtype)
+
+    # ---- ops with rules --------------------------------------------------------------------
+
+    def integer_call(self, call: Call, rule: QuantizeRule, args: list[_Value]) -> _Value | None:
+        """`call` on integers as its rule says, or None to run it in float."""
+        if rule.realization is Realization.PRODUCT:
+            return self.product(call, rule, args) if all(a.is_int for a in args) else None
+        if rule.realization is Realization.SUM:
+            return self.sum(call, args)
+        (v,) = args[:1]
+        if len(args) != 1 or not v.is_int:
+            return None
+        assert v.step is not None
+        if v.step.ndim and not rule.per_channel_safe:
+            return None
+        return _Value(Call(call.op, (v.expr,), call.attrs, span=call.span), v.step, v.axis,
+                      v.dtype, _rank(call))
+
+    def product(self, call: Call, rule: QuantizeRule, args: list[_Value]) -> _Value:
+        acc = self.config.accumulator_dtype
+        a, b = args
+        exprs = [a.expr, b.expr]
+        if a.dtype != b.dtype:  # uint8 activations with int8 weights: both as int16
+            exprs = [ops.cast(e, dtype="int16") for e in exprs]
+        if "out_dtype" in call.attrs:
+            out: Expr = Call(call.op, tuple(exprs), Attrs({**call.attrs, "out_dtype": acc}),
+                             span=call.span)
+        else:
+            out = Call(call.op, tuple(ops.cast(e, dtype=acc) for e in exprs), call.attrs,
+                       span=call.span)
+        if acc != "int32":  # the epilogue (bias, requantization) in int32
+            out = ops.cast(out, dtype="int32")
+        assert a.step is not None and b.step is not None
+        step = (a.step * b.step).astype(np.float32)
+        ndim = _rank(call)
+        if step.ndim and rule.out_axis is None:  # per channel, but along no known axis
+            return _Value(self.float(_Value(out, step, a.axis if a.step.ndim else b.axis,
+                                            "int32", ndim)))
+        axis = rule.out_axis if step.ndim and rule.out_axis is not None else -1
+        return _Value(out, step, axis, "int32", ndim)
+
+    def sum(self, call: Call, args: list[_Value]) -> _Value | None:
+        a, b = args
+        if a.is_int and b.is_int:
+            same = a.dtype == b.dtype and a.axis == b.axis and \
+                np.array_equal(a.step, b.step)  # type: ignore[arg-type]
+            if not same:
+                return None
+            return _Value(ops.add(a.expr, b.expr), a.step, a.axis, a.dtype, _rank(call))
+        q, c = (a, b) if a.is_int else (b, a)
+        if not isinstance(c.expr, Constant) or q.dtype != "int32":
+            return None
+        assert q.step is not None
+        ndim = _rank(call)
+        data = c.expr.data.astype(np.float64)
+        if call.op == bias_add.op:
+            data = _along(data, call.attrs.axis, ndim)
+        quantized = np.round(data / _along(q.step, q.axis, ndim).astype(np.float64))
+        if np.abs(quantized).max(initial=0) >= 2 ** 31 - 1:
+            return None
+        return _Value(ops.add(q.expr, _const(quantized, "int32")), q.step, q.axis, "int32", ndim)

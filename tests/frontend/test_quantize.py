@@ -1,0 +1,146 @@
+"""relay.quantize end to end: models and functions, relay.qconfig, relay.build, a user's rule,
+errors naming the argument, and quantization-aware fine-tuning through simQ."""
+import numpy as np
+import pytest
+
+from relaydsl import Float, Tensor, relay, relay_model
+
+rng = np.random.default_rng(0)
+ALL = relay.QConfig(skip_conv_layers=(), skip_dense_layer=False, calibrate_mode="percentile")
+
+
+@relay_model
+def small_cnn(x: Tensor[Float, (2, 1, 8, 8)]) -> Tensor[Float, (2, 4)]:
+    h = relay.relu(relay.conv2d(x, num_filter=4, ksize=3))
+    h = relay.max_pool(h, ksize=2, strides=2)
+    return relay.linear(relay.flatten_layer(h), num_hidden=4)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return relay.create_model(small_cnn, seed=1)
+
+
+def batches(n=4):
+    return [rng.uniform(0, 1, (2, 1, 8, 8)).astype(np.float32) for _ in range(n)]
+
+
+DATA = batches()
+
+
+def test_a_quantized_model_is_close_to_the_float_one(model):
+    qf = relay.quantize(model, dataset=DATA, config=ALL)
+    x = DATA[0]
+    out = qf(x)
+    assert out.dtype == np.float32 and out.shape == (2, 4)
+    np.testing.assert_allclose(out, model(x), atol=0.03 * np.abs(model(x)).max())
+    text = qf.astext()
+    assert 'dtype="int8"' in text and 'out_dtype="int32"' in text
+    assert "simulated_quantize" in str(qf.simulated[qf.entry].body)  # the calibrated program
+
+
+def test_qconfig_is_the_default_config(model):
+    with relay.qconfig(calibrate_mode="global_scale", skip_conv_layers=(),
+                       skip_dense_layer=False, nbit_activation=16):
+        qf = relay.quantize(model, dataset=DATA)
+    assert qf.config.scheme == "8/16" and 'out_dtype="int16"' in qf.astext()
+
+
+def test_relay_build_of_a_quantized_function_is_bit_exact_across_targets(model):
+    qf = relay.quantize(model, dataset=DATA, config=ALL.replace(per_channel=True))
+    interp, llvm = relay.build(qf, target="interp"), relay.build(qf, target="llvm")
+    for x in DATA[:2]:
+        np.testing.assert_array_equal(interp(x), llvm(x))
+
+
+def test_the_accelerator_runs_a_quantized_model_bit_exactly(model):
+    qf = relay.quantize(model, dataset=DATA, config=ALL)
+    accel = relay.build(qf, target="accel")
+    np.testing.assert_array_equal(accel(DATA[0]), relay.build(qf, target="llvm")(DATA[0]))
+
+
+def test_a_function_with_constant_weights_quantizes():
+    w = rng.standard_normal((3, 5)).astype(np.float32)
+
+    @relay
+    def f(x: Tensor[Float, (4, 5)]) -> Tensor[Float, (4, 3)]:
+        return relay.dense(x, w)
+
+    data = [rng.standard_normal((4, 5)).astype(np.float32) for _ in range(3)]
+    qf = relay.quantize(f, dataset=data, config=ALL)
+    np.testing.assert_allclose(qf(data[0]), data[0] @ w.T, atol=0.05)
+
+
+def test_a_user_rule_changes_the_result(model):
+    """Overriding conv2d's rule to quantize nothing leaves the convolution in float: the
+    result is that of skipping the layer, not the default's."""
+    x = DATA[1]
+    default = relay.quantize(model, dataset=DATA, config=ALL)
+    skipped = relay.quantize(model, dataset=DATA, config=ALL.replace(skip_conv_layers=(0,)))
+
+    @relay.quantize.register_rule(relay.conv2d)
+    def keep_conv_float(call, config):
+        return (None, None)
+
+    try:
+        custom = relay.quantize(model, dataset=DATA, config=ALL)
+    finally:
+        relay.quantize.reset_rule(relay.conv2d)
+    assert custom.astext().count('out_dtype="int32"') == 1  # the dense only
+    np.testing.assert_array_equal(custom(x), skipped(x))
+    assert not np.array_equal(custom(x), default(x))
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"dataset": None, "config": ALL}, ValueError, "calibrate_mode 'percentile' needs "
+                                                    "calibration data: pass dataset="),
+    ({"dataset": [np.zeros((2, 1, 9, 9), np.float32)]}, ValueError,
+     r"dataset batch 0, argument 0, has shape \(2, 1, 9, 9\); the function takes "
+     r"\(2, 1, 8, 8\)"),
+    ({"dataset": [(DATA[0], DATA[0])]}, ValueError, "dataset batch 0 has 2 value"),
+    ({"dataset": DATA[0]}, TypeError, "dataset must be an iterable of batches"),
+    ({"dataset": DATA, "config": {"calibrate_mode": "mse"}}, TypeError,
+     "config must be a relay.QConfig"),
+])
+def test_bad_arguments_are_named(model, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        relay.quantize(model, **kwargs)
+
+
+def test_what_cannot_be_quantized_is_named():
+    with pytest.raises(TypeError, match="model_or_fn must be a model"):
+        relay.quantize(lambda x: x, dataset=DATA)
+    with pytest.raises(TypeError, match="has model parameters: pass the model"):
+        relay.quantize(small_cnn, dataset=DATA)
+    with pytest.raises(ValueError, match="QConfig calibrate_mode must be one of"):
+        relay.QConfig(calibrate_mode="minmax")
+
+
+def test_global_scale_needs_no_data(model):
+    qf = relay.quantize(model, config=ALL.replace(calibrate_mode="global_scale",
+                                                  global_scale=4.0))
+    assert all(r == 4.0 for kind, r in qf.ranges if kind == "input")
+
+
+def test_fine_tuning_through_simq_lowers_the_loss():
+    """Quantization-aware training: a dense layer whose weight and input go through simQ
+    (4 bits), trained with relay.grad (straight-through): the quantized loss goes down."""
+    x = rng.standard_normal((32, 6)).astype(np.float32)
+    target = x @ rng.standard_normal((6, 2)).astype(np.float32)
+    s = np.float32(0.25)
+
+    @relay
+    def qat_loss(w: Tensor[Float, (2, 6)], x: Tensor[Float, (32, 6)],
+                 y: Tensor[Float, (32, 2)]) -> Float:
+        qw = relay.simulated_quantize(w, s, nbit=4)
+        qx = relay.simulated_quantize(x, s, nbit=8)
+        d = relay.dense(qx, qw) - y
+        return relay.mean(d * d)
+
+    step = relay.grad(qat_loss)
+    w = (rng.standard_normal((2, 6)) * 0.1).astype(np.float32)
+    first, _ = step(w, x, target)
+    for _ in range(60):
+        loss, (dw, _, _) = step(w, x, target)
+        w = w - np.float32(0.05) * dw
+    assert loss < 0.3 * first

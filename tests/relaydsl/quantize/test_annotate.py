@@ -1,0 +1,95 @@
+"""Annotate: simQ where the op rules ask; skipped layers; per-channel steps; a user's rule."""
+import pytest
+
+from relaydsl.ir import Call, Constant
+from relaydsl.ir.visitor import post_order
+from relaydsl.op import ops
+from relaydsl.op.quantize_rule import QKind
+from relaydsl.quantize import QConfig, register_rule, reset_rule
+from relaydsl.quantize.calibrate import is_simq
+from relaydsl.quantize.flow import annotate_module
+from tests.relaydsl.quantize.helpers import convnet, mlp
+
+ALL = QConfig(skip_conv_layers=(), skip_dense_layer=False)
+
+
+def calls(mod, name):
+    found = []
+    post_order(mod["main"].body, lambda e: found.append(e) if isinstance(e, Call) and
+               getattr(e.op, "name", None) == name else None)
+    return found
+
+
+def test_products_get_their_operands_quantized():
+    mod = annotate_module(mlp(), ALL)
+    for d in calls(mod, "dense"):
+        x, w = d.args
+        assert x.op.name == w.op.name == "simulated_quantize"
+        assert x.attrs.kind == "input" and w.attrs.kind == "weight"
+        assert isinstance(w.args[0], Constant)
+        assert x.attrs.nbit == w.attrs.nbit == 8
+    # relu and bias_add take no simQ of their own: they run on what reaches them
+    assert len(calls(mod, "simulated_quantize")) == 4
+    assert calls(mod, "relu")[0].args[0].op.name == "bias_add"
+
+
+def test_skipped_layers_stay_float():
+    mod = annotate_module(convnet(), QConfig(skip_conv_layers=(0,), skip_dense_layer=True))
+    convs = calls(mod, "conv2d")
+    first, second = sorted(convs, key=lambda c: c.args[1].checked_type.shape[0])
+    assert not is_simq(first.args[0]) and not is_simq(first.args[1])  # conv2d 0: skipped
+    assert is_simq(second.args[0]) and is_simq(second.args[1])
+    assert not is_simq(calls(mod, "dense")[0].args[1])
+
+
+def test_per_channel_weights_get_one_step_per_output_channel():
+    mod = annotate_module(convnet(), ALL.replace(per_channel=True))
+    for conv in calls(mod, "conv2d"):
+        w = conv.args[1]
+        assert w.attrs.axis == 0
+        assert w.args[1].data.shape == (conv.args[1].checked_type.shape[0],)
+    (dense,) = calls(mod, "dense")
+    assert dense.args[1].args[1].data.shape == (5,) and dense.args[1].attrs.axis == 0
+    assert dense.args[0].args[1].data.shape == ()  # activations: one step
+
+
+def test_the_config_sets_bits_and_rounding():
+    mod = annotate_module(mlp(), ALL.replace(nbit_input=16, nbit_weight=16, rounding="floor"))
+    assert {(q.attrs.nbit, q.attrs.rounding) for q in calls(mod, "simulated_quantize")} == \
+        {(16, "floor")}
+
+
+def test_a_user_rule_overrides_the_ops_own():
+    """A rule quantizing relu's input: simQ appears before each relu, the pass untouched."""
+    register_rule(ops.relu)(lambda call, config: (QKind.INPUT,))
+    try:
+        mod = annotate_module(mlp(), ALL)
+        (relu,) = calls(mod, "relu")
+        assert relu.args[0].op.name == "simulated_quantize"
+    finally:
+        reset_rule(ops.relu)
+    assert calls(annotate_module(mlp(), ALL), "relu")[0].args[0].op.name == "bias_add"
+
+
+def test_a_rule_can_leave_a_call_float():
+    @register_rule(ops.dense)
+    def float_dense(call, config):
+        return None
+    try:
+        assert not calls(annotate_module(mlp(), ALL), "simulated_quantize")
+    finally:
+        reset_rule(ops.dense)
+
+
+def test_a_rule_giving_the_wrong_arity_is_an_error():
+    register_rule(ops.dense)(lambda call, config: (QKind.INPUT,))
+    try:
+        with pytest.raises(ValueError, match="rule of dense gave 1 kinds for 2 operands"):
+            annotate_module(mlp(), ALL)
+    finally:
+        reset_rule(ops.dense)
+
+
+def test_register_rule_takes_an_op():
+    with pytest.raises(TypeError, match="register_rule takes an op"):
+        register_rule("dense")
