@@ -5,8 +5,7 @@ A user changes how an op is quantized without touching the pass, as with TVM's
 ``register_annotate_function``:
 
 >>> from relaydsl.op import ops
->>> from relaydsl.ir.node import conforms
-from relaydsl.op.quantize_rule import QKind
+>>> from relaydsl.op.quantize_rule import QKind
 >>> @register_rule(ops.add)
 ... def quantize_residual_adds(call, config):
 ...     return (QKind.INPUT, QKind.INPUT)
