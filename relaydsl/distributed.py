@@ -286,9 +286,10 @@ def _leaves(tree: AnyValue, out: list[np.ndarray]) -> list[np.ndarray]:
         pass
     else:
         array = np.asarray(tree)
-        if array.dtype.kind not in "biuf":
+        if array.dtype.kind not in "iu" and array.dtype not in (np.float32, np.float64):
             raise TypeError(f"dist: cannot reduce a {type(tree).__name__} of dtype "
-                            f"{array.dtype}: the leaves are NumPy arrays or numbers")
+                            f"{array.dtype}: the leaves are arrays or numbers of an integer "
+                            "dtype, float32 or float64")
         out.append(array)
     return out
 

@@ -67,6 +67,7 @@ def train_distributed(out: str) -> None:
     dist.init()
     data = dataset()
     results: dict[str, np.ndarray] = {}
+    optimiser_state: dict[str, np.ndarray] = {}
     for mname, (fn, loss) in MODELS.items():
         for oname, make in OPTIMISERS.items():
             model = relay.create_model(fn, seed=dist.rank())  # different until broadcast
@@ -78,10 +79,13 @@ def train_distributed(out: str) -> None:
                 relay.update_model_params(model, g, opt)
             for k, v in model.params.items():
                 results[f"{mname}/{oname}/{k}"] = v
+            for slot, values in opt.state.items():
+                for k, v in values.items():
+                    optimiser_state[f"{mname}/{oname}/{slot}/{k}"] = np.asarray(v)
     # every rank holds the same parameters, state and optimiser state: compare with rank 0's
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
-    mine = {k: v.tobytes() for k, v in results.items()}
+    mine = {k: v.tobytes() for k, v in {**results, **optimiser_state}.items()}
     root = comm.bcast(mine if comm.rank == 0 else None)
     differ = [k for k in mine if mine[k] != root[k]]
     assert not differ, f"rank {comm.rank} differs from rank 0 in {differ}"
