@@ -12,20 +12,36 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.types import Dim, DType, TensorType, Type, type_to_str
 from relaydsl.op.registry import Array, ArrayModule, Attr
 from relaydsl.typing.relations import (
-    FLOAT, DTypeClass, RelationContext, attr_axis, is_unknown, require_dtype, same_dtype,
+    FLOAT, INTEGER, DTypeClass, RelationContext, attr_axis, is_unknown, require_dtype, same_dtype,
     tensor_arg,
 )
 
 
 
+def int_bits(dtype: str) -> int:
+    """The width of an integer dtype's name: 8 for int8 and uint8."""
+    return int(dtype.lstrip("uint"))
+
+
 class Inputs:
-    """The arguments of one call of an nn op: tensors of one dtype of the class `dtypes`."""
+    """The arguments of one call of an nn op: tensors of one dtype of the class `dtypes`.
+
+    A product summed in an integer `out_dtype` (its attribute) may take integer inputs of one
+    width and different signs, as TVM's and the CPUs' dot products do: uint8 data with int8
+    weights.
+    """
 
     def __init__(self, ctx: RelationContext, op: str, args: list[Type], names: Sequence[str],
-                 dtypes: DTypeClass = FLOAT):
+                 dtypes: DTypeClass = FLOAT, *, out_dtype: DType | None = None):
         self.ctx, self.op, self.names = ctx, op, names
         self.ts = [tensor_arg(ctx, a, f"{op}: {n}") for a, n in zip(args, names)]
-        self.dtype: DType = same_dtype(ctx, self.ts, op)
+        given = {t.dtype for t in self.ts}
+        ints = [d for d in given if isinstance(d, str) and INTEGER.test(d)]
+        if isinstance(out_dtype, str) and INTEGER.test(out_dtype) and len(ints) == len(given) \
+                and len({int_bits(d) for d in ints}) == 1:
+            self.dtype: DType = out_dtype
+        else:
+            self.dtype = same_dtype(ctx, self.ts, op)
         require_dtype(ctx, op, "the inputs", self.ts[0], dtypes)
 
     def arg(self, i: int) -> str:
@@ -62,7 +78,8 @@ class Inputs:
 
 
 def per_channel_inputs(op: str, params: tuple[str, ...], args: list[Type], attrs: Attrs,
-                       ctx: RelationContext) -> tuple[Inputs, list[Dim], int]:
+                       ctx: RelationContext, dtypes: DTypeClass = FLOAT
+                       ) -> tuple[Inputs, list[Dim], int]:
     """data of rank >= 1 and parameters each 1-D of size data.shape[axis]: (inputs, shape, axis).
 
     A parameter whose type is unknown (a model's hidden parameter) is given that type."""
@@ -72,7 +89,7 @@ def per_channel_inputs(op: str, params: tuple[str, ...], args: list[Type], attrs
             size = data_t.shape[attr_axis(ctx, op, "axis", attrs.axis, data_t)]
             args[i] = ctx.unify_types(args[i], TensorType((size,), data_t.dtype),
                                       f"{op}: {params[i - 1]}")
-    c = Inputs(ctx, op, args, ("data", *params))
+    c = Inputs(ctx, op, args, ("data", *params), dtypes)
     data = c.shape(0, min_rank=1)
     axis = c.axis(attrs.axis)
     for i in range(1, len(params) + 1):

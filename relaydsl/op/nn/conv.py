@@ -73,7 +73,7 @@ def _conv2d_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | 
         args[1] = ctx.unify_types(
             args[1], TensorType((attrs.channels, cin_per_group, *attrs.kernel_size), data.dtype),
             "conv2d: the weight")
-    c = Inputs(ctx, "conv2d", args, ("data", "weight"), NUMERIC)
+    c = Inputs(ctx, "conv2d", args, ("data", "weight"), NUMERIC, out_dtype=attrs.out_dtype)
     data, (cout, cin_per_group, *kernel) = image(c), c.shape(1, rank=4)
     n, cin, *hw = data
     _check_channels(c, attrs, cin, cin_per_group, cout)

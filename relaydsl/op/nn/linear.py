@@ -107,7 +107,7 @@ def _dense_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type | N
             return None
         args[1] = ctx.unify_types(args[1], TensorType((attrs.units, data.shape[-1]), data.dtype),
                                   "dense: the weight")
-    c = Inputs(ctx, "dense", args, ("data", "weight"), NUMERIC)
+    c = Inputs(ctx, "dense", args, ("data", "weight"), NUMERIC, out_dtype=attrs.out_dtype)
     data, (units, k) = c.shape(0, min_rank=1), c.shape(1, rank=2)
     c.same(data[-1], k, f"the reduction dimensions of {c.arg(0)} and {c.arg(1)} differ")
     if attrs.units is not None:
@@ -227,7 +227,8 @@ batch_matmul = register(OpDef(
 
 
 def _bias_add_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
-    c, data, _ = per_channel_inputs("bias_add", ("bias",), args, attrs, ctx)
+    # any numeric dtype: a quantized layer adds its int32 bias to its int32 sums
+    c, data, _ = per_channel_inputs("bias_add", ("bias",), args, attrs, ctx, NUMERIC)
     return c.tensor(data)
 
 

@@ -37,6 +37,10 @@ def i8(*shape):
     return rng.integers(-128, 128, shape).astype(np.int8)
 
 
+def u8(*shape):
+    return rng.integers(0, 256, shape).astype(np.uint8)
+
+
 def i32(*shape):
     return rng.integers(-100, 101, shape).astype(np.int32)
 
@@ -364,6 +368,13 @@ CASES = [
            name="int8 summed in int32"),
     OpCase("conv2d", [f32(1, 2, 6, 6), f32(3, 2, 3, 3)], conv_truth(out_dtype=jnp.float64),
            {"out_dtype": "float64"}, name="float32 summed in float64"),
+    # unsigned activations times signed weights (VNNI's own form), summed in int32
+    OpCase("dense", [u8(4, 70), i8(5, 70)], einsum("nk,uk->nu", jnp.int32),
+           {"out_dtype": "int32"}, name="uint8 x int8 summed in int32"),
+    OpCase("conv2d", [u8(1, 4, 6, 6), i8(5, 4, 3, 3)],
+           lambda x, w: conv_truth(pads=((1, 1), (1, 1)))(x.astype(jnp.int32),
+                                                          w.astype(jnp.int32)),
+           {"padding": 1, "out_dtype": "int32"}, name="uint8 x int8 summed in int32"),
     OpCase("conv1d", [i8(2, 3, 9), i8(4, 3, 3)], conv1d_truth(1, (1, 1), out_dtype=jnp.int32),
            {"padding": 1, "out_dtype": "int32"}, name="int8 summed in int32"),
     # batch_matmul
@@ -569,6 +580,7 @@ CASES = [
     OpCase("bias_add", [f32(2, 3, 4, 4), f32(3)], bias_add_truth(1)),
     OpCase("bias_add", [f32(5, 3), f32(3)], bias_add_truth(-1), {"axis": -1}),
     OpCase("bias_add", [f64(2, 3, 4), f64(4)], bias_add_truth(2), {"axis": 2}),
+    OpCase("bias_add", [i32(2, 3, 4), i32(3)], bias_add_truth(1), name="int32 (quantized sums)"),
     # softmax_cross_entropy
     OpCase("softmax_cross_entropy", [f32(4, 10), one_hot(4, 10)], cross_entropy_truth),
     OpCase("softmax_cross_entropy", [f32(10), one_hot(1, 10)[0]], cross_entropy_truth,
@@ -804,7 +816,7 @@ def ty(text):
     ("dense", [T(2, 3, dtype="bool"), T(4, 3, dtype="bool")], {},
      ty("dense: the inputs must have a numeric (non-bool) dtype, got Tensor[(2, 3), bool]")),
     ("dense", [T(2, 3, dtype="int8"), T(4, 3, dtype="int32")], {"out_dtype": "int32"},
-     r"dense.*int8 vs int32"),
+     r"dense.*int8 vs int32"),  # integers of different widths do not mix
     ("dense", [T(2, 3), T(4, 3, dtype="float64")], {}, r"dense.*float32 vs float64"),
     ("dense", [T(2, 3), T(3)], {}, ty("dense: weight Tensor[(3,), float32] must have rank 2")),
     ("dense", [T(n, k), T(10, 784)], {}, r"dense: the reduction dimensions .*: k vs 784"),
@@ -894,6 +906,13 @@ def ty(text):
      ty("layer_norm: beta Tensor[(4,), float32] must have data.shape[1] = 5 elements: 4 vs 5")),
     ("bias_add", [T(2, 3, 4), T(4)], {},
      ty("bias_add: bias Tensor[(4,), float32] must have data.shape[1] = 3 elements: 4 vs 3")),
+    # integer inputs may differ only when summed in an integer out_dtype
+    ("dense", [T(2, 8, dtype="uint8"), T(3, 8, dtype="int8")], {},
+     r"dense: argument types differ in dtype"),
+    ("dense", [T(2, 8, dtype="uint8"), T(3, 8, dtype="int8")], {"out_dtype": "float32"},
+     r"dense: argument types differ in dtype"),
+    ("dense", [T(2, 8), T(3, 8, dtype="float64")], {"out_dtype": "float64"},
+     r"dense: argument types differ in dtype"),
     ("dropout", [T(3, dtype="int32"), T(2, dtype="int32")], {},
      r"dropout: the inputs must have a floating-point"),
     ("dropout", [T(3), T(2)], {}, ty("dropout: the key must have an integer dtype, got "
