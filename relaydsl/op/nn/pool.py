@@ -41,7 +41,7 @@ from relaydsl.te.expr import (
 )
 from relaydsl.te.rules import ComputeRule
 from relaydsl.te.tensor import Tensor, compute, reduce_axis
-from relaydsl.typing.relations import RelationContext
+from relaydsl.typing.relations import FLOAT, NUMERIC, RelationContext
 
 POOL = (
     Attr("pool_size", "pair", REQUIRED, all_positive, "window size (h, w)"),
@@ -52,8 +52,11 @@ POOL = (
 
 
 def _pool_rel(op: str) -> Relation:
+    # a maximum is defined on integers too (quantized feature maps); a mean, as TVM's, on floats
+    dtypes = NUMERIC if op == "max_pool2d" else FLOAT
+
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
-        c = Inputs(ctx, op, args, ("data",))
+        c = Inputs(ctx, op, args, ("data",), dtypes)
         n, ch, *hw = image(c)
         oh, ow = Window.pool(attrs).out_dims(c, hw)
         return c.tensor((n, ch, oh, ow)[n is None:])
@@ -74,7 +77,8 @@ def _pool_compute(op: str) -> ComputeRule:
             ry, rx = reduce_axis(kh, "ry"), reduce_axis(kw, "rx")
             iy, ix = win.te_position(y, x, ry, rx)
             if op == "max_pool2d":
-                return T.max(win.te_read(data, tuple(lead), iy, ix, -np.inf), [ry, rx])
+                return T.max(win.te_read(data, tuple(lead), iy, ix, lowest(data.dtype)),
+                             [ry, rx])
             total = T.sum(win.te_read(data, tuple(lead), iy, ix, 0.0), [ry, rx])
             divisor = _avg_divisor_te(win, data.shape[-2:], attrs.count_include_pad, (y, x))
             return total / cast(data.dtype, divisor)
@@ -87,14 +91,21 @@ def _pool_compute(op: str) -> ComputeRule:
 # ---- max_pool2d ---------------------------------------------------------------------------------
 
 
+def lowest(dtype: AnyValue) -> float:
+    """What max pooling pads with: -inf, or an integer dtype's least value (which no maximum
+    over a window with a real element can return)."""
+    dt = np.dtype(dtype)
+    return float(np.iinfo(dt).min) if dt.kind in "iu" else -np.inf
+
+
 @single_example
 def _max_pool2d_np(data: np.ndarray, **attrs: AnyValue) -> np.ndarray:
-    return Window.pool(attrs).np_windows(data, -np.inf).max(axis=(-2, -1))
+    return Window.pool(attrs).np_windows(data, lowest(data.dtype)).max(axis=(-2, -1))
 
 
 @single_example
 def _max_pool2d_jax(data: Array, **attrs: AnyValue) -> Array:
-    return Window.pool(attrs).jax_reduce(data, -jnp.inf, lax.max)
+    return Window.pool(attrs).jax_reduce(data, lowest(data.dtype), lax.max)
 
 
 def _max_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
@@ -106,7 +117,8 @@ max_pool2d = register(OpDef(
     "max_pool2d", ("data",), _pool_rel("max_pool2d"), OpPattern.OUT_ELEMWISE_FUSABLE,
     numpy_ref=_max_pool2d_np, jax_lower=_max_pool2d_jax, compute=_pool_compute("max_pool2d"),
     gradient=_max_pool2d_grad, attrs=POOL,
-    doc="maximum over each pool_size window of NCHW data, padding with -inf",
+    doc="maximum over each pool_size window of NCHW data (any numeric dtype), padding with -inf "
+        "(an integer dtype's least value)",
 ))
 
 # ---- max_pool2d_grad ----------------------------------------------------------------------------

@@ -95,7 +95,8 @@ def _window_sum(x, k, s, pads):
 def max_pool_truth(k, s, pads):
     """pads: ((top, bottom), (left, right)) including any padding ceil_mode adds."""
     def truth(x):
-        return lax.reduce_window(x, jnp.array(-jnp.inf, x.dtype), lax.max, (1, 1, *k),
+        least = jnp.iinfo(x.dtype).min if jnp.issubdtype(x.dtype, jnp.integer) else -jnp.inf
+        return lax.reduce_window(x, jnp.array(least, x.dtype), lax.max, (1, 1, *k),
                                  (1, 1, *s), ((0, 0), (0, 0), *pads))
 
     return truth
@@ -425,6 +426,11 @@ CASES = [
            {"pool_size": 2, "strides": 2}),
     OpCase("max_pool2d", [f32(2, 3, 6, 6)], max_pool_truth((3, 3), (1, 1), ((1, 1), (1, 1))),
            {"pool_size": 3, "padding": 1}, name="3x3, padding 1"),
+    # integers (quantized feature maps): padding is the dtype's least value, never a maximum
+    OpCase("max_pool2d", [i8(2, 3, 6, 6)], max_pool_truth((3, 3), (1, 1), ((1, 1), (1, 1))),
+           {"pool_size": 3, "padding": 1}, name="int8 3x3, padding 1"),
+    OpCase("max_pool2d", [i32(1, 2, 7, 7)], max_pool_truth((2, 2), (2, 2), ((0, 1), (0, 1))),
+           {"pool_size": 2, "strides": 2, "ceil_mode": True}, name="int32, ceil_mode"),
     OpCase("max_pool2d", [f32(1, 2, 7, 5)], max_pool_truth((3, 2), (2, 1), ((1, 0), (0, 1))),
            {"pool_size": (3, 2), "strides": (2, 1), "padding": (1, 0, 0, 1)},
            name="(3, 2) window, 4-value padding"),
