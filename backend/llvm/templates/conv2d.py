@@ -16,6 +16,7 @@ broadcasts over N, data and output advance by whole group blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import llvmlite.ir as ir
 
@@ -60,6 +61,33 @@ class ConvGeometry:
                 or (self.oh - 1) * sh + (self.kh - 1) * dh - top >= self.h
                 or (self.ow - 1) * sw + (self.kw - 1) * dw - left >= self.w)
 
+    def window_origins(self, b: ir.IRBuilder, pixels: ir.Value,
+                       vconst: Callable[[int], ir.Constant]
+                       ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """For a vector of output pixels (row-major over oh x ow), each window's first input
+        row and column (negative in the top or left padding) and their offset in the image:
+        what both im2col packers (float and integer) read from."""
+        (sh, sw), (top, left) = self.strides, self.pads[:2]
+        oy = b.udiv(pixels, vconst(self.ow))
+        ox = b.sub(pixels, b.mul(oy, vconst(self.ow)))
+        iy0 = b.sub(b.mul(oy, vconst(sh)), vconst(top))
+        ix0 = b.sub(b.mul(ox, vconst(sw)), vconst(left))
+        return iy0, ix0, b.add(b.mul(iy0, vconst(self.w)), ix0)
+
+    def tap_offsets(self, b: ir.IRBuilder, depth: ir.Value
+                    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """For an int32 depth of ``col`` (channel, ky, kx, row-major), the tap's dilated row
+        and column offsets and its offset in one image group: the other half of what both
+        im2col packers read from."""
+        khw = self.kh * self.kw
+        c = b.udiv(depth, c32(khw))
+        r = b.sub(depth, b.mul(c, c32(khw)))
+        ky = b.udiv(r, c32(self.kw))
+        kx = b.sub(r, b.mul(ky, c32(self.kw)))
+        dh, dw = self.dilation
+        dy, dx = b.mul(ky, c32(dh)), b.mul(kx, c32(dw))
+        return dy, dx, b.add(b.add(b.mul(c, c32(self.h * self.w)), b.mul(dy, c32(self.w))), dx)
+
     def gemm_spec(self) -> GemmSpec:
         kg = self.cg * self.kh * self.kw
         p = self.oh * self.ow
@@ -93,9 +121,6 @@ def emit_im2col_packer(geo: ConvGeometry):
         dst, src, x0, nx, k0, kc = fn.args[:6]  # the strides (s_x, s_k) do not apply
         g = Gen(module, fn)
         b = g.b
-        (sh, sw), (dh, dw) = geo.strides, geo.dilation
-        top, left = geo.pads[:2]
-        khw = geo.kh * geo.kw
         check = geo.padded
         zero = ir.Constant(vf, [0.0] * vl)
 
@@ -114,20 +139,10 @@ def emit_im2col_packer(geo: ConvGeometry):
                 p = b.add(splat(b.add(p_start, c32(v * vl))), ir.Constant(vi, list(range(vl))))
                 valid = b.icmp_signed("<", p, splat(x1))
                 pc = b.select(valid, p, vconst(0))
-                oy = b.udiv(pc, vconst(geo.ow))
-                ox = b.sub(pc, b.mul(oy, vconst(geo.ow)))
-                iy0 = b.sub(b.mul(oy, vconst(sh)), vconst(top))
-                ix0 = b.sub(b.mul(ox, vconst(sw)), vconst(left))
-                base = b.add(b.mul(iy0, vconst(geo.w)), ix0)
+                iy0, ix0, base = geo.window_origins(b, pc, vconst)
                 lanes.append((valid, iy0, ix0, base))
             with g.loop(0, kc, name="k") as k:
-                kk = b.trunc(b.add(k0, k), I32)
-                c = b.udiv(kk, c32(khw))
-                r = b.sub(kk, b.mul(c, c32(khw)))
-                ky = b.udiv(r, c32(geo.kw))
-                kx = b.sub(r, b.mul(ky, c32(geo.kw)))
-                dy, dx = b.mul(ky, c32(dh)), b.mul(kx, c32(dw))
-                off = b.add(b.add(b.mul(c, c32(geo.h * geo.w)), b.mul(dy, c32(geo.w))), dx)
+                dy, dx, off = geo.tap_offsets(b, b.trunc(b.add(k0, k), I32))
                 drow = g.at(d, b.mul(k, c64(nr)))
                 for v, (valid, iy0, ix0, base) in enumerate(lanes):
                     mask = valid
@@ -162,9 +177,7 @@ def int_im2col_rows(geo: ConvGeometry):
         gather = get_function(g.module, f"llvm.masked.gather.v{width}i{et.width}.v{width}p0",
                               ir.FunctionType(vec, [ir.VectorType(src.type, width), I32, mask_t,
                                                     vec]))
-        (sh, sw), (dh, dw) = geo.strides, geo.dilation
         top, left = geo.pads[:2]
-        khw = geo.kh * geo.kw
         # stride 1 and as wide as the image ("same" 3x3, 1x1): pixel p's tap (c, ky, kx) is at
         # p + c*H*W + ky*dh*W + kx*dw - top*W - left, so a panel's `width` pixels read
         # contiguous elements (those in the padding masked off)
@@ -181,21 +194,11 @@ def int_im2col_rows(geo: ConvGeometry):
         valid = g.lane_mask(nvalid, width)
         p = b.add(splat(b.trunc(x_t, I32)), ir.Constant(vi, list(range(width))))
         pc = b.select(valid, p, vconst(0))
-        oy = b.udiv(pc, vconst(geo.ow))
-        ox = b.sub(pc, b.mul(oy, vconst(geo.ow)))
-        iy0 = b.sub(b.mul(oy, vconst(sh)), vconst(top))
-        ix0 = b.sub(b.mul(ox, vconst(sw)), vconst(left))
-        base = b.add(b.mul(iy0, vconst(geo.w)), ix0)
+        iy0, ix0, base = geo.window_origins(b, pc, vconst)
         zero = ir.Constant(vec, [0] * width)
 
         def row(k: ir.Value, k_in: ir.Value) -> ir.Value:
-            kk = b.trunc(k, I32)
-            c = b.udiv(kk, c32(khw))
-            r = b.sub(kk, b.mul(c, c32(khw)))
-            ky = b.udiv(r, c32(geo.kw))
-            kx = b.sub(r, b.mul(ky, c32(geo.kw)))
-            dy, dx = b.mul(ky, c32(dh)), b.mul(kx, c32(dw))
-            off = b.add(b.add(b.mul(c, c32(geo.h * geo.w)), b.mul(dy, c32(geo.w))), dx)
+            dy, dx, off = geo.tap_offsets(b, b.trunc(k, I32))
             mask = b.and_(valid, splat(k_in))
             if geo.padded:
                 inside = b.and_(b.icmp_unsigned("<", b.add(iy0, splat(dy)), vconst(geo.h)),
