@@ -49,17 +49,19 @@ def _ints(r: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return r.integers(-128, 128, shape, dtype=np.int8)
 
 
+def ours(fn, consts: dict[str, int], *args):
+    """The setup of relaydsl's row: `fn` specialised to `consts`, built for llvm."""
+    def setup():
+        exe = relay.build(specialize(fn, **consts), target="llvm")
+        return lambda: exe(*args)
+    return setup
+
+
 def dense_case(m: int, n: int, k: int) -> Case:
     r = np.random.default_rng(0)
     x, w = _ints(r, (m, k)), _ints(r, (n, k))
     xf, wf = x.astype(np.float32), w.astype(np.float32)
     consts = {"M": m, "N": n, "K": k}
-
-    def ours(fn, *args):
-        def setup():
-            exe = relay.build(specialize(fn, **consts), target="llvm")
-            return lambda: exe(*args)
-        return setup
 
     def jax_int8():
         jax, jnp = jax_modules()
@@ -83,7 +85,8 @@ def dense_case(m: int, n: int, k: int) -> Case:
         return run
 
     return Case(f"int8 dense {m}x{n}x{k}", "dense",
-                {"relaydsl:int8": ours(dense_int8, x, w), "relaydsl:fp32": ours(dense_fp32, xf, wf),
+                {"relaydsl:int8": ours(dense_int8, consts, x, w),
+                 "relaydsl:fp32": ours(dense_fp32, consts, xf, wf),
                  "jax:int8": jax_int8, "torch:int8": torch_int8, "torch:fp32": torch_fp32,
                  "numpy:fp32": lambda: (lambda: xf @ wf.T)},
                 reference="jax:int8", flops=2.0 * m * n * k)
@@ -94,12 +97,6 @@ def conv_case(batch: int, channels: int, size: int) -> Case:
     x, w = _ints(r, (batch, channels, size, size)), _ints(r, (channels, channels, 3, 3))
     xf, wf = x.astype(np.float32), w.astype(np.float32)
     consts = {"B": batch, "C": channels, "O": channels, "H": size}
-
-    def ours(fn, *args):
-        def setup():
-            exe = relay.build(specialize(fn, **consts), target="llvm")
-            return lambda: exe(*args)
-        return setup
 
     def jax_int8():
         jax, jnp = jax_modules()
@@ -119,7 +116,8 @@ def conv_case(batch: int, channels: int, size: int) -> Case:
 
     k = channels * 9
     return Case(f"int8 conv2d {channels}ch {size}x{size} 3x3 b{batch}", "conv2d",
-                {"relaydsl:int8": ours(conv_int8, x, w), "relaydsl:fp32": ours(conv_fp32, xf, wf),
+                {"relaydsl:int8": ours(conv_int8, consts, x, w),
+                 "relaydsl:fp32": ours(conv_fp32, consts, xf, wf),
                  "jax:int8": jax_int8, "torch:fp32": torch_fp32},
                 reference="jax:int8", flops=2.0 * batch * channels * size * size * k)
 

@@ -304,9 +304,9 @@ bottleneck_256 = specialize(bottleneck, decorator=relay_model, MID=256, OUT=1024
 bottleneck_512 = specialize(bottleneck, decorator=relay_model, MID=512, OUT=2048)
 
 
-# ResNet-18's stem, four stages of 3, 4, 6 and 3 bottleneck blocks (the first of each projects
-# its shortcut with a 1x1 convolution and, in stages 2-4, strides by 2 in its first 1x1
-# convolution and its projection), global average pooling and a dense layer.
+# ResNet-50: ResNet-18's stem, four stages of 3, 4, 6 and 3 bottleneck blocks (the first of
+# each projects its shortcut with a 1x1 convolution and, in stages 2-4, strides by 2 in its
+# first 1x1 convolution and its projection), global average pooling and a dense layer.
 def resnet50(x: Tensor[Float, (1, 3, S, S)]) -> Tensor[Float, (1, CLASSES)]:
     h = relay.relu(relay.batch_norm(relay.conv2d(x, num_filter=64, ksize=7, strides=2,
                                                  padding=3, no_bias=True)))

@@ -18,8 +18,11 @@ import pytest
 
 from relaydsl import DSLSyntaxError, Float, SettingError, Tensor, relay, relay_model, settings
 from relaydsl import distributed as dist
+from tests.relaydsl import distributed_worker
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
+# the tree the two-rank "trees" job reduces gradients of (the worker's, not a copy)
+Tree, total = distributed_worker.Tree, distributed_worker.total
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -96,21 +99,6 @@ def test_init_checks_the_timeout(monkeypatch):
         settings.dist_timeout()
     monkeypatch.setenv("RELAYDSL_DIST_TIMEOUT", "2.5")
     assert settings.dist_timeout() == 2.5
-
-
-@relay.adt
-class Tree:
-    Leaf: Tensor[Float, 3]
-    Node: tuple["Tree", "Tree"]
-
-
-@relay
-def total(t: Tree) -> Float:
-    match t:
-        case Tree.Leaf(v):
-            return relay.sum(relay.tanh(v))
-        case Tree.Node(left, right):
-            return total(left) + total(right)
 
 
 def test_gradient_trees_flatten_and_rebuild_in_their_own_structure():
