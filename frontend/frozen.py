@@ -20,14 +20,15 @@ True
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any as AnyValue
+from typing import TYPE_CHECKING, Any as AnyValue, Sequence
 
-from relaydsl.backend.target import get_target
+from relaydsl.backend.target import Program, get_target
 from relaydsl.frontend import annotations
 from relaydsl.frontend.execution import program_report, to_python
 from relaydsl.frontend.tracebacks import user_facing
 from relaydsl.ir.expr import Constant, Expr, Function, Var
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import Type
 from relaydsl.ir.visitor import ExprMutator
 from relaydsl.typing import infer_types
 
@@ -58,6 +59,19 @@ def bind_params(model: "Model") -> tuple[IRModule, str]:
     return infer_types(bound), fn.global_var.name_hint
 
 
+def call_checked(name: str, params: Sequence[Var], types: Sequence[Type],
+                 args: Sequence[AnyValue], program: Program) -> AnyValue:
+    """`program` (a build of the function `name`) on `args`, each first checked against its
+    parameter's type (a TypeError naming the parameter, expected and actual type)."""
+    if len(args) != len(params):
+        raise TypeError(f"{name}() takes {len(params)} argument(s) "
+                        f"({', '.join(p.name_hint for p in params)}), got {len(args)}")
+    bindings: dict = {}
+    values = [annotations.check_argument(p.name_hint, t, a, bindings)
+              for p, t, a in zip(params, types, args)]
+    return to_python(program(*values), program)
+
+
 class FrozenModel:
     """`model`'s forward pass compiled for `target` with its parameters as constants (see
     the module docstring); called with the model function's own arguments."""
@@ -73,13 +87,7 @@ class FrozenModel:
     def __call__(self, *args: AnyValue, **kwargs: AnyValue) -> AnyValue:
         args = self.fn.bind_arguments(args, kwargs)
         params = self.fn.function.params[:self.fn.num_user_params]
-        if len(args) != len(params):
-            raise TypeError(f"{self.fn.__name__}() takes {len(params)} argument(s) "
-                            f"({', '.join(p.name_hint for p in params)}), got {len(args)}")
-        bindings: dict = {}
-        values = [annotations.check_argument(p.name_hint, t, a, bindings)
-                  for p, t, a in zip(params, self.type.arg_types, args)]
-        return to_python(self.program(*values), self.program)
+        return call_checked(self.fn.__name__, params, self.type.arg_types, args, self.program)
 
     @property
     def report(self) -> AnyValue:

@@ -25,9 +25,7 @@ from typing import Any as AnyValue
 import numpy as np
 
 from relaydsl.backend.target import Program, get_target
-from relaydsl.frontend import annotations
-from relaydsl.frontend.execution import to_python
-from relaydsl.frontend.frozen import bind_params
+from relaydsl.frontend.frozen import bind_params, call_checked
 from relaydsl.frontend.function import RelayFunction
 from relaydsl.frontend.model import Model
 from relaydsl.frontend.tracebacks import user_facing
@@ -78,13 +76,7 @@ class QuantizedFunction:
         program = self._program or self.build()._program
         assert program is not None
         params = self.mod[self.entry].params  # type: ignore[union-attr]
-        if len(args) != len(params):
-            raise TypeError(f"{self.__name__}() takes {len(params)} argument(s) "
-                            f"({', '.join(p.name_hint for p in params)}), got {len(args)}")
-        bindings: dict = {}
-        values = [annotations.check_argument(p.name_hint, t, a, bindings)
-                  for p, t, a in zip(params, self.type.arg_types, args)]
-        return to_python(program(*values), program)
+        return call_checked(self.__name__, params, self.type.arg_types, args, program)
 
     def __repr__(self) -> str:
         return f"<quantized {self.__name__} {self.config.scheme}>"
