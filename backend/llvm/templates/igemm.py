@@ -252,8 +252,8 @@ def emit_int_gemm(module: ir.Module, name: str, spec: GemmSpec, types: IntTypes,
     out, in0, in1, begin, end = fn.args
     g = Gen(module, fn)
     b = g.b
-    ap = _stack(g, mc_max // mr * a_panel, "packed_a")
-    bp = _stack(g, nc_max // nr * b_panel, "packed_b")
+    ap = g.stack(mc_max // mr * a_panel, "packed_a", I8)
+    bp = g.stack(nc_max // nr * b_panel, "packed_b", I8)
     inputs = (in0, in1)
     ea, eb, ec = (_WIDTH[t] // 8 for t in (types.a, types.b, types.c))
     work, skip = g.block("work"), g.block("skip")
@@ -291,17 +291,6 @@ def _function(module: ir.Module, name: str, args: list[ir.Type], internal: bool 
         if isinstance(arg.type, ir.PointerType):
             arg.add_attribute("noalias")
     return fn
-
-
-def _stack(g: Gen, nbytes: int, name: str) -> ir.Value:
-    """A 64-byte aligned stack buffer of `nbytes` bytes, allocated in the entry block."""
-    b = g.b
-    with b.goto_entry_block():
-        b.position_at_start(g.fn.entry_basic_block)
-        buf = b.alloca(ir.ArrayType(I8, max(1, nbytes)), name=name)
-        buf.align = 64
-        ptr = b.bitcast(buf, P8)
-    return ptr
 
 
 def _int(dtype: str) -> ir.IntType:
@@ -515,7 +504,7 @@ class _Parts:
         fn = _function(self.module, f"{self.name}.ukernel", [P8, P8, I64, P8, I64, I64, I1])
         ap, bp, kq, c, mv, nv, first = fn.args
         g = Gen(self.module, fn)
-        tmp = g.b.bitcast(_stack(g, 4 * isa.mr * isa.nr, "tile"), I32.as_pointer())
+        tmp = g.stack(isa.mr * isa.nr, "tile", I32)
         if isa.name == "amx":
             final = self._tile_products(g, ap, bp, kq, tmp)
         else:

@@ -143,15 +143,16 @@ class Gen:
         mask = ir.Constant(ir.VectorType(I32, n), [0] * n)
         return self.b.shuffle_vector(v, ir.Constant(vt, ir.Undefined), mask)
 
-    def stack(self, n_floats: int, name: str) -> ir.Value:
-        """A 64-byte aligned stack buffer of `n_floats` floats, allocated in the entry block."""
+    def stack(self, count: int, name: str, element: ir.Type = F32) -> ir.Value:
+        """A 64-byte aligned stack buffer of `count` elements (floats unless said), allocated
+        in the entry block; a pointer to its first element."""
         b = self.b
         here = b.block
         with b.goto_entry_block():
             b.position_at_start(self.fn.entry_basic_block)
-            buf = b.alloca(ir.ArrayType(F32, max(1, n_floats)), name=name)
+            buf = b.alloca(ir.ArrayType(element, max(1, count)), name=name)
             buf.align = 64
-            ptr = b.bitcast(buf, PF)
+            ptr = b.bitcast(buf, element.as_pointer())
         assert here is b.block
         return ptr
 
