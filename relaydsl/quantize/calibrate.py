@@ -107,18 +107,18 @@ def calibrate(mod: IRModule, entry: str, batches: Sequence[tuple[np.ndarray, ...
     nothing: dict[int, np.ndarray] = {}
     samples = _watch(mod, entry, main, watched, batches, config, run) if watched and batches \
         else [(np.zeros(0, np.float32), nothing) for _ in watched]
-    steps: dict[int, np.ndarray] = {}
+    steps: dict[Expr, np.ndarray] = {}
     act_ranges = _activation_ranges(inputs, samples[:len(inputs)], config)
     for q, r in zip(inputs, act_ranges):
-        steps[id(q)] = np.asarray(r / levels(q), np.float32)
+        steps[q] = np.asarray(r / levels(q), np.float32)
     for q in quantizers:
         if q.attrs.kind == "weight":
-            steps[id(q)] = _weight_step(q, config)
+            steps[q] = _weight_step(q, config)
     coarsened = 0
     for p, (_, amax) in zip(products, samples[len(inputs):]):
         if amax:
             coarsened += _fit_accumulator(p, amax, steps, config)
-    ranges = [(q.attrs.kind, float(np.max(steps[id(q)]) * levels(q))) for q in quantizers]
+    ranges = [(q.attrs.kind, float(np.max(steps[q]) * levels(q))) for q in quantizers]
     out = mod.copy()
     out.add(mod.get_global_var(entry), _SetSteps(steps).visit(main))  # type: ignore[arg-type]
     return Calibrated(infer_types(out), tuple(ranges), coarsened)
@@ -271,7 +271,7 @@ HEADROOM = 1.25
 must reach (other data may go further; an integer sum that overflows wraps)."""
 
 
-def _fit_accumulator(product: Call, amax: dict[int, np.ndarray], steps: dict[int, np.ndarray],
+def _fit_accumulator(product: Call, amax: dict[int, np.ndarray], steps: dict[Expr, np.ndarray],
                      config: QConfig) -> int:
     """Coarsen the steps of `product`'s operands by powers of two until its largest
     accumulator (times HEADROOM) fits; 1 if it had to. The factor is split between the two
@@ -283,7 +283,7 @@ def _fit_accumulator(product: Call, amax: dict[int, np.ndarray], steps: dict[int
     rule = rule_of(product.op.definition)  # type: ignore[union-attr]
     out_axis = rule.out_axis if rule is not None and rule.out_axis is not None else -1
     largest = amax.get(out_axis, amax[-1])
-    ws, xs = steps[id(weight)], steps[id(other)]
+    ws, xs = steps[weight], steps[other]
     limit = (2 ** (config.nbit_activation - 1) - 1) / HEADROOM
     bound = np.asarray(largest, np.float64) / (np.float64(xs) * ws.astype(np.float64))
     if ws.ndim == 0:
@@ -292,19 +292,19 @@ def _fit_accumulator(product: Call, amax: dict[int, np.ndarray], steps: dict[int
     if not np.any(doublings):
         return 0
     shared = np.floor(np.max(doublings) / 2)
-    steps[id(other)] = (xs * 2.0 ** shared).astype(np.float32)
-    steps[id(weight)] = (ws * 2.0 ** np.maximum(doublings - shared, 0)).astype(np.float32)
+    steps[other] = (xs * 2.0 ** shared).astype(np.float32)
+    steps[weight] = (ws * 2.0 ** np.maximum(doublings - shared, 0)).astype(np.float32)
     return 1
 
 
 class _SetSteps(ExprMutator):
-    def __init__(self, steps: dict[int, np.ndarray]) -> None:
+    def __init__(self, steps: dict[Expr, np.ndarray]) -> None:
         super().__init__()
         self.steps = steps
 
     def visit_call(self, call: Call) -> Expr:
         new = super().visit_call(call)
-        if id(call) in self.steps and isinstance(new, Call):
-            step = Constant(np.asarray(self.steps[id(call)], np.float32))
+        if call in self.steps and isinstance(new, Call):
+            step = Constant(np.asarray(self.steps[call], np.float32))
             return Call(new.op, (new.args[0], step), new.attrs, new.type_args, span=new.span)
         return new

@@ -101,7 +101,7 @@ def _power_of_two_shift(ratio: float) -> int | None:
 class _Realizer:
     def __init__(self, config: QConfig) -> None:
         self.config = config
-        self.memo: dict[int, _Value] = {}
+        self.memo: dict[Expr, _Value] = {}  # nodes hash by identity
         self.rng = np.random.default_rng(config.seed)
 
     def function(self, fn: Function) -> Function:
@@ -112,9 +112,9 @@ class _Realizer:
     # ---- the walk --------------------------------------------------------------------------
 
     def visit(self, e: Expr) -> _Value:
-        hit = self.memo.get(id(e))
+        hit = self.memo.get(e)
         if hit is None:
-            hit = self.memo[id(e)] = self._realize(e)
+            hit = self.memo[e] = self._realize(e)
         return hit
 
     def _realize(self, e: Expr) -> _Value:
