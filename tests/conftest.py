@@ -16,3 +16,11 @@ def pytest_sessionfinish(session, exitstatus):
     KeyboardInterrupt" in the suite's output."""
     gc.callbacks[:] = [cb for cb in gc.callbacks
                        if not getattr(cb, "__module__", "").startswith("jax")]
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests marked slow run first. pytest-xdist hands tests to its workers in this order,
+    so a 90-second test that came last would leave the other worker idle while it runs:
+    started first, it overlaps with the many short ones (the suite must stay under 10
+    minutes on 2 cores). The order is the same in every worker, as xdist requires."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -7,6 +7,7 @@ import pytest
 from benchmarks.accel import deep_fusion
 
 
+@pytest.mark.slow
 def test_a_quick_run_writes_the_tables_and_charts(tmp_path, capsys):
     out = tmp_path / "RESULTS.md"
     assert deep_fusion.main(["--quick", "--networks", "resnet18,googlenet",

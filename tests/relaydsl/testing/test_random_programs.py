@@ -1,6 +1,7 @@
 """Random well-typed programs: every target and the JAX oracle agree on every one."""
 import jax
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from relaydsl.backend.target import get_target
@@ -16,6 +17,7 @@ from relaydsl.typing import infer_types
 EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.slow
 @EXAMPLES
 @given(random_programs())
 def test_interpreter_matches_jax_on_random_programs(program_and_inputs):
@@ -23,6 +25,7 @@ def test_interpreter_matches_jax_on_random_programs(program_and_inputs):
     assert_matches_jax(fn, inputs, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs())
 def test_llvm_matches_jax_on_random_programs(program_and_inputs):
@@ -30,6 +33,7 @@ def test_llvm_matches_jax_on_random_programs(program_and_inputs):
     assert_matches_jax(fn, inputs, rtol=1e-5, atol=1e-5, target="llvm")
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(control_flow=False))
 def test_llvm_matches_jax_on_random_straight_line_programs(program_and_inputs):
@@ -57,6 +61,7 @@ def polymorphic_module(fn: Function, inputs: list[np.ndarray]) -> IRModule:
     return infer_types(mod)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(max_ops=6, scalar_result=True, symbolic=True))
 def test_grad_of_random_shape_polymorphic_programs_matches_jax_on_both_targets(
@@ -83,6 +88,7 @@ def assert_grad_matches_jax_on_both_targets(fn: Function, inputs: list[np.ndarra
                                        err_msg=f"{target}: gradient {i}")
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(annotate=True))
 def test_random_programs_with_annotated_lets_match_jax_on_both_targets(program_and_inputs):
@@ -128,6 +134,7 @@ def test_native_code_matches_jax_on_random_programs_through_data_and_closures(
             np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(max_ops=6, scalar_result=True))
 def test_native_gradients_match_jax_through_data_and_closures(program_and_inputs):

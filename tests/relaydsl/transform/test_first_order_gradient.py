@@ -1,6 +1,7 @@
 """The first-order adjoint program agrees with the higher-order transform and with JAX."""
 import jax
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from relaydsl.backend.interpreter import evaluate
@@ -28,6 +29,7 @@ def uses_references(mod: IRModule) -> bool:
     return bool(found)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs(control_flow=False, scalar_result=True))
 def test_both_transforms_and_jax_agree_on_random_straight_line_programs(program_and_inputs):

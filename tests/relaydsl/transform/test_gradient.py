@@ -65,6 +65,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("f, jf", CASES, ids=lambda c: getattr(c, "__name__", ""))
 def test_first_second_and_third_derivatives_match_jax(f, jf):
     # each derivative is built and compiled once, then run at both points
