@@ -1,8 +1,10 @@
 """Type inference: symbolic shapes, polymorphism, recursion, ADTs, refs; and located errors."""
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir import (
@@ -37,6 +39,7 @@ from relaydsl.ir import (
     define_adt,
 )
 from relaydsl.ir.types import FuncType
+from relaydsl.testing.random_programs import random_programs
 from relaydsl.typing import infer_type, infer_types
 
 
@@ -486,3 +489,50 @@ def test_an_annotation_with_any_dims_makes_the_variable_less_static_not_its_valu
             "Tensor[(?, 1, ?), float32])")
     assert str(direct["main"].checked_type) == want
     assert str(projected["main"].checked_type) == want
+
+
+def _types_of(fn: Function) -> list[str]:
+    from relaydsl.ir.visitor import post_order
+    found: list[str] = []
+    post_order(fn, lambda e: found.append(f"{type(e).__name__}: {e.checked_type}"))
+    return found
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(annotate=True, symbolic=False) | random_programs(symbolic=True))
+def test_static_calls_typed_at_once_get_the_types_the_general_way_finds(program_and_inputs):
+    # _Inferencer._static_call types an operator of static arguments by its relation at
+    # once; the general way instantiates, unifies and solves. Every node must end the same.
+    import relaydsl.typing.infer as infer_module
+    fn, _ = program_and_inputs
+    mod = IRModule({GlobalVar("main"): fn})
+    infer_types(mod, reuse_typed=False)
+    at_once = _types_of(fn)
+    with mock.patch.object(infer_module._Inferencer, "_static_call", lambda self, call: None):
+        infer_types(mod, reuse_typed=False)
+    assert _types_of(fn) == at_once
+
+
+def test_an_error_after_a_static_call_reads_as_the_general_way_reports_it(monkeypatch):
+    # A result known at once would disagree at its use, not at the operator: the error is
+    # the general way's, message and location, and the only one in the traceback.
+    import relaydsl.typing.infer as infer_module
+    x = Var("x", TensorType((3,), "float32"))
+    c = Var("c", TensorType((), "bool"))
+    wide = Call(Op.get("concatenate"), [Tuple([x, x])], {"axis": 0},
+                span=Span("f.py", 3, 12, 3, 30))
+    fn = Function([x, c], If(c, Call(Op.get("add"), [x, x], span=Span("f.py", 2, 12, 2, 17)),
+                             wide))
+
+    def error() -> RelayTypeError:
+        with pytest.raises(RelayTypeError) as info:
+            infer_types(IRModule({GlobalVar("main"): fn}), reuse_typed=False)
+        return info.value
+
+    at_once = error()
+    with monkeypatch.context() as m:
+        m.setattr(infer_module._Inferencer, "_static_call", lambda self, call: None)
+        general = error()
+    assert (str(at_once), at_once.span) == (str(general), general.span)
+    assert "(6,)" in str(at_once) and "(3,)" in str(at_once)
+    assert type(at_once.__context__) is type(general.__context__)  # not the first attempt's
