@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any as AnyValue, Callable
+from typing import Any as AnyValue, Callable, Iterable
 
 from relaydsl.errors import RelayTypeError
 from relaydsl.ir.attrs import Attrs
@@ -97,6 +97,11 @@ class Solver:
         if isinstance(t, Type):
             return _Resolver(self).visit(t)
         return t
+
+    def resolve_many(self, types: Iterable[AnyValue]) -> list[AnyValue]:
+        """``[resolve(t) for t in types]``, each variable's value resolved once for all."""
+        resolver = _Resolver(self)
+        return [resolver.resolve(t) for t in types]
 
     def resolve_dim(self, d: Dim) -> Dim:
         return self.resolve(d)
@@ -383,14 +388,29 @@ class _Context:
 
 
 class _Resolver(TypeMutator):
+    """Substitutes bound variables; each variable's value is resolved once per resolver (a
+    value shared by many variables, such as a closure's function type, is walked once), so a
+    resolver is valid while no binding changes."""
+
     def __init__(self, solver: Solver):
         self.solver = solver
+        self.resolved: dict[TypeVar, Type] = {}
 
     def visit_type_var(self, tv: TypeVar) -> Type:
-        head = self.solver.head(tv)
-        if isinstance(head, TypeVar):
-            return head
-        return self.solver.resolve(head)
+        done = self.resolved.get(tv)
+        if done is None:
+            head = self.solver.head(tv)
+            done = head if isinstance(head, TypeVar) else self.visit(head)
+            self.resolved[tv] = done
+        return done
+
+    def resolve(self, t: AnyValue) -> AnyValue:
+        """As Solver.resolve."""
+        if isinstance(t, TypeVar):
+            return self.visit_type_var(t)
+        if isinstance(t, TensorType) and t.is_ground:
+            return t
+        return self.visit(t) if isinstance(t, Type) else t
 
 
 class _Occurs(TypeMutator):
