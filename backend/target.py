@@ -140,7 +140,7 @@ class InterpreterProgram:
     def __init__(self, mod: IRModule, entry: str):
         from relaydsl.backend.interpreter import Interpreter
 
-        self.mod, self.entry = pipeline.for_target("interp")(mod), entry
+        self.mod, self.entry = pipeline.for_target("interp", entry)(mod), entry
         self._interpreter = Interpreter(self.mod)
         _log.info("@%s runs on the interpreter", entry)
 

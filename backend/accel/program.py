@@ -61,7 +61,7 @@ class AccelProgram:
     def __init__(self, mod: IRModule, entry: str, config: AcceleratorConfig,
                  schedule_kind: str):
         self.config, self.schedule_kind = config, schedule_kind
-        self.mod = pipeline.for_target("accel")(mod)
+        self.mod = pipeline.for_target("accel", entry)(mod)
         self.entry = entry
         self.hybrid: HybridProgram | None = None
         try:

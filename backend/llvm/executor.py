@@ -68,14 +68,14 @@ HOT_CALLS = 100
 _MAX_COUNTED = 256  # signatures whose calls are counted at once
 
 
-def prepare(mod: IRModule, options: CompileOptions) -> IRModule:
+def prepare(mod: IRModule, options: CompileOptions, entry: str | None = None) -> IRModule:
     """The module as the llvm target runs it: every op call inside a primitive function.
 
     The llvm pipeline (relaydsl/transform/pipeline.py) under the options' PassContext:
     grad nodes lowered, and by level fusion, inlining, constant folding, the first-order
     gradient; every call let-bound (A-normal form).
     """
-    return pipeline.run(mod, "llvm", options.context)
+    return pipeline.run(mod, "llvm", options.context, entry)
 
 
 def compile_program(mod: IRModule, entry: str, options: CompileOptions | None = None
@@ -97,7 +97,7 @@ class Program:
     def __init__(self, source: IRModule, entry: str, options: CompileOptions):
         # the options it was built with, for the entry's re-preparation per signature too
         self.source, self.entry, self.options = source, entry, options
-        self.mod = prepare(source, options)
+        self.mod = prepare(source, options, entry)
         fn = self.mod[entry]
         # symbolic dimensions: native code of run-time shapes, per signature once hot
         self._symbolic = any(symbolic_type(p.checked_type) for p in fn.params)
@@ -171,7 +171,8 @@ class Program:
         if types is None:
             types = [TensorType(v.shape, v.dtype.name) for v in values]
         if key not in self._compiled:
-            mod = prepare(specialize_entry(self.source, self.entry, types), self.options)
+            mod = prepare(specialize_entry(self.source, self.entry, types), self.options,
+                          self.entry)
             compiled = self._compiled[key] = self._native(mod)
             if _log.isEnabledFor(logging.INFO):
                 shapes = ", ".join(f"{t.dtype}{list(t.shape)}" if isinstance(t, TensorType)

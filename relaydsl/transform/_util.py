@@ -1,7 +1,7 @@
 """Small helpers shared by the passes."""
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Callable
 
 from relaydsl.ir.adt import Constructor
@@ -11,7 +11,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
+from relaydsl.ir.visitor import ExprMutator, ExprVisitor, post_order, type_vars_of
 from relaydsl.op.registry import OpDef
 
 PRIMITIVE = Attrs({"Primitive": 1})
@@ -113,3 +113,27 @@ def with_parameter_types(fn: Function) -> Function:
     out = substitute(fn, renamed)
     assert isinstance(out, Function)
     return out
+
+
+def reached_globals(mod: IRModule, entries: Iterable[GlobalVar]) -> set[GlobalVar]:
+    """`entries` and every global function of `mod` a reached function mentions (calls, or
+    passes as a value), transitively."""
+    reached = set(entries)
+    todo = list(reached)
+    while todo:
+        mentions = _Mentions()
+        mentions.visit(mod.functions[todo.pop()])
+        for gv in mentions.found - reached:
+            if gv in mod.functions:
+                reached.add(gv)
+                todo.append(gv)
+    return reached
+
+
+class _Mentions(ExprVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: set[GlobalVar] = set()
+
+    def visit_global_var(self, gv: GlobalVar) -> None:
+        self.found.add(gv)

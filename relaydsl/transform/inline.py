@@ -49,7 +49,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import Type, TypeVar
 from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
-from relaydsl.transform._util import ascribes, is_primitive
+from relaydsl.transform._util import ascribes, is_primitive, reached_globals
 from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 from relaydsl.typing.infer import call_graph_sccs
 
@@ -59,10 +59,19 @@ class InlineGlobals(Pass, opt_level=2,
                     description="inline calls of non-recursive monomorphic globals and applied "
                                 "function literals"):
     """Calls of non-recursive, monomorphic globals and applied function literals inlined;
-    the globals stay."""
+    the globals stay, unless `entries` names the globals a build runs: then those no entry
+    reaches any more go (each later pass would rewrite and re-type them: a third
+    derivative's entry had nine such globals inlined into it)."""
+
+    entries: tuple[str, ...] = ()
 
     def transform(self, mod: IRModule) -> IRModule:
-        return _inline(mod, lambda fn: True, remove=False)
+        out = _inline(mod, lambda fn: True, remove=False)  # (a copy of mod)
+        if self.entries:
+            reached = reached_globals(out, [out.get_global_var(e) for e in self.entries])
+            for gv in [gv for gv in out.functions if gv not in reached]:
+                out.remove(gv)
+        return out
 
 
 @dataclass(frozen=True)

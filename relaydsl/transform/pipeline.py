@@ -40,6 +40,10 @@ What each opt_level adds:
   a program a lot (up to FUEL nested calls of one function), so the user asks for it (a
   model with static loops, before fusion).
 
+A build names its entry (``for_target(target, entry)``): RemoveUnusedFunctions then runs first,
+at every level, and InlineGlobals drops the globals it inlined, so that no pass rewrites or
+re-types a global the entry does not reach (the prelude's, the inlined ones).
+
 A pass's prerequisites run right before it whatever the level (LowerGrads requires
 DeadCodeElimination, FuseOps ToGraphNormalForm), and a pass right after an equal one is left
 out (pass_infra.resolve).
@@ -83,6 +87,7 @@ from relaydsl.transform.partial_eval import PartialEvaluate
 from relaydsl.transform.pass_infra import (
     MAX_OPT_LEVEL, ON_DEMAND, Pass, PassContext, Sequential,
 )
+from relaydsl.transform.remove_unused_functions import RemoveUnusedFunctions
 from relaydsl.transform.simplify_inference import SimplifyInference
 from relaydsl.transform.static_shapes import StaticShapes
 
@@ -175,16 +180,23 @@ class CompileOptions:
         return CompileOptions(opt_level, context)
 
 
-def for_target(target: str) -> Sequential:
+def for_target(target: str, entry: str | None = None) -> Sequential:
     """The pipeline `target` runs: the Sequential of OPTIMIZE then the target's LOWERING
-    passes; which of them run is decided by the PassContext it is called under."""
+    passes; which of them run is decided by the PassContext it is called under. Given the
+    `entry` a build runs, the globals it does not reach go first (RemoveUnusedFunctions:
+    the passes then neither rewrite nor re-type the prelude's functions on every build)."""
     try:
         lowering = LOWERING[target]
     except KeyError:
         raise ValueError(f"no pipeline for target {target!r}; "
                          f"known: {', '.join(sorted(LOWERING))}") from None
-    return Sequential([*OPTIMIZE, *lowering], name=f"{target} pipeline",
-                      always=ALWAYS.get(target, ()))
+    passes: list[Pass] = [*OPTIMIZE, *lowering]
+    always = ALWAYS.get(target, ())
+    if entry is not None:
+        passes = [InlineGlobals(entries=(entry,)) if isinstance(p, InlineGlobals) else p
+                  for p in passes]
+        always = (RemoveUnusedFunctions(entries=(entry,)), *always)
+    return Sequential(passes, name=f"{target} pipeline", always=always)
 
 
 def accel_host_split() -> Sequential:
@@ -210,17 +222,21 @@ quantize package's own passes, Annotate and Realize, above this layer): what rea
 constant folded, dead code out."""
 
 
-def run(mod: IRModule, target: str, context: PassContext) -> IRModule:
-    """`mod` after `target`'s pipeline under `context` (its instruments watching)."""
+def run(mod: IRModule, target: str, context: PassContext, entry: str | None = None
+        ) -> IRModule:
+    """`mod` after `target`'s pipeline under `context` (its instruments watching); with
+    `entry`, only the globals `entry` reaches remain."""
     with context:
-        return for_target(target)(mod)
+        return for_target(target, entry)(mod)
 
 
-def pass_names(target: str, opt_level: int, required_pass: Sequence[str] = ()) -> list[str]:
+def pass_names(target: str, opt_level: int, required_pass: Sequence[str] = (),
+               entry: str | None = None) -> list[str]:
     """The names of the passes `target` runs at `opt_level`, in order (the passes they
-    require too), with the passes named in `required_pass` whatever their level."""
+    require too), with the passes named in `required_pass` whatever their level; as a build
+    of `entry` runs them, given one."""
     context = PassContext(opt_level=opt_level, required_pass=frozenset(required_pass))
-    return [p.name for p in for_target(target).plan(context)]
+    return [p.name for p in for_target(target, entry).plan(context)]
 
 
 def table() -> str:

@@ -13,7 +13,7 @@ from relaydsl.ir.structural import structural_equal
 from relaydsl.ir.visitor import post_order
 from relaydsl.testing.oracle import assert_matches_jax
 from relaydsl.transform import PassContext, PassTimingInstrument, pipeline
-from relaydsl.transform.inline import inline, inline_all, inline_globals
+from relaydsl.transform.inline import InlineGlobals, inline, inline_all, inline_globals
 from relaydsl.typing import infer_types
 
 PROGRAM = """
@@ -330,3 +330,21 @@ def test_the_passes_in_the_pipeline():
 def run(mod: IRModule, target: str, *args):
     program = get_target(target).build(mod, "main", {})
     return program(*[to_value(a, p.checked_type) for a, p in zip(args, mod["main"].params)])
+
+
+def test_told_the_entries_inline_globals_drops_what_they_no_longer_reach():
+    mod = infer_types(parse('''
+    def @sq(%x: Tensor[(2), float32]) { multiply(%x, %x) }
+    def @count(%n: int32, %x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+      if (equal(%n, 0)) { %x } else { @count(subtract(%n, 1), @sq(%x)) }
+    }
+    def @other(%x: Tensor[(2), float32]) { @sq(%x) }
+    def @main(%x: Tensor[(2), float32]) { add(@sq(%x), @count(1, %x)) }'''))
+    out = InlineGlobals(entries=("main",))(mod)
+    kept = {gv.name_hint for gv in out.user_functions()}
+    assert kept == {"main", "count"}  # @sq inlined everywhere, @other unreached; recursion stays
+    assert {gv.name_hint for gv in InlineGlobals()(mod).user_functions()} == {
+        "main", "count", "sq", "other"}
+    x = np.array([1.5, -2.0], np.float32)
+    np.testing.assert_allclose(evaluate(out, x, entry="main"), x * x + x * x, rtol=1e-6)
+    np.testing.assert_allclose(evaluate(mod, x, entry="main"), x * x + x * x, rtol=1e-6)
