@@ -12,8 +12,7 @@ vectorised loop (see shared/PERFORMANCE.md), so float32 ``exp``, ``log``,
 * log: Cephes ``logf``: x = m 2^e with m in [sqrt(1/2), sqrt(2)), a degree-8
   polynomial in m - 1; denormals rescaled by 2^23 first.  ~1 ulp.
 * tanh: the Eigen/XLA rational approximation (odd degree-13 / even degree-6) on
-  x clamped to [-7.9988, 7.9988], where it reaches +-1 exactly, x itself where
-  |x| < 4e-4.  a few ulp.
+  x clamped to [-7.9988, 7.9988], where it reaches +-1 exactly.  a few ulp.
 * sigmoid: e / (1 + e) or 1 / (1 + e) with e = exp(-|x|) (keeps the relative
   accuracy of tiny results, which 0.5 + 0.5 tanh(x/2) loses for x << 0), by an
   exp for arguments <= 0 that scales by 2^n in one step.
@@ -202,18 +201,14 @@ _TANH_BETA = [1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
 
 
 def tanh_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """Eigen's rational approximation with FMA, on x clamped to [-clamp, clamp]: there it is
-    exactly +-1 (beyond it, tanh rounds to 1 within an ulp), as it must be from 9.010914
-    on, where float32 rounds tanh to 1 (1 - tanh^2, the gradient of a saturated unit, is
-    then 0, as JAX's). x itself where |x| < 4e-4 (denormals keep their digits), or NaN."""
-    xc = call2(b, "minnum", call2(b, "maxnum", x, const(F32, -_TANH_CLAMP)),
-               const(F32, _TANH_CLAMP))
+    """Eigen's rational approximation with FMA, x P(x^2) / Q(x^2) on x clamped to
+    [-clamp, clamp]: there it is exactly +-1 (beyond it, tanh rounds to 1 within an ulp),
+    as it must be from 9.010914 on, where float32 rounds tanh to 1 (1 - tanh^2, the
+    gradient of a saturated unit, is then 0, as JAX's). x times P/Q, not x P over Q, so
+    that a denormal x loses no digits to x P; the clamps keep NaN."""
+    xc = _clamp(b, x, -_TANH_CLAMP, _TANH_CLAMP)
     x2 = b.fmul(xc, xc)
-    p = b.fmul(xc, _horner(b, x2, _TANH_ALPHA))
-    q = _horner(b, x2, _TANH_BETA)
-    y = b.fdiv(p, q)
-    tiny_or_nan = b.fcmp_unordered("ult", call1(b, "fabs", x), const(F32, 0.0004))
-    return b.select(tiny_or_nan, x, y)
+    return b.fmul(xc, b.fdiv(_horner(b, x2, _TANH_ALPHA), _horner(b, x2, _TANH_BETA)))
 
 
 # Where the approximation, evaluated with fused multiply-adds, reaches 1.0 (Eigen's).
