@@ -136,8 +136,7 @@ def _exp_reduced(b: ir.IRBuilder, x: ir.Value, bias: int) -> tuple[ir.Value, ir.
     n = b.fsub(t, shifter)                                # exact
     r = fma(b, n, const(F32, -0.693359375), x)            # exact: C1 has 9 significant bits
     r = fma(b, n, const(F32, 2.12194440e-4), r)
-    z = b.fmul(r, r)
-    p = fma(b, _horner(b, r, _EXP_P), z, b.fadd(r, const(F32, 1.0)))
+    p = _horner(b, r, [*_EXP_P, 1.0, 1.0])  # 1 + r + r^2 P(r), all by Horner
     return p, b.bitcast(t, I32)
 
 
