@@ -126,9 +126,11 @@ def _clamp(b: ir.IRBuilder, x: ir.Value, lo: float | None, hi: float | None) -> 
     return x
 
 
-def _exp_reduced(b: ir.IRBuilder, x: ir.Value, bias: int) -> tuple[ir.Value, ir.Value]:
-    """(p, bits) with exp(x) = p 2^n, n = round(x log2 e), for x in [-104, 89]: Cephes'
-    reduction and polynomial, p in [0.7, 1.42]; ``bits`` is an i32 holding ``n + bias`` in
+def _exp_reduced(b: ir.IRBuilder, x: ir.Value, bias: int, scale: float = 1.0
+                 ) -> tuple[ir.Value, ir.Value]:
+    """(p, bits) with exp(x) = p 2^n / scale, n = round(x log2 e), for x in [-104, 89]:
+    Cephes' reduction and polynomial, p / scale in [0.7, 1.42] (`scale` a power of two: the
+    coefficients scaled, the same roundings); ``bits`` is an i32 holding ``n + bias`` in
     its low bits (above them, bits that a left shift by 23 drops): the shifter trick, one
     fma where roundeven and fptosi (poison on NaN) took three instructions."""
     shifter = const(F32, _SHIFTER + bias)
@@ -136,7 +138,7 @@ def _exp_reduced(b: ir.IRBuilder, x: ir.Value, bias: int) -> tuple[ir.Value, ir.
     n = b.fsub(t, shifter)                                # exact
     r = fma(b, n, const(F32, -0.693359375), x)            # exact: C1 has 9 significant bits
     r = fma(b, n, const(F32, 2.12194440e-4), r)
-    p = _horner(b, r, [*_EXP_P, 1.0, 1.0])  # 1 + r + r^2 P(r), all by Horner
+    p = _horner(b, r, [c * scale for c in (*_EXP_P, 1.0, 1.0)])  # 1 + r + r^2 P(r)
     return p, b.bitcast(t, I32)
 
 
@@ -156,10 +158,10 @@ def exp_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 
 def exp_nonpositive_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """exp(x) for x <= 0 or NaN, two instructions fewer than ``exp_f32``: with n <= 0,
-    p 2^(n + 64) is exact and the product by 2^-64 rounds a denormal result once."""
-    p, bits = _exp_reduced(b, _clamp(b, x, -104.0, None), 191)  # n + 191 in [41, 191]
-    return b.fmul(b.fmul(p, _exponent(b, bits)), const(F32, 2.0 ** -64))
+    """exp(x) for x <= 0 or NaN, four instructions fewer than ``exp_f32``: with n <= 0,
+    (p 2^-64) 2^(n + 64) has both factors normal, and the product rounds once."""
+    p, bits = _exp_reduced(b, _clamp(b, x, -104.0, None), 191, 2.0 ** -64)  # n + 191 in [41, 191]
+    return b.fmul(p, _exponent(b, bits))
 
 
 _LOG_P = [7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
