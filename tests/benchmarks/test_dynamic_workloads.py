@@ -2,14 +2,12 @@
 small instance (hidden 8, three parsed SST trees, a 7-letter name) every system of each row
 computes what JAX computes, as the benchmark checks before timing, on both targets.
 torch.compile is left out (its first compilation alone takes tens of seconds)."""
-import importlib.util
-
 import pytest
 
-from benchmarks import harness
 from benchmarks.workloads import char_rnn, tree_lstm
 from benchmarks.workloads.common import RELAY_TARGET
 from relaydsl.datasets.sst import parse_tree
+from tests.benchmarks.helpers import assert_systems_agree
 
 TREES = ["(3 (2 It) (4 (3 lovely) (2 film)))",
          "(1 (2 (2 a) (1 dull)) (2 (2 long) (2 (2 ,) (1 movie))))",
@@ -22,16 +20,6 @@ def target(request, monkeypatch):
     monkeypatch.setitem(RELAY_TARGET, "target", request.param)
     monkeypatch.setenv("RELAYDSL_TARGET", request.param)  # model calls and relay.grad
     return request.param
-
-
-def assert_systems_agree(case: harness.Case) -> None:
-    case.setups.pop("torch_compile")
-    if importlib.util.find_spec("torch") is None:
-        case.setups.pop("torch")
-    cells, runners = harness.check(case)
-    problems = {k: c.footnote for k, c in cells.items() if c.status != "ok"}
-    assert not problems, problems
-    assert sorted(runners) == sorted(case.setups)
 
 
 def test_tree_lstm_inference_agrees(target):

@@ -3,6 +3,7 @@ vectorisation of elementwise kernels (and the speed of the PERFORMANCE.md chain,
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import jax
@@ -252,6 +253,32 @@ def test_the_chain_uses_the_widest_vectors_on_every_x86_cpu(tmp_path, monkeypatc
     assert wide in asm and narrow not in asm
     narrower = jit.HostTarget.of("x86_64-unknown-linux-gnu", cpu, features, vector_bits=256)
     assert "zmm" not in jit.assembly(text, narrower)
+
+
+def _hottest_loop(asm: str) -> list[str]:
+    """The instructions of the loop made most of zmm instructions (from its label down to the
+    branch back to it): the vectorised main loop, not a remainder loop of scalar code."""
+    lines = [line.split("#")[0].rstrip() for line in asm.splitlines()]
+    labels = {line[:-1]: i for i, line in enumerate(lines) if re.fullmatch(r"\.?[\w.$]+:", line)}
+    loops = []
+    for i, line in enumerate(lines):
+        m = re.fullmatch(r"\s+j\w+\s+(\.?[\w.$]+)", line)
+        if m and m.group(1) in labels and labels[m.group(1)] < i:
+            loops.append([x.strip() for x in lines[labels[m.group(1)] + 1:i + 1]
+                          if x.strip() and not x.strip().startswith(".") and not x.endswith(":")])
+    return max(loops, key=lambda body: sum("zmm" in x for x in body) / len(body))
+
+
+def test_the_chain_takes_few_instructions_per_vector_on_avx512(tmp_path, monkeypatch):
+    # tanh(a x + b) sigmoid(x) is bound by its instructions (backend/llvm/intrinsics.py): 63
+    # per 16 elements before the shorter exp, tanh and sigmoid, 47 after (XLA: 52 per 8).
+    # Compiled for an AVX-512 CPU whatever the host: the count does not depend on it.
+    text = _kernel_ir(tmp_path, monkeypatch, _chain(1000 + len(X86_CPUS) + 1))
+    asm = jit.assembly(text, jit.HostTarget.of("x86_64-unknown-linux-gnu", "sapphirerapids",
+                                               AVX512))
+    body = _hottest_loop(asm)
+    assert sum("zmm" in x for x in body) > 30 and sum("vdivps" in x for x in body) == 2
+    assert len(body) <= 49, "\n".join(body)
 
 
 def test_the_vector_width_is_part_of_the_cache_key():
