@@ -56,6 +56,7 @@ from relaydsl.ir.types import (
 )
 from relaydsl.ir.visitor import substitute_types, type_vars_of
 from relaydsl.transform import pipeline
+from relaydsl.transform._util import collective_of
 from relaydsl.transform.pipeline import CompileOptions
 
 _log = logging.getLogger(__name__)
@@ -219,6 +220,9 @@ class PrimitiveKernels:
                 _log.debug("dispatcher: for (%s) %r", shapes, kernel)
             self._kernels[key] = kernel
         outputs = kernel.call_trusted(arrays)
+        collective = collective_of(fn)
+        if collective is not None:  # the kernel made this rank's part: the exchange
+            collective.reduce_in_place(outputs[0])
         return tuple(outputs) if kernel.returns_tuple else outputs[0]
 
 
