@@ -93,6 +93,7 @@ import numpy as np
 
 from relaydsl import settings
 from relaydsl.errors import RelayError
+from relaydsl.op.collective import install_reducer
 
 __all__ = [
     "DistributedError", "allreduce", "barrier", "broadcast", "broadcast_model", "init",
@@ -163,6 +164,7 @@ def init(*, timeout: float | None = None, mpi: bool | None = None) -> None:
             threads = max(1, settings.usable_cores() // _world.local_size)
             os.environ["RELAYDSL_NUM_THREADS"] = str(threads)
         _install_abort_on_exception()
+        install_reducer(_sum_over_ranks)
 
 
 def _import_mpi() -> AnyValue:
@@ -246,6 +248,17 @@ def _wait(world: _World, requests: list, what: str) -> None:
                           "$RELAYDSL_DIST_TIMEOUT.)")
         if now - start > 0.05:  # a long wait (another rank compiling): poll without spinning
             time.sleep(0.001)
+
+
+def _sum_over_ranks(part: np.ndarray) -> None:
+    """psum's exchange inside a compiled program (relaydsl.op.collective's reducer): an
+    allreduce of this rank's part, in place, within the timeout."""
+    from mpi4py import MPI
+
+    world = _the_world()
+    _wait(world, [world.comm.Iallreduce(MPI.IN_PLACE, part, op=MPI.SUM)],
+          f"psum of {part.dtype.name}{list(part.shape)} inside a compiled program (a "
+          "batch_norm(sync=True), or a relay.psum)")
 
 
 def barrier() -> None:

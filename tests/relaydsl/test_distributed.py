@@ -239,15 +239,27 @@ def test_two_ranks_train_as_one_process_on_the_same_global_batch(tmp_path):
     assert ref.returncode == 0, ref.stderr
     ranks, one = np.load(tmp_path / "ranks.npz"), np.load(tmp_path / "one.npz")
     cases = {k.rsplit("/", 1)[0] for k in ranks.files}
-    assert cases == {f"{m}/{o}" for m in ("mlp", "bn") for o in ("sgd", "momentum", "adam")}
+    assert cases == {f"{m}/{o}" for m in ("mlp", "bn", "sbn@llvm", "sbn@interp")
+                     for o in ("sgd", "momentum", "adam")}
     for key in ranks.files:
         # without batch norm: one process on each whole global batch; with it, batch norm
         # normalises each rank's slice, as one process averaging the slices' gradients
-        # (and their running statistics) does
-        kind = "full" if key.startswith("mlp/") else "sliced"
-        np.testing.assert_allclose(ranks[key], one[f"{kind}/{key}"], rtol=1e-5, atol=1e-6,
-                                   err_msg=key)
-    assert any("moving_var" in k for k in ranks.files)
+        # (and their running statistics) does; with batch norm over the global batch
+        # (sync=True), one process's plain batch_norm on each whole global batch
+        model, rest = key.split("/", 1)
+        want = {"mlp": f"full/mlp/{rest}", "bn": f"sliced/bn/{rest}"}.get(model,
+                                                                         f"full/bn/{rest}")
+        np.testing.assert_allclose(ranks[key], one[want], rtol=1e-5, atol=1e-6, err_msg=key)
+    moving = [k for k in ranks.files if "moving_" in k]
+    assert len(moving) == 3 * 3 * 2
+    # the statistics moved
+    start = {"moving_mean": 0.0, "moving_var": 1.0}
+    for key in moving:
+        assert np.abs(ranks[key] - start[key.rsplit(".", 1)[1]]).max() > 1e-3, key
+    # and the sync=True comparison can fail: slices' statistics train other parameters
+    gap = max(np.abs(one[k] - one[k.replace("full/", "sliced/", 1)]).max()
+              for k in one.files if k.startswith("full/bn/"))
+    assert gap > 1e-2
 
 
 @needs_mpi
@@ -259,12 +271,14 @@ def test_allreduce_of_adt_shaped_gradients_keeps_their_structure():
 
 @needs_mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("failure", ["hang", "raise", "die", "mismatch"])
+@pytest.mark.parametrize("failure", ["hang", "hang-sync", "raise", "die", "mismatch"])
 def test_a_failing_rank_fails_the_job_within_the_timeout(failure):
     done, seconds = _job(failure, timeout_s=5, limit=240)
     output = done.stdout + done.stderr
-    if failure == "hang":  # rank 0 gives up waiting after the timeout, and says why
-        expected = [r"rank 0 of 2 waited \d+ s in allreduce",
+    if failure.startswith("hang"):  # rank 0 gives up waiting after the timeout, and says why
+        where = (r"psum of float32\[[\d, ]+\] inside a compiled program" if failure == "hang-sync"
+                 else "allreduce")
+        expected = [rf"rank 0 of 2 waited \d+ s in {where}",
                     r"one of them has hung, died or taken another path",
                     re.escape("(The limit, 5 s, is dist.init(timeout=...) or "
                               "$RELAYDSL_DIST_TIMEOUT.)")]
