@@ -13,8 +13,9 @@ sizes accepted as written there):
 - ``relay.conv2d(x, num_filter=, ksize=, strides=1, padding=0, groups=1, no_bias=False)``
   (``groups`` channel groups; groups = in-channels = num_filter is a depthwise convolution)
 - ``relay.linear(x, num_hidden=, no_bias=False)``
-- ``relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1)`` (learned scale and shift; in
-  training the batch statistics, folded into the running ones; in inference the running ones)
+- ``relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1, sync=False)`` (learned scale and
+  shift; in training the batch statistics, folded into the running ones, with ``sync=True``
+  those of the global batch of a distributed job; in inference the running ones)
 - ``relay.dropout(x, rate=0.5)`` (in training a new mask each step, drawn from the layer's
   key; in inference the identity)
 - ``relay.embedding(ids, vocab=, dim=)``
@@ -373,12 +374,15 @@ Example::
     def net(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 3)]:
         return relay.linear(x, num_hidden=3)
 """,
-    "batch_norm": """relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1)
+    "batch_norm": """relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1, sync=False)
 
 A batch normalisation layer with a learned scale and shift over channel axis `axis`. In
 inference it normalises with the running statistics; in training (relay.grad, relay.train)
 with the batch's, and folds them into the running ones:
 running = (1 - momentum) * running + momentum * batch (the unbiased batch variance).
+sync=True: in a job of several ranks (relaydsl.distributed) the batch is the global one,
+every rank's slice together (PyTorch's SyncBatchNorm), at the cost of two small exchanges
+forward and two backward per layer and step; in one process it changes nothing.
 Parameters: batch_norm_<k>.gamma, .beta (learned); .moving_mean, .moving_var (state,
 updated by training steps, no gradient).
 
