@@ -3,7 +3,9 @@
     python benchmarks/distributed.py [--quick] [--models lenet,resnet] [--output FILE]
 
 For each model (LeNet of Figure 4 on MNIST-shaped images; a small ResNet with batch norm on
-Fashion-MNIST-shaped images), one run measures training throughput:
+Fashion-MNIST-shaped images; with ``--models resnet-sync``, that ResNet with batch norm over
+the global batch, ``sync=True``, whose training step exchanges every layer's statistics),
+one run measures training throughput:
 
 - 1 process on 1 core (pinned to core 0, ``RELAYDSL_NUM_THREADS=1``), per-rank batch B;
 - 2 processes on 2 cores (``mpiexec -n 2``, rank r pinned to core r, one thread each), per-rank
@@ -64,37 +66,43 @@ def lenet_loss(x: Tensor[Float, ("n", 1, 28, 28)], y: Tensor[Float, ("n", 10)]) 
     return relay.softmax_cross_entropy(lenet(x), y)
 
 
-@relay_model
-def resnet(x: Tensor[Float, ("n", 1, 28, 28)]) -> Tensor[Float, ("n", 10)]:
-    """A small ResNet for 28x28 grey images: a 3x3 stem of 16 channels, three basic blocks
-    (16, 32 and 64 channels, the last two at stride 2, with 1x1 projections), batch norm
-    after every convolution, global average pooling, a linear classifier."""
-    h = relay.relu(relay.batch_norm(relay.conv2d(x, num_filter=16, ksize=3, padding=1,
-                                                 no_bias=True)))
-    t = relay.relu(relay.batch_norm(relay.conv2d(h, num_filter=16, ksize=3, padding=1,
-                                                 no_bias=True)))
-    t = relay.batch_norm(relay.conv2d(t, num_filter=16, ksize=3, padding=1, no_bias=True))
-    h = relay.relu(t + h)
-    t = relay.relu(relay.batch_norm(relay.conv2d(h, num_filter=32, ksize=3, strides=2,
-                                                 padding=1, no_bias=True)))
-    t = relay.batch_norm(relay.conv2d(t, num_filter=32, ksize=3, padding=1, no_bias=True))
-    s = relay.batch_norm(relay.conv2d(h, num_filter=32, ksize=1, strides=2, no_bias=True))
-    h = relay.relu(t + s)
-    t = relay.relu(relay.batch_norm(relay.conv2d(h, num_filter=64, ksize=3, strides=2,
-                                                 padding=1, no_bias=True)))
-    t = relay.batch_norm(relay.conv2d(t, num_filter=64, ksize=3, padding=1, no_bias=True))
-    s = relay.batch_norm(relay.conv2d(h, num_filter=64, ksize=1, strides=2, no_bias=True))
-    h = relay.relu(t + s)
-    return relay.linear(relay.flatten_layer(relay.global_avg_pool2d(h)), num_hidden=10)
+def small_resnet(sync: bool) -> tuple:
+    """A small ResNet for 28x28 grey images and its loss: a 3x3 stem of 16 channels, three
+    basic blocks (16, 32 and 64 channels, the last two at stride 2, with 1x1 projections),
+    batch norm after every convolution (over the global batch with `sync`), global average
+    pooling, a linear classifier."""
 
+    @relay_model
+    def resnet(x: Tensor[Float, ("n", 1, 28, 28)]) -> Tensor[Float, ("n", 10)]:
+        c = relay.conv2d(x, num_filter=16, ksize=3, padding=1, no_bias=True)
+        h = relay.relu(relay.batch_norm(c, sync=sync))
+        c = relay.conv2d(h, num_filter=16, ksize=3, padding=1, no_bias=True)
+        t = relay.relu(relay.batch_norm(c, sync=sync))
+        c = relay.conv2d(t, num_filter=16, ksize=3, padding=1, no_bias=True)
+        h = relay.relu(relay.batch_norm(c, sync=sync) + h)
+        c = relay.conv2d(h, num_filter=32, ksize=3, strides=2, padding=1, no_bias=True)
+        t = relay.relu(relay.batch_norm(c, sync=sync))
+        c = relay.conv2d(t, num_filter=32, ksize=3, padding=1, no_bias=True)
+        s = relay.conv2d(h, num_filter=32, ksize=1, strides=2, no_bias=True)
+        h = relay.relu(relay.batch_norm(c, sync=sync) + relay.batch_norm(s, sync=sync))
+        c = relay.conv2d(h, num_filter=64, ksize=3, strides=2, padding=1, no_bias=True)
+        t = relay.relu(relay.batch_norm(c, sync=sync))
+        c = relay.conv2d(t, num_filter=64, ksize=3, padding=1, no_bias=True)
+        s = relay.conv2d(h, num_filter=64, ksize=1, strides=2, no_bias=True)
+        h = relay.relu(relay.batch_norm(c, sync=sync) + relay.batch_norm(s, sync=sync))
+        return relay.linear(relay.flatten_layer(relay.global_avg_pool2d(h)), num_hidden=10)
 
-@relay
-def resnet_loss(x: Tensor[Float, ("n", 1, 28, 28)], y: Tensor[Float, ("n", 10)]) -> Float:
-    return relay.softmax_cross_entropy(resnet(x), y)
+    @relay
+    def resnet_loss(x: Tensor[Float, ("n", 1, 28, 28)], y: Tensor[Float, ("n", 10)]) -> Float:
+        return relay.softmax_cross_entropy(resnet(x), y)
+
+    return resnet, resnet_loss
 
 
 MODELS = {"lenet": (lenet, lenet_loss, "LeNet (MNIST)"),
-          "resnet": (resnet, resnet_loss, "small ResNet, batch norm (Fashion-MNIST)")}
+          "resnet": (*small_resnet(False), "small ResNet, batch norm (Fashion-MNIST)"),
+          "resnet-sync": (*small_resnet(True),
+                          "small ResNet, batch norm over the global batch (sync=True)")}
 
 
 # ---- one rank (the --worker entry point) --------------------------------------------------

@@ -13,8 +13,9 @@ sizes accepted as written there):
 - ``relay.conv2d(x, num_filter=, ksize=, strides=1, padding=0, groups=1, no_bias=False)``
   (``groups`` channel groups; groups = in-channels = num_filter is a depthwise convolution)
 - ``relay.linear(x, num_hidden=, no_bias=False)``
-- ``relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1)`` (learned scale and shift; in
-  training the batch statistics, folded into the running ones; in inference the running ones)
+- ``relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1, sync=False)`` (learned scale and
+  shift; in training the batch statistics, folded into the running ones, with ``sync=True``
+  those of the global batch of a distributed job; in inference the running ones)
 - ``relay.dropout(x, rate=0.5)`` (in training a new mask each step, drawn from the layer's
   key; in inference the identity)
 - ``relay.embedding(ids, vocab=, dim=)``
@@ -152,24 +153,37 @@ def linear(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
 
 def batch_norm(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     """Inference: normalise with the running statistics. Training: with the batch's, and
-    running = (1 - momentum) * running + momentum * batch (the unbiased batch variance)."""
+    running = (1 - momentum) * running + momentum * batch (the unbiased batch variance).
+
+    ``sync=True``: in a distributed job, the batch is the global one, the slices of every
+    rank together (PyTorch's SyncBatchNorm, flax's ``BatchNorm(axis_name=...)``); in one
+    process it changes nothing. See `synced_batch_norm`."""
     (x,) = args
     attrs = {"axis": int(kwargs.pop("axis", 1)), "epsilon": float(kwargs.pop("epsilon", 1e-5)),
              "momentum": float(kwargs.pop("momentum", 0.1))}
+    sync = kwargs.pop("sync", False)
+    if not isinstance(sync, bool):
+        raise ctx.error(f"relay.batch_norm: sync must be True or False, got {sync!r}")
     _no_extra(kwargs, "batch_norm", ctx)
     gamma = ctx.param("batch_norm", "gamma", "ones")
     beta = ctx.param("batch_norm", "beta", "zeros")
     mean = ctx.param("batch_norm", "moving_mean", "zeros", state=True)
     var = ctx.param("batch_norm", "moving_var", "ones", state=True)
 
+    def batch_statistics(data: Expr, g: Expr, b: Expr, moving_mean: Expr,
+                         moving_var: Expr) -> Expr:
+        if sync:
+            return synced_batch_norm(ctx, data, g, b, moving_mean, moving_var, **attrs)
+        return ctx.op(batch_norm_op, data, g, b, moving_mean, moving_var, training=True,
+                      **attrs)
+
     def training(args: list[Expr], update: bool) -> Expr:
         """Normalise with the batch statistics; to update, write the new running ones back."""
         if not update:
-            return ctx.op(batch_norm_op, *args, training=True, **attrs)
+            return batch_statistics(*args)
         data, g, b, mean_ref, var_ref = args
         out = Var("batch_norm")
-        call = ctx.op(batch_norm_op, data, g, b, RefRead(mean_ref), RefRead(var_ref),
-                      training=True, **attrs)
+        call = batch_statistics(data, g, b, RefRead(mean_ref), RefRead(var_ref))
         updates = Let(Var("_"), RefWrite(mean_ref, TupleGetItem(out, 1)),
                       Let(Var("_"), RefWrite(var_ref, TupleGetItem(out, 2)), out))
         return Let(out, call, updates, span=ctx.span)
@@ -177,6 +191,52 @@ def batch_norm(ctx: LayerContext, args: list[Expr], kwargs: dict) -> Expr:
     call = ctx.modal(ctx.op(batch_norm_op, x, gamma, beta, mean, var, training=False, **attrs),
                      training)
     return TupleGetItem(call, 0, span=ctx.span)
+
+
+def synced_batch_norm(ctx: LayerContext, x: Expr, gamma: Expr, beta: Expr, moving_mean: Expr,
+                      moving_var: Expr, *, axis: int, epsilon: float, momentum: float) -> Expr:
+    """batch_norm in training over the global batch, every rank's slice of it: what
+    ``batch_norm(..., training=True)`` gives on the concatenated slices, ``(out, new moving
+    mean, new moving var)``.
+
+    Each rank's statistics per channel (its count n, mean m, biased variance v) are combined
+    exactly, as Chan et al.'s parallel variance: ``N = psum(n)``, ``M = psum(n m) / N``,
+    ``V = psum(n v + n (m - M)^2) / N``; two exchanges forward (the first carries n and n m
+    stacked), and psum's gradient makes two backward. The local statistics come from a
+    training batch_norm whose momentum 1 makes its moving outputs the batch's (so the
+    channel axis needs no rank here: the op's relation finds the others); an inference
+    batch_norm then normalises with M and V.
+    """
+    def op(opdef: OpDef, *operands: Expr, **attrs: AnyValue) -> Expr:
+        return ctx.op(opdef, *operands, **attrs)
+
+    local = op(batch_norm_op, x, gamma, beta, moving_mean, moving_var, axis=axis,
+               epsilon=epsilon, momentum=1.0, training=True)
+    m, unbiased_v = TupleGetItem(local, 1), TupleGetItem(local, 2)
+    # n per channel, as a tensor of m's shape and dtype (the size of x over that of gamma)
+    per_channel = op(ops.floor_divide, op(ops.ndarray_size, x), op(ops.ndarray_size, gamma))
+    n = op(ops.multiply, op(ops.ones_like, m), op(ops.cast_like, per_channel, m))
+    one = op(ops.ones_like, n)
+    # n v, from the unbiased variance the op gives: v n / max(n - 1, 1)
+    n_v = op(ops.multiply, unbiased_v, op(ops.maximum, op(ops.subtract, n, one), one))
+    sums = op(ops.psum, op(ops.stack, Tuple((op(ops.multiply, n, m), n)), axis=0))
+    total = op(ops.take, sums, Constant(np.array(1, "int32")), axis=0)
+    mean_ = op(ops.divide, op(ops.take, sums, Constant(np.array(0, "int32")), axis=0), total)
+    spread = op(ops.subtract, m, mean_)
+    squares = op(ops.add, n_v, op(ops.multiply, n, op(ops.multiply, spread, spread)))
+    var_ = op(ops.divide, op(ops.psum, squares), total)
+    out = op(batch_norm_op, x, gamma, beta, mean_, var_, axis=axis, epsilon=epsilon,
+             training=False)
+    keep, new = Constant(np.array(1 - momentum, "float32")), Constant(
+        np.array(momentum, "float32"))
+    unbiased = op(ops.divide, total, op(ops.maximum, op(ops.subtract, total, one), one))
+
+    def blend(moving: Expr, batch: Expr) -> Expr:
+        return op(ops.add, op(ops.multiply, op(ops.cast_like, keep, moving), moving),
+                  op(ops.multiply, op(ops.cast_like, new, moving), batch))
+
+    return Tuple((TupleGetItem(out, 0), blend(moving_mean, mean_),
+                  blend(moving_var, op(ops.multiply, var_, unbiased))), span=ctx.span)
 
 
 # A dropout layer's key, model state: (k0, step). create_model draws k0 from its seed and the
@@ -314,12 +374,15 @@ Example::
     def net(x: Tensor[Float, (2, 6)]) -> Tensor[Float, (2, 3)]:
         return relay.linear(x, num_hidden=3)
 """,
-    "batch_norm": """relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1)
+    "batch_norm": """relay.batch_norm(x, axis=1, epsilon=1e-5, momentum=0.1, sync=False)
 
 A batch normalisation layer with a learned scale and shift over channel axis `axis`. In
 inference it normalises with the running statistics; in training (relay.grad, relay.train)
 with the batch's, and folds them into the running ones:
 running = (1 - momentum) * running + momentum * batch (the unbiased batch variance).
+sync=True: in a job of several ranks (relaydsl.distributed) the batch is the global one,
+every rank's slice together (PyTorch's SyncBatchNorm), at the cost of two small exchanges
+forward and two backward per layer and step; in one process it changes nothing.
 Parameters: batch_norm_<k>.gamma, .beta (learned); .moving_mean, .moving_var (state,
 updated by training steps, no gradient).
 

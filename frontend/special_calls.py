@@ -8,7 +8,8 @@ The special ones, each its own method below:
   the op with new hidden parameters of the function being translated (its owner);
 - a model, or a function using one: a call passing its hidden parameters on;
 - the training API (``relay.create_model``, ``relay.grad(model, loss, data)``,
-  ``relay.update_model_params``, ``relay.export_model``; training.py);
+  ``relay.update_model_params``, ``relay.export_model``, and ``dist.allreduce`` of the
+  gradients; training.py);
 - ``relay.grad(f)``: the paper's Grad node;
 - references (``relay.ref``, ``relay.ref_read``, ``relay.ref_write``) and the prelude's
   functions (``relay.map``, ...: `PreludeFunction`).
@@ -23,6 +24,7 @@ import contextlib
 from collections import Counter
 from typing import TYPE_CHECKING, Any as AnyValue, Callable
 
+from relaydsl import distributed
 from relaydsl.frontend import annotations, references, training
 from relaydsl.frontend.function import HiddenParam, RelayFunction, RelayModelFunction
 from relaydsl.frontend.layers import (
@@ -107,7 +109,8 @@ class SpecialCalls:
 
     def _training_call(self, tr: Translator, target: AnyValue, node: ast.Call, args: Args,
                        kwargs: Keywords, env: Env) -> Expr | None:
-        """create_model, grad(model, loss, data), update_model_params, export_model."""
+        """create_model, grad(model, loss, data), update_model_params, export_model, and
+        relaydsl.distributed's allreduce of their gradients."""
         if target is create_model:
             model_fn = _python_arg(tr, node, 0)
             if not isinstance(model_fn, RelayModelFunction) or len(args) != 1:
@@ -122,6 +125,9 @@ class SpecialCalls:
             return training.update(tr, node, args, static, env)
         if target is export_model:
             return training.export(tr, self.owner, node, args, env)
+        if target is distributed.allreduce:
+            static = {k: tr.values.static(v) for k, v in kwargs.items()}
+            return training.allreduce(tr, node, args, static, env)
         return None
 
     def _layer(self, tr: Translator, name: str, node: ast.Call, args: Args,

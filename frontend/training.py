@@ -35,7 +35,7 @@ from relaydsl.frontend.model import (
     OPTIMISERS, SGD, Adam, Momentum, create_model as create_parameters, update_model_params,
 )
 from relaydsl.frontend.modes import Mode
-from relaydsl.frontend.translate.kinds import ValueKind, declared_result_kind
+from relaydsl.frontend.translate.kinds import TupleKind, ValueKind, declared_result_kind
 from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, Grad, Let, RefCreate, RefRead, RefWrite, Tuple,
     TupleGetItem, Var,
@@ -174,7 +174,37 @@ def grad(tr: "Translator", owner: "RelayFunction", node, args: list, env) -> Exp
     for var, field in reversed(list(zip(bound, fields))):
         body = Let(var, field, body)
     out = Let(params, RefRead(model_expr), body, span=span)
-    tr.kinds.note(out, ValueKind.TUPLE)
+    tr.kinds.note(out, TupleKind((ValueKind.TENSOR,) * len(model.trainable)))
+    return out
+
+
+def allreduce(tr: "Translator", node, args: list, static: dict, env) -> Expr:
+    """dist.allreduce(grads, op="mean") inside decorated code: each gradient of
+    relay.grad(model, loss, data) summed over the ranks by ``psum`` in the compiled program
+    (one exchange per gradient), divided for the mean by the number of ranks, ``psum(1)``.
+    In one process, the identity."""
+    op = static.pop("op", "mean")
+    if len(args) != 1 or static or op not in ("mean", "sum"):
+        raise tr.error(node, "inside decorated code dist.allreduce takes the gradients of "
+                             "relay.grad(model, loss, data) and op='mean' or op='sum' "
+                             f"(count=, model= and bucket_bytes= are the Python loop's); got "
+                             f"{len(args)} argument(s), op={op!r}"
+                             f"{', ' + ', '.join(f'{k}=' for k in static) if static else ''}")
+    kind = tr.kinds.of(args[0], env)
+    if not isinstance(kind, TupleKind) or any(f is not ValueKind.TENSOR for f in kind.fields):
+        raise tr.error(node, "inside decorated code dist.allreduce takes the gradients "
+                             "relay.grad(model, loss, data) returns (a tuple of tensors); for "
+                             "another value, sum it over the ranks with relay.psum(x)")
+    grads, ranks = Var("grads"), Var("ranks")
+    fields: list[Expr] = []
+    for k in range(len(kind.fields)):
+        total = ops.psum(TupleGetItem(grads, k))
+        fields.append(ops.divide(total, ops.cast_like(ranks, total)) if op == "mean" else total)
+    body: Expr = Tuple(fields)
+    if op == "mean":
+        body = Let(ranks, ops.psum(Constant(np.array(1.0, "float32"))), body)
+    out = Let(grads, args[0], body, span=tr.span(node))
+    tr.kinds.note(out, kind)
     return out
 
 

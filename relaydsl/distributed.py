@@ -32,15 +32,22 @@ given one, the optimiser's state); from there the ranks stay equal because every
 applies the same averaged gradients. The state that ``relay.grad`` updates is kept
 consistent by ``allreduce``: it averages the floating-point state of the model whose
 gradients it reduces (batch_norm's running statistics) in the same buffer, so every rank
-holds the same running statistics. Batch norm normalises with the statistics of the rank's
-own slice, as PyTorch DDP does without SyncBatchNorm: the statistics are computed inside the
-one compiled training program, which cannot communicate mid-run (see below), so the result
-equals one process computing each slice's gradient and averaging them, not one batch-norm
-over the whole global batch. The averaged running mean is the global batch's mean; the
-averaged running variance leaves out the variance between the slices' means. Dropout keys
-are state too: their step counters advance in lockstep on every rank, and each rank's
-``k0`` has the rank folded in by ``broadcast_model`` (rank 0 keeps its own), so the ranks
-drop different units of their different examples instead of repeating rank 0's masks.
+holds the same running statistics. Dropout keys are state too: their step counters advance
+in lockstep on every rank, and each rank's ``k0`` has the rank folded in by
+``broadcast_model`` (rank 0 keeps its own), so the ranks drop different units of their
+different examples instead of repeating rank 0's masks.
+
+**Batch norm.** By default a batch_norm layer normalises with the statistics of the rank's
+own slice, as PyTorch DDP does without SyncBatchNorm: the result equals one process computing
+each slice's gradient and averaging them, not one batch norm over the global batch (the
+averaged running variance leaves out the variance between the slices' means).
+``relay.batch_norm(x, sync=True)`` is SyncBatchNorm: the compiled training step combines the
+ranks' per-channel counts, means and variances exactly with ``relay.psum``, a collective op
+inside the program (relaydsl/op/collective.py), whose exchanges go through the reducer
+``init`` installs (an MPI allreduce in place, within the timeout); N ranks then take the
+steps, and keep the running statistics, of one process on the global batch. It is opt-in,
+as in PyTorch, flax and Horovod: it costs two small exchanges forward and two backward per
+layer and step, and matters most when each rank's slice is small.
 
 **Buffers.** ``allreduce`` packs the gradients into a few contiguous buffers (buckets of at
 most ``bucket_bytes``, 25 MiB as PyTorch DDP's, one per dtype at least; a model of less
@@ -58,7 +65,8 @@ per step beside the compute time) and DISTRIBUTED.md models it at scale.
 **Failures.** A collective waits at most ``timeout`` seconds (``init(timeout=)``,
 ``$RELAYDSL_DIST_TIMEOUT``, default 600) for the other ranks; then the waiting rank prints
 which collective it was in and aborts the whole job (``MPI_Abort``), as NCCL's watchdog
-does, so a hung or dead rank fails the job instead of hanging it. An exception that no code
+does, so a hung or dead rank fails the job instead of hanging it; a psum inside a compiled
+program waits the same way (the message names it). An exception that no code
 catches on one rank aborts the job at once (as ``python -m mpi4py`` does). A save from rank 0
 is atomic (``relay.save_model`` writes a temporary file and renames it), so a rank dying
 mid-save leaves the previous file whole.
@@ -69,8 +77,12 @@ the first program compiles (call ``init`` first). ``mpiexec -bind-to core`` give
 one core of its own.
 
 **Inside ``@relay``.** A training loop written inside a decorated function (Figure 4) runs as
-one compiled program, which cannot call MPI: a call of any function of this module there is
-a DSLSyntaxError at the call, saying to write the loop in Python.
+one compiled program, which exchanges data with the other ranks only through its collectives:
+``dist.allreduce(g, op="mean")`` of the gradients of ``relay.grad(model, loss, data)``
+becomes a ``relay.psum`` of each gradient (divided by ``psum(1)``, the number of ranks, for
+the mean; one exchange per gradient, not bucketed), and ``batch_norm(sync=True)`` works there
+too. A call of any other function of this module there is a DSLSyntaxError at the call:
+call it in Python and pass what it gives in.
 
 This module works on any model with ``params`` (a dict of NumPy arrays) and ``state_names``
 and on gradients as ``relay.grad`` returns them (dicts, tuples, lists, ADT values, arrays),
@@ -93,6 +105,7 @@ import numpy as np
 
 from relaydsl import settings
 from relaydsl.errors import RelayError
+from relaydsl.op.collective import install_reducer
 
 __all__ = [
     "DistributedError", "allreduce", "barrier", "broadcast", "broadcast_model", "init",
@@ -163,6 +176,7 @@ def init(*, timeout: float | None = None, mpi: bool | None = None) -> None:
             threads = max(1, settings.usable_cores() // _world.local_size)
             os.environ["RELAYDSL_NUM_THREADS"] = str(threads)
         _install_abort_on_exception()
+        install_reducer(_sum_over_ranks)
 
 
 def _import_mpi() -> AnyValue:
@@ -246,6 +260,17 @@ def _wait(world: _World, requests: list, what: str) -> None:
                           "$RELAYDSL_DIST_TIMEOUT.)")
         if now - start > 0.05:  # a long wait (another rank compiling): poll without spinning
             time.sleep(0.001)
+
+
+def _sum_over_ranks(part: np.ndarray) -> None:
+    """psum's exchange inside a compiled program (relaydsl.op.collective's reducer): an
+    allreduce of this rank's part, in place, within the timeout."""
+    from mpi4py import MPI
+
+    world = _the_world()
+    _wait(world, [world.comm.Iallreduce(MPI.IN_PLACE, part, op=MPI.SUM)],
+          f"psum of {part.dtype.name}{list(part.shape)} inside a compiled program (a "
+          "batch_norm(sync=True), or a relay.psum)")
 
 
 def barrier() -> None:
@@ -677,14 +702,15 @@ def shard(data: AnyValue, *, batch_size: int | None = None, seed: int | None = N
 
 
 # Inside a @relay function these are refused where they are called (translate/calls.py reads
-# the mark): the compiled program cannot communicate with other processes mid-run.
+# the mark): the compiled program exchanges data with the other ranks only through its
+# collectives (allreduce, which the frontend translates to psum, is not marked).
 _IN_RELAY = ("relaydsl.distributed.{0}() cannot run inside a @relay function: the function is "
-             "one compiled program, which cannot call MPI while it runs. Write the training "
-             "loop in Python (for x, y in dist.shard(...): g = dist.allreduce(relay.grad(model, "
-             "loss, (x, y))); relay.update_model_params(model, g, opt)), or keep the loop in "
-             "@relay and run it on one process")
+             "one compiled program, which exchanges data with the other ranks only through "
+             "collectives -- dist.allreduce(g) of relay.grad(model, loss, data)'s gradients, "
+             "relay.psum(x), relay.batch_norm(x, sync=True). Call {0}() in Python, before the "
+             "function, and pass what it gives in as an argument")
 
-for _function in (init, rank, world_size, barrier, allreduce, sync_state, broadcast,
-                  broadcast_model, shard):
+for _function in (init, rank, world_size, barrier, sync_state, broadcast, broadcast_model,
+                  shard):
     _function.relay_python_only = _IN_RELAY.format(_function.__name__)  # type: ignore[attr-defined]
 del _function

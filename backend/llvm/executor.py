@@ -56,6 +56,8 @@ from relaydsl.ir.types import (
 )
 from relaydsl.ir.visitor import substitute_types, type_vars_of
 from relaydsl.transform import pipeline
+from relaydsl.op.collective import Collective
+from relaydsl.transform._util import collective_of
 from relaydsl.transform.pipeline import CompileOptions
 
 _log = logging.getLogger(__name__)
@@ -204,22 +206,26 @@ class PrimitiveKernels:
 
     def __init__(self, options: CompileOptions):
         self.options = options
-        # by primitive function (held, so never confused with a later one) and argument shapes
-        self._kernels: dict[tuple, Kernel] = {}
+        # by primitive function (held, so never confused with a later one) and argument
+        # shapes: the kernel, and the collective it makes this rank's part of (or None)
+        self._kernels: dict[tuple, tuple[Kernel, Collective | None]] = {}
 
     def __call__(self, fn: Function, args: list[Value]) -> Value:
         """`fn` on `args` as a compiled kernel."""
         arrays = [contiguous(a) for a in args]
         key = (fn, *[(a.shape, a.dtype.str) for a in arrays])
-        kernel = self._kernels.get(key)
-        if kernel is None:
+        found = self._kernels.get(key)
+        if found is None:
             types = [TensorType(a.shape, a.dtype.name) for a in arrays]
             kernel = compile_primitive(specialize(fn, types), self.options)
             if _log.isEnabledFor(logging.DEBUG):
                 shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
                 _log.debug("dispatcher: for (%s) %r", shapes, kernel)
-            self._kernels[key] = kernel
+            found = self._kernels[key] = (kernel, collective_of(fn))
+        kernel, collective = found
         outputs = kernel.call_trusted(arrays)
+        if collective is not None:  # the kernel made this rank's part: the exchange
+            collective.reduce_in_place(outputs[0])
         return tuple(outputs) if kernel.returns_tuple else outputs[0]
 
 

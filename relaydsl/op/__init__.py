@@ -7,7 +7,7 @@ from relaydsl.op.registry import (
 )
 
 # The families, each defining its ops (import order: later families use earlier ones' ops).
-from relaydsl.op import tensor, reduce, transform, nn, quantize
+from relaydsl.op import tensor, reduce, transform, nn, quantize, collective
 
 __all__ = ["Attr", "OpDef", "OpPattern", "REQUIRED", "Traits", "all_ops", "lookup", "ops",
-           "register", "tensor", "reduce", "transform", "nn", "quantize"]
+           "register", "tensor", "reduce", "transform", "nn", "quantize", "collective"]

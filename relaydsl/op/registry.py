@@ -45,6 +45,7 @@ from relaydsl.ir.types import DTYPES, FuncType, Kind, Type, TypeRelation, TypeVa
 from relaydsl.te.rules import ComputeRule, checked
 
 if TYPE_CHECKING:
+    from relaydsl.op.collective import Collective
     from relaydsl.op.quantize_rule import QuantizeRule
 
 
@@ -257,6 +258,9 @@ class Traits:
       gives the slices of its result (CombineParallelConv2D combines them across branches).
     - ``quantize``: the op's quantization rule (quantize_rule.QuantizeRule: which operands
       annotation quantizes, how realization runs it on integers); None runs it in float.
+    - ``collective``: the op's result depends on every rank of a distributed job
+      (collective.py's ``Collective``, which backends apply to the compute rule's output):
+      its calls are not pure, so passes never fold, merge, move or drop them.
     """
 
     result_arity: Callable[[Attrs], int | None] | None = None
@@ -266,6 +270,7 @@ class Traits:
     infers_inputs: tuple[int, ...] = ()
     arithmetic: bool = False
     quantize: QuantizeRule | None = None
+    collective: Collective | None = None
 
 
 @dataclass(frozen=True, eq=False)

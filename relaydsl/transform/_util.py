@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.attrs import Attrs
@@ -13,6 +13,9 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator, ExprVisitor, post_order, type_vars_of
 from relaydsl.op.registry import OpDef
+
+if TYPE_CHECKING:
+    from relaydsl.op.collective import Collective
 
 PRIMITIVE = Attrs({"Primitive": 1})
 
@@ -49,8 +52,9 @@ def calls_any(e: Expr, opdefs: Collection[OpDef]) -> bool:
 
 def is_pure(e: Expr) -> bool:
     """Whether evaluating `e` can have no effect other than its result: variables, constants,
-    ops and constructors applied to pure arguments, tuples, projections, function literals
-    (making a closure runs nothing). Calls of closures or globals may write references."""
+    ops (but collectives) and constructors applied to pure arguments, tuples, projections,
+    function literals (making a closure runs nothing). Calls of closures or globals may write
+    references."""
     if isinstance(e, (Var, Constant, Op, GlobalVar, Constructor, Function)):
         return True
     if isinstance(e, Tuple):
@@ -58,8 +62,34 @@ def is_pure(e: Expr) -> bool:
     if isinstance(e, TupleGetItem):
         return is_pure(e.tuple_value)
     if isinstance(e, Call):
-        return isinstance(e.op, (Op, Constructor)) and all(is_pure(a) for a in e.args)
+        return isinstance(e.op, (Op, Constructor)) and not communicates(e) and \
+            all(is_pure(a) for a in e.args)
     return False
+
+
+def collective_of(fn: Function) -> Collective | None:
+    """The collective of a primitive function that calls a collective op (OPAQUE, a call
+    FuseOps puts in a function of its own), which backends run after its kernel; else
+    None."""
+    found: list[Collective] = []
+
+    def visit(n: Expr) -> None:
+        if isinstance(n, Call) and isinstance(n.op, Op):
+            collective = n.op.definition.traits.collective
+            if collective is not None:
+                found.append(collective)
+
+    post_order(fn.body, visit)
+    return found[0] if found else None
+
+
+def communicates(e: Expr) -> bool:
+    """Whether `e` is a call of a collective op (``Traits.collective``: psum): every rank
+    runs it where and as often as the program says, and waits for the others there, so it is
+    not pure: folding, merging, moving or dropping it on one rank would leave the others
+    waiting, or change what they receive."""
+    return isinstance(e, Call) and isinstance(e.op, Op) and \
+        e.op.definition.traits.collective is not None
 
 
 def ascribes(var: Var, value: Expr) -> bool:

@@ -17,7 +17,8 @@ same ``t``, likewise. The second is replaced by the first:
   form, where let-bound dataflow is inlined, everything merges.)
 
 Only op calls are merged: every op is a pure function of its arguments and attributes
-(dropout's mask is a function of its key operand). Calls of closures and globals may write
+(dropout's mask is a function of its key operand), but a collective (psum: two calls are two
+exchanges with the other ranks, ``_util.communicates``). Calls of closures and globals may write
 references, and constructing a data value allocates it, so those are never merged; nor is
 anything `skip(expr)` says to keep (TVM's ``fskip``).
 
@@ -49,7 +50,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform._util import ascribes, rewrite_functions
+from relaydsl.transform._util import ascribes, communicates, rewrite_functions
 from relaydsl.transform.pass_infra import Pass
 
 # Constants this small compare by value (two literal 1.0s are one); larger ones by identity.
@@ -86,7 +87,8 @@ class _Eliminator(ExprMutator):
     # -- what a computation is --------------------------------------------------------------
     def key(self, e: Expr) -> Hashable | None:
         """The identity of the computation `e`, or None where `e` must stay itself."""
-        if isinstance(e, Call) and isinstance(e.op, Op) and not self.skip(e):
+        if isinstance(e, Call) and isinstance(e.op, Op) and not self.skip(e) \
+                and not communicates(e):
             return ("call", e.op, tuple(self.operand(a) for a in e.args), e.attrs,
                     tuple(e.type_args))
         if isinstance(e, TupleGetItem) and not self.skip(e):

@@ -13,8 +13,9 @@
 
 Effects stay: nothing that would drop the evaluation of a reference operation or of a call
 of a function or closure is folded (``shape_of(@f(%x))`` stays, ``(@f(%x), 1f).1`` too).
-Every op is a pure function of its arguments (dropout's mask of its key), so any op call
-on constants folds, except one whose evaluation fails: that is left for run time, where
+Every op but a collective (psum, whose value depends on the other ranks) is a pure function
+of its arguments (dropout's mask of its key), so any other op call on constants folds,
+except one whose evaluation fails: that is left for run time, where
 the error is reported with its location.
 
 What a program computes is unchanged; the llvm target then runs fewer kernels (a loop over
@@ -54,7 +55,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import ExprMutator
-from relaydsl.transform._util import ascribes, is_pure, rewrite_functions
+from relaydsl.transform._util import ascribes, communicates, is_pure, rewrite_functions
 from relaydsl.transform.pass_infra import Pass
 
 
@@ -173,6 +174,8 @@ def evaluate_call(call: Call, args: Sequence[AnyValue], t: Type) -> Expr | None:
     """The value of the op call `call` on the NumPy values `args` (arrays, or tuples of them
     for tuple-taking ops), as a literal of type `t`; None to leave the call for run time."""
     assert isinstance(call.op, Op)
+    if communicates(call):  # a sum over the ranks is known only when they run
+        return None
     try:
         value = call.op.definition.numpy_ref(*args, **call.attrs)
     except Exception:  # left for run time, where the error is reported with its location

@@ -27,13 +27,13 @@ stays bound; ``%b`` is inlined into its one use)::
 and ``let %a = exp(%x); add(%a, %a)`` becomes ``add(%0, %0)`` where both arguments are
 the one node ``%0 = exp(%x)``.
 
-Contract. Lets whose value has effects (references), builds a closure, a constructor value
-or calls a non-primitive function stay, in order; so does a let whose annotation ascribes
-a type its value does not have of its own (see ``_util.ascribes``): re-typing needs it. A
-computation is only inlined into uses in the same scope as its let (not inside a nested
-function, an ``if`` branch or a ``match`` clause), so it is never moved into a loop body, a
-branch or a closure it was not in; a let
-of a variable, constant, global or operator (no computation) is inlined everywhere. A pure
+Contract. Lets whose value has effects (references, collectives), builds a closure, a
+constructor value or calls a non-primitive function stay, in order; so does a let whose
+annotation ascribes a type its value does not have of its own (see ``_util.ascribes``):
+re-typing needs it. A computation is only inlined into uses in the same scope as its let
+(not inside a nested function, an ``if`` branch or a ``match`` clause), so it is never moved
+into a loop body, a branch or a closure it was not in; a let of a variable, constant, global
+or operator (no computation) is inlined everywhere. A pure
 let with no use disappears. The result is re-typed. In graph form a node shared by two uses
 means one value: the interpreter still evaluates it once per reference, which
 to_a_normal_form (a_normal_form.py) fixes by binding each node once.
@@ -49,7 +49,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.visitor import ExprMutator, scoped_children
 from relaydsl.ir.visitor import deep_recursion
-from relaydsl.transform._util import ascribes, is_primitive
+from relaydsl.transform._util import ascribes, communicates, is_primitive
 from relaydsl.transform.pass_infra import Pass
 
 ATOMS = (Var, Constant, GlobalVar, Op, Constructor)
@@ -64,7 +64,8 @@ def is_dataflow(expr: Expr, memo: dict[Expr, bool] | None = None) -> bool:
     if isinstance(expr, ATOMS):
         result = True
     elif isinstance(expr, Call):
-        callee_ok = isinstance(expr.op, Op) or is_primitive(expr.op)
+        callee_ok = (isinstance(expr.op, Op) and not communicates(expr)) or \
+            is_primitive(expr.op)
         result = callee_ok and all(is_dataflow(a, memo) for a in expr.args)
     elif isinstance(expr, Tuple):
         result = all(is_dataflow(f, memo) for f in expr.fields)

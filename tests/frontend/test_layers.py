@@ -332,3 +332,90 @@ def test_ops_with_a_layer_form_document_both_and_layers_refuse_python_calls():
     with pytest.raises(TypeError, match=r"relay.linear is a layer.*@relay_model"):
         relay.linear(np.ones((2, 3), np.float32), num_hidden=4)
     assert relay.linear is relay.linear
+
+
+# ---- batch norm over the global batch ------------------------------------------------------
+
+@relay_model
+def synced(x: Tensor[Float, ("n", 3, 2, 2)]) -> Tensor[Float, ("n", 3, 2, 2)]:
+    return relay.tanh(relay.batch_norm(x, momentum=0.3, sync=True))
+
+
+@relay_model
+def plain(x: Tensor[Float, ("n", 3, 2, 2)]) -> Tensor[Float, ("n", 3, 2, 2)]:
+    return relay.tanh(relay.batch_norm(x, momentum=0.3))
+
+
+@relay
+def synced_loss(x: Tensor[Float, ("n", 3, 2, 2)]) -> Float:
+    return relay.sum(synced(x) * relay.cos(x))
+
+
+@relay
+def plain_loss(x: Tensor[Float, ("n", 3, 2, 2)]) -> Float:
+    return relay.sum(plain(x) * relay.cos(x))
+
+
+def jax_bn_loss(p, x):
+    """The loss of one process on the whole batch x, normalised with x's statistics."""
+    mean, var = jnp.mean(x, axis=(0, 2, 3)), jnp.var(x, axis=(0, 2, 3))
+    xhat = (x - mean[:, None, None]) / jnp.sqrt(var[:, None, None] + 1e-5)
+    y = jnp.tanh(xhat * p["batch_norm_0.gamma"][:, None, None]
+                 + p["batch_norm_0.beta"][:, None, None])
+    return jnp.sum(y * jnp.cos(x))
+
+
+@pytest.mark.parametrize("target", ["llvm", "interp"])
+def test_synced_batch_norm_of_ranks_with_equal_slices_is_batch_norm_of_the_global_batch(
+        target, monkeypatch):
+    """Two ranks holding the same slice x (psum doubles this rank's part) normalise with the
+    statistics of the global batch [x, x]: the same loss and gradients per example as jax on
+    [x, x], and running statistics that count 2n values (the unbiased variance's n)."""
+    from relaydsl.op.collective import install_reducer
+
+    monkeypatch.setenv("RELAYDSL_TARGET", target)
+    rng = np.random.default_rng(3)
+    scale, shift = np.array([1.0, 3.0, 0.5]), np.array([0.0, 2.0, -1.0])
+    x = (rng.standard_normal((2, 3, 2, 2)) * scale[:, None, None]
+         + shift[:, None, None]).astype(np.float32)
+    model = relay.create_model(synced, seed=0)
+    model.params["batch_norm_0.gamma"][:] = [1.0, 0.5, 2.0]
+    model.params["batch_norm_0.beta"][:] = [0.1, -0.2, 0.3]
+    params = {k: jnp.asarray(v) for k, v in model.params.items()}
+    install_reducer(lambda part: part.__imul__(2))
+    try:
+        step = relay.grad(model, synced_loss)
+        grads = step(x)
+    finally:
+        install_reducer(None)
+    both = np.concatenate([x, x])
+    # the job's loss is the sum of the ranks' (equal) losses: half of it is this rank's
+    np.testing.assert_allclose(step.last_loss, jax_bn_loss(params, both) / 2, rtol=1e-5)
+    want = jax.grad(jax_bn_loss)(params, both)
+    for name in ("batch_norm_0.gamma", "batch_norm_0.beta"):
+        np.testing.assert_allclose(grads[name], want[name] / 2, rtol=1e-5, atol=1e-5,
+                                   err_msg=name)
+    n = both.size // 3
+    mean, var = both.mean(axis=(0, 2, 3)), both.var(axis=(0, 2, 3)) * n / (n - 1)
+    np.testing.assert_allclose(model.params["batch_norm_0.moving_mean"], 0.3 * mean,
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.params["batch_norm_0.moving_var"], 0.7 + 0.3 * var,
+                               rtol=1e-5)
+
+
+def test_synced_batch_norm_in_one_process_is_batch_norm():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    a, b = relay.create_model(synced, seed=0), relay.create_model(plain, seed=0)
+    ga, gb = relay.grad(a, synced_loss, (x,)), relay.grad(b, plain_loss, (x,))
+    for k in ga:
+        np.testing.assert_allclose(ga[k], gb[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for k in a.params:
+        np.testing.assert_allclose(a.params[k], b.params[k], rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def test_batch_norm_sync_is_a_bool():
+    with pytest.raises(DSLSyntaxError, match="sync must be True or False, got 'yes'"):
+        @relay_model
+        def net(x: Tensor[Float, (2, 3)]) -> Tensor[Float, (2, 3)]:
+            return relay.batch_norm(x, sync="yes")

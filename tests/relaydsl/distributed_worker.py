@@ -2,15 +2,21 @@
 ``mpiexec -n N python distributed_worker.py MODE ...`` (or plainly, for the references).
 
     train OUT.npz          K steps of SGD, Momentum and Adam on an MLP and on a batch-norm
-                           model with relaydsl.distributed; rank 0 writes the parameters (and
-                           state) to OUT.npz after checking that every rank holds the same
+                           model with relaydsl.distributed, and on the model with batch norm
+                           over the global batch (sync=True) on llvm and interp; rank 0 writes
+                           the parameters (and state) to OUT.npz after checking that every
+                           rank holds the same
     reference N OUT.npz    the same in one process without MPI: "full/..." trains on each
                            whole global batch; "sliced/..." computes each of the N slices'
                            gradients and state updates from the same model and averages them
                            (what N ranks compute when batch norm normalises each slice)
     hang | die | raise     two steps, then rank 1 sleeps / is killed / raises mid-training;
                            the other ranks must fail the job within RELAYDSL_DIST_TIMEOUT
+    hang-sync              hang, with batch norm over the global batch: rank 0 waits inside
+                           the compiled training step (psum), not in dist.allreduce
     mismatch               rank 1 reduces gradients of another shape than rank 0's
+    figure4                the training loop inside @relay with dist.allreduce and sync batch
+                           norm, against one process on the global batch, on llvm and interp
     trees                  allreduce of ADT-shaped gradients (a tree, a relay.List), of
                            nested tuples and numbers, with counts; dropout keys after
                            broadcast_model; checked on every rank
@@ -35,9 +41,18 @@ def mlp(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 4)]:
     return relay.linear(relay.tanh(relay.linear(x, num_hidden=10)), num_hidden=4)
 
 
+# No bias before batch norm (as ResNet's convolutions): its gradient is zero up to rounding,
+# which Adam's normalisation would turn into steps of the full learning rate in the
+# direction of that rounding, different for every summation order.
 @relay_model
 def bn_net(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 4)]:
-    h = relay.batch_norm(relay.linear(x, num_hidden=10), momentum=0.1)
+    h = relay.batch_norm(relay.linear(x, num_hidden=10, no_bias=True), momentum=0.1)
+    return relay.linear(relay.tanh(h), num_hidden=4)
+
+
+@relay_model
+def sbn_net(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 4)]:
+    h = relay.batch_norm(relay.linear(x, num_hidden=10, no_bias=True), momentum=0.1, sync=True)
     return relay.linear(relay.tanh(h), num_hidden=4)
 
 
@@ -51,7 +66,14 @@ def bn_loss(x: Tensor[Float, ("n", 6)], y: Tensor[Float, ("n", 4)]) -> Float:
     return relay.softmax_cross_entropy(bn_net(x), y)
 
 
+@relay
+def sbn_loss(x: Tensor[Float, ("n", 6)], y: Tensor[Float, ("n", 4)]) -> Float:
+    return relay.softmax_cross_entropy(sbn_net(x), y)
+
+
 MODELS = {"mlp": (mlp, mlp_loss), "bn": (bn_net, bn_loss)}
+# batch norm over the global batch (sync=True), on each target: "sbn@interp/adam/..."
+SYNCED = {"sbn@llvm": (sbn_net, sbn_loss, "llvm"), "sbn@interp": (sbn_net, sbn_loss, "interp")}
 OPTIMISERS = {"sgd": lambda: relay.SGD(lr=0.1), "momentum": lambda: relay.Momentum(lr=0.1),
               "adam": lambda: relay.Adam(lr=0.01)}
 
@@ -68,7 +90,10 @@ def train_distributed(out: str) -> None:
     data = dataset()
     results: dict[str, np.ndarray] = {}
     optimiser_state: dict[str, np.ndarray] = {}
-    for mname, (fn, loss) in MODELS.items():
+    runs = [(m, fn, loss, "llvm") for m, (fn, loss) in MODELS.items()] + [
+        (m, fn, loss, target) for m, (fn, loss, target) in SYNCED.items()]
+    for mname, fn, loss, target in runs:
+        os.environ["RELAYDSL_TARGET"] = target
         for oname, make in OPTIMISERS.items():
             model = relay.create_model(fn, seed=dist.rank())  # different until broadcast
             dist.broadcast_model(model)
@@ -133,17 +158,18 @@ def fail(mode: str) -> None:
     before they wait on each other with $RELAYDSL_DIST_TIMEOUT (a loaded machine may compile
     one rank much later than the other)."""
     dist.init(timeout=600)
-    model = relay.create_model(mlp, seed=0)
+    fn, loss = (sbn_net, sbn_loss) if mode == "hang-sync" else (mlp, mlp_loss)
+    model = relay.create_model(fn, seed=0)
     dist.broadcast_model(model)
     opt = relay.SGD(lr=0.1)
     x, y = dataset()
-    relay.grad(model, mlp_loss, (x[:4], y[:4]))
+    relay.grad(model, loss, (x[:4], y[:4]))
     dist.barrier()
     dist.init(timeout=settings.dist_timeout())
     for step in range(1000):
         if dist.rank() == 1 and step == (0 if mode == "mismatch" else 2):
             print(f"rank 1: {mode}", flush=True)
-            if mode == "hang":
+            if mode.startswith("hang"):
                 time.sleep(600)
             elif mode == "die":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -151,7 +177,7 @@ def fail(mode: str) -> None:
                 raise RuntimeError("rank 1 fails mid-training")
             elif mode == "mismatch":
                 dist.allreduce({"w": np.zeros(3, np.float32)})
-        g = dist.allreduce(relay.grad(model, mlp_loss, (x[:4], y[:4])))
+        g = dist.allreduce(relay.grad(model, loss, (x[:4], y[:4])))
         relay.update_model_params(model, g, opt)
         if dist.rank() == 0:
             print(f"rank 0: step {step}", flush=True)
@@ -238,6 +264,41 @@ def trees() -> None:
     print(f"rank {dist.rank()}: trees reduced", flush=True)
 
 
+@relay
+def train_in_relay(x: Tensor[Float, ("n", 6)], y: Tensor[Float, ("n", 4)],
+                   every: Tensor[Float, (GLOBAL_BATCH, 6)]) -> Tensor[Float, (GLOBAL_BATCH, 4)]:
+    model = relay.create_model(sbn_net, seed=0)
+    for _ in range(STEPS):
+        g = dist.allreduce(relay.grad(model, sbn_loss, (x, y)), op="mean")
+        relay.update_model_params(model, g, lr=0.1)
+    return relay.export_model(model)(every)
+
+
+@relay
+def train_in_relay_alone(x: Tensor[Float, (GLOBAL_BATCH, 6)], y: Tensor[Float, (GLOBAL_BATCH, 4)]
+                         ) -> Tensor[Float, (GLOBAL_BATCH, 4)]:
+    model = relay.create_model(bn_net, seed=0)
+    for _ in range(STEPS):
+        relay.update_model_params(model, relay.grad(model, bn_loss, (x, y)), lr=0.1)
+    return relay.export_model(model)(x)
+
+
+def figure4() -> None:
+    """The training loop inside @relay (Figure 4), every rank on its slice of one global
+    batch, with dist.allreduce and batch norm over the global batch in the compiled program:
+    the trained model's outputs equal those of one process on the whole batch with plain
+    batch norm (computed here, on every rank: it exchanges nothing)."""
+    dist.init()
+    x, y = (a[:GLOBAL_BATCH] for a in dataset())
+    for target in ("llvm", "interp"):
+        os.environ["RELAYDSL_TARGET"] = target
+        (mine_x, mine_y), = dist.shard([(x, y)])
+        got = train_in_relay(mine_x, mine_y, x)
+        want = train_in_relay_alone(x, y)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=target)
+        print(f"rank {dist.rank()}: figure 4 on {target} trains as one process", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "train":
@@ -246,5 +307,7 @@ if __name__ == "__main__":
         train_reference(int(sys.argv[2]), sys.argv[3])
     elif mode == "trees":
         trees()
+    elif mode == "figure4":
+        figure4()
     else:
         fail(mode)

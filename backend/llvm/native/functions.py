@@ -34,8 +34,10 @@ from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead,
     RefWrite, Tuple, TupleGetItem, Var,
 )
-from relaydsl.ir.types import TupleType, Type
+from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import free_vars
+from relaydsl.op.collective import Collective
+from relaydsl.transform._util import collective_of
 from relaydsl.transform.fuse_ops import PRIMITIVE, is_primitive
 
 if TYPE_CHECKING:
@@ -438,8 +440,12 @@ class FunctionCompiler:
         inputs: list[ir.Value] = []
         for a in call.args:
             self.leaves(self.value(a, env), a.checked_type, inputs)
+        collective = collective_of(fn)
         if id(fn) in self.low.dynamic:
-            return site_call(self, fn, call, inputs)
+            result = site_call(self, fn, call, inputs)
+            if collective is not None:
+                self.exchange(collective, result, call.checked_type)
+            return result
         kernel = self.low.kernels[id(fn)]
         if self.low.boxed:
             check_shapes(self, kernel, call, inputs)
@@ -471,7 +477,34 @@ class FunctionCompiler:
             b.call(entry, [b.bitcast(table, PTR)])
             if mark is not None:  # the scratch buffers are dead
                 b.call(self.low.reset, [self.st, *mark])
-        return self.rebuild(call.checked_type, iter(outputs))
+        result = self.rebuild(call.checked_type, iter(outputs))
+        if collective is not None and not kernel.empty:
+            self.exchange(collective, result, call.checked_type)
+        return result
+
+    def exchange(self, collective: Collective, tensor: ir.Value, t: Type) -> None:
+        """A collective's exchange with the other ranks, after its kernel made this rank's
+        part in `tensor` (of type `t`), in place: Python's ``reduce`` through the link table;
+        when it fails, the run stops with what it raised::
+
+            %status = call i64 %reduce(i64 <site>, ptr %data, i64 <elements>)
+            %failed = icmp ne i64 %status, 0      ; -> Error.NO_EXCHANGE, DETAIL the site
+        """
+        assert isinstance(t, TensorType), "a collective's result is one tensor"
+        b = self.b
+        site = len(self.low.collectives)
+        self.low.collectives.append((collective, np.dtype(t.dtype)))
+        if self.low.boxed:  # the element count from the header's dimensions
+            count: ir.Value = I64(1)
+            for d in self.dims(tensor, len(t.shape)):
+                count = b.mul(count, d)
+        else:
+            count = I64(int(np.prod(t.concrete_shape())))
+        reduce = b.bitcast(self.linked(self.low.reduce),
+                           ir.FunctionType(I64, [I64, PTR, I64]).as_pointer())
+        status = b.call(reduce, [I64(site), self.data(tensor), count])
+        with b.if_then(b.icmp_signed("!=", status, I64(0)), likely=False):
+            self.fail(Error.NO_EXCHANGE, site)
 
     def result_buffer(self, leaf: int, size: int) -> ir.Value:
         """Where the entry's result leaf `leaf` goes: the array Python made for it, or fresh

@@ -30,6 +30,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import post_order
+from relaydsl.op.collective import Collective
 from relaydsl.transform.fuse_ops import is_primitive
 from relaydsl.transform.pipeline import CompileOptions
 
@@ -46,15 +47,20 @@ WRAPPER = "relaydsl_native_PROGRAM_"
 class Lowering:
     """The LLVM module of one program: a function per reachable Relay function."""
 
-    def __init__(self, mod: IRModule, options: CompileOptions, resolve: int,
+    def __init__(self, mod: IRModule, options: CompileOptions, resolve: int, reduce: int,
                  shapes_at_run_time: bool):
         self.mod, self.options = mod, options
         self.shapes_at_run_time = shapes_at_run_time
         # the addresses the code reads from the link table (Word.LINKS), by index; the first
-        # is that of ``i64 resolve(site, dims)`` (Python: kernels of run-time shapes)
+        # is that of ``i64 resolve(site, dims)`` (Python: kernels of run-time shapes), the
+        # second ``i64 reduce(collective, data, count)`` (Python: a collective's exchange)
         self.links: list[int] = []
         self._link_index: dict[int, int] = {}
         self.resolve = self.link(resolve)
+        self.reduce = self.link(reduce)
+        # the collective call sites, by the index ``reduce`` is called with: what each does
+        # and its dtype
+        self.collectives: list[tuple[Collective, np.dtype]] = []
         # tensors as headers [data, dims...] (when some shape is known only at run time)
         self.boxed = False
         self.sites: list[KernelSite] = []  # kernel calls of run-time shapes, by index

@@ -111,6 +111,7 @@ _MAX_ARENA = 1 << 30  # beyond it, a call's extra memory comes in chunks each ti
 _OPTIMISED_IR = 1 << 20  # bytes of LLVM IR text: larger native code is compiled unoptimised
 _RESOLVE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _RUN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+_REDUCE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
 
 
 # ---- the program ---------------------------------------------------------------------------
@@ -138,8 +139,10 @@ class NativeProgram:
         # what its kernels are compiled with (default: the llvm target's)
         self.options = CompileOptions.for_target("llvm") if options is None else options
         self._resolver = _RESOLVE(self._resolve)  # kernels of run-time shapes, on demand
+        self._reducer = _REDUCE(self._reduce)  # collectives' exchanges with the other ranks
         lowering = Lowering(mod, self.options,
                             ctypes.cast(self._resolver, ctypes.c_void_p).value,
+                            ctypes.cast(self._reducer, ctypes.c_void_p).value,
                             shapes_at_run_time)
         name = lowering.lower_entry(mod.get_global_var(entry),
                                     [*self.param_types, self.ret_type])
@@ -158,6 +161,7 @@ class NativeProgram:
         self._ways = np.zeros(len(self._sites) * WAYS + 1, np.int64)
         self._ways_at = address(self._ways)
         self._wrong_shapes = lowering.wrong_shapes
+        self._collectives = lowering.collectives
         self.kernels = len(lowering.kernels)
         self.kernel_calls = lowering.kernel_calls
         # the addresses the code reads (kernels, constants, the resolver): Word.LINKS
@@ -295,6 +299,20 @@ class NativeProgram:
             self._local.failure = e
             return 0
 
+    def _reduce(self, site: int, data: int, count: int) -> int:
+        """Native code's call at collective site `site`, whose kernel has written this
+        rank's part, `count` elements at `data`: the exchange with the other ranks, in place
+        (``Collective.reduce_in_place``); 0, or 1 when it raised (kept, and raised again
+        when the call has stopped)."""
+        try:
+            collective, dtype = self._collectives[site]
+            buffer = (ctypes.c_char * (count * dtype.itemsize)).from_address(data)
+            collective.reduce_in_place(np.frombuffer(buffer, dtype))
+            return 0
+        except BaseException as e:
+            self._local.failure = e
+            return 1
+
     def _error(self, code: int, detail: int) -> BaseException:
         if code == Error.NO_CLAUSE:
             node = self._matches[detail]
@@ -310,7 +328,8 @@ class NativeProgram:
                 "carrying closures or data it makes (a list it builds), or writing an older "
                 "cell through a function it calls, keeps every turn's values until the call "
                 "returns; loop in Python over calls of one step instead")
-        if code == Error.NO_KERNEL:  # making the kernel failed: what it raised
+        if code in (Error.NO_KERNEL, Error.NO_EXCHANGE):  # what making the kernel, or the
+            # collective's exchange, raised
             failure, self._local.failure = self._local.failure, None
             return failure
         if code == Error.WRONG_SHAPE:

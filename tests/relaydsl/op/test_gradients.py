@@ -159,6 +159,11 @@ def check_gradient(case: GradCase) -> None:
         assert_same(actual, tuple(truth), case.rtol, case.atol, f"{case.id} vs vjp(truth)")
 
 
+def _psum_of_one(x):
+    """JAX's psum over a named axis of one rank (vmap of a batch of one)."""
+    return jax.vmap(lambda v: jax.lax.psum(v, "ranks"), axis_name="ranks")(x[None])[0]
+
+
 # ---- the cases ----------------------------------------------------------------------------------
 
 UNARY = {"negative": f64, "exp": f64, "log": pos, "sqrt": pos, "rsqrt": pos, "tanh": f64,
@@ -186,6 +191,7 @@ CASES = [
     GradCase("cast", [f64(2, 3)], {"dtype": "float32"}, name="float64 to float32"),
     GradCase("cast", [f64(2, 3)], {"dtype": "int32"}, name="to int32: zero"),
     GradCase("cast", [i32(2, 3)], {"dtype": "float64"}, name="from int32: zero"),
+    GradCase("psum", [f64(3, 4)], truth=lambda x: _psum_of_one(x)),
     GradCase("cast_like", [f64(3), f32(2)]),
     GradCase("cast_like", [f64(3), i32(2)], name="to int32: zero"),
     GradCase("cast_like", [i32(3), f64(2)], name="from int32: zero"),

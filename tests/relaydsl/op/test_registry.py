@@ -9,7 +9,8 @@ from relaydsl.ir import Constant, Function, TensorType, Var, const
 from relaydsl.op import OpDef, OpPattern, all_ops, lookup, ops, register
 from relaydsl.typing import infer_type
 
-FAMILY_TESTS = ["test_tensor", "test_reduce", "test_transform", "test_nn", "test_quantize"]
+FAMILY_TESTS = ["test_tensor", "test_reduce", "test_transform", "test_nn", "test_quantize",
+                "test_collective"]
 
 
 def covered_ops() -> set[str]:
@@ -64,6 +65,7 @@ ONE_BLOCK_FAMILIES = {
         "trunc", "sin", "cos", "tan", "atan", "erf", "floor_divide", "floor_mod", "left_shift",
         "right_shift",
     ],
+    "relaydsl.op.collective": ["psum"],
     "relaydsl.op.reduce": [
         "sum", "mean", "max", "min", "prod", "argmax", "argmin", "collapse_sum_like", "all",
         "any", "variance",

@@ -199,3 +199,14 @@ def test_random_programs_keep_their_values_with_inline_once(program_and_inputs):
     out = eliminate_dead_code(mod, inline_once=True)
     for target in ("interp", "llvm"):
         assert_matches_jax(out, inputs, target=target, rtol=1e-4, atol=1e-5)
+
+
+def test_an_unused_collective_stays():
+    # the other ranks run it and wait for this one there
+    mod = infer_types(parse('''
+    def @main(%x: Tensor[(3), float32]) {
+      let %unused = psum(%x);
+      let %dead = exp(%x);
+      %x
+    }'''))
+    assert let_names(eliminate_dead_code(mod)["main"]) == ["unused"]

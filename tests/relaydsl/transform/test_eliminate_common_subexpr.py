@@ -56,6 +56,15 @@ def test_equal_calls_become_one_node():
     assert op_calls(out) == ["add", "add", "relu"]
 
 
+def test_equal_collectives_stay_two_exchanges():
+    # two psums are two exchanges with the other ranks, which run them too
+    out = cse('''
+    def @main(%x: Tensor[(4), float32]) {
+      add(psum(%x), psum(%x))
+    }''')
+    assert op_calls(out) == ["add", "psum", "psum"]
+
+
 def test_skip_keeps_the_calls_it_names():
     out = cse('''
     def @main(%x: Tensor[(1, 16), float32]) {

@@ -307,3 +307,12 @@ def test_folding_drops_no_effect():
 def test_the_pass_is_in_the_pipeline_at_level_2():
     assert "FoldConstant" in pipeline.pass_names("llvm", 2)
     assert "FoldConstant" not in pipeline.pass_names("llvm", 1)
+
+
+def test_a_collective_of_constants_is_left_for_run_time():
+    # its value depends on the other ranks, whose exchange happens when the program runs
+    mod = infer_types(parse('''
+    def @main(%x: Tensor[(3), float32]) {
+      add(%x, psum(ones(shape=[3], dtype="float32")))
+    }'''))
+    assert op_names(fold_constants(mod)["main"]) == ["add", "psum"]  # ones folds

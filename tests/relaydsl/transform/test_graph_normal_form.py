@@ -146,3 +146,13 @@ def test_a_let_chain_longer_than_max_depth_keeps_a_let_every_max_depth_values():
     assert kept == 2  # the 1,000th and 2,000th values stay bound
     ones = np.ones(2, np.float32)
     np.testing.assert_array_equal(evaluate(IRModule.from_expr(out), ones), ones)
+
+
+def test_a_collective_is_not_dataflow_and_stays_bound():
+    x = Var("x", TensorType((3,), "float32"))
+    total = Var("total")
+    fn = Function([x], Let(total, op_call("psum", x), op_call("add", x, x)))
+    infer_type(fn)
+    assert not is_dataflow(fn.body.value)
+    out = to_graph_normal_form(IRModule.from_expr(fn))["main"]
+    assert lets(out.body) == ["total"]
