@@ -11,8 +11,9 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import ExprMutator, ExprVisitor, post_order, type_vars_of
+from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
 from relaydsl.op.registry import OpDef
+from relaydsl.typing.infer import mentioned_globals
 
 if TYPE_CHECKING:
     from relaydsl.op.collective import Collective
@@ -151,19 +152,8 @@ def reached_globals(mod: IRModule, entries: Iterable[GlobalVar]) -> set[GlobalVa
     reached = set(entries)
     todo = list(reached)
     while todo:
-        mentions = _Mentions()
-        mentions.visit(mod.functions[todo.pop()])
-        for gv in mentions.found - reached:
-            if gv in mod.functions:
+        for gv in mentioned_globals(mod.functions[todo.pop()]):
+            if gv not in reached and gv in mod.functions:
                 reached.add(gv)
                 todo.append(gv)
     return reached
-
-
-class _Mentions(ExprVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: set[GlobalVar] = set()
-
-    def visit_global_var(self, gv: GlobalVar) -> None:
-        self.found.add(gv)

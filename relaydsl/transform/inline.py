@@ -48,10 +48,10 @@ from relaydsl.ir.expr import Call, Constant, Expr, Function, GlobalVar, Let, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import Type, TypeVar
-from relaydsl.ir.visitor import ExprMutator, post_order, type_vars_of
+from relaydsl.ir.visitor import ExprMutator, type_vars_of
 from relaydsl.transform._util import ascribes, is_primitive, reached_globals
 from relaydsl.transform.pass_infra import ON_DEMAND, Pass
-from relaydsl.typing.infer import call_graph_sccs
+from relaydsl.typing.infer import call_graph_sccs, mentioned_globals
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,7 @@ def _inline(mod: IRModule, chosen: Callable[[Function], bool], *, remove: bool) 
 
 
 def _globals_in(fn: Function) -> set[GlobalVar]:
-    found: set[GlobalVar] = set()
-    post_order(fn.body, lambda e: found.add(e) if isinstance(e, GlobalVar) else None)
-    return found
+    return set(mentioned_globals(fn))
 
 
 class _Inline(ExprMutator):

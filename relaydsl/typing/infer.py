@@ -539,16 +539,34 @@ def _generalise(t: FuncType, fn: Function) -> FuncType:
 
 
 class _GlobalRefs(ExprVisitor):
-    """The globals of `mod` an expression calls or mentions, in order of first occurrence."""
+    """The globals an expression calls or mentions, in order of first occurrence."""
 
-    def __init__(self, mod: IRModule) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.mod = mod
-        self.found: list[GlobalVar] = []
+        self.found: dict[GlobalVar, None] = {}
 
     def visit_global_var(self, gv: GlobalVar) -> None:
-        if gv in self.mod.functions and gv not in self.found:
-            self.found.append(gv)
+        self.found[gv] = None
+
+
+_MENTIONS: dict[Function, tuple[GlobalVar, ...]] = {}
+_MENTIONS_MAX = 4096
+
+
+def mentioned_globals(fn: Function) -> tuple[GlobalVar, ...]:
+    """The globals `fn` calls or mentions, in order of first occurrence. Remembered per
+    function (nodes are immutable): every pass re-types its module, and walking each
+    function again to find its callees took a tenth of a long program's build."""
+    found = _MENTIONS.get(fn)
+    if found is None:
+        refs = _GlobalRefs()
+        refs.visit(fn)
+        found = tuple(refs.found)
+        if len(_MENTIONS) >= _MENTIONS_MAX:  # the oldest forgotten (see _remember_typed)
+            with contextlib.suppress(RuntimeError, StopIteration):
+                _MENTIONS.pop(next(iter(_MENTIONS)), None)
+        _MENTIONS[fn] = found
+    return found
 
 
 def call_graph_sccs(mod: IRModule, names: list[GlobalVar]) -> list[list[GlobalVar]]:
@@ -561,9 +579,7 @@ def _call_graph(mod: IRModule, names: list[GlobalVar]
     """call_graph_sccs, and the globals each of `names` uses."""
     deps: dict[GlobalVar, list[GlobalVar]] = {}
     for gv in names:
-        refs = _GlobalRefs(mod)
-        refs.visit(mod.functions[gv])
-        deps[gv] = refs.found
+        deps[gv] = [g for g in mentioned_globals(mod.functions[gv]) if g in mod.functions]
 
     index: dict[GlobalVar, int] = {}
     low: dict[GlobalVar, int] = {}
