@@ -8,7 +8,7 @@ from relaydsl.op.quantize_rule import QKind
 from relaydsl.quantize import QConfig, register_rule, reset_rule
 from relaydsl.quantize.calibrate import is_simq
 from relaydsl.quantize.flow import annotate_module
-from tests.relaydsl.quantize.helpers import convnet, mlp
+from tests.relaydsl.quantize.helpers import convnet, mlp, module, weights
 
 ALL = QConfig(skip_conv_layers=(), skip_dense_layer=False)
 
@@ -93,3 +93,17 @@ def test_a_rule_giving_the_wrong_arity_is_an_error():
 def test_register_rule_takes_an_op():
     with pytest.raises(TypeError, match="register_rule takes an op"):
         register_rule("dense")
+
+
+def test_an_operand_of_several_products_gets_one_simq():
+    """h feeds two convs: one simQ, one step, so realization quantizes h once."""
+    c1, c2, c3 = weights(4, 2, 3, 3), weights(3, 4, 1, 1), weights(3, 4, 1, 1)
+
+    def body(x):
+        h = ops.relu(ops.conv2d(x, c1, padding=1))
+        return ops.add(ops.conv2d(h, c2), ops.conv2d(h, c3))
+
+    mod = annotate_module(module(body, (1, 2, 5, 5)), ALL)
+    second, third = calls(mod, "conv2d")[1:]
+    assert is_simq(second.args[0]) and second.args[0] is third.args[0]
+    assert len([q for q in calls(mod, "simulated_quantize") if q.attrs.kind == "input"]) == 2
