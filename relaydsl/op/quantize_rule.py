@@ -81,6 +81,27 @@ def quantize_none(call: Call, config: AnyValue) -> tuple[None, ...]:
     return (None,) * len(call.args)
 
 
+def accumulates(e: Expr) -> bool:
+    """Whether `e` is a call whose op's facet realizes it as integers summed in the
+    accumulator (a product, or a sum such as a bias added to one)."""
+    op = getattr(e, "op", None)
+    rule = getattr(getattr(op, "definition", None), "traits", None)
+    rule = getattr(rule, "quantize", None)
+    return isinstance(e, Call) and isinstance(rule, QuantizeRule) and \
+        rule.realization in (Realization.PRODUCT, Realization.SUM)
+
+
+def quantize_skip_operand(call: Call, config: AnyValue) -> tuple[QKind | None, ...]:
+    """A residual join, an accumulator plus another activation (the skip path): that
+    activation quantized as an input. It is usually the input of the block's first layer too,
+    whose simQ annotation shares, so its integers are made once, where it is computed, and
+    the sum reads them instead of keeping the wide accumulator alive (as TVM's and PyTorch's
+    quantized ResNets do). Constants (a bias) and other sums are left as they are."""
+    acc = [accumulates(a) for a in call.args]
+    return tuple(QKind.INPUT if len(acc) == 2 and acc[1 - i] and not acc[i]
+                 and not isinstance(a, Constant) else None for i, a in enumerate(call.args))
+
+
 @dataclass(frozen=True)
 class QuantizeRule:
     """An op's quantization facet: `annotate` (see AnnotateRule), `realization`, and for a
@@ -126,6 +147,8 @@ def rescale_rule(integer: IntegerRule, channel_axes: tuple[int, ...] | None = No
     return QuantizeRule(quantize_none, Realization.RESCALE, per_channel_safe=bool(channel_axes),
                         channel_axes=channel_axes, integer=integer)
 SUM = QuantizeRule(quantize_none, Realization.SUM, per_channel_safe=True)
+RESIDUAL_SUM = QuantizeRule(quantize_skip_operand, Realization.SUM, per_channel_safe=True)
+"""add's: a SUM whose annotation quantizes a residual connection's skip path."""
 ELEMENTWISE_PRODUCT = QuantizeRule(quantize_none, Realization.PRODUCT)
 
 

@@ -389,7 +389,7 @@ add = _binary(
     "add", NUMERIC, "x + y, broadcasting",
     te=E.Add, numpy=np.add, jax=lambda x, y: jnp.add(x, y),
     grad=("d(x + y) = (sum_b(g, x), sum_b(g, y)).", lambda g, x, y, z: (g, g)),
-    arithmetic=True, quantize=Q.SUM)
+    arithmetic=True, quantize=Q.RESIDUAL_SUM)
 subtract = _binary(
     "subtract", NUMERIC, "x - y, broadcasting",
     te=E.Sub, numpy=np.subtract, jax=lambda x, y: jnp.subtract(x, y),
