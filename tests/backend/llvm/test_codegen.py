@@ -183,6 +183,20 @@ def test_nan_semantics_of_maximum_minimum_and_casts_follow_jax():
     np.testing.assert_array_equal(ci, np.asarray(jnp.asarray(x).astype(jnp.int32)))
 
 
+def test_vectorised_float_to_int_casts_saturate_as_jax():
+    """Whole vectors of the special values (the cast is written out, not llvm.fptosi.sat).
+    (A narrower integer is the int32 saturation truncated, which JAX does not do.)"""
+    special = [np.nan, np.inf, -np.inf, 3e9, -3e9, 2.5, -2.5, 2147483520.0, -2147483648.0,
+               1e19, -1e19, 127.9, -128.9, 0.0, -0.0, 7.0]
+    for src, dst in [("float32", "int32"), ("float64", "int64"),
+                     ("float64", "int32")]:
+        x = np.array(special * 8, src)
+        (k,) = compile_primitives([primitive([(x.shape, src)],
+                                             lambda a, dst=dst: call("cast", a, dtype=dst))])
+        np.testing.assert_array_equal(k(x), np.asarray(jnp.asarray(x).astype(dst)),
+                                      err_msg=f"{src} -> {dst}")
+
+
 # ---- vectorisation and speed -----------------------------------------------------------------
 
 def _chain(n):
