@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from relaydsl import settings
 from relaydsl.errors import IRError
@@ -193,7 +194,7 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
         _plan_loops(stage, inlined)
         stages.append(stage)
 
-    for before, stage in zip(stages, stages[1:]):
+    for before, stage in pairwise(stages):
         stage.epilogue = before.template is not None and stage.template is None and \
             pointwise(stage.tensor, before.tensor, inlined)
 
@@ -223,8 +224,10 @@ def pointwise(t: Tensor, source: Tensor, inlined: set[Tensor]) -> bool:
         for node in post_order(u.body):
             if isinstance(node, Reduce):
                 return False
-            if not isinstance(node, TensorRead) or not (
-                    node.tensor is source or (node.tensor in inlined and reads_source(node.tensor))):
+            if not isinstance(node, TensorRead):
+                continue
+            via = node.tensor in inlined and reads_source(node.tensor)
+            if node.tensor is not source and not via:
                 continue
             own = node.tensor.shape == u.shape and len(node.indices) == len(u.axes) and \
                 all(i is a for i, a in zip(node.indices, u.axes))
