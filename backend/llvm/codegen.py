@@ -37,6 +37,7 @@ from llvmlite import ir
 
 from relaydsl.backend.llvm import intrinsics as M
 from relaydsl.backend.llvm.intervals import Interval, Scope, clamped, interval, is_float
+from relaydsl import settings
 from relaydsl.backend.llvm.schedule import PARALLEL_WORK, Schedule, Stage
 from relaydsl.te.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Call, Cast, Div, FloatImm, FloorDiv, FloorMod,
@@ -102,8 +103,20 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
     entry = f"{prefix}_entry"
     fn = ir.Function(module, ir.FunctionType(VOID, [TABLE]), entry)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    for code in codes:
-        if math.prod(code.stage.tensor.shape) == 0:
+    chained: set[int] = set()
+    for i, code in enumerate(codes):
+        if i in chained or math.prod(code.stage.tensor.shape) == 0:
+            continue
+        images = _images(code, codes[i + 1]) if i + 1 < len(codes) else None
+        if images is not None:  # the template and its epilogue, image by image
+            chained.add(i + 1)
+            task = _chain(module, code, codes[i + 1], images)
+            if code.stage.parallel or codes[i + 1].stage.parallel:
+                b.call(_parallel_for(module), [task, b.bitcast(fn.args[0], I8P),
+                                               ir.Constant(I64, images)])
+            else:
+                b.call(task, [b.bitcast(fn.args[0], I8P), ir.Constant(I64, 0),
+                              ir.Constant(I64, images)])
             continue
         extent = ir.Constant(I64, code.stage.extent)
         if code.stage.parallel:
@@ -114,6 +127,56 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
                    [*_stage_args(b, module, code, fn.args[0]), ir.Constant(I64, 0), extent])
     b.ret_void()
     return codes, entry
+
+
+def _images(template: StageCode, epilogue: StageCode) -> int | None:
+    """The number of images a conv2d template stage and its epilogue (schedule.py) run
+    together, image by image, or None. The template's units are image-major (gemm.py's
+    ``walk_units``: an image's units are consecutive), so are the epilogue's outer loop's
+    (its leading axes, the first the image); one image's result (16 channels of 28x28:
+    50 KB of int32) stays in cache between the two, where the whole batch's (5 MB) would
+    go to memory and back. Not below 4 images per thread (the template's own units would
+    parallelise better)."""
+    t, e = template.stage, epilogue.stage
+    conv = getattr(t.template, "conv", None)
+    images = getattr(conv, "batch", None)
+    if not e.epilogue or images is None or e.outer < 1 or t.extent % images \
+            or e.extent % images or (t.parallel and images < 4 * settings.num_threads()):
+        return None
+    return images
+
+
+def _chain(module: ir.Module, template: StageCode, epilogue: StageCode, images: int
+           ) -> ir.Function:
+    """``void @<template>.chain(ptr %table, i64 %begin, i64 %end)``: for each image of
+    [begin, end), the template's units of that image, then its epilogue's::
+
+        for.body:
+          call void @<template>(..., i64 %i * U, i64 (%i + 1) * U)
+          call void @<epilogue>(..., i64 %i * R, i64 (%i + 1) * R)
+    """
+    units, rows = template.stage.extent // images, epilogue.stage.extent // images
+    fn = ir.Function(module, ir.FunctionType(VOID, [I8P, I64, I64]),
+                     f"{template.stage.symbol}.chain")
+    fn.linkage = "internal"
+    entry, body, done = (fn.append_basic_block(n) for n in ("entry", "for.body", "for.end"))
+    b = ir.IRBuilder(entry)
+    table = b.bitcast(fn.args[0], TABLE)
+    args = [_stage_args(b, module, c, table) for c in (template, epilogue)]
+    begin, end = fn.args[1], fn.args[2]
+    b.cbranch(b.icmp_signed("<", begin, end), body, done)
+    b.position_at_end(body)
+    i = b.phi(I64, "image")
+    i.add_incoming(begin, entry)
+    nxt = b.add(i, ir.Constant(I64, 1), "image.next")
+    for code, each, stage_args in zip((template, epilogue), (units, rows), args):
+        per = ir.Constant(I64, each)
+        b.call(module.globals[code.stage.symbol], [*stage_args, b.mul(i, per), b.mul(nxt, per)])
+    i.add_incoming(nxt, body)
+    b.cbranch(b.icmp_signed("<", nxt, end), body, done)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
 
 
 I8P = I8.as_pointer()
@@ -482,6 +545,24 @@ class _StageEmitter:
             out = b.select(adjust, b.sub(q, one), q)
         return b.select(by_zero, zero, out)
 
+    def _saturating_fptosi(self, v: ir.Value, st: ir.Type, wide: ir.IntType) -> ir.Value:
+        """``llvm.fptosi.sat`` written out: LLVM 20 scalarises the intrinsic on vectors (a
+        compare and two branches per lane: a requantization epilogue ran 4x slower), while
+        compares, selects and a plain ``fptosi`` of an in-range value vectorise::
+
+            %big = fcmp oge %v, 2^(n-1)    %small = fcmp olt %v, -2^(n-1)    %nan = fcmp uno
+            %r   = fptosi (select %big | %small | %nan, 0.0, %v)
+            select %big, INT_MAX, (select %small, INT_MIN, %r)
+        """
+        b = self.b
+        bits = wide.width
+        big = b.fcmp_ordered(">=", v, ir.Constant(st, float(2 ** (bits - 1))))
+        small = b.fcmp_ordered("<", v, ir.Constant(st, -float(2 ** (bits - 1))))
+        out = b.or_(b.or_(big, small), b.fcmp_unordered("uno", v, v))
+        r = b.fptosi(b.select(out, ir.Constant(st, 0.0), v), wide)
+        r = b.select(small, ir.Constant(wide, -(1 << (bits - 1))), r)
+        return b.select(big, ir.Constant(wide, (1 << (bits - 1)) - 1), r)
+
     def cast(self, v: ir.Value, src: str, dst: str) -> ir.Value:
         b = self.b
         st, dt = value_type(src), value_type(dst)
@@ -499,9 +580,12 @@ class _StageEmitter:
             return b.sitofp(v, dt)
         if is_float(src):  # saturating: NaN -> 0, no poison (C's cast is undefined there)
             wide = I64 if dst == "int64" else ir.IntType(32)
-            fn = M.intrinsic(self.module, f"llvm.fptosi.sat.{M.type_suffix(wide)}."
-                             f"{M.type_suffix(st)}", wide, [st])
-            r = b.call(fn, [v])
+            if src in ("float32", "float64"):
+                r = self._saturating_fptosi(v, st, wide)
+            else:
+                fn = M.intrinsic(self.module, f"llvm.fptosi.sat.{M.type_suffix(wide)}."
+                                 f"{M.type_suffix(st)}", wide, [st])
+                r = b.call(fn, [v])
             return r if wide == dt else b.trunc(r, dt)
         if st.width == dt.width:
             return v

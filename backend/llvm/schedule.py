@@ -22,11 +22,16 @@ The rules (TVM's schedule primitives, decided automatically):
   splits across threads when the stage's work exceeds ``PARALLEL_WORK``
   scalar operations; the innermost axis keeps a constant trip count and is the
   one the loop vectoriser widens.
+* **epilogues** (``compute_at``): a stage right after a template's that reads the
+  template's tensor only at its own element (bias, relu, a requantization: ``pointwise``)
+  is its ``epilogue``; codegen may run the two image by image, so the template's result
+  is read back from cache rather than from memory (codegen.py, ``_chain``).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from relaydsl import settings
 from relaydsl.errors import IRError
@@ -57,6 +62,7 @@ class Stage:
     work: float = 0.0
     parallel: bool = False
     symbol: str = ""
+    epilogue: bool = False  # pointwise in the previous stage, a template's (see pointwise)
 
 
 @dataclass(eq=False)
@@ -188,10 +194,48 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
         _plan_loops(stage, inlined)
         stages.append(stage)
 
+    for before, stage in pairwise(stages):
+        stage.epilogue = before.template is not None and stage.template is None and \
+            pointwise(stage.tensor, before.tensor, inlined)
+
     scratch = [s.tensor for s in stages if s.tensor not in outputs]
     constants = [c for c, _ in lowered.constants]
     buffers = [*lowered.params, *lowered.outputs, *constants, *scratch]
     return Schedule(lowered, stages, inlined, buffers, scratch)
+
+
+def pointwise(t: Tensor, source: Tensor, inlined: set[Tensor]) -> bool:
+    """Whether ``t`` (of ``source``'s shape) reads ``source`` only at its own element, with
+    no reduction, directly or through inlined stages that do the same: each element of
+    ``t`` can be computed as soon as that element of ``source`` is."""
+    if t.shape != source.shape or t.body is None:
+        return False
+    reads: dict[Tensor, bool] = {}  # inlined tensors: whether they read source at all
+
+    def reads_source(u: Tensor) -> bool:
+        if u not in reads:
+            assert u.body is not None
+            reads[u] = any(isinstance(n, TensorRead) and (n.tensor is source or (
+                n.tensor in inlined and reads_source(n.tensor))) for n in post_order(u.body))
+        return reads[u]
+
+    def at_own_element(u: Tensor) -> bool:
+        assert u.body is not None
+        for node in post_order(u.body):
+            if isinstance(node, Reduce):
+                return False
+            if not isinstance(node, TensorRead):
+                continue
+            via = node.tensor in inlined and reads_source(node.tensor)
+            if node.tensor is not source and not via:
+                continue
+            own = node.tensor.shape == u.shape and len(node.indices) == len(u.axes) and \
+                all(i is a for i, a in zip(node.indices, u.axes))
+            if not own or (node.tensor is not source and not at_own_element(node.tensor)):
+                return False
+        return True
+
+    return at_own_element(t)
 
 
 def _evaluations(t: Tensor, consumers: list[Tensor]) -> float:

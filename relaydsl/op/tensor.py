@@ -248,12 +248,24 @@ def _clip_grad(call: Call, g: Expr) -> list[Expr]:
     return [where(inside, g, scalar(0, x))]
 
 
+def _clip_integer(call: Call, q: Expr, step: AnyValue, dtype: str) -> Q.IntegerForm | None:
+    """On integers of step s (one step: a per-channel one would need bounds per channel):
+    clip(q, round(a_min / s), round(a_max / s)), the bounds held to the dtype's range."""
+    if np.ndim(step):
+        return None
+    info = np.iinfo(dtype)
+    lo, hi = (float(np.clip(np.round(np.float64(b) / np.float64(step)), info.min, info.max))
+              for b in (call.attrs.a_min, call.attrs.a_max))
+    return Q.IntegerForm(clip(q, a_min=lo, a_max=hi), 1.0, dtype)
+
+
 clip = register(OpDef(
     "clip", ("data",), _clip_rel, OpPattern.ELEMWISE, _clip_numpy, _clip_jax,
     compute=elementwise("clip", _clip_element), gradient=_clip_grad,
     attrs=(Attr("a_min", "float", doc="lower bound, converted to the input dtype"),
            Attr("a_max", "float", doc="upper bound, converted to the input dtype")),
     doc="min(max(x, a_min), a_max); the bounds are converted to x's dtype",
+    traits=Traits(quantize=Q.rescale_rule(_clip_integer)),
 ))
 
 
@@ -377,7 +389,7 @@ add = _binary(
     "add", NUMERIC, "x + y, broadcasting",
     te=E.Add, numpy=np.add, jax=lambda x, y: jnp.add(x, y),
     grad=("d(x + y) = (sum_b(g, x), sum_b(g, y)).", lambda g, x, y, z: (g, g)),
-    arithmetic=True, quantize=Q.SUM)
+    arithmetic=True, quantize=Q.RESIDUAL_SUM)
 subtract = _binary(
     "subtract", NUMERIC, "x - y, broadcasting",
     te=E.Sub, numpy=np.subtract, jax=lambda x, y: jnp.subtract(x, y),

@@ -6,7 +6,8 @@ activation, ``nbit_weight`` for a weight) and a placeholder step of 1, which cal
 A weight with ``per_channel`` gets one step per output channel (the rule's ``weight_axis``).
 The conv2d calls of ``skip_conv_layers`` (by index in program order) and, with
 ``skip_dense_layer``, every dense are left alone. The function must be dataflow (graph normal
-form: the quantize pipeline in transform/pipeline.py runs ToGraphNormalForm first).
+form: the quantize pipeline in transform/pipeline.py runs ToGraphNormalForm first). An operand
+quantized for several calls gets one simQ (one step), so its integers are made once.
 
 Before and after (``%w`` a constant weight)::
 
@@ -49,6 +50,9 @@ class _Annotate(ExprMutator):
         super().__init__()
         self.config = config
         self.convs = 0
+        # one simQ per operand and kind, whatever the number of calls quantizing it: one step
+        # for the value, so realization makes one integer tensor that every consumer reads
+        self.quantized: dict[tuple[Expr, QKind, int | None], Expr] = {}
 
     def _skipped(self, op: OpDef) -> bool:
         if op is conv2d:
@@ -75,6 +79,13 @@ class _Annotate(ExprMutator):
         return Call(new.op, args, new.attrs, new.type_args, span=new.span)
 
     def _quantize(self, arg: Expr, kind: QKind, weight_axis: int | None) -> Expr:
+        key = (arg, kind, weight_axis if kind is QKind.WEIGHT else None)
+        done = self.quantized.get(key)
+        if done is None:
+            done = self.quantized[key] = self._simq(arg, kind, weight_axis)
+        return done
+
+    def _simq(self, arg: Expr, kind: QKind, weight_axis: int | None) -> Expr:
         cfg = self.config
         weight = kind is QKind.WEIGHT
         step = np.ones((), np.float32)

@@ -84,6 +84,16 @@ def _along(step: np.ndarray, axis: int, ndim: int) -> np.ndarray:
     return step.reshape([-1 if i == axis % ndim else 1 for i in range(ndim)])
 
 
+def _saturation(dtype: str) -> tuple[int, int]:
+    """The bounds a requantization into `dtype` clips to: the dtype's symmetric range, or for
+    int32 the largest float32 below 2^31 (a float32 clip bound of 2^31 - 1 is 2^31, which
+    does not cast)."""
+    info = np.iinfo(dtype)
+    if info.bits >= 32:
+        return -(2 ** 31 - 128), 2 ** 31 - 128
+    return (-int(info.max) if info.min < 0 else 0), int(info.max)
+
+
 def _const(value: np.ndarray | float, dtype: str) -> Constant:
     return Constant(np.asarray(value, dtype))
 
@@ -122,6 +132,10 @@ class _Realizer:
             return self.simq(e)
         if isinstance(e, Call) and isinstance(e.op, Op):
             rule = rule_of(e.op.definition)
+            if rule is not None and rule.realization is Realization.COMMON_SCALE:
+                joined = self.common_scale(e)
+                if joined is not None:
+                    return joined
             args = [self.visit(a) for a in e.args]
             if rule is not None and any(a.is_int for a in args):
                 done = self.integer_call(e, rule, args)
@@ -209,10 +223,41 @@ class _Realizer:
         if len(args) != 1 or not v.is_int:
             return None
         assert v.step is not None
-        if v.step.ndim and not rule.per_channel_safe:
+        if v.step.ndim and not rule.keeps_channels(v.axis, v.ndim):
             return None
+        if rule.realization is Realization.RESCALE:
+            assert rule.integer is not None
+            form = rule.integer(call, v.expr, v.step, v.dtype)
+            if form is None:
+                return None
+            step = (v.step.astype(np.float64) * form.factor).astype(np.float32)
+            return _Value(form.expr, step, v.axis, form.dtype, _rank(call))
         return _Value(Call(call.op, (v.expr,), call.attrs, span=call.span), v.step, v.axis,
                       v.dtype, _rank(call))
+
+    def common_scale(self, call: Call) -> _Value | None:
+        """A call on a tuple of integers (concatenate) with every field requantized to the
+        coarsest of their steps, in the widest of their dtypes: nothing overflows, and fields
+        already at that step are left as they are. None (float) if a field is a float or has
+        per-channel steps."""
+        (joined,) = call.args
+        if not isinstance(joined, Tuple):
+            return None
+        fields = [self.visit(f) for f in joined.fields]
+        if not fields or any(f.step is None or f.step.ndim for f in fields):
+            return None
+        dtypes = {f.dtype for f in fields}
+        dtype = dtypes.pop() if len(dtypes) == 1 else "int32"
+        step = np.float32(max(float(f.step) for f in fields))  # type: ignore[arg-type]
+        lo, hi = _saturation(dtype)
+        exprs: list[Expr] = []
+        for f in fields:
+            if float(f.step) != float(step):  # type: ignore[arg-type]
+                exprs.append(self.requantize(f, np.asarray(step), -1, NEAREST, lo, hi, dtype))
+            else:
+                exprs.append(f.expr if f.dtype == dtype else ops.cast(f.expr, dtype=dtype))
+        out = Call(call.op, (Tuple(tuple(exprs), span=joined.span),), call.attrs, span=call.span)
+        return _Value(out, np.asarray(step), -1, dtype, _rank(call))
 
     def product(self, call: Call, rule: QuantizeRule, args: list[_Value]) -> _Value:
         acc = self.config.accumulator_dtype

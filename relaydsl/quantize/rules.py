@@ -13,7 +13,7 @@ A user changes how an op is quantized without touching the pass, as with TVM's
 True
 >>> reset_rule(ops.add)
 >>> rule_of(ops.add).annotate.__name__
-'quantize_none'
+'quantize_skip_operand'
 """
 from __future__ import annotations
 

@@ -163,10 +163,21 @@ def emit_im2col_packer(geo: ConvGeometry):
     return emit
 
 
+MAX_SEGMENTS = 8  # output rows a panel may span for strided loads; beyond, a gather
+
+
 def int_im2col_rows(geo: ConvGeometry):
     """An igemm.emit_int_gemm `rows_b` hook (igemm.PanelRows): a micro-panel's columns of
-    ``col`` at one depth, gathered from one image group as the float packer does (0 in the
-    padding, never read there)."""
+    ``col`` at one depth, read from one image group (0 in the padding, never read there).
+
+    Stride 1 over rows as wide as the image: one masked load. Otherwise the panel's pixels
+    fall in a few output rows (segments); in segment r pixel lane l reads ``A_r + l*sw``,
+    so each segment is one masked load of W*sw elements whose every sw-th lane is kept
+    (the float packer's per-lane gather of bytes would be W scalar loads)::
+
+        %seg.r = call <W*sw x i8> @llvm.masked.load(ptr src + A_r, mask: lanes l*sw of r's)
+        %row   = or (shufflevector %seg.r, [0, sw, 2sw, ...]) over r
+    """
 
     def rows(g: Gen, src: ir.Value, x_t: ir.Value, nvalid: ir.Value, width: int):
         b = g.b
@@ -197,6 +208,37 @@ def int_im2col_rows(geo: ConvGeometry):
         iy0, ix0, base = geo.window_origins(b, pc, vconst)
         zero = ir.Constant(vec, [0] * width)
 
+        (sh, sw), ow = geo.strides, geo.ow
+        segments = min(geo.oh, (width - 1) // ow + 2)
+        wide = ir.VectorType(et, width * sw)
+        wide_mask = ir.VectorType(I1, width * sw)
+        load_wide = get_function(g.module, f"llvm.masked.load.v{width * sw}i{et.width}.p0",
+                                 ir.FunctionType(wide, [wide.as_pointer(), I32, wide_mask,
+                                                        wide]))
+        lanes = ir.Constant(vi, list(range(width)))
+        oy_t = b.udiv(b.trunc(x_t, I32), c32(ow))  # the panel's first output row
+        spread = ir.Constant(ir.VectorType(I32, width * sw),  # lane l to l*sw, the rest off
+                             [j // sw if j % sw == 0 else width for j in range(width * sw)])
+        falses = ir.Constant(mask_t, [0] * width)
+        pick = ir.Constant(vi, [lane * sw for lane in range(width)])
+
+        def strided(mask: ir.Value, off: ir.Value) -> ir.Value:
+            out: ir.Value = zero
+            for r in range(segments):
+                oy = b.add(oy_t, c32(r))
+                first = b.sub(b.mul(oy, c32(ow)), b.trunc(x_t, I32))  # lane of its pixel 0
+                mine = b.and_(b.icmp_signed(">=", lanes, splat(first)),
+                              b.icmp_signed("<", lanes, splat(b.add(first, c32(ow)))))
+                seg_mask = b.shuffle_vector(b.and_(mask, mine), falses, spread)
+                # A_r = (oy*sh - top)*W - left - first*sw + off
+                start = b.add(b.sub(b.mul(b.sub(b.mul(oy, c32(sh)), c32(top)), c32(geo.w)),
+                                    b.add(c32(left), b.mul(first, c32(sw)))), off)
+                ptr = b.gep(src, [b.sext(start, I64)])  # may point outside: lanes masked
+                seg = b.call(load_wide, [b.bitcast(ptr, wide.as_pointer()), c32(1), seg_mask,
+                                         ir.Constant(wide, [0] * (width * sw))])
+                out = b.or_(out, b.shuffle_vector(seg, ir.Constant(wide, ir.Undefined), pick))
+            return out
+
         def row(k: ir.Value, k_in: ir.Value) -> ir.Value:
             dy, dx, off = geo.tap_offsets(b, b.trunc(k, I32))
             mask = b.and_(valid, splat(k_in))
@@ -208,6 +250,8 @@ def int_im2col_rows(geo: ConvGeometry):
                 start = b.add(b.trunc(x_t, I32), b.sub(off, c32(top * geo.w + left)))
                 ptr = b.gep(src, [b.sext(start, I64)])  # may point before src: lanes masked
                 return b.call(load, [b.bitcast(ptr, vec.as_pointer()), c32(1), mask, zero])
+            if segments <= MAX_SEGMENTS:
+                return strided(mask, off)
             ptrs = VectorGEP(b.block, src, b.add(base, splat(off)))
             b._insert(ptrs)
             return b.call(gather, [ptrs, c32(1), mask, zero])

@@ -27,14 +27,17 @@ from relaydsl.ir.types import TensorType, Type, type_to_str
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jax, jnp, lax
 from relaydsl.op.nn.common import Array, Inputs, all_positive, non_negative
-from relaydsl.op.nn.conv import PADDING, STRIDES, conv_data_grad
+from relaydsl.op.nn.conv import PADDING, STRIDES, conv2d, conv_data_grad
 from relaydsl.op.nn.shape import pad
 from relaydsl.op.nn.window import (
     Window, as_batch, compute_via_2d, compute_via_2d_twice, gradient_via_2d,
     gradient_via_2d_twice, image, reference_via_2d, reference_via_2d_twice, single_example,
     unbatch, window_dim,
 )
-from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, Relation, ops, register
+from relaydsl.op.quantize_rule import SAME_SCALE_POOL, IntegerForm, rescale_rule
+from relaydsl.op.registry import (
+    REQUIRED, Attr, OpDef, OpPattern, Relation, Traits, ops, register,
+)
 from relaydsl.te import tensor as T
 from relaydsl.te.expr import (
     IterVar, PrimExpr, cast, const, equal, maximum, minimum, not_equal, select,
@@ -53,7 +56,7 @@ POOL = (
 
 def _pool_rel(op: str) -> Relation:
     # a maximum is defined on integers too (quantized feature maps); a mean, as TVM's, on floats
-    dtypes = NUMERIC if op == "max_pool2d" else FLOAT
+    dtypes = NUMERIC if op.startswith("max_pool") else FLOAT
 
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
         c = Inputs(ctx, op, args, ("data",), dtypes)
@@ -119,6 +122,7 @@ max_pool2d = register(OpDef(
     gradient=_max_pool2d_grad, attrs=POOL,
     doc="maximum over each pool_size window of NCHW data (any numeric dtype), padding with -inf "
         "(an integer dtype's least value)",
+    traits=Traits(quantize=SAME_SCALE_POOL),
 ))
 
 # ---- max_pool2d_grad ----------------------------------------------------------------------------
@@ -304,6 +308,26 @@ def _avg_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
     return [unbatch(dx, single)]
 
 
+def _avg_pool2d_integer(call: Call, q: Expr, step: np.ndarray, dtype: str
+                        ) -> IntegerForm | None:
+    """On integers: each window's sum, exact in int32 (a depthwise conv2d with a kernel of
+    ones, which pads with 0 as the mean does), standing for the mean at the step over the
+    window's size. Only where every window counts the same number of elements (no padding,
+    or padding counted, and no ceil_mode window cut short); else the mean runs in float."""
+    a, (*_, channels, h, w) = call.attrs, gu.tensor_type(call.args[0]).shape
+    if not (isinstance(channels, int) and isinstance(h, int) and isinstance(w, int)):
+        return None
+    win = Window.pool(a)
+    counts = _avg_divisor(win, (h, w), a.count_include_pad)
+    floor_hw = Window.pool({**a, "ceil_mode": False}).out_hw((h, w))
+    if counts.min() != counts.max() or tuple(floor_hw) != tuple(win.out_hw((h, w))):
+        return None
+    ones = relay_const(np.ones((channels, 1, *win.kernel), dtype))
+    total = conv2d(q, ones, strides=win.strides, padding=win.pads, groups=channels,
+                   out_dtype="int32")
+    return IntegerForm(total, 1.0 / float(counts.flat[0]), "int32")
+
+
 COUNT_INCLUDE_PAD = Attr("count_include_pad", "bool", False,
                          doc="count explicit padding in the mean")
 """The average pools' choice of divisor, after their window attributes."""
@@ -314,14 +338,17 @@ avg_pool2d = register(OpDef(
     gradient=_avg_pool2d_grad,
     attrs=(*POOL, COUNT_INCLUDE_PAD),
     doc="mean over each pool_size window of NCHW data (padding not counted unless asked)",
+    traits=Traits(quantize=rescale_rule(_avg_pool2d_integer, channel_axes=(1,))),
 ))
 
 # ---- global_avg_pool2d --------------------------------------------------------------------------
 
 
 def _global_pool_rel(op: str) -> Relation:
+    dtypes = NUMERIC if op.startswith("global_max") else FLOAT
+
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
-        c = Inputs(ctx, op, args, ("data",))
+        c = Inputs(ctx, op, args, ("data",), dtypes)
         n, ch, _, _ = c.shape(0, rank=4)
         return c.tensor((n, ch, 1, 1))
 
@@ -356,12 +383,24 @@ def _global_avg_pool2d_grad(call: Call, g: Expr) -> list[Expr]:
     return [gu.div(gu.broadcast_like(g, x), gu.count(x, (2, 3)))]
 
 
+def _global_avg_pool2d_integer(call: Call, q: Expr, step: np.ndarray, dtype: str
+                               ) -> IntegerForm | None:
+    """On integers: the sum over H and W in int32, standing for the mean at the step over
+    H · W (exact: no division)."""
+    h, w = gu.tensor_type(call.args[0]).shape[-2:]
+    if not (isinstance(h, int) and isinstance(w, int)):
+        return None
+    total = ops.sum(ops.cast(q, dtype="int32"), axis=(2, 3), keepdims=True)
+    return IntegerForm(total, 1.0 / float(h * w), "int32")
+
+
 global_avg_pool2d = register(OpDef(
     "global_avg_pool2d", ("data",), _global_pool_rel("global_avg_pool2d"),
     OpPattern.OUT_ELEMWISE_FUSABLE,
     numpy_ref=_global_avg_pool2d_ref, jax_lower=_global_avg_pool2d_ref,
     compute=_global_pool_compute("global_avg_pool2d"), gradient=_global_avg_pool2d_grad,
     doc="mean over H and W of NCHW data -> (N, C, 1, 1)",
+    traits=Traits(quantize=rescale_rule(_global_avg_pool2d_integer, channel_axes=(1,))),
 ))
 
 # ---- global_max_pool2d --------------------------------------------------------------------------
@@ -382,7 +421,8 @@ global_max_pool2d = register(OpDef(
     OpPattern.OUT_ELEMWISE_FUSABLE,
     numpy_ref=_global_max_pool2d_ref, jax_lower=_global_max_pool2d_ref,
     compute=_global_pool_compute("global_max_pool2d"), gradient=_global_max_pool2d_grad,
-    doc="maximum over H and W of NCHW data -> (N, C, 1, 1)",
+    doc="maximum over H and W of NCHW data (any numeric dtype) -> (N, C, 1, 1)",
+    traits=Traits(quantize=SAME_SCALE_POOL),
 ))
 
 # ---- max_pool1d, avg_pool1d ---------------------------------------------------------------------
@@ -418,6 +458,7 @@ max_pool1d = register(OpDef(
         max_pool2d, "d max_pool1d(x) = g at each window's first maximum, as max_pool2d's."),
     attrs=POOL1D,
     doc="maximum over each pool_size window of NCW data, padding with -inf",
+    traits=Traits(quantize=SAME_SCALE_POOL),
 ))
 
 avg_pool1d = register(OpDef(
@@ -446,9 +487,10 @@ POOL3D = (
 
 def _pool3d_rel(op: str) -> Relation:
     """NCDHW data: (n, c, d, h, w) -> (n, c, od, oh, ow), the numbers of windows per axis."""
+    dtypes = NUMERIC if op.startswith("max_pool") else FLOAT
 
     def rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
-        c = Inputs(ctx, op, args, ("data",))
+        c = Inputs(ctx, op, args, ("data",), dtypes)
         n, ch, *dhw = c.shape(0, rank=5)
         p = attrs.padding
         out = [window_dim(c, dhw[i], attrs.pool_size[i], attrs.strides[i], 1, (p[i], p[i + 3]),
@@ -467,6 +509,7 @@ max_pool3d = register(OpDef(
         max_pool2d, "d max_pool3d(x) = g at each window's first maximum in (d, h, w) order."),
     attrs=POOL3D,
     doc="maximum over each pool_size window of NCDHW data, padding with -inf",
+    traits=Traits(quantize=SAME_SCALE_POOL),
 ))
 
 avg_pool3d = register(OpDef(

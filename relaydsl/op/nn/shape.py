@@ -15,11 +15,12 @@ from relaydsl.ir.types import Any, Dim, TensorType, Type
 from relaydsl.op import grad_util as gu
 from relaydsl.op.lazy_jax import jnp, lax
 from relaydsl.op.nn.common import Array, ArrayModule, Inputs, all_positive, non_negative
-from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, ops, register
+from relaydsl.op.quantize_rule import SAME_SCALE_RESHAPE
+from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.te.expr import PrimExpr, const, equal, select
 from relaydsl.te.indexing import ravel, unravel
 from relaydsl.te.tensor import Tensor, compute
-from relaydsl.typing.relations import RelationContext, known_product
+from relaydsl.typing.relations import ANY_DTYPE, RelationContext, known_product
 
 # ---- pad ----------------------------------------------------------------------------------------
 
@@ -148,7 +149,7 @@ dilate = register(OpDef(
 
 
 def _flatten_rel(args: list[Type], attrs: Attrs, ctx: RelationContext) -> Type:
-    c = Inputs(ctx, "flatten", args, ("data",))
+    c = Inputs(ctx, "flatten", args, ("data",), ANY_DTYPE)  # integers too: quantized maps
     first, *rest = c.shape(0, min_rank=1)
     return c.tensor((first, rest[0] if len(rest) == 1 else known_product(rest)))
 
@@ -178,4 +179,5 @@ flatten = register(OpDef(
     "flatten", ("data",), _flatten_rel, OpPattern.INJECTIVE,
     numpy_ref=_flatten_np, jax_lower=_flatten_jax, compute=_flatten_compute,
     gradient=_flatten_grad, doc="(d0, d1, ..., dn) -> (d0, d1 * ... * dn)",
+    traits=Traits(quantize=SAME_SCALE_RESHAPE),
 ))

@@ -18,6 +18,7 @@ from relaydsl.ir.expr import Call, Expr, Tuple, TupleGetItem
 from relaydsl.ir.types import AnyDim, TensorType, TupleType, Type, type_to_str
 from relaydsl.op.grad_util import END, add, arg_type, tensor_type
 from relaydsl.op.lazy_jax import jnp
+from relaydsl.op.quantize_rule import COMMON_SCALE
 from relaydsl.op.registry import Array, ArrayModule, Attr, OpDef, OpPattern, Traits, register
 from relaydsl.op.transform.common import along, as_tuple
 from relaydsl.op.transform.index import strided_slice, strided_slice_grad
@@ -140,6 +141,7 @@ concatenate = register(OpDef(
     compute=_concatenate_compute, gradient=_concatenate_gradient,
     attrs=(Attr("axis", "int", 0, doc="the axis to join along"),),
     doc="the tensors of a tuple joined along an existing axis",
+    traits=Traits(quantize=COMMON_SCALE),
 ))
 
 # ---- split ---------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ transpose = register(OpDef(
     attrs=(Attr("axes", "optional_ints", None, doc="output axis i is input axis axes[i]; "
                 "None reverses the axes"),),
     doc="x with its axes permuted by `axes` (reversed by default)",
-    traits=Traits(transpose=True),
+    traits=Traits(transpose=True, quantize=SAME_SCALE_RESHAPE),
 ))
 
 # ---- expand_dims ---------------------------------------------------------------------------
@@ -229,6 +229,7 @@ expand_dims = register(OpDef(
            Attr("num_newaxis", "int", 1, lambda n: "must be >= 0" if n < 0 else None,
                 doc="how many size-1 axes to insert")),
     doc="x with `num_newaxis` size-1 axes inserted at `axis`",
+    traits=Traits(quantize=SAME_SCALE_RESHAPE),
 ))
 
 # ---- squeeze -------------------------------------------------------------------------------
@@ -281,6 +282,7 @@ squeeze = register(OpDef(
     compute=_squeeze_compute, gradient=_squeeze_gradient,
     attrs=(Attr("axis", "optional_ints", None, doc="size-1 axes to remove; None removes all"),),
     doc="x without the size-1 axes `axis` (all size-1 axes by default)",
+    traits=Traits(quantize=SAME_SCALE_RESHAPE),
 ))
 
 # ---- broadcast_to --------------------------------------------------------------------------

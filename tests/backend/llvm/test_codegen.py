@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from relaydsl.backend.llvm import jit
+from relaydsl.backend.llvm import codegen, jit
 from relaydsl.backend.llvm.kernel import compile_primitives
 from relaydsl.ir import Let, Tuple, TupleGetItem, Var
 from relaydsl.ir.expr import const
@@ -184,6 +184,20 @@ def test_nan_semantics_of_maximum_minimum_and_casts_follow_jax():
     np.testing.assert_array_equal(ci, np.asarray(jnp.asarray(x).astype(jnp.int32)))
 
 
+def test_vectorised_float_to_int_casts_saturate_as_jax():
+    """Whole vectors of the special values (the cast is written out, not llvm.fptosi.sat).
+    (A narrower integer is the int32 saturation truncated, which JAX does not do.)"""
+    special = [np.nan, np.inf, -np.inf, 3e9, -3e9, 2.5, -2.5, 2147483520.0, -2147483648.0,
+               1e19, -1e19, 127.9, -128.9, 0.0, -0.0, 7.0]
+    for src, dst in [("float32", "int32"), ("float64", "int64"),
+                     ("float64", "int32")]:
+        x = np.array(special * 8, src)
+        (k,) = compile_primitives([primitive([(x.shape, src)],
+                                             lambda a, dst=dst: call("cast", a, dtype=dst))])
+        np.testing.assert_array_equal(k(x), np.asarray(jnp.asarray(x).astype(dst)),
+                                      err_msg=f"{src} -> {dst}")
+
+
 # ---- vectorisation and speed -----------------------------------------------------------------
 
 def _chain(n):
@@ -312,3 +326,40 @@ def test_speed_of_the_performance_chain_is_printed():
     y = (np.float32(0.7) * x + np.float32(0.1)).astype(np.float64)
     ref = np.tanh(y) / (1 + np.exp(-x.astype(np.float64)))
     np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_a_conv2d_and_its_epilogue_run_image_by_image_as_jax(dtype, monkeypatch):
+    """conv2d, bias, relu (and for int8 a requantization to int8, as realize writes it): the
+    kernel chains the template and the epilogue per image (codegen._chain); values as JAX's."""
+    chained = []
+    monkeypatch.setattr(codegen, "_chain", lambda *a, chain=codegen._chain: chained.append(a)
+                        or chain(*a))
+    monkeypatch.setattr(jit, "source_fingerprint", lambda: "chain-test")  # emitted, not cached
+    rng = np.random.default_rng(0)
+    if dtype == "int8":
+        x = rng.integers(-127, 128, (9, 3, 7, 7)).astype(np.int8)
+        w = rng.integers(-127, 128, (5, 3, 3, 3)).astype(np.int8)
+        b = rng.integers(-900, 900, (1, 5, 1, 1)).astype(np.int32)
+    else:
+        x, w, b = randn(9, 3, 7, 7), randn(5, 3, 3, 3, seed=1), randn(1, 5, 1, 1, seed=2)
+
+    def body(px, pw, pb):
+        wide = {"out_dtype": "int32"} if dtype == "int8" else {}
+        acc = call("relu", call("add", call("conv2d", px, pw, padding=1, **wide), pb))
+        if dtype == "float32":
+            return acc
+        scaled = call("multiply", call("cast", acc, dtype="float32"), const(np.float32(0.01)))
+        return call("cast", call("clip", call("round", scaled), a_min=-127.0, a_max=127.0),
+                    dtype="int8")
+
+    (k,) = compile_primitives([primitive([(a.shape, str(a.dtype)) for a in (x, w, b)], body)])
+    assert [images for *_, images in chained] == [9]
+    acc = jax.lax.conv_general_dilated(jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32),
+                                       (1, 1), [(1, 1), (1, 1)])  # exact: small integer sums
+    acc = jnp.maximum(acc + b, 0)
+    if dtype == "float32":
+        np.testing.assert_allclose(k(x, w, b), acc, rtol=1e-5, atol=1e-5)
+    else:
+        want = jnp.clip(jnp.round(acc * np.float32(0.01)), -127, 127).astype(jnp.int8)
+        np.testing.assert_array_equal(k(x, w, b), np.asarray(want))

@@ -168,6 +168,7 @@ CONV_CASES = [  # (data shape, weight shape, attrs)
     ((1, 16, 12, 12), (32, 16, 3, 3), {"padding": 1}),
     ((2, 4, 9, 11), (6, 4, 3, 3), {"padding": 2, "dilation": 2}),  # contiguous rows, dilated
     ((1, 3, 5, 40), (4, 3, 1, 5), {"padding": (0, 2)}),  # rows of 40 > NR pixels
+    ((1, 2, 40, 6), (3, 2, 3, 3), {"strides": 2}),  # outputs 2 wide: too many rows, a gather
 ]
 
 

@@ -75,3 +75,16 @@ def test_a_one_row_dense_is_generic_code_and_a_batch_is_the_gemm():
     for fn, rows in ((row, 1), (batch, 8)):
         x = rng.standard_normal((rows, 128)).astype(np.float32)
         np.testing.assert_allclose(compile_primitive(fn)(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_a_pointwise_stage_after_a_template_is_its_epilogue():
+    conv = ((8, 4, 6, 6), F), ((5, 4, 3, 3), F), ((1, 5, 1, 1), F)
+    template, epilogue = _stages(primitive(list(conv), lambda x, w, b: call(
+        "relu", call("add", call("conv2d", x, w, padding=1), b))))
+    assert template.template is not None and epilogue.epilogue
+    # a reduction over the conv's result, or a read elsewhere than its own element: no
+    _, summed = _stages(primitive(list(conv[:2]), lambda x, w: call(
+        "sum", call("conv2d", x, w, padding=1), axis=1, keepdims=True)))
+    _, flipped = _stages(primitive(list(conv[:2]), lambda x, w: call(
+        "transpose", call("conv2d", x, w, padding=1), axes=(0, 1, 3, 2))))
+    assert not summed.epilogue and not flipped.epilogue

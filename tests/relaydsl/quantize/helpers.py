@@ -56,3 +56,16 @@ def runner(target: str = "interp"):
 
 def data(*shape: int, n: int = 4, scale: float = 1.0) -> list[tuple[np.ndarray]]:
     return [((rng.standard_normal(shape) * scale).astype(np.float32),) for _ in range(n)]
+
+
+
+def pooled(pool, features: int, n: int = 2) -> IRModule:
+    """conv2d -> relu -> `pool` -> flatten -> dense, constant weights; `pool` maps the
+    (n, 4, 6, 6) feature map to `features` values per example."""
+    c1, b1, w = weights(4, 2, 3, 3), weights(4, 1, 1, scale=0.1), weights(3, features)
+
+    def body(x):
+        h = pool(ops.relu(ops.add(ops.conv2d(x, c1, padding=1), b1)))
+        return ops.dense(ops.flatten(h), w)
+
+    return module(body, (n, 2, 6, 6))

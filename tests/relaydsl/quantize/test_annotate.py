@@ -8,7 +8,7 @@ from relaydsl.op.quantize_rule import QKind
 from relaydsl.quantize import QConfig, register_rule, reset_rule
 from relaydsl.quantize.calibrate import is_simq
 from relaydsl.quantize.flow import annotate_module
-from tests.relaydsl.quantize.helpers import convnet, mlp
+from tests.relaydsl.quantize.helpers import convnet, mlp, module, weights
 
 ALL = QConfig(skip_conv_layers=(), skip_dense_layer=False)
 
@@ -93,3 +93,38 @@ def test_a_rule_giving_the_wrong_arity_is_an_error():
 def test_register_rule_takes_an_op():
     with pytest.raises(TypeError, match="register_rule takes an op"):
         register_rule("dense")
+
+
+def test_an_operand_of_several_products_gets_one_simq():
+    """h feeds two convs: one simQ, one step, so realization quantizes h once."""
+    c1, c2, c3 = weights(4, 2, 3, 3), weights(3, 4, 1, 1), weights(3, 4, 1, 1)
+
+    def body(x):
+        h = ops.relu(ops.conv2d(x, c1, padding=1))
+        return ops.add(ops.conv2d(h, c2), ops.conv2d(h, c3))
+
+    mod = annotate_module(module(body, (1, 2, 5, 5)), ALL)
+    second, third = calls(mod, "conv2d")[1:]
+    assert is_simq(second.args[0]) and second.args[0] is third.args[0]
+    assert len([q for q in calls(mod, "simulated_quantize") if q.attrs.kind == "input"]) == 2
+
+
+def test_a_residual_join_quantizes_its_skip_path_with_the_next_layer_s_simq():
+    """add(conv(h) + bias, h): h is quantized once, for the conv and for the sum; a sum of
+    two accumulators, or of an accumulator and a constant (a bias), is left as it is."""
+    c1, c2, c3 = weights(4, 2, 3, 3), weights(4, 4, 3, 3), weights(4, 4, 1, 1)
+    bias = weights(1, 4, 1, 1)
+
+    def body(x):
+        h = ops.relu(ops.conv2d(x, c1, padding=1))
+        r = ops.add(ops.add(ops.conv2d(h, c2, padding=1), bias), h)
+        return ops.add(ops.conv2d(r, c3), ops.conv2d(r, c3))
+
+    mod = annotate_module(module(body, (1, 2, 5, 5)), ALL)
+    joins = [a for a in calls(mod, "add") if not isinstance(a.args[1], Constant)]
+    skip, both_products = joins
+    assert is_simq(skip.args[1]) and not is_simq(skip.args[0])
+    assert skip.args[1] is calls(mod, "conv2d")[1].args[0]  # the second conv's simQ
+    assert not any(is_simq(a) for a in both_products.args)
+    bias_add = [a for a in calls(mod, "add") if isinstance(a.args[1], Constant)]
+    assert bias_add and not is_simq(bias_add[0].args[1])
