@@ -89,6 +89,7 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
         define internal void @<stage>.task(ptr %buffers, i64 %begin, i64 %end)  ; parallel
     """
     slot = {t: i for i, t in enumerate(sched.buffers)}
+    sym = sched.symbolic
     codes: list[StageCode] = []
     for stage in sched.stages:
         if stage.template is not None:
@@ -98,14 +99,21 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
             stage.parallel = stage.work >= PARALLEL_WORK and stage.extent >= 2
         else:
             _StageEmitter(module, stage, sched).emit()
-        codes.append(StageCode(stage, slot[stage.tensor], [slot[r] for r in stage.reads]))
+        reads = [slot[r] for r in stage.reads]
+        codes.append(StageCode(stage, slot[stage.tensor],
+                               reads if sym is None else [*reads, slot[sym.sizes]]))
     entry = f"{prefix}_entry"
     fn = ir.Function(module, ir.FunctionType(VOID, [TABLE]), entry)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    sizes = None if sym is None else Sizes(b, b.bitcast(b.load(b.gep(
+        fn.args[0], [ir.Constant(I64, slot[sym.sizes])], inbounds=True)), I64.as_pointer()))
     for code in codes:
         if math.prod(code.stage.tensor.shape) == 0:
             continue
-        extent = ir.Constant(I64, code.stage.extent)
+        extent: ir.Value = ir.Constant(I64, code.stage.extent)
+        if sym is not None and sizes is not None:  # the leading axis, its size read now
+            t = code.stage.tensor
+            extent = sizes.dim(sym.shape(t)[0]) if t.ndim else ir.Constant(I64, 1)
         if code.stage.parallel:
             b.call(_parallel_for(module), [_task(module, code), b.bitcast(fn.args[0], I8P),
                                            extent])
@@ -149,6 +157,29 @@ def _parallel_for(module: ir.Module) -> ir.Function:
     return M.intrinsic(module, "relaydsl_parallel_for", VOID, [task_type, I8P, I64])
 
 
+class Sizes:
+    """Sizes known only at run time (generic.py) as i64 values: products of the variables
+    the kernel reads from its sizes buffer, each loaded and multiplied once, where
+    `builder` is (a block dominating their uses)."""
+
+    def __init__(self, builder: ir.IRBuilder, pointer: ir.Value):
+        self.b, self.pointer = builder, pointer
+        self.memo: dict[tuple[int, ...], ir.Value] = {}
+
+    def dim(self, d: "int | tuple[int, ...]") -> ir.Value:
+        if isinstance(d, int):
+            return ir.Constant(I64, d)
+        v = self.memo.get(d)
+        if v is None:
+            if len(d) == 1:
+                v = self.b.load(self.b.gep(self.pointer, [ir.Constant(I64, d[0])],
+                                           inbounds=True), name=f"size{d[0]}")
+            else:
+                v = self.b.mul(self.dim(d[:-1]), self.dim(d[-1:]), flags=["nsw"])
+            self.memo[d] = v
+        return v
+
+
 class _Ctx(Scope):
     """Where an expression is emitted: values and ranges of its axes/variables, and a memo."""
 
@@ -174,9 +205,12 @@ class _Ctx(Scope):
 class _StageEmitter:
     def __init__(self, module: ir.Module, stage: Stage, sched: Schedule):
         self.module, self.stage, self.inlined = module, stage, sched.inlined
+        self.sym = sched.symbolic
         t = stage.tensor
         tensors = [t, *stage.reads]
         ptrs = [memory_type(x.dtype).as_pointer() for x in tensors]
+        if self.sym is not None:  # then the sizes
+            ptrs.append(I64.as_pointer())
         self.fn = ir.Function(module, ir.FunctionType(VOID, [*ptrs, I64, I64]), stage.symbol)
         self.fn.attributes.add("noinline")  # the entry calls it; one copy of the code
         self.fn.attributes.add("nounwind")
@@ -189,6 +223,49 @@ class _StageEmitter:
         self.alloca_builder = ir.IRBuilder(entry)
         self.b = ir.IRBuilder(self.fn.append_basic_block("start"))
         self._pure: dict[int, bool] = {}
+        self.sizes = None if self.sym is None else \
+            Sizes(self.alloca_builder, self.fn.args[len(tensors)])
+        self._strides: dict[Tensor, list[ir.Value]] = {}
+
+    # ---- sizes: constants, or read at run time (generic.py) ---------------------------
+    def dim(self, t: Tensor, d: int) -> ir.Value:
+        if self.sym is None or self.sizes is None:
+            return ir.Constant(I64, t.shape[d])
+        return self.sizes.dim(self.sym.shape(t)[d])
+
+    def extent(self, a: IterVar) -> ir.Value:
+        if self.sym is None or self.sizes is None or id(a) not in self.sym.extents:
+            return ir.Constant(I64, a.extent)
+        return self.sizes.dim(self.sym.extents[id(a)])
+
+    def strides(self, t: Tensor) -> list[ir.Value]:
+        """Row-major strides of `t`, in elements (computed once, in the entry block)."""
+        found = self._strides.get(t)
+        if found is None:
+            if self.sym is None or self.sizes is None or t not in self.sym.dims:
+                found = [ir.Constant(I64, s) for s in strides(t.shape)]
+            else:
+                dims = self.sym.shape(t)
+                found = []
+                for d in range(len(dims)):
+                    inner: list = [x for x in dims[d + 1:]]
+                    static = math.prod(x for x in inner if isinstance(x, int))
+                    mono = tuple(sorted(v for x in inner if not isinstance(x, int) for v in x))
+                    s = ir.Constant(I64, static)
+                    if mono:
+                        s = self.sizes.dim(mono) if static == 1 else \
+                            self.alloca_builder.mul(self.sizes.dim(mono), s, flags=["nsw"])
+                    found.append(s)
+            self._strides[t] = found
+        return found
+
+    def offset(self, t: Tensor, index: list[ir.Value]) -> ir.Value:
+        off: ir.Value = ir.Constant(I64, 0)
+        for v, s in zip(index, self.strides(t)):
+            one = isinstance(s, ir.Constant) and s.constant == 1
+            term = v if one else self.b.mul(v, s, flags=["nsw"])
+            off = self.b.add(off, term, flags=["nsw"])
+        return off
 
     # ---- loops -----------------------------------------------------------------------
     @contextmanager
@@ -227,7 +304,7 @@ class _StageEmitter:
                 if d == 0:
                     env[axes[d]] = rem
                 else:
-                    ext = ir.Constant(I64, shape[d])
+                    ext = self.dim(t, d)
                     env[axes[d]] = b.urem(rem, ext)
                     rem = b.udiv(rem, ext)
             ranges: dict[PrimExpr, Interval] = {a: (0, a.extent - 1) for a in axes}
@@ -243,16 +320,13 @@ class _StageEmitter:
             ctx = _Ctx(dict(env), ranges)
             self.store(axes, env, self.value(body, ctx))
             return
-        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, shape[d]), axes[d].name) as i:
+        with self.loop(ir.Constant(I64, 0), self.dim(self.stage.tensor, d), axes[d].name) as i:
             env[axes[d]] = i
             self._nest(axes, shape, d + 1, env, ranges, body)
 
     def store(self, axes, env, v: ir.Value) -> None:
         t = self.stage.tensor
-        off = ir.Constant(I64, 0)
-        for a, s in zip(axes, strides(t.shape)):
-            term = env[a] if s == 1 else self.b.mul(env[a], ir.Constant(I64, s), flags=["nsw"])
-            off = self.b.add(off, term, flags=["nsw"])
+        off = self.offset(t, [env[a] for a in axes])
         if t.dtype == "bool":
             v = self.b.zext(v, I8)
         self.b.store(v, self.b.gep(self.ptr[t], [off], inbounds=True))
@@ -341,6 +415,8 @@ class _StageEmitter:
             return b.zext(v, I64) if e.dtype in ("uint8", "bool") else b.sext(v, I64)
         match e:
             case IntImm(value=v):
+                if self.sizes is not None and self.sym is not None and id(e) in self.sym.ints:
+                    return self.sizes.dim(self.sym.ints[id(e)])
                 return ir.Constant(I64, v)
             case IterVar():
                 return ctx.env[e]
@@ -382,8 +458,15 @@ class _StageEmitter:
             return v if t == I64 else b.trunc(v, t)
         match e:
             case IntImm(value=v):
+                if self.sizes is not None and self.sym is not None and id(e) in self.sym.ints:
+                    return b.trunc(self.sizes.dim(self.sym.ints[id(e)]), t) if t != I64 \
+                        else self.sizes.dim(self.sym.ints[id(e)])
                 return ir.Constant(t, v)
             case FloatImm(value=v):
+                if self.sizes is not None and self.sym is not None and id(e) in self.sym.floats:
+                    mono, inverse = self.sym.floats[id(e)]
+                    f = b.sitofp(self.sizes.dim(mono), t)
+                    return b.fdiv(ir.Constant(t, 1.0), f) if inverse else f
                 return ir.Constant(t, v)
             case IterVar() | Var():
                 v = ctx.env[e]
@@ -514,9 +597,21 @@ class _StageEmitter:
         b = self.b
         idx = []
         ranges = {}
-        for i, extent in zip(e.indices, t.shape):
+        shape = t.shape if self.sym is None else self.sym.shape(t)
+        for i, extent, d in zip(e.indices, t.shape, shape):
             v = self.index(i, ctx)
             r = self.interval(i, ctx)
+            if not isinstance(d, int):  # a size known at run time: clamped to it unless
+                # the index is an axis of the same extent (the intervals are the sentinels')
+                assert self.sym is not None
+                if not (isinstance(i, IterVar) and self.sym.extents.get(id(i)) == d):
+                    zero = ir.Constant(I64, 0)
+                    v = b.select(b.icmp_signed("<", v, zero), zero, v)
+                    top = b.sub(self.dim(t, len(idx)), ir.Constant(I64, 1))
+                    v = b.select(b.icmp_signed(">", v, top), top, v)
+                idx.append(v)
+                ranges[i] = clamped(r, extent)
+                continue
             if r is None or r[0] < 0:
                 v = b.select(b.icmp_signed("<", v, ir.Constant(I64, 0)), ir.Constant(I64, 0), v)
             if r is None or r[1] > extent - 1:
@@ -530,11 +625,7 @@ class _StageEmitter:
             rng = {a: clamped(self.interval(i, ctx), a.extent)
                    for a, i in zip(t.axes, e.indices)}
             return self.value(t.body, _Ctx(env, rng))
-        off = ir.Constant(I64, 0)
-        for v, s in zip(idx, strides(t.shape)):
-            term = v if s == 1 else b.mul(v, ir.Constant(I64, s), flags=["nsw"])
-            off = b.add(off, term, flags=["nsw"])
-        x = b.load(b.gep(self.ptr[t], [off], inbounds=True))
+        x = b.load(b.gep(self.ptr[t], [self.offset(t, idx)], inbounds=True))
         return b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) if t.dtype == "bool" else x
 
     def reduce(self, red: Reduce, ctx: _Ctx) -> ir.Value:
@@ -550,7 +641,7 @@ class _StageEmitter:
                 self._store_val(acc, self.combine(red, cur, src), red.dtype)
                 return
             ax = red.axes[k]
-            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, ax.extent), ax.name) as r:
+            with self.loop(ir.Constant(I64, 0), self.extent(ax), ax.name) as r:
                 over(k + 1, {**env, ax: r})
 
         over(0, {})

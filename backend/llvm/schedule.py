@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from relaydsl import settings
 from relaydsl.errors import IRError
@@ -38,6 +39,9 @@ from relaydsl.backend.llvm import templates
 from relaydsl.backend.llvm.lower import Lowered
 from relaydsl.backend.llvm.templates import AnyTemplate
 from relaydsl.op.nn.linear import dense
+
+if TYPE_CHECKING:
+    from relaydsl.backend.llvm.generic import Symbolic
 
 PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
 EXPENSIVE = 12  # inlined cost at which recomputation is avoided
@@ -64,8 +68,10 @@ class Schedule:
     lowered: Lowered
     stages: list[Stage]
     inlined: set[Tensor]
-    buffers: list[Tensor]  # params, outputs, constants, scratch: the kernel's argument slots
+    buffers: list[Tensor]  # params, outputs, constants, [sizes], scratch: the argument slots
     scratch: list[Tensor] = field(default_factory=list)
+    # sizes known only at run time (generic.py), read from the sizes slot; None: all static
+    symbolic: "Symbolic | None" = None
 
 
 def size(t: Tensor) -> int:
@@ -118,7 +124,10 @@ def _transposed_input(lowered: Lowered, x: Tensor) -> Tensor | None:
     return source
 
 
-def schedule(lowered: Lowered, prefix: str) -> Schedule:
+def schedule(lowered: Lowered, prefix: str, symbolic: "Symbolic | None" = None) -> Schedule:
+    """How `lowered` runs; with `symbolic` (a kernel generic in its sizes, generic.py) te
+    loop nests only (templates need static shapes), serial, and the sizes' buffer a slot
+    after the constants."""
     chosen: dict[Tensor, AnyTemplate] = {}
     operands: dict[Tensor, list[Tensor]] = {}  # what each template reads
 
@@ -140,7 +149,7 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
             if t in seen or t.body is None:
                 continue
             seen.add(t)
-            found = template_for(lowered, t)
+            found = None if symbolic is not None else template_for(lowered, t)
             if found is not None:
                 chosen[t], operands[t] = found
             stack.append((t, True))
@@ -186,12 +195,16 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
                       chosen.get(t))
         stage.symbol = f"{prefix}_s{len(stages)}"
         _plan_loops(stage, inlined)
+        if symbolic is not None:  # its sizes are not these: the leading axis, serially
+            stage.row_reduce, stage.parallel = False, False
+            stage.outer = min(1, t.ndim)
         stages.append(stage)
 
     scratch = [s.tensor for s in stages if s.tensor not in outputs]
     constants = [c for c, _ in lowered.constants]
-    buffers = [*lowered.params, *lowered.outputs, *constants, *scratch]
-    return Schedule(lowered, stages, inlined, buffers, scratch)
+    sizes = [] if symbolic is None else [symbolic.sizes]
+    buffers = [*lowered.params, *lowered.outputs, *constants, *sizes, *scratch]
+    return Schedule(lowered, stages, inlined, buffers, scratch, symbolic)
 
 
 def _evaluations(t: Tensor, consumers: list[Tensor]) -> float:
