@@ -166,17 +166,23 @@ class Sizes:
         self.b, self.pointer = builder, pointer
         self.memo: dict[tuple[int, ...], ir.Value] = {}
 
-    def dim(self, d: "int | tuple[int, ...]") -> ir.Value:
+    def dim(self, d: "int | tuple[tuple[int, ...], int]") -> ir.Value:
+        """A size: static, or a product of variables plus a constant (generic.Size)."""
         if isinstance(d, int):
             return ir.Constant(I64, d)
-        v = self.memo.get(d)
+        mono, offset = d
+        v = self.product(mono)
+        return v if offset == 0 else self.b.add(v, ir.Constant(I64, offset), flags=["nsw"])
+
+    def product(self, mono: tuple[int, ...]) -> ir.Value:
+        v = self.memo.get(mono)
         if v is None:
-            if len(d) == 1:
-                v = self.b.load(self.b.gep(self.pointer, [ir.Constant(I64, d[0])],
-                                           inbounds=True), name=f"size{d[0]}")
+            if len(mono) == 1:
+                v = self.b.load(self.b.gep(self.pointer, [ir.Constant(I64, mono[0])],
+                                           inbounds=True), name=f"size{mono[0]}")
             else:
-                v = self.b.mul(self.dim(d[:-1]), self.dim(d[-1:]), flags=["nsw"])
-            self.memo[d] = v
+                v = self.b.mul(self.product(mono[:-1]), self.product(mono[-1:]), flags=["nsw"])
+            self.memo[mono] = v
         return v
 
 
@@ -248,13 +254,13 @@ class _StageEmitter:
                 dims = self.sym.shape(t)
                 found = []
                 for d in range(len(dims)):
-                    inner: list = [x for x in dims[d + 1:]]
-                    static = math.prod(x for x in inner if isinstance(x, int))
-                    mono = tuple(sorted(v for x in inner if not isinstance(x, int) for v in x))
-                    s = ir.Constant(I64, static)
-                    if mono:
-                        s = self.sizes.dim(mono) if static == 1 else \
-                            self.alloca_builder.mul(self.sizes.dim(mono), s, flags=["nsw"])
+                    inner = dims[d + 1:]
+                    s = ir.Constant(I64, math.prod(x for x in inner if isinstance(x, int)))
+                    for x in inner:
+                        if not isinstance(x, int):
+                            one = s.constant == 1 if isinstance(s, ir.Constant) else False
+                            v = self.sizes.dim(x)
+                            s = v if one else self.alloca_builder.mul(s, v, flags=["nsw"])
                     found.append(s)
             self._strides[t] = found
         return found

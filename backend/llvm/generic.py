@@ -55,7 +55,9 @@ from relaydsl.transform.pipeline import CompileOptions
 _log = logging.getLogger(__name__)
 
 Mono = tuple[int, ...]  # a product of variables: their indices, sorted, repeated for powers
-Dim = int | Mono  # a static size, or a product of run-time sizes
+Size = tuple[Mono, int]  # a product of variables plus a small constant (n - 1)
+Dim = int | Size  # a static size, or one known at run time
+OFFSETS = range(-4, 5)  # the constants a size may be off a product by
 
 
 def _primes(start: int, count: int) -> list[int]:
@@ -75,8 +77,18 @@ LARGE = _primes(1009, MAX_VARIABLES)
 SMALL = _primes(211, MAX_VARIABLES)
 
 
-def mono_value(mono: Mono, values: Sequence[int]) -> int:
-    return math.prod(values[v] for v in mono)
+def size_value(size: Size, values: Sequence[int]) -> int:
+    mono, offset = size
+    return math.prod(values[v] for v in mono) + offset
+
+
+def _affine(a: int, b: int) -> Size | None:
+    """The size that is `a` at the LARGE sentinels and `b` at the SMALL ones, if one is."""
+    for offset in OFFSETS:
+        m, n = _factor(a - offset, LARGE), _factor(b - offset, SMALL)
+        if m is not None and m == n:
+            return m, offset
+    return None
 
 
 def _factor(value: int, sentinels: Sequence[int]) -> Mono | None:
@@ -99,16 +111,16 @@ class Symbolic:
 
     count: int  # variables
     dims: dict[Tensor, tuple[Dim, ...]]  # tensors with a run-time dimension
-    ints: dict[int, Mono]  # id(IntImm) -> its value
-    floats: dict[int, tuple[Mono, bool]]  # id(FloatImm) -> its value, or (True) its inverse
-    extents: dict[int, Mono]  # id(IterVar) -> its extent
+    ints: dict[int, Size]  # id(IntImm) -> its value
+    floats: dict[int, tuple[Size, bool]]  # id(FloatImm) -> its value, or (True) its inverse
+    extents: dict[int, Size]  # id(IterVar) -> its extent
     sizes: Tensor
 
     def shape(self, t: Tensor) -> tuple[Dim, ...]:
         return self.dims.get(t, t.shape)
 
     def concrete(self, t: Tensor, values: Sequence[int]) -> tuple[int, ...]:
-        return tuple(d if isinstance(d, int) else mono_value(d, values) for d in self.shape(t))
+        return tuple(d if isinstance(d, int) else size_value(d, values) for d in self.shape(t))
 
 
 class _NotGeneric(Exception):
@@ -126,12 +138,12 @@ class _Lockstep:
     def int_(self, a: int, b: int) -> Dim:
         if a == b:
             return a
-        m, n = _factor(a, LARGE), _factor(b, SMALL)
-        if m is None or m != n:
+        size = _affine(a, b)
+        if size is None:
             raise _NotGeneric(f"{a} vs {b}")
-        return m
+        return size
 
-    def float_(self, a: float, b: float) -> tuple[Mono, bool] | None:
+    def float_(self, a: float, b: float) -> tuple[Size, bool] | None:
         if a == b:
             return None
         for inverse in (False, True):
@@ -140,9 +152,9 @@ class _Lockstep:
             x, y = (1 / a, 1 / b) if inverse else (a, b)
             ra, rb = round(x), round(y)
             if abs(x - ra) <= 1e-6 * abs(x) and abs(y - rb) <= 1e-6 * abs(y):
-                m, n = _factor(ra, LARGE), _factor(rb, SMALL)
-                if m is not None and m == n:
-                    return m, inverse
+                size = _affine(ra, rb)
+                if size is not None:
+                    return size, inverse
         raise _NotGeneric(f"{a} vs {b}")
 
     def tensor(self, a: Tensor, b: Tensor) -> None:
