@@ -144,8 +144,10 @@ class _Lockstep:
         return size
 
     def float_(self, a: float, b: float) -> tuple[Size, bool] | None:
-        if a == b:
+        if a == b or (math.isnan(a) and math.isnan(b)):
             return None
+        if not (math.isfinite(a) and math.isfinite(b)):
+            raise _NotGeneric(f"{a} vs {b}")
         for inverse in (False, True):
             if inverse and (a == 0 or b == 0):
                 continue
