@@ -31,19 +31,22 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from llvmlite import ir
 
 from relaydsl.backend.llvm import intrinsics as M
 from relaydsl.backend.llvm.intervals import Interval, Scope, clamped, interval, is_float
-from relaydsl.backend.llvm.schedule import PARALLEL_WORK, Schedule, Stage
+from relaydsl.backend.llvm.schedule import PARALLEL_WORK, ROW_BYTES, Schedule, Stage
 from relaydsl.te.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Call, Cast, Div, FloatImm, FloorDiv, FloorMod,
     IntImm, IterVar, Max, Min, Mul, Not, PrimExpr, Reduce, Select, Sub, TensorRead, Var,
     children, post_order,
 )
 from relaydsl.te.tensor import Tensor
+
+if TYPE_CHECKING:
+    from relaydsl.backend.llvm.generic import Symbolic
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 VOID = ir.VoidType()
@@ -113,7 +116,11 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
         extent: ir.Value = ir.Constant(I64, code.stage.extent)
         if sym is not None and sizes is not None:  # the leading axis, its size read now
             t = code.stage.tensor
-            extent = sizes.dim(sym.shape(t)[0]) if t.ndim else ir.Constant(I64, 1)
+            for d in sym.shape(t)[:code.stage.outer]:  # (outer is 0 or 1)
+                extent = sizes.dim(d)
+            if code.stage.parallel_at_run_time:
+                _parallel_if_worth_it(b, module, code, fn.args[0], extent, sizes, sym)
+                continue
         if code.stage.parallel:
             b.call(_parallel_for(module), [_task(module, code), b.bitcast(fn.args[0], I8P),
                                            extent])
@@ -126,6 +133,25 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
 
 I8P = I8.as_pointer()
 TABLE = I8P.as_pointer()  # the kernel's buffers: one pointer per slot
+
+
+def _parallel_if_worth_it(b: ir.IRBuilder, module: ir.Module, code: StageCode,
+                          table: ir.Value, extent: ir.Value, sizes: "Sizes", sym: "Symbolic"
+                          ) -> None:
+    """A stage of sizes known at run time: on the thread pool where its work, counted from
+    those sizes as the scheduler counts it, reaches PARALLEL_WORK, else serially."""
+    work: ir.Value = ir.Constant(I64, code.stage.per_point)
+    for d in [*sym.shape(code.stage.tensor),
+              *[sym.extents.get(id(a), a.extent) for a in code.stage.reduce_axes]]:
+        work = b.mul(work, sizes.dim(d))
+    worth = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_WORK)),
+                   b.icmp_signed(">=", extent, ir.Constant(I64, 2)))
+    with b.if_else(worth) as (parallel, serial):
+        with parallel:
+            b.call(_parallel_for(module), [_task(module, code), b.bitcast(table, I8P), extent])
+        with serial:
+            b.call(module.globals[code.stage.symbol],
+                   [*_stage_args(b, module, code, table), ir.Constant(I64, 0), extent])
 
 
 def _stage_args(b: ir.IRBuilder, module: ir.Module, code: StageCode, table: ir.Value
@@ -314,7 +340,17 @@ class _StageEmitter:
                     env[axes[d]] = b.urem(rem, ext)
                     rem = b.udiv(rem, ext)
             ranges: dict[PrimExpr, Interval] = {a: (0, a.extent - 1) for a in axes}
-            if stage.row_reduce:
+            if stage.row_reduce and self.sym is not None and \
+                    not isinstance(self.sym.shape(t)[-1], int):
+                # rows up to ROW_BYTES (its size known only now): kept in a stack buffer
+                row = self.dim(t, t.ndim - 1)
+                fits = b.icmp_signed("<=", row, ir.Constant(I64, ROW_BYTES // 8))
+                with b.if_else(fits) as (rows, columns):
+                    with rows:
+                        self._nest_rows(axes, shape, outer, dict(env), ranges, body)
+                    with columns:
+                        self._nest(axes, shape, outer, dict(env), ranges, body)
+            elif stage.row_reduce:
                 self._nest_rows(axes, shape, outer, env, ranges, body)
             else:
                 self._nest(axes, shape, outer, env, ranges, body)
@@ -339,28 +375,31 @@ class _StageEmitter:
 
     def _nest_rows(self, axes, shape, d, env, ranges, body) -> None:
         """Row-wise reduction: ``row[:] = init; for r: row[j] = f(row[j], src); out = epi(row)``."""
+        t = self.stage.tensor
         if d < len(axes) - 1:
-            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, shape[d]), axes[d].name) as i:
+            with self.loop(ir.Constant(I64, 0), self.dim(t, d), axes[d].name) as i:
                 env[axes[d]] = i
                 self._nest_rows(axes, shape, d + 1, env, ranges, body)
             return
         b = self.b
         (red,) = [n for n in post_order(body) if isinstance(n, Reduce)]
         last = axes[-1]
-        n = shape[-1]
+        n = self.dim(t, len(axes) - 1)
         acc_t = value_type(red.dtype)
-        row = self.alloca(ir.ArrayType(memory_type(red.dtype), n), "row")
+        # a size known only at run time gets the largest row emit() lets through
+        room = shape[-1] if isinstance(n, ir.Constant) else ROW_BYTES // 8
+        row = self.alloca(ir.ArrayType(memory_type(red.dtype), room), "row")
 
         def slot(j: ir.Value) -> ir.Value:
             return b.gep(row, [ir.Constant(I64, 0), j], inbounds=True)
 
-        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), "init") as j:
+        with self.loop(ir.Constant(I64, 0), n, "init") as j:
             ctx = _Ctx({**env, last: j}, ranges)
             self._store_val(slot(j), self.value(red.init, ctx), red.dtype)
 
         def over(k: int, renv: dict) -> None:
             if k == len(red.axes):
-                with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), last.name) as j:
+                with self.loop(ir.Constant(I64, 0), n, last.name) as j:
                     rranges = {**ranges, **{a: (0, a.extent - 1) for a in red.axes}}
                     ctx = _Ctx({**env, **renv, last: j}, rranges)
                     src = self.value(red.source, ctx)
@@ -368,12 +407,12 @@ class _StageEmitter:
                     self._store_val(slot(j), self.combine(red, acc, src), red.dtype)
                 return
             ax = red.axes[k]
-            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, ax.extent), ax.name) as r:
+            with self.loop(ir.Constant(I64, 0), self.extent(ax), ax.name) as r:
                 over(k + 1, {**renv, ax: r})
 
         over(0, {})
         del acc_t
-        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), "epilogue") as j:
+        with self.loop(ir.Constant(I64, 0), n, "epilogue") as j:
             ctx = _Ctx({**env, last: j}, ranges)
             ctx.memo[(id(red), "v")] = self._load_val(slot(j), red.dtype)
             self.store(axes, {**env, last: j}, self.value(body, ctx))

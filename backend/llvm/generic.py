@@ -57,14 +57,16 @@ _log = logging.getLogger(__name__)
 Mono = tuple[int, ...]  # a product of variables: their indices, sorted, repeated for powers
 Size = tuple[Mono, int]  # a product of variables plus a small constant (n - 1)
 Dim = int | Size  # a static size, or one known at run time
-OFFSETS = range(-4, 5)  # the constants a size may be off a product by
+OFFSETS = (0, -1, 1, -2, 2, -3, 3, -4, 4)  # the constants a size may be off a product by
 
 
-def _primes(start: int, count: int) -> list[int]:
+def _primes(start: int, count: int, gap: int) -> list[int]:
+    """`count` primes from `start`, each at least `gap` above the last."""
     found: list[int] = []
     n = start
     while len(found) < count:
-        if all(n % p for p in range(2, math.isqrt(n) + 1)):
+        if all(n % p for p in range(2, math.isqrt(n) + 1)) and \
+                (not found or n - found[-1] >= gap):
             found.append(n)
         n += 1
     return found
@@ -73,8 +75,10 @@ def _primes(start: int, count: int) -> list[int]:
 MAX_VARIABLES = 8
 # two sentinel sets far apart: a size-dependent expression that matched a product of the
 # variables at both by chance (max(n, 1500)) is unlikely at sizes so different
-LARGE = _primes(1009, MAX_VARIABLES)
-SMALL = _primes(211, MAX_VARIABLES)
+# (primes far enough apart that no size is another's plus an offset: n0 + 2 = n1 would be
+# read either way)
+LARGE = _primes(1009, MAX_VARIABLES, 3 * len(OFFSETS))
+SMALL = _primes(211, MAX_VARIABLES, 2 * len(OFFSETS) + 1)
 
 
 def size_value(size: Size, values: Sequence[int]) -> int:
@@ -82,13 +86,15 @@ def size_value(size: Size, values: Sequence[int]) -> int:
     return math.prod(values[v] for v in mono) + offset
 
 
-def _affine(a: int, b: int) -> Size | None:
-    """The size that is `a` at the LARGE sentinels and `b` at the SMALL ones, if one is."""
+def _affine(a: int, b: int, count: int) -> Size | None:
+    """The size of `count` variables that is `a` at the LARGE sentinels and `b` at the
+    SMALL ones, if exactly one is."""
+    found = []
     for offset in OFFSETS:
-        m, n = _factor(a - offset, LARGE), _factor(b - offset, SMALL)
+        m, n = _factor(a - offset, LARGE[:count]), _factor(b - offset, SMALL[:count])
         if m is not None and m == n:
-            return m, offset
-    return None
+            found.append((m, offset))
+    return found[0] if len(found) == 1 else None
 
 
 def _factor(value: int, sentinels: Sequence[int]) -> Mono | None:
@@ -138,7 +144,7 @@ class _Lockstep:
     def int_(self, a: int, b: int) -> Dim:
         if a == b:
             return a
-        size = _affine(a, b)
+        size = _affine(a, b, self.out.count)
         if size is None:
             raise _NotGeneric(f"{a} vs {b}")
         return size
@@ -154,7 +160,7 @@ class _Lockstep:
             x, y = (1 / a, 1 / b) if inverse else (a, b)
             ra, rb = round(x), round(y)
             if abs(x - ra) <= 1e-6 * abs(x) and abs(y - rb) <= 1e-6 * abs(y):
-                size = _affine(ra, rb)
+                size = _affine(ra, rb, self.out.count)
                 if size is not None:
                     return size, inverse
         raise _NotGeneric(f"{a} vs {b}")
@@ -268,6 +274,13 @@ class GenericKernel:
             out[v] = int(types[i].shape[axis])
         return out
 
+    def runs(self, values: Sequence[int]) -> bool:
+        """Whether every size is at least 1 at `values` (a size n - 4 is not where n = 3:
+        those calls get kernels of their shapes, which say what is wrong)."""
+        sizes = [d for dims in self.symbolic.dims.values() for d in dims if not isinstance(d, int)]
+        return all(size_value(d, values) >= 1
+                   for d in [*sizes, *self.symbolic.extents.values()])
+
     def output_types(self, values: Sequence[int]) -> list[TensorType]:
         return [TensorType(self.symbolic.concrete(t, values), t.dtype)
                 for t in self.lowered.outputs]
@@ -316,11 +329,9 @@ def compile_generic(fn: Function, types: Sequence[TensorType],
     if count == 0 or count > MAX_VARIABLES:
         return None
 
+    classes = {int(types[i].shape[axis]): v for i, axis, v in positions}
+
     def at(sentinels: Sequence[int]) -> Lowered:
-        values = [0] * count
-        for i, axis, v in positions:
-            values[v] = sentinels[v]
-        classes = {int(types[i].shape[axis]): v for i, axis, v in positions}
         typed = []
         for t, flags in zip(types, symbolic):
             shape = tuple(sentinels[classes[d]] if flag and d >= 2 else d

@@ -61,6 +61,11 @@ class Stage:
     work: float = 0.0
     parallel: bool = False
     symbol: str = ""
+    # sizes known at run time (generic.py): the work is the stage's elements times these
+    # reduce axes' trips times `per_point`, and parallel where that reaches PARALLEL_WORK
+    reduce_axes: list[IterVar] = field(default_factory=list)
+    per_point: int = 1
+    parallel_at_run_time: bool = False
 
 
 @dataclass(eq=False)
@@ -195,9 +200,11 @@ def schedule(lowered: Lowered, prefix: str, symbolic: "Symbolic | None" = None) 
                       chosen.get(t))
         stage.symbol = f"{prefix}_s{len(stages)}"
         _plan_loops(stage, inlined)
-        if symbolic is not None:  # its sizes are not these: the leading axis, serially
-            stage.row_reduce, stage.parallel = False, False
-            stage.outer = min(1, t.ndim)
+        if symbolic is not None:  # its sizes are not these: the leading axis, parallel if
+            stage.parallel = False  # its work says so; rows up to ROW_BYTES at run time
+            stage.outer = min(1, t.ndim - 1 if stage.row_reduce else t.ndim)
+            stage.parallel_at_run_time = stage.template is None and t.ndim >= 1 and \
+                settings.num_threads() > 1
         stages.append(stage)
 
     scratch = [s.tensor for s in stages if s.tensor not in outputs]
@@ -272,6 +279,8 @@ def _plan_loops(stage: Stage, inlined: set[Tensor]) -> None:
     reduces = [node for node in post_order(body) if isinstance(node, Reduce)]
     reduce_trips = math.prod(math.prod(a.extent for a in r.axes) for r in reduces) or 1
     per_point = sum(node_cost(node) for node in post_order(body))
+    stage.reduce_axes = [a for r in reduces for a in r.axes]
+    stage.per_point = max(1, per_point // 2)
     stage.work = float(size(t)) * max(1, reduce_trips) * max(1, per_point // 2)
     if len(reduces) == 1 and n >= 1 and _row_better(reduces[0], t.axes[-1]):
         itemsize = 8

@@ -2,7 +2,10 @@
 
 Such a call site compiles its primitive function once for chunks of rows where its inputs
 have a leading dimension known only at run time and the function is row-separable (a
-kernel generic in the batch size: ../chunked.py), else per shape of its inputs, on first
+kernel generic in the batch size: ../chunked.py), else once with its sizes read at run
+time where that is proven to compute the same (../generic.py: a mean over a symbolic axis,
+symbolic dimensions anywhere; tried first when dimensions other than the leading ones are
+symbolic), else per shape of its inputs, on first
 use (type inference re-run with the shapes is the shape function: it gives the outputs'),
 and describes the kernel for each shape to native code by a record; native code keeps the
 last few records of a site in its "ways" and asks Python only on a miss.
@@ -90,13 +93,13 @@ class KernelSite:
         # static trip counts), unless other dimensions are symbolic too: chunked kernels
         # are made per size of those
         generic = self._generic_kernel(types, options) if self.inner_symbolic else None
-        if generic is not None:
+        if generic is not None and generic.runs(generic.values(types)):
             return self._generic_record(key, generic, types)
         chunked = self._chunked_kernel(types, options)
         if chunked is not None:
             return self._chunked_record(key, chunked, types[self.batched.index(True)].shape[0])
         generic = None if self.inner_symbolic else self._generic_kernel(types, options)
-        if generic is not None:
+        if generic is not None and generic.runs(generic.values(types)):
             return self._generic_record(key, generic, types)
         kernel = compile_primitive(specialize(self.fn, types), options)
         outputs = kernel.output_types
