@@ -194,32 +194,23 @@ class _Lockstep:
             if id(x) in self.paired or type(x) is not type(y):
                 raise _NotGeneric(f"{x} vs {y}")
             self.paired[id(x)] = y
-            if isinstance(x, IntImm):
-                assert isinstance(y, IntImm)
-                v = self.int_(x.value, y.value)
-                if not isinstance(v, int):
-                    self.out.ints[id(x)] = v
-                if x.dtype != y.dtype:
-                    raise _NotGeneric(x.dtype)
-                continue
             if isinstance(x, FloatImm):
                 assert isinstance(y, FloatImm)
                 f = self.float_(x.value, y.value)
                 if f is not None:
                     self.out.floats[id(x)] = f
                 continue
-            if isinstance(x, IterVar):
-                assert isinstance(y, IterVar)
-                e = self.int_(x.extent, y.extent)
-                if not isinstance(e, int):
-                    self.out.extents[id(x)] = e
-                if x.is_reduce != y.is_reduce:
-                    raise _NotGeneric(x.name)
-                continue
+            # an integer's value and an axis's extent may be sizes; every other field the same
+            sized = {IntImm: ("value", self.out.ints), IterVar: ("extent", self.out.extents)}
+            size_field, found = sized.get(type(x), ("", {}))
             assert dataclasses.is_dataclass(x)
             for f in dataclasses.fields(x):
                 u, v = getattr(x, f.name), getattr(y, f.name)
-                if isinstance(u, (PrimExpr, Tensor)):
+                if f.name == size_field:
+                    size = self.int_(u, v)
+                    if not isinstance(size, int):
+                        found[id(x)] = size
+                elif isinstance(u, (PrimExpr, Tensor)):
                     stack.append((u, v))
                 elif isinstance(u, tuple) and all(isinstance(e, (PrimExpr, Tensor)) for e in u):
                     if not isinstance(v, tuple) or len(u) != len(v):
