@@ -35,7 +35,9 @@ from op names:
   no constant depends on the batch size (a ``1 / n`` of a mean over the
   batch, a shape read as a value).
 
-A function that is not separable is compiled per shape, as before (native/sites.py).
+A function that is not separable (a mean over the batch, a reshape mixing rows) gets a
+kernel generic in its sizes where generic.py proves one (te loops reading the sizes at run
+time), else kernels per shape (native/sites.py).
 
 One driver, compiled once per process, runs every such function at every size: native
 code calls it with the kernels' buffer table (inputs and outputs of n rows, constants,

@@ -31,20 +31,23 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from llvmlite import ir
 
 from relaydsl.backend.llvm import intrinsics as M
 from relaydsl.backend.llvm.intervals import Interval, Scope, clamped, interval, is_float
 from relaydsl import settings
-from relaydsl.backend.llvm.schedule import PARALLEL_WORK, Schedule, Stage
+from relaydsl.backend.llvm.schedule import PARALLEL_WORK, ROW_BYTES, Schedule, Stage
 from relaydsl.te.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Call, Cast, Div, FloatImm, FloorDiv, FloorMod,
     IntImm, IterVar, Max, Min, Mul, Not, PrimExpr, Reduce, Select, Sub, TensorRead, Var,
     children, post_order,
 )
 from relaydsl.te.tensor import Tensor
+
+if TYPE_CHECKING:
+    from relaydsl.backend.llvm.generic import Symbolic
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 VOID = ir.VoidType()
@@ -90,6 +93,7 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
         define internal void @<stage>.task(ptr %buffers, i64 %begin, i64 %end)  ; parallel
     """
     slot = {t: i for i, t in enumerate(sched.buffers)}
+    sym = sched.symbolic
     codes: list[StageCode] = []
     for stage in sched.stages:
         if stage.template is not None:
@@ -99,15 +103,19 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
             stage.parallel = stage.work >= PARALLEL_WORK and stage.extent >= 2
         else:
             _StageEmitter(module, stage, sched).emit()
-        codes.append(StageCode(stage, slot[stage.tensor], [slot[r] for r in stage.reads]))
+        reads = [slot[r] for r in stage.reads]
+        codes.append(StageCode(stage, slot[stage.tensor],
+                               reads if sym is None else [*reads, slot[sym.sizes]]))
     entry = f"{prefix}_entry"
     fn = ir.Function(module, ir.FunctionType(VOID, [TABLE]), entry)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    sizes = None if sym is None else Sizes(b, b.bitcast(b.load(b.gep(
+        fn.args[0], [ir.Constant(I64, slot[sym.sizes])], inbounds=True)), I64.as_pointer()))
     chained: set[int] = set()
     for i, code in enumerate(codes):
         if i in chained or math.prod(code.stage.tensor.shape) == 0:
             continue
-        images = _images(code, codes[i + 1]) if i + 1 < len(codes) else None
+        images = _images(code, codes[i + 1]) if i + 1 < len(codes) and sym is None else None
         if images is not None:  # the template and its epilogue, image by image
             chained.add(i + 1)
             task = _chain(module, code, codes[i + 1], images)
@@ -118,7 +126,14 @@ def emit_module(module: ir.Module, sched: Schedule, prefix: str) -> tuple[list[S
                 b.call(task, [b.bitcast(fn.args[0], I8P), ir.Constant(I64, 0),
                               ir.Constant(I64, images)])
             continue
-        extent = ir.Constant(I64, code.stage.extent)
+        extent: ir.Value = ir.Constant(I64, code.stage.extent)
+        if sym is not None and sizes is not None:  # the leading axis, its size read now
+            t = code.stage.tensor
+            for d in sym.shape(t)[:code.stage.outer]:  # (outer is 0 or 1)
+                extent = sizes.dim(d)
+            if code.stage.parallel_at_run_time:
+                _parallel_if_worth_it(b, module, code, fn.args[0], extent, sizes, sym)
+                continue
         if code.stage.parallel:
             b.call(_parallel_for(module), [_task(module, code), b.bitcast(fn.args[0], I8P),
                                            extent])
@@ -183,6 +198,25 @@ I8P = I8.as_pointer()
 TABLE = I8P.as_pointer()  # the kernel's buffers: one pointer per slot
 
 
+def _parallel_if_worth_it(b: ir.IRBuilder, module: ir.Module, code: StageCode,
+                          table: ir.Value, extent: ir.Value, sizes: "Sizes", sym: "Symbolic"
+                          ) -> None:
+    """A stage of sizes known at run time: on the thread pool where its work, counted from
+    those sizes as the scheduler counts it, reaches PARALLEL_WORK, else serially."""
+    work: ir.Value = ir.Constant(I64, code.stage.per_point)
+    for d in [*sym.shape(code.stage.tensor),
+              *[sym.extents.get(id(a), a.extent) for a in code.stage.reduce_axes]]:
+        work = b.mul(work, sizes.dim(d))
+    worth = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_WORK)),
+                   b.icmp_signed(">=", extent, ir.Constant(I64, 2)))
+    with b.if_else(worth) as (parallel, serial):
+        with parallel:
+            b.call(_parallel_for(module), [_task(module, code), b.bitcast(table, I8P), extent])
+        with serial:
+            b.call(module.globals[code.stage.symbol],
+                   [*_stage_args(b, module, code, table), ir.Constant(I64, 0), extent])
+
+
 def _stage_args(b: ir.IRBuilder, module: ir.Module, code: StageCode, table: ir.Value
                 ) -> list[ir.Value]:
     """The stage's buffer pointers, loaded from the table."""
@@ -212,6 +246,35 @@ def _parallel_for(module: ir.Module) -> ir.Function:
     return M.intrinsic(module, "relaydsl_parallel_for", VOID, [task_type, I8P, I64])
 
 
+class Sizes:
+    """Sizes known only at run time (generic.py) as i64 values: products of the variables
+    the kernel reads from its sizes buffer, each loaded and multiplied once, where
+    `builder` is (a block dominating their uses)."""
+
+    def __init__(self, builder: ir.IRBuilder, pointer: ir.Value):
+        self.b, self.pointer = builder, pointer
+        self.memo: dict[tuple[int, ...], ir.Value] = {}
+
+    def dim(self, d: "int | tuple[tuple[int, ...], int]") -> ir.Value:
+        """A size: static, or a product of variables plus a constant (generic.Size)."""
+        if isinstance(d, int):
+            return ir.Constant(I64, d)
+        mono, offset = d
+        v = self.product(mono)
+        return v if offset == 0 else self.b.add(v, ir.Constant(I64, offset), flags=["nsw"])
+
+    def product(self, mono: tuple[int, ...]) -> ir.Value:
+        v = self.memo.get(mono)
+        if v is None:
+            if len(mono) == 1:
+                v = self.b.load(self.b.gep(self.pointer, [ir.Constant(I64, mono[0])],
+                                           inbounds=True), name=f"size{mono[0]}")
+            else:
+                v = self.b.mul(self.product(mono[:-1]), self.product(mono[-1:]), flags=["nsw"])
+            self.memo[mono] = v
+        return v
+
+
 class _Ctx(Scope):
     """Where an expression is emitted: values and ranges of its axes/variables, and a memo."""
 
@@ -237,9 +300,12 @@ class _Ctx(Scope):
 class _StageEmitter:
     def __init__(self, module: ir.Module, stage: Stage, sched: Schedule):
         self.module, self.stage, self.inlined = module, stage, sched.inlined
+        self.sym = sched.symbolic
         t = stage.tensor
         tensors = [t, *stage.reads]
         ptrs = [memory_type(x.dtype).as_pointer() for x in tensors]
+        if self.sym is not None:  # then the sizes
+            ptrs.append(I64.as_pointer())
         self.fn = ir.Function(module, ir.FunctionType(VOID, [*ptrs, I64, I64]), stage.symbol)
         self.fn.attributes.add("noinline")  # the entry calls it; one copy of the code
         self.fn.attributes.add("nounwind")
@@ -252,6 +318,49 @@ class _StageEmitter:
         self.alloca_builder = ir.IRBuilder(entry)
         self.b = ir.IRBuilder(self.fn.append_basic_block("start"))
         self._pure: dict[int, bool] = {}
+        self.sizes = None if self.sym is None else \
+            Sizes(self.alloca_builder, self.fn.args[len(tensors)])
+        self._strides: dict[Tensor, list[ir.Value]] = {}
+
+    # ---- sizes: constants, or read at run time (generic.py) ---------------------------
+    def dim(self, t: Tensor, d: int) -> ir.Value:
+        if self.sym is None or self.sizes is None:
+            return ir.Constant(I64, t.shape[d])
+        return self.sizes.dim(self.sym.shape(t)[d])
+
+    def extent(self, a: IterVar) -> ir.Value:
+        if self.sym is None or self.sizes is None or id(a) not in self.sym.extents:
+            return ir.Constant(I64, a.extent)
+        return self.sizes.dim(self.sym.extents[id(a)])
+
+    def strides(self, t: Tensor) -> list[ir.Value]:
+        """Row-major strides of `t`, in elements (computed once, in the entry block)."""
+        found = self._strides.get(t)
+        if found is None:
+            if self.sym is None or self.sizes is None or t not in self.sym.dims:
+                found = [ir.Constant(I64, s) for s in strides(t.shape)]
+            else:
+                dims = self.sym.shape(t)
+                found = []
+                for d in range(len(dims)):
+                    inner = dims[d + 1:]
+                    s = ir.Constant(I64, math.prod(x for x in inner if isinstance(x, int)))
+                    for x in inner:
+                        if not isinstance(x, int):
+                            one = s.constant == 1 if isinstance(s, ir.Constant) else False
+                            v = self.sizes.dim(x)
+                            s = v if one else self.alloca_builder.mul(s, v, flags=["nsw"])
+                    found.append(s)
+            self._strides[t] = found
+        return found
+
+    def offset(self, t: Tensor, index: list[ir.Value]) -> ir.Value:
+        off: ir.Value = ir.Constant(I64, 0)
+        for v, s in zip(index, self.strides(t)):
+            one = isinstance(s, ir.Constant) and s.constant == 1
+            term = v if one else self.b.mul(v, s, flags=["nsw"])
+            off = self.b.add(off, term, flags=["nsw"])
+        return off
 
     # ---- loops -----------------------------------------------------------------------
     @contextmanager
@@ -290,11 +399,21 @@ class _StageEmitter:
                 if d == 0:
                     env[axes[d]] = rem
                 else:
-                    ext = ir.Constant(I64, shape[d])
+                    ext = self.dim(t, d)
                     env[axes[d]] = b.urem(rem, ext)
                     rem = b.udiv(rem, ext)
             ranges: dict[PrimExpr, Interval] = {a: (0, a.extent - 1) for a in axes}
-            if stage.row_reduce:
+            if stage.row_reduce and self.sym is not None and \
+                    not isinstance(self.sym.shape(t)[-1], int):
+                # rows up to ROW_BYTES (its size known only now): kept in a stack buffer
+                row = self.dim(t, t.ndim - 1)
+                fits = b.icmp_signed("<=", row, ir.Constant(I64, ROW_BYTES // 8))
+                with b.if_else(fits) as (rows, columns):
+                    with rows:
+                        self._nest_rows(axes, shape, outer, dict(env), ranges, body)
+                    with columns:
+                        self._nest(axes, shape, outer, dict(env), ranges, body)
+            elif stage.row_reduce:
                 self._nest_rows(axes, shape, outer, env, ranges, body)
             else:
                 self._nest(axes, shape, outer, env, ranges, body)
@@ -306,44 +425,44 @@ class _StageEmitter:
             ctx = _Ctx(dict(env), ranges)
             self.store(axes, env, self.value(body, ctx))
             return
-        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, shape[d]), axes[d].name) as i:
+        with self.loop(ir.Constant(I64, 0), self.dim(self.stage.tensor, d), axes[d].name) as i:
             env[axes[d]] = i
             self._nest(axes, shape, d + 1, env, ranges, body)
 
     def store(self, axes, env, v: ir.Value) -> None:
         t = self.stage.tensor
-        off = ir.Constant(I64, 0)
-        for a, s in zip(axes, strides(t.shape)):
-            term = env[a] if s == 1 else self.b.mul(env[a], ir.Constant(I64, s), flags=["nsw"])
-            off = self.b.add(off, term, flags=["nsw"])
+        off = self.offset(t, [env[a] for a in axes])
         if t.dtype == "bool":
             v = self.b.zext(v, I8)
         self.b.store(v, self.b.gep(self.ptr[t], [off], inbounds=True))
 
     def _nest_rows(self, axes, shape, d, env, ranges, body) -> None:
         """Row-wise reduction: ``row[:] = init; for r: row[j] = f(row[j], src); out = epi(row)``."""
+        t = self.stage.tensor
         if d < len(axes) - 1:
-            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, shape[d]), axes[d].name) as i:
+            with self.loop(ir.Constant(I64, 0), self.dim(t, d), axes[d].name) as i:
                 env[axes[d]] = i
                 self._nest_rows(axes, shape, d + 1, env, ranges, body)
             return
         b = self.b
         (red,) = [n for n in post_order(body) if isinstance(n, Reduce)]
         last = axes[-1]
-        n = shape[-1]
+        n = self.dim(t, len(axes) - 1)
         acc_t = value_type(red.dtype)
-        row = self.alloca(ir.ArrayType(memory_type(red.dtype), n), "row")
+        # a size known only at run time gets the largest row emit() lets through
+        room = shape[-1] if isinstance(n, ir.Constant) else ROW_BYTES // 8
+        row = self.alloca(ir.ArrayType(memory_type(red.dtype), room), "row")
 
         def slot(j: ir.Value) -> ir.Value:
             return b.gep(row, [ir.Constant(I64, 0), j], inbounds=True)
 
-        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), "init") as j:
+        with self.loop(ir.Constant(I64, 0), n, "init") as j:
             ctx = _Ctx({**env, last: j}, ranges)
             self._store_val(slot(j), self.value(red.init, ctx), red.dtype)
 
         def over(k: int, renv: dict) -> None:
             if k == len(red.axes):
-                with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), last.name) as j:
+                with self.loop(ir.Constant(I64, 0), n, last.name) as j:
                     rranges = {**ranges, **{a: (0, a.extent - 1) for a in red.axes}}
                     ctx = _Ctx({**env, **renv, last: j}, rranges)
                     src = self.value(red.source, ctx)
@@ -351,12 +470,12 @@ class _StageEmitter:
                     self._store_val(slot(j), self.combine(red, acc, src), red.dtype)
                 return
             ax = red.axes[k]
-            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, ax.extent), ax.name) as r:
+            with self.loop(ir.Constant(I64, 0), self.extent(ax), ax.name) as r:
                 over(k + 1, {**renv, ax: r})
 
         over(0, {})
         del acc_t
-        with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), "epilogue") as j:
+        with self.loop(ir.Constant(I64, 0), n, "epilogue") as j:
             ctx = _Ctx({**env, last: j}, ranges)
             ctx.memo[(id(red), "v")] = self._load_val(slot(j), red.dtype)
             self.store(axes, {**env, last: j}, self.value(body, ctx))
@@ -404,6 +523,8 @@ class _StageEmitter:
             return b.zext(v, I64) if e.dtype in ("uint8", "bool") else b.sext(v, I64)
         match e:
             case IntImm(value=v):
+                if self.sizes is not None and self.sym is not None and id(e) in self.sym.ints:
+                    return self.sizes.dim(self.sym.ints[id(e)])
                 return ir.Constant(I64, v)
             case IterVar():
                 return ctx.env[e]
@@ -445,8 +566,15 @@ class _StageEmitter:
             return v if t == I64 else b.trunc(v, t)
         match e:
             case IntImm(value=v):
+                if self.sizes is not None and self.sym is not None and id(e) in self.sym.ints:
+                    return b.trunc(self.sizes.dim(self.sym.ints[id(e)]), t) if t != I64 \
+                        else self.sizes.dim(self.sym.ints[id(e)])
                 return ir.Constant(t, v)
             case FloatImm(value=v):
+                if self.sizes is not None and self.sym is not None and id(e) in self.sym.floats:
+                    mono, inverse = self.sym.floats[id(e)]
+                    f = b.sitofp(self.sizes.dim(mono), t)
+                    return b.fdiv(ir.Constant(t, 1.0), f) if inverse else f
                 return ir.Constant(t, v)
             case IterVar() | Var():
                 v = ctx.env[e]
@@ -598,9 +726,21 @@ class _StageEmitter:
         b = self.b
         idx = []
         ranges = {}
-        for i, extent in zip(e.indices, t.shape):
+        shape = t.shape if self.sym is None else self.sym.shape(t)
+        for i, extent, d in zip(e.indices, t.shape, shape):
             v = self.index(i, ctx)
             r = self.interval(i, ctx)
+            if not isinstance(d, int):  # a size known at run time: clamped to it unless
+                # the index is an axis of the same extent (the intervals are the sentinels')
+                assert self.sym is not None
+                if not (isinstance(i, IterVar) and self.sym.extents.get(id(i)) == d):
+                    zero = ir.Constant(I64, 0)
+                    v = b.select(b.icmp_signed("<", v, zero), zero, v)
+                    top = b.sub(self.dim(t, len(idx)), ir.Constant(I64, 1))
+                    v = b.select(b.icmp_signed(">", v, top), top, v)
+                idx.append(v)
+                ranges[i] = clamped(r, extent)
+                continue
             if r is None or r[0] < 0:
                 v = b.select(b.icmp_signed("<", v, ir.Constant(I64, 0)), ir.Constant(I64, 0), v)
             if r is None or r[1] > extent - 1:
@@ -614,11 +754,7 @@ class _StageEmitter:
             rng = {a: clamped(self.interval(i, ctx), a.extent)
                    for a, i in zip(t.axes, e.indices)}
             return self.value(t.body, _Ctx(env, rng))
-        off = ir.Constant(I64, 0)
-        for v, s in zip(idx, strides(t.shape)):
-            term = v if s == 1 else b.mul(v, ir.Constant(I64, s), flags=["nsw"])
-            off = b.add(off, term, flags=["nsw"])
-        x = b.load(b.gep(self.ptr[t], [off], inbounds=True))
+        x = b.load(b.gep(self.ptr[t], [self.offset(t, idx)], inbounds=True))
         return b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) if t.dtype == "bool" else x
 
     def reduce(self, red: Reduce, ctx: _Ctx) -> ir.Value:
@@ -634,7 +770,7 @@ class _StageEmitter:
                 self._store_val(acc, self.combine(red, cur, src), red.dtype)
                 return
             ax = red.axes[k]
-            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, ax.extent), ax.name) as r:
+            with self.loop(ir.Constant(I64, 0), self.extent(ax), ax.name) as r:
                 over(k + 1, {**env, ax: r})
 
         over(0, {})

@@ -13,12 +13,12 @@ and picks how to run the entry function:
   release what a turn no longer needs; closures, general and mutual recursion, data types
   and ``match``, references, the higher-order gradient's backpropagators and shapes known
   only at run time (a ``relay.Any`` dimension: kernels generic in a leading batch
-  dimension where the computation is row-separable, chunked.py, else made per shape on
-  first use) all run there.
+  dimension where the computation is row-separable, chunked.py, or in every size where
+  generic.py proves it, else made per shape on first use) all run there.
 * a program whose tensor parameters have symbolic dimensions (``("n", 784)``) gets native
   code for its first call signature (the entry re-typed with the call's shapes and
   compiled), and for every later one native code of the entry as typed: one build, whose
-  kernels of run-time shapes are generic in the batch size where they can be. A signature
+  kernels of run-time shapes are generic in their sizes where they can be. A signature
   called HOT_CALLS times gets native code of its own.
 * the dispatcher for what remains (functions passed in from Python, references passed
   to or returned to it): the reference interpreter, whose

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from relaydsl import settings
 from relaydsl.errors import IRError
@@ -43,6 +44,9 @@ from relaydsl.backend.llvm import templates
 from relaydsl.backend.llvm.lower import Lowered
 from relaydsl.backend.llvm.templates import AnyTemplate
 from relaydsl.op.nn.linear import dense
+
+if TYPE_CHECKING:
+    from relaydsl.backend.llvm.generic import Symbolic
 
 PARALLEL_WORK = 150_000  # scalar operations below which a stage runs on the calling thread
 EXPENSIVE = 12  # inlined cost at which recomputation is avoided
@@ -63,6 +67,11 @@ class Stage:
     parallel: bool = False
     symbol: str = ""
     epilogue: bool = False  # pointwise in the previous stage, a template's (see pointwise)
+    # sizes known at run time (generic.py): the work is the stage's elements times these
+    # reduce axes' trips times `per_point`, and parallel where that reaches PARALLEL_WORK
+    reduce_axes: list[IterVar] = field(default_factory=list)
+    per_point: int = 1
+    parallel_at_run_time: bool = False
 
 
 @dataclass(eq=False)
@@ -70,8 +79,10 @@ class Schedule:
     lowered: Lowered
     stages: list[Stage]
     inlined: set[Tensor]
-    buffers: list[Tensor]  # params, outputs, constants, scratch: the kernel's argument slots
+    buffers: list[Tensor]  # params, outputs, constants, [sizes], scratch: the argument slots
     scratch: list[Tensor] = field(default_factory=list)
+    # sizes known only at run time (generic.py), read from the sizes slot; None: all static
+    symbolic: "Symbolic | None" = None
 
 
 def size(t: Tensor) -> int:
@@ -124,7 +135,10 @@ def _transposed_input(lowered: Lowered, x: Tensor) -> Tensor | None:
     return source
 
 
-def schedule(lowered: Lowered, prefix: str) -> Schedule:
+def schedule(lowered: Lowered, prefix: str, symbolic: "Symbolic | None" = None) -> Schedule:
+    """How `lowered` runs; with `symbolic` (a kernel generic in its sizes, generic.py) te
+    loop nests only (templates need static shapes), serial, and the sizes' buffer a slot
+    after the constants."""
     chosen: dict[Tensor, AnyTemplate] = {}
     operands: dict[Tensor, list[Tensor]] = {}  # what each template reads
 
@@ -146,7 +160,7 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
             if t in seen or t.body is None:
                 continue
             seen.add(t)
-            found = template_for(lowered, t)
+            found = None if symbolic is not None else template_for(lowered, t)
             if found is not None:
                 chosen[t], operands[t] = found
             stack.append((t, True))
@@ -192,6 +206,11 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
                       chosen.get(t))
         stage.symbol = f"{prefix}_s{len(stages)}"
         _plan_loops(stage, inlined)
+        if symbolic is not None:  # its sizes are not these: the leading axis, parallel if
+            stage.parallel = False  # its work says so; rows up to ROW_BYTES at run time
+            stage.outer = min(1, t.ndim - 1 if stage.row_reduce else t.ndim)
+            stage.parallel_at_run_time = stage.template is None and t.ndim >= 1 and \
+                settings.num_threads() > 1
         stages.append(stage)
 
     for before, stage in pairwise(stages):
@@ -200,8 +219,9 @@ def schedule(lowered: Lowered, prefix: str) -> Schedule:
 
     scratch = [s.tensor for s in stages if s.tensor not in outputs]
     constants = [c for c, _ in lowered.constants]
-    buffers = [*lowered.params, *lowered.outputs, *constants, *scratch]
-    return Schedule(lowered, stages, inlined, buffers, scratch)
+    sizes = [] if symbolic is None else [symbolic.sizes]
+    buffers = [*lowered.params, *lowered.outputs, *constants, *sizes, *scratch]
+    return Schedule(lowered, stages, inlined, buffers, scratch, symbolic)
 
 
 def pointwise(t: Tensor, source: Tensor, inlined: set[Tensor]) -> bool:
@@ -303,6 +323,8 @@ def _plan_loops(stage: Stage, inlined: set[Tensor]) -> None:
     reduces = [node for node in post_order(body) if isinstance(node, Reduce)]
     reduce_trips = math.prod(math.prod(a.extent for a in r.axes) for r in reduces) or 1
     per_point = sum(node_cost(node) for node in post_order(body))
+    stage.reduce_axes = [a for r in reduces for a in r.axes]
+    stage.per_point = max(1, per_point // 2)
     stage.work = float(size(t)) * max(1, reduce_trips) * max(1, per_point // 2)
     if len(reduces) == 1 and n >= 1 and _row_better(reduces[0], t.axes[-1]):
         itemsize = 8

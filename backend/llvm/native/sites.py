@@ -2,7 +2,10 @@
 
 Such a call site compiles its primitive function once for chunks of rows where its inputs
 have a leading dimension known only at run time and the function is row-separable (a
-kernel generic in the batch size: ../chunked.py), else per shape of its inputs, on first
+kernel generic in the batch size: ../chunked.py), else once with its sizes read at run
+time where that is proven to compute the same (../generic.py: a mean over a symbolic axis,
+symbolic dimensions anywhere; tried first when dimensions other than the leading ones are
+symbolic), else per shape of its inputs, on first
 use (type inference re-run with the shapes is the shape function: it gives the outputs'),
 and describes the kernel for each shape to native code by a record; native code keeps the
 last few records of a site in its "ways" and asks Python only on a miss.
@@ -16,6 +19,7 @@ import numpy as np
 from llvmlite import ir
 
 from relaydsl.backend.llvm.chunked import ChunkedKernel, compile_chunked
+from relaydsl.backend.llvm.generic import GenericKernel, compile_generic, pattern
 from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitive, nbytes
 from relaydsl.backend.llvm.native.abi import I64, PTR, Error, Word
 from relaydsl.backend.llvm.native.values import contiguous
@@ -72,6 +76,11 @@ class KernelSite:
         # in it (chunked.py) by the other dimensions
         self.batched = [bool(t.shape) and not isinstance(t.shape[0], int) for t in inputs]
         self._chunked: dict[tuple, ChunkedKernel | None] = {}
+        # the dimensions typed symbolically, and the kernels generic in them (generic.py)
+        # by which of them are one size (generic.pattern)
+        self.symbolic = [[not isinstance(d, int) for d in t.shape] for t in inputs]
+        self._generic: dict[tuple, GenericKernel | None] = {}
+        self.inner_symbolic = any(any(flags[1:]) for flags in self.symbolic)
 
     def record(self, key: tuple[int, ...], options: CompileOptions) -> np.ndarray:
         """The record for input dimensions `key`: of the function's kernel generic in the
@@ -80,9 +89,18 @@ class KernelSite:
         for t in self.inputs:
             types.append(TensorType(key[at:at + len(t.shape)], t.dtype))
             at += len(t.shape)
+        # chunks of static rows first (their GEMMs run templates, their inner loops have
+        # static trip counts), unless other dimensions are symbolic too: chunked kernels
+        # are made per size of those
+        generic = self._generic_kernel(types, options) if self.inner_symbolic else None
+        if generic is not None and generic.runs(generic.values(types)):
+            return self._generic_record(key, generic, types)
         chunked = self._chunked_kernel(types, options)
         if chunked is not None:
             return self._chunked_record(key, chunked, types[self.batched.index(True)].shape[0])
+        generic = None if self.inner_symbolic else self._generic_kernel(types, options)
+        if generic is not None and generic.runs(generic.values(types)):
+            return self._generic_record(key, generic, types)
         kernel = compile_primitive(specialize(self.fn, types), options)
         outputs = kernel.output_types
         assert [len(t.shape) for t in outputs] == [len(t.shape) for t in self.outputs]
@@ -126,6 +144,24 @@ class KernelSite:
             self._chunked[key] = compile_chunked(self.fn, types, self.batched,
                                                  options)
         return self._chunked[key]
+
+    def _generic_kernel(self, types: list[TensorType], options: CompileOptions
+                        ) -> GenericKernel | None:
+        """The kernel generic in the symbolic dimensions of inputs of `types`, if there is
+        one for the way their sizes coincide."""
+        key = pattern(types, self.symbolic)[0]
+        if key not in self._generic:
+            self._generic[key] = compile_generic(self.fn, types, self.symbolic, options)
+        return self._generic[key]
+
+    def _generic_record(self, key: tuple[int, ...], generic: GenericKernel,
+                        types: list[TensorType]) -> np.ndarray:
+        values = generic.values(types)
+        sizes = np.array(values, np.int64)
+        constants = [contiguous(c) for c in generic.constants]
+        return self._record(key, generic.entry_address, 0, generic.output_types(values),
+                            [*map(address, constants), address(sizes)],
+                            generic.scratch_bytes(values), (generic, constants, sizes))
 
     def _chunked_record(self, key: tuple[int, ...], chunked: ChunkedKernel, n: int
                         ) -> np.ndarray:

@@ -3,8 +3,9 @@
 A function with a symbolic batch dimension is compiled once for chunks of rows; every
 later batch size runs on those kernels (whole chunks in place, the rest padded; a sum over
 the batch adds up its chunks), with no compile. Functions that are not row-separable (a
-mean over the batch, a reshape mixing rows, a transpose) keep kernels per shape: the tests
-check both the values and which way each call site went.
+mean over the batch, a reshape mixing rows, a transpose) are not chunked (they get kernels
+reading their sizes at run time, test_generic.py, or per shape): the tests check both the
+values and which way each call site went.
 """
 from __future__ import annotations
 
@@ -224,7 +225,7 @@ def test_a_training_step_runs_new_batch_sizes_on_the_chunks_it_has():
     (rows_mixed, lambda x: x.reshape(-1, 3) * 2.0),
     (columns, lambda x: jax.nn.sigmoid(x).T),
 ], ids=["mean over the batch", "reshape mixing rows", "transpose"])
-def test_a_function_that_is_not_row_separable_keeps_kernels_per_shape(fn, reference):
+def test_a_function_that_is_not_row_separable_is_not_chunked(fn, reference):
     exe = relay.build(fn, target="llvm")
     for n in (2, 9, 1, 70):
         x = rand(n, 6)
