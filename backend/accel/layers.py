@@ -54,6 +54,12 @@ def region_size(region: Region) -> int:
     return size
 
 
+def samples(region: Region) -> int:
+    """The samples a region of a layer's output spans: its extent along the batch axis, the
+    first of a tensor of two or more axes (one for a vector or a scalar)."""
+    return region[0][1] - region[0][0] if len(region) >= 2 else 1
+
+
 def take(array: np.ndarray, region: Region) -> np.ndarray:
     return array[tuple(slice(lo, hi) for lo, hi in region)]
 
