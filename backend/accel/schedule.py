@@ -241,7 +241,7 @@ def _stream_bounds(layer: Layer, block_bytes: int) -> list[tuple[int, int]] | No
 def streamable(layer: Layer, ctx: "_GroupContext") -> bool:
     """Whether `layer`'s weight can stream through the group in output-channel blocks: a
     conv2d or dense layer whose weight no other layer of the group reads."""
-    return layer.rule.channel_blocks and len(layer.inputs) > 1 and \
+    return layer.rule.unit == "mac" and layer.rule.channel_blocks and len(layer.inputs) > 1 and \
         layer.inputs[1].is_constant and \
         sum(layer.inputs[1] in other.inputs for other in ctx.layers) == 1
 
@@ -249,9 +249,10 @@ def streamable(layer: Layer, ctx: "_GroupContext") -> bool:
 def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles: int,
                channel_blocks: int = 1, loop_order: str = ACTIVATIONS_STATIONARY,
                streamed: tuple[Layer, ...] = (),
-               transfers: dict[tuple[int, int | None, tuple[int, int] | None],
+               transfers: dict[tuple[int, int | None, tuple[int, int] | None,
+                                     tuple[int, int] | None],
                                tuple[dict[TensorInfo, Region], list[tuple[Layer, Region]]]]
-               | None = None, keep: bool = True, double_io: bool = True
+               | None = None, keep: bool = True, double_io: bool = True, strips: int = 1
                ) -> GroupPlan | None:
     """The plan of the group `ctx` cut in `tiles` bands of rows, or None where that does
     not fit on chip or does not cover its outputs. Two ways past weights that do not fit:
@@ -265,7 +266,10 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
       weights stay on chip for the whole group (weights-stationary when none streams).
 
     Without `double_io`, the group's inputs and outputs have one buffer each: a band's
-    loads wait for the last band's computation and stores (where two do not fit).
+    loads wait for the last band's computation and stores (where two do not fit). With
+    `strips`, each band is cut in that many strips of columns too (where one band of a
+    batch of images' rows does not fit; no line buffers then, and only a group storing
+    just its sinks, whose strips do not overlap).
     `transfers` keeps the shape transfers of the tiles between calls for the same group;
     without `keep`, the plan is costed without its steps (GroupPlan.build makes them)."""
     layers = ctx.layers
@@ -274,6 +278,11 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
         return None
     if tiles > 1 and tiles > min(s.shape[2] for s in ctx.sinks):
         return None
+    if strips > 1 and (not ctx.row_tiled or streamed or
+                       strips > min(s.shape[3] for s in ctx.sinks) or
+                       not set(ctx.stored) <= set(ctx.sinks)):
+        return None
+    strip_list: list[int | None] = list(range(strips)) if strips > 1 else [None]
     blocks: list[tuple[int, int] | None] = [None]
     if channel_blocks > 1:
         if len(layers) != 1 or not layers[0].rule.channel_blocks or streamed:
@@ -288,6 +297,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
             else [(b, c) for c in blocks for b in bands]
     else:
         steps = [(None, c) for c in blocks]
+    steps3 = [(b, c, strip) for b, c in steps for strip in strip_list]
 
     capacity = config.buffers()
     stream: dict[Layer, list[tuple[int, int]]] = {}
@@ -305,7 +315,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     resident = [t for t in ctx.weights if t not in streamed_weights]
     if blocks == [None] and sum(t.nbytes for t in resident) > capacity[config.buffer_for(WEIGHT)]:
         return None  # the resident weights stay on chip all along: they alone do not fit
-    stored_upto = dict.fromkeys(ctx.stored, 0)
+    stored_upto = {(t, strip): 0 for t in ctx.stored for strip in strip_list}
     loaded_before: dict[TensorInfo, Region] = {}
     kept = set(resident)  # loaded once and read by later tiles: on chip all along
     line_buffers: set[TensorInfo] = set()  # rows kept from one tile for the next
@@ -313,9 +323,10 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     made = _Steps(config, keep)
     read: dict[str, int] = {}
     written: dict[str, int] = {}
-    for band, block in steps:
+    for band, block, strip in steps3:
         made.serial = not double_io  # the band's first step
-        known = transfers.get((tiles, band, block))
+        key = (tiles, band, block, None if strip is None else (strip, strips))
+        known = transfers.get(key)
         if known is None:
             sink_regions = {}
             for s in ctx.sinks:
@@ -324,15 +335,17 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                     region[2] = _bands(s.shape[2], tiles)[band]
                 if block is not None:
                     region[1 if len(s.shape) == 4 else len(s.shape) - 1] = block
+                if strip is not None:
+                    region[3] = _bands(s.shape[3], strips)[strip]
                 sink_regions[s] = tuple(region)
-            known = transfers[(tiles, band, block)] = _transfer(ctx, sink_regions)
+            known = transfers[key] = _transfer(ctx, sink_regions)
         regions, computes = known
         for t, r in regions.items():
             if t not in streamed_weights:
                 peak_region[t] = max(peak_region.get(t, 0), region_size(r) * t.itemsize)
         if reuse:
             _deep_reuse(ctx, regions, computes, deep_offsets, stream)
-        if band in (0, None) and block in (None, blocks[0]) and \
+        if band in (0, None) and block in (None, blocks[0]) and strip in (0, None) and \
                 not _may_fit(ctx, peak_region, deep_offsets, kept, stream, config, reuse):
             return None  # the first tile alone overflows: so would all of them
         loads: list[tuple[TensorInfo, Region, Region]] = []
@@ -354,14 +367,14 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
             r = regions[t]
             if len(t.shape) == 4 and block is None:
                 lo, hi = r[2]
-                if lo > stored_upto[t]:
+                if lo > stored_upto[t, strip]:
                     return None  # rows no tile computes
-                if hi > stored_upto[t]:
-                    stores.append((t, (*r[:2], (stored_upto[t], hi), *r[3:])))
-                    stored_upto[t] = hi
+                if hi > stored_upto[t, strip]:
+                    stores.append((t, (*r[:2], (stored_upto[t, strip], hi), *r[3:])))
+                    stored_upto[t, strip] = hi
             else:
                 stores.append((t, r))
-                stored_upto[t] = t.shape[2] if len(t.shape) == 4 else 1
+                stored_upto[t, strip] = t.shape[2] if len(t.shape) == 4 else 1
         for t, r in stores:
             written[t.name] = written.get(t.name, 0) + region_size(r) * t.itemsize
         # the band's steps: a streamed layer's every weight block is a step of its own
@@ -389,7 +402,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                           ((weight, w, w),), ((layer, (*before, (lo, hi), *after), whole),))
             read[weight.name] = read.get(weight.name, 0) + weight.nbytes
         _step(made, loads, pending, stores)
-    if any(stored_upto[t] < (t.shape[2] if len(t.shape) == 4 else 1) for t in ctx.stored):
+    if any(upto < (t.shape[2] if len(t.shape) == 4 else 1) for (t, _), upto in stored_upto.items()):
         return None
     addresses, spans = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
                               line_buffers, stream, config, reuse,
@@ -403,7 +416,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                      made.macs, made.alu,
                      dict(ctx=ctx, config=config, reuse=reuse, tiles=tiles,
                           channel_blocks=channel_blocks, loop_order=loop_order,
-                          streamed=streamed, double_io=double_io))
+                          streamed=streamed, double_io=double_io, strips=strips))
 
 
 def _may_fit(ctx: _GroupContext, sizes: dict[TensorInfo, int],
@@ -711,7 +724,49 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
                         best = plan
             if best is not None:
                 break
+    if best is None and ctx.row_tiled and (len(layers) == 1 or ctx.sinks[0].shape[0] > 1):
+        best = _strips_plan(ctx, config, reuse, counts, transfers)
+    if best is None and len(layers) == 1 and config.double_buffering:
+        # the last resort of a layer of which one band fits only once (a batch of images'
+        # rows on VTA's 32 KiB input buffer): each band's loads wait for the last band
+        for count in counts:
+            best = plan_group(ctx, config, reuse, count, transfers=transfers, keep=False,
+                              double_io=False)
+            if best is not None:
+                break
     return best
+
+
+def _strips_plan(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool,
+                 counts: list[int], transfers: dict) -> GroupPlan | None:
+    """The cheapest plan of `ctx` cutting its bands in strips of columns too, the fewest
+    strips that fit: where a band of a batch of images' rows does not fit (VTA's 32 KiB input
+    buffer holds three rows of four 56x56x64 int8 images less than once). Tried for a batch,
+    and for a layer that fits no other way; a single layer whose weight does not fit either
+    in channel blocks too, and as the last resort with single-buffered inputs and outputs
+    (a band's loads wait for the last band's computation)."""
+    layers = ctx.layers
+    blocked = len(layers) == 1 and layers[0].rule.channel_blocks
+    columns = min(s.shape[3] for s in ctx.sinks)
+    strip_counts = sorted({k for k in (2, 4, 8) if k < columns} | {columns})
+    best: GroupPlan | None = None
+    for double_io in (True, False) if config.double_buffering and len(layers) == 1 \
+            else (True,):
+        for strips in strip_counts:
+            for blocks in [1, *_tile_counts(layers[0].output.shape[1])[1:]] if blocked \
+                    else [1]:
+                tried = 0
+                for count in counts:
+                    plan = plan_group(ctx, config, reuse, count, blocks, transfers=transfers,
+                                      keep=False, strips=strips, double_io=double_io)
+                    if plan is not None and (best is None or plan.cost < best.cost):
+                        best = plan
+                    tried += plan is not None or tried > 0
+                    if tried == TILE_COUNTS_TRIED:
+                        break
+                if best is not None:
+                    return best
+    return None
 
 
 class ScheduleError(ValueError):
