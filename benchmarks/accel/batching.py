@@ -253,14 +253,17 @@ def tree_lstm_rows(count: int, schedule: str) -> list[Row]:
 
 def _check_bit_exact(q_leaf: Any, q_node: Any, vectors: dict[str, np.ndarray],
                      trees: Sequence[Tree], schedule: str) -> None:
-    """The quantized cells on the accelerator (the multi-batch core) give llvm's values."""
+    """The quantized cells on the accelerator (the multi-batch core) give the interpreter's
+    values bit for bit, and llvm's within float32 rounding (its sigmoid and tanh are its own
+    polynomials, not NumPy's)."""
+    interp = [get_target("interp").build(q.mod, q.entry, {}) for q in (q_leaf, q_node)]
     llvm = [get_target("llvm").build(q.mod, q.entry, {}) for q in (q_leaf, q_node)]
     accel = [AccelProgram(q.mod, q.entry, MULTI, schedule) for q in (q_leaf, q_node)]
     for tree in trees:
-        want = _Cells(*llvm, vectors).state(tree)
         got = _Cells(*accel, vectors).state(tree)
-        if not np.array_equal(got, want):
-            raise AssertionError("the TreeLSTM's int8 cells differ between accel and llvm")
+        if not np.array_equal(got, _Cells(*interp, vectors).state(tree)):
+            raise AssertionError("the TreeLSTM's int8 cells differ between accel and interp")
+        np.testing.assert_allclose(got, _Cells(*llvm, vectors).state(tree), atol=1e-2)
 
 
 # ---- the note ---------------------------------------------------------------------------------
