@@ -3,13 +3,18 @@
 The machine model is the one of the Deep Fusion paper (../shared/papers, §4.1) and of VTA:
 a MAC array for convolutions and dense layers, a vector ALU for everything elementwise, one
 on-chip buffer the compiler manages by address, and a DRAM channel that loads and stores
-share. Its time is counted in cycles of ``clock_hz``; its bytes in elements of ``dtype``.
+share. Its time is counted in cycles of ``clock_hz``; its bytes in each tensor's own
+element size (``dtype``'s on a float32 accelerator; an int8 one's int8 activations and
+weights take a byte, its int32 accumulators four where they leave the chip).
 
 >>> cfg = AcceleratorConfig.deep_fusion()
 >>> cfg.peak_flops, cfg.onchip_bytes, cfg.dram_bandwidth
 (200000000000.0, 786432, 1500000000.0)
->>> AcceleratorConfig.vta(batch=4, block_in=8, block_out=8).macs_per_cycle
-256
+>>> multi = AcceleratorConfig.vta(batch=4, block_in=8, block_out=8)
+>>> multi.macs_per_cycle, multi.dtype
+(256, 'int8')
+>>> multi.cycles("mac", work=256 * 4, rows=4), multi.cycles("mac", work=256, rows=1)
+(4, 4)
 """
 from __future__ import annotations
 
@@ -20,6 +25,13 @@ import numpy as np
 
 KIB = 1024
 _DTYPES = ("float32", "int8")
+# What an int8 accelerator's units take: the MAC array int8 (or uint8) operands summed in
+# int32 (VTA's GEMM core); the ALU the integers of the requantisation epilogue and the
+# float32 its multiply and rounding are written in by relay.quantize (realize.py), which
+# VTA does as a fixed-point multiply and shift
+INT8_OPERANDS = ("int8", "uint8")
+INT8_ACCUMULATOR = "int32"
+INT8_ALU = ("int8", "uint8", "int16", "int32", "float32")
 # What an on-chip buffer holds, where the config splits its memory as VTA does: layers'
 # inputs loaded from DRAM, weights, and the outputs the units compute (VTA's accumulators)
 INPUT, WEIGHT, OUTPUT = "input", "weight", "output"
@@ -38,8 +50,12 @@ class AcceleratorConfig:
     - ``clock_hz`` and ``mac_array`` (rows, columns): the MAC array does
       ``rows * columns`` multiply-accumulates a cycle; ``peak_flops`` is twice that a second;
     - ``alu_lanes``: elements the vector ALU handles a cycle (pooling, activations, adds);
-    - ``dtype``: the element type in DRAM and on chip (float32; int8 with int32
-      accumulation once quantization lands);
+    - ``dtype``: the MAC array's element type: "float32", or "int8" (int8 x int8 summed in
+      int32, VTA's GEMM core), which runs the integer layers of a program realized by
+      ``relay.quantize`` and its requantisation epilogue on the ALU;
+    - ``batch``: the MAC array's batch dimension (VTA's BATCH): its ``rows`` are ``batch``
+      samples of ``rows // batch`` inputs each, so a layer over fewer samples than a
+      multiple of ``batch`` leaves the rest of the array (and of the ALU's lanes) idle;
     - ``double_buffering``: loads and stores of one tile overlap the computation of the
       previous one (each tile's buffers are then held twice);
     - ``input_buffer_bytes``, ``weight_buffer_bytes``, ``acc_buffer_bytes``: None for one
@@ -58,6 +74,7 @@ class AcceleratorConfig:
     mac_array: tuple[int, int]
     alu_lanes: int
     dtype: str = "float32"
+    batch: int = 1
     double_buffering: bool = True
     input_buffer_bytes: int | None = None
     weight_buffer_bytes: int | None = None
@@ -83,8 +100,10 @@ class AcceleratorConfig:
             raise bad("mac_array", "must be two positive ints (rows, columns)")
         if self.dtype not in _DTYPES:
             raise bad("dtype", f"must be one of {', '.join(_DTYPES)}")
-        if self.dtype != "float32":
-            raise bad("dtype", "is float32 until quantization lands (issue 24)")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or \
+                self.batch <= 0 or rows_cols[0] % self.batch:
+            raise bad("batch", f"must be a positive int dividing the MAC array's rows "
+                               f"({rows_cols[0]})")
         if self.alu_lanes > 2 * self.macs_per_cycle:
             # the roofline counts an ALU operation as a flop: the ALU may not beat peak_flops
             raise bad("alu_lanes", f"must be at most twice the MAC count "
@@ -118,12 +137,23 @@ class AcceleratorConfig:
     def macs_per_cycle(self) -> int:
         return self.mac_array[0] * self.mac_array[1]
 
+    def cycles(self, unit: str, work: int, rows: int) -> int:
+        """The cycles of `work` operations on `unit` ("mac" or "alu") over a region of
+        `rows` samples (its extent along the batch axis): the units take ``batch`` samples
+        a cycle, so a last partial batch costs a whole one."""
+        lanes = self.macs_per_cycle if unit == "mac" else self.alu_lanes
+        if self.batch == 1 or rows <= 0:
+            return -(-work // lanes)
+        padded = -(-rows // self.batch) * self.batch
+        return -(-work * padded // (rows * lanes))
+
     @property
     def peak_flops(self) -> float:
         return 2.0 * self.macs_per_cycle * self.clock_hz
 
     @property
     def element_bytes(self) -> int:
+        """Bytes of an element of the MAC array's operands."""
         return np.dtype(self.dtype).itemsize
 
     @classmethod
@@ -139,10 +169,12 @@ class AcceleratorConfig:
     def vta(cls, batch: int = 1, block_in: int = 16, block_out: int = 16,
             **changes: object) -> "AcceleratorConfig":
         """VTA's GEMM core (Moreau et al. 2019): a ``batch x block_in x block_out`` MAC
-        tensor at 100 MHz (its PYNQ build), with its three buffers -- input (32 KiB),
-        weight (256 KiB) and accumulator (128 KiB), each holding only its kind of tensor --
-        and a 1.6 GB/s DRAM port. ``vta(batch=4, block_in=8, block_out=8)`` is the
-        multi-batch variant with the same MAC count."""
+        tensor of int8 operands and int32 accumulators at 100 MHz (its PYNQ build), with
+        its three buffers -- input (32 KiB), weight (256 KiB) and accumulator (128 KiB),
+        each holding only its kind of tensor -- and a 1.6 GB/s DRAM port.
+        ``vta(batch=4, block_in=8, block_out=8)`` is the multi-batch variant with the same
+        MAC count. int8 is VTA's element type, so the preset's; ``dtype="float32"`` gives
+        the same machine computing in float32 (float programs, unquantized)."""
         for name, value in (("batch", batch), ("block_in", block_in), ("block_out", block_out)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"AcceleratorConfig.vta: {name} must be a positive int, "
@@ -151,7 +183,8 @@ class AcceleratorConfig:
                                      f"block_out={block_out})",
                                 onchip_bytes=(32 + 256 + 128) * KIB, dram_bandwidth=1.6e9,
                                 clock_hz=1e8, mac_array=(batch * block_in, block_out),
-                                alu_lanes=block_out * batch, input_buffer_bytes=32 * KIB,
+                                alu_lanes=block_out * batch, dtype="int8", batch=batch,
+                                input_buffer_bytes=32 * KIB,
                                 weight_buffer_bytes=256 * KIB, acc_buffer_bytes=128 * KIB),
                            changes)
 
@@ -171,4 +204,5 @@ class AcceleratorConfig:
             " (input, weight, accumulator)"
         return (f"{self.name}: {self.peak_flops / 1e9:g} GFLOP/s, "
                 f"{self.dram_bandwidth / 1e9:g} GB/s DRAM, {memory}, "
-                f"{self.dtype}, double buffering {'on' if self.double_buffering else 'off'}")
+                f"{self.dtype}{f', batch {self.batch}' if self.batch > 1 else ''}, "
+                f"double buffering {'on' if self.double_buffering else 'off'}")

@@ -24,6 +24,7 @@ from typing import Any as AnyValue
 
 import numpy as np
 
+from relaydsl.backend.accel.config import INT8_ACCUMULATOR, INT8_ALU, INT8_OPERANDS
 from relaydsl.backend.accel.layers import LayerRule, rule_for
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, Var
 from relaydsl.ir.types import TensorType
@@ -46,6 +47,15 @@ class TensorInfo:
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes of one element, in DRAM and on chip."""
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
 
     @property
     def is_constant(self) -> bool:
@@ -94,8 +104,29 @@ def _static(t: object, what: str) -> tuple[tuple[int, ...], str]:
     return tuple(shape), t.concrete_dtype()
 
 
+def _check_dtypes(name: str, rule: LayerRule, inputs: list[TensorInfo], dtype: str,
+                  accelerator: str) -> None:
+    """That the accelerator computing in `accelerator` runs a layer `name` of `rule` from
+    `inputs` to a `dtype` result: a float32 one float32 layers only; an int8 one int8 (or
+    uint8) products summed in int32 on its MAC array, and on its ALU the integers and
+    float32 of a realized program's epilogues."""
+    found = [t.dtype for t in inputs]
+    if accelerator == "float32":
+        if dtype != "float32" or any(d != "float32" for d in found):
+            raise NotOnAccelerator(f"{name} computes in {dtype}: the accelerator runs float32")
+    elif rule.unit == "mac":
+        if dtype != INT8_ACCUMULATOR or any(d not in INT8_OPERANDS for d in found[:2]):
+            raise NotOnAccelerator(
+                f"{name} multiplies {' by '.join(found[:2])} into {dtype}: the accelerator's "
+                f"MAC array takes {accelerator} operands summed in {INT8_ACCUMULATOR}")
+    elif dtype not in INT8_ALU or any(d not in INT8_ALU for d in found):
+        raise NotOnAccelerator(f"{name} computes in {dtype}: the accelerator's ALU takes "
+                               f"{', '.join(INT8_ALU)}")
+
+
 class _Extractor:
-    def __init__(self) -> None:
+    def __init__(self, dtype: str = "float32") -> None:
+        self.dtype = dtype  # the accelerator's (AcceleratorConfig.dtype)
         self.tensors: dict[Expr, TensorInfo | list[TensorInfo]] = {}
         self.layers: list[Layer] = []
         self.counts: dict[str, int] = {}
@@ -146,16 +177,16 @@ class _Extractor:
         rule = rule_for(opdef, attrs, [t.shape for t in inputs], shape)
         if rule is None:
             raise NotOnAccelerator(f"{opdef.name} has no accelerator lowering")
-        if dtype != "float32" or any(t.dtype != "float32" for t in inputs):
-            raise NotOnAccelerator(f"{name} computes in {dtype}: the accelerator runs float32")
+        _check_dtypes(name, rule, inputs, dtype, self.dtype)
         out = TensorInfo(name, shape, dtype)
         self.layers.append(Layer(name, opdef, attrs, tuple(inputs), out, rule))
         return out
 
 
-def extract(fn: Function) -> Graph:
-    """The graph of a typed function of op calls (see the module docstring)."""
-    ex = _Extractor()
+def extract(fn: Function, dtype: str = "float32") -> Graph:
+    """The graph of a typed function of op calls (see the module docstring) for an
+    accelerator computing in `dtype` (AcceleratorConfig.dtype)."""
+    ex = _Extractor(dtype)
     params = []
     for p in fn.params:
         shape, dtype = _static(p.checked_type, f"the parameter %{p.name_hint}")

@@ -61,7 +61,7 @@ class HybridProgram:
     def _compile(self, fn: Function) -> _Offloaded | None:
         if fn not in self._compiled:
             try:
-                graph = extract(fn)
+                graph = extract(fn, self.config.dtype)
             except NotOnAccelerator:
                 self._compiled[fn] = None
             else:

@@ -54,6 +54,12 @@ def region_size(region: Region) -> int:
     return size
 
 
+def samples(region: Region) -> int:
+    """The samples a region of a layer's output spans: its extent along the batch axis, the
+    first of a tensor of two or more axes (one for a vector or a scalar)."""
+    return region[0][1] - region[0][0] if len(region) >= 2 else 1
+
+
 def take(array: np.ndarray, region: Region) -> np.ndarray:
     return array[tuple(slice(lo, hi) for lo, hi in region)]
 
@@ -68,8 +74,8 @@ class LayerRule:
       input regions ``deduce`` gave;
     - ``work(layer, out_region)``: multiply-accumulates (mac) or element operations (alu);
     - ``channel_blocks``: the output's channels (axis 1) may be computed in blocks, each
-      reading its slice of the weight (input 1): how a layer whose weights do not fit on
-      chip runs;
+      reading its slice of the weight (input 1) or of its inputs: how a layer whose weights,
+      or whose one row, do not fit on chip runs;
     - ``row_tiles``: output row bands (axis 2 of NCHW) may be computed separately.
     """
 
@@ -151,7 +157,8 @@ def _windowed_work(layer: "Layer", out: Region) -> int:
     return region_size(out) * per_output
 
 
-WINDOWED = LayerRule("alu", _windowed_deduce, _windowed_compute, _windowed_work)
+WINDOWED = LayerRule("alu", _windowed_deduce, _windowed_compute, _windowed_work,
+                     channel_blocks=True)  # a pool reads its own channels only
 CONV2D = LayerRule("mac", _windowed_deduce, _windowed_compute, _windowed_work,
                    channel_blocks=True)
 
@@ -172,8 +179,10 @@ def _broadcast_compute(layer: "Layer", tiles: list[np.ndarray], out: Region) -> 
     return np.broadcast_to(layer.opdef.numpy_ref(*tiles, **layer.attrs), region_shape(out))
 
 
+# in blocks of channels too: one row of a wide layer's int32 accumulators (VTA's 112x64 at
+# 28 KiB) may not fit an input buffer twice
 ELEMENTWISE = LayerRule("alu", _broadcast_deduce, _broadcast_compute,
-                        lambda layer, out: region_size(out))
+                        lambda layer, out: region_size(out), channel_blocks=True)
 
 
 def _bias_add_deduce(layer: "Layer", out: Region) -> list[Region]:

@@ -47,11 +47,11 @@ from relaydsl.transform import pipeline
 _log = logging.getLogger(__name__)
 
 
-def compulsory_bytes(graph: Graph, element_bytes: int) -> int:
+def compulsory_bytes(graph: Graph) -> int:
     """Inputs and weights read once, the result written once."""
     read = {t for layer in graph.layers for t in layer.inputs
             if t.is_constant or t in graph.params}
-    return (sum(t.size for t in read) + graph.output.size) * element_bytes
+    return sum(t.nbytes for t in read) + graph.output.nbytes
 
 
 class AccelProgram:
@@ -65,7 +65,7 @@ class AccelProgram:
         self.entry = entry
         self.hybrid: HybridProgram | None = None
         try:
-            self.graph = extract(self.mod[entry])
+            self.graph = extract(self.mod[entry], config.dtype)
         except NotOnAccelerator as e:
             _log.info("@%s is not one network (%s): its control runs on the host, its fused "
                       "op groups on the accelerator", entry, e)
@@ -83,7 +83,7 @@ class AccelProgram:
                 written[name] = written.get(name, 0) + n
         self.report = AccelReport(schedule_kind, config,
                                   tuple(g.report() for g in self.groups), read, written,
-                                  compulsory_bytes(self.graph, config.element_bytes))
+                                  compulsory_bytes(self.graph))
         _log.info("@%s on the accelerator: %s", entry, self.report.summary())
 
     def __call__(self, *values: AnyValue) -> AnyValue:

@@ -52,7 +52,7 @@ from typing import NamedTuple
 from relaydsl.backend.accel.config import INPUT, OUTPUT, WEIGHT, AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, Layer, TensorInfo
 from relaydsl.backend.accel.layers import (
-    CONV2D, ELEMENTWISE, WINDOWED, Region, region_shape, region_size, window,
+    CONV2D, ELEMENTWISE, WINDOWED, Region, region_shape, region_size, samples, window,
 )
 from relaydsl.backend.accel.memory import (
     Buffer, allocate, deep_reuse_offset, span_lower_bound,
@@ -220,14 +220,13 @@ def _deduce(layer: Layer, out: Region) -> list[Region]:
 
 
 @functools.lru_cache(maxsize=1 << 12)
-def _stream_bounds(layer: Layer, block_bytes: int, element_bytes: int
-                   ) -> list[tuple[int, int]] | None:
+def _stream_bounds(layer: Layer, block_bytes: int) -> list[tuple[int, int]] | None:
     """The output-channel blocks a streamed layer's weight passes through on chip in: the
     fewest whose every block holds at most `block_bytes` of it, or None where not even one
     channel (one group) fits."""
     weight = layer.inputs[1]
     channels = layer.output.shape[1 if len(layer.output.shape) == 4 else -1]
-    per_channel = weight.size // channels * element_bytes
+    per_channel = weight.size // channels * weight.itemsize
     blocks = max(1, -(-per_channel * channels // block_bytes))
     while blocks <= channels:
         bounds = _channel_bounds(layer, blocks)
@@ -242,7 +241,7 @@ def _stream_bounds(layer: Layer, block_bytes: int, element_bytes: int
 def streamable(layer: Layer, ctx: "_GroupContext") -> bool:
     """Whether `layer`'s weight can stream through the group in output-channel blocks: a
     conv2d or dense layer whose weight no other layer of the group reads."""
-    return layer.rule.channel_blocks and len(layer.inputs) > 1 and \
+    return layer.rule.unit == "mac" and layer.rule.channel_blocks and len(layer.inputs) > 1 and \
         layer.inputs[1].is_constant and \
         sum(layer.inputs[1] in other.inputs for other in ctx.layers) == 1
 
@@ -250,9 +249,10 @@ def streamable(layer: Layer, ctx: "_GroupContext") -> bool:
 def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles: int,
                channel_blocks: int = 1, loop_order: str = ACTIVATIONS_STATIONARY,
                streamed: tuple[Layer, ...] = (),
-               transfers: dict[tuple[int, int | None, tuple[int, int] | None],
+               transfers: dict[tuple[int, int | None, tuple[int, int] | None,
+                                     tuple[int, int] | None],
                                tuple[dict[TensorInfo, Region], list[tuple[Layer, Region]]]]
-               | None = None, keep: bool = True, double_io: bool = True
+               | None = None, keep: bool = True, double_io: bool = True, strips: int = 1
                ) -> GroupPlan | None:
     """The plan of the group `ctx` cut in `tiles` bands of rows, or None where that does
     not fit on chip or does not cover its outputs. Two ways past weights that do not fit:
@@ -266,7 +266,10 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
       weights stay on chip for the whole group (weights-stationary when none streams).
 
     Without `double_io`, the group's inputs and outputs have one buffer each: a band's
-    loads wait for the last band's computation and stores (where two do not fit).
+    loads wait for the last band's computation and stores (where two do not fit). With
+    `strips`, each band is cut in that many strips of columns too (where one band of a
+    batch of images' rows does not fit; no line buffers then, and only a group storing
+    just its sinks, whose strips do not overlap).
     `transfers` keeps the shape transfers of the tiles between calls for the same group;
     without `keep`, the plan is costed without its steps (GroupPlan.build makes them)."""
     layers = ctx.layers
@@ -275,6 +278,11 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
         return None
     if tiles > 1 and tiles > min(s.shape[2] for s in ctx.sinks):
         return None
+    if strips > 1 and (not ctx.row_tiled or streamed or
+                       strips > min(s.shape[3] for s in ctx.sinks) or
+                       not set(ctx.stored) <= set(ctx.sinks)):
+        return None
+    strip_list: list[int | None] = list(range(strips)) if strips > 1 else [None]
     blocks: list[tuple[int, int] | None] = [None]
     if channel_blocks > 1:
         if len(layers) != 1 or not layers[0].rule.channel_blocks or streamed:
@@ -289,25 +297,25 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
             else [(b, c) for c in blocks for b in bands]
     else:
         steps = [(None, c) for c in blocks]
+    steps3 = [(b, c, strip) for b, c in steps for strip in strip_list]
 
-    e = config.element_bytes
     capacity = config.buffers()
     stream: dict[Layer, list[tuple[int, int]]] = {}
     for layer in streamed:
         bounds = _stream_bounds(
-            layer, capacity[config.buffer_for(WEIGHT)] // STREAM_BLOCK_FRACTION, e)
+            layer, capacity[config.buffer_for(WEIGHT)] // STREAM_BLOCK_FRACTION)
         if bounds is None:
             return None
         stream[layer] = bounds
     streamed_weights = {layer.inputs[1] for layer in stream}
     peak_region: dict[TensorInfo, int] = {  # a streamed weight's widest block
         layer.inputs[1]: max(hi - lo for lo, hi in bounds) *
-        (layer.inputs[1].size // layer.inputs[1].shape[0]) * e
+        (layer.inputs[1].nbytes // layer.inputs[1].shape[0])
         for layer, bounds in stream.items()}
     resident = [t for t in ctx.weights if t not in streamed_weights]
-    if blocks == [None] and sum(t.size for t in resident) * e > capacity[config.buffer_for(WEIGHT)]:
+    if blocks == [None] and sum(t.nbytes for t in resident) > capacity[config.buffer_for(WEIGHT)]:
         return None  # the resident weights stay on chip all along: they alone do not fit
-    stored_upto = dict.fromkeys(ctx.stored, 0)
+    stored_upto = {(t, strip): 0 for t in ctx.stored for strip in strip_list}
     loaded_before: dict[TensorInfo, Region] = {}
     kept = set(resident)  # loaded once and read by later tiles: on chip all along
     line_buffers: set[TensorInfo] = set()  # rows kept from one tile for the next
@@ -315,9 +323,10 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     made = _Steps(config, keep)
     read: dict[str, int] = {}
     written: dict[str, int] = {}
-    for band, block in steps:
+    for band, block, strip in steps3:
         made.serial = not double_io  # the band's first step
-        known = transfers.get((tiles, band, block))
+        key = (tiles, band, block, None if strip is None else (strip, strips))
+        known = transfers.get(key)
         if known is None:
             sink_regions = {}
             for s in ctx.sinks:
@@ -326,15 +335,17 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                     region[2] = _bands(s.shape[2], tiles)[band]
                 if block is not None:
                     region[1 if len(s.shape) == 4 else len(s.shape) - 1] = block
+                if strip is not None:
+                    region[3] = _bands(s.shape[3], strips)[strip]
                 sink_regions[s] = tuple(region)
-            known = transfers[(tiles, band, block)] = _transfer(ctx, sink_regions)
+            known = transfers[key] = _transfer(ctx, sink_regions)
         regions, computes = known
         for t, r in regions.items():
             if t not in streamed_weights:
-                peak_region[t] = max(peak_region.get(t, 0), region_size(r) * e)
+                peak_region[t] = max(peak_region.get(t, 0), region_size(r) * t.itemsize)
         if reuse:
-            _deep_reuse(ctx, regions, computes, e, deep_offsets, stream)
-        if band in (0, None) and block in (None, blocks[0]) and \
+            _deep_reuse(ctx, regions, computes, deep_offsets, stream)
+        if band in (0, None) and block in (None, blocks[0]) and strip in (0, None) and \
                 not _may_fit(ctx, peak_region, deep_offsets, kept, stream, config, reuse):
             return None  # the first tile alone overflows: so would all of them
         loads: list[tuple[TensorInfo, Region, Region]] = []
@@ -350,22 +361,22 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                 line_buffers.add(t)
             loads.append((t, new, r))
             loaded_before[t] = r
-            read[t.name] = read.get(t.name, 0) + region_size(new) * e
+            read[t.name] = read.get(t.name, 0) + region_size(new) * t.itemsize
         stores = []
         for t in ctx.stored:
             r = regions[t]
             if len(t.shape) == 4 and block is None:
                 lo, hi = r[2]
-                if lo > stored_upto[t]:
+                if lo > stored_upto[t, strip]:
                     return None  # rows no tile computes
-                if hi > stored_upto[t]:
-                    stores.append((t, (*r[:2], (stored_upto[t], hi), *r[3:])))
-                    stored_upto[t] = hi
+                if hi > stored_upto[t, strip]:
+                    stores.append((t, (*r[:2], (stored_upto[t, strip], hi), *r[3:])))
+                    stored_upto[t, strip] = hi
             else:
                 stores.append((t, r))
-                stored_upto[t] = t.shape[2] if len(t.shape) == 4 else 1
+                stored_upto[t, strip] = t.shape[2] if len(t.shape) == 4 else 1
         for t, r in stores:
-            written[t.name] = written.get(t.name, 0) + region_size(r) * e
+            written[t.name] = written.get(t.name, 0) + region_size(r) * t.itemsize
         # the band's steps: a streamed layer's every weight block is a step of its own
         pending: list[tuple[Layer, Region, Region]] = []
         for layer, whole in computes:
@@ -379,18 +390,19 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
             weight = layer.inputs[1]
             # work and weight bytes are linear in a block's channels
             work = _work(layer, whole) // (whole[axis][1] - whole[axis][0])
-            per_channel = weight.size // weight.shape[0] * e
+            per_channel = weight.nbytes // weight.shape[0]
             rest = tuple((0, n) for n in weight.shape[1:])
             before, after = whole[:axis], whole[axis + 1:]
-            mac_rate = config.macs_per_cycle
+            rows = samples(whole)
             for lo, hi in stream[layer]:
                 w = ((lo, hi), *rest)  # what the rule deduces
                 macs = work * (hi - lo)
-                made.add((hi - lo) * per_channel, 0, macs, 0, -(-macs // mac_rate),
+                made.add((hi - lo) * per_channel, 0, macs, 0,
+                         config.cycles("mac", macs, rows),
                           ((weight, w, w),), ((layer, (*before, (lo, hi), *after), whole),))
-            read[weight.name] = read.get(weight.name, 0) + weight.size * e
+            read[weight.name] = read.get(weight.name, 0) + weight.nbytes
         _step(made, loads, pending, stores)
-    if any(stored_upto[t] < (t.shape[2] if len(t.shape) == 4 else 1) for t in ctx.stored):
+    if any(upto < (t.shape[2] if len(t.shape) == 4 else 1) for (t, _), upto in stored_upto.items()):
         return None
     addresses, spans = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
                               line_buffers, stream, config, reuse,
@@ -404,7 +416,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                      made.macs, made.alu,
                      dict(ctx=ctx, config=config, reuse=reuse, tiles=tiles,
                           channel_blocks=channel_blocks, loop_order=loop_order,
-                          streamed=streamed, double_io=double_io))
+                          streamed=streamed, double_io=double_io, strips=strips))
 
 
 def _may_fit(ctx: _GroupContext, sizes: dict[TensorInfo, int],
@@ -429,16 +441,16 @@ def _step(steps: "_Steps", loads: list[tuple[TensorInfo, Region, Region]],
           ) -> None:
     """Add a step (one SYNC) of a group to `steps`, its work and cycles counted."""
     config = steps.config
-    e = config.element_bytes
     mac = alu = cycles = 0
     for layer, r, _ in computes:
         work = _work(layer, r)
+        cycles += config.cycles(layer.rule.unit, work, samples(r))
         if layer.rule.unit == "mac":
-            mac, cycles = mac + work, cycles + math.ceil(work / config.macs_per_cycle)
+            mac += work
         else:
-            alu, cycles = alu + work, cycles + math.ceil(work / config.alu_lanes)
-    steps.add(sum(region_size(r) * e for _, r, _ in loads),
-              sum(region_size(r) * e for _, r in stores), mac, alu, cycles,
+            alu += work
+    steps.add(sum(region_size(r) * t.itemsize for t, r, _ in loads),
+              sum(region_size(r) * t.itemsize for t, r in stores), mac, alu, cycles,
               tuple(loads), tuple(computes), tuple(stores))
 
 
@@ -498,7 +510,7 @@ def _continues(before: Region, after: Region) -> bool:
 
 
 def _deep_reuse(ctx: _GroupContext, regions: dict[TensorInfo, Region],
-                computes: list[tuple[Layer, Region]], element_bytes: int,
+                computes: list[tuple[Layer, Region]],
                 offsets: dict[TensorInfo, tuple[TensorInfo, int]],
                 streamed: dict[Layer, list[tuple[int, int]]]) -> None:
     """Record, for each layer whose output can overlap an input dying at it, the smallest
@@ -512,7 +524,7 @@ def _deep_reuse(ctx: _GroupContext, regions: dict[TensorInfo, Region],
             if t.is_constant or t in ctx.stored or ctx.readers[t][-1] != k or len(t.shape) != 4 \
                     or (len(layer.inputs) > 1 and t is not layer.inputs[0]):
                 continue
-            d = _offset(layer, t, regions[t], out, element_bytes)
+            d = _offset(layer, t, regions[t], out)
             if d is None:
                 continue
             known = offsets.get(layer.output)
@@ -522,10 +534,13 @@ def _deep_reuse(ctx: _GroupContext, regions: dict[TensorInfo, Region],
 
 
 @functools.lru_cache(maxsize=1 << 16)  # the search plans a layer's tiles in many groups
-def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region,
-            element_bytes: int) -> int | None:
+def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region) -> int | None:
     """The deep-reuse offset of `layer`'s output tile over input `t`'s tile, or None where
-    the layer reads it other than window by window (a broadcast operand, a concatenation)."""
+    the layer reads it other than window by window (a broadcast operand, a concatenation),
+    where the two differ in element size (an int8 input's int32 accumulators) or where the
+    tile holds more than one sample (deep reuse walks one image's positions)."""
+    if t.itemsize != layer.output.itemsize or out[0] != (0, 1):
+        return None
     (h_lo, _), (w_lo, _) = t_region[2], t_region[3]
     rows, cols = range(*out[2]), range(*out[3])
     if layer.rule is ELEMENTWISE:
@@ -544,7 +559,7 @@ def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region,
     out_shape = region_shape(out)
     return deep_reuse_offset((in_shape[2], in_shape[3], in_shape[1]),
                              (out_shape[2], out_shape[3], out_shape[1]),
-                             row_starts, col_starts, element_bytes)
+                             row_starts, col_starts, t.itemsize)
 
 
 def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
@@ -639,25 +654,24 @@ def _stream_options(ctx: _GroupContext, config: AcceleratorConfig) -> list[tuple
     whose streaming saves room (a weight over two blocks), the largest until the rest take
     at most half of the weight buffer, and none (where all fit the weight buffer)."""
     capacity = config.buffers()[config.buffer_for(WEIGHT)]
-    e = config.element_bytes
-    resident = sum(t.size for t in ctx.weights) * e
+    resident = sum(t.nbytes for t in ctx.weights)
     if len(ctx.layers) == 1:  # a single layer streams by its channel blocks (plan_group)
         return [()] if resident <= capacity else []
     block = capacity // STREAM_BLOCK_FRACTION
     can = sorted((layer for layer in ctx.layers if streamable(layer, ctx) and
-                  layer.inputs[1].size * e > 2 * block),
+                  layer.inputs[1].nbytes > 2 * block),
                  key=lambda layer: -layer.inputs[1].size)
     some: list[Layer] = []
     for layer in can:
         if resident <= capacity // 2:
             break
         some.append(layer)
-        resident -= layer.inputs[1].size * e
+        resident -= layer.inputs[1].nbytes
     options: list[tuple[Layer, ...]] = []
     for option in (tuple(can), tuple(some)):
         if option and option not in options:
             options.append(option)
-    if sum(t.size for t in ctx.weights) * e <= capacity:
+    if sum(t.nbytes for t in ctx.weights) <= capacity:
         options.append(())
     return options
 
@@ -673,14 +687,13 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
     counts = _tile_counts(rows) if ctx.row_tiled else [1]
     transfers: dict = {}
     best: GroupPlan | None = None
-    e = config.element_bytes
-    stored = sum(t.size for t in ctx.stored) * e
+    stored = sum(t.nbytes for t in ctx.stored)
     first = 0  # streaming fewer weights needs more room: no fewer tiles than with more
     options = _stream_options(ctx, config)
     for streamed in options if stream else [o for o in options if not o]:
         tried = 0
-        streamed_bytes = sum(layer.inputs[1].size for layer in streamed) * e
-        fixed = sum(t.size for t in ctx.weights) * e - streamed_bytes + stored
+        streamed_bytes = sum(layer.inputs[1].nbytes for layer in streamed)
+        fixed = sum(t.nbytes for t in ctx.weights) - streamed_bytes + stored
         for k in range(first, len(counts)):  # the fewest that fit, and a few more
             if best is not None and fixed + counts[k] * streamed_bytes > best.cost[0]:
                 break  # moves more than the best already: each band reads the streamed again
@@ -711,7 +724,49 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
                         best = plan
             if best is not None:
                 break
+    if best is None and ctx.row_tiled and (len(layers) == 1 or ctx.sinks[0].shape[0] > 1):
+        best = _strips_plan(ctx, config, reuse, counts, transfers)
+    if best is None and len(layers) == 1 and config.double_buffering:
+        # the last resort of a layer of which one band fits only once (a batch of images'
+        # rows on VTA's 32 KiB input buffer): each band's loads wait for the last band
+        for count in counts:
+            best = plan_group(ctx, config, reuse, count, transfers=transfers, keep=False,
+                              double_io=False)
+            if best is not None:
+                break
     return best
+
+
+def _strips_plan(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool,
+                 counts: list[int], transfers: dict) -> GroupPlan | None:
+    """The cheapest plan of `ctx` cutting its bands in strips of columns too, the fewest
+    strips that fit: where a band of a batch of images' rows does not fit (VTA's 32 KiB input
+    buffer holds three rows of four 56x56x64 int8 images less than once). Tried for a batch,
+    and for a layer that fits no other way; a single layer whose weight does not fit either
+    in channel blocks too, and as the last resort with single-buffered inputs and outputs
+    (a band's loads wait for the last band's computation)."""
+    layers = ctx.layers
+    blocked = len(layers) == 1 and layers[0].rule.channel_blocks
+    columns = min(s.shape[3] for s in ctx.sinks)
+    strip_counts = sorted({k for k in (2, 4, 8) if k < columns} | {columns})
+    best: GroupPlan | None = None
+    for double_io in (True, False) if config.double_buffering and len(layers) == 1 \
+            else (True,):
+        for strips in strip_counts:
+            for blocks in [1, *_tile_counts(layers[0].output.shape[1])[1:]] if blocked \
+                    else [1]:
+                tried = 0
+                for count in counts:
+                    plan = plan_group(ctx, config, reuse, count, blocks, transfers=transfers,
+                                      keep=False, strips=strips, double_io=double_io)
+                    if plan is not None and (best is None or plan.cost < best.cost):
+                        best = plan
+                    tried += plan is not None or tried > 0
+                    if tried == TILE_COUNTS_TRIED:
+                        break
+                if best is not None:
+                    return best
+    return None
 
 
 class ScheduleError(ValueError):
@@ -777,8 +832,8 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
     # dynamic programming: best[j] is the cheapest schedule of layers[:j] (GroupPlan.cost)
     Cost = tuple[float, float]
     best: list[tuple[Cost, int]] = [((0, 0.0), 0)] + [((math.inf, math.inf), 0)] * len(layers)
-    weight_bytes = [sum(t.size for t in dict.fromkeys(
-        t for t in layer.inputs if t.is_constant)) * config.element_bytes for layer in layers]
+    weight_bytes = [sum(t.nbytes for t in dict.fromkeys(
+        t for t in layer.inputs if t.is_constant)) for layer in layers]
     for j in range(1, len(layers) + 1):
         weights = 0
         for i in range(j - 1, max(-1, j - 1 - MAX_GROUP_LAYERS), -1):

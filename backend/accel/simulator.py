@@ -1,14 +1,15 @@
 """The accelerator simulator: runs an instruction stream on DRAM and on-chip memory.
 
-DRAM is a NumPy array per tensor; the on-chip buffer is one array of the config's bytes,
-addressed by byte. Each instruction does what the hardware would: LOAD copies a region of
-a DRAM tensor into the buffer at its address (in the on-chip layout, isa.py), GEMM and ALU
-read their operands from the buffer, compute the output region with the layer's rule and
-write it back, STORE copies a region out, SHIFT moves a line buffer's kept rows to its
-front, SYNC closes a step. A block of a streamed layer's output channels is strided on chip
-(positions lie channels last): it is written into its buffer among the others'. Values
-that the schedule did not put where an instruction reads them come out wrong, which the
-tests would see.
+DRAM is a NumPy array per tensor, of its dtype; the on-chip buffer is one array of the
+config's bytes, addressed by byte, a tensor's region lying there in its own element type
+(an int8 tile a byte an element, its int32 accumulators four). Each instruction does what
+the hardware would: LOAD copies a region of a DRAM tensor into the buffer at its address
+(in the on-chip layout, isa.py), GEMM and ALU read their operands from the buffer, compute
+the output region with the layer's rule and write it back, STORE copies a region out,
+SHIFT moves a line buffer's kept rows to its front, SYNC closes a step. A block of a
+streamed layer's output channels is strided on chip (positions lie channels last): it is
+written into its buffer among the others'. Values that the schedule did not put where an
+instruction reads them come out wrong, which the tests would see.
 
 While it runs, it counts what the report shows: DRAM bytes read and written per tensor,
 MACs and ALU operations, each tile's cycles and the time (the schedule's model:
@@ -24,7 +25,7 @@ import numpy as np
 from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, TensorInfo
 from relaydsl.backend.accel.isa import Instr, Opcode, Operand
-from relaydsl.backend.accel.layers import Region, region_shape, take
+from relaydsl.backend.accel.layers import Region, region_shape, samples, take
 from relaydsl.backend.accel.schedule import Tile
 
 
@@ -33,18 +34,26 @@ def _is_activation(t: TensorInfo) -> bool:
 
 
 def to_chip(t: TensorInfo, values: np.ndarray) -> np.ndarray:
-    """The on-chip layout of a region's values, flattened."""
+    """The on-chip layout of a region's values, flattened, as bytes."""
     if _is_activation(t):
         values = values.transpose(0, 2, 3, 1)
-    return np.ascontiguousarray(values, np.float32).ravel()
+    return np.ascontiguousarray(values, t.dtype).ravel().view(np.uint8)
 
 
-def from_chip(t: TensorInfo, flat: np.ndarray, region: Region) -> np.ndarray:
+def from_chip(t: TensorInfo, raw: np.ndarray, region: Region) -> np.ndarray:
+    flat = raw.view(t.dtype)
     shape = region_shape(region)
     if _is_activation(t):
         n, c, h, w = shape
         return flat.reshape(n, h, w, c).transpose(0, 3, 1, 2)
     return flat.reshape(shape)
+
+
+def _unwritten(t: TensorInfo) -> np.ndarray:
+    """A DRAM tensor before any store: NaN where it is float, so a row no store reached
+    shows."""
+    fill = np.nan if np.issubdtype(np.dtype(t.dtype), np.floating) else 0
+    return np.full(t.shape, fill, t.dtype)
 
 
 def _relative(inner: Region, outer: Region) -> Region:
@@ -60,33 +69,33 @@ class Counters:
 
 def dram_of(graph: Graph, values: list[np.ndarray]) -> dict[TensorInfo, np.ndarray]:
     """The DRAM a run of `graph` starts from: its inputs' `values` and its constants."""
-    dram = {p: np.asarray(v, np.float32) for p, v in zip(graph.params, values)}
-    dram.update({t: np.asarray(t.value, np.float32) for t in graph.constants})
+    dram = {p: np.asarray(v, p.dtype) for p, v in zip(graph.params, values)}
+    dram.update({t: np.asarray(t.value, t.dtype) for t in graph.constants})
     return dram
 
 
 class Simulator:
     def __init__(self, config: AcceleratorConfig):
         self.config = config
-        self.words = np.full(config.onchip_bytes // 4, np.nan, np.float32)
+        # all ones: a float32 NaN, so that a value read before it is written shows
+        self.bytes = np.full(config.onchip_bytes, 0xFF, np.uint8)
 
     def _read(self, o: Operand) -> np.ndarray:
-        size = math.prod(region_shape(o.held))
-        start = o.address // 4
-        held = from_chip(o.tensor, self.words[start:start + size], o.held)
+        size = math.prod(region_shape(o.held)) * o.tensor.itemsize
+        held = from_chip(o.tensor, self.bytes[o.address:o.address + size].copy(), o.held)
         return take(held, _relative(o.region, o.held))
 
     def _offset(self, o: Operand) -> int | None:
-        """The word where `o.region` starts in its buffer, where it is one contiguous run
-        there: the whole buffer, or a band of an activation's rows (positions lie row by
-        row); None for any other part (a block of channels)."""
+        """The byte where `o.region` starts in its buffer, where it is one contiguous run
+        there: the whole buffer, or a band of one image's rows (positions lie row by row);
+        None for any other part (a block of channels, a band of several images' rows)."""
         if o.region == o.held:
-            return o.address // 4
+            return o.address
         if not _is_activation(o.tensor) or o.region[:2] != o.held[:2] or \
-                o.region[3:] != o.held[3:]:
+                o.region[3:] != o.held[3:] or o.held[0][1] - o.held[0][0] != 1:
             return None
         row = math.prod(region_shape(o.held)) // (o.held[2][1] - o.held[2][0])
-        return o.address // 4 + (o.region[2][0] - o.held[2][0]) * row
+        return o.address + (o.region[2][0] - o.held[2][0]) * row * o.tensor.itemsize
 
     def _write(self, o: Operand, values: np.ndarray) -> None:
         start = self._offset(o)
@@ -94,16 +103,15 @@ class Simulator:
             whole = Operand(o.tensor, o.address, o.held, o.held)
             held = self._read(whole).copy()
             held[tuple(slice(lo, hi) for lo, hi in _relative(o.region, o.held))] = values
-            o, values, start = whole, held, o.address // 4
+            o, values, start = whole, held, o.address
         flat = to_chip(o.tensor, values)
-        if start + flat.size > self.words.size:
+        if start + flat.size > self.bytes.size:
             raise RuntimeError(f"the schedule put {o.tensor.name} past the on-chip buffer")
-        self.words[start:start + flat.size] = flat
+        self.bytes[start:start + flat.size] = flat
 
     def run(self, code: list[Instr], dram: dict[TensorInfo, np.ndarray]) -> Counters:
         """Execute `code` with `dram` holding the inputs and constants; the layers' stored
         outputs are added to `dram`."""
-        e = self.config.element_bytes
         c = Counters()
         loads = stores = macs = alu = cycles = 0
         for ins in code:
@@ -112,15 +120,15 @@ class Simulator:
                 o = ins.output
                 assert o is not None
                 self._write(o, take(dram[o.tensor], o.region))
-                n = math.prod(region_shape(o.region)) * e
+                n = math.prod(region_shape(o.region)) * o.tensor.itemsize
                 c.read_bytes[o.tensor.name] = c.read_bytes.get(o.tensor.name, 0) + n
                 loads += n
             elif op is Opcode.STORE:
                 o = ins.output
                 assert o is not None
-                target = dram.setdefault(o.tensor, np.full(o.tensor.shape, np.nan, np.float32))
+                target = dram.setdefault(o.tensor, _unwritten(o.tensor))
                 target[tuple(slice(lo, hi) for lo, hi in o.region)] = self._read(o)
-                n = math.prod(region_shape(o.region)) * e
+                n = math.prod(region_shape(o.region)) * o.tensor.itemsize
                 c.write_bytes[o.tensor.name] = c.write_bytes.get(o.tensor.name, 0) + n
                 stores += n
             elif op is Opcode.SHIFT:  # keep the rows both bands share, at the new band's front
@@ -138,16 +146,16 @@ class Simulator:
                 layer, o = ins.layer, ins.output
                 assert layer is not None and o is not None
                 tiles = [self._read(i) for i in ins.inputs]
-                out = np.asarray(layer.rule.compute(layer, tiles, o.region), np.float32)
+                out = np.asarray(layer.rule.compute(layer, tiles, o.region),
+                                 layer.output.dtype)
                 if out.shape != region_shape(o.region):
                     raise RuntimeError(f"{layer.name}: computed {out.shape} for the region "
                                        f"{region_shape(o.region)}")
                 self._write(o, out)
                 work = layer.rule.work(layer, o.region)
+                cycles += self.config.cycles(layer.rule.unit, work, samples(o.region))
                 if op is Opcode.GEMM:
                     macs += work
-                    cycles += math.ceil(work / self.config.macs_per_cycle)
                 else:
                     alu += work
-                    cycles += math.ceil(work / self.config.alu_lanes)
         return c

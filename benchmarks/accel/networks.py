@@ -358,6 +358,105 @@ def resnet50(x: Tensor[Float, (1, 3, S, S)]) -> Tensor[Float, (1, CLASSES)]:
     return relay.linear(h, num_hidden=CLASSES)
 
 
+
+# ============================================================================================
+# ResNet-34 and ResNet-101 (the 2019 Relay paper's Figure 3, right, with -18 and -50)
+# ============================================================================================
+
+
+# A basic block with an identity shortcut: two 3x3 convolutions of C channels with batch norm,
+# relu after the first and after the sum (ResNet-18's, vision.py, written flat there).
+def basic(x: Tensor[Float, (1, C, "h", "w")]) -> Tensor[Float, (1, C, "h", "w")]:
+    t = relay.relu(relay.batch_norm(relay.conv2d(x, num_filter=C, ksize=3, padding=1,
+                                                 no_bias=True)))
+    t = relay.batch_norm(relay.conv2d(t, num_filter=C, ksize=3, padding=1, no_bias=True))
+    return relay.relu(t + x)
+
+
+basic_64 = specialize(basic, decorator=relay_model, C=64)
+basic_128 = specialize(basic, decorator=relay_model, C=128)
+basic_256 = specialize(basic, decorator=relay_model, C=256)
+basic_512 = specialize(basic, decorator=relay_model, C=512)
+
+
+# ResNet-34 (He et al. 2016): ResNet-18's stem and basic blocks, 3-4-6-3 to a stage. A stage's
+# first block strides (a 3x3 stride-2 convolution and a 1x1 stride-2 projection of the
+# shortcut) and is written flat, as in ResNet-18.
+def resnet34(x: Tensor[Float, (1, 3, S, S)]) -> Tensor[Float, (1, CLASSES)]:
+    h = relay.relu(relay.batch_norm(relay.conv2d(x, num_filter=64, ksize=7, strides=2,
+                                                 padding=3, no_bias=True)))
+    h = relay.max_pool(h, ksize=3, strides=2, padding=1)
+    h = basic_64(basic_64(basic_64(h)))
+    for_128 = relay.relu(relay.batch_norm(relay.conv2d(h, num_filter=128, ksize=3, strides=2,
+                                                       padding=1, no_bias=True)))
+    h = relay.relu(relay.batch_norm(relay.conv2d(for_128, num_filter=128, ksize=3, padding=1,
+                                                 no_bias=True)) +
+                   relay.batch_norm(relay.conv2d(h, num_filter=128, ksize=1, strides=2,
+                                                 no_bias=True)))
+    h = basic_128(basic_128(basic_128(h)))
+    for_256 = relay.relu(relay.batch_norm(relay.conv2d(h, num_filter=256, ksize=3, strides=2,
+                                                       padding=1, no_bias=True)))
+    h = relay.relu(relay.batch_norm(relay.conv2d(for_256, num_filter=256, ksize=3, padding=1,
+                                                 no_bias=True)) +
+                   relay.batch_norm(relay.conv2d(h, num_filter=256, ksize=1, strides=2,
+                                                 no_bias=True)))
+    h = basic_256(basic_256(basic_256(basic_256(basic_256(h)))))
+    for_512 = relay.relu(relay.batch_norm(relay.conv2d(h, num_filter=512, ksize=3, strides=2,
+                                                       padding=1, no_bias=True)))
+    h = relay.relu(relay.batch_norm(relay.conv2d(for_512, num_filter=512, ksize=3, padding=1,
+                                                 no_bias=True)) +
+                   relay.batch_norm(relay.conv2d(h, num_filter=512, ksize=1, strides=2,
+                                                 no_bias=True)))
+    h = basic_512(basic_512(h))
+    h = relay.flatten_layer(relay.global_avg_pool2d(h))
+    return relay.linear(h, num_hidden=CLASSES)
+
+
+# A stage's first bottleneck block (ResNet-101), as ResNet-50's: the stride on the first 1x1
+# convolution and on the projection; MID and OUT channels from IN at H x H to HO x HO.
+def bottleneck_head(x: Tensor[Float, (1, IN, H, H)]) -> Tensor[Float, (1, OUT, HO, HO)]:
+    t = relay.relu(relay.batch_norm(relay.conv2d(x, num_filter=MID, ksize=1, strides=STRIDE,
+                                                 no_bias=True)))
+    t = relay.relu(relay.batch_norm(relay.conv2d(t, num_filter=MID, ksize=3, padding=1,
+                                                 no_bias=True)))
+    t = relay.batch_norm(relay.conv2d(t, num_filter=OUT, ksize=1, no_bias=True))
+    s = relay.batch_norm(relay.conv2d(x, num_filter=OUT, ksize=1, strides=STRIDE,
+                                      no_bias=True))
+    return relay.relu(t + s)
+
+
+# ResNet-101 (He et al. 2016): ResNet-50 with 23 blocks in its third stage. The stage heads
+# are blocks specialised at the image size (HEAD1 .. HEAD4, bound by resnet101_model).
+def resnet101(x: Tensor[Float, (1, 3, S, S)]) -> Tensor[Float, (1, CLASSES)]:
+    h = relay.relu(relay.batch_norm(relay.conv2d(x, num_filter=64, ksize=7, strides=2,
+                                                 padding=3, no_bias=True)))
+    h = relay.max_pool(h, ksize=3, strides=2, padding=1)
+    h = bottleneck_64(bottleneck_64(HEAD1(h)))
+    h = bottleneck_128(bottleneck_128(bottleneck_128(HEAD2(h))))
+    h = HEAD3(h)
+    h = bottleneck_256(bottleneck_256(bottleneck_256(bottleneck_256(h))))
+    h = bottleneck_256(bottleneck_256(bottleneck_256(bottleneck_256(h))))
+    h = bottleneck_256(bottleneck_256(bottleneck_256(bottleneck_256(h))))
+    h = bottleneck_256(bottleneck_256(bottleneck_256(bottleneck_256(h))))
+    h = bottleneck_256(bottleneck_256(bottleneck_256(bottleneck_256(h))))
+    h = bottleneck_256(bottleneck_256(h))  # 22
+    h = bottleneck_512(bottleneck_512(HEAD4(h)))
+    h = relay.flatten_layer(relay.global_avg_pool2d(h))
+    return relay.linear(h, num_hidden=CLASSES)
+
+
+def _resnet101_heads(size: int) -> dict[str, RelayModelFunction]:
+    """ResNet-101's four stage heads at a `size` x `size` image: stage k from the stem's
+    size / 4 (64 channels in) to 256 * 2^k channels."""
+    heads, h, channels = {}, -(-size // 4), 64
+    for k, mid in enumerate((64, 128, 256, 512)):
+        stride = 1 if k == 0 else 2
+        out = -(-h // stride)
+        heads[f"HEAD{k + 1}"] = specialize(bottleneck_head, decorator=relay_model, IN=channels,
+                                           MID=mid, OUT=4 * mid, H=h, HO=out, STRIDE=stride)
+        h, channels = out, 4 * mid
+    return heads
+
 # ============================================================================================
 # the networks by name
 # ============================================================================================
@@ -369,8 +468,11 @@ TEMPLATES: dict[str, tuple[Callable, int]] = {
     "inception_v3": (inception_v3, 299),
     "resnet18": (resnet18, 224),
     "resnet50": (resnet50, 224),
+    "resnet34": (resnet34, 224),
+    "resnet101": (resnet101, 224),
 }
-NETWORKS = tuple(TEMPLATES)
+NETWORKS = ("vgg19", "googlenet", "inception_v3", "resnet18", "resnet50")  # Deep Fusion's
+RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")  # the Relay paper's Figure 3
 CLASSES = 1000  # ImageNet's
 
 
@@ -378,7 +480,9 @@ def model(name: str, image: int | None = None) -> RelayModelFunction:
     """The ``@relay_model`` function of network `name` (one of NETWORKS) on one
     ``image`` x ``image`` RGB image (default: its published size, 224; InceptionV3's 299)."""
     template, size = TEMPLATES[name]
-    return specialize(template, decorator=relay_model, S=image or size, CLASSES=CLASSES)
+    heads = _resnet101_heads(image or size) if name == "resnet101" else {}
+    return specialize(template, decorator=relay_model, S=image or size, CLASSES=CLASSES,
+                      **heads)
 
 
 def input_shape(name: str, image: int | None = None) -> tuple[int, int, int, int]:

@@ -114,7 +114,7 @@ def test_streamed_traffic_is_the_count_by_hand():
 
 
 def test_vta_keeps_inputs_weights_and_outputs_in_their_own_buffers():
-    config = AcceleratorConfig.vta()
+    config = AcceleratorConfig.vta(dtype="float32")  # a float program on VTA's buffers
     bounds = {"input": (0, 32 * KIB), "weight": (32 * KIB, 288 * KIB),
               "output": (288 * KIB, 416 * KIB)}
     args = _args(wide)
@@ -130,7 +130,8 @@ def test_vta_keeps_inputs_weights_and_outputs_in_their_own_buffers():
 
 
 def test_a_buffer_too_small_is_named():
-    config = AcceleratorConfig.vta(input_buffer_bytes=256, weight_buffer_bytes=256 * KIB,
+    config = AcceleratorConfig.vta(dtype="float32", input_buffer_bytes=256,
+                                   weight_buffer_bytes=256 * KIB,
                                    acc_buffer_bytes=128 * KIB,
                                    onchip_bytes=256 + 384 * KIB)
     with pytest.raises(ValueError, match=r"AcceleratorConfig\.input_buffer_bytes: 256 bytes "
