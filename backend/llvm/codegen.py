@@ -156,12 +156,12 @@ class _Ctx(Scope):
                  parent: "_Ctx | None" = None, fast: bool = False):
         super().__init__(ranges, parent)
         self.env, self.fast = env, fast
-        self.memo: dict[tuple[int, str], ir.Value] = {}
+        self.memo: dict[tuple[PrimExpr, str], ir.Value] = {}
 
     def child(self, env: dict[PrimExpr, ir.Value], ranges: dict[PrimExpr, Interval]) -> "_Ctx":
         return _Ctx({**self.env, **env}, {**self.ranges, **ranges}, self, self.fast)
 
-    def lookup(self, key: tuple[int, str]) -> ir.Value | None:
+    def lookup(self, key: tuple[PrimExpr, str]) -> ir.Value | None:
         ctx: _Ctx | None = self
         while ctx is not None:
             v = ctx.memo.get(key)
@@ -188,7 +188,7 @@ class _StageEmitter:
         entry = self.fn.append_basic_block("entry")
         self.alloca_builder = ir.IRBuilder(entry)
         self.b = ir.IRBuilder(self.fn.append_basic_block("start"))
-        self._pure: dict[int, bool] = {}
+        self._pure: dict[PrimExpr, bool] = {}
 
     # ---- loops -----------------------------------------------------------------------
     @contextmanager
@@ -295,7 +295,7 @@ class _StageEmitter:
         del acc_t
         with self.loop(ir.Constant(I64, 0), ir.Constant(I64, n), "epilogue") as j:
             ctx = _Ctx({**env, last: j}, ranges)
-            ctx.memo[(id(red), "v")] = self._load_val(slot(j), red.dtype)
+            ctx.memo[(red, "v")] = self._load_val(slot(j), red.dtype)
             self.store(axes, {**env, last: j}, self.value(body, ctx))
 
     def _store_val(self, ptr: ir.Value, v: ir.Value, dtype: str) -> None:
@@ -316,16 +316,15 @@ class _StageEmitter:
     # ---- index arithmetic (i64) -----------------------------------------------------------
     def pure(self, e: PrimExpr) -> bool:
         """An integer (or bool) expression of axes and constants only: computed in i64."""
-        key = id(e)
-        if key not in self._pure:
-            self._pure[key] = all(
+        if e not in self._pure:
+            self._pure[e] = all(
                 not is_float(n.dtype) and not isinstance(n, (TensorRead, Var, Reduce, Call, Cast))
                 for n in post_order(e))
-        return self._pure[key]
+        return self._pure[e]
 
     def index(self, e: PrimExpr, ctx: _Ctx) -> ir.Value:
         """``e`` (an integer expression) as i64."""
-        key = (id(e), "i")
+        key = (e, "i")
         v = ctx.lookup(key)
         if v is None:
             v = self._index(e, ctx)
@@ -367,7 +366,7 @@ class _StageEmitter:
 
     # ---- values --------------------------------------------------------------------------
     def value(self, e: PrimExpr, ctx: _Ctx) -> ir.Value:
-        key = (id(e), "v")
+        key = (e, "v")
         v = ctx.lookup(key)
         if v is None:
             v = self._value(e, ctx)

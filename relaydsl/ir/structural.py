@@ -128,7 +128,7 @@ class _Equal:
         self.map_free_type_vars = map_free_type_vars
         self.vars: tuple[dict[Var, Var], dict[Var, Var]] = ({}, {})
         self.tvars: tuple[dict[TypeVar, TypeVar], dict[TypeVar, TypeVar]] = ({}, {})
-        self.memo: set[tuple[int, int]] = set()
+        self.memo: set[tuple[Expr, Expr]] = set()  # the node pairs compared
 
     # ---- failure -----------------------------------------------------------
     @staticmethod
@@ -276,7 +276,7 @@ class _Equal:
             if isinstance(a, Var) and isinstance(b, Var):
                 self.var(a, b, path)
                 continue
-            key = (id(a), id(b))
+            key = (a, b)
             if key in self.memo:
                 continue
             self.memo.add(key)
@@ -482,8 +482,8 @@ class _Hasher:
         self.map_free_type_vars = map_free_type_vars
         self.var_labels: dict[Var, int] = {}
         self.tvar_labels: dict[TypeVar, int] = {}
-        self.memo: dict[int, int] = {}
-        self.patterns: dict[int, tuple[int, ...]] = {}
+        self.memo: dict[Expr, int] = {}
+        self.patterns: dict[Expr, tuple[int, ...]] = {}
 
     # ---- labels ---------------------------------------------------------------
     def label_var(self, v: Var, *where: AnyValue) -> None:
@@ -557,13 +557,13 @@ class _Hasher:
             step, e = todo.pop()
             if step == _EXIT:
                 h = self.combine(e, values)
-                self.memo[id(e)] = h
+                self.memo[e] = h
                 values.append(h)
                 continue
             if isinstance(e, Var):
                 values.append(self.var(e))
                 continue
-            known = self.memo.get(id(e))
+            known = self.memo.get(e)
             if known is not None:
                 values.append(known)
                 continue
@@ -581,7 +581,7 @@ class _Hasher:
             for i, p in enumerate(e.params):
                 self.label_var(p, "param", i, len(e.params))
         elif isinstance(e, Match):
-            self.patterns[id(e)] = tuple(self.pattern(c.lhs, itertools.count()) for c in e.clauses)
+            self.patterns[e] = tuple(self.pattern(c.lhs, itertools.count()) for c in e.clauses)
 
     def combine(self, e: Expr, values: list[int]) -> int:
         """The hash of `e` from its children's hashes (popped from `values`)."""
@@ -606,7 +606,7 @@ class _Hasher:
         if isinstance(e, TupleGetItem):
             return hash(("getitem", e.index, kids))
         if isinstance(e, Match):
-            return hash(("match", e.complete, self.patterns.pop(id(e)), kids))
+            return hash(("match", e.complete, self.patterns.pop(e), kids))
         return hash((type(e).__name__, kids))
 
 

@@ -378,14 +378,14 @@ class FunctionCompiler(ExprFunctorWithArgs[[dict, bool], ir.Value]):
 
     def visit_ref_read(self, r: RefRead, env: dict, tail: bool) -> ir.Value:
         cell = self.value(r.ref, env)
-        if id(r) not in self.accumulations.reads:  # the value may now be held elsewhere
+        if r not in self.accumulations.reads:  # the value may now be held elsewhere
             self.set_field(cell, 2, ir.Constant(PTR, None))
         return self.field(cell, 0)
 
     def visit_ref_write(self, r: RefWrite, env: dict, tail: bool) -> ir.Value:
         cell, new = self.value(r.ref, env), self.value(r.value, env)
         self.set_field(cell, 0, new)
-        only = id(r) in self.accumulations.writes  # an accumulation's total
+        only = r in self.accumulations.writes  # an accumulation's total
         self.set_field(cell, 2, ir.Constant(I64, int(only)).inttoptr(PTR))
         if self.loop_memory is not None and self.loop_memory.is_root(cell):
             self.loop_memory.note_root_write(cell)
@@ -433,7 +433,7 @@ class FunctionCompiler(ExprFunctorWithArgs[[dict, bool], ir.Value]):
         if isinstance(op, Constructor):
             return self.record([self.value(a, env) for a in call.args], tag=op.tag)
         if isinstance(op, Op):
-            return self.kernel_call(self.low.op_kernels[id(call)], call, env)
+            return self.kernel_call(self.low.op_kernels[call], call, env)
         self.low.finite = False  # a function's call: it may recurse
         if isinstance(op, GlobalVar):
             args = [self.value(a, env) for a in call.args]
@@ -456,17 +456,17 @@ class FunctionCompiler(ExprFunctorWithArgs[[dict, bool], ir.Value]):
         inputs: list[ir.Value] = []
         for a in call.args:
             self.leaves(self.value(a, env), a.checked_type, inputs)
-        if id(fn) in self.low.dynamic:
+        if fn in self.low.dynamic:
             return site_call(self, fn, call, inputs)
-        kernel = self.low.kernels[id(fn)]
+        kernel = self.low.kernels[fn]
         if self.low.boxed:
             check_shapes(self, kernel, call, inputs)
-        accumulation = self.accumulations.get(id(call))
+        accumulation = self.accumulations.get(call)
         if accumulation is not None and not kernel.empty:
             outputs = [self.accumulate(kernel, accumulation, inputs[accumulation.index], env)]
         else:
-            leaves = self.destinations.get(id(call)) or [None] * len(kernel.output_types)
-            at = self.frame.offsets.get(id(call)) if self.frame is not None else None
+            leaves = self.destinations.get(call) or [None] * len(kernel.output_types)
+            at = self.frame.offsets.get(call) if self.frame is not None else None
             if at is not None and leaves == [None]:
                 outputs = [b.gep(self.frame_base, [I64(at)])]
             else:
