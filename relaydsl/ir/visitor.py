@@ -22,7 +22,9 @@ import sys
 import threading
 from collections.abc import Generator, Mapping
 
-from typing import Callable, Generic, ParamSpec, TypeVar as PyTypeVar, cast
+from typing import (
+    Any as AnyValue, Callable, ClassVar, Generic, ParamSpec, TypeVar as PyTypeVar, cast,
+)
 
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar,
@@ -132,12 +134,19 @@ class ExprFunctorWithArgs(Generic[P, T]):
     '(a, (a))'
     """
 
+    # visit_<kind> of each node class, per functor class: one dict lookup a node, where a
+    # getattr by name would search the class hierarchy and bind a method each time
+    _methods: ClassVar[dict[type[Expr], Callable[..., AnyValue]]] = {}
+
+    def __init_subclass__(cls, **kwargs: AnyValue) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._methods = {kind: getattr(cls, name) for kind, name in _VISIT_NAME.items()}
+
     def visit(self, expr: Expr, *args: P.args, **kwargs: P.kwargs) -> T:
-        name = _VISIT_NAME.get(type(expr))
-        if name is None:
+        method = self._methods.get(type(expr))
+        if method is None:
             raise self.unsupported(expr)
-        method: Callable[..., T] = getattr(self, name)
-        return method(expr, *args, **kwargs)
+        return method(self, expr, *args, **kwargs)
 
     def unsupported(self, expr: Expr) -> Exception:
         """The error for a node this functor does not handle (subclasses word it)."""
