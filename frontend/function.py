@@ -86,7 +86,7 @@ class RelayFunction:
         self.mode_callees: list[tuple[RelayFunction, Mode]] = []
         self.hidden: list[HiddenParam] = []
         # the layer calls that differ in training, by id: (inference call, training form)
-        self.training_forms: dict[int, tuple[Call, TrainingForm]] = {}
+        self.training_forms: dict[Call, TrainingForm] = {}
         self._mode_global_vars: dict[Mode, GlobalVar] = {Mode.INFERENCE: self.global_var}
         evaluated = {k: v for k, v in getattr(self.pyfunc, "__annotations__", {}).items()
                      if not isinstance(v, str)}

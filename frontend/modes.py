@@ -70,7 +70,7 @@ class ModeVariant(ReplaceGlobals):
     binder (a state parameter is a tensor in one, a reference in another: `refs` are the
     state parameters of the update variant, their annotations wrapped in Ref)."""
 
-    def __init__(self, forms: dict[int, tuple[Call, TrainingForm]], refs: set[Var],
+    def __init__(self, forms: dict[Call, TrainingForm], refs: set[Var],
                  globals_: dict[GlobalVar, GlobalVar],
                  self_calls: dict[GlobalVar, tuple[Var, ...]]) -> None:
         super().__init__(globals_, self_calls)
@@ -103,7 +103,7 @@ class ModeVariant(ReplaceGlobals):
         return super().visit_pattern(p)
 
     def visit_call(self, call: Call) -> Expr:
-        form = self.forms.get(id(call))
-        if form is not None and form[0] is call:
-            return form[1]([self.visit(a) for a in call.args], self.update)
+        form = self.forms.get(call)
+        if form is not None:
+            return form([self.visit(a) for a in call.args], self.update)
         return super().visit_call(call)

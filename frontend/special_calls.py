@@ -151,7 +151,7 @@ class SpecialCalls:
             return var
 
         def modal(call: Call, training_form: TrainingForm) -> None:
-            owner.training_forms[id(call)] = (call, training_form)
+            owner.training_forms[call] = training_form
 
         ctx = LayerContext(new_param, modal, tr.span(node), self._unbatched())
         return LAYERS[name](ctx, tr.materialize_all(args), static)

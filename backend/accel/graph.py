@@ -26,8 +26,9 @@ import numpy as np
 
 from relaydsl.backend.accel.config import INT8_ACCUMULATOR, INT8_ALU, INT8_OPERANDS
 from relaydsl.backend.accel.layers import LayerRule, rule_for
-from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, Var
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, Var
 from relaydsl.ir.types import TensorType
+from relaydsl.ir.visitor import ExprFunctor
 from relaydsl.op.registry import OpDef
 
 
@@ -124,10 +125,13 @@ def _check_dtypes(name: str, rule: LayerRule, inputs: list[TensorInfo], dtype: s
                                f"{', '.join(INT8_ALU)}")
 
 
-class _Extractor:
+class _Extractor(ExprFunctor[TensorInfo | list[TensorInfo]]):
+    """``visit(e)``: the tensor (a list of them for a tuple) `e` computes, its layers
+    appended to ``layers``; a let-bound variable is its value's tensor (``bound``)."""
+
     def __init__(self, dtype: str = "float32") -> None:
+        super().__init__()
         self.dtype = dtype  # the accelerator's (AcceleratorConfig.dtype)
-        self.tensors: dict[Expr, TensorInfo | list[TensorInfo]] = {}
         self.layers: list[Layer] = []
         self.counts: dict[str, int] = {}
 
@@ -136,40 +140,35 @@ class _Extractor:
         self.counts[base] = n + 1
         return f"{base}_{n}"
 
-    def value(self, e: Expr) -> TensorInfo | list[TensorInfo]:
-        known = self.tensors.get(e)
-        if known is not None:
-            return known
-        if isinstance(e, Constant):
-            shape, dtype = tuple(e.data.shape), e.data.dtype.name
-            out: TensorInfo | list[TensorInfo] = TensorInfo(self.fresh("const"), shape, dtype,
-                                                            e.data)
-        elif isinstance(e, Tuple):
-            out = [self.tensor(f) for f in e.fields]
-        elif isinstance(e, Let):
-            self.tensors[e.var] = self.value(e.value)
-            out = self.value(e.body)
-        elif isinstance(e, Call) and isinstance(e.op, Op):
-            out = self.call(e)
-        elif isinstance(e, Var):
-            raise NotOnAccelerator(f"the variable %{e.name_hint} is not bound by the program")
-        else:
-            raise NotOnAccelerator(f"the program has a {type(e).__name__}, which the "
-                                   "accelerator does not run")
-        self.tensors[e] = out
-        return out
+    def unsupported(self, expr: Expr) -> Exception:
+        return NotOnAccelerator(f"the program has a {type(expr).__name__}, which the "
+                                "accelerator does not run")
+
+    def visit_var(self, var: Var) -> TensorInfo | list[TensorInfo]:
+        if var not in self.bound:
+            raise NotOnAccelerator(f"the variable %{var.name_hint} is not bound by the program")
+        return self.bound[var]
+
+    def visit_constant(self, c: Constant) -> TensorInfo | list[TensorInfo]:
+        shape, dtype = tuple(c.data.shape), c.data.dtype.name
+        return TensorInfo(self.fresh("const"), shape, dtype, c.data)
+
+    def visit_tuple(self, t: Tuple) -> TensorInfo | list[TensorInfo]:
+        return [self.tensor(f) for f in t.fields]
 
     def tensor(self, e: Expr) -> TensorInfo:
-        v = self.value(e)
+        v = self.visit(e)
         if isinstance(v, list):
             raise NotOnAccelerator("a tuple is used where the accelerator needs a tensor")
         return v
 
-    def call(self, call: Call) -> TensorInfo:
-        opdef = call.op.definition  # type: ignore[attr-defined]
+    def visit_call(self, call: Call) -> TensorInfo | list[TensorInfo]:
+        if not isinstance(call.op, Op):
+            raise self.unsupported(call)
+        opdef = call.op.definition
         inputs: list[TensorInfo] = []
         for a in call.args:
-            v = self.value(a)
+            v = self.visit(a)
             inputs.extend(v if isinstance(v, list) else [v])
         name = self.fresh(opdef.name)
         shape, dtype = _static(call.checked_type, f"the result of {opdef.name}")
@@ -191,9 +190,9 @@ def extract(fn: Function, dtype: str = "float32") -> Graph:
     for p in fn.params:
         shape, dtype = _static(p.checked_type, f"the parameter %{p.name_hint}")
         t = TensorInfo(p.name_hint, shape, dtype)
-        ex.tensors[p] = t
+        ex.bound[p] = t
         params.append(t)
-    result = ex.value(fn.body)
+    result = ex.visit(fn.body)
     if isinstance(result, list):
         raise NotOnAccelerator("the result is a tuple: the accelerator returns one tensor")
     if not ex.layers or result not in {layer.output for layer in ex.layers}:

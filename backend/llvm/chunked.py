@@ -104,7 +104,7 @@ class Batching:
     axes (output or reduce) that count rows, and the outputs that sum over the rows."""
 
     axis: dict[Tensor, int]
-    row_axes: set[int]  # ids of IterVars
+    row_axes: set[IterVar]
     sums: set[Tensor]
 
 
@@ -146,7 +146,7 @@ def _batching(lowered: Lowered, batched: Sequence[bool], rows: int) -> Batching 
             if t.shape and t.shape[0] == rows and \
                     not any(node is t.axes[0] for node in post_order(t.body)):
                 found.axis[t] = 0  # the same in every row (zeros_like of a batch)
-                found.row_axes.add(id(t.axes[0]))
+                found.row_axes.add(t.axes[0])
             continue
         if any(r in found.sums for r in t.inputs):
             return None  # a sum over the rows is known only after the last chunk
@@ -160,7 +160,7 @@ def _batching(lowered: Lowered, batched: Sequence[bool], rows: int) -> Batching 
             found.sums.add(t)
         else:
             return None
-        found.row_axes.add(id(row))
+        found.row_axes.add(row)
     if any(readers.get(t) for t in found.sums):
         return None
     return found
@@ -224,19 +224,19 @@ def _fingerprint(lowered: Lowered, batching: Batching) -> list[str]:
             shape[batching.axis[t]] = "N"
         return f"{t.dtype}[{', '.join(shape)}]"
 
-    names: dict[int, str] = {}
+    names: dict[Tensor | PrimExpr, str] = {}
     lines: list[str] = []
     for i, p in enumerate(lowered.params):
-        names[id(p)] = f"param{i}"
+        names[p] = f"param{i}"
         lines.append(f"param{i} {dims(p)}")
     for i, (c, _) in enumerate(lowered.constants):
-        names[id(c)] = f"const{i}"
+        names[c] = f"const{i}"
         lines.append(f"const{i} {dims(c)}")
 
     def name(node) -> str:
-        found = names.get(id(node))
+        found = names.get(node)
         if found is None:
-            found = names[id(node)] = f"%{len(names)}"
+            found = names[node] = f"%{len(names)}"
             lines.append(f"{found} = {describe(node)}")
         return found
 
@@ -247,7 +247,7 @@ def _fingerprint(lowered: Lowered, batching: Batching) -> list[str]:
         fields = [f"{k}={getattr(node, k)!r}" for k in ("value", "name", "extent", "is_reduce")
                   if not isinstance(node, (Var, TensorRead))
                   and not isinstance(getattr(node, k, None), (PrimExpr, type(None)))]
-        if id(node) in batching.row_axes:
+        if node in batching.row_axes:
             fields = ["extent=N", f"is_reduce={node.is_reduce}"]
         if isinstance(node, TensorRead):
             fields.append(f"tensor={name(node.tensor)}")
@@ -269,8 +269,8 @@ def _fingerprint(lowered: Lowered, batching: Batching) -> list[str]:
         axes = [name(a) for a in t.axes]
         body = name_tree(t.body)
         lines.append(f"tensor {dims(t)} axes={axes} body={body}")
-        names[id(t)] = f"t{len(names)}"
-    lines.append(f"outputs {[names[id(t)] for t in lowered.outputs]}")
+        names[t] = f"t{len(names)}"
+    lines.append(f"outputs {[names[t] for t in lowered.outputs]}")
     return lines
 
 

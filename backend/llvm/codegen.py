@@ -205,7 +205,7 @@ def _parallel_if_worth_it(b: ir.IRBuilder, module: ir.Module, code: StageCode,
     those sizes as the scheduler counts it, reaches PARALLEL_WORK, else serially."""
     work: ir.Value = ir.Constant(I64, code.stage.per_point)
     for d in [*sym.shape(code.stage.tensor),
-              *[sym.extents.get(id(a), a.extent) for a in code.stage.reduce_axes]]:
+              *[sym.extents.get(a, a.extent) for a in code.stage.reduce_axes]]:
         work = b.mul(work, sizes.dim(d))
     worth = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_WORK)),
                    b.icmp_signed(">=", extent, ir.Constant(I64, 2)))
@@ -282,12 +282,12 @@ class _Ctx(Scope):
                  parent: "_Ctx | None" = None, fast: bool = False):
         super().__init__(ranges, parent)
         self.env, self.fast = env, fast
-        self.memo: dict[tuple[int, str], ir.Value] = {}
+        self.memo: dict[tuple[PrimExpr, str], ir.Value] = {}
 
     def child(self, env: dict[PrimExpr, ir.Value], ranges: dict[PrimExpr, Interval]) -> "_Ctx":
         return _Ctx({**self.env, **env}, {**self.ranges, **ranges}, self, self.fast)
 
-    def lookup(self, key: tuple[int, str]) -> ir.Value | None:
+    def lookup(self, key: tuple[PrimExpr, str]) -> ir.Value | None:
         ctx: _Ctx | None = self
         while ctx is not None:
             v = ctx.memo.get(key)
@@ -317,7 +317,7 @@ class _StageEmitter:
         entry = self.fn.append_basic_block("entry")
         self.alloca_builder = ir.IRBuilder(entry)
         self.b = ir.IRBuilder(self.fn.append_basic_block("start"))
-        self._pure: dict[int, bool] = {}
+        self._pure: dict[PrimExpr, bool] = {}
         self.sizes = None if self.sym is None else \
             Sizes(self.alloca_builder, self.fn.args[len(tensors)])
         self._strides: dict[Tensor, list[ir.Value]] = {}
@@ -329,9 +329,9 @@ class _StageEmitter:
         return self.sizes.dim(self.sym.shape(t)[d])
 
     def extent(self, a: IterVar) -> ir.Value:
-        if self.sym is None or self.sizes is None or id(a) not in self.sym.extents:
+        if self.sym is None or self.sizes is None or a not in self.sym.extents:
             return ir.Constant(I64, a.extent)
-        return self.sizes.dim(self.sym.extents[id(a)])
+        return self.sizes.dim(self.sym.extents[a])
 
     def strides(self, t: Tensor) -> list[ir.Value]:
         """Row-major strides of `t`, in elements (computed once, in the entry block)."""
@@ -477,7 +477,7 @@ class _StageEmitter:
         del acc_t
         with self.loop(ir.Constant(I64, 0), n, "epilogue") as j:
             ctx = _Ctx({**env, last: j}, ranges)
-            ctx.memo[(id(red), "v")] = self._load_val(slot(j), red.dtype)
+            ctx.memo[(red, "v")] = self._load_val(slot(j), red.dtype)
             self.store(axes, {**env, last: j}, self.value(body, ctx))
 
     def _store_val(self, ptr: ir.Value, v: ir.Value, dtype: str) -> None:
@@ -498,16 +498,15 @@ class _StageEmitter:
     # ---- index arithmetic (i64) -----------------------------------------------------------
     def pure(self, e: PrimExpr) -> bool:
         """An integer (or bool) expression of axes and constants only: computed in i64."""
-        key = id(e)
-        if key not in self._pure:
-            self._pure[key] = all(
+        if e not in self._pure:
+            self._pure[e] = all(
                 not is_float(n.dtype) and not isinstance(n, (TensorRead, Var, Reduce, Call, Cast))
                 for n in post_order(e))
-        return self._pure[key]
+        return self._pure[e]
 
     def index(self, e: PrimExpr, ctx: _Ctx) -> ir.Value:
         """``e`` (an integer expression) as i64."""
-        key = (id(e), "i")
+        key = (e, "i")
         v = ctx.lookup(key)
         if v is None:
             v = self._index(e, ctx)
@@ -523,8 +522,8 @@ class _StageEmitter:
             return b.zext(v, I64) if e.dtype in ("uint8", "bool") else b.sext(v, I64)
         match e:
             case IntImm(value=v):
-                if self.sizes is not None and self.sym is not None and id(e) in self.sym.ints:
-                    return self.sizes.dim(self.sym.ints[id(e)])
+                if self.sizes is not None and self.sym is not None and e in self.sym.ints:
+                    return self.sizes.dim(self.sym.ints[e])
                 return ir.Constant(I64, v)
             case IterVar():
                 return ctx.env[e]
@@ -551,7 +550,7 @@ class _StageEmitter:
 
     # ---- values --------------------------------------------------------------------------
     def value(self, e: PrimExpr, ctx: _Ctx) -> ir.Value:
-        key = (id(e), "v")
+        key = (e, "v")
         v = ctx.lookup(key)
         if v is None:
             v = self._value(e, ctx)
@@ -566,13 +565,13 @@ class _StageEmitter:
             return v if t == I64 else b.trunc(v, t)
         match e:
             case IntImm(value=v):
-                if self.sizes is not None and self.sym is not None and id(e) in self.sym.ints:
-                    return b.trunc(self.sizes.dim(self.sym.ints[id(e)]), t) if t != I64 \
-                        else self.sizes.dim(self.sym.ints[id(e)])
+                if self.sizes is not None and self.sym is not None and e in self.sym.ints:
+                    return b.trunc(self.sizes.dim(self.sym.ints[e]), t) if t != I64 \
+                        else self.sizes.dim(self.sym.ints[e])
                 return ir.Constant(t, v)
             case FloatImm(value=v):
-                if self.sizes is not None and self.sym is not None and id(e) in self.sym.floats:
-                    mono, inverse = self.sym.floats[id(e)]
+                if self.sizes is not None and self.sym is not None and e in self.sym.floats:
+                    mono, inverse = self.sym.floats[e]
                     f = b.sitofp(self.sizes.dim(mono), t)
                     return b.fdiv(ir.Constant(t, 1.0), f) if inverse else f
                 return ir.Constant(t, v)
@@ -733,7 +732,7 @@ class _StageEmitter:
             if not isinstance(d, int):  # a size known at run time: clamped to it unless
                 # the index is an axis of the same extent (the intervals are the sentinels')
                 assert self.sym is not None
-                if not (isinstance(i, IterVar) and self.sym.extents.get(id(i)) == d):
+                if not (isinstance(i, IterVar) and self.sym.extents.get(i) == d):
                     zero = ir.Constant(I64, 0)
                     v = b.select(b.icmp_signed("<", v, zero), zero, v)
                     top = b.sub(self.dim(t, len(idx)), ir.Constant(I64, 1))

@@ -117,9 +117,9 @@ class Symbolic:
 
     count: int  # variables
     dims: dict[Tensor, tuple[Dim, ...]]  # tensors with a run-time dimension
-    ints: dict[int, Size]  # id(IntImm) -> its value
-    floats: dict[int, tuple[Size, bool]]  # id(FloatImm) -> its value, or (True) its inverse
-    extents: dict[int, Size]  # id(IterVar) -> its extent
+    ints: dict[IntImm, Size]  # -> its value
+    floats: dict[FloatImm, tuple[Size, bool]]  # -> its value, or (True) its inverse
+    extents: dict[IterVar, Size]  # -> its extent
     sizes: Tensor
 
     def shape(self, t: Tensor) -> tuple[Dim, ...]:
@@ -139,7 +139,7 @@ class _Lockstep:
 
     def __init__(self, count: int):
         self.out = Symbolic(count, {}, {}, {}, {}, Tensor("sizes", (max(count, 1),), "int64"))
-        self.paired: dict[int, object] = {}
+        self.paired: dict[object, object] = {}  # (te nodes and tensors hash by identity)
 
     def int_(self, a: int, b: int) -> Dim:
         if a == b:
@@ -166,12 +166,12 @@ class _Lockstep:
         raise _NotGeneric(f"{a} vs {b}")
 
     def tensor(self, a: Tensor, b: Tensor) -> None:
-        if self.paired.get(id(a)) is b:
+        if self.paired.get(a) is b:
             return
-        if id(a) in self.paired or a.dtype != b.dtype or a.ndim != b.ndim or \
+        if a in self.paired or a.dtype != b.dtype or a.ndim != b.ndim or \
                 (a.body is None) != (b.body is None):
             raise _NotGeneric(f"{a} vs {b}")
-        self.paired[id(a)] = b
+        self.paired[a] = b
         shape = tuple(self.int_(x, y) for x, y in zip(a.shape, b.shape))
         if shape != a.shape:
             self.out.dims[a] = shape
@@ -189,16 +189,16 @@ class _Lockstep:
             if isinstance(x, Tensor) and isinstance(y, Tensor):
                 self.tensor(x, y)
                 continue
-            if self.paired.get(id(x)) is y:
+            if self.paired.get(x) is y:
                 continue
-            if id(x) in self.paired or type(x) is not type(y):
+            if x in self.paired or type(x) is not type(y):
                 raise _NotGeneric(f"{x} vs {y}")
-            self.paired[id(x)] = y
+            self.paired[x] = y
             if isinstance(x, FloatImm):
                 assert isinstance(y, FloatImm)
                 f = self.float_(x.value, y.value)
                 if f is not None:
-                    self.out.floats[id(x)] = f
+                    self.out.floats[x] = f
                 continue
             # an integer's value and an axis's extent may be sizes; every other field the same
             sized = {IntImm: ("value", self.out.ints), IterVar: ("extent", self.out.extents)}
@@ -209,7 +209,7 @@ class _Lockstep:
                 if f.name == size_field:
                     size = self.int_(u, v)
                     if not isinstance(size, int):
-                        found[id(x)] = size
+                        found[x] = size
                 elif isinstance(u, (PrimExpr, Tensor)):
                     stack.append((u, v))
                 elif isinstance(u, tuple) and all(isinstance(e, (PrimExpr, Tensor)) for e in u):

@@ -31,7 +31,7 @@ class Scope:
 
     def __init__(self, ranges: dict[PrimExpr, Interval], parent: "Scope | None" = None):
         self.ranges, self.parent = ranges, parent
-        self.intervals: dict[int, Interval] = {}
+        self.intervals: dict[PrimExpr, Interval] = {}
 
 
 def interval(e: PrimExpr, scope: Scope, inlined: frozenset[Tensor] | set[Tensor] = frozenset()
@@ -40,17 +40,16 @@ def interval(e: PrimExpr, scope: Scope, inlined: frozenset[Tensor] | set[Tensor]
     a tensor in `inlined` is bounded by its body's bounds."""
     if is_float(e.dtype):
         return None
-    key = id(e)
     s: Scope | None = scope
     while s is not None:
-        if key in s.intervals:
-            return s.intervals[key]
+        if e in s.intervals:
+            return s.intervals[e]
         s = s.parent
     r = _interval(e, scope, inlined)
     full = dtype_range(e.dtype)
     if r is None or r[0] < full[0] or r[1] > full[1]:
         r = full  # could wrap: anything
-    scope.intervals[key] = r
+    scope.intervals[e] = r
     return r
 
 

@@ -279,9 +279,9 @@ def _reads_inside(e: PrimExpr, t: Tensor, repeat: int) -> int:
     stack = [(e, repeat)]
     while stack:
         node, times = stack.pop()
-        if id(node) in seen:
+        if node in seen:
             continue
-        seen.add(id(node))
+        seen.add(node)
         if isinstance(node, TensorRead) and node.tensor is t:
             total += times
         elif isinstance(node, Reduce):

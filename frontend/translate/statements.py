@@ -63,13 +63,13 @@ def _without_unused_functions(lets: list[LetBinding], body: Expr) -> list[LetBin
     (the name is free in `body`), so such a function is kept."""
     if not any(isinstance(value, Function) for _, value, _ in lets):
         return lets
-    used = {id(v) for v in free_vars(body)}
+    used = set(free_vars(body))
     kept: list[LetBinding] = []
     for let in reversed(lets):
         var, value, _ = let
-        if isinstance(value, Function) and id(var) not in used:
+        if isinstance(value, Function) and var not in used:
             continue
-        used.update(id(v) for v in free_vars(value))
+        used.update(free_vars(value))
         kept.append(let)
     return kept[::-1]
 

@@ -253,7 +253,7 @@ class Function(Expr):
         for p in self.params:
             if not conforms(p, Var):
                 raise IRError(f"function parameters must be Vars, got {p!r:.80}", self.span)
-        if len({id(p) for p in self.params}) != len(self.params):
+        if len(set(self.params)) != len(self.params):
             raise IRError("a function lists the same parameter Var twice", self.span)
         _check_expr(self.body, "a function body")
         if self.ret_type is not None and not conforms(self.ret_type, Type):

@@ -48,7 +48,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.node import conforms
 from relaydsl.ir.types import DTYPES, Type, TypeVar, type_param_to_str, type_to_str
-from relaydsl.ir.visitor import deep_recursion
+from relaydsl.ir.visitor import ExprFunctorWithArgs, deep_recursion
 
 VERSION = "0.0.5"
 HEADER = f'#[version = "{VERSION}"]'
@@ -163,15 +163,15 @@ class _Names:
         return name
 
 
-class _Printer:
+class _Printer(ExprFunctorWithArgs[[list[str]], str]):
     def __init__(self, show_types: bool):
         self.show_types = show_types
         self.constants: list[Constant] = []
-        self.constant_text: dict[int, str] = {}  # constants are kept alive by the node printed
+        self.constant_text: dict[Constant, str] = {}
         self.reserved: frozenset[str] = RESERVED_TYPE_NAMES
         self.names = _Names(self.reserved)
-        self.memo: dict[int, str] = {}          # graph node -> its temporary, while in scope
-        self.scopes: list[list[int]] = []
+        self.memo: dict[Expr, str] = {}          # graph node -> its temporary, while in scope
+        self.scopes: list[list[Expr]] = []
         self.temps = 0
 
     # ---- module ---------------------------------------------------------------
@@ -218,7 +218,7 @@ class _Printer:
         self.scopes.append([])
         try:
             node = e
-            while isinstance(node, Let) and id(node) not in self.memo:
+            while isinstance(node, Let) and node not in self.memo:
                 var = self.var_decl(node.var)  # named first: a let-bound function may recurse
                 value = self.value(node.value, lines)
                 lines.append(f"let {var} = {value}{self.type_comment(node.value)};")
@@ -236,7 +236,7 @@ class _Printer:
 
     def value(self, e: Expr, lines: list[str]) -> str:
         """`e` as the right-hand side of a binding: its operands become temporaries first."""
-        if self.is_atomic(e) or id(e) in self.memo:
+        if self.is_atomic(e) or e in self.memo:
             return self.atom(e, lines)
         for operand in self.operands(e):
             if not self.is_atomic(operand):
@@ -287,7 +287,7 @@ class _Printer:
         stack: list[tuple[Expr, bool]] = [(e, False)]
         while stack:
             node, ready = stack.pop()
-            if self.is_atomic(node) or id(node) in self.memo:
+            if self.is_atomic(node) or node in self.memo:
                 continue
             if not ready:
                 stack.append((node, True))
@@ -297,41 +297,53 @@ class _Printer:
             name = f"%{self.temps}"
             self.temps += 1
             lines.append(f"{name} = {text}{self.type_comment(node)};")
-            self.memo[id(node)] = name
-            self.scopes[-1].append(id(node))
-        return self.memo[id(e)]
+            self.memo[node] = name
+            self.scopes[-1].append(node)
+        return self.memo[e]
 
-    # ---- one node, operands already atomic ------------------------------------------
+    # ---- one node, operands already atomic: visit(e, lines) ------------------------------
     def head(self, e: Expr, lines: list[str]) -> str:
-        def a(x: Expr) -> str:
-            return self.atom(x, lines)
+        """`e` itself, its operands as atoms (temporaries emitted into `lines` as needed)."""
+        return self.visit(e, lines)
 
-        if isinstance(e, Call):
-            return self.call(e, a)
-        if isinstance(e, Tuple):
-            inner = ", ".join(a(f) for f in e.fields)
-            return f"({inner},)" if len(e.fields) == 1 else f"({inner})"
-        if isinstance(e, TupleGetItem):
-            return f"{a(e.tuple_value)}.{e.index}"
-        if isinstance(e, RefCreate):
-            return f"ref({a(e.value)})"
-        if isinstance(e, RefRead):
-            return f"ref_read({a(e.ref)})"
-        if isinstance(e, Grad):
-            return f"grad({a(e.fn)})"
-        if isinstance(e, RefWrite):
-            return f"ref_write({a(e.ref)}, {a(e.value)})"
-        if isinstance(e, If):
-            cond = a(e.cond)
-            then, other = _indent(self.block(e.true_branch)), _indent(self.block(e.false_branch))
-            return _join([f"if ({cond}) {{", *then, "} else {", *other, "}"])
-        if isinstance(e, Match):
-            return self.match(e, a(e.data))
-        if isinstance(e, Function):
-            return self.function(e, "fn ")
-        if isinstance(e, Let):
-            return _join(["(", *_indent(self.block(e)), ")"])
-        raise IRError(f"astext: unknown expression {type(e).__name__}")
+    def unsupported(self, expr: Expr) -> Exception:
+        return IRError(f"astext: unknown expression {type(expr).__name__}")
+
+    def visit_call(self, call: Call, lines: list[str]) -> str:
+        return self.call(call, lambda x: self.atom(x, lines))
+
+    def visit_tuple(self, t: Tuple, lines: list[str]) -> str:
+        inner = ", ".join(self.atom(f, lines) for f in t.fields)
+        return f"({inner},)" if len(t.fields) == 1 else f"({inner})"
+
+    def visit_tuple_getitem(self, t: TupleGetItem, lines: list[str]) -> str:
+        return f"{self.atom(t.tuple_value, lines)}.{t.index}"
+
+    def visit_ref_create(self, r: RefCreate, lines: list[str]) -> str:
+        return f"ref({self.atom(r.value, lines)})"
+
+    def visit_ref_read(self, r: RefRead, lines: list[str]) -> str:
+        return f"ref_read({self.atom(r.ref, lines)})"
+
+    def visit_grad(self, g: Grad, lines: list[str]) -> str:
+        return f"grad({self.atom(g.fn, lines)})"
+
+    def visit_ref_write(self, r: RefWrite, lines: list[str]) -> str:
+        return f"ref_write({self.atom(r.ref, lines)}, {self.atom(r.value, lines)})"
+
+    def visit_if(self, i: If, lines: list[str]) -> str:
+        cond = self.atom(i.cond, lines)
+        then, other = _indent(self.block(i.true_branch)), _indent(self.block(i.false_branch))
+        return _join([f"if ({cond}) {{", *then, "} else {", *other, "}"])
+
+    def visit_match(self, m: Match, lines: list[str]) -> str:
+        return self.match(m, self.atom(m.data, lines))
+
+    def visit_function(self, fn: Function, lines: list[str]) -> str:
+        return self.function(fn, "fn ")
+
+    def visit_let(self, let: Let, lines: list[str]) -> str:
+        return _join(["(", *_indent(self.block(let)), ")"])
 
     def call(self, e: Call, a: Callable[[Expr], str]) -> str:
         callee = e.op.name if isinstance(e.op, Constructor) else a(e.op)
@@ -377,13 +389,13 @@ class _Printer:
 
     # ---- constants ---------------------------------------------------------------------
     def constant(self, c: Constant) -> str:
-        text = self.constant_text.get(id(c))
+        text = self.constant_text.get(c)
         if text is None:
             text = scalar_literal(c.data)
             if text is None:
                 text = f"meta[Constant][{len(self.constants)}]"
                 self.constants.append(c)
-            self.constant_text[id(c)] = text
+            self.constant_text[c] = text
         return text
 
     def metadata_text(self) -> str:

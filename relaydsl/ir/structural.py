@@ -43,7 +43,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.node import conforms
 from relaydsl.ir.printer import astext
-from relaydsl.ir.visitor import children, deep_recursion
+from relaydsl.ir.visitor import ExprFunctorWithArgs, children, deep_recursion
 from relaydsl.ir.types import (
     AnyDim, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, TypeVar,
 )
@@ -79,6 +79,9 @@ class _Path(tuple["_Path | None", str]):
             out.append(labels[i] if j - i < 4 else f"{labels[i]}{{x{j - i}}}")
             i = j
         return "".join(out)
+
+
+_Pairs = list[tuple[Expr, Expr, _Path]]  # the child pairs a node pair's comparison gives
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,7 @@ def _constants_equal(a: Constant, b: Constant) -> bool:
 # ---------------------------------------------------------------------------
 # Equality
 # ---------------------------------------------------------------------------
-class _Equal:
+class _Equal(ExprFunctorWithArgs[[AnyValue, _Path], _Pairs]):
     """One comparison. Variable maps are global (each Var is bound once in well-formed IR);
     a binder met again with a different partner re-binds, so a shared function equals
     two copies of it."""
@@ -128,7 +131,7 @@ class _Equal:
         self.map_free_type_vars = map_free_type_vars
         self.vars: tuple[dict[Var, Var], dict[Var, Var]] = ({}, {})
         self.tvars: tuple[dict[TypeVar, TypeVar], dict[TypeVar, TypeVar]] = ({}, {})
-        self.memo: set[tuple[int, int]] = set()
+        self.memo: set[tuple[Expr, Expr]] = set()  # the node pairs compared
 
     # ---- failure -----------------------------------------------------------
     @staticmethod
@@ -276,60 +279,74 @@ class _Equal:
             if isinstance(a, Var) and isinstance(b, Var):
                 self.var(a, b, path)
                 continue
-            key = (id(a), id(b))
+            key = (a, b)
             if key in self.memo:
                 continue
             self.memo.add(key)
-            children = self.node(a, b, path)
+            children = self.visit(a, b, path)
             stack.extend(reversed(children))
 
-    def node(self, a: AnyValue, b: AnyValue, path: _Path) -> list[tuple[Expr, Expr, _Path]]:
-        """Compares the non-Expr parts of one node pair; returns the child pairs to compare."""
+    # ---- one node pair: visit(a, b, path) compares the non-Expr parts of a and b (of the
+    # same class) and returns the child pairs to compare ----------------------------------
+    def unsupported(self, expr: Expr) -> Exception:
+        return TypeError(f"structural_equal: unknown expression {type(expr).__name__}")
+
+    def visit_constant(self, a: Constant, b: Constant, path: _Path) -> _Pairs:
+        if not _constants_equal(a, b):
+            self.fail(path, "constants differ", a, b)
+        return []
+
+    def names(self, name_a: str, name_b: str, a: Expr, b: Expr, path: _Path) -> _Pairs:
+        if name_a != name_b:
+            self.fail(path, f"{name_a} vs {name_b}", a, b)
+        return []
+
+    def visit_global_var(self, a: GlobalVar, b: GlobalVar, path: _Path) -> _Pairs:
+        return self.names(a.name_hint, b.name_hint, a, b, path)
+
+    def visit_op(self, a: Op, b: Op, path: _Path) -> _Pairs:
+        return self.names(a.name, b.name, a, b, path)
+
+    def visit_constructor(self, a: Constructor, b: Constructor, path: _Path) -> _Pairs:
+        return self.names(a.name, b.name, a, b, path)
+
+    def visit_let(self, a: Let, b: Let, path: _Path) -> _Pairs:
         p = path.child
-        if isinstance(a, Constant):
-            if not _constants_equal(a, b):
-                self.fail(path, "constants differ", a, b)
-            return []
-        if isinstance(a, (GlobalVar, Op, Constructor)):
-            name_a = a.name_hint if isinstance(a, GlobalVar) else a.name
-            name_b = b.name_hint if isinstance(b, GlobalVar) else b.name
-            if name_a != name_b:
-                self.fail(path, f"{name_a} vs {name_b}", a, b)
-            return []
-        if isinstance(a, Call):
-            return self.call(a, b, path)
-        if isinstance(a, Let):
-            self.bind_var(a.var, b.var, p(".var"))
-            return [(a.value, b.value, p(".value")), (a.body, b.body, p(".body"))]
-        if isinstance(a, Function):
-            return self.function(a, b, path)
-        if isinstance(a, Tuple):
-            self.lengths(a.fields, b.fields, path)
-            return [(x, y, p(f".fields[{i}]")) for i, (x, y) in enumerate(zip(a.fields, b.fields))]
-        if isinstance(a, TupleGetItem):
-            if a.index != b.index:
-                self.fail(path, f"index {a.index} vs {b.index}", a, b)
-            return [(a.tuple_value, b.tuple_value, p(".tuple_value"))]
-        if isinstance(a, If):
-            return [(a.cond, b.cond, p(".cond")), (a.true_branch, b.true_branch, p(".true_branch")),
-                    (a.false_branch, b.false_branch, p(".false_branch"))]
-        if isinstance(a, Match):
-            return self.match(a, b, path)
-        if isinstance(a, RefCreate):
-            return [(a.value, b.value, p(".value"))]
-        if isinstance(a, RefRead):
-            return [(a.ref, b.ref, p(".ref"))]
-        if isinstance(a, Grad):
-            return [(a.fn, b.fn, p(".fn"))]
-        if isinstance(a, RefWrite):
-            return [(a.ref, b.ref, p(".ref")), (a.value, b.value, p(".value"))]
-        raise TypeError(f"structural_equal: unknown expression {type(a).__name__}")
+        self.bind_var(a.var, b.var, p(".var"))
+        return [(a.value, b.value, p(".value")), (a.body, b.body, p(".body"))]
+
+    def visit_tuple(self, a: Tuple, b: Tuple, path: _Path) -> _Pairs:
+        self.lengths(a.fields, b.fields, path)
+        return [(x, y, path.child(f".fields[{i}]"))
+                for i, (x, y) in enumerate(zip(a.fields, b.fields))]
+
+    def visit_tuple_getitem(self, a: TupleGetItem, b: TupleGetItem, path: _Path) -> _Pairs:
+        if a.index != b.index:
+            self.fail(path, f"index {a.index} vs {b.index}", a, b)
+        return [(a.tuple_value, b.tuple_value, path.child(".tuple_value"))]
+
+    def visit_if(self, a: If, b: If, path: _Path) -> _Pairs:
+        p = path.child
+        return [(a.cond, b.cond, p(".cond")), (a.true_branch, b.true_branch, p(".true_branch")),
+                (a.false_branch, b.false_branch, p(".false_branch"))]
+
+    def visit_ref_create(self, a: RefCreate, b: RefCreate, path: _Path) -> _Pairs:
+        return [(a.value, b.value, path.child(".value"))]
+
+    def visit_ref_read(self, a: RefRead, b: RefRead, path: _Path) -> _Pairs:
+        return [(a.ref, b.ref, path.child(".ref"))]
+
+    def visit_grad(self, a: Grad, b: Grad, path: _Path) -> _Pairs:
+        return [(a.fn, b.fn, path.child(".fn"))]
+
+    def visit_ref_write(self, a: RefWrite, b: RefWrite, path: _Path) -> _Pairs:
+        return [(a.ref, b.ref, path.child(".ref")), (a.value, b.value, path.child(".value"))]
 
     def lengths(self, a: tuple[object, ...], b: tuple[object, ...], path: _Path) -> None:
         if len(a) != len(b):
             self.fail(path, f"{len(a)} vs {len(b)} elements", a, b)
 
-    def call(self, a: Call, b: Call, path: _Path) -> list[tuple[Expr, Expr, _Path]]:
+    def visit_call(self, a: Call, b: Call, path: _Path) -> _Pairs:
         self.lengths(a.args, b.args, path.child(".args"))
         if not _attrs_equal(a.attrs, b.attrs):
             self.fail(path.child(".attrs"), f"attributes {dict(a.attrs)} vs {dict(b.attrs)}", a, b)
@@ -337,7 +354,7 @@ class _Equal:
         args = [(x, y, path.child(f".args[{i}]")) for i, (x, y) in enumerate(zip(a.args, b.args))]
         return [(a.op, b.op, path.child(".op")), *args]
 
-    def function(self, a: Function, b: Function, path: _Path) -> list[tuple[Expr, Expr, _Path]]:
+    def visit_function(self, a: Function, b: Function, path: _Path) -> _Pairs:
         self.bind_type_params(a.type_params, b.type_params, path.child(".type_params"))
         self.lengths(a.params, b.params, path.child(".params"))
         for i, (x, y) in enumerate(zip(a.params, b.params)):
@@ -347,7 +364,7 @@ class _Equal:
             self.fail(path.child(".attrs"), f"attributes {dict(a.attrs)} vs {dict(b.attrs)}", a, b)
         return [(a.body, b.body, path.child(".body"))]
 
-    def match(self, a: Match, b: Match, path: _Path) -> list[tuple[Expr, Expr, _Path]]:
+    def visit_match(self, a: Match, b: Match, path: _Path) -> _Pairs:
         if a.complete != b.complete:
             self.fail(path, "a complete match vs an incomplete one", a, b)
         self.lengths(a.clauses, b.clauses, path.child(".clauses"))
@@ -482,8 +499,8 @@ class _Hasher:
         self.map_free_type_vars = map_free_type_vars
         self.var_labels: dict[Var, int] = {}
         self.tvar_labels: dict[TypeVar, int] = {}
-        self.memo: dict[int, int] = {}
-        self.patterns: dict[int, tuple[int, ...]] = {}
+        self.memo: dict[Expr, int] = {}
+        self.patterns: dict[Expr, tuple[int, ...]] = {}
 
     # ---- labels ---------------------------------------------------------------
     def label_var(self, v: Var, *where: AnyValue) -> None:
@@ -557,13 +574,13 @@ class _Hasher:
             step, e = todo.pop()
             if step == _EXIT:
                 h = self.combine(e, values)
-                self.memo[id(e)] = h
+                self.memo[e] = h
                 values.append(h)
                 continue
             if isinstance(e, Var):
                 values.append(self.var(e))
                 continue
-            known = self.memo.get(id(e))
+            known = self.memo.get(e)
             if known is not None:
                 values.append(known)
                 continue
@@ -581,7 +598,7 @@ class _Hasher:
             for i, p in enumerate(e.params):
                 self.label_var(p, "param", i, len(e.params))
         elif isinstance(e, Match):
-            self.patterns[id(e)] = tuple(self.pattern(c.lhs, itertools.count()) for c in e.clauses)
+            self.patterns[e] = tuple(self.pattern(c.lhs, itertools.count()) for c in e.clauses)
 
     def combine(self, e: Expr, values: list[int]) -> int:
         """The hash of `e` from its children's hashes (popped from `values`)."""
@@ -606,7 +623,7 @@ class _Hasher:
         if isinstance(e, TupleGetItem):
             return hash(("getitem", e.index, kids))
         if isinstance(e, Match):
-            return hash(("match", e.complete, self.patterns.pop(id(e)), kids))
+            return hash(("match", e.complete, self.patterns.pop(e), kids))
         return hash((type(e).__name__, kids))
 
 

@@ -1,5 +1,6 @@
 """The one way to traverse IR: ExprFunctor[T], a method per node kind and a memo per node;
-ExprVisitor and ExprMutator are the two functors passes start from.
+ExprVisitor and ExprMutator are the two functors passes start from; ExprFunctorWithArgs, a
+functor whose methods take extra arguments (and keep no memo), for code emitters.
 
 Memoisation (keyed by the node: nodes hash by identity) means a DAG with shared subterms is
 walked once per node, not once per path. Chains of ``let`` are walked
@@ -21,7 +22,9 @@ import sys
 import threading
 from collections.abc import Generator, Mapping
 
-from typing import Callable, Generic, TypeVar as PyTypeVar, cast
+from typing import (
+    Any as AnyValue, Callable, ClassVar, Generic, ParamSpec, TypeVar as PyTypeVar, cast,
+)
 
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar,
@@ -38,6 +41,7 @@ from relaydsl.ir.types import (
 )
 
 T = PyTypeVar("T")
+P = ParamSpec("P")
 
 _VISIT_NAME: dict[type[Expr], str] = {
     Var: "visit_var", GlobalVar: "visit_global_var", Constant: "visit_constant", Op: "visit_op",
@@ -113,13 +117,100 @@ def scoped_children(expr: Expr) -> list[tuple[Expr, int | None]]:
     return list(zip(kids, scopes, strict=True))
 
 
-class ExprFunctor(Generic[T]):
+class ExprFunctorWithArgs(Generic[P, T]):
+    """A function of expressions taking extra arguments, passed through to each node kind's
+    method (TVM's ``ExprFunctor<R(const Expr&, Args...)>``): ``visit(e, *args)`` dispatches
+    on e's class to ``visit_<kind>(e, *args)``. It keeps no memo, since a result depends on
+    the arguments as well as the node (an environment, the statements to emit into): a node
+    is visited once per use. A kind the subclass does not handle is refused with
+    ``unsupported``.
+
+    >>> from relaydsl.ir.expr import Var, Tuple
+    >>> class Render(ExprFunctorWithArgs[[dict[Var, str]], str]):
+    ...     def visit_var(self, v, names): return names[v]
+    ...     def visit_tuple(self, t, names):
+    ...         return "(" + ", ".join(self.visit(f, names) for f in t.fields) + ")"
+    >>> x = Var("x"); Render().visit(Tuple([x, Tuple([x])]), {x: "a"})
+    '(a, (a))'
+    """
+
+    # visit_<kind> of each node class, per functor class: one dict lookup a node, where a
+    # getattr by name would search the class hierarchy and bind a method each time
+    _methods: ClassVar[dict[type[Expr], Callable[..., AnyValue]]] = {}
+
+    def __init_subclass__(cls, **kwargs: AnyValue) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._methods = {kind: getattr(cls, name) for kind, name in _VISIT_NAME.items()}
+
+    def visit(self, expr: Expr, *args: P.args, **kwargs: P.kwargs) -> T:
+        method = self._methods.get(type(expr))
+        if method is None:
+            raise self.unsupported(expr)
+        return method(self, expr, *args, **kwargs)
+
+    def unsupported(self, expr: Expr) -> Exception:
+        """The error for a node this functor does not handle (subclasses word it)."""
+        return IRError(f"{type(self).__name__}: unsupported {type(expr).__name__} node")
+
+    # Every kind is refused unless the subclass handles it.
+    def visit_var(self, var: Var, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(var)
+
+    def visit_global_var(self, gv: GlobalVar, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(gv)
+
+    def visit_constant(self, c: Constant, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(c)
+
+    def visit_op(self, op: Op, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(op)
+
+    def visit_constructor(self, c: Constructor, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(c)
+
+    def visit_call(self, call: Call, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(call)
+
+    def visit_let(self, let: Let, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(let)
+
+    def visit_function(self, fn: Function, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(fn)
+
+    def visit_tuple(self, t: Tuple, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(t)
+
+    def visit_tuple_getitem(self, t: TupleGetItem, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(t)
+
+    def visit_if(self, i: If, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(i)
+
+    def visit_match(self, m: Match, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(m)
+
+    def visit_grad(self, g: Grad, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(g)
+
+    def visit_ref_create(self, r: RefCreate, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(r)
+
+    def visit_ref_read(self, r: RefRead, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(r)
+
+    def visit_ref_write(self, r: RefWrite, *args: P.args, **kwargs: P.kwargs) -> T:
+        raise self.unsupported(r)
+
+
+class ExprFunctor(ExprFunctorWithArgs[[], T]):
     """The one traversal (TVM's ExprFunctor): a memoised function of expressions with a method
     per node kind. ``visit(e)`` dispatches on e's class to ``visit_<kind>`` and computes a
     shared node once: ``memo`` maps each node visited to its result (nodes hash by identity,
     so a DAG's shared subterm is one key). A kind the subclass does not handle is refused
     with ``unsupported``. ExprVisitor and ExprMutator are the two functors every pass starts
-    from; a functor of its own suits an evaluator (a type, a value or a text per node).
+    from; a functor of its own suits an evaluator (a type, a value or a text per node);
+    ExprFunctorWithArgs, of which this is the memoised case without arguments, one whose
+    result depends on arguments too.
 
     By default a let chain binds each variable to its value's result (``bound``) and is
     walked iteratively; a variable's result is what it is bound to.
@@ -145,15 +236,13 @@ class ExprFunctor(Generic[T]):
 
     def dispatch(self, expr: Expr) -> T:
         """``visit_<kind>(expr)``, unmemoised: what `visit` calls on a node not seen yet."""
+        # (the base's visit written out: type inference calls this per node, and a super()
+        # call would be one more Python frame each time)
         name = _VISIT_NAME.get(type(expr))
         if name is None:
             raise self.unsupported(expr)
         method: Callable[[Expr], T] = getattr(self, name)
         return method(expr)
-
-    def unsupported(self, expr: Expr) -> Exception:
-        """The error for a node this functor does not handle (subclasses word it)."""
-        return IRError(f"{type(self).__name__}: unsupported {type(expr).__name__} node")
 
     def visit_let(self, let: Let) -> T:
         e: Expr = let
@@ -166,49 +255,6 @@ class ExprFunctor(Generic[T]):
         if var not in self.bound:
             raise self.unsupported(var)
         return self.bound[var]
-
-    # Every other kind is refused unless the subclass handles it.
-    def visit_global_var(self, gv: GlobalVar) -> T:
-        raise self.unsupported(gv)
-
-    def visit_constant(self, c: Constant) -> T:
-        raise self.unsupported(c)
-
-    def visit_op(self, op: Op) -> T:
-        raise self.unsupported(op)
-
-    def visit_constructor(self, c: Constructor) -> T:
-        raise self.unsupported(c)
-
-    def visit_call(self, call: Call) -> T:
-        raise self.unsupported(call)
-
-    def visit_function(self, fn: Function) -> T:
-        raise self.unsupported(fn)
-
-    def visit_tuple(self, t: Tuple) -> T:
-        raise self.unsupported(t)
-
-    def visit_tuple_getitem(self, t: TupleGetItem) -> T:
-        raise self.unsupported(t)
-
-    def visit_if(self, i: If) -> T:
-        raise self.unsupported(i)
-
-    def visit_match(self, m: Match) -> T:
-        raise self.unsupported(m)
-
-    def visit_grad(self, g: Grad) -> T:
-        raise self.unsupported(g)
-
-    def visit_ref_create(self, r: RefCreate) -> T:
-        raise self.unsupported(r)
-
-    def visit_ref_read(self, r: RefRead) -> T:
-        raise self.unsupported(r)
-
-    def visit_ref_write(self, r: RefWrite) -> T:
-        raise self.unsupported(r)
 
 
 class ExprVisitor(ExprFunctor[None]):
@@ -593,8 +639,8 @@ def type_vars_of(t: Type) -> list[TypeVar]:
 
 
 __all__ = [
-    "ExprVisitor", "ExprMutator", "ExprFunctor", "children", "let_chain", "pattern_vars",
-    "post_order", "free_vars", "TypeMutator", "substitute_types",
+    "ExprVisitor", "ExprMutator", "ExprFunctor", "ExprFunctorWithArgs", "children", "let_chain",
+    "pattern_vars", "post_order", "free_vars", "TypeMutator", "substitute_types",
     "type_vars_of", "AnyDim", "GlobalTypeVar",
 ]
 

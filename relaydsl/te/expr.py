@@ -496,14 +496,14 @@ def children(e: PrimExpr) -> tuple[PrimExpr, ...]:
 
 def post_order(e: PrimExpr) -> Iterator[PrimExpr]:
     """Every node reachable from ``e`` once, operands before users."""
-    seen: set[int] = set()
+    seen: set[PrimExpr] = set()
     stack: list[tuple[PrimExpr, bool]] = [(e, False)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
             yield node
-        elif id(node) not in seen:
-            seen.add(id(node))
+        elif node not in seen:
+            seen.add(node)
             stack.append((node, True))
             stack.extend((c, False) for c in reversed(children(node)))
 

@@ -64,11 +64,11 @@ class Tensor:
         """The tensors the body reads, each once, in order of first read."""
         if self.body is None:
             return []
-        found: dict[int, Tensor] = {}
+        found: dict[Tensor, None] = {}  # ordered, without duplicates
         for node in post_order(self.body):
             if isinstance(node, TensorRead):
-                found.setdefault(id(node.tensor), node.tensor)
-        return list(found.values())
+                found[node.tensor] = None
+        return list(found)
 
     def __getitem__(self, indices: ExprLike | tuple[ExprLike, ...]) -> PrimExpr:
         idx = indices if isinstance(indices, tuple) else (indices,)

@@ -26,6 +26,7 @@ from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, GlobalVar, If, Let, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.visitor import ExprFunctorWithArgs
 from relaydsl.op.lazy_jax import jax, jnp  # JAX loads on first use: it is the oracle, not a runtime
 from relaydsl.typing import infer_types
 
@@ -46,7 +47,9 @@ def to_jax(program: IRModule | Function, entry: str = "main") -> Callable[..., A
     return run
 
 
-class _Translator:
+class _Translator(ExprFunctorWithArgs[[dict[Var, AnyValue]], AnyValue]):
+    """``visit(e, env)``: the JAX value of `e`, its variables' values in `env`."""
+
     def __init__(self, mod: IRModule):
         self.mod = mod
 
@@ -56,34 +59,46 @@ class _Translator:
         env: dict[Var, AnyValue] = {}
         for p, a in zip(fn.params, args):
             env[p] = jnp.asarray(a) if not isinstance(a, tuple) else a
-        return self.eval(fn.body, env)
+        return self.visit(fn.body, env)
 
-    def eval(self, expr: Expr, env: dict[Var, AnyValue]) -> AnyValue:
-        while isinstance(expr, Let):  # iterative over let chains
-            env[expr.var] = self.eval(expr.value, env)
-            expr = expr.body
-        if isinstance(expr, Var):
-            return env[expr]
-        if isinstance(expr, Constant):
-            return jnp.asarray(expr.data)
-        if isinstance(expr, Tuple):
-            return tuple(self.eval(f, env) for f in expr.fields)
-        if isinstance(expr, TupleGetItem):
-            return self.eval(expr.tuple_value, env)[expr.index]
-        if isinstance(expr, If):
-            cond = self.eval(expr.cond, env)
-            return self.eval(expr.true_branch if bool(cond) else expr.false_branch, env)
-        if isinstance(expr, Call) and isinstance(expr.op, Op):
-            args = [self.eval(a, env) for a in expr.args]
-            return expr.op.definition.jax_lower(*args, **expr.attrs)
-        if isinstance(expr, Call) and isinstance(expr.op, GlobalVar):
-            args = [self.eval(a, env) for a in expr.args]
-            return self.call(self.mod[expr.op], args)
-        raise OracleError(
+    def unsupported(self, expr: Expr) -> Exception:
+        return OracleError(
             f"the JAX oracle translates first-order programs (ops, let, tuples, if, calls of "
             f"globals); got {type(expr).__name__}",
             expr.span,
         )
+
+    def visit_let(self, let: Let, env: dict[Var, AnyValue]) -> AnyValue:
+        expr: Expr = let
+        while isinstance(expr, Let):  # iterative over let chains
+            env[expr.var] = self.visit(expr.value, env)
+            expr = expr.body
+        return self.visit(expr, env)
+
+    def visit_var(self, var: Var, env: dict[Var, AnyValue]) -> AnyValue:
+        return env[var]
+
+    def visit_constant(self, c: Constant, env: dict[Var, AnyValue]) -> AnyValue:
+        return jnp.asarray(c.data)
+
+    def visit_tuple(self, t: Tuple, env: dict[Var, AnyValue]) -> AnyValue:
+        return tuple(self.visit(f, env) for f in t.fields)
+
+    def visit_tuple_getitem(self, t: TupleGetItem, env: dict[Var, AnyValue]) -> AnyValue:
+        return self.visit(t.tuple_value, env)[t.index]
+
+    def visit_if(self, i: If, env: dict[Var, AnyValue]) -> AnyValue:
+        cond = self.visit(i.cond, env)
+        return self.visit(i.true_branch if bool(cond) else i.false_branch, env)
+
+    def visit_call(self, call: Call, env: dict[Var, AnyValue]) -> AnyValue:
+        if isinstance(call.op, Op):
+            args = [self.visit(a, env) for a in call.args]
+            return call.op.definition.jax_lower(*args, **call.attrs)
+        if isinstance(call.op, GlobalVar):
+            args = [self.visit(a, env) for a in call.args]
+            return self.call(self.mod[call.op], args)
+        raise self.unsupported(call)
 
 
 def _leaves(x: AnyValue) -> list[AnyValue]:

@@ -62,6 +62,7 @@ from relaydsl.ir.expr import (
     RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.visitor import ExprFunctorWithArgs
 from relaydsl.op import lookup
 from relaydsl.transform.pipeline import LowerGrads
 
@@ -98,7 +99,10 @@ def python_source(mod: IRModule, entry: str = "main", name: str | None = None) -
 _Finish = Callable[[ast.expr], ast.stmt]  # what a computed value becomes: return or assign
 
 
-class _Renderer:
+class _Renderer(ExprFunctorWithArgs[[list[ast.stmt]], ast.expr]):
+    """Renders expressions: ``visit(e, out)`` is e's Python expression, with the statements
+    that must run before it appended to `out`."""
+
     def __init__(self, mod: IRModule):
         self.mod = mod
         self.names: dict[object, str] = {}  # Var, GlobalVar, op name, Constructor -> name
@@ -189,14 +193,14 @@ class _Renderer:
         if isinstance(e, If):
             then: list[ast.stmt] = []
             orelse: list[ast.stmt] = []
-            test = self.expr(e.cond, out)
+            test = self.visit(e.cond, out)
             self.emit(e.true_branch, then, finish)
             self.emit(e.false_branch, orelse, finish)
             out.append(ast.If(test, then, orelse))
         elif isinstance(e, Match):
             self.match(e, out, finish)
         else:
-            out.append(finish(self.expr(e, out)))
+            out.append(finish(self.visit(e, out)))
 
     def bind(self, var: Var, value: Expr, out: list[ast.stmt]) -> None:
         """``let var = value``: one statement (a def for a function, an if for a branch)."""
@@ -206,13 +210,13 @@ class _Renderer:
             name = self.local(var)
             self.emit(value, out, lambda v: _assign(name, v))
         else:
-            value_ast = self.expr(value, out)
+            value_ast = self.visit(value, out)
             out.append(_assign(self.local(var), value_ast))
 
     def match(self, e: Match, out: list[ast.stmt], finish: _Finish) -> None:
         """An if/elif chain over the clauses, in order; the last test always holds when the
         match is complete (else no clause matching raises, as in the interpreter)."""
-        data = self.expr(e.data, out)
+        data = self.visit(e.data, out)
         if not isinstance(data, ast.Name):
             name = self.fresh("scrutinee")
             out.append(_assign(name, data))
@@ -248,53 +252,61 @@ class _Renderer:
             raise TypeError(f"to_python: unknown pattern {type(p).__name__}")
 
     # ---- expressions ---------------------------------------------------------------------------
-    def expr(self, e: Expr, out: list[ast.stmt]) -> ast.expr:
-        """The Python expression of `e`; what must run before it (a def, a let's assignment,
-        a branch needing statements, a reference write) goes into `out`."""
-        if isinstance(e, Var):
-            return ast.Name(self.local(e))
-        if isinstance(e, GlobalVar):
-            return ast.Name(self.global_name(e))
-        if isinstance(e, Constant):
-            return _array(e.data)
-        if isinstance(e, Op):
-            return ast.Name(self.op_name(e.name))
-        if isinstance(e, Constructor):
-            return ast.Name(self.constructor_name(e))
-        if isinstance(e, Call):
-            return self.call(e, out)
-        if isinstance(e, Tuple):
-            return ast.Tuple([self.expr(f, out) for f in e.fields])
-        if isinstance(e, TupleGetItem):
-            return _index(self.expr(e.tuple_value, out), e.index)
-        if isinstance(e, Let):
-            while isinstance(e, Let):
-                self.bind(e.var, e.value, out)
-                e = e.body
-            return self.expr(e, out)
-        if isinstance(e, If):
-            return self.conditional(e, out)
-        if isinstance(e, Match):
-            name = self.fresh("matched")
-            self.match(e, out, lambda v: _assign(name, v))
-            return ast.Name(name)
-        if isinstance(e, Function):
-            return self.function_value(e, out)
-        if isinstance(e, RefCreate):
-            return ast.List([self.expr(e.value, out)])
-        if isinstance(e, RefRead):
-            return _index(self.expr(e.ref, out), 0)
-        if isinstance(e, RefWrite):
-            target = ast.Subscript(self.expr(e.ref, out), ast.Constant(0), ast.Store())
-            out.append(ast.Assign([target], self.expr(e.value, out)))
-            return ast.Tuple([])
-        if isinstance(e, Grad):
-            raise TypeError("to_python: a grad node is left after LowerGrads")
-        raise TypeError(f"to_python: not a relay expression: {type(e).__name__}")
+    # visit(e, out): the Python expression of `e`; what must run before it (a def, a let's
+    # assignment, a branch needing statements, a reference write) goes into `out`.
+    def unsupported(self, expr: Expr) -> Exception:
+        return TypeError(f"to_python: not a relay expression: {type(expr).__name__}")
 
-    def call(self, e: Call, out: list[ast.stmt]) -> ast.expr:
-        callee = self.expr(e.op, out)
-        args = [self.expr(a, out) for a in e.args]
+    def visit_var(self, var: Var, out: list[ast.stmt]) -> ast.expr:
+        return ast.Name(self.local(var))
+
+    def visit_global_var(self, gv: GlobalVar, out: list[ast.stmt]) -> ast.expr:
+        return ast.Name(self.global_name(gv))
+
+    def visit_constant(self, c: Constant, out: list[ast.stmt]) -> ast.expr:
+        return _array(c.data)
+
+    def visit_op(self, op: Op, out: list[ast.stmt]) -> ast.expr:
+        return ast.Name(self.op_name(op.name))
+
+    def visit_constructor(self, c: Constructor, out: list[ast.stmt]) -> ast.expr:
+        return ast.Name(self.constructor_name(c))
+
+    def visit_tuple(self, t: Tuple, out: list[ast.stmt]) -> ast.expr:
+        return ast.Tuple([self.visit(f, out) for f in t.fields])
+
+    def visit_tuple_getitem(self, t: TupleGetItem, out: list[ast.stmt]) -> ast.expr:
+        return _index(self.visit(t.tuple_value, out), t.index)
+
+    def visit_let(self, let: Let, out: list[ast.stmt]) -> ast.expr:
+        e: Expr = let
+        while isinstance(e, Let):
+            self.bind(e.var, e.value, out)
+            e = e.body
+        return self.visit(e, out)
+
+    def visit_match(self, m: Match, out: list[ast.stmt]) -> ast.expr:
+        name = self.fresh("matched")
+        self.match(m, out, lambda v: _assign(name, v))
+        return ast.Name(name)
+
+    def visit_ref_create(self, r: RefCreate, out: list[ast.stmt]) -> ast.expr:
+        return ast.List([self.visit(r.value, out)])
+
+    def visit_ref_read(self, r: RefRead, out: list[ast.stmt]) -> ast.expr:
+        return _index(self.visit(r.ref, out), 0)
+
+    def visit_ref_write(self, r: RefWrite, out: list[ast.stmt]) -> ast.expr:
+        target = ast.Subscript(self.visit(r.ref, out), ast.Constant(0), ast.Store())
+        out.append(ast.Assign([target], self.visit(r.value, out)))
+        return ast.Tuple([])
+
+    def visit_grad(self, g: Grad, out: list[ast.stmt]) -> ast.expr:
+        raise TypeError("to_python: a grad node is left after LowerGrads")
+
+    def visit_call(self, e: Call, out: list[ast.stmt]) -> ast.expr:
+        callee = self.visit(e.op, out)
+        args = [self.visit(a, out) for a in e.args]
         keywords = []
         if isinstance(e.op, Op):  # attributes at their defaults are left out
             defaults = {a.name: a.default for a in lookup(e.op.name).attrs}
@@ -302,14 +314,14 @@ class _Renderer:
                         if k not in defaults or not _same(v, defaults[k])]
         return ast.Call(callee, args, keywords)
 
-    def conditional(self, e: If, out: list[ast.stmt]) -> ast.expr:
+    def visit_if(self, e: If, out: list[ast.stmt]) -> ast.expr:
         """``a if c else b`` where both branches are expressions; else an if statement
         assigning a fresh name (each branch's statements stay inside its branch)."""
-        test = self.expr(e.cond, out)
+        test = self.visit(e.cond, out)
         then: list[ast.stmt] = []
         orelse: list[ast.stmt] = []
-        then_value = self.expr(e.true_branch, then)
-        else_value = self.expr(e.false_branch, orelse)
+        then_value = self.visit(e.true_branch, then)
+        else_value = self.visit(e.false_branch, orelse)
         if not then and not orelse:
             return ast.IfExp(test, then_value, else_value)
         name = self.fresh("branch")
@@ -318,11 +330,11 @@ class _Renderer:
         out.append(ast.If(test, then, orelse))
         return ast.Name(name)
 
-    def function_value(self, fn: Function, out: list[ast.stmt]) -> ast.expr:
+    def visit_function(self, fn: Function, out: list[ast.stmt]) -> ast.expr:
         """A lambda where the body is one expression, else a def before its use."""
         body: list[ast.stmt] = []
         params = [self.local(p) for p in fn.params]
-        value = self.expr(fn.body, body)
+        value = self.visit(fn.body, body)
         if not body:
             arguments = ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, [])
             return ast.Lambda(arguments, value)

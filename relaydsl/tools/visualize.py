@@ -47,6 +47,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, Type
+from relaydsl.ir.visitor import ExprFunctorWithArgs
 from relaydsl.transform._util import is_primitive
 
 _DOT_MISSING = ("rendering a graph runs Graphviz's `dot` program, which is not on PATH: "
@@ -136,7 +137,7 @@ _STYLES = {
 }
 
 
-class _Builder:
+class _Builder(ExprFunctorWithArgs[[dict[Var, str]], str]):
     """Walks the expressions, one node per value; ``lines`` collects the DOT statements."""
 
     def __init__(self) -> None:
@@ -144,7 +145,7 @@ class _Builder:
         self.indent = "  "
         self.count = 0
         self.clusters = 0
-        self.memo: dict[int, str] = {}  # a shared node (graph normal form) is drawn once
+        self.memo: dict[Expr, str] = {}  # a shared node (graph normal form) is drawn once
 
     def node(self, label: str, kind: str) -> str:
         name = f"n{self.count}"
@@ -176,19 +177,11 @@ class _Builder:
 
     def value(self, e: Expr, env: dict[Var, str]) -> str:
         """The node producing the value of `e`, drawing what it takes."""
-        if isinstance(e, Var):
-            if e not in env:  # a free variable of a nested function
-                env[e] = self.node(f"%{e.name_hint}", "input")
-            return env[e]
-        if isinstance(e, Let):  # the variable names the node of its value
-            while isinstance(e, Let):
-                env = {**env, e.var: self.bound_value(e.var, e.value, env)}
-                e = e.body
-            return self.value(e, env)
-        key = id(e)
-        if key not in self.memo:
-            self.memo[key] = self.draw(e, env)
-        return self.memo[key]
+        if isinstance(e, (Var, Let)):  # what they name depends on the environment
+            return self.visit(e, env)
+        if e not in self.memo:
+            self.memo[e] = self.visit(e, env)
+        return self.memo[e]
 
     def bound_value(self, var: Var, value: Expr, env: dict[Var, str]) -> str:
         if isinstance(value, Function) and not is_primitive(value):
@@ -198,47 +191,73 @@ class _Builder:
     def inputs(self, args: tuple[Expr, ...], env: dict[Var, str]) -> list[tuple[str, Expr, str]]:
         return [(self.value(a, env), a, "") for a in args]
 
-    def draw(self, e: Expr, env: dict[Var, str]) -> str:
-        if isinstance(e, Call):
-            return self.call(e, env)
-        if isinstance(e, Constant):
-            label = str(e.data.item()) if e.data.size == 1 else "const"
-            return self.node(label, "const")
-        if isinstance(e, GlobalVar):
-            return self.node(f"@{e.name_hint}", "call")
-        if isinstance(e, (Op, Constructor)):
-            return self.node(e.name, "call")
-        if isinstance(e, Function):
-            return self.function(e, "fn", env)
-        if isinstance(e, Tuple):
-            return self.operation("tuple", "data", self.inputs(e.fields, env))
-        if isinstance(e, TupleGetItem):
-            return self.operation(f".{e.index}", "data", self.inputs((e.tuple_value,), env))
-        if isinstance(e, If):
-            cond = self.value(e.cond, env)
-            branches = [(self.value(b, dict(env)), b, label)
-                        for b, label in ((e.true_branch, "then"), (e.false_branch, "else"))]
-            return self.operation("if", "control", [(cond, e.cond, "cond"), *branches])
-        if isinstance(e, Match):
-            data = self.value(e.data, env)
-            clauses = []
-            for c in e.clauses:
-                inner = dict(env)
-                for v in pattern_vars(c.lhs):
-                    inner[v] = self.operation(f"%{v.name_hint}", "data", [(data, e.data, "")])
-                clauses.append((self.value(c.rhs, inner), c.rhs, _pattern_label(c.lhs)))
-            return self.operation("match", "control", [(data, e.data, ""), *clauses])
-        if isinstance(e, RefCreate):
-            return self.operation("ref", "data", self.inputs((e.value,), env))
-        if isinstance(e, RefRead):
-            return self.operation("read", "data", self.inputs((e.ref,), env))
-        if isinstance(e, RefWrite):
-            return self.operation(":=", "data", self.inputs((e.ref, e.value), env))
-        if isinstance(e, Grad):
-            return self.operation("grad", "call", self.inputs((e.fn,), env))
-        raise TypeError(f"visualize: not a relay expression: {type(e).__name__}")
+    # ---- visit(e, env): draws `e` (value() draws a shared expression once) ----------------
+    def unsupported(self, expr: Expr) -> Exception:
+        return TypeError(f"visualize: not a relay expression: {type(expr).__name__}")
 
-    def call(self, e: Call, env: dict[Var, str]) -> str:
+    def visit_var(self, var: Var, env: dict[Var, str]) -> str:
+        if var not in env:  # a free variable of a nested function
+            env[var] = self.node(f"%{var.name_hint}", "input")
+        return env[var]
+
+    def visit_let(self, let: Let, env: dict[Var, str]) -> str:
+        e: Expr = let
+        while isinstance(e, Let):  # the variable names the node of its value
+            env = {**env, e.var: self.bound_value(e.var, e.value, env)}
+            e = e.body
+        return self.value(e, env)
+
+    def visit_constant(self, c: Constant, env: dict[Var, str]) -> str:
+        label = str(c.data.item()) if c.data.size == 1 else "const"
+        return self.node(label, "const")
+
+    def visit_global_var(self, gv: GlobalVar, env: dict[Var, str]) -> str:
+        return self.node(f"@{gv.name_hint}", "call")
+
+    def visit_op(self, op: Op, env: dict[Var, str]) -> str:
+        return self.node(op.name, "call")
+
+    def visit_constructor(self, c: Constructor, env: dict[Var, str]) -> str:
+        return self.node(c.name, "call")
+
+    def visit_function(self, fn: Function, env: dict[Var, str]) -> str:
+        return self.function(fn, "fn", env)
+
+    def visit_tuple(self, t: Tuple, env: dict[Var, str]) -> str:
+        return self.operation("tuple", "data", self.inputs(t.fields, env))
+
+    def visit_tuple_getitem(self, t: TupleGetItem, env: dict[Var, str]) -> str:
+        return self.operation(f".{t.index}", "data", self.inputs((t.tuple_value,), env))
+
+    def visit_if(self, e: If, env: dict[Var, str]) -> str:
+        cond = self.value(e.cond, env)
+        branches = [(self.value(b, dict(env)), b, label)
+                    for b, label in ((e.true_branch, "then"), (e.false_branch, "else"))]
+        return self.operation("if", "control", [(cond, e.cond, "cond"), *branches])
+
+    def visit_match(self, e: Match, env: dict[Var, str]) -> str:
+        data = self.value(e.data, env)
+        clauses = []
+        for c in e.clauses:
+            inner = dict(env)
+            for v in pattern_vars(c.lhs):
+                inner[v] = self.operation(f"%{v.name_hint}", "data", [(data, e.data, "")])
+            clauses.append((self.value(c.rhs, inner), c.rhs, _pattern_label(c.lhs)))
+        return self.operation("match", "control", [(data, e.data, ""), *clauses])
+
+    def visit_ref_create(self, r: RefCreate, env: dict[Var, str]) -> str:
+        return self.operation("ref", "data", self.inputs((r.value,), env))
+
+    def visit_ref_read(self, r: RefRead, env: dict[Var, str]) -> str:
+        return self.operation("read", "data", self.inputs((r.ref,), env))
+
+    def visit_ref_write(self, r: RefWrite, env: dict[Var, str]) -> str:
+        return self.operation(":=", "data", self.inputs((r.ref, r.value), env))
+
+    def visit_grad(self, g: Grad, env: dict[Var, str]) -> str:
+        return self.operation("grad", "call", self.inputs((g.fn,), env))
+
+    def visit_call(self, e: Call, env: dict[Var, str]) -> str:
         args = self.inputs(e.args, env)
         callee = e.op
         if isinstance(callee, Op):

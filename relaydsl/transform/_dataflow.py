@@ -60,32 +60,32 @@ def rewrite_dataflow(mod: IRModule, transform: Callable[[IRModule], IRModule],
     return result
 
 
-def use_counts(root: Expr) -> dict[int, int]:
-    """How many times each node of the graph under `root` is an operand of another (by id):
+def use_counts(root: Expr) -> dict[Expr, int]:
+    """How many times each node of the graph under `root` is an operand of another:
     a node used once has one consumer, whose rewrite may change it."""
-    uses: dict[int, int] = {}
-    seen: set[int] = set()
+    uses: dict[Expr, int] = {}
+    seen: set[Expr] = set()
     stack = [root]
     while stack:
         node = stack.pop()
-        if id(node) in seen:
+        if node in seen:
             continue
-        seen.add(id(node))
+        seen.add(node)
         for child in children(node):
-            uses[id(child)] = uses.get(id(child), 0) + 1
+            uses[child] = uses.get(child, 0) + 1
             stack.append(child)
     return uses
 
 
-def op_consumers(root: Expr) -> dict[int, list[tuple[Call, int]]]:
-    """The operator calls reading each node of the graph under `root` (by id), with the
+def op_consumers(root: Expr) -> dict[Expr, list[tuple[Call, int]]]:
+    """The operator calls reading each node of the graph under `root`, with the
     argument position, in evaluation order."""
-    readers: dict[int, list[tuple[Call, int]]] = {}
+    readers: dict[Expr, list[tuple[Call, int]]] = {}
 
     def record(e: Expr) -> None:
         if isinstance(e, Call) and isinstance(e.op, Op):
             for i, a in enumerate(e.args):
-                readers.setdefault(id(a), []).append((e, i))
+                readers.setdefault(a, []).append((e, i))
 
     post_order(root, record)
     return readers

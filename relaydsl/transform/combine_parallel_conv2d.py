@@ -103,15 +103,15 @@ def _concrete_shape(e: Expr) -> tuple[int, ...]:
 def _reaches(e: Expr, convs: list[Call]) -> bool:
     """Whether `e` depends on one of `convs`: it then cannot be an operand of their combination,
     which would read its own result."""
-    targets = {id(c) for c in convs}
-    seen: set[int] = set()
+    targets: set[Expr] = set(convs)
+    seen: set[Expr] = set()
     stack = [e]
     while stack:
         node = stack.pop()
-        if id(node) in targets:
+        if node in targets:
             return True
-        if id(node) not in seen:
-            seen.add(id(node))
+        if node not in seen:
+            seen.add(node)
             stack.extend(children(node))
     return False
 
@@ -135,30 +135,30 @@ class _Combine(ExprMutator):
         super().__init__()
         self.uses = use_counts(fn)
         self.consumers = op_consumers(fn)
-        self.ending: dict[int, tuple[_Branches, int]] = {}  # a branch's end -> (set, index)
+        self.ending: dict[Expr, tuple[_Branches, int]] = {}  # a branch's end -> (set, index)
         for branches in self._combinable(fn, min_num_branches):
             self._extend(branches)
             for i, end in enumerate(branches.ends):
-                self.ending[id(end)] = (branches, i)
+                self.ending[end] = (branches, i)
 
     # ---- analysis ----
 
     def _combinable(self, fn: Function, min_num_branches: int) -> list[_Branches]:
         """The sets of conv2d calls to combine, grouped by input and by what must agree."""
         found: list[_Branches] = []
-        seen: set[int] = set()
+        seen: set[Expr] = set()
 
         def visit(e: Expr) -> None:
-            if id(e) in seen or id(e) not in self.consumers:
+            if e in seen or e not in self.consumers:
                 return
-            seen.add(id(e))
+            seen.add(e)
             groups: dict[Hashable, list[Call]] = {}
-            for call, i in self.consumers[id(e)]:
+            for call, i in self.consumers[e]:
                 key = self._key(call) if i == 0 else None
                 if key is not None and call.args[1] is not e:
                     groups.setdefault(key, []).append(call)
             for convs in groups.values():
-                convs = list({id(c): c for c in convs}.values())
+                convs = list(dict.fromkeys(convs))
                 if len(convs) >= min_num_branches and not any(
                         _reaches(c.args[1], convs) for c in convs):
                     shapes = [_concrete_shape(c) for c in convs]
@@ -188,7 +188,7 @@ class _Combine(ExprMutator):
                 break
             steps = [n for n in nexts if n is not None]
             first, position = steps[0]
-            if len({id(c) for c, _ in steps}) != len(steps) or not all(
+            if len({c for c, _ in steps}) != len(steps) or not all(
                     self._agrees(first, c, position, p, branches, i)
                     for i, (c, p) in enumerate(steps)):
                 break
@@ -198,8 +198,8 @@ class _Combine(ExprMutator):
 
     def _next(self, end: Expr) -> tuple[Call, int] | None:
         """The one consumer of `end`, with `end`'s operand position, if it has only one."""
-        readers = self.consumers.get(id(end), [])
-        if self.uses.get(id(end), 0) != 1 or len(readers) != 1:
+        readers = self.consumers.get(end, [])
+        if self.uses.get(end, 0) != 1 or len(readers) != 1:
             return None
         return readers[0]
 
@@ -232,7 +232,7 @@ class _Combine(ExprMutator):
     # ---- rewriting ----
 
     def visit(self, expr: Expr) -> Expr:
-        found = self.ending.get(id(expr))
+        found = self.ending.get(expr)
         if found is None:
             return super().visit(expr)
         branches, i = found

@@ -81,25 +81,25 @@ class _Adjoint:
     def __init__(self, fn: Function):
         self.fn = fn
         self.bindings: list[tuple[Var, Expr]] = []  # the forward program, A-normal form
-        self.atoms: dict[int, Expr] = {}
+        self.atoms: dict[Expr, Expr] = {}
 
     def atom(self, e: Expr) -> Expr:
         """A variable or constant standing for `e`, binding it first if needed."""
-        known = self.atoms.get(id(e))
+        known = self.atoms.get(e)
         if known is not None:
             return known
         if isinstance(e, (Var, Constant)):
             out: Expr = e
         elif isinstance(e, Let):
             self.bindings.append((e.var, self.shallow(e.value)))
-            self.atoms[id(e.var)] = e.var
+            self.atoms[e.var] = e.var
             out = self.atom(e.body)
         else:
             v = Var("t")
             v.set_checked_type(e.checked_type)
             self.bindings.append((v, self.shallow(e)))
             out = v
-        self.atoms[id(e)] = out
+        self.atoms[e] = out
         return out
 
     def shallow(self, e: Expr) -> Expr:
@@ -117,7 +117,7 @@ class _Adjoint:
 
     def shallow_let(self, e: Let) -> Expr:
         self.bindings.append((e.var, self.shallow(e.value)))
-        self.atoms[id(e.var)] = e.var
+        self.atoms[e.var] = e.var
         return self.shallow(e.body)
 
     def build(self) -> Function:

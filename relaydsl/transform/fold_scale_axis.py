@@ -230,7 +230,7 @@ class _Backward(ExprMutator):
         """``e * vec`` (along `axis`) with the scale folded into the convolutions computing
         `e`, or None when it does not fold all the way. `e` must have no other consumer."""
         t = _static_type(e)
-        if self.uses.get(id(e), 0) != 1 or t is None or not isinstance(e, Call):
+        if self.uses.get(e, 0) != 1 or t is None or not isinstance(e, Call):
             return None
         if _foldable(e):
             data_type = _static_type(e.args[0])
@@ -285,7 +285,7 @@ class _Forward(ExprMutator):
         super().__init__()
         self.uses = use_counts(fn)
         self.consumers = op_consumers(fn)
-        self.pulled: dict[int, tuple[Expr, np.ndarray] | None] = {}
+        self.pulled: dict[Expr, tuple[Expr, np.ndarray] | None] = {}
 
     def visit_call(self, call: Call) -> Expr:
         if _foldable(call):
@@ -302,12 +302,12 @@ class _Forward(ExprMutator):
                    ) -> tuple[Expr, np.ndarray] | None:
         """(x', vec) with ``x = x' * vec`` along `axis`, when every consumer of `x` is a
         convolution reading it as data along that channel axis (memoised: one x' for all)."""
-        if id(x) not in self.pulled:
-            readers = self.consumers.get(id(x), [])
-            fold = len(readers) == self.uses.get(id(x), 0) and all(
+        if x not in self.pulled:
+            readers = self.consumers.get(x, [])
+            fold = len(readers) == self.uses.get(x, 0) and all(
                 i == 0 and _foldable(c) and _channel_axis(c, x_type) == axis for c, i in readers)
-            self.pulled[id(x)] = self.pull(x, axis) if fold else None
-        return self.pulled[id(x)]
+            self.pulled[x] = self.pull(x, axis) if fold else None
+        return self.pulled[x]
 
     def pull(self, x: Expr, axis: int) -> tuple[Expr, np.ndarray] | None:
         """(x', vec) with ``x = x' * vec`` along `axis`, or None."""
@@ -351,7 +351,7 @@ class _Forward(ExprMutator):
 
     def pull_inner(self, x: Expr, axis: int) -> tuple[Expr, np.ndarray] | None:
         """pull() of a node inside the scaling chain, whose one consumer is the chain."""
-        return self.pull(x, axis) if self.uses.get(id(x), 0) == 1 else None
+        return self.pull(x, axis) if self.uses.get(x, 0) == 1 else None
 
 
 __all__ = ["FoldScaleAxis", "fold_scale_axis", "backward_fold", "forward_fold"]

@@ -99,7 +99,7 @@ class _Node:
 
 @dataclass
 class _Graph:
-    nodes: dict[int, _Node] = field(default_factory=dict[int, _Node])  # keyed by id(expr)
+    nodes: dict[Expr, _Node] = field(default_factory=dict[Expr, _Node])  # by its expression
     post_dfs: list[_Node] = field(default_factory=list[_Node])
     nested: list[Expr] = field(default_factory=list[Expr])  # roots of nested regions
 
@@ -149,7 +149,7 @@ def _build_graph(root: Expr, is_outer: Callable[[Expr], bool]) -> _Graph:
     def is_node(e: Expr) -> bool:
         return not isinstance(e, _LEAVES) and not is_primitive(e) and not is_outer(e)
 
-    visiting: set[int] = set()
+    visiting: set[Expr] = set()
     stack: list[tuple[Expr, bool]] = [(root, False)]
     while stack:  # iterative post-order DFS: producers get lower indices than consumers
         e, expanded = stack.pop()
@@ -157,37 +157,37 @@ def _build_graph(root: Expr, is_outer: Callable[[Expr], bool]) -> _Graph:
             node = _Node(e, len(graph.post_dfs))
             node.pattern, edges = _links(e)
             for child, edge in edges:
-                cnode = graph.nodes.get(id(child))
+                cnode = graph.nodes.get(child)
                 if cnode is None:
                     continue  # a leaf or a value of an enclosing region
                 if edge is None:
                     cnode.extern_ref = True
                 else:
                     cnode.outputs.append((node, edge))
-            graph.nodes[id(e)] = node
+            graph.nodes[e] = node
             graph.post_dfs.append(node)
             continue
-        if id(e) in visiting or not is_node(e):
+        if e in visiting or not is_node(e):
             continue
-        visiting.add(id(e))
+        visiting.add(e)
         stack.append((e, True))
         stack += [(c, False) for c in reversed(_region_children(e, graph.nested))]
-    if id(root) in graph.nodes:
-        graph.nodes[id(root)].extern_ref = True
+    if root in graph.nodes:
+        graph.nodes[root].extern_ref = True
     _mark_nested_uses(graph)
     return graph
 
 
 def _mark_nested_uses(graph: _Graph) -> None:
     """A value of this region used inside a nested region must exist on its own: extern."""
-    seen: set[int] = set()
+    seen: set[Expr] = set()
     stack = list(graph.nested)
     while stack:
         e = stack.pop()
-        if id(e) in seen:
+        if e in seen:
             continue
-        seen.add(id(e))
-        node = graph.nodes.get(id(e))
+        seen.add(e)
+        node = graph.nodes.get(e)
         if node is not None:
             node.extern_ref = True
             continue
@@ -380,16 +380,16 @@ class _Region:
         self.outer = outer
         self.graph = _build_graph(root, lambda e: self._owner(e) is not None)
         groups = _Partitioner(self.graph, fuser.max_fuse_depth).partition(fuser.opt_level)
-        self.group_of = {id(n.expr): groups[n.index].find_root() for n in self.graph.post_dfs}
+        self.group_of = {n.expr: groups[n.index].find_root() for n in self.graph.post_dfs}
         self.op_groups = {
-            id(self.group_of[id(n.expr)]) for n in self.graph.post_dfs
+            self.group_of[n.expr] for n in self.graph.post_dfs
             if isinstance(n.expr, Call) and isinstance(n.expr.op, Op)
         }
-        self.memo: dict[int, Expr] = {}
+        self.memo: dict[Expr, Expr] = {}
 
     def _owner(self, e: Expr) -> "_Region | None":
         for region in reversed(self.outer):
-            if id(e) in region.graph.nodes:
+            if e in region.graph.nodes:
                 return region
         return None
 
@@ -398,19 +398,19 @@ class _Region:
 
     def rewrite(self, e: Expr) -> Expr:
         """The expression computing `e`'s value outside any primitive function."""
-        hit = self.memo.get(id(e))
+        hit = self.memo.get(e)
         if hit is not None:
             return hit
-        if id(e) not in self.graph.nodes:
+        if e not in self.graph.nodes:
             owner = self._owner(e)
             return owner.rewrite(e) if owner is not None else e  # a leaf
-        group = self.group_of[id(e)]
-        if id(group) in self.op_groups:
+        group = self.group_of[e]
+        if group in self.op_groups:
             assert group.root.expr is e, "fusion: a group's intermediate value is used outside it"
             result = self._fused_call(group)
         else:
             result = self._rebuild(e)
-        self.memo[id(e)] = result
+        self.memo[e] = result
         return result
 
     def _rebuild(self, e: Expr) -> Expr:
@@ -466,7 +466,7 @@ class _Region:
         """A chain of lets, iteratively (a program may have thousands)."""
         chain = [let]
         node = let.body
-        while isinstance(node, Let) and id(node) in self.graph.nodes and id(node) not in self.memo:
+        while isinstance(node, Let) and node in self.graph.nodes and node not in self.memo:
             chain.append(node)
             node = node.body
         values = [self.rewrite(link.value) for link in chain]
@@ -476,14 +476,14 @@ class _Region:
                 body = Let(link.var, value, body, span=link.span)
             else:
                 body = link
-            self.memo[id(link)] = body
+            self.memo[link] = body
         return body
 
     def _fused_call(self, group: _Group) -> Expr:
         """``Call(fn(params, Primitive=1) { group body }, external inputs)``."""
         params: list[Var] = []
         args: list[Expr] = []
-        body_memo: dict[int, Expr] = {}
+        body_memo: dict[Expr, Expr] = {}
 
         def as_params(t: Type, outside: Expr) -> Expr:
             if isinstance(t, TupleType):  # pass a tuple field by field; re-tuple inside
@@ -496,19 +496,19 @@ class _Region:
             return p
 
         def inside(x: Expr) -> Expr:
-            hit = body_memo.get(id(x))
+            hit = body_memo.get(x)
             if hit is not None:
                 return hit
             if isinstance(x, (Constant, Op)):
                 return x  # constants stay inside the primitive function
-            if self.group_of.get(id(x)) is group:
+            if self.group_of.get(x) is group:
                 match x:
                     case Call(op=op, args=xs):
                         result: Expr = Call(op, tuple(inside(a) for a in xs), x.attrs,
                                             x.type_args, span=x.span)
                     case Tuple(fields=fs):
                         result = Tuple(tuple(inside(f) for f in fs), span=x.span)
-                    case TupleGetItem(tuple_value=t, index=i) if self.group_of.get(id(t)) is group:
+                    case TupleGetItem(tuple_value=t, index=i) if self.group_of.get(t) is group:
                         result = TupleGetItem(inside(t), i, span=x.span)
                     case TupleGetItem(tuple_value=t, index=i):  # pass just the field used
                         result = as_params(x.checked_type,
@@ -517,7 +517,7 @@ class _Region:
                         raise AssertionError(f"fuse_ops: a {type(x).__name__} in a group")
             else:
                 result = as_params(x.checked_type, self.rewrite(x))
-            body_memo[id(x)] = result
+            body_memo[x] = result
             return result
 
         body = inside(group.root.expr)

@@ -85,7 +85,7 @@ def _same_scope_lets(body: Expr) -> set[Var]:
     """
     let_scope: dict[Var, int] = {}
     use_scopes: dict[Var, set[int]] = {}
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[Expr, int]] = set()
     counter = [0]
 
     def new_scope() -> int:
@@ -95,9 +95,9 @@ def _same_scope_lets(body: Expr) -> set[Var]:
     stack: list[tuple[Expr, int]] = [(body, 0)]
     while stack:
         expr, scope = stack.pop()
-        if (id(expr), scope) in seen:
+        if (expr, scope) in seen:
             continue
-        seen.add((id(expr), scope))
+        seen.add((expr, scope))
         if isinstance(expr, Var):
             use_scopes.setdefault(expr, set()).add(scope)  # a let's own variable is in its scope
         elif not is_primitive(expr):

@@ -93,8 +93,8 @@ class PartialEvaluate(Pass, opt_level=ON_DEMAND,
     takes its type from the typed input."""
 
     def transform(self, mod: IRModule) -> IRModule:
-        names = {id(fn): gv for gv, fn in mod.functions.items()}
-        return rewrite_functions(mod, lambda fn: _PartialEvaluator(mod).function(names[id(fn)]))
+        names = {fn: gv for gv, fn in mod.functions.items()}
+        return rewrite_functions(mod, lambda fn: _PartialEvaluator(mod).function(names[fn]))
 
 
 def partial_evaluate(mod: IRModule) -> IRModule:
@@ -197,10 +197,9 @@ class _Scope:
 
     parent: "_Scope | None"
     bindings: list[tuple[Var, Expr]] = field(default_factory=list[tuple[Var, Expr]])
-    reified: dict[int, tuple[_Closure, Var]] = field(
-        default_factory=dict[int, tuple[_Closure, Var]])
-    specialised: dict[Signature, tuple[Var, list[object]]] = field(
-        default_factory=dict[Signature, tuple[Var, list[object]]])
+    reified: dict[_Closure, Var] = field(default_factory=dict[_Closure, Var])
+    specialised: dict[tuple[object, Signature], Var] = field(
+        default_factory=dict[tuple[object, Signature], Var])
 
     def push(self, value: Expr, name: str, annotation: Type | None = None) -> Var:
         var = Var(name, annotation)
@@ -257,15 +256,15 @@ def _signature(v: _Value) -> Signature:
     if isinstance(v, _Tensor):
         data = v.constant.data
         return ("T", data.dtype.str, data.shape, data.tobytes()) if data.size <= 16 \
-            else ("T", id(v.constant))
+            else ("T", v.constant)
     if isinstance(v, _Tuple):
         return ("U", *map(_signature, v.fields))
     if isinstance(v, _Data):
-        return ("C", id(v.constructor), *map(_signature, v.fields))
+        return ("C", v.constructor, *map(_signature, v.fields))
     if isinstance(v, _Closure):
-        return ("F", id(v))
+        return ("F", v)
     if isinstance(v, _Name):
-        return ("N", id(v.expr))
+        return ("N", v.expr)
     return ("D",)  # dynamic values and references (made dynamic before a residual call)
 
 
@@ -340,8 +339,8 @@ def _all(outcomes: Iterator[bool | None]) -> bool | None:
 
 # What rollback restores: the scope, its binding count, reified and specialised functions, the
 # cells and each cell's contents.
-_Mark = tuple[_Scope, int, dict[int, tuple[_Closure, Var]],
-              dict[Signature, tuple[Var, list[object]]], list[_Cell],
+_Mark = tuple[_Scope, int, dict[_Closure, Var],
+              dict[tuple[object, Signature], Var], list[_Cell],
               list[tuple[_Cell, _Value | None, Var | None]]]
 
 
@@ -439,13 +438,13 @@ class _PartialEvaluator:
 
     def materialise_reachable(self, values: Sequence[_Value]) -> None:
         """Make dynamic the static cells a residual function may reach through `values`."""
-        seen: set[int] = set()
+        seen: set[_Value] = set()
         todo = list(values)
         while todo:
             v = todo.pop()
-            if id(v) in seen:
+            if v in seen:
                 continue
-            seen.add(id(v))
+            seen.add(v)
             if isinstance(v, (_Tuple, _Data)):
                 todo.extend(v.fields)
             elif isinstance(v, _Closure):
@@ -482,11 +481,11 @@ class _PartialEvaluator:
         evaluated with dynamic parameters; it calls itself where `c` would be called with
         dynamic arguments only."""
         for scope in self.scope.visible():
-            if id(c) in scope.reified:
-                return scope.reified[id(c)][1]
+            if c in scope.reified:
+                return scope.reified[c]
         self.materialise_reachable([c])
         var = Var(self.name if self.name != "x" else "f")
-        self.scope.reified[id(c)] = (c, var)
+        self.scope.reified[c] = var
         params = [self.fresh(p) for p in c.fn.params]
         body = self.residual_body(c.fn, c.frame, params, target=var, key=c)
         fn = Function(tuple(params), body, self.own(c.fn.ret_type), attrs=c.fn.attrs,
@@ -670,9 +669,8 @@ class _PartialEvaluator:
             return self.residual_call(fn, args)
         signature = tuple(_signature(a) for a in args)
         for scope in self.scope.visible():
-            found = scope.specialised.get((id(key), signature))
-            if found is not None:
-                var, _ = found
+            var = scope.specialised.get((key, signature))
+            if var is not None:
                 return self.residual_call(var, [leaf for a in args for leaf in _leaves(a)])
         depth = 0
         for entry in reversed(self.stack):
@@ -720,7 +718,7 @@ class _PartialEvaluator:
         if gv is not None and all(s == ("D",) for s in signature):
             return self.residual_call(gv, args)
         var = Var(gv.name_hint if gv is not None else self.name if self.name != "x" else "f")
-        self.scope.specialised[(id(key), signature)] = (var, [*args, key])  # (kept alive)
+        self.scope.specialised[(key, signature)] = var
         params = [Var(f"p{i}") for i in range(len(leaves))]
         new = iter([_Dynamic(p) for p in params])
         values = [_replace_leaves(a, new) for a in args]

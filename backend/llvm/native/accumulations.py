@@ -28,14 +28,14 @@ class Accumulation:
     cell: Var
 
 
-class Accumulations(dict[int, Accumulation]):
-    """The accumulations of a function body, by id of their kernel call; `reads` and
-    `writes` the ids of their ``ref_read`` and ``ref_write``."""
+class Accumulations(dict[Call, Accumulation]):
+    """The accumulations of a function body, by their kernel call; `reads` and `writes`
+    their ``ref_read`` and ``ref_write`` nodes."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.reads: set[int] = set()
-        self.writes: set[int] = set()
+        self.reads: set[Expr] = set()
+        self.writes: set[Expr] = set()
 
 
 def accumulations(body: Expr) -> Accumulations:
@@ -68,7 +68,7 @@ def accumulations(body: Expr) -> Accumulations:
     return found
 
 
-def _match_accumulation(read: Let, uses: dict[int, int], primitives: dict[Var, Function],
+def _match_accumulation(read: Let, uses: dict[Expr, int], primitives: dict[Var, Function],
                         found: Accumulations) -> None:
     def following(let: Let) -> Let | None:  # past the primitive functions let-bound next
         e = let.body
@@ -87,8 +87,8 @@ def _match_accumulation(read: Let, uses: dict[int, int], primitives: dict[Var, F
     call = add.value
     fn = primitives.get(call.op) if isinstance(call.op, Var) else call.op  # type: ignore
     # (a let-bound variable is used where it is bound and once more)
-    if not isinstance(fn, Function) or not is_primitive(fn) or uses.get(id(total)) != 2 or \
-            uses.get(id(add.var)) != 2 or [a is total for a in call.args].count(True) != 1:
+    if not isinstance(fn, Function) or not is_primitive(fn) or uses.get(total) != 2 or \
+            uses.get(add.var) != 2 or [a is total for a in call.args].count(True) != 1:
         return
     index = [a is total for a in call.args].index(True)
     if not all(isinstance(a.checked_type, TensorType) for a in call.args):
@@ -97,7 +97,7 @@ def _match_accumulation(read: Let, uses: dict[int, int], primitives: dict[Var, F
     if isinstance(root, Call) and root.op == add_op.op and \
             any(a is param for a in root.args) and static_type(root.checked_type) and \
             param.checked_type == root.checked_type and \
-            use_counts(fn.body).get(id(param)) == 1:
-        found[id(call)] = Accumulation(index, cell)
-        found.reads.add(id(read.value))
-        found.writes.add(id(write.value))
+            use_counts(fn.body).get(param) == 1:
+        found[call] = Accumulation(index, cell)
+        found.reads.add(read.value)
+        found.writes.add(write.value)

@@ -26,10 +26,10 @@ from relaydsl.ir.visitor import free_vars
 
 @dataclass(frozen=True)
 class Frame:
-    """Where in the frame each placed kernel call (by id) writes its output, and the
+    """Where in the frame each placed kernel call writes its output, and the
     frame's size in bytes."""
 
-    offsets: dict[int, int]
+    offsets: dict[Expr, int]
     size: int
 
 
@@ -82,4 +82,4 @@ def frame(fn: Function) -> Frame:
         busy[s] = last_read[v]
         slot_of[v] = s
     starts = [sum(sizes[:s]) for s in range(len(sizes))]
-    return Frame({id(bound[v]): starts[s] for v, s in slot_of.items()}, sum(sizes))
+    return Frame({bound[v]: starts[s] for v, s in slot_of.items()}, sum(sizes))

@@ -35,7 +35,7 @@ from relaydsl.ir.expr import (
     RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.types import TensorType, TupleType, Type
-from relaydsl.ir.visitor import free_vars
+from relaydsl.ir.visitor import ExprFunctorWithArgs, free_vars
 from relaydsl.op.collective import Collective
 from relaydsl.transform._util import collective_of
 from relaydsl.transform.fuse_ops import PRIMITIVE, is_primitive
@@ -61,12 +61,14 @@ def symbol(hint: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in hint)[:40] or "fn"
 
 
-class FunctionCompiler:
+class FunctionCompiler(ExprFunctorWithArgs[[dict, bool], ir.Value]):
     """Emits one Relay function as ``ptr f(state, closure, params...)``.
 
     `captures` lists the free variables of a closure in the order its object holds them
     (a let-bound primitive function is static: no slot); `self_var` is the name a
     recursive local function calls itself by, `self_global` the global being emitted.
+    An expression's value is emitted by ``value(e, env)``: a functor whose per-kind methods
+    take the environment and whether the value is returned at once (tail position).
     """
 
     def __init__(self, lowering: Lowering, llvm_fn: ir.Function, fn: Function,
@@ -330,61 +332,77 @@ class FunctionCompiler:
 
     def value(self, e: Expr, env: dict, tail: bool = False) -> ir.Value:
         """Emits `e`; its value (`tail`: the caller returns it at once)."""
-        if isinstance(e, Var):
-            v = env.get(e)
-            if v is None or isinstance(v, _Primitive):
-                raise Unsupported(f"the variable {e.name_hint} used as a value")
-            return v
-        if isinstance(e, Let):
-            while isinstance(e, Let):
-                env = self.bind(e, env)
-                e = e.body
-            return self.value(e, env, tail)
-        if isinstance(e, Call):
-            return self.call(e, env, tail)
-        if isinstance(e, Constant):
-            return self.tensor_constant(e.data)
-        if isinstance(e, Tuple):
-            return self.record([self.value(f, env) for f in e.fields])
-        if isinstance(e, TupleGetItem):
-            return self.field(self.value(e.tuple_value, env), e.index)
-        if isinstance(e, GlobalVar):
-            return self.low.global_closure(e)
-        if isinstance(e, Function):
-            if is_primitive(e):
-                raise Unsupported("a primitive function used as a value")
-            return self.closure_of(e, env, None)
-        if isinstance(e, Constructor):
-            params = tuple(Var(f"x{i}") for i in range(len(e.inputs)))
-            return self.closure_of(Function(params, Call(e, params)), {}, None)
-        if isinstance(e, RefCreate):
-            # a cell: [value, the epoch it was made in, whether it is the value's only holder]
-            epoch = self.b.load(self.b.gep(self.words, [I64(Word.EPOCH)]))
-            return self.record([self.value(e.value, env), self.b.inttoptr(epoch, PTR),
-                                ir.Constant(PTR, None)])
-        if isinstance(e, RefRead):
-            cell = self.value(e.ref, env)
-            if id(e) not in self.accumulations.reads:  # the value may now be held elsewhere
-                self.set_field(cell, 2, ir.Constant(PTR, None))
-            return self.field(cell, 0)
-        if isinstance(e, RefWrite):
-            cell, new = self.value(e.ref, env), self.value(e.value, env)
-            self.set_field(cell, 0, new)
-            only = id(e) in self.accumulations.writes  # an accumulation's total
-            self.set_field(cell, 2, ir.Constant(I64, int(only)).inttoptr(PTR))
-            if self.loop_memory is not None and self.loop_memory.is_root(cell):
-                self.loop_memory.note_root_write(cell)
-            else:
-                self.note_write(cell)
-            return self.low.unit
-        if isinstance(e, If):
-            arms = [(block, branch, env) for block, branch in
-                    zip(self.branch(e, env), (e.true_branch, e.false_branch))]
-            return self.join(arms)
-        if isinstance(e, Match):
-            return self.join([(block, rhs, clause_env)
-                              for block, clause_env, rhs in self.clauses(e, env)])
-        raise Unsupported(type(e).__name__)
+        return self.visit(e, env, tail)
+
+    # visit(e, env, tail): what `value` emits, per node kind
+    def unsupported(self, expr: Expr) -> Exception:
+        return Unsupported(type(expr).__name__)
+
+    def visit_var(self, var: Var, env: dict, tail: bool) -> ir.Value:
+        v = env.get(var)
+        if v is None or isinstance(v, _Primitive):
+            raise Unsupported(f"the variable {var.name_hint} used as a value")
+        return v
+
+    def visit_let(self, let: Let, env: dict, tail: bool) -> ir.Value:
+        e: Expr = let
+        while isinstance(e, Let):
+            env = self.bind(e, env)
+            e = e.body
+        return self.visit(e, env, tail)
+
+    def visit_constant(self, c: Constant, env: dict, tail: bool) -> ir.Value:
+        return self.tensor_constant(c.data)
+
+    def visit_tuple(self, t: Tuple, env: dict, tail: bool) -> ir.Value:
+        return self.record([self.value(f, env) for f in t.fields])
+
+    def visit_tuple_getitem(self, t: TupleGetItem, env: dict, tail: bool) -> ir.Value:
+        return self.field(self.value(t.tuple_value, env), t.index)
+
+    def visit_global_var(self, gv: GlobalVar, env: dict, tail: bool) -> ir.Value:
+        return self.low.global_closure(gv)
+
+    def visit_function(self, fn: Function, env: dict, tail: bool) -> ir.Value:
+        if is_primitive(fn):
+            raise Unsupported("a primitive function used as a value")
+        return self.closure_of(fn, env, None)
+
+    def visit_constructor(self, c: Constructor, env: dict, tail: bool) -> ir.Value:
+        params = tuple(Var(f"x{i}") for i in range(len(c.inputs)))
+        return self.closure_of(Function(params, Call(c, params)), {}, None)
+
+    def visit_ref_create(self, r: RefCreate, env: dict, tail: bool) -> ir.Value:
+        # a cell: [value, the epoch it was made in, whether it is the value's only holder]
+        epoch = self.b.load(self.b.gep(self.words, [I64(Word.EPOCH)]))
+        return self.record([self.value(r.value, env), self.b.inttoptr(epoch, PTR),
+                            ir.Constant(PTR, None)])
+
+    def visit_ref_read(self, r: RefRead, env: dict, tail: bool) -> ir.Value:
+        cell = self.value(r.ref, env)
+        if r not in self.accumulations.reads:  # the value may now be held elsewhere
+            self.set_field(cell, 2, ir.Constant(PTR, None))
+        return self.field(cell, 0)
+
+    def visit_ref_write(self, r: RefWrite, env: dict, tail: bool) -> ir.Value:
+        cell, new = self.value(r.ref, env), self.value(r.value, env)
+        self.set_field(cell, 0, new)
+        only = r in self.accumulations.writes  # an accumulation's total
+        self.set_field(cell, 2, ir.Constant(I64, int(only)).inttoptr(PTR))
+        if self.loop_memory is not None and self.loop_memory.is_root(cell):
+            self.loop_memory.note_root_write(cell)
+        else:
+            self.note_write(cell)
+        return self.low.unit
+
+    def visit_if(self, i: If, env: dict, tail: bool) -> ir.Value:
+        arms = [(block, branch, env) for block, branch in
+                zip(self.branch(i, env), (i.true_branch, i.false_branch))]
+        return self.join(arms)
+
+    def visit_match(self, m: Match, env: dict, tail: bool) -> ir.Value:
+        return self.join([(block, rhs, clause_env)
+                          for block, clause_env, rhs in self.clauses(m, env)])
 
     def note_write(self, cell: ir.Value) -> None:
         """The write barrier: the state keeps the oldest epoch of a cell written into."""
@@ -408,7 +426,7 @@ class FunctionCompiler:
             phi.add_incoming(v, block)
         return phi
 
-    def call(self, call: Call, env: dict, tail: bool) -> ir.Value:
+    def visit_call(self, call: Call, env: dict, tail: bool) -> ir.Value:
         b, op = self.b, call.op
         if isinstance(op, Var) and isinstance(env.get(op), _Primitive):
             op = env[op].fn
@@ -417,7 +435,7 @@ class FunctionCompiler:
         if isinstance(op, Constructor):
             return self.record([self.value(a, env) for a in call.args], tag=op.tag)
         if isinstance(op, Op):
-            return self.kernel_call(self.low.op_kernels[id(call)], call, env)
+            return self.kernel_call(self.low.op_kernels[call], call, env)
         self.low.finite = False  # a function's call: it may recurse
         if isinstance(op, GlobalVar):
             args = [self.value(a, env) for a in call.args]
@@ -441,20 +459,20 @@ class FunctionCompiler:
         for a in call.args:
             self.leaves(self.value(a, env), a.checked_type, inputs)
         collective = collective_of(fn)
-        if id(fn) in self.low.dynamic:
+        if fn in self.low.dynamic:
             result = site_call(self, fn, call, inputs)
             if collective is not None:
                 self.exchange(collective, result, call.checked_type)
             return result
-        kernel = self.low.kernels[id(fn)]
+        kernel = self.low.kernels[fn]
         if self.low.boxed:
             check_shapes(self, kernel, call, inputs)
-        accumulation = self.accumulations.get(id(call))
+        accumulation = self.accumulations.get(call)
         if accumulation is not None and not kernel.empty:
             outputs = [self.accumulate(kernel, accumulation, inputs[accumulation.index], env)]
         else:
-            leaves = self.destinations.get(id(call)) or [None] * len(kernel.output_types)
-            at = self.frame.offsets.get(id(call)) if self.frame is not None else None
+            leaves = self.destinations.get(call) or [None] * len(kernel.output_types)
+            at = self.frame.offsets.get(call) if self.frame is not None else None
             if at is not None and leaves == [None]:
                 outputs = [b.gep(self.frame_base, [I64(at)])]
             else:

@@ -65,12 +65,12 @@ class Lowering:
         self.boxed = False
         self.sites: list[KernelSite] = []  # kernel calls of run-time shapes, by index
         self.wrong_shapes: list[tuple[Kernel, AnyValue]] = []  # the checks' kernels, spans
-        self.op_kernels: dict[int, Function] = {}  # a lone operator call's primitive function
+        self.op_kernels: dict[Call, Function] = {}  # a lone operator call's primitive function
         self.module = ir.Module(name="relaydsl_native")
         self.module.triple = jit.host_target().triple
         self.module.data_layout = jit.data_layout()
         self.keep: list[AnyValue] = []  # constants and kernels the code points at
-        self.kernels: dict[int, Kernel] = {}  # by id of the primitive function
+        self.kernels: dict[Function, Kernel] = {}  # by primitive function
         self.matches: list[Match] = []  # by the index a no-clause error reports
         self.entry: GlobalVar | None = None
         # whether the entry writes result leaves into arrays Python makes (results.py)
@@ -123,27 +123,27 @@ class Lowering:
 
         while todo:
             post_order(self.mod[todo.pop()], note)
-        inside: set[int] = set()
+        inside: set[Expr] = set()
         for f in prims:
-            post_order(f.body, lambda e: inside.add(id(e)))
+            post_order(f.body, inside.add)
         for call in op_calls:  # outside primitive functions: FuseOps did not run
-            if id(call) not in inside:
-                self.op_kernels[id(call)] = primitive_of(call)
-                prims.append(self.op_kernels[id(call)])
-        unique = list({id(f): f for f in prims}.values())
+            if call not in inside:
+                self.op_kernels[call] = primitive_of(call)
+                prims.append(self.op_kernels[call])
+        unique = list(dict.fromkeys(prims))
         static = []
-        self.dynamic = set()  # the ids of primitive functions compiled per shape at run time
+        self.dynamic: set[Function] = set()  # primitive functions compiled per shape at run time
         for f in unique:
             t = f.checked_type
             if all(static_type(p) for p in t.arg_types) and static_type(t.ret_type) and \
                     not self.shapes_at_run_time:
                 static.append(f)
             elif all(isinstance(p.dtype, str) for p in leaf_types([*t.arg_types, t.ret_type])):
-                self.dynamic.add(id(f))
+                self.dynamic.add(f)
             else:
                 raise Unsupported("a kernel whose dtypes are known only at run time")
         for f, k in zip(static, compile_primitives(static, self.options)):
-            self.kernels[id(f)] = k
+            self.kernels[f] = k
             self.keep.append(k)
 
     def dynamic_type(self, t: Type, seen: set) -> bool:

@@ -16,7 +16,7 @@ from relaydsl.ir.types import TupleType, Type
 from relaydsl.transform.fuse_ops import is_primitive
 
 # For a kernel call (by id): the result leaf each of its outputs is, or None.
-Destinations = dict[int, list[int | None]]
+Destinations = dict[Call, list[int | None]]
 
 
 def leaf_count(t: Type) -> int:
@@ -35,7 +35,7 @@ def destinations(fn: Function) -> Destinations:
         bound[e.var] = e.value
         e = e.body
     found: Destinations = {}
-    taken: set[tuple[int, int]] = set()
+    taken: set[tuple[Call, int]] = set()
     leaf = 0
 
     def visit(x: Expr, t: Type) -> None:
@@ -48,10 +48,10 @@ def destinations(fn: Function) -> Destinations:
         n = leaf_count(t)
         if source is not None:
             call, first = source
-            outputs = found.setdefault(id(call), [None] * leaf_count(call.checked_type))
+            outputs = found.setdefault(call, [None] * leaf_count(call.checked_type))
             for k in range(n):
-                if (id(call), first + k) not in taken:  # a leaf returned twice: one copy
-                    taken.add((id(call), first + k))
+                if (call, first + k) not in taken:  # a leaf returned twice: one copy
+                    taken.add((call, first + k))
                     outputs[first + k] = leaf + k
         leaf += n
 

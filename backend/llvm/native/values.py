@@ -60,7 +60,7 @@ class Codec:
 
     def __init__(self, mod: IRModule, boxed: bool):
         self.mod, self.boxed = mod, boxed
-        self._fields: dict[tuple[int, TypeCall], list[Type]] = {}
+        self._fields: dict[tuple[Constructor, TypeCall], list[Type]] = {}
         self._tensors: dict[int, tuple[TensorType, TensorLayout]] = {}
         self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -73,7 +73,7 @@ class Codec:
 
     def fields(self, c: Constructor, t: TypeCall) -> list[Type]:
         """The field types of constructor `c` in instance `t` (memoised)."""
-        key = (id(c), t)
+        key = (c, t)
         found = self._fields.get(key)
         if found is None:
             found = self._fields[key] = self.mod.field_types(c, t)

@@ -4,8 +4,10 @@ import threading
 import pytest
 
 from relaydsl.errors import IRError
-from relaydsl.ir.expr import Let, Tuple, Var
-from relaydsl.ir.visitor import COMPILER_RECURSION_LIMIT, ExprFunctor, deep_recursion
+from relaydsl.ir.expr import Let, Tuple, TupleGetItem, Var
+from relaydsl.ir.visitor import (
+    COMPILER_RECURSION_LIMIT, ExprFunctor, ExprFunctorWithArgs, deep_recursion,
+)
 from relaydsl.op.registry import ops
 
 
@@ -104,3 +106,45 @@ def test_a_functors_memo_is_keyed_by_the_node_itself():
     f.visit(root)
     assert list(f.memo) == [x, shared, root]  # each node once, in the order computed
     assert f.memo[shared] == 1 and f.memo[root] == 3
+
+
+# ---- ExprFunctorWithArgs: extra arguments passed through, no memo ---------------------------
+
+class _Paths(ExprFunctorWithArgs[[str, dict], list]):
+    """Each variable occurrence's access path from the root (``root[0][1]``), looked up in an
+    environment of names: a result that depends on the arguments, not only on the node."""
+
+    def __init__(self):
+        self.visits = 0
+
+    def visit_var(self, v, path, env):
+        self.visits += 1
+        return [f"{env[v]}@{path}"]
+
+    def visit_tuple(self, t, path, env):
+        return [p for i, f in enumerate(t.fields) for p in self.visit(f, f"{path}[{i}]", env)]
+
+    def visit_tuple_getitem(self, t, path, env):
+        return self.visit(t.tuple_value, f"{path}.{t.index}", env=env)
+
+
+def test_a_functor_with_args_passes_them_through_positionally_and_by_keyword():
+    x, y = Var("x"), Var("y")
+    e = Tuple([x, TupleGetItem(Tuple([y, x]), 1)])
+    assert _Paths().visit(e, "r", {x: "a", y: "b"}) == ["a@r[0]", "b@r[1].1[0]", "a@r[1].1[1]"]
+
+
+def test_a_functor_with_args_keeps_no_memo_a_shared_node_is_visited_per_use():
+    x = Var("x")
+    shared = Tuple([x])
+    f = _Paths()
+    assert f.visit(Tuple([shared, shared]), "r", {x: "a"}) == ["a@r[0][0]", "a@r[1][0]"]
+    assert f.visits == 2 and not hasattr(f, "memo")
+
+
+def test_a_functor_with_args_refuses_a_node_kind_it_does_not_handle():
+    x = Var("x")
+    with pytest.raises(IRError, match="_Paths: unsupported Call node"):
+        _Paths().visit(Tuple([ops.exp(x)]), "r", {x: "a"})
+    with pytest.raises(IRError, match="_Paths: unsupported int node"):
+        _Paths().visit(3, "r", {})  # not an expression at all
