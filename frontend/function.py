@@ -251,7 +251,7 @@ class RelayFunction:
         chosen = get_target(target)
         _, context = chosen.configure({})
         with deep_recursion():
-            return pipeline.run(self.mod, chosen.name, context)
+            return pipeline.run(self.mod, chosen.name, context, self.global_var.name_hint)
 
     def visualize(self, *, fused: bool = False) -> Graph:
         """The dataflow graph of this function (``relay.visualize``): op calls, shapes on

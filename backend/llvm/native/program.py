@@ -182,7 +182,7 @@ class NativeProgram:
     def describe(self) -> str:
         """It in a line, for the executor's log."""
         dynamic = f", {len(self._sites)} of shapes known only at run time (a kernel per " \
-            "shape, made on first use)" if self._sites else ""
+            "shape or one generic in the sizes, made on first use)" if self._sites else ""
         return (f"{self.kernels + len(self._sites)} kernel(s) at {self.kernel_calls} call "
                 f"site(s){dynamic}, native code between them")
 

@@ -157,6 +157,9 @@ class KernelSite:
     def _generic_record(self, key: tuple[int, ...], generic: GenericKernel,
                         types: list[TensorType]) -> np.ndarray:
         values = generic.values(types)
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("native code: for (%s) a kernel generic in its sizes %s",
+                       ", ".join(f"{t.dtype}{list(t.shape)}" for t in types), values)
         sizes = np.array(values, np.int64)
         constants = [contiguous(c) for c in generic.constants]
         return self._record(key, generic.entry_address, 0, generic.output_types(values),

@@ -105,6 +105,12 @@ def test_power_logic_and_where() -> None:
     check("where", [RNG.random((2, 3)) < 0.5, ints((3,)), ints(())])
 
 
+def test_psum_is_this_ranks_part_in_one_process() -> None:
+    # the compute rule makes this rank's part; the sum over ranks is the backends' (one rank)
+    check("psum", [floats((2, 3))])
+    check("psum", [ints((4,))])
+
+
 def test_attribute_ops_cast_and_clip() -> None:
     check("cast", [floats((3, 4), -50, 50)], dtype="int32")
     check("cast", [ints((5,))], dtype="float64")

@@ -85,7 +85,7 @@ def test_passes_and_their_runners_are_found():
     assert passes["FuseOps"] == passes["fuse_ops"] == "fuse_ops"
     assert passes["LowerGrads"] == passes["lower_grads"] == "gradient"
     assert passes["InlineOnce"] == passes["eliminate_dead_code"] == "dead_code"
-    assert len([n for n, m in passes.items() if n[0].isupper()]) == 21
+    assert len([n for n, m in passes.items() if n[0].isupper()]) == 22
 
 
 def test_no_pass_calls_another_pass():
