@@ -116,7 +116,7 @@ def _inline(mod: IRModule, chosen: Callable[[Function], bool], *, remove: bool) 
     also where they are mentioned as values, then drop those that are no entries."""
     out = mod.copy()
     user = list(out.user_functions())
-    mentions = {gv: _globals_in(out[gv]) for gv in user}
+    mentions = {gv: mentioned_globals(out[gv]) for gv in user}
     entries = {gv for gv in user if not any(gv in mentions[f] for f in user if f is not gv)}
     inlinable: dict[GlobalVar, Function] = {}
     for scc in call_graph_sccs(out, user):  # callees first
@@ -126,7 +126,7 @@ def _inline(mod: IRModule, chosen: Callable[[Function], bool], *, remove: bool) 
             if fn is not out[gv]:
                 out.add(gv, fn)
         fn = out[scc[0]]
-        if len(scc) == 1 and not fn.type_params and scc[0] not in _globals_in(fn) \
+        if len(scc) == 1 and not fn.type_params and scc[0] not in mentioned_globals(fn) \
                 and chosen(fn):
             inlinable[scc[0]] = fn
     if remove:
@@ -134,10 +134,6 @@ def _inline(mod: IRModule, chosen: Callable[[Function], bool], *, remove: bool) 
             if gv not in entries:
                 out.remove(gv)
     return out
-
-
-def _globals_in(fn: Function) -> set[GlobalVar]:
-    return set(mentioned_globals(fn))
 
 
 class _Inline(ExprMutator):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass
+import typing
 from typing import TYPE_CHECKING, Callable, cast
 
 from relaydsl.errors import RelayTypeError
@@ -550,7 +551,6 @@ class _GlobalRefs(ExprVisitor):
 
 
 _MENTIONS: dict[Function, tuple[GlobalVar, ...]] = {}
-_MENTIONS_MAX = 4096
 
 
 def mentioned_globals(fn: Function) -> tuple[GlobalVar, ...]:
@@ -562,10 +562,7 @@ def mentioned_globals(fn: Function) -> tuple[GlobalVar, ...]:
         refs = _GlobalRefs()
         refs.visit(fn)
         found = tuple(refs.found)
-        if len(_MENTIONS) >= _MENTIONS_MAX:  # the oldest forgotten (see _remember_typed)
-            with contextlib.suppress(RuntimeError, StopIteration):
-                _MENTIONS.pop(next(iter(_MENTIONS)), None)
-        _MENTIONS[fn] = found
+        _remember(_MENTIONS, fn, found)
     return found
 
 
@@ -673,7 +670,7 @@ def _check_globals(mod: IRModule, prelude: dict[GlobalVar, FuncType] | None,
             gv.set_checked_type(general)
             global_types[gv] = general
         for gv in scc:
-            _remember_typed(mod.functions[gv], callees)
+            _remember(_TYPED_AGAINST, mod.functions[gv], callees)
     return mod
 
 
@@ -710,16 +707,20 @@ def _inferred(infer: Callable[[bool], None]) -> None:
 _TYPED_AGAINST: dict[Function, dict[GlobalVar, FuncType]] = {}
 """The globals' types each recently inferred global function was typed against (by
 identity: a rewritten function is a new object); the oldest forgotten past a bound."""
-_TYPED_AGAINST_MAX = 4096
+_REMEMBERED_MAX = 4096  # entries per table of facts about functions (_TYPED_AGAINST, _MENTIONS)
 
 
-def _remember_typed(fn: Function, callees: dict[GlobalVar, FuncType]) -> None:
-    if len(_TYPED_AGAINST) >= _TYPED_AGAINST_MAX:
+_Fact = typing.TypeVar("_Fact")
+
+
+def _remember(table: dict[Function, _Fact], fn: Function, fact: _Fact) -> None:
+    """``table[fn] = fact``, the oldest entry forgotten past _REMEMBERED_MAX."""
+    if len(table) >= _REMEMBERED_MAX:
         # (no lock: a build in another thread may change the table meanwhile, and a lost
-        # entry only means typing that function again)
+        # entry only means finding that fact again)
         with contextlib.suppress(RuntimeError, StopIteration):
-            _TYPED_AGAINST.pop(next(iter(_TYPED_AGAINST)), None)
-    _TYPED_AGAINST[fn] = callees
+            table.pop(next(iter(table)), None)
+    table[fn] = fact
 
 
 def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:
