@@ -48,11 +48,11 @@ from relaydsl.backend.interpreter import Closure, ConstructorValue, Interpreter,
 from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
 from relaydsl.backend.llvm.native import NativeProgram, Unsupported
 from relaydsl.backend.llvm.native.values import contiguous
-from relaydsl.backend.llvm.specialize import specialize, specialize_entry, static_type
+from relaydsl.backend.llvm.specialize import specialize, specialize_entry
 from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
-    Kind, TensorType, TupleType, Type, TypeCall, TypeVar, type_to_str,
+    Kind, TensorType, TupleType, Type, TypeCall, TypeVar, static_type, type_to_str,
 )
 from relaydsl.ir.visitor import substitute_types, type_vars_of
 from relaydsl.transform import pipeline

@@ -13,17 +13,9 @@ from typing import Sequence
 
 from relaydsl.ir.expr import Function, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import TensorType, TupleType, Type
+from relaydsl.ir.types import TensorType, Type, static_type
 from relaydsl.transform._util import substitute
 from relaydsl.transform.inline import fresh_copy
-
-
-def static_type(t: Type | None) -> bool:
-    """Whether `t` is a tensor, or tuples of tensors, of sizes and dtypes known now (what a
-    kernel can be compiled for)."""
-    if isinstance(t, TupleType):
-        return all(static_type(f) for f in t.fields)
-    return isinstance(t, TensorType) and t.is_static and isinstance(t.dtype, str)
 
 
 def specialize(fn: Function, types: Sequence[TensorType]) -> Function:

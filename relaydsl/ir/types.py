@@ -231,6 +231,14 @@ def _check_type(t: object, what: str) -> None:
         raise IRError(f"{what} must be a Type, got {t!r}")
 
 
+def static_type(t: Type | None) -> bool:
+    """Whether `t` is a tensor, or tuples of tensors, of sizes and dtypes known now (what a
+    kernel can be compiled for, what a type relation can be run on at once)."""
+    if isinstance(t, TupleType):
+        return all(static_type(f) for f in t.fields)
+    return isinstance(t, TensorType) and t.is_static and isinstance(t.dtype, str)
+
+
 def dtype_of(t: Type) -> DType:
     if not isinstance(t, TensorType):
         raise IRError(f"expected a tensor type, got {t}")

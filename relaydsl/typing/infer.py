@@ -36,7 +36,8 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import (
-    AnyDim, FuncType, Kind, RefType, TensorType, TupleType, Type, TypeVar, type_to_str,
+    AnyDim, FuncType, Kind, RefType, TensorType, TupleType, Type, TypeVar, static_type,
+    type_to_str,
 )
 from relaydsl.ir.visitor import ExprFunctor, ExprVisitor, deep_recursion, type_vars_of
 from relaydsl.typing.exhaustive import missing_case
@@ -354,14 +355,14 @@ class _Inferencer(ExprFunctor[Type]):
         args: list[Type] = []
         for a in call.args:
             t = self.solver.resolve(self.infer(a))
-            if not _is_static(t):
+            if not static_type(t):
                 return None
             args.append(t)
         try:
             out = call.op.definition.type_relation(args, call.attrs, ConcreteContext())
         except RelayTypeError:
             return None
-        if out is None or not _is_static(out):
+        if out is None or not static_type(out):
             return None
         self.memo[call.op] = FuncType(tuple(args), out)
         self.nodes.append(call.op)
@@ -741,11 +742,3 @@ def infer_type(expr: Expr, mod: IRModule | None = None) -> Expr:
     _inferred(infer)
     return expr
 
-
-def _is_static(t: Type) -> bool:
-    """A tensor type of known shape and dtype, or a tuple of such."""
-    if isinstance(t, TensorType):
-        return t.is_static and isinstance(t.dtype, str)
-    if isinstance(t, TupleType):
-        return all(_is_static(f) for f in t.fields)
-    return False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relaydsl.backend.llvm.specialize import static_type
+from relaydsl.ir.types import static_type
 from relaydsl.ir.expr import (
     Call, Expr, Function, If, Let, Match, RefRead, RefWrite, Var,
 )

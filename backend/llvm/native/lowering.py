@@ -14,7 +14,7 @@ from llvmlite import ir
 
 from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.kernel import Kernel, address, compile_primitives
-from relaydsl.backend.llvm.specialize import static_type
+from relaydsl.ir.types import static_type
 from relaydsl.backend.llvm.native.functions import (
     FunctionCompiler, Unsupported, primitive_of, symbol,
 )
