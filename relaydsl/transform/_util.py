@@ -157,3 +157,16 @@ def reached_globals(mod: IRModule, entries: Iterable[GlobalVar]) -> set[GlobalVa
                 reached.add(gv)
                 todo.append(gv)
     return reached
+
+
+def only_reached(mod: IRModule, entries: Iterable[str]) -> IRModule:
+    """`mod` without the global functions the `entries` (names of globals in it) do not
+    reach: `mod` itself when they reach them all, else a copy."""
+    reached = reached_globals(mod, [mod.get_global_var(name) for name in entries])
+    if len(reached) == len(mod.functions):
+        return mod
+    out = mod.copy()
+    for gv in list(out.functions):
+        if gv not in reached:
+            out.remove(gv)
+    return out

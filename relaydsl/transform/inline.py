@@ -49,7 +49,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.span import Span
 from relaydsl.ir.types import Type, TypeVar
 from relaydsl.ir.visitor import ExprMutator, type_vars_of
-from relaydsl.transform._util import ascribes, is_primitive, reached_globals
+from relaydsl.transform._util import ascribes, is_primitive, only_reached
 from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 from relaydsl.typing.infer import call_graph_sccs, mentioned_globals
 
@@ -66,12 +66,8 @@ class InlineGlobals(Pass, opt_level=2,
     entries: tuple[str, ...] = ()
 
     def transform(self, mod: IRModule) -> IRModule:
-        out = _inline(mod, lambda fn: True, remove=False)  # (a copy of mod)
-        if self.entries:
-            reached = reached_globals(out, [out.get_global_var(e) for e in self.entries])
-            for gv in [gv for gv in out.functions if gv not in reached]:
-                out.remove(gv)
-        return out
+        out = _inline(mod, lambda fn: True, remove=False)
+        return only_reached(out, self.entries) if self.entries else out
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from relaydsl.errors import IRError
 from relaydsl.ir.module import IRModule
-from relaydsl.transform._util import reached_globals
+from relaydsl.transform._util import only_reached
 from relaydsl.transform.pass_infra import Pass
 
 
@@ -39,11 +39,4 @@ class RemoveUnusedFunctions(Pass, opt_level=0,
         if missing:
             raise IRError(f"RemoveUnusedFunctions: no global function named "
                           f"{', '.join(repr(m) for m in missing)} in the module")
-        reached = reached_globals(mod, [mod.get_global_var(name) for name in self.entries])
-        if len(reached) == len(mod.functions):
-            return mod
-        out = mod.copy()
-        for gv in list(out.functions):
-            if gv not in reached:
-                out.remove(gv)
-        return out
+        return only_reached(mod, self.entries)
