@@ -25,11 +25,16 @@ from relaydsl.ir.expr import (
     Grad,
     If,
     Let,
+    Match,
     Op,
+    RefCreate,
+    RefRead,
+    RefWrite,
     Tuple,
     TupleGetItem,
     Var,
 )
+from relaydsl.ir.visitor import ExprFunctorWithArgs
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.prelude import prelude_definitions
 
@@ -96,7 +101,7 @@ def _op_result_kind(call: Call) -> Kind:
     return ValueKind.TUPLE if n is None else TupleKind((ValueKind.TENSOR,) * n)
 
 
-class KnownKinds:
+class KnownKinds(ExprFunctorWithArgs[["Env"], Kind]):
     """The kinds of one function's values: found from their constructions (`of`), or noted
     where the construction does not say (a call of a function whose result type is written, a
     special call's result)."""
@@ -121,41 +126,75 @@ class KnownKinds:
 
     def of(self, e: Expr | Number, env: Env) -> Kind:
         """What is known statically of a translated value, from annotations and constructions."""
-        if isinstance(e, (Number, Constant)):
-            return ValueKind.TENSOR
+        if not isinstance(e, Expr):
+            return ValueKind.TENSOR  # a Python number
         known = self._noted.get(e)
-        if known is not None:
-            return known
-        if isinstance(e, Var):
-            for b in env.values():
-                if b.expr is e:
-                    return b.kind
-            return kind_of_type(e.type_annotation)
-        if isinstance(e, Tuple):
-            return TupleKind(tuple(self.of(f, env) for f in e.fields))
-        if isinstance(e, TupleGetItem):
-            outer = self.of(e.tuple_value, env)
-            if isinstance(outer, TupleKind) and e.index < len(outer.fields):
-                return outer.fields[e.index]
-            return None
-        if isinstance(e, Let):
-            return self.of(e.body, env)
-        if isinstance(e, If):
-            then = self.of(e.true_branch, env)
-            return then if then == self.of(e.false_branch, env) else None
-        if isinstance(e, Call) and e.op is GETITEM:
+        return known if known is not None else self.visit(e, env)
+
+    # ---- a construction's kind, by the node's kind (unknown: None) ----
+    def visit_constant(self, c: Constant, env: Env) -> Kind:
+        return ValueKind.TENSOR
+
+    def visit_var(self, var: Var, env: Env) -> Kind:
+        for b in env.values():
+            if b.expr is var:
+                return b.kind
+        return kind_of_type(var.type_annotation)
+
+    def visit_tuple(self, t: Tuple, env: Env) -> Kind:
+        return TupleKind(tuple(self.of(f, env) for f in t.fields))
+
+    def visit_tuple_getitem(self, t: TupleGetItem, env: Env) -> Kind:
+        outer = self.of(t.tuple_value, env)
+        if isinstance(outer, TupleKind) and t.index < len(outer.fields):
+            return outer.fields[t.index]
+        return None
+
+    def visit_let(self, let: Let, env: Env) -> Kind:
+        return self.of(let.body, env)
+
+    def visit_if(self, i: If, env: Env) -> Kind:
+        then = self.of(i.true_branch, env)
+        return then if then == self.of(i.false_branch, env) else None
+
+    def visit_function(self, fn: Function, env: Env) -> Kind:
+        return ValueKind.FUNCTION
+
+    def visit_grad(self, g: Grad, env: Env) -> Kind:
+        return ValueKind.GRAD
+
+    def visit_call(self, call: Call, env: Env) -> Kind:
+        callee = call.op
+        if callee is GETITEM:
             return None  # a tuple's field or a tensor's row, unknown until type inference
-        if isinstance(e, Call) and isinstance(e.op, Op):
-            return _op_result_kind(e)
-        if isinstance(e, Call) and isinstance(e.op, Constructor) and e.op.belong_to.name == "List":
-            return ValueKind.LIST
-        if isinstance(e, Call) and isinstance(e.op, GlobalVar):
-            prelude = prelude_definitions()[1].get(e.op)  # relay.map, relay.zip, ...
+        if isinstance(callee, Op):
+            return _op_result_kind(call)
+        if isinstance(callee, Constructor):
+            return ValueKind.LIST if callee.belong_to.name == "List" else None
+        if isinstance(callee, GlobalVar):
+            prelude = prelude_definitions()[1].get(callee)  # relay.map, relay.zip, ...
             return kind_of_type(prelude.ret_type) if prelude is not None else None
-        if isinstance(e, Function):
-            return ValueKind.FUNCTION
-        if isinstance(e, Grad):
-            return ValueKind.GRAD
-        if isinstance(e, Call) and (isinstance(e.op, Grad) or self.of(e.op, env) is ValueKind.GRAD):
+        if isinstance(callee, Grad) or self.of(callee, env) is ValueKind.GRAD:
             return TupleKind((ValueKind.TENSOR, ValueKind.TUPLE))  # (f(args), (d/darg0, ...))
+        return None
+
+    def visit_global_var(self, gv: GlobalVar, env: Env) -> Kind:
+        return None
+
+    def visit_op(self, op: Op, env: Env) -> Kind:
+        return None
+
+    def visit_constructor(self, c: Constructor, env: Env) -> Kind:
+        return None
+
+    def visit_match(self, m: Match, env: Env) -> Kind:
+        return None
+
+    def visit_ref_create(self, r: RefCreate, env: Env) -> Kind:
+        return None
+
+    def visit_ref_read(self, r: RefRead, env: Env) -> Kind:
+        return None
+
+    def visit_ref_write(self, r: RefWrite, env: Env) -> Kind:
         return None

@@ -48,7 +48,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.node import conforms
 from relaydsl.ir.types import DTYPES, Type, TypeVar, type_param_to_str, type_to_str
-from relaydsl.ir.visitor import ExprFunctorWithArgs, deep_recursion
+from relaydsl.ir.visitor import ExprFunctorWithArgs, children, deep_recursion
 
 VERSION = "0.0.5"
 HEADER = f'#[version = "{VERSION}"]'
@@ -250,25 +250,11 @@ class _Printer(ExprFunctorWithArgs[[list[str]], str]):
     @staticmethod
     def operands(e: Expr) -> list[Expr]:
         """The sub-expressions printed inline in `e`'s own line (not inside a nested block)."""
-        if isinstance(e, Call):
-            return [e.op, *e.args]
-        if isinstance(e, Tuple):
-            return list(e.fields)
-        if isinstance(e, TupleGetItem):
-            return [e.tuple_value]
-        if isinstance(e, RefCreate):
-            return [e.value]
-        if isinstance(e, Grad):
-            return [e.fn]
-        if isinstance(e, RefRead):
-            return [e.ref]
-        if isinstance(e, RefWrite):
-            return [e.ref, e.value]
-        if isinstance(e, If):
-            return [e.cond]
-        if isinstance(e, Match):
-            return [e.data]
-        return []  # Function, Let: their insides are blocks
+        if isinstance(e, (Function, Let)):
+            return []  # their insides are blocks
+        if isinstance(e, (If, Match)):
+            return [e.cond if isinstance(e, If) else e.data]  # the branches are blocks
+        return list(children(e))
 
     def atom(self, e: Expr, lines: list[str]) -> str:
         """A short reference to `e`, emitting temporaries (post-order, on a stack) as needed."""

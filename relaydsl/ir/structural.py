@@ -43,7 +43,9 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.node import conforms
 from relaydsl.ir.printer import astext
-from relaydsl.ir.visitor import ExprFunctorWithArgs, children, deep_recursion
+from relaydsl.ir.visitor import (
+    ExprFunctor, ExprFunctorWithArgs, children, deep_recursion, let_chain,
+)
 from relaydsl.ir.types import (
     AnyDim, FuncType, GlobalTypeVar, RefType, TensorType, TupleType, Type, TypeCall, TypeVar,
 )
@@ -486,21 +488,17 @@ def _text(x: AnyValue) -> str:
 # ---------------------------------------------------------------------------
 # Hashing: consistent with structural_equal, context-free per node so it can be memoised.
 # ---------------------------------------------------------------------------
-_ENTER, _EXIT = 0, 1
-
-
-class _Hasher:
+class _Hasher(ExprFunctor[int]):
     """Bound variables hash by their binding position (parameter index, pattern slot, the
     shape of a let's value) so alpha-equivalent terms hash alike; free ones by identity
     unless they are mapped."""
 
     def __init__(self, map_free_vars: bool, map_free_type_vars: bool):
+        super().__init__()
         self.map_free_vars = map_free_vars
         self.map_free_type_vars = map_free_type_vars
         self.var_labels: dict[Var, int] = {}
         self.tvar_labels: dict[TypeVar, int] = {}
-        self.memo: dict[Expr, int] = {}
-        self.patterns: dict[Expr, tuple[int, ...]] = {}
 
     # ---- labels ---------------------------------------------------------------
     def label_var(self, v: Var, *where: AnyValue) -> None:
@@ -566,65 +564,83 @@ class _Hasher:
         ctors = tuple((c.name, tuple(self.type(t) for t in c.inputs)) for c in td.constructors)
         return hash(("data", td.header.name, ctors))
 
-    # ---- expressions: post-order on an explicit stack ------------------------------------
+    # ---- expressions: a node's hash from its children's, memoised ----------------------
     def expr(self, root: Expr) -> int:
+        with deep_recursion():
+            return self.visit(root)
+
+    def visit(self, expr: Expr) -> int:
+        if isinstance(expr, Var):  # not memoised: hashes by its label where it is bound
+            return self.var(expr)
+        return super().visit(expr)
+
+    def kids(self, e: Expr) -> tuple[int, ...]:
+        return tuple(self.visit(c) for c in children(e))
+
+    def visit_constant(self, c: Constant) -> int:
+        return hash(("const", c.data.dtype.str, c.data.shape, c.data.tobytes()))
+
+    def visit_global_var(self, gv: GlobalVar) -> int:
+        return hash(("global", gv.name_hint))
+
+    def visit_op(self, op: Op) -> int:
+        return hash(("Op", op.name))
+
+    def visit_constructor(self, c: Constructor) -> int:
+        return hash(("Constructor", c.name))
+
+    def visit_call(self, call: Call) -> int:
+        type_args = tuple(self.type(t) for t in call.type_args)
+        return hash(("call", self.kids(call), _attrs_key(call.attrs), type_args))
+
+    def visit_let(self, let: Let) -> int:
+        # iterative over the chain, so a long one does not recurse
+        chain, body = let_chain(let)
         values: list[int] = []
-        todo: list[tuple[int, Expr]] = [(_ENTER, root)]
-        while todo:
-            step, e = todo.pop()
-            if step == _EXIT:
-                h = self.combine(e, values)
-                self.memo[e] = h
-                values.append(h)
-                continue
-            if isinstance(e, Var):
-                values.append(self.var(e))
-                continue
-            known = self.memo.get(e)
-            if known is not None:
-                values.append(known)
-                continue
-            self.label_binders(e)
-            todo.append((_EXIT, e))
-            todo.extend((_ENTER, c) for c in reversed(children(e)))
-        return values[-1]
-
-    def label_binders(self, e: Expr) -> None:
-        """Labels the variables `e` binds, before its children are hashed."""
-        if isinstance(e, Let):
+        for e in chain:
             self.label_var(e.var, "let", _shallow(e.value))
-        elif isinstance(e, Function):
-            self.label_type_params(e.type_params, "fn")
-            for i, p in enumerate(e.params):
-                self.label_var(p, "param", i, len(e.params))
-        elif isinstance(e, Match):
-            self.patterns[e] = tuple(self.pattern(c.lhs, itertools.count()) for c in e.clauses)
+            values.append(self.visit(e.value))
+        h = self.visit(body)
+        for e, value in zip(reversed(chain), reversed(values)):
+            h = self.memo[e] = hash(("let", self.var_labels[e.var], (value, h)))
+        return h
 
-    def combine(self, e: Expr, values: list[int]) -> int:
-        """The hash of `e` from its children's hashes (popped from `values`)."""
-        n = len(children(e))
-        kids = tuple(values[len(values) - n:])
-        del values[len(values) - n:]
-        if isinstance(e, Constant):
-            return hash(("const", e.data.dtype.str, e.data.shape, e.data.tobytes()))
-        if isinstance(e, GlobalVar):
-            return hash(("global", e.name_hint))
-        if isinstance(e, (Op, Constructor)):
-            return hash((type(e).__name__, e.name))
-        if isinstance(e, Call):
-            type_args = tuple(self.type(t) for t in e.type_args)
-            return hash(("call", kids, _attrs_key(e.attrs), type_args))
-        if isinstance(e, Let):
-            return hash(("let", self.var_labels[e.var], kids))
-        if isinstance(e, Function):
-            ret = self.type(e.ret_type) if e.ret_type is not None else 0
-            params = tuple(self.var_labels[p] for p in e.params)
-            return hash(("fn", params, ret, kids, _attrs_key(e.attrs)))
-        if isinstance(e, TupleGetItem):
-            return hash(("getitem", e.index, kids))
-        if isinstance(e, Match):
-            return hash(("match", e.complete, self.patterns.pop(e), kids))
-        return hash((type(e).__name__, kids))
+    def visit_function(self, fn: Function) -> int:
+        self.label_type_params(fn.type_params, "fn")
+        for i, p in enumerate(fn.params):
+            self.label_var(p, "param", i, len(fn.params))
+        ret = self.type(fn.ret_type) if fn.ret_type is not None else 0
+        params = tuple(self.var_labels[p] for p in fn.params)
+        return hash(("fn", params, ret, self.visit(fn.body), _attrs_key(fn.attrs)))
+
+    def visit_tuple_getitem(self, t: TupleGetItem) -> int:
+        return hash(("getitem", t.index, self.visit(t.tuple_value)))
+
+    def visit_match(self, m: Match) -> int:
+        patterns = tuple(self.pattern(c.lhs, itertools.count()) for c in m.clauses)
+        return hash(("match", m.complete, patterns, self.kids(m)))
+
+    # the other kinds hash by their kind and children
+    def visit_tuple(self, t: Tuple) -> int:
+        return self.of_kind(t)
+
+    def visit_if(self, i: If) -> int:
+        return self.of_kind(i)
+
+    def visit_grad(self, g: Grad) -> int:
+        return self.of_kind(g)
+
+    def visit_ref_create(self, r: RefCreate) -> int:
+        return self.of_kind(r)
+
+    def visit_ref_read(self, r: RefRead) -> int:
+        return self.of_kind(r)
+
+    def visit_ref_write(self, r: RefWrite) -> int:
+        return self.of_kind(r)
+
+    def of_kind(self, e: Expr) -> int:
+        return hash((type(e).__name__, self.kids(e)))
 
 
 def _shallow(e: Expr) -> tuple[str | int, ...]:

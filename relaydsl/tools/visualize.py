@@ -47,7 +47,7 @@ from relaydsl.ir.expr import (
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, Type
-from relaydsl.ir.visitor import ExprFunctorWithArgs
+from relaydsl.ir.visitor import ExprFunctorWithArgs, post_order
 from relaydsl.transform._util import is_primitive
 
 _DOT_MISSING = ("rendering a graph runs Graphviz's `dot` program, which is not on PATH: "
@@ -286,20 +286,13 @@ class _Builder(ExprFunctorWithArgs[[dict[Var, str]], str]):
 def _op_names(e: Expr) -> list[str]:
     """The ops called in a primitive function's body, in the order they are reached."""
     names: list[str] = []
-    pending = [e]
-    while pending:
-        x = pending.pop()
-        if isinstance(x, Call):
-            if isinstance(x.op, Op):
-                names.append(x.op.name)
-            pending.extend(reversed(x.args))
-        elif isinstance(x, Let):
-            pending += [x.body, x.value]
-        elif isinstance(x, Tuple):
-            pending.extend(reversed(x.fields))
-        elif isinstance(x, TupleGetItem):
-            pending.append(x.tuple_value)
-    return list(dict.fromkeys(reversed(names)))
+
+    def note(x: Expr) -> None:
+        if isinstance(x, Call) and isinstance(x.op, Op):
+            names.append(x.op.name)
+
+    post_order(e, note)  # arguments before the calls they feed: the order of evaluation
+    return list(dict.fromkeys(names))
 
 
 def _callee_label(callee: GlobalVar | Constructor) -> str:

@@ -27,7 +27,7 @@ from relaydsl.ir.expr import (
     Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, is_float, type_to_str
-from relaydsl.ir.visitor import post_order
+from relaydsl.ir.visitor import ExprFunctor, ExprFunctorWithArgs, let_chain, post_order
 from relaydsl.op.grad_util import input_adjoints
 from relaydsl.op.registry import ops
 
@@ -77,96 +77,116 @@ def _add(a: Expr, b: Expr, t: Type) -> Expr:
     return ops.add(a, b)
 
 
-class _Adjoint:
-    def __init__(self, fn: Function):
-        self.fn = fn
-        self.bindings: list[tuple[Var, Expr]] = []  # the forward program, A-normal form
-        self.atoms: dict[Expr, Expr] = {}
+class _Forward(ExprFunctor[Expr]):
+    """The forward program in A-normal form: `bindings` in order, and each expression's atom
+    (a variable or constant standing for it) as its result."""
 
-    def atom(self, e: Expr) -> Expr:
-        """A variable or constant standing for `e`, binding it first if needed."""
-        known = self.atoms.get(e)
-        if known is not None:
-            return known
-        if isinstance(e, (Var, Constant)):
-            out: Expr = e
-        elif isinstance(e, Let):
-            self.bindings.append((e.var, self.shallow(e.value)))
-            self.atoms[e.var] = e.var
-            out = self.atom(e.body)
-        else:
-            v = Var("t")
-            v.set_checked_type(e.checked_type)
-            self.bindings.append((v, self.shallow(e)))
-            out = v
-        self.atoms[e] = out
-        return out
+    def __init__(self) -> None:
+        super().__init__()
+        self.bindings: list[tuple[Var, Expr]] = []
 
-    def shallow(self, e: Expr) -> Expr:
-        """`e` with atoms for children."""
-        if isinstance(e, Call):
-            return _typed(Call(e.op, tuple(self.atom(a) for a in e.args), e.attrs, span=e.span),
-                          e.checked_type)
-        if isinstance(e, Tuple):
-            return _typed(Tuple(tuple(self.atom(f) for f in e.fields)), e.checked_type)
-        if isinstance(e, TupleGetItem):
-            return _typed(TupleGetItem(self.atom(e.tuple_value), e.index), e.checked_type)
-        if isinstance(e, Let):
-            return self.shallow_let(e)
-        return e
+    def visit_var(self, var: Var) -> Expr:
+        return var
 
-    def shallow_let(self, e: Let) -> Expr:
-        self.bindings.append((e.var, self.shallow(e.value)))
-        self.atoms[e.var] = e.var
-        return self.shallow(e.body)
+    def visit_constant(self, c: Constant) -> Expr:
+        return c
 
-    def build(self) -> Function:
-        t = self.fn.checked_type
-        assert isinstance(t, FuncType)
-        result = self.atom(self.fn.body)
-        adjoints: dict[Var, Expr] = {}
-        backward: list[tuple[Var, Expr]] = []
+    def visit_call(self, call: Call) -> Expr:
+        return self.temporary(call)
 
-        def contribute(target: Expr, grad: Expr) -> None:
-            if not isinstance(target, Var) or not _differentiable(target.checked_type):
-                return
-            old = adjoints.get(target)
-            adjoints[target] = grad if old is None else _add(old, grad, target.checked_type)
+    def visit_tuple(self, t: Tuple) -> Expr:
+        return self.temporary(t)
 
-        seed = Var("d_result")
-        backward.append((seed, ops.ones_like(result)))
-        if isinstance(result, Var):
-            adjoints[result] = seed
-        for var, value in reversed(self.bindings):
-            if var not in adjoints:
-                continue
+    def visit_tuple_getitem(self, t: TupleGetItem) -> Expr:
+        return self.temporary(t)
+
+    def visit_let(self, let: Let) -> Expr:
+        chain, body = let_chain(let)
+        for e in chain:
+            self.bind(e.var, e.value)
+        return self.visit(body)
+
+    def temporary(self, e: Expr) -> Var:
+        v = Var("t")
+        v.set_checked_type(e.checked_type)
+        self.bind(v, e)
+        return v
+
+    def bind(self, var: Var, value: Expr) -> None:
+        """Binds `var` to `value` with atoms for its operands (a let chain's bindings first)."""
+        while isinstance(value, Let):
+            self.bind(value.var, value.value)
+            value = value.body
+        if isinstance(value, Call):
+            value = _typed(Call(value.op, tuple(self.visit(a) for a in value.args), value.attrs,
+                                span=value.span), value.checked_type)
+        elif isinstance(value, Tuple):
+            value = _typed(Tuple(tuple(self.visit(f) for f in value.fields)), value.checked_type)
+        elif isinstance(value, TupleGetItem):
+            value = _typed(TupleGetItem(self.visit(value.tuple_value), value.index),
+                           value.checked_type)
+        self.bindings.append((var, value))
+
+
+class _Backward(ExprFunctorWithArgs[[Var], None]):
+    """The backward step of one forward binding: ``visit(value, g)`` adds what the adjoint
+    `g` of the binding's variable contributes to the adjoints of `value`'s operands."""
+
+    def __init__(self) -> None:
+        self.adjoints: dict[Var, Expr] = {}
+
+    def contribute(self, target: Expr, grad: Expr) -> None:
+        if not isinstance(target, Var) or not _differentiable(target.checked_type):
+            return
+        old = self.adjoints.get(target)
+        self.adjoints[target] = grad if old is None else _add(old, grad, target.checked_type)
+
+    def visit_call(self, call: Call, g: Var) -> None:
+        op = call.op
+        assert isinstance(op, Op)
+        if op.definition.differentiable:
+            for arg, d in zip(call.args, input_adjoints(call, g)):
+                self.contribute(arg, d)
+
+    def visit_tuple(self, t: Tuple, g: Var) -> None:
+        for i, f in enumerate(t.fields):
+            self.contribute(f, TupleGetItem(g, i))
+
+    def visit_tuple_getitem(self, t: TupleGetItem, g: Var) -> None:
+        tt = t.tuple_value.checked_type
+        assert isinstance(tt, TupleType)
+        parts = tuple(g if i == t.index else _zeros(TupleGetItem(t.tuple_value, i), f)
+                      for i, f in enumerate(tt.fields))
+        self.contribute(t.tuple_value, Tuple(parts))
+
+    def visit_var(self, var: Var, g: Var) -> None:
+        self.contribute(var, g)
+
+    def visit_constant(self, c: Constant, g: Var) -> None:
+        pass  # a constant has no adjoint
+
+
+def _adjoint_program(fn: Function) -> Function:
+    t = fn.checked_type
+    assert isinstance(t, FuncType)
+    forward = _Forward()
+    result = forward.visit(fn.body)
+    backward = _Backward()
+    seed = Var("d_result")
+    steps: list[tuple[Var, Expr]] = [(seed, ops.ones_like(result))]
+    if isinstance(result, Var):
+        backward.adjoints[result] = seed
+    for var, value in reversed(forward.bindings):
+        if var in backward.adjoints:
             g = Var(f"d_{var.name_hint}")
-            backward.append((g, adjoints.pop(var)))
-            if isinstance(value, Call):
-                op = value.op
-                assert isinstance(op, Op)
-                if not op.definition.differentiable:
-                    continue
-                for arg, d in zip(value.args, input_adjoints(value, g)):
-                    contribute(arg, d)
-            elif isinstance(value, Tuple):
-                for i, f in enumerate(value.fields):
-                    contribute(f, TupleGetItem(g, i))
-            elif isinstance(value, TupleGetItem):
-                tt = value.tuple_value.checked_type
-                assert isinstance(tt, TupleType)
-                parts = tuple(g if i == value.index
-                              else _zeros(TupleGetItem(value.tuple_value, i), f)
-                              for i, f in enumerate(tt.fields))
-                contribute(value.tuple_value, Tuple(parts))
-            elif isinstance(value, (Var, Constant)):
-                contribute(value, g)
-        grads = tuple(adjoints.get(p) or _zeros(p, p.checked_type) for p in self.fn.params)
-        body: Expr = Tuple((result, Tuple(grads)))
-        for var, value in reversed(self.bindings + backward):
-            body = Let(var, value, body)
-        return Function(self.fn.params, body, TupleType((t.ret_type, TupleType(t.arg_types))),
-                        span=self.fn.span)
+            steps.append((g, backward.adjoints.pop(var)))
+            backward.visit(value, g)
+    grads = tuple(backward.adjoints.get(p) or _zeros(p, p.checked_type) for p in fn.params)
+    body: Expr = Tuple((result, Tuple(grads)))
+    for var, value in reversed(forward.bindings + steps):
+        body = Let(var, value, body)
+    return Function(fn.params, body, TupleType((t.ret_type, TupleType(t.arg_types))),
+                    span=fn.span)
 
 
 def _differentiable(t: Type) -> bool:
@@ -181,7 +201,7 @@ def first_order_gradient(fn: Function) -> Function:
         raise RelayTypeError(f"the first-order gradient needs straight-line code over tensors "
                              f"returning a tensor; {type_to_str(fn.checked_type)} with control "
                              "flow or functions needs relaydsl.transform.gradient", fn.span)
-    return _Adjoint(fn).build()
+    return _adjoint_program(fn)
 
 
 __all__ = ["first_order_gradient", "supports"]

@@ -24,12 +24,16 @@ relaydsl.errors.IRError: after MyPass, @main uses %z outside the scope of any bi
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from relaydsl.errors import IRError
 from relaydsl.ir.adt import Constructor, pattern_vars
 from relaydsl.ir.expr import Expr, Function, GlobalVar, Let, Match, Op, Var
 from relaydsl.ir.module import IRModule, installed_prelude
 from relaydsl.ir.types import Any, FuncType, TensorType, TupleType, Type
-from relaydsl.ir.visitor import children, deep_recursion, post_order, type_vars_of
+from relaydsl.ir.visitor import (
+    ExprVisitor, deep_recursion, let_chain, post_order, type_vars_of,
+)
 from relaydsl.typing.infer import infer_types
 
 
@@ -53,7 +57,7 @@ def check_scopes(mod: IRModule, functions: dict[GlobalVar, Function], after: str
     fail on them less clearly)."""
     with deep_recursion():
         for gv, fn in functions.items():
-            _Scopes(mod, f"after {after}, @{gv.name_hint}").check(fn)
+            _Scopes(mod, f"after {after}, @{gv.name_hint}").visit(fn)
 
 
 def kept_types(functions: dict[GlobalVar, Function]) -> dict[Expr, Type]:
@@ -112,11 +116,16 @@ def _user_functions(mod: IRModule) -> dict[GlobalVar, Function]:
     return {gv: fn for gv, fn in mod.functions.items() if prelude.get(gv) is not fn}
 
 
-class _Scopes:
+class _Scopes(ExprVisitor):
+    """The scoping and globals rules, one walk: `in_scope` holds the variables bound around
+    the node visited (a binder adds its variables for its body and takes them out after);
+    the memo, that a node a graph shares is checked once."""
+
     def __init__(self, mod: IRModule, where: str) -> None:
+        super().__init__()
         self.mod, self.where = mod, where
         self.binder: dict[Var, Expr] = {}  # each variable's binding node
-        self.seen: set[Expr] = set()  # nodes checked (a graph shares them)
+        self.in_scope: set[Var] = set()
 
     def fail(self, message: str) -> None:
         raise IRError(f"{self.where} {message}")
@@ -125,32 +134,40 @@ class _Scopes:
         if self.binder.setdefault(var, node) is not node:
             self.fail(f"binds %{var.name_hint} twice")
 
-    def check(self, e: Expr, scope: frozenset[Var] = frozenset()) -> None:
-        if e in self.seen:
-            return
-        self.seen.add(e)
-        if isinstance(e, Var):
-            if e not in scope:
-                self.fail(f"uses %{e.name_hint} outside the scope of any binder of it")
-        elif isinstance(e, GlobalVar):
-            if e not in self.mod.functions:
-                self.fail(f"uses @{e.name_hint}, which the module does not define")
-        elif isinstance(e, Function):
-            for p in e.params:
-                self.bind(p, e)
-            self.check(e.body, scope | set(e.params))
-        elif isinstance(e, Let):
+    def visit_var(self, var: Var) -> None:
+        if var not in self.in_scope:
+            self.fail(f"uses %{var.name_hint} outside the scope of any binder of it")
+
+    def visit_global_var(self, gv: GlobalVar) -> None:
+        if gv not in self.mod.functions:
+            self.fail(f"uses @{gv.name_hint}, which the module does not define")
+
+    def visit_function(self, fn: Function) -> None:
+        self.scoped(fn, fn.params, fn.body)
+
+    def visit_let(self, let: Let) -> None:
+        # iterative over the chain, so a long one does not recurse
+        chain, body = let_chain(let)
+        for e in chain:
             self.bind(e.var, e)
-            inner = scope | {e.var}
-            self.check(e.value, inner if isinstance(e.value, Function) else scope)
-            self.check(e.body, inner)
-        elif isinstance(e, Match):
-            self.check(e.data, scope)
-            for clause in e.clauses:
-                bound = pattern_vars(clause.lhs)
-                for v in bound:
-                    self.bind(v, e)
-                self.check(clause.rhs, scope | set(bound))
-        else:
-            for child in children(e):
-                self.check(child, scope)
+            if isinstance(e.value, Function):  # a let-bound function sees its own variable
+                self.in_scope.add(e.var)
+                self.visit(e.value)
+            else:
+                self.visit(e.value)
+                self.in_scope.add(e.var)
+        self.visit(body)
+        self.in_scope.difference_update(e.var for e in chain)
+
+    def visit_match(self, m: Match) -> None:
+        self.visit(m.data)
+        for clause in m.clauses:
+            self.scoped(m, pattern_vars(clause.lhs), clause.rhs)
+
+    def scoped(self, binder: Expr, bound: Sequence[Var], body: Expr) -> None:
+        """Visits `body` with the variables `binder` binds in scope."""
+        for v in bound:
+            self.bind(v, binder)
+        self.in_scope.update(bound)
+        self.visit(body)
+        self.in_scope.difference_update(bound)

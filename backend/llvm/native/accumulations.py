@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from relaydsl.ir.types import static_type
-from relaydsl.ir.expr import (
-    Call, Expr, Function, If, Let, Match, RefRead, RefWrite, Var,
-)
+from relaydsl.ir.expr import Call, Expr, Function, Let, RefRead, RefWrite, Var
 from relaydsl.ir.types import TensorType
+from relaydsl.ir.visitor import ExprVisitor, let_chain
 from relaydsl.op.tensor import add as add_op
 from relaydsl.transform._dataflow import use_counts
 from relaydsl.transform.fuse_ops import is_primitive
@@ -46,26 +45,35 @@ def accumulations(body: Expr) -> Accumulations:
     as it writes the output's, so the output may be v's memory when the cell is v's only
     holder (a run-time flag: any other ``ref_read``, or a write of another value, clears
     it; the accumulation's write sets it)."""
-    found = Accumulations()
-    uses = use_counts(body)
-    primitives: dict[Var, Function] = {}
-    todo = [body]
-    while todo:
-        e = todo.pop()
-        if isinstance(e, Let):
+    finder = _Finder(use_counts(body))
+    finder.visit(body)
+    return finder.found
+
+
+class _Finder(ExprVisitor):
+    """Walks `body`'s lets, branches and clauses (the code of the function, nested functions
+    aside), matching an accumulation at each ``ref_read``."""
+
+    def __init__(self, uses: dict[Expr, int]) -> None:
+        super().__init__()
+        self.uses = uses
+        self.primitives: dict[Var, Function] = {}
+        self.found = Accumulations()
+
+    def visit_let(self, let: Let) -> None:
+        chain, body = let_chain(let)
+        for e in chain:
             if isinstance(e.value, Function):
                 if is_primitive(e.value):
-                    primitives[e.var] = e.value
+                    self.primitives[e.var] = e.value
             else:
-                todo.append(e.value)
-            todo.append(e.body)
+                self.visit(e.value)
             if isinstance(e.value, RefRead) and isinstance(e.value.ref, Var):
-                _match_accumulation(e, uses, primitives, found)
-        elif isinstance(e, If):
-            todo.extend((e.true_branch, e.false_branch))
-        elif isinstance(e, Match):
-            todo.extend(c.rhs for c in e.clauses)
-    return found
+                _match_accumulation(e, self.uses, self.primitives, self.found)
+        self.visit(body)
+
+    def visit_function(self, fn: Function) -> None:
+        pass  # a nested function's accumulations are its own lowering's
 
 
 def _match_accumulation(read: Let, uses: dict[Expr, int], primitives: dict[Var, Function],
