@@ -68,11 +68,11 @@ def test_an_external_kernel_runs_each_call_in_python_between_native_kernels():
     taken: list = []
     p = program(steps, externals("tanh", tanh_twice_plus, taken), count_calls=True)
     assert len(taken) == 1
-    x = RNG.standard_normal((2, 3)).astype(np.float32)
-    for n in (0, 1, 4):
+    for n in (0, 1, 4, 4, 1):  # (the views of a layout met before see the new values)
+        x = RNG.standard_normal((2, 3)).astype(np.float32)
         calls.clear()
         np.testing.assert_allclose(p(x, np.int32(n)), jax_steps(x, n), rtol=1e-5, atol=1e-6)
-        assert len(calls) == n
+        assert len(calls) == n and all(np.array_equal(c[1], x) for c in calls)
         counts = p.call_counts(reset=True)
         assert counts[taken[0]] == n  # native code counts external calls as kernels'
         assert sum(counts.values()) == 3 * n + 2  # (i < n, i + 1, the step) a turn; test, end
