@@ -2,23 +2,29 @@
 
 A program with control flow, recursion, ADTs or closures (a TreeLSTM, a loop over a layer)
 cannot be one instruction stream. Here its op calls are fused into primitive functions
-(FuseOps, as for llvm), and the program runs as the llvm target's dispatcher runs one: its
-control on the reference interpreter, whose ``call_primitive`` hook sends each call of a
-primitive function to the accelerator. There the function is scheduled once (its layers,
-groups and instructions, as a whole network's) and each call simulated, its arguments moved
-from the host to the accelerator's DRAM and its result back. A primitive function the
-accelerator has no rule for (splits, losses, integer arithmetic) runs on the host as a
-compiled llvm kernel. (The control stays on the interpreter rather than in llvm's native
-code because native code cannot call back into the simulator.)
+(FuseOps, as for llvm), and the program runs as the llvm target runs one: as native code
+(backend/llvm/native), its control compiled, each call of a primitive function a kernel
+call. A primitive function the accelerator has rules for is an external kernel there
+(native/externals.py): native code calls out to Python, which simulates the call on the
+accelerator -- the function scheduled once at build (its layers, groups and instructions,
+as a whole network's), its arguments moved from the host to the accelerator's DRAM and its
+result back into the host's memory. The rest (splits, losses, integer arithmetic) are
+compiled llvm kernels, called natively. What the simulator raises is raised by the call.
+
+A program native code does not run (a function passed in from Python) runs its control on
+the reference interpreter instead, whose ``call_primitive`` hook sends the same calls to
+the accelerator or to compiled kernels (as llvm's dispatcher does).
 
 The report of a call sums what its primitive calls cost on the accelerator (each group
-once per call), and counts the calls that ran on the host and the bytes moved between the
-host and the accelerator.
+once per call), and counts the calls that ran on the host (native code counts them) and
+the bytes moved between the host and the accelerator.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any as AnyValue, Sequence
 
+import numpy as np
 
 from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, extract
@@ -28,10 +34,14 @@ from relaydsl.backend.accel.schedule import GroupPlan, schedule
 from relaydsl.backend.accel.simulator import Simulator, dram_of
 from relaydsl.backend.interpreter import Interpreter, Value, evaluate
 from relaydsl.backend.llvm.executor import PrimitiveKernels
+from relaydsl.backend.llvm.native import ExternalKernel, NativeProgram, Unsupported
 from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import FuncType, TensorType
 from relaydsl.transform import pipeline
 from relaydsl.transform.pipeline import CompileOptions
+
+_log = logging.getLogger(__name__)
 
 
 class _Offloaded:
@@ -45,18 +55,33 @@ class _Offloaded:
 class HybridProgram:
     """`entry` of `mod` on the host, its primitive functions on the accelerator where it has
     rules for them (see the module docstring). `reason` says why the program is not one
-    network."""
+    network. `native` False runs the control on the interpreter even where native code
+    could (to compare the two)."""
 
     def __init__(self, mod: IRModule, entry: str, config: AcceleratorConfig,
-                 schedule_kind: str, reason: str):
+                 schedule_kind: str, reason: str, *, native: bool = True):
         self.config, self.schedule_kind, self.reason = config, schedule_kind, reason
         self.mod = pipeline.accel_host_split()(mod)
         self.entry = entry
+        options = CompileOptions.for_target("llvm")
         self._interpreter = Interpreter(self.mod, call_primitive=self._primitive)
-        self._host = PrimitiveKernels(CompileOptions.for_target("llvm"))
+        self._host = PrimitiveKernels(options)
         self._compiled: dict[Function, _Offloaded | None] = {}
         self._host_calls = self._transfer_bytes = 0
+        self.native: NativeProgram | None = None
+        if native:
+            try:
+                self.native = NativeProgram(self.mod, entry, options, externals=self._external,
+                                            count_calls=True)
+            except Unsupported as e:
+                _log.info("@%s: its control runs on the interpreter, as native code does not "
+                          "apply: %s", entry, e)
         self.report = AccelReport(schedule_kind, config, (), host=reason)
+
+    @property
+    def path(self) -> str:
+        """Where the control runs: "native" code or the "interpreter"."""
+        return "native" if self.native is not None else "interpreter"
 
     def _compile(self, fn: Function) -> _Offloaded | None:
         if fn not in self._compiled:
@@ -70,13 +95,36 @@ class HybridProgram:
                 self._compiled[fn] = _Offloaded(name, graph, groups, generate(groups))
         return self._compiled[fn]
 
+    def _external(self, fn: Function) -> ExternalKernel | None:
+        """Native code's hook: `fn` as an external kernel simulating it on the accelerator,
+        or None (a compiled kernel on the host) when the accelerator has no rules for it."""
+        offloaded = self._compile(fn)
+        if offloaded is None:
+            return None
+        t = fn.checked_type
+        assert isinstance(t, FuncType)
+        inputs = [p for p in t.arg_types if isinstance(p, TensorType)]
+        assert len(inputs) == len(t.arg_types) and isinstance(t.ret_type, TensorType), \
+            "the accelerator takes tensors and gives one"
+
+        def simulate(args: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+            outputs[0][...] = self._simulate(offloaded, args)
+
+        return ExternalKernel(simulate, inputs, [t.ret_type])
+
     def _primitive(self, fn: Function, args: list[Value]) -> Value:
+        """The interpreter's hook: a call of primitive function `fn` on `args`."""
         offloaded = self._compile(fn)
         if offloaded is None:
             self._host_calls += 1
             return self._host(fn, args)
+        return self._simulate(offloaded, args)
+
+    def _simulate(self, offloaded: _Offloaded, args: Sequence[Value]) -> np.ndarray:
+        """A call of `offloaded` on the accelerator: its arguments moved to its DRAM, the
+        instructions simulated, the result as the host receives it."""
         graph = offloaded.graph
-        dram = dram_of(graph, args)
+        dram = dram_of(graph, list(args))
         Simulator(self.config).run(offloaded.code, dram)
         offloaded.calls += 1
         result = dram[graph.output]
@@ -88,7 +136,14 @@ class HybridProgram:
             if o is not None:
                 o.calls = 0
         self._host_calls = self._transfer_bytes = 0
-        result = evaluate(self.mod, *values, entry=self.entry, interpreter=self._interpreter)
+        if self.native is None:
+            result = evaluate(self.mod, *values, entry=self.entry,
+                              interpreter=self._interpreter)
+        else:
+            self.native.call_counts(reset=True)
+            result = self.native(*values)
+            self._host_calls = sum(n for fn, n in self.native.call_counts().items()
+                                   if self._compiled.get(fn) is None)
         self.report = self._report()
         return result
 

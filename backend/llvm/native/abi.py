@@ -6,8 +6,9 @@ taken beyond the arena, and so on. Python makes the state for each call and read
 a non-zero ``Word.ERROR`` is an ``Error``, with ``Word.DETAIL`` saying which node.
 
 The code holds no address of this process: kernels' entries, constants' data and Python's
-callbacks are read from the program's link table (``Word.LINKS``), so equal programs share
-one compiled module, cached on disk like the kernels.
+callbacks (external kernels' among them) are read from the program's link table
+(``Word.LINKS``), so equal programs share one compiled module, cached on disk like the
+kernels.
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ class Error(IntEnum):
     WRONG_SHAPE = 5  # a kernel's input is not of its static type: DETAIL is check << 8 | input
     NO_KERNEL = 6  # making a kernel for run-time shapes failed (Python keeps what it raised)
     NO_EXCHANGE = 7  # a collective's exchange with the other ranks failed (Python keeps it)
+    EXTERNAL = 8  # an external kernel's body raised (Python keeps it): DETAIL is its site
 
 
 NEVER = (1 << 63) - 1  # an epoch later than any: no cell written

@@ -3,9 +3,10 @@
 
 A function becomes ``ptr f(ptr state, ptr closure, ptr arg0, ...)``; let-bound values are
 LLVM values, a call of a primitive function calls its kernel with freshly allocated outputs
-(or a kernel site's, for shapes known only at run time: sites.py), ``if`` and ``match``
-branch, a self call in tail position jumps back to the header (a loop, whose memory
-loops.py releases), and every call site checks the state for an error and returns.
+(or a kernel site's, for shapes known only at run time: sites.py; or Python's, for an
+external kernel: externals.py), ``if`` and ``match`` branch, a self call in tail position
+jumps back to the header (a loop, whose memory loops.py releases), and every call site
+checks the state for an error and returns.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from relaydsl.backend.llvm.native.abi import (
     I8, I32, I64, PTR, SLOTS, Error, Word,
 )
 from relaydsl.backend.llvm.native.accumulations import Accumulation, accumulations
+from relaydsl.backend.llvm.native.externals import external_call
 from relaydsl.backend.llvm.native.frames import frame
 from relaydsl.backend.llvm.native.loops import (
     LoopMemory, flat, immutable_data, written_cells,
@@ -455,6 +457,8 @@ class FunctionCompiler(ExprFunctorWithArgs[[dict, bool], ir.Value]):
         outputs: one call through its buffer table (inputs, outputs, constants, scratch)."""
         b = self.b
         self.low.kernel_calls += 1
+        if self.low.count_calls:
+            self.count_call(self.low.counted[fn])
         inputs: list[ir.Value] = []
         for a in call.args:
             self.leaves(self.value(a, env), a.checked_type, inputs)
@@ -464,6 +468,14 @@ class FunctionCompiler(ExprFunctorWithArgs[[dict, bool], ir.Value]):
             if collective is not None:
                 self.exchange(collective, result, call.checked_type)
             return result
+        site = self.low.external_sites.get(fn)
+        if site is not None:
+            external = self.low.external_kernels[site]
+            if self.low.boxed:
+                check_shapes(self, external, call, inputs)
+            outputs = self.outputs(call, external.output_types, False)
+            external_call(self, site, inputs, outputs)
+            return self.rebuild(call.checked_type, iter(outputs))
         kernel = self.low.kernels[fn]
         if self.low.boxed:
             check_shapes(self, kernel, call, inputs)
@@ -471,15 +483,7 @@ class FunctionCompiler(ExprFunctorWithArgs[[dict, bool], ir.Value]):
         if accumulation is not None and not kernel.empty:
             outputs = [self.accumulate(kernel, accumulation, inputs[accumulation.index], env)]
         else:
-            leaves = self.destinations.get(call) or [None] * len(kernel.output_types)
-            at = self.frame.offsets.get(call) if self.frame is not None else None
-            if at is not None and leaves == [None]:
-                outputs = [b.gep(self.frame_base, [I64(at)])]
-            else:
-                outputs = [self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
-                           if leaf is None or kernel.empty else
-                           self.result_buffer(leaf, nbytes(t.shape, t.dtype))
-                           for t, leaf in zip(kernel.output_types, leaves)]
+            outputs = self.outputs(call, kernel.output_types, kernel.empty)
         if not kernel.empty:
             mark = self.mark() if kernel.scratch else None
             scratch = [self.allocate(nbytes(shape, dtype), ALIGN)
@@ -499,6 +503,28 @@ class FunctionCompiler(ExprFunctorWithArgs[[dict, bool], ir.Value]):
         if collective is not None and not kernel.empty:
             self.exchange(collective, result, call.checked_type)
         return result
+
+    def outputs(self, call: Call, types: list[TensorType], empty: bool) -> list[ir.Value]:
+        """Where a kernel call's outputs of `types` go: its place in the function's frame,
+        the arrays Python returns (the entry's result leaves), else fresh memory (always,
+        for a kernel with nothing to compute: `empty`)."""
+        leaves = self.destinations.get(call) or [None] * len(types)
+        at = self.frame.offsets.get(call) if self.frame is not None else None
+        if at is not None and leaves == [None]:
+            return [self.b.gep(self.frame_base, [I64(at)])]
+        return [self.new_tensor([I64(d) for d in t.shape], nbytes(t.shape, t.dtype))
+                if leaf is None or empty else self.result_buffer(leaf, nbytes(t.shape, t.dtype))
+                for t, leaf in zip(types, leaves)]
+
+    def count_call(self, index: int) -> None:
+        """One more call of the primitive function counted at `index` (count_calls)::
+
+            %n = load i64, ptr %counts[index]  ; then n + 1 stored back
+        """
+        b = self.b
+        counts = b.bitcast(self.linked(self.low.counts_link), I64.as_pointer())
+        slot = b.gep(counts, [I64(index)])
+        b.store(b.add(b.load(slot), I64(1)), slot)
 
     def exchange(self, collective: Collective, tensor: ir.Value, t: Type) -> None:
         """A collective's exchange with the other ranks, after its kernel made this rank's

@@ -1,7 +1,7 @@
 """A program's LLVM module (``Lowering``): a function per reachable Relay function
-(functions.py), the kernels they call compiled first, the arena's allocation and reset
-functions, constants, and the wrappers through which Python calls the entry and the
-closures a call returns (``i64 run(state, slots)``).
+(functions.py), the kernels they call compiled first (or left to Python: externals.py),
+the arena's allocation and reset functions, constants, and the wrappers through which
+Python calls the entry and the closures a call returns (``i64 run(state, slots)``).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from relaydsl.backend.llvm.native.functions import (
 from relaydsl.backend.llvm.native.abi import (
     I32, I64, PTR, SLOTS, Error, Word,
 )
+from relaydsl.backend.llvm.native.externals import ExternalKernel, Externals
 from relaydsl.backend.llvm.native.loops import young_function
 from relaydsl.backend.llvm.native.sites import ALIGN, KernelSite, leaf_types
 from relaydsl.backend.llvm.native.values import contiguous
@@ -28,7 +29,7 @@ from relaydsl.ir.expr import (
     Call, Expr, Function, GlobalVar, Match, Op, Var,
 )
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.types import TensorType, TupleType, Type, TypeCall
+from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import post_order
 from relaydsl.op.collective import Collective
 from relaydsl.transform.fuse_ops import is_primitive
@@ -48,23 +49,38 @@ class Lowering:
     """The LLVM module of one program: a function per reachable Relay function."""
 
     def __init__(self, mod: IRModule, options: CompileOptions, resolve: int, reduce: int,
-                 shapes_at_run_time: bool):
+                 shapes_at_run_time: bool, external: int = 0,
+                 externals: Externals | None = None, count_calls: bool = False):
         self.mod, self.options = mod, options
         self.shapes_at_run_time = shapes_at_run_time
         # the addresses the code reads from the link table (Word.LINKS), by index; the first
         # is that of ``i64 resolve(site, dims)`` (Python: kernels of run-time shapes), the
-        # second ``i64 reduce(collective, data, count)`` (Python: a collective's exchange)
+        # second ``i64 reduce(collective, data, count)`` (Python: a collective's exchange),
+        # the third ``i64 external(site, table)`` (Python: external kernels, externals.py)
         self.links: list[int] = []
         self._link_index: dict[int, int] = {}
         self.resolve = self.link(resolve)
         self.reduce = self.link(reduce)
+        self.external = self.link(external)
+        # the hook that makes primitive functions external kernels, and those it made, by
+        # the site index ``external`` is called with
+        self._externals = externals
+        self.external_kernels: list[ExternalKernel] = []
+        self.external_sites: dict[Function, int] = {}
+        # with count_calls, the calls of each primitive function (by index in
+        # ``counted``), counted by native code in an array the program keeps
+        self.count_calls = count_calls
+        self.counted: dict[Function, int] = {}
+        self.call_counts = np.zeros(0, np.int64)
+        self.counts_link = 0
         # the collective call sites, by the index ``reduce`` is called with: what each does
         # and its dtype
         self.collectives: list[tuple[Collective, np.dtype]] = []
         # tensors as headers [data, dims...] (when some shape is known only at run time)
         self.boxed = False
         self.sites: list[KernelSite] = []  # kernel calls of run-time shapes, by index
-        self.wrong_shapes: list[tuple[Kernel, AnyValue]] = []  # the checks' kernels, spans
+        # the shape checks' kernels and spans
+        self.wrong_shapes: list[tuple[Kernel | ExternalKernel, AnyValue]] = []
         self.op_kernels: dict[Call, Function] = {}  # a lone operator call's primitive function
         self.module = ir.Module(name="relaydsl_native")
         self.module.triple = jit.host_target().triple
@@ -142,9 +158,33 @@ class Lowering:
                 self.dynamic.add(f)
             else:
                 raise Unsupported("a kernel whose dtypes are known only at run time")
+        if self._externals is not None:
+            static = [f for f in static if not self._external(f)]
         for f, k in zip(static, compile_primitives(static, self.options)):
             self.kernels[f] = k
             self.keep.append(k)
+        if self.count_calls:
+            self.counted = {f: i for i, f in enumerate(unique)}
+            self.call_counts = np.zeros(max(len(unique), 1), np.int64)
+            self.keep.append(self.call_counts)
+            self.counts_link = self.link(address(self.call_counts))
+
+    def _external(self, fn: Function) -> bool:
+        """Whether the hook makes `fn` an external kernel (noted if so)."""
+        assert self._externals is not None
+        kernel = self._externals(fn)
+        if kernel is None:
+            return False
+        t = fn.checked_type
+        assert isinstance(t, FuncType)
+        want = (leaf_types(t.arg_types), leaf_types([t.ret_type]))
+        if (kernel.input_types, kernel.output_types) != want:
+            raise ValueError(f"an external kernel of {kernel.input_types} -> "
+                             f"{kernel.output_types} for a primitive function of "
+                             f"{want[0]} -> {want[1]}")
+        self.external_sites[fn] = len(self.external_kernels)
+        self.external_kernels.append(kernel)
+        return True
 
     def dynamic_type(self, t: Type, seen: set) -> bool:
         """Whether a value of type `t` from or to Python holds a tensor of a shape known

@@ -91,6 +91,7 @@ import numpy as np
 from relaydsl.backend.interpreter import Closure, InterpreterError, Value
 from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.kernel import address
+from relaydsl.backend.llvm.native.externals import Externals
 from relaydsl.backend.llvm.native.functions import Unsupported
 from relaydsl.backend.llvm.native.lowering import WRAPPER, Lowering
 from relaydsl.backend.llvm.native.abi import (
@@ -112,6 +113,14 @@ _OPTIMISED_IR = 1 << 20  # bytes of LLVM IR text: larger native code is compiled
 _RESOLVE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _RUN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
 _REDUCE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
+_EXTERNAL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+
+
+def _address_of(callback: ctypes._CFuncPtr) -> int:
+    """The address native code calls a ctypes callback at."""
+    at = ctypes.cast(callback, ctypes.c_void_p).value
+    assert at is not None
+    return at
 
 
 # ---- the program ---------------------------------------------------------------------------
@@ -122,11 +131,15 @@ class NativeProgram:
     ``program(*values)`` takes and returns NumPy arrays, tuples and ``ConstructorValue``s.
     Building one for a program it cannot run raises ``Unsupported``. `shapes_at_run_time`
     treats every kernel as one of shapes known only at run time (for tests: random
-    programs check that machinery against JAX).
+    programs check that machinery against JAX). `externals` is asked about each primitive
+    function of static types: an ``ExternalKernel`` it returns runs the function's calls in
+    Python instead of a compiled kernel (externals.py). With `count_calls`, native code
+    counts the calls of each primitive function (``call_counts``).
     """
 
     def __init__(self, mod: IRModule, entry: str, options: CompileOptions | None = None, *,
-                 shapes_at_run_time: bool = False):
+                 shapes_at_run_time: bool = False, externals: Externals | None = None,
+                 count_calls: bool = False):
         self.mod, self.entry = mod, entry
         fn = mod[entry]
         t = fn.checked_type
@@ -140,10 +153,11 @@ class NativeProgram:
         self.options = CompileOptions.for_target("llvm") if options is None else options
         self._resolver = _RESOLVE(self._resolve)  # kernels of run-time shapes, on demand
         self._reducer = _REDUCE(self._reduce)  # collectives' exchanges with the other ranks
+        self._externaller = _EXTERNAL(self._external)  # external kernels' bodies
         lowering = Lowering(mod, self.options,
-                            ctypes.cast(self._resolver, ctypes.c_void_p).value,
-                            ctypes.cast(self._reducer, ctypes.c_void_p).value,
-                            shapes_at_run_time)
+                            _address_of(self._resolver), _address_of(self._reducer),
+                            shapes_at_run_time, _address_of(self._externaller), externals,
+                            count_calls)
         name = lowering.lower_entry(mod.get_global_var(entry),
                                     [*self.param_types, self.ret_type])
         arities = sorted(_closure_arities(self.ret_type, set()))
@@ -162,6 +176,8 @@ class NativeProgram:
         self._ways_at = address(self._ways)
         self._wrong_shapes = lowering.wrong_shapes
         self._collectives = lowering.collectives
+        self._external_kernels = lowering.external_kernels
+        self._counts, self._counted = lowering.call_counts, lowering.counted
         self.kernels = len(lowering.kernels)
         self.kernel_calls = lowering.kernel_calls
         # the addresses the code reads (kernels, constants, the resolver): Word.LINKS
@@ -178,6 +194,15 @@ class NativeProgram:
             jit.runtime_function("relaydsl_call_interruptible"))
         self._arena_bytes = _INITIAL_ARENA
         self._local = threading.local()  # a thread's arena and state
+
+    def call_counts(self, reset: bool = False) -> dict[Function, int]:
+        """The calls of each primitive function since the build or the last reset, as native
+        code counted them (a program built with `count_calls`; calls from several threads
+        at once may lose counts); with `reset`, the counts start again from 0."""
+        counts = {fn: int(self._counts[i]) for fn, i in self._counted.items()}
+        if reset:
+            self._counts[:] = 0
+        return counts
 
     def describe(self) -> str:
         """It in a line, for the executor's log."""
@@ -200,6 +225,10 @@ class NativeProgram:
             local.stop = np.zeros(1, np.int32)
             local.stack = _stack_budget()
             local.arena = None
+            local.running = False
+        if local.running:  # its state and arena are the running call's
+            raise RuntimeError(f"@{self.entry} was called from inside one of its own external "
+                               "kernels: a thread runs one call of a program at a time")
         arena = local.arena
         if arena is None or arena.nbytes < self._arena_bytes + ALIGN:
             arena = local.arena = np.empty(self._arena_bytes + ALIGN, np.uint8)
@@ -225,10 +254,14 @@ class NativeProgram:
             addresses = np.array([address(a) for a in arrays], np.int64)
             keep.append(addresses)
             state[Word.RESULTS] = address(addresses)
-        if not self._finite and _sigint_reaches_python():
-            status = self._run_interruptible(function, local.state_at, address(slots))
-        else:
-            status = self._runners[function](local.state_at, address(slots))
+        local.running = True
+        try:
+            if not self._finite and _sigint_reaches_python():
+                status = self._run_interruptible(function, local.state_at, address(slots))
+            else:
+                status = self._runners[function](local.state_at, address(slots))
+        finally:
+            local.running = False
         pin = _Pin()  # the call's memory, if a closure in its result lives in it
         try:
             if status >> 8:  # a SIGINT came during the run
@@ -313,6 +346,16 @@ class NativeProgram:
             self._local.failure = e
             return 1
 
+    def _external(self, site: int, table: int) -> int:
+        """Native code's call of external kernel `site` on the buffers at `table`: 0, or 1
+        when its body raised (kept, and raised again when the call has stopped)."""
+        try:
+            self._external_kernels[site].run(table)
+            return 0
+        except BaseException as e:
+            self._local.failure = e
+            return 1
+
     def _error(self, code: int, detail: int) -> BaseException:
         if code == Error.NO_CLAUSE:
             node = self._matches[detail]
@@ -328,8 +371,8 @@ class NativeProgram:
                 "carrying closures or data it makes (a list it builds), or writing an older "
                 "cell through a function it calls, keeps every turn's values until the call "
                 "returns; loop in Python over calls of one step instead")
-        if code in (Error.NO_KERNEL, Error.NO_EXCHANGE):  # what making the kernel, or the
-            # collective's exchange, raised
+        if code in (Error.NO_KERNEL, Error.NO_EXCHANGE, Error.EXTERNAL):  # what making the
+            # kernel, the collective's exchange or the external kernel raised
             failure, self._local.failure = self._local.failure, None
             return failure
         if code == Error.WRONG_SHAPE:

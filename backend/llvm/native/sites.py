@@ -29,6 +29,7 @@ from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.transform.pipeline import CompileOptions
 
 if TYPE_CHECKING:
+    from relaydsl.backend.llvm.native.externals import ExternalKernel
     from relaydsl.backend.llvm.native.functions import FunctionCompiler
 
 ALIGN = 64  # bytes: tensors' data, kernels' scratch
@@ -175,8 +176,8 @@ class KernelSite:
 
 # ---- native code calling a site ---------------------------------------------------------------
 
-def check_shapes(fc: FunctionCompiler, kernel: Kernel, call: Call, inputs: list[ir.Value]
-                 ) -> None:
+def check_shapes(fc: FunctionCompiler, kernel: Kernel | ExternalKernel, call: Call,
+                 inputs: list[ir.Value]) -> None:
     """Stops the run unless the inputs have the shapes `kernel` was compiled for (a
     value typed with relay.Any dimensions could otherwise reach it at another size)."""
     b = fc.b

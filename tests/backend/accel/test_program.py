@@ -169,9 +169,7 @@ def conv_only(x: Tensor[Float, (1, 4, 8, 8)], w: Tensor[Float, (4, 4, 3, 3)]
     return relay.conv2d(x, w, padding=1)
 
 
-def test_a_tree_lstm_runs_its_cells_on_the_accelerator_and_its_recursion_on_the_host(
-        monkeypatch):
-    from relaydsl.backend.llvm import executor
+def test_a_tree_lstm_runs_its_cells_on_the_accelerator_and_its_recursion_on_the_host():
     from relaydsl.datasets.sst import Leaf, Node, Vocabulary
     from relaydsl.frontend.zoo import tree_lstm as zoo
 
@@ -180,11 +178,10 @@ def test_a_tree_lstm_runs_its_cells_on_the_accelerator_and_its_recursion_on_the_
     sentence = Node(4, Leaf(1, "a"), Node(2, Leaf(3, "b"), Leaf(0, "c")))
     value = zoo.to_adt(sentence, Vocabulary(("<unk>", "a", "b", "c")))
     want_scores, want_loss = model(value)
-    host_kernels = []  # the host's op calls run as compiled llvm kernels, not on NumPy
-    compile_primitive = executor.compile_primitive
-    monkeypatch.setattr(executor, "compile_primitive",
-                        lambda *a: host_kernels.append(compile_primitive(*a)) or host_kernels[-1])
     exe = relay.build(model, target="accel", config=SMALL)
+    # the recursion as native code, the host's op calls compiled llvm kernels in it
+    hybrid = exe.program.hybrid
+    assert hybrid.path == "native"
     scores, loss = exe(value)
     np.testing.assert_allclose(scores, want_scores, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(loss, want_loss, rtol=RTOL, atol=ATOL)
@@ -192,7 +189,7 @@ def test_a_tree_lstm_runs_its_cells_on_the_accelerator_and_its_recursion_on_the_
     assert r.host == "the parameter %tree is a ParseTree, not a tensor"
     assert r.offloaded_calls > 0 and r.macs > 0  # the cells' dense layers
     assert r.host_calls > 0  # the splits and losses, which have no accelerator rule
-    assert 0 < len(host_kernels) <= r.host_calls  # each compiled once per function and shapes
+    assert 0 < hybrid.native.kernels <= r.host_calls  # each compiled once
 
 
 def test_errors_name_what_is_wrong():
