@@ -19,6 +19,7 @@ True
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterable
 from typing import Any as AnyValue
 
@@ -33,6 +34,8 @@ from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
 from relaydsl.ir.types import FuncType, TensorType
+from relaydsl.errors import QuantizationOverflowWarning
+from relaydsl.quantize.accumulate import accumulators_of
 from relaydsl.quantize.calibrate import Calibrated
 from relaydsl.quantize.config import QConfig, current
 from relaydsl.quantize.rules import register_rule, reset_rule
@@ -44,18 +47,30 @@ class QuantizedFunction:
     returns floats. ``astext()`` shows the realized program, ``simulated`` is the calibrated
     program with simQ (float arithmetic), ``ranges`` each simQ's (kind, range) in program
     order, ``coarsened`` how many products had their weight step raised to keep their
-    accumulators from overflowing. ``relay.build(qf, target=...)`` compiles it."""
+    accumulators from overflowing on the calibration data. ``accumulators`` says how each
+    product layer sums and why it cannot overflow silently (relaydsl/quantize/accumulate.py);
+    ``overflows`` counts, per checked layer, the elements that saturated over all calls so
+    far (each such call warns, or raises with ``overflow="raise"``), ``overflow_count`` their
+    total. ``relay.build(qf, target=...)`` compiles it."""
 
     def __init__(self, name: str, mod: IRModule, entry: str, calibrated: Calibrated,
                  config: QConfig) -> None:
         self.__name__, self.mod, self.entry, self.config = name, mod, entry, config
         self.simulated = calibrated.mod
         self.ranges, self.coarsened = calibrated.ranges, calibrated.coarsened
+        self.accumulators = accumulators_of(mod[entry])
+        self._checked = [a.layer for a in self.accumulators if a.status == "checked"]
+        self.overflows: dict[str, int] = dict.fromkeys(self._checked, 0)  # shared by builds
         fn_type = mod[entry].checked_type
         assert isinstance(fn_type, FuncType)
         self.type = fn_type
         self._programs: dict[tuple, Program] = {}
         self._program: Program | None = None  # what a call runs (a build's)
+
+    @property
+    def overflow_count(self) -> int:
+        """How many accumulator elements saturated over all calls so far."""
+        return sum(self.overflows.values())
 
     def astext(self, *, show_types: bool = False) -> str:
         """The Relay text of the realized program."""
@@ -76,7 +91,27 @@ class QuantizedFunction:
         program = self._program or self.build()._program
         assert program is not None
         params = self.mod[self.entry].params  # type: ignore[union-attr]
-        return call_checked(self.__name__, params, self.type.arg_types, args, program)
+        out = call_checked(self.__name__, params, self.type.arg_types, args, program)
+        if not self._checked:
+            return out
+        result, counts = out
+        saturated = {layer: int(n) for layer, n in zip(self._checked, counts) if int(n)}
+        for layer, n in saturated.items():
+            self.overflows[layer] += n
+        if saturated:
+            self._overflowed(saturated)
+        return result
+
+    def _overflowed(self, saturated: dict[str, int]) -> None:
+        where = "; ".join(f"{layer}: {n} element{'s' * (n != 1)}"
+                          for layer, n in saturated.items())
+        message = (f"{self.__name__} ({self.config.scheme}): the int16 accumulator overflowed "
+                   f"on this input and saturated at the int16 bounds in {where}. Other "
+                   "inputs than the calibration data reach further: QConfig(overflow="
+                   "\"widen\") sums these layers in int32, nbit_activation=32 sums all.")
+        if self.config.overflow == "raise":
+            raise OverflowError(message)
+        warnings.warn(message, QuantizationOverflowWarning, stacklevel=3)
 
     def __repr__(self) -> str:
         return f"<quantized {self.__name__} {self.config.scheme}>"

@@ -11,6 +11,10 @@ default skips the first), ``skip_dense_layer`` leaves every dense in float (TVM'
 ``rounding`` is how values become integers: "round" (to nearest, ties to even), "floor",
 "ceil", or "stochastic" (weights rounded up with probability equal to their fraction, seeded
 by ``seed``; activations, which have no training noise to average out, round to nearest).
+``overflow`` is what an 8/16 layer does whose int16 accumulator some input could overflow
+(accumulate.py): "warn" (sum in int32, saturate into int16, warn naming the layer when that
+clipped anything), "raise" (the same, an OverflowError instead), or "widen" (sum that layer
+in int32).
 
 >>> cfg = QConfig(nbit_input=8, nbit_weight=8, nbit_activation=16)
 >>> cfg.scheme, cfg.accumulator_dtype, cfg.input_dtype
@@ -37,6 +41,7 @@ CALIBRATE_MODES = ("global_scale", "kl_divergence", "percentile", "mse")
 WEIGHT_SCALES = ("max", "power2")
 ROUNDINGS = ("round", "floor", "ceil", "stochastic")
 SCHEMES = ("8/32", "8/16", "16/32")
+OVERFLOWS = ("warn", "raise", "widen")
 
 
 def _one_of(name: str, value: AnyValue, choices: tuple[str, ...]) -> None:
@@ -63,11 +68,13 @@ class QConfig:
     skip_dense_layer: bool = True
     calibrate_samples: int = 2 ** 20
     seed: int = 0
+    overflow: str = "warn"
 
     def __post_init__(self) -> None:
         _one_of("calibrate_mode", self.calibrate_mode, CALIBRATE_MODES)
         _one_of("weight_scale", self.weight_scale, WEIGHT_SCALES)
         _one_of("rounding", self.rounding, ROUNDINGS)
+        _one_of("overflow", self.overflow, OVERFLOWS)
         if self.nbit_weight != self.nbit_input:
             raise ValueError(f"QConfig nbit_weight must equal nbit_input (the m of an m/n "
                              f"scheme), got {self.nbit_weight} and {self.nbit_input}")

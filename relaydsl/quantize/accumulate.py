@@ -1,0 +1,109 @@
+"""Accumulators that never overflow silently: what realization sums each product in.
+
+An m/n scheme sums m-bit products in n bits. Calibration (calibrate.py) coarsens steps until the
+sums fit n bits *on the calibration data*; other data can still go further. Each product is
+therefore realized by the first of these that applies (its ``status``):
+
+- ``proven``: no input can overflow the n-bit accumulator. The bound is the op itself run (its
+  NumPy reference, in float64, exact below 2^53) on the largest magnitudes its operands can
+  take: ``|Wq|`` for a constant weight, the dtype's largest magnitude for an activation (an
+  int8 is at most 128 whatever the data). For dense that is ``128 · max_j |Wq[j]|_1``. The
+  product sums in n bits, as the scheme says.
+- ``checked`` (8/16, ``QConfig.overflow`` "warn" or "raise"): the product sums in int32, as
+  VNNI hardware does, and the narrowing to int16 is checked: it saturates (clips to int16),
+  and the program counts the elements that saturated. ``relay.quantize``'s callable warns (or
+  raises) naming the layer when a count is not zero. Where nothing saturates the result is
+  the int16 accumulator's to the bit (summing mod 2^16 is exact when the true sum fits).
+- ``widened`` (``overflow="widen"``): the product sums in int32, not narrowed: never
+  overflows, and the layer is no longer 8/16.
+- ``unchecked``: a 32-bit accumulator that some input could overflow (16/32, whose int16
+  products reach 2^30; calibration keeps a quarter of int32's range free on its data).
+
+The realized function lists every product's accumulator in its attribute
+``quantize_accumulators`` (``accumulators_of``), and, when some are checked, returns
+``(result, (count, ...))``, one int32 count per checked layer, in that list's order.
+
+>>> import numpy as np
+>>> from relaydsl.ir import Constant, TensorType, Var
+>>> from relaydsl.op import ops
+>>> w = Constant(np.array([[100, -100, 27], [1, 2, 3]], np.int8))
+>>> x = Var("x", TensorType((4, 3), "int8"))
+>>> worst_case(ops.dense(x, w), [TensorType((4, 3), "int8"), w])   # 128 * (100 + 100 + 27)
+29056.0
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from relaydsl.ir.attrs import Attrs
+from relaydsl.ir.expr import Call, Constant, Expr, Function
+from relaydsl.ir.types import TensorType
+from relaydsl.op import ops
+
+ATTR = "quantize_accumulators"
+STATUSES = ("proven", "checked", "widened", "unchecked")
+
+
+class Accumulator(NamedTuple):
+    """How one product layer sums: `layer` names it (``conv2d #2 at model.py:14:9``), `dtype`
+    is what its sums are held in, `status` one of STATUSES, `bound` the largest magnitude any
+    input can give its sums."""
+
+    layer: str
+    dtype: str
+    status: str
+    bound: float
+
+
+def worst_case(call: Call, operands: Sequence[TensorType | Constant]) -> float:
+    """The largest ``|sum|`` `call` (a product: bilinear, like dense, conv2d, matmul,
+    multiply) can give on integer operands: a constant's own magnitudes, a tensor type's
+    dtype's largest magnitude everywhere. ``inf`` where a shape is not known."""
+    arrays: list[np.ndarray] = []
+    for o in operands:
+        if isinstance(o, Constant):
+            arrays.append(np.abs(o.data.astype(np.float64)))
+        elif o.is_static:
+            info = np.iinfo(o.dtype)
+            largest = max(-int(info.min), int(info.max))
+            arrays.append(np.full(o.concrete_shape(), float(largest)))
+        else:
+            return float("inf")
+    attrs = dict(call.attrs)
+    if "out_dtype" in attrs:
+        attrs["out_dtype"] = "float64"
+    reference = call.op.definition.numpy_ref  # type: ignore[union-attr]
+    return float(np.max(np.abs(reference(*arrays, **attrs)), initial=0.0))
+
+
+def fits(bound: float, dtype: str) -> bool:
+    """Whether every integer of magnitude at most `bound` is a `dtype`."""
+    info = np.iinfo(dtype)
+    return bound <= min(-int(info.min), int(info.max))
+
+
+def checked_narrowing(wide: Expr, dtype: str) -> tuple[Expr, Expr]:
+    """(`wide`, an int32 sum, saturated into `dtype`; how many of its elements saturated, an
+    int32 scalar)."""
+    info = np.iinfo(dtype)
+    clipped = ops.clip(wide, a_min=float(info.min), a_max=float(info.max))
+    count = ops.sum(ops.cast(ops.not_equal(wide, clipped), dtype="int32"))
+    return ops.cast(clipped, dtype=dtype), count
+
+
+def with_accumulators(fn: Function, body: Expr, accumulators: Sequence[Accumulator]
+                      ) -> Function:
+    """`fn` with `body`, listing `accumulators` in its attributes."""
+    attrs = fn.attrs
+    if accumulators:
+        attrs = Attrs({**fn.attrs, ATTR: tuple(tuple(a) for a in accumulators)})
+    return Function(fn.params, body, None, fn.type_params, attrs, span=fn.span)
+
+
+def accumulators_of(fn: Expr) -> tuple[Accumulator, ...]:
+    """The accumulators a realized function lists (none for any other)."""
+    if not isinstance(fn, Function):
+        return ()
+    return tuple(Accumulator(*a) for a in fn.attrs.get(ATTR, ()))
