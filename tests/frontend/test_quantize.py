@@ -1,5 +1,8 @@
 """relay.quantize end to end: models and functions, relay.qconfig, relay.build, a user's rule,
 errors naming the argument, and quantization-aware fine-tuning through simQ."""
+import re
+import warnings
+
 import numpy as np
 import pytest
 
@@ -144,3 +147,62 @@ def test_fine_tuning_through_simq_lowers_the_loss():
         loss, (dw, _, _) = step(w, x, target)
         w = w - np.float32(0.05) * dw
     assert loss < 0.3 * first
+
+
+W64 = np.random.default_rng(64).standard_normal((3, 64)).astype(np.float32)
+
+
+@relay
+def wide_dense(x: Tensor[Float, (2, 64)]) -> Tensor[Float, (2, 3)]:
+    return relay.dense(x, W64)
+
+
+def _overflowing(qf):
+    """An input whose int8 products all add up: each row the signs of a weight row at the
+    calibrated input range, far past int16 over 64 terms."""
+    ((kind, r), *_) = qf.ranges
+    assert kind == "input"
+    return (np.sign(W64[:2]) * np.float32(r)).astype(np.float32)
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm", "accel"])
+def test_an_int16_accumulator_overflow_warns_naming_the_layer(target):
+    data = [np.random.default_rng(i).standard_normal((2, 64)).astype(np.float32)
+            for i in range(3)]
+    qf = relay.quantize(wide_dense, dataset=data, config=ALL.replace(nbit_activation=16))
+    (acc,) = qf.accumulators
+    assert acc.status == "checked" and acc.layer.startswith("dense #1 at ")
+    assert re.search(r"test_quantize.py:\d+:12$", acc.layer)  # where relay.dense is called
+    built = relay.build(qf, target=target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the calibration data: silent
+        normal = built(data[0])
+    np.testing.assert_allclose(normal, data[0] @ W64.T, atol=0.05 * np.abs(normal).max())
+    x = _overflowing(qf)
+    with pytest.warns(relay.QuantizationOverflowWarning,
+                      match=r"wide_dense \(8/16\): the int16 accumulator overflowed .* in "
+                            r"dense #1 at .*test_quantize.py:\d+:12: \d+ element"):
+        out = built(x)
+    assert qf.overflow_count == built.overflow_count > 0
+    # row i aligns with weight row i: out[i, i] saturates at int16's bound (one value, below
+    # the exact sum, never wrapped to the other sign); the rest are the usual int8 results
+    exact = x @ W64.T
+    assert out[0, 0] == out[1, 1] == np.abs(out).max() and out[0, 0] < exact.diagonal().min()
+    off = ~np.eye(2, 3, dtype=bool)
+    np.testing.assert_allclose(out[off], exact[off], rtol=0.1)
+
+
+def test_overflow_raise_and_widen():
+    data = [np.random.default_rng(i).standard_normal((2, 64)).astype(np.float32)
+            for i in range(3)]
+    strict = relay.quantize(wide_dense, dataset=data,
+                            config=ALL.replace(nbit_activation=16, overflow="raise"))
+    x = _overflowing(strict)
+    with pytest.raises(OverflowError, match="dense #1 at"):
+        strict(x)
+    wide = relay.quantize(wide_dense, dataset=data,
+                          config=ALL.replace(nbit_activation=16, overflow="widen"))
+    assert [(a.status, a.dtype) for a in wide.accumulators] == [("widened", "int32")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(wide(x), x @ W64.T, atol=0.01 * np.abs(x @ W64.T).max())
