@@ -20,24 +20,25 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any as AnyValue
 
 import numpy as np
 
 from relaydsl.backend.target import Program, get_target
+from relaydsl.frontend import annotations
 from relaydsl.frontend.frozen import bind_params, call_checked
 from relaydsl.frontend.function import RelayFunction
 from relaydsl.frontend.model import Model
 from relaydsl.frontend.tracebacks import user_facing
-from relaydsl.ir.expr import Function
+from relaydsl.ir.expr import Function, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.printer import astext
 from relaydsl.ir.types import FuncType, TensorType
 from relaydsl.errors import QuantizationOverflowWarning
 from relaydsl.quantize.accumulate import accumulators_of
 from relaydsl.quantize.calibrate import Calibrated
-from relaydsl.quantize.config import QConfig, current
+from relaydsl.quantize.config import QConfig, current, qconfig
 from relaydsl.quantize.rules import register_rule, reset_rule
 from relaydsl.quantize.flow import quantize_module
 
@@ -131,30 +132,50 @@ def _float_module(model_or_fn: AnyValue) -> tuple[str, IRModule, str]:
                     f"@relay function, got {type(model_or_fn).__name__}")
 
 
-def _batches(dataset: Iterable[AnyValue] | None, params: list[TensorType]
-             ) -> list[tuple[np.ndarray, ...]]:
-    """The calibration batches as argument tuples, checked against the parameter types."""
+def _batches(dataset: Iterable[AnyValue] | None, params: Sequence[Var],
+             types: Sequence[TensorType]) -> list[tuple[np.ndarray, ...]]:
+    """The calibration batches as argument tuples, each checked against the parameter types
+    as a call's arguments are (symbolic dimensions agreeing within a batch). A batch is an
+    array (one parameter), a tuple or list of the arguments, or, as TVM's dataset, a dict of
+    them by parameter name."""
     if dataset is None:
         return []
     if isinstance(dataset, np.ndarray):
         raise TypeError("relay.quantize: dataset must be an iterable of batches (a list of "
                         "arrays, or of argument tuples), not one array; wrap it in a list")
+    if isinstance(dataset, (str, bytes, dict)) or not isinstance(dataset, Iterable):
+        raise TypeError(f"relay.quantize: dataset must be an iterable of batches (a list of "
+                        f"arrays, of argument tuples or of dicts by parameter name), got "
+                        f"{type(dataset).__name__}")
+    names = [p.name_hint for p in params]
     out = []
     for n, batch in enumerate(dataset):
+        if isinstance(batch, dict):
+            batch = _by_name(n, batch, names)
         args = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
         if len(args) != len(params):
             raise ValueError(f"relay.quantize: dataset batch {n} has {len(args)} value(s), "
-                             f"the function takes {len(params)} argument(s)")
-        arrays = []
-        for i, (a, t) in enumerate(zip(args, params)):
-            a = np.asarray(a, dtype=str(t.dtype))
-            want = t.concrete_shape() if t.is_static else None
-            if want is not None and a.shape != tuple(want):
-                raise ValueError(f"relay.quantize: dataset batch {n}, argument {i}, has shape "
-                                 f"{a.shape}; the function takes {tuple(want)}")
-            arrays.append(a)
-        out.append(tuple(arrays))
-    return out
+                             f"the function takes {len(params)} argument(s) "
+                             f"({', '.join(names)})")
+        bindings: dict = {}
+        try:
+            out.append(tuple(annotations.check_argument(name, t, a, bindings)
+                             for name, t, a in zip(names, types, args)))
+        except TypeError as e:
+            raise ValueError(f"relay.quantize: dataset batch {n}: {e}") from None
+    return out  # type: ignore[return-value]
+
+
+def _by_name(n: int, batch: dict, names: list[str]) -> list[AnyValue]:
+    """A dict batch's values in parameter order (TVM's dataset: input name -> array)."""
+    unknown = [k for k in batch if k not in names]
+    missing = [k for k in names if k not in batch]
+    if unknown or missing:
+        said = [f"has no parameter {', '.join(map(repr, unknown))}"] if unknown else []
+        said += [f"lacks {', '.join(map(repr, missing))}"] if missing else []
+        raise ValueError(f"relay.quantize: dataset batch {n} {' and '.join(said)}; the "
+                         f"function takes {', '.join(names)}")
+    return [batch[k] for k in names]
 
 
 def _runner(mod: IRModule, entry: str) -> AnyValue:
@@ -177,14 +198,20 @@ def quantize(model_or_fn: AnyValue, dataset: Iterable[AnyValue] | None = None,
     types = [p.checked_type for p in main.params]
     if not all(isinstance(t, TensorType) and t.dtype == "float32" for t in types):
         raise TypeError(f"relay.quantize: {name} must take float32 tensors only")
-    batches = _batches(dataset, types)  # type: ignore[arg-type]
+    batches = _batches(dataset, main.params, types)  # type: ignore[arg-type]
     if not batches and config.calibrate_mode != "global_scale":
+        given = "no dataset was given" if dataset is None else "dataset has no batch"
         raise ValueError(f"relay.quantize: calibrate_mode {config.calibrate_mode!r} needs "
-                         "calibration data: pass dataset= (a list of input batches)")
+                         f"calibration data and {given}: pass dataset= (a list of input "
+                         "batches), or use calibrate_mode='global_scale', which needs none")
     realized, calibrated = quantize_module(mod, entry, batches, config, _runner)
     return QuantizedFunction(name, realized, entry, calibrated, config)
 
 
-# TVM's relay.quantize.register_annotate_function: a user's rule for an op
+# TVM's spellings: relay.quantize.qconfig(...), relay.quantize.current_qconfig(), and its
+# register_annotate_function, a user's rule for an op
+quantize.qconfig = qconfig  # type: ignore[attr-defined]
+quantize.current_qconfig = current  # type: ignore[attr-defined]
+quantize.QConfig = QConfig  # type: ignore[attr-defined]
 quantize.register_rule = register_rule  # type: ignore[attr-defined]
 quantize.reset_rule = reset_rule  # type: ignore[attr-defined]

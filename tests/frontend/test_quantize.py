@@ -96,12 +96,23 @@ def test_a_user_rule_changes_the_result(model):
 
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"dataset": None, "config": ALL}, ValueError, "calibrate_mode 'percentile' needs "
-                                                    "calibration data: pass dataset="),
+                                                    "calibration data and no dataset was given"),
+    ({"dataset": [], "config": ALL}, ValueError, "needs calibration data and dataset has no "
+                                                 "batch: pass dataset="),
     ({"dataset": [np.zeros((2, 1, 9, 9), np.float32)]}, ValueError,
-     r"dataset batch 0, argument 0, has shape \(2, 1, 9, 9\); the function takes "
-     r"\(2, 1, 8, 8\)"),
-    ({"dataset": [(DATA[0], DATA[0])]}, ValueError, "dataset batch 0 has 2 value"),
+     r"dataset batch 0: argument 'x': expected Tensor\[\(2, 1, 8, 8\), float32\], got a "
+     r"float32 array of shape \(2, 1, 9, 9\)"),
+    ({"dataset": [DATA[0], DATA[1][0]]}, ValueError, r"dataset batch 1: argument 'x'.* shape "
+                                                      r"\(1, 8, 8\)"),
+    ({"dataset": [[["a"]]]}, ValueError, "dataset batch 0: argument 'x'"),
+    ({"dataset": [(DATA[0], DATA[0])]}, ValueError, r"dataset batch 0 has 2 value\(s\), the "
+                                                     r"function takes 1 argument\(s\) \(x\)"),
+    ({"dataset": [{"x": DATA[0], "y": DATA[0]}]}, ValueError,
+     "dataset batch 0 has no parameter 'y'; the function takes x"),
+    ({"dataset": [{"input": DATA[0]}]}, ValueError,
+     "dataset batch 0 has no parameter 'input' and lacks 'x'"),
     ({"dataset": DATA[0]}, TypeError, "dataset must be an iterable of batches"),
+    ({"dataset": 4}, TypeError, "dataset must be an iterable of batches .* got int"),
     ({"dataset": DATA, "config": {"calibrate_mode": "mse"}}, TypeError,
      "config must be a relay.QConfig"),
 ])
@@ -117,6 +128,38 @@ def test_what_cannot_be_quantized_is_named():
         relay.quantize(small_cnn, dataset=DATA)
     with pytest.raises(ValueError, match="QConfig calibrate_mode must be one of"):
         relay.QConfig(calibrate_mode="minmax")
+
+
+@pytest.mark.parametrize("settings, error, message", [
+    ({"nbit_activation": 24}, ValueError, "scheme .* must be one of 8/32, 8/16, 16/32, got '8/24'"),
+    ({"calibrate_mode": "minmax"}, ValueError, "calibrate_mode must be one of global_scale, "
+                                               "kl_divergence, percentile, mse, got 'minmax'"),
+    ({"overflow": "wrap"}, ValueError, "overflow must be one of warn, raise, widen"),
+    ({"calibrate_mod": "mse"}, TypeError, "no setting 'calibrate_mod'; did you mean "
+                                          "calibrate_mode"),
+    ({"dtype_activation": "float16"}, ValueError, "dtype_activation must be int8, int16 or int32"),
+    ({"dtype_activation": "int32", "nbit_activation": 16}, ValueError,
+     "dtype_activation='int32' and nbit_activation=16 disagree"),
+])
+def test_bad_settings_are_named(settings, error, message):
+    with pytest.raises(error, match=message):
+        with relay.qconfig(**settings):
+            pass
+
+
+def test_tvm_spellings(model):
+    """TVM's relay.quantize.qconfig with its dtype names, current_qconfig, and a dataset of
+    dicts by input name: the same program as relay.qconfig with nbit_* and tuple batches."""
+    with relay.quantize.qconfig(calibrate_mode="percentile", skip_conv_layers=[],
+                                skip_dense_layer=False, dtype_input="int8",
+                                dtype_weight="int8", dtype_activation="int16"):
+        assert relay.quantize.current_qconfig().scheme == "8/16"
+        tvm = relay.quantize(model, dataset=[{"x": x} for x in DATA])
+    assert tvm.config == ALL.replace(nbit_activation=16)
+    ours = relay.quantize(model, dataset=[(x,) for x in DATA], config=ALL.replace(
+        nbit_activation=16))
+    assert tvm.astext() == ours.astext()
+    assert relay.quantize.current_qconfig() == relay.QConfig()  # the with block is over
 
 
 def test_global_scale_needs_no_data(model):
