@@ -4,11 +4,9 @@ An m/n scheme sums m-bit products in n bits. Calibration (calibrate.py) coarsens
 sums fit n bits *on the calibration data*; other data can still go further. Each product is
 therefore realized by the first of these that applies (its ``status``):
 
-- ``proven``: no input can overflow the n-bit accumulator. The bound is the op itself run (its
-  NumPy reference, in float64, exact below 2^53) on the largest magnitudes its operands can
-  take: ``|Wq|`` for a constant weight, the dtype's largest magnitude for an activation (an
-  int8 is at most 128 whatever the data). For dense that is ``128 · max_j |Wq[j]|_1``. The
-  product sums in n bits, as the scheme says.
+- ``proven``: no input can overflow the n-bit accumulator (``worst_case``: an int8 activation
+  is at most 128 whatever the data, so a dense's sums are at most ``128 · max_j |Wq[j]|_1``).
+  The product sums in n bits, as the scheme says.
 - ``checked`` (8/16, ``QConfig.overflow`` "warn" or "raise"): the product sums in int32, as
   VNNI hardware does, and the narrowing to int16 is checked: it saturates (clips to int16),
   and the program counts the elements that saturated. ``relay.quantize``'s callable warns (or
@@ -24,11 +22,9 @@ The realized function lists every product's accumulator in its attribute
 ``(result, (count, ...))``, one int32 count per checked layer, in that list's order.
 
 >>> import numpy as np
->>> from relaydsl.ir import Constant, TensorType, Var
->>> from relaydsl.op import ops
->>> w = Constant(np.array([[100, -100, 27], [1, 2, 3]], np.int8))
->>> x = Var("x", TensorType((4, 3), "int8"))
->>> worst_case(ops.dense(x, w), [TensorType((4, 3), "int8"), w])   # 128 * (100 + 100 + 27)
+>>> from relaydsl.ir import Constant, TensorType
+>>> w = Constant(np.array([[100, -100, 27], [1, 2, 3]], np.int8))   # dense's (units, k)
+>>> worst_case([TensorType((4, 3), "int8"), w], weight_axis=0)   # 128 * (100 + 100 + 27)
 29056.0
 """
 from __future__ import annotations
@@ -38,7 +34,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Call, Constant, Expr, Function
+from relaydsl.ir.expr import Constant, Expr, Function
 from relaydsl.ir.types import TensorType
 from relaydsl.op import ops
 
@@ -57,25 +53,34 @@ class Accumulator(NamedTuple):
     bound: float
 
 
-def worst_case(call: Call, operands: Sequence[TensorType | Constant]) -> float:
-    """The largest ``|sum|`` `call` (a product: bilinear, like dense, conv2d, matmul,
-    multiply) can give on integer operands: a constant's own magnitudes, a tensor type's
-    dtype's largest magnitude everywhere. ``inf`` where a shape is not known."""
-    arrays: list[np.ndarray] = []
-    for o in operands:
-        if isinstance(o, Constant):
-            arrays.append(np.abs(o.data.astype(np.float64)))
-        elif o.is_static:
-            info = np.iinfo(o.dtype)
-            largest = max(-int(info.min), int(info.max))
-            arrays.append(np.full(o.concrete_shape(), float(largest)))
-        else:
-            return float("inf")
-    attrs = dict(call.attrs)
-    if "out_dtype" in attrs:
-        attrs["out_dtype"] = "float64"
-    reference = call.op.definition.numpy_ref  # type: ignore[union-attr]
-    return float(np.max(np.abs(reference(*arrays, **attrs)), initial=0.0))
+def worst_case(operands: Sequence[TensorType | Constant], weight_axis: int | None) -> float:
+    """An upper bound of the ``|sum|`` a product (dense, conv2d, matmul, multiply) can give on
+    integer operands: a constant's own magnitudes, a tensor type's dtype's largest magnitude
+    everywhere.
+
+    It rests on the law realization already relies on for per-channel steps: each output
+    element sums products of distinct operand elements, the weight's (the last operand's) all
+    from one slice along `weight_axis` (its output channel). With a constant weight the bound is the activation's
+    largest magnitude times the largest L1 norm of a slice (exact for dense, and for conv2d's
+    interior positions); with two activations, the product of their largest magnitudes times
+    the smaller one's size (``inf`` where that is not known).
+    """
+    weights = [o for o in operands if isinstance(o, Constant)]
+    types = [o for o in operands if isinstance(o, TensorType)]
+    if not isinstance(operands[-1], Constant):  # weight_axis is the last operand's (a rule's
+        weight_axis = None                      # weight): a first one's norm is taken whole
+    largest = [float(max(-int(np.iinfo(t.dtype).min), int(np.iinfo(t.dtype).max)))
+               for t in types]
+    if len(weights) == 1 and len(types) == 1:
+        w = np.abs(weights[0].data.astype(np.float64))
+        if weight_axis is not None and w.ndim:
+            w = np.moveaxis(w, weight_axis % w.ndim, 0).reshape(w.shape[weight_axis], -1)
+            return largest[0] * float(w.sum(axis=1).max(initial=0.0))
+        return largest[0] * float(w.sum())
+    if len(types) == 2 and all(t.is_static for t in types):
+        terms = min(int(np.prod(t.concrete_shape())) for t in types)
+        return largest[0] * largest[1] * terms
+    return float("inf")
 
 
 def fits(bound: float, dtype: str) -> bool:

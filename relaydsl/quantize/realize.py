@@ -272,7 +272,7 @@ class _Realizer:
         exprs = [a.expr, b.expr]
         if a.dtype != b.dtype:  # uint8 activations with int8 weights: both as int16
             exprs = [ops.cast(e, dtype="int16") for e in exprs]
-        out = self.accumulator(call, exprs, [a, b])
+        out = self.accumulator(call, rule, exprs, [a, b])
         assert a.step is not None and b.step is not None
         step = (a.step * b.step).astype(np.float32)
         ndim = _rank(call)
@@ -282,14 +282,15 @@ class _Realizer:
         axis = rule.out_axis if step.ndim and rule.out_axis is not None else -1
         return _Value(out, step, axis, "int32", ndim)
 
-    def accumulator(self, call: Call, exprs: list[Expr], args: list[_Value]) -> Expr:
+    def accumulator(self, call: Call, rule: QuantizeRule, exprs: list[Expr], args: list[_Value]
+                    ) -> Expr:
         """`call` on the integers `exprs`, summed as accumulate.py says, as int32."""
         acc = self.config.accumulator_dtype
         # an activation at its dtype's largest magnitude (a cast to int16 changes no value)
         operands = [a.expr if isinstance(a.expr, Constant) else
                     TensorType(o.checked_type.shape, a.dtype)  # type: ignore[attr-defined]
                     for a, o in zip(args, call.args)]
-        bound = worst_case(call, operands)
+        bound = worst_case(operands, rule.weight_axis)
         if fits(bound, acc):
             status = "proven"
         elif acc == "int32":

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from relaydsl.ir import Constant, TensorType, Var
+from relaydsl.ir.types import Kind, TypeVar
 from relaydsl.op import ops
 from relaydsl.quantize import QConfig
 from relaydsl.quantize.accumulate import accumulators_of, fits, worst_case
@@ -17,27 +18,36 @@ from tests.relaydsl.quantize.helpers import data, module, runner
 CFG = QConfig(skip_conv_layers=(), skip_dense_layer=False, calibrate_mode="percentile",
               nbit_activation=16)
 TARGETS = ["interp", "llvm", "accel"]
+N = TypeVar("n", Kind.Shape)  # a symbolic batch
 
 
 def test_the_bound_of_dense_is_128_times_the_largest_row_l1_norm():
     w = helpers.rng.integers(-127, 128, (5, 40)).astype(np.int8)
-    bound = worst_case(ops.dense(Var("x", TensorType((3, 40), "int8")), Constant(w)),
-                       [TensorType((3, 40), "int8"), Constant(w)])
+    bound = worst_case([TensorType((3, 40), "int8"), Constant(w)], weight_axis=0)
     assert bound == 128 * np.abs(w.astype(np.int64)).sum(axis=1).max()
 
 
-def test_the_bound_of_conv2d_is_the_largest_filter_l1_norm_times_128():
-    """Padding only removes terms: an interior position sums every filter tap."""
+def test_the_bound_of_conv2d_is_reached_at_an_interior_position():
+    """128 times the largest filter's L1 norm, and an input of ±128 (the signs of that filter)
+    gives exactly that at a position whose window is inside the image."""
     w = helpers.rng.integers(-127, 128, (6, 3, 3, 3)).astype(np.int8)
-    x = TensorType((2, 3, 7, 7), "int8")
-    bound = worst_case(ops.conv2d(Var("x", x), Constant(w), padding=1), [x, Constant(w)])
-    assert bound == 128 * np.abs(w.astype(np.int64)).reshape(6, -1).sum(axis=1).max()
+    bound = worst_case([TensorType((N, 3, 7, 7), "int8"), Constant(w)], weight_axis=0)
+    l1 = np.abs(w.astype(np.int64)).reshape(6, -1).sum(axis=1)
+    assert bound == 128 * l1.max()
+    c = int(l1.argmax())
+    x = np.zeros((1, 3, 7, 7), np.int64)
+    x[0, :, 2:5, 2:5] = 128 * np.sign(w[c].astype(np.int64))
+    y = ops.conv2d.numpy_ref(x, w.astype(np.int64), **ops.conv2d(
+        Var("x", TensorType((1, 3, 7, 7), "int8")), Constant(w), padding=1).attrs)
+    assert np.abs(y).max() == bound
 
 
-def test_two_activations_bound_by_both_dtypes():
+def test_bounds_without_the_output_channel_law_are_whole_norms():
     a, b = TensorType((4, 8), "int8"), TensorType((8, 8), "int8")
-    call = ops.matmul(Var("a", a), Var("b", b))
-    assert worst_case(call, [a, b]) == 8 * 128 * 128
+    assert worst_case([a, b], weight_axis=-1) == 32 * 128 * 128  # the smaller one's size
+    assert worst_case([a, TensorType((N, 8), "int8")], weight_axis=-1) == float("inf")
+    w = Constant(np.array([[1, -2], [3, 4]], np.int8))
+    assert worst_case([w, a], weight_axis=-1) == 128 * 10  # a first operand: whole
     assert not fits(8 * 128 * 128, "int16") and fits(32767, "int16") and not fits(32768, "int16")
 
 
