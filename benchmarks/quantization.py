@@ -42,6 +42,8 @@ OUT = Path(__file__).resolve().parent / "QUANTIZATION.md"
 SCHEMES = ((8, 32), (8, 16), (16, 32))
 MODES = ("global_scale", "kl_divergence", "percentile", "mse")
 TRAIN_BATCH, EVAL_BATCH, CALIBRATION_BATCHES = 64, 100, 8
+ROWS_HEADER = ("| network | scheme | calibration | weight steps | accuracy % | vs fp32 | "
+               "coarsened | checked: saturated |")
 BAR = {"8/32": 0.5, "8/16": 1.0}  # the goal: at most this many points below fp32
 
 
@@ -218,7 +220,7 @@ issue's bar: at most 0.5 points below fp32 at 8/32, 1 point at 8/16.
 
 ## Every configuration
 
-| network | scheme | calibration | weight steps | accuracy % | vs fp32 | coarsened | checked: saturated |
+{ROWS_HEADER}
 |---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 

@@ -60,17 +60,16 @@ def worst_case(operands: Sequence[TensorType | Constant], weight_axis: int | Non
 
     It rests on the law realization already relies on for per-channel steps: each output
     element sums products of distinct operand elements, the weight's (the last operand's) all
-    from one slice along `weight_axis` (its output channel). With a constant weight the bound is the activation's
-    largest magnitude times the largest L1 norm of a slice (exact for dense, and for conv2d's
-    interior positions); with two activations, the product of their largest magnitudes times
-    the smaller one's size (``inf`` where that is not known).
+    from one slice along `weight_axis` (its output channel). With a constant weight the bound
+    is the activation's largest magnitude times the largest L1 norm of a slice (exact for
+    dense, and for conv2d's interior positions); with two activations, the product of their
+    largest magnitudes times the smaller one's size (``inf`` where that is not known).
     """
     weights = [o for o in operands if isinstance(o, Constant)]
     types = [o for o in operands if isinstance(o, TensorType)]
     if not isinstance(operands[-1], Constant):  # weight_axis is the last operand's (a rule's
         weight_axis = None                      # weight): a first one's norm is taken whole
-    largest = [float(max(-int(np.iinfo(t.dtype).min), int(np.iinfo(t.dtype).max)))
-               for t in types]
+    largest = [_largest(t.concrete_dtype()) for t in types]
     if len(weights) == 1 and len(types) == 1:
         w = np.abs(weights[0].data.astype(np.float64))
         if weight_axis is not None and w.ndim:
@@ -81,6 +80,12 @@ def worst_case(operands: Sequence[TensorType | Constant], weight_axis: int | Non
         terms = min(int(np.prod(t.concrete_shape())) for t in types)
         return largest[0] * largest[1] * terms
     return float("inf")
+
+
+def _largest(dtype: str) -> float:
+    """The largest magnitude of an integer `dtype` (128 for int8)."""
+    info = np.iinfo(dtype)
+    return float(max(-int(info.min), int(info.max)))
 
 
 def fits(bound: float, dtype: str) -> bool:

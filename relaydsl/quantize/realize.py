@@ -28,6 +28,7 @@ Before and after (8/32, steps 0.5 for %x and 0.25 for the weight)::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -282,8 +283,8 @@ class _Realizer:
         axis = rule.out_axis if step.ndim and rule.out_axis is not None else -1
         return _Value(out, step, axis, "int32", ndim)
 
-    def accumulator(self, call: Call, rule: QuantizeRule, exprs: list[Expr], args: list[_Value]
-                    ) -> Expr:
+    def accumulator(self, call: Call, rule: QuantizeRule, exprs: Sequence[Expr],
+                    args: list[_Value]) -> Expr:
         """`call` on the integers `exprs`, summed as accumulate.py says, as int32."""
         acc = self.config.accumulator_dtype
         # an activation at its dtype's largest magnitude (a cast to int16 changes no value)
@@ -314,7 +315,9 @@ class _Realizer:
         return ops.cast(out, dtype="int32") if narrow else out
 
     def _layer(self, call: Call) -> str:
-        name = call.op.definition.name  # type: ignore[union-attr]
+        op = call.op
+        assert isinstance(op, Op)
+        name = op.definition.name
         n = self.layers[name] = self.layers.get(name, 0) + 1
         return f"{name} #{n}" + (f" at {call.span}" if call.span is not None else "")
 

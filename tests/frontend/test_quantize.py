@@ -142,9 +142,8 @@ def test_what_cannot_be_quantized_is_named():
      "dtype_activation='int32' and nbit_activation=16 disagree"),
 ])
 def test_bad_settings_are_named(settings, error, message):
-    with pytest.raises(error, match=message):
-        with relay.qconfig(**settings):
-            pass
+    with pytest.raises(error, match=message), relay.qconfig(**settings):
+        pass
 
 
 def test_tvm_spellings(model):
