@@ -53,7 +53,8 @@ class Accumulator(NamedTuple):
     bound: float
 
 
-def worst_case(operands: Sequence[TensorType | Constant], weight_axis: int | None) -> float:
+def worst_case(operands: Sequence[TensorType | Constant], weight_axis: int | None,
+               elementwise: bool = False) -> float:
     """An upper bound of the ``|sum|`` a product (dense, conv2d, matmul, multiply) can give on
     integer operands: a constant's own magnitudes, a tensor type's dtype's largest magnitude
     everywhere.
@@ -63,13 +64,17 @@ def worst_case(operands: Sequence[TensorType | Constant], weight_axis: int | Non
     from one slice along `weight_axis` (its output channel). With a constant weight the bound
     is the activation's largest magnitude times the largest L1 norm of a slice (exact for
     dense, and for conv2d's interior positions); with two activations, the product of their
-    largest magnitudes times the smaller one's size (``inf`` where that is not known).
+    largest magnitudes times the smaller one's size (``inf`` where that is not known). An
+    `elementwise` product (multiply) sums nothing: one product per output element.
     """
     weights = [o for o in operands if isinstance(o, Constant)]
     types = [o for o in operands if isinstance(o, TensorType)]
     if not isinstance(operands[-1], Constant):  # weight_axis is the last operand's (a rule's
         weight_axis = None                      # weight): a first one's norm is taken whole
     largest = [_largest(t.concrete_dtype()) for t in types]
+    if elementwise:
+        return float(np.prod([*largest, *(np.abs(w.data.astype(np.float64)).max(initial=0.0)
+                                           for w in weights)]))
     if len(weights) == 1 and len(types) == 1:
         w = np.abs(weights[0].data.astype(np.float64))
         if weight_axis is not None and w.ndim:

@@ -8,8 +8,9 @@ Values then flow as integers with a known step through the ops whose rules say h
 (relaydsl/op/quantize_rule.py):
 
 - a product (conv2d, dense, matmul, multiply) of integers runs on them, summed in the
-  accumulator dtype (``out_dtype``; int16 sums widen to int32 after), its result's step the
-  product of its operands' (per channel where the weight's is);
+  accumulator dtype (``out_dtype``; int16 sums widen to int32 after) where no input can
+  overflow it, else as accumulate.py says (8/16: in int32, the narrowing to int16 checked),
+  its result's step the product of its operands' (per channel where the weight's is);
 - a sum (add, bias_add) adds integers of one step, a constant operand quantized at the other's
   step into int32; relu and reshapes keep the step (a reshape only a per-tensor one);
 - a simQ of an integer requantizes it: a right shift (rounding half up) when the steps differ by
@@ -42,6 +43,7 @@ from relaydsl.op import ops
 from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.quantize import NEAREST, ROUNDING_OPS, qrange, simulated_quantize
 from relaydsl.op.quantize_rule import QuantizeRule, Realization
+from relaydsl.op.registry import OpPattern
 from relaydsl.quantize.accumulate import (Accumulator, checked_narrowing, fits, with_accumulators,
                                           worst_case)
 from relaydsl.quantize.config import QConfig
@@ -291,7 +293,10 @@ class _Realizer:
         operands = [a.expr if isinstance(a.expr, Constant) else
                     TensorType(o.checked_type.shape, a.dtype)  # type: ignore[attr-defined]
                     for a, o in zip(args, call.args)]
-        bound = worst_case(operands, rule.weight_axis)
+        op = call.op
+        assert isinstance(op, Op)
+        bound = worst_case(operands, rule.weight_axis,
+                           op.definition.pattern <= OpPattern.BROADCAST)
         if fits(bound, acc):
             status = "proven"
         elif acc == "int32":

@@ -48,6 +48,8 @@ def test_bounds_without_the_output_channel_law_are_whole_norms():
     assert worst_case([a, TensorType((N, 8), "int8")], weight_axis=-1) == float("inf")
     w = Constant(np.array([[1, -2], [3, 4]], np.int8))
     assert worst_case([w, a], weight_axis=-1) == 128 * 10  # a first operand: whole
+    assert worst_case([a, TensorType((N, 8), "int8")], -1, elementwise=True) == 128 * 128
+    assert worst_case([a, w], None, elementwise=True) == 128 * 4
     assert not fits(8 * 128 * 128, "int16") and fits(32767, "int16") and not fits(32768, "int16")
 
 
