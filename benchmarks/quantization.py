@@ -23,6 +23,7 @@ import datetime
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +42,9 @@ OUT = Path(__file__).resolve().parent / "QUANTIZATION.md"
 SCHEMES = ((8, 32), (8, 16), (16, 32))
 MODES = ("global_scale", "kl_divergence", "percentile", "mse")
 TRAIN_BATCH, EVAL_BATCH, CALIBRATION_BATCHES = 64, 100, 8
+ROWS_HEADER = ("| network | scheme | calibration | weight steps | accuracy % | vs fp32 | "
+               "coarsened | checked: saturated |")
+BAR = {"8/32": 0.5, "8/16": 1.0}  # the issue's goal: at most this many points below fp32
 
 
 def lenet(x: Tensor[Float, ("n", 1, 28, 28)]) -> Tensor[Float, ("n", 10)]:  # noqa: F821
@@ -114,6 +118,13 @@ def accuracy(predict, images: np.ndarray, labels: np.ndarray) -> float:
     return 100.0 * right / len(images)
 
 
+def checked(qf) -> str:
+    """How many of `qf`'s accumulators are checked at run time, and how many of their
+    elements saturated over the test set ("-": none is checked)."""
+    n = sum(a.status == "checked" for a in qf.accumulators)
+    return f"{n}: {qf.overflow_count}" if n else "-"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short training, 500 test images")
@@ -131,10 +142,11 @@ def main(argv: list[str] | None = None) -> None:
         _, model = train(template, data, 0.1 if args.quick else epochs, args.retrain, tag)
         fp32 = accuracy(relay.build(model, target="llvm"), test_x, test_y)
         print(f"{name}: fp32 {fp32:.2f}%", flush=True)
-        rows.append(f"| {name} | fp32 | - | - | {fp32:.2f} | - | - |")
+        rows.append(f"| {name} | fp32 | - | - | {fp32:.2f} | - | - | - |")
         batches = [train_x[i * EVAL_BATCH:(i + 1) * EVAL_BATCH]
                    for i in range(CALIBRATION_BATCHES)]
         best: dict[str, float] = {}
+        within: dict[str, list[bool]] = {}
         for nbit, nacc in SCHEMES:
             for mode in MODES:
                 for per_channel in (False, True):
@@ -145,17 +157,21 @@ def main(argv: list[str] | None = None) -> None:
                                         skip_conv_layers=(), skip_dense_layer=False)
                     start = time.perf_counter()
                     qf = relay.quantize(model, dataset=batches, config=cfg)
-                    acc = accuracy(qf, test_x, test_y)
+                    with warnings.catch_warnings():  # counted in qf.overflow_count instead
+                        warnings.simplefilter("ignore", relay.QuantizationOverflowWarning)
+                        acc = accuracy(qf, test_x, test_y)
                     seconds = time.perf_counter() - start
                     scheme = f"{nbit}/{nacc}"
                     best[scheme] = max(best.get(scheme, 0.0), acc)
+                    within.setdefault(scheme, []).append(acc >= fp32 - BAR.get(scheme, 100.0))
                     rows.append(f"| {name} | {scheme} | {mode} | "
                                 f"{'channel' if per_channel else 'tensor'} | {acc:.2f} | "
-                                f"{acc - fp32:+.2f} | {qf.coarsened} |")
+                                f"{acc - fp32:+.2f} | {qf.coarsened} | {checked(qf)} |")
                     print(rows[-1], f"({seconds:.0f} s)", flush=True)
         summary.append(f"| {name} | {fp32:.2f} | " + " | ".join(
             f"{best[f'{b}/{a}']:.2f} ({best[f'{b}/{a}'] - fp32:+.2f})" for b, a in SCHEMES)
-            + " |")
+            + " | " + ", ".join(f"{scheme}: {sum(within[scheme])} of {len(within[scheme])}"
+                                for scheme in BAR) + " |")
     write(rows, summary, n_test, args.quick)
 
 
@@ -172,7 +188,13 @@ quantized by `relay.quantize` with every layer quantized (`skip_conv_layers=()`,
 {EVAL_BATCH}. `global_scale` uses power-of-two weight steps (`weight_scale="power2"`, so
 requantization is a shift), the other modes `"max"`. "coarsened" counts the products whose
 operand steps calibration raised so that their accumulator (int16 for 8/16; int32 for 16/32)
-cannot overflow on the calibration data. With {n_test} test images one image is
+cannot overflow on the calibration data. Other data can go further, so an 8/16 layer whose
+int16 sums some input could overflow (all of these: their batch size is symbolic, and where
+it is not, a dense of 500 inputs or a 3x3 conv2d of 16 channels can reach far past 32767) is
+summed in int32 and its narrowing to int16 saturated and counted
+(relaydsl/quantize/accumulate.py): "checked: saturated" gives the number of such layers and
+how many of their elements saturated over the whole test set; each call where one did warns
+(`relay.QuantizationOverflowWarning`, silenced here). With {n_test} test images one image is
 {100 / n_test:g} point: differences under about a point (quantized above fp32 included) are
 noise.
 
@@ -189,18 +211,21 @@ MobileNetV2 (70.9% -> 66.9% at 8/32 and 8/16) and InceptionV3 (76.6% -> 76.6% at
 
 ## Best calibration per scheme (accuracy %, drop from fp32 in points)
 
-| network | fp32 | 8/32 | 8/16 | 16/32 |
-|---|---|---|---|---|
+The last column counts the configurations (calibration mode x weight steps) that meet the
+issue's bar: at most 0.5 points below fp32 at 8/32, 1 point at 8/16.
+
+| network | fp32 | 8/32 | 8/16 | 16/32 | configurations within the bar |
+|---|---|---|---|---|---|
 {chr(10).join(summary)}
 
 ## Every configuration
 
-| network | scheme | calibration | weight steps | accuracy % | vs fp32 | coarsened |
-|---|---|---|---|---|---|---|
+{ROWS_HEADER}
+|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Speed (int8 against fp32) is left to the integer-kernel work (issue 24 item 2): these
-programs run on the llvm target's integer compute rules, which that work speeds up.
+Speed (int8 against fp32, the kernels alone) is measured by benchmarks/quantized_kernels.py;
+this note is about accuracy.
 """
     OUT.write_text(text)
     print(f"wrote {OUT}")

@@ -27,7 +27,8 @@ import numpy as np
 
 from relaydsl import errors
 from relaydsl.backend.accel.config import AcceleratorConfig
-from relaydsl.errors import DSLSyntaxError, IRError, ModelFileError, RelayTypeError, SettingError
+from relaydsl.errors import (DSLSyntaxError, IRError, ModelFileError, QuantizationOverflowWarning,
+                             RelayTypeError, SettingError)
 from relaydsl.frontend import annotations, references
 from relaydsl.frontend.adt import ConstructorRef
 from relaydsl import datasets
@@ -213,6 +214,7 @@ def _api() -> dict[str, AnyValue]:
             "PassTimingInstrument": PassTimingInstrument, "PrintIR": PrintIR, "DumpIR": DumpIR,
             "visualize": visualize, "to_python": to_python,
             "quantize": quantize, "QConfig": QConfig, "qconfig": qconfig,
+            "QuantizationOverflowWarning": QuantizationOverflowWarning,
             "function_from_source": function_from_source,
             "ref": references.ref, "ref_read": references.ref_read,
             "ref_write": references.ref_write}

@@ -47,3 +47,8 @@ class ModelFileError(RelayError, ValueError):
 class SettingError(RelayError, ValueError):
     """An environment setting (``RELAYDSL_*``) holds a value relaydsl does not accept; the
     message names the variable, its value and what is accepted."""
+
+
+class QuantizationOverflowWarning(RuntimeWarning):
+    """A quantized program's narrow (int16) accumulator saturated on this call: the values of
+    the layer it names were clipped (``relay.quantize``; QConfig ``overflow``)."""

@@ -74,8 +74,12 @@ class _Annotate(ExprMutator):
         if len(kinds) != len(call.args):
             raise ValueError(f"the quantization rule of {opdef.name} gave {len(kinds)} kinds "
                              f"for {len(call.args)} operands")
-        args = tuple(a if k is None else self._quantize(a, k, rule.weight_axis)
-                     for a, k in zip(new.args, kinds))
+        # weight_axis is the output channels of a rule's weight, its last operand: a constant
+        # first operand (matmul(W, x)) has its output channels elsewhere, so one step
+        last = len(new.args) - 1
+        args = tuple(a if k is None else
+                     self._quantize(a, k, rule.weight_axis if i == last else None)
+                     for i, (a, k) in enumerate(zip(new.args, kinds)))
         return Call(new.op, args, new.attrs, new.type_args, span=new.span)
 
     def _quantize(self, arg: Expr, kind: QKind, weight_axis: int | None) -> Expr:

@@ -11,6 +11,10 @@ default skips the first), ``skip_dense_layer`` leaves every dense in float (TVM'
 ``rounding`` is how values become integers: "round" (to nearest, ties to even), "floor",
 "ceil", or "stochastic" (weights rounded up with probability equal to their fraction, seeded
 by ``seed``; activations, which have no training noise to average out, round to nearest).
+``overflow`` is what an 8/16 layer does whose int16 accumulator some input could overflow
+(accumulate.py): "warn" (sum in int32, saturate into int16, warn naming the layer when that
+clipped anything), "raise" (the same, an OverflowError instead), or "widen" (sum that layer
+in int32).
 
 >>> cfg = QConfig(nbit_input=8, nbit_weight=8, nbit_activation=16)
 >>> cfg.scheme, cfg.accumulator_dtype, cfg.input_dtype
@@ -26,6 +30,7 @@ ValueError: QConfig rounding must be one of round, floor, ceil, stochastic, got 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass, fields, replace
@@ -37,6 +42,7 @@ CALIBRATE_MODES = ("global_scale", "kl_divergence", "percentile", "mse")
 WEIGHT_SCALES = ("max", "power2")
 ROUNDINGS = ("round", "floor", "ceil", "stochastic")
 SCHEMES = ("8/32", "8/16", "16/32")
+OVERFLOWS = ("warn", "raise", "widen")
 
 
 def _one_of(name: str, value: AnyValue, choices: tuple[str, ...]) -> None:
@@ -63,11 +69,13 @@ class QConfig:
     skip_dense_layer: bool = True
     calibrate_samples: int = 2 ** 20
     seed: int = 0
+    overflow: str = "warn"
 
     def __post_init__(self) -> None:
         _one_of("calibrate_mode", self.calibrate_mode, CALIBRATE_MODES)
         _one_of("weight_scale", self.weight_scale, WEIGHT_SCALES)
         _one_of("rounding", self.rounding, ROUNDINGS)
+        _one_of("overflow", self.overflow, OVERFLOWS)
         if self.nbit_weight != self.nbit_input:
             raise ValueError(f"QConfig nbit_weight must equal nbit_input (the m of an m/n "
                              f"scheme), got {self.nbit_weight} and {self.nbit_input}")
@@ -101,13 +109,57 @@ class QConfig:
         """The dtype products are summed in."""
         return f"int{self.nbit_activation}"
 
+    @property
+    def dtype_input(self) -> str:
+        """TVM's name of ``input_dtype``."""
+        return self.input_dtype
+
+    @property
+    def dtype_weight(self) -> str:
+        """The integer dtype quantized weights take (always signed)."""
+        return f"int{self.nbit_weight}"
+
+    @property
+    def dtype_activation(self) -> str:
+        """TVM's name of ``accumulator_dtype``."""
+        return self.accumulator_dtype
+
     def replace(self, **changes: AnyValue) -> "QConfig":
-        """This config with `changes` (checked as a new one)."""
-        known = {f.name for f in fields(self)}
-        for name in changes:
-            if name not in known:
-                raise TypeError(f"QConfig has no setting {name!r}; known: {', '.join(known)}")
+        """This config with `changes` (checked as a new one). TVM's ``dtype_input``,
+        ``dtype_weight`` and ``dtype_activation`` set the bits (and an unsigned input the
+        signedness) their dtypes say.
+
+        >>> QConfig().replace(dtype_activation="int16").scheme
+        '8/16'
+        """
+        known = [f.name for f in fields(self)]
+        for name in list(changes):
+            if name in _TVM_DTYPES:
+                _dtype_setting(name, changes.pop(name), changes)
+            elif name not in known:
+                close = difflib.get_close_matches(name, known + list(_TVM_DTYPES), n=3)
+                hint = (f"did you mean {' or '.join(close)}?" if close else
+                        f"known: {', '.join(known + list(_TVM_DTYPES))}")
+                raise TypeError(f"QConfig has no setting {name!r}; {hint}")
         return replace(self, **changes)
+
+
+_TVM_DTYPES = {"dtype_input": "nbit_input", "dtype_weight": "nbit_weight",
+               "dtype_activation": "nbit_activation"}
+
+
+def _dtype_setting(name: str, dtype: AnyValue, changes: dict[str, AnyValue]) -> None:
+    """Add to `changes` what TVM's setting `name` (``dtype_input="int8"``...) means."""
+    bits = {"int8": 8, "int16": 16, "int32": 32, "uint8": 8}.get(str(dtype))
+    if bits is None or (dtype == "uint8" and name != "dtype_input"):
+        raise ValueError(f"QConfig {name} must be int8, int16 or int32"
+                         f"{' (or uint8)' if name == 'dtype_input' else ''}, got {dtype!r}")
+    nbit = _TVM_DTYPES[name]
+    if changes.get(nbit, bits) != bits:
+        raise ValueError(f"QConfig {name}={dtype!r} and {nbit}={changes[nbit]!r} disagree")
+    changes[nbit] = bits
+    if name == "dtype_input":
+        changes["signed"] = dtype != "uint8"
 
 
 _LOCAL = threading.local()

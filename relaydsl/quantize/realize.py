@@ -8,8 +8,9 @@ Values then flow as integers with a known step through the ops whose rules say h
 (relaydsl/op/quantize_rule.py):
 
 - a product (conv2d, dense, matmul, multiply) of integers runs on them, summed in the
-  accumulator dtype (``out_dtype``; int16 sums widen to int32 after), its result's step the
-  product of its operands' (per channel where the weight's is);
+  accumulator dtype (``out_dtype``; int16 sums widen to int32 after) where no input can
+  overflow it, else as accumulate.py says (8/16: in int32, the narrowing to int16 checked),
+  its result's step the product of its operands' (per channel where the weight's is);
 - a sum (add, bias_add) adds integers of one step, a constant operand quantized at the other's
   step into int32; relu and reshapes keep the step (a reshape only a per-tensor one);
 - a simQ of an integer requantizes it: a right shift (rounding half up) when the steps differ by
@@ -28,6 +29,7 @@ Before and after (8/32, steps 0.5 for %x and 0.25 for the weight)::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,11 +37,15 @@ import numpy as np
 from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem
 from relaydsl.ir.module import IRModule
+from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import deep_recursion
 from relaydsl.op import ops
 from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.quantize import NEAREST, ROUNDING_OPS, qrange, simulated_quantize
 from relaydsl.op.quantize_rule import QuantizeRule, Realization
+from relaydsl.op.registry import OpPattern
+from relaydsl.quantize.accumulate import (Accumulator, checked_narrowing, fits, with_accumulators,
+                                          worst_case)
 from relaydsl.quantize.config import QConfig
 from relaydsl.quantize.rules import rule_of
 from relaydsl.transform._util import rewrite_functions
@@ -113,11 +119,16 @@ class _Realizer:
         self.config = config
         self.memo: dict[Expr, _Value] = {}  # nodes hash by identity
         self.rng = np.random.default_rng(config.seed)
+        self.accumulators: list[Accumulator] = []
+        self.counts: list[Expr] = []  # per checked accumulator: how many saturated
+        self.layers: dict[str, int] = {}  # products realized so far, per op
 
     def function(self, fn: Function) -> Function:
         with deep_recursion():  # one Python frame per node of a deep network
             body = self.float(self.visit(fn.body))
-        return Function(fn.params, body, None, fn.type_params, fn.attrs, span=fn.span)
+        if self.counts:
+            body = Tuple((body, Tuple(tuple(self.counts))))
+        return with_accumulators(fn, body, self.accumulators)
 
     # ---- the walk --------------------------------------------------------------------------
 
@@ -260,19 +271,11 @@ class _Realizer:
         return _Value(out, np.asarray(step), -1, dtype, _rank(call))
 
     def product(self, call: Call, rule: QuantizeRule, args: list[_Value]) -> _Value:
-        acc = self.config.accumulator_dtype
         a, b = args
         exprs = [a.expr, b.expr]
         if a.dtype != b.dtype:  # uint8 activations with int8 weights: both as int16
             exprs = [ops.cast(e, dtype="int16") for e in exprs]
-        if "out_dtype" in call.attrs:
-            out: Expr = Call(call.op, tuple(exprs), Attrs({**call.attrs, "out_dtype": acc}),
-                             span=call.span)
-        else:
-            out = Call(call.op, tuple(ops.cast(e, dtype=acc) for e in exprs), call.attrs,
-                       span=call.span)
-        if acc != "int32":  # the epilogue (bias, requantization) in int32
-            out = ops.cast(out, dtype="int32")
+        out = self.accumulator(call, rule, exprs, [a, b])
         assert a.step is not None and b.step is not None
         step = (a.step * b.step).astype(np.float32)
         ndim = _rank(call)
@@ -282,6 +285,47 @@ class _Realizer:
         axis = rule.out_axis if step.ndim and rule.out_axis is not None else -1
         return _Value(out, step, axis, "int32", ndim)
 
+    def accumulator(self, call: Call, rule: QuantizeRule, exprs: Sequence[Expr],
+                    args: list[_Value]) -> Expr:
+        """`call` on the integers `exprs`, summed as accumulate.py says, as int32."""
+        acc = self.config.accumulator_dtype
+        # an activation at its dtype's largest magnitude (a cast to int16 changes no value)
+        operands = [a.expr if isinstance(a.expr, Constant) else
+                    TensorType(o.checked_type.shape, a.dtype)  # type: ignore[attr-defined]
+                    for a, o in zip(args, call.args)]
+        op = call.op
+        assert isinstance(op, Op)
+        bound = worst_case(operands, rule.weight_axis,
+                           op.definition.pattern <= OpPattern.BROADCAST)
+        if fits(bound, acc):
+            status = "proven"
+        elif acc == "int32":
+            status = "unchecked"
+        else:
+            status = "widened" if self.config.overflow == "widen" else "checked"
+        sums = acc if status in ("proven", "unchecked") else "int32"
+        if "out_dtype" in call.attrs:
+            out: Expr = Call(call.op, tuple(exprs), Attrs({**call.attrs, "out_dtype": sums}),
+                             span=call.span)
+        else:
+            out = Call(call.op, tuple(ops.cast(e, dtype=sums) for e in exprs), call.attrs,
+                       span=call.span)
+        if status == "checked":
+            out, count = checked_narrowing(out, acc)
+            self.counts.append(count)
+        self.accumulators.append(Accumulator(self._layer(call), sums if status == "widened"
+                                             else acc, status, bound))
+        narrow = status == "checked" or sums != "int32"
+        # the epilogue (bias, requantization) in int32
+        return ops.cast(out, dtype="int32") if narrow else out
+
+    def _layer(self, call: Call) -> str:
+        op = call.op
+        assert isinstance(op, Op)
+        name = op.definition.name
+        n = self.layers[name] = self.layers.get(name, 0) + 1
+        return f"{name} #{n}" + (f" at {call.span}" if call.span is not None else "")
+
     def sum(self, call: Call, args: list[_Value]) -> _Value | None:
         a, b = args
         if a.is_int and b.is_int:
@@ -289,7 +333,11 @@ class _Realizer:
                 np.array_equal(a.step, b.step)  # type: ignore[arg-type]
             if not same:
                 return None
-            return _Value(ops.add(a.expr, b.expr), a.step, a.axis, a.dtype, _rank(call))
+            # two int8s of one step may sum past int8 (a user's rule quantizing both
+            # operands of an add): the sum is int32, so it cannot wrap
+            x, y = ((a.expr, b.expr) if a.dtype == "int32" else
+                    (ops.cast(a.expr, dtype="int32"), ops.cast(b.expr, dtype="int32")))
+            return _Value(ops.add(x, y), a.step, a.axis, "int32", _rank(call))
         q, c = (a, b) if a.is_int else (b, a)
         if not isinstance(c.expr, Constant) or q.dtype != "int32":
             return None

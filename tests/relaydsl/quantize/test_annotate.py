@@ -1,14 +1,17 @@
 """Annotate: simQ where the op rules ask; skipped layers; per-channel steps; a user's rule."""
+import numpy as np
 import pytest
+
+from relaydsl.backend.interpreter import evaluate
 
 from relaydsl.ir import Call, Constant
 from relaydsl.ir.visitor import post_order
 from relaydsl.op import ops
 from relaydsl.op.quantize_rule import QKind
 from relaydsl.quantize import QConfig, register_rule, reset_rule
-from relaydsl.quantize.calibrate import is_simq
-from relaydsl.quantize.flow import annotate_module
-from tests.relaydsl.quantize.helpers import convnet, mlp, module, weights
+from relaydsl.quantize.calibrate import calibrate, is_simq, simqs
+from relaydsl.quantize.flow import annotate_module, realize_module
+from tests.relaydsl.quantize.helpers import convnet, data, mlp, module, runner, weights
 
 ALL = QConfig(skip_conv_layers=(), skip_dense_layer=False)
 
@@ -128,3 +131,20 @@ def test_a_residual_join_quantizes_its_skip_path_with_the_next_layer_s_simq():
     assert not any(is_simq(a) for a in both_products.args)
     bias_add = [a for a in calls(mod, "add") if isinstance(a.args[1], Constant)]
     assert bias_add and not is_simq(bias_add[0].args[1])
+
+
+def test_a_constant_first_operand_is_quantized_per_tensor():
+    """matmul(W, x): the rule's weight_axis is its last operand's output channels; W's are
+    its rows, so per_channel gives W one step (it used to take one per column, the summed
+    axis, and calibration failed), and the result is the float one up to quantization."""
+    w = weights(3, 8)
+    mod = module(lambda x: ops.matmul(w, x), (8, 5))
+    cfg = QConfig(skip_dense_layer=False, calibrate_mode="percentile", per_channel=True)
+    batches = data(8, 5)
+    calibrated = calibrate(annotate_module(mod, cfg), "main", batches, cfg, runner())
+    sw = [q.args[1].data for q in simqs(calibrated.mod["main"].body) if q.attrs.kind == "weight"]
+    assert [s.shape for s in sw] == [()]
+    out = realize_module(calibrated.mod, cfg)
+    (x,) = batches[0]
+    expected = w.data @ x
+    np.testing.assert_allclose(evaluate(out, x), expected, atol=0.02 * np.abs(expected).max())
