@@ -33,7 +33,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -276,9 +276,15 @@ def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
 def _obtain(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str],
             build_ir: Callable[[], str], options: tuple[int, bool, bool], use_disk_cache: bool
             ) -> tuple[dict[str, int], bool]:
-    """Loads the entry at `path`, else compiles ``build_ir()`` with `options` (speed level,
-    vectorize, unroll), loads it and caches it: the addresses of `names`, and whether it was
-    compiled (here or ahead, by a child). Under ``_LOCK``."""
+    """Loads the object ``compile_parallel`` compiled for `path`, else the entry at `path`,
+    else compiles ``build_ir()`` with `options` (speed level, vectorize, unroll), loads it
+    and caches it: the addresses of `names`, and whether it was compiled (here, now or by
+    ``compile_parallel``, or by its child). Under ``_LOCK``."""
+    obj = _READY.pop(path, None)
+    if obj is not None:
+        symbols = _load_object(engine, obj, names)
+        if symbols is not None:
+            return symbols, True
     if use_disk_cache:
         ahead = _wait_ahead(path)
         symbols = _load_cached(engine, path, names)
@@ -293,48 +299,97 @@ def _obtain(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str],
     return symbols, True
 
 
-# ---- compiling ahead, in a child process -------------------------------------------------------
+# ---- compiling on two cores: this process and a forked child -----------------------------------
 
 _AHEAD: dict[pathlib.Path, int] = {}  # cache entries a forked child is compiling: its pid
+_READY: dict[pathlib.Path, bytes] = {}  # objects compile_parallel compiled here, to be loaded
 AHEAD_TIMEOUT = 60.0  # seconds a load waits for such a child before compiling itself
 
 
-def compile_ahead(modules: list[tuple[str, Callable[[], str]]], *, speed_level: int = 3,
-                  vectorize: bool = True, unroll: bool = False) -> bool:
-    """Starts compiling `modules`, (key, build_ir) pairs, one after the other (as
-    ``load_or_compile(key, names, build_ir, ...)`` would) into their disk cache entries in a
-    forked child process, so that this one can meanwhile compile something else on another
-    core; ``load_or_compile`` (or ``compile_ir``) of the same key then waits for the child
-    and loads what it wrote (or compiles itself if the child failed or took over
-    ``AHEAD_TIMEOUT``). The child builds the IR too. Whether a child was started: not where
-    every entry exists, there is no second core or no ``os.fork``, or the fork fails.
+@dataclass(frozen=True)
+class Job:
+    """A module to compile as ``load_or_compile(key, names, build_ir, ...)`` would."""
+
+    key: str
+    build_ir: Callable[[], str]
+    speed_level: int = 3
+    vectorize: bool = True
+    unroll: bool = False
+
+
+def compile_parallel(jobs: list[Job]) -> bool:
+    """Compiles `jobs` on two cores before they are loaded: a forked child process and this
+    one take them one at a time, in order, from one queue (a pipe), until none is left. The
+    child writes what it compiles to the disk cache; this process keeps what it compiled in
+    memory (and writes it to the disk cache too). ``load_or_compile`` of a job's key then
+    loads this process's object, or waits for the child and loads what it wrote (or
+    compiles itself if the child failed or took over ``AHEAD_TIMEOUT``). Whoever takes a
+    job builds its IR too. A job that fails here is compiled again, and raises, where it is
+    loaded.
+
+    Whether a child was started: not for fewer than two jobs to compile (entries neither on
+    disk nor being compiled), nor where there is no second core or no ``os.fork``, or the
+    fork fails; then nothing was compiled. Sharing one queue balances the two processes
+    without estimating what each module costs: they finish at most one job apart.
 
     The child only compiles and writes files, then leaves with ``os._exit`` (no exit
     handlers, no flushing of the parent's buffers); the at-fork handlers above make sure no
     thread is inside LLVM when it is forked.
     """
-    todo = [(object_path(key), build_ir) for key, build_ir in modules]
-    todo = [(path, build) for path, build in todo if path not in _AHEAD and not path.exists()]
-    if not todo or not hasattr(os, "fork") or settings.usable_cores() < 2:
+    todo = [(object_path(job.key), job) for job in jobs]
+    todo = [(path, job) for path, job in todo
+            if path not in _AHEAD and path not in _READY and not path.exists()]
+    if len(todo) < 2 or not hasattr(os, "fork") or settings.usable_cores() < 2:
         return False
     try:
         todo[0][0].parent.mkdir(parents=True, exist_ok=True)
+        read, write = os.pipe()
+    except OSError:
+        return False
+    # the queue: job numbers of 4 bytes (a read of at most PIPE_BUF bytes is atomic), then
+    # the end of the file once both processes have taken every job
+    os.write(write, b"".join(i.to_bytes(4, "little") for i in range(len(todo))))
+    os.close(write)
+    try:
         with warnings.catch_warnings():  # of forking a threaded process (Python 3.12+,
             warnings.filterwarnings("ignore", ".*fork")  # JAX): the child only compiles
             pid = os.fork()
     except OSError:
+        os.close(read)
         return False
     if pid == 0:
-        code = 1
+        code = 0
         try:
-            for path, build_ir in todo:
-                _write_cached(path, _compile_object(build_ir(), speed_level, vectorize, unroll))
-            code = 0
+            for path, job in _taken(read, todo):
+                try:
+                    _write_cached(path, _compile_job(job))
+                except Exception:  # the parent compiles it again where it loads it
+                    code = 1
         finally:
             os._exit(code)
     for path, _ in todo:
         _AHEAD[path] = pid
+    try:
+        for path, job in _taken(read, todo):
+            del _AHEAD[path]
+            with _LOCK, contextlib.suppress(Exception):  # compiled again, and raises, at
+                obj = _compile_job(job)  # the load
+                _READY[path] = obj
+                _write_cached(path, obj)
+    finally:
+        os.close(read)
     return True
+
+
+def _taken(queue: int, todo: list[tuple[pathlib.Path, Job]]
+           ) -> Iterator[tuple[pathlib.Path, Job]]:
+    """The jobs of `todo` this process takes from `queue`, one at a time."""
+    while len(number := os.read(queue, 4)) == 4:
+        yield todo[int.from_bytes(number, "little")]
+
+
+def _compile_job(job: Job) -> bytes:
+    return _compile_object(job.build_ir(), job.speed_level, job.vectorize, job.unroll)
 
 
 def _wait_ahead(path: pathlib.Path) -> bool:

@@ -182,6 +182,13 @@ def ukernel_part(tile: MicroTile, direct: bool = False) -> Part:
     return Part(tile.symbol(kind), kind, tile.vl, tile)
 
 
+def jobs(parts: list[Part]) -> list[jit.Job]:
+    """The compile jobs (``jit.compile_parallel``) of the `parts` not loaded yet; their IR is
+    built by whoever compiles them."""
+    return [jit.Job(_key(part), functools.partial(library_ir, part), speed_level=_SPEED,
+                    vectorize=False) for part in parts if part.name not in _LOADED]
+
+
 def load(parts: list[Part]) -> None:
     """Makes sure the modules of `parts` are loaded (from the disk cache without building
     their IR, else compiled)."""
