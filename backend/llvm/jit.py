@@ -130,18 +130,20 @@ def host_target() -> HostTarget:
                          llvm.get_host_cpu_features().flatten(), settings.vector_width())
 
 
-def target_machine(target: HostTarget) -> llvm.TargetMachine:
+def target_machine(target: HostTarget, codegen_level: int = 3) -> llvm.TargetMachine:
     """An LLVM target machine generating code for `target` (any x86 CPU, not only this one:
-    tests check the code made for the other vendor's CPUs)."""
+    tests check the code made for the other vendor's CPUs) with LLVM's code generator at
+    `codegen_level` (0: -O0's fast instruction selection and register allocation)."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     return llvm.Target.from_triple(target.triple).create_target_machine(
-        cpu=target.cpu, features=target.tuned_features, opt=3, codemodel="jitdefault")
+        cpu=target.cpu, features=target.tuned_features, opt=codegen_level,
+        codemodel="jitdefault")
 
 
 @functools.cache
-def _machine() -> llvm.TargetMachine:
-    return target_machine(host_target())
+def _machine(fast_codegen: bool = False) -> llvm.TargetMachine:
+    return target_machine(host_target(), 0 if fast_codegen else 3)
 
 
 @functools.cache
@@ -162,7 +164,7 @@ def _load_runtime(engine: llvm.ExecutionEngine) -> None:
 
     text = runtime.runtime_ir()
     path = object_path("runtime|" + hashlib.sha256(text.encode()).hexdigest())
-    symbols, _ = _obtain(engine, path, list(runtime.EXPORTS), lambda: text, (3, True, False),
+    symbols, _ = _obtain(engine, path, list(runtime.EXPORTS), lambda: text, (3, True, False, False),
                          use_disk_cache=True)
     for name, address in symbols.items():
         llvm.add_symbol(name, address)
@@ -236,7 +238,8 @@ def object_path(key: str) -> pathlib.Path:
 
 
 def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool = True,
-               unroll: bool = False, use_disk_cache: bool = True) -> Library:
+               unroll: bool = False, fast_codegen: bool = False, use_disk_cache: bool = True
+               ) -> Library:
     """Optimises, compiles and loads `ir_text`; its defined functions are looked up by name.
 
     `key` must identify what `ir_text` computes (its symbols are unique per key) and how
@@ -245,15 +248,17 @@ def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool 
     unroller is off unless `unroll`: on the generated kernels (already vectorised and
     interleaved by the loop vectoriser) it doubled the compile time of a module and
     quadrupled its code without making the MLP or the elementwise benchmark faster.
+    `fast_codegen` generates the code with LLVM's -O0 code generator (a third of the time,
+    for code whose speed does not matter: it runs once a call).
     """
     return load_or_compile(key, _defined_functions(ir_text), lambda: ir_text,
                            speed_level=speed_level, vectorize=vectorize, unroll=unroll,
-                           use_disk_cache=use_disk_cache)
+                           fast_codegen=fast_codegen, use_disk_cache=use_disk_cache)
 
 
 def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
                     speed_level: int = 3, vectorize: bool = True, unroll: bool = False,
-                    use_disk_cache: bool = True) -> Library:
+                    fast_codegen: bool = False, use_disk_cache: bool = True) -> Library:
     """The object cached on disk under `key`, loaded; else ``build_ir()`` compiled (as by
     ``compile_ir``), cached and loaded. `names` are the functions the caller looks up.
 
@@ -263,7 +268,8 @@ def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
     start = time.perf_counter()
     with _LOCK:
         symbols, compiled = _obtain(_engine(), path, names, build_ir,
-                                    (speed_level, vectorize, unroll), use_disk_cache)
+                                    (speed_level, vectorize, unroll, fast_codegen),
+                                    use_disk_cache)
     stats["compiled" if compiled else "disk_hits"] += 1
     if _log.isEnabledFor(logging.INFO):
         _log.info("LLVM module of %d function(s) %s in %.1f ms (%s)", len(names),
@@ -274,10 +280,12 @@ def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
 
 
 def _obtain(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str],
-            build_ir: Callable[[], str], options: tuple[int, bool, bool], use_disk_cache: bool
+            build_ir: Callable[[], str], options: tuple[int, bool, bool, bool],
+            use_disk_cache: bool
             ) -> tuple[dict[str, int], bool]:
     """Loads the object ``compile_parallel`` compiled for `path`, else the entry at `path`,
-    else compiles ``build_ir()`` with `options` (speed level, vectorize, unroll), loads it
+    else compiles ``build_ir()`` with `options` (speed level, vectorize, unroll, fast
+    codegen), loads it
     and caches it: the addresses of `names`, and whether it was compiled (here, now or by
     ``compile_parallel``, or by its child). Under ``_LOCK``."""
     obj = _READY.pop(path, None)
@@ -315,6 +323,7 @@ class Job:
     speed_level: int = 3
     vectorize: bool = True
     unroll: bool = False
+    fast_codegen: bool = False
 
 
 def compile_parallel(jobs: list[Job]) -> bool:
@@ -389,7 +398,8 @@ def _taken(queue: int, todo: list[tuple[pathlib.Path, Job]]
 
 
 def _compile_job(job: Job) -> bytes:
-    return _compile_object(job.build_ir(), job.speed_level, job.vectorize, job.unroll)
+    return _compile_object(job.build_ir(), job.speed_level, job.vectorize, job.unroll,
+                           job.fast_codegen)
 
 
 def _wait_ahead(path: pathlib.Path) -> bool:
@@ -450,12 +460,13 @@ def _load_object(engine: llvm.ExecutionEngine, obj: bytes, names: list[str]
     return symbols if all(symbols.values()) else None
 
 
-def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = False
-                    ) -> bytes:
+def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = False,
+                    fast_codegen: bool = False) -> bytes:
     module = _optimised(ir_text, _machine(), speed_level, vectorize, unroll)
+    machine = _machine(fast_codegen)
     if inspect_hook is not None:
-        inspect_hook(str(module), _machine().emit_assembly(module))
-    return _machine().emit_object(module)
+        inspect_hook(str(module), machine.emit_assembly(module))
+    return machine.emit_object(module)
 
 
 def assembly(ir_text: str, target: HostTarget) -> str:
