@@ -127,12 +127,6 @@ def declared_parts(module: ir.Module) -> list[Part]:
     return list(dict.fromkeys(parts))
 
 
-def missing(parts: list[Part]) -> bool:
-    """Whether ``load(parts)`` has something to compile (neither loaded nor on disk)."""
-    return any(part.name not in _LOADED and not jit.object_path(_key(part)).exists()
-               for part in parts)
-
-
 # ---- loading ----------------------------------------------------------------------------------
 
 _LOCK = threading.Lock()
