@@ -33,7 +33,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -130,18 +130,20 @@ def host_target() -> HostTarget:
                          llvm.get_host_cpu_features().flatten(), settings.vector_width())
 
 
-def target_machine(target: HostTarget) -> llvm.TargetMachine:
+def target_machine(target: HostTarget, codegen_level: int = 3) -> llvm.TargetMachine:
     """An LLVM target machine generating code for `target` (any x86 CPU, not only this one:
-    tests check the code made for the other vendor's CPUs)."""
+    tests check the code made for the other vendor's CPUs) with LLVM's code generator at
+    `codegen_level` (0: -O0's fast instruction selection and register allocation)."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     return llvm.Target.from_triple(target.triple).create_target_machine(
-        cpu=target.cpu, features=target.tuned_features, opt=3, codemodel="jitdefault")
+        cpu=target.cpu, features=target.tuned_features, opt=codegen_level,
+        codemodel="jitdefault")
 
 
 @functools.cache
-def _machine() -> llvm.TargetMachine:
-    return target_machine(host_target())
+def _machine(fast_codegen: bool = False) -> llvm.TargetMachine:
+    return target_machine(host_target(), 0 if fast_codegen else 3)
 
 
 @functools.cache
@@ -162,7 +164,7 @@ def _load_runtime(engine: llvm.ExecutionEngine) -> None:
 
     text = runtime.runtime_ir()
     path = object_path("runtime|" + hashlib.sha256(text.encode()).hexdigest())
-    symbols, _ = _obtain(engine, path, list(runtime.EXPORTS), lambda: text, (3, True, False),
+    symbols, _ = _obtain(engine, path, list(runtime.EXPORTS), lambda: text, (3, True, False, False),
                          use_disk_cache=True)
     for name, address in symbols.items():
         llvm.add_symbol(name, address)
@@ -236,7 +238,8 @@ def object_path(key: str) -> pathlib.Path:
 
 
 def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool = True,
-               unroll: bool = False, use_disk_cache: bool = True) -> Library:
+               unroll: bool = False, fast_codegen: bool = False, use_disk_cache: bool = True
+               ) -> Library:
     """Optimises, compiles and loads `ir_text`; its defined functions are looked up by name.
 
     `key` must identify what `ir_text` computes (its symbols are unique per key) and how
@@ -245,15 +248,17 @@ def compile_ir(ir_text: str, key: str, *, speed_level: int = 3, vectorize: bool 
     unroller is off unless `unroll`: on the generated kernels (already vectorised and
     interleaved by the loop vectoriser) it doubled the compile time of a module and
     quadrupled its code without making the MLP or the elementwise benchmark faster.
+    `fast_codegen` generates the code with LLVM's -O0 code generator (a third of the time,
+    for code whose speed does not matter: it runs once a call).
     """
     return load_or_compile(key, _defined_functions(ir_text), lambda: ir_text,
                            speed_level=speed_level, vectorize=vectorize, unroll=unroll,
-                           use_disk_cache=use_disk_cache)
+                           fast_codegen=fast_codegen, use_disk_cache=use_disk_cache)
 
 
 def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
                     speed_level: int = 3, vectorize: bool = True, unroll: bool = False,
-                    use_disk_cache: bool = True) -> Library:
+                    fast_codegen: bool = False, use_disk_cache: bool = True) -> Library:
     """The object cached on disk under `key`, loaded; else ``build_ir()`` compiled (as by
     ``compile_ir``), cached and loaded. `names` are the functions the caller looks up.
 
@@ -263,7 +268,8 @@ def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
     start = time.perf_counter()
     with _LOCK:
         symbols, compiled = _obtain(_engine(), path, names, build_ir,
-                                    (speed_level, vectorize, unroll), use_disk_cache)
+                                    (speed_level, vectorize, unroll, fast_codegen),
+                                    use_disk_cache)
     stats["compiled" if compiled else "disk_hits"] += 1
     if _log.isEnabledFor(logging.INFO):
         _log.info("LLVM module of %d function(s) %s in %.1f ms (%s)", len(names),
@@ -274,11 +280,19 @@ def load_or_compile(key: str, names: list[str], build_ir: Callable[[], str], *,
 
 
 def _obtain(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str],
-            build_ir: Callable[[], str], options: tuple[int, bool, bool], use_disk_cache: bool
+            build_ir: Callable[[], str], options: tuple[int, bool, bool, bool],
+            use_disk_cache: bool
             ) -> tuple[dict[str, int], bool]:
-    """Loads the entry at `path`, else compiles ``build_ir()`` with `options` (speed level,
-    vectorize, unroll), loads it and caches it: the addresses of `names`, and whether it was
-    compiled (here or ahead, by a child). Under ``_LOCK``."""
+    """Loads the object ``compile_parallel`` compiled for `path`, else the entry at `path`,
+    else compiles ``build_ir()`` with `options` (speed level, vectorize, unroll, fast
+    codegen), loads it
+    and caches it: the addresses of `names`, and whether it was compiled (here, now or by
+    ``compile_parallel``, or by its child). Under ``_LOCK``."""
+    obj = _READY.pop(path, None)
+    if obj is not None:
+        symbols = _load_object(engine, obj, names)
+        if symbols is not None:
+            return symbols, True
     if use_disk_cache:
         ahead = _wait_ahead(path)
         symbols = _load_cached(engine, path, names)
@@ -293,48 +307,99 @@ def _obtain(engine: llvm.ExecutionEngine, path: pathlib.Path, names: list[str],
     return symbols, True
 
 
-# ---- compiling ahead, in a child process -------------------------------------------------------
+# ---- compiling on two cores: this process and a forked child -----------------------------------
 
 _AHEAD: dict[pathlib.Path, int] = {}  # cache entries a forked child is compiling: its pid
+_READY: dict[pathlib.Path, bytes] = {}  # objects compile_parallel compiled here, to be loaded
 AHEAD_TIMEOUT = 60.0  # seconds a load waits for such a child before compiling itself
 
 
-def compile_ahead(modules: list[tuple[str, Callable[[], str]]], *, speed_level: int = 3,
-                  vectorize: bool = True, unroll: bool = False) -> bool:
-    """Starts compiling `modules`, (key, build_ir) pairs, one after the other (as
-    ``load_or_compile(key, names, build_ir, ...)`` would) into their disk cache entries in a
-    forked child process, so that this one can meanwhile compile something else on another
-    core; ``load_or_compile`` (or ``compile_ir``) of the same key then waits for the child
-    and loads what it wrote (or compiles itself if the child failed or took over
-    ``AHEAD_TIMEOUT``). The child builds the IR too. Whether a child was started: not where
-    every entry exists, there is no second core or no ``os.fork``, or the fork fails.
+@dataclass(frozen=True)
+class Job:
+    """A module to compile as ``load_or_compile(key, names, build_ir, ...)`` would."""
+
+    key: str
+    build_ir: Callable[[], str]
+    speed_level: int = 3
+    vectorize: bool = True
+    unroll: bool = False
+    fast_codegen: bool = False
+
+
+def compile_parallel(jobs: list[Job]) -> bool:
+    """Compiles `jobs` on two cores before they are loaded: a forked child process and this
+    one take them one at a time, in order, from one queue (a pipe), until none is left. The
+    child writes what it compiles to the disk cache; this process keeps what it compiled in
+    memory (and writes it to the disk cache too). ``load_or_compile`` of a job's key then
+    loads this process's object, or waits for the child and loads what it wrote (or
+    compiles itself if the child failed or took over ``AHEAD_TIMEOUT``). Whoever takes a
+    job builds its IR too. A job that fails here is compiled again, and raises, where it is
+    loaded.
+
+    Whether a child was started: not for fewer than two jobs to compile (entries neither on
+    disk nor being compiled), nor where there is no second core or no ``os.fork``, or the
+    fork fails; then nothing was compiled. Sharing one queue balances the two processes
+    without estimating what each module costs: they finish at most one job apart.
 
     The child only compiles and writes files, then leaves with ``os._exit`` (no exit
     handlers, no flushing of the parent's buffers); the at-fork handlers above make sure no
     thread is inside LLVM when it is forked.
     """
-    todo = [(object_path(key), build_ir) for key, build_ir in modules]
-    todo = [(path, build) for path, build in todo if path not in _AHEAD and not path.exists()]
-    if not todo or not hasattr(os, "fork") or settings.usable_cores() < 2:
+    todo = [(object_path(job.key), job) for job in jobs]
+    todo = [(path, job) for path, job in todo
+            if path not in _AHEAD and path not in _READY and not path.exists()]
+    if len(todo) < 2 or not hasattr(os, "fork") or settings.usable_cores() < 2:
         return False
     try:
         todo[0][0].parent.mkdir(parents=True, exist_ok=True)
+        read, write = os.pipe()
+    except OSError:
+        return False
+    # the queue: job numbers of 4 bytes (a read of at most PIPE_BUF bytes is atomic), then
+    # the end of the file once both processes have taken every job
+    os.write(write, b"".join(i.to_bytes(4, "little") for i in range(len(todo))))
+    os.close(write)
+    try:
         with warnings.catch_warnings():  # of forking a threaded process (Python 3.12+,
             warnings.filterwarnings("ignore", ".*fork")  # JAX): the child only compiles
             pid = os.fork()
     except OSError:
+        os.close(read)
         return False
     if pid == 0:
-        code = 1
+        code = 0
         try:
-            for path, build_ir in todo:
-                _write_cached(path, _compile_object(build_ir(), speed_level, vectorize, unroll))
-            code = 0
+            for path, job in _taken(read, todo):
+                try:
+                    _write_cached(path, _compile_job(job))
+                except Exception:  # the parent compiles it again where it loads it
+                    code = 1
         finally:
             os._exit(code)
     for path, _ in todo:
         _AHEAD[path] = pid
+    try:
+        for path, job in _taken(read, todo):
+            del _AHEAD[path]
+            with _LOCK, contextlib.suppress(Exception):  # compiled again, and raises, at
+                obj = _compile_job(job)  # the load
+                _READY[path] = obj
+                _write_cached(path, obj)
+    finally:
+        os.close(read)
     return True
+
+
+def _taken(queue: int, todo: list[tuple[pathlib.Path, Job]]
+           ) -> Iterator[tuple[pathlib.Path, Job]]:
+    """The jobs of `todo` this process takes from `queue`, one at a time."""
+    while len(number := os.read(queue, 4)) == 4:
+        yield todo[int.from_bytes(number, "little")]
+
+
+def _compile_job(job: Job) -> bytes:
+    return _compile_object(job.build_ir(), job.speed_level, job.vectorize, job.unroll,
+                           job.fast_codegen)
 
 
 def _wait_ahead(path: pathlib.Path) -> bool:
@@ -395,12 +460,13 @@ def _load_object(engine: llvm.ExecutionEngine, obj: bytes, names: list[str]
     return symbols if all(symbols.values()) else None
 
 
-def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = False
-                    ) -> bytes:
+def _compile_object(ir_text: str, speed_level: int, vectorize: bool = True, unroll: bool = False,
+                    fast_codegen: bool = False) -> bytes:
     module = _optimised(ir_text, _machine(), speed_level, vectorize, unroll)
+    machine = _machine(fast_codegen)
     if inspect_hook is not None:
-        inspect_hook(str(module), _machine().emit_assembly(module))
-    return _machine().emit_object(module)
+        inspect_hook(str(module), machine.emit_assembly(module))
+    return machine.emit_object(module)
 
 
 def assembly(ir_text: str, target: HostTarget) -> str:

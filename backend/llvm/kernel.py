@@ -5,10 +5,12 @@ The pipeline for each function reads in one place (``_build``):
     lower     (lower.py)     primitive Function -> te tensors
     schedule  (schedule.py)  inline / materialise, loop order, parallel axis
     codegen   (codegen.py)   one LLVM function per materialised stage + an entry
-    jit       (jit.py)       one LLVM optimisation + code generation per batch
+    jit       (jit.py)       one LLVM optimisation + code generation per module
 
-All functions of one ``compile_primitives`` call share one LLVM module (the
-optimiser and code generator run once: 15-35 ms).
+The functions of one ``compile_primitives`` call share LLVM modules of ~50 ms of
+compilation each (``_GROUP_INSTRUCTIONS``; a module costs ~2 ms on its own), which this
+process and a forked child compile together with the GEMM library's missing modules
+(``jit.compile_parallel``).
 
 Caches: four layers, each for a reason.
 
@@ -256,7 +258,7 @@ def _remembered(func: Function, h: int) -> Kernel | None:
 
 def compile_primitives(funcs: Sequence[Function], options: CompileOptions | None = None
                        ) -> list[Kernel]:
-    """One kernel per function; the new ones compiled together in one LLVM module, at the
+    """One kernel per function; the new ones compiled together in a few LLVM modules, at the
     LLVM speed level of `options` (default: the llvm target's): 3, or 1 at opt_level 0."""
     options = CompileOptions.for_target("llvm") if options is None else options
     speed = 3 if options.opt_level >= 1 else 1
@@ -297,34 +299,56 @@ def compile_primitive(func: Function, options: CompileOptions | None = None) -> 
 
 def _build(todo: dict[str, tuple[Function, int, list[int]]], speed: int) -> dict[str, Kernel]:
     with deep_recursion():  # a fused chain of 256 ops is a 256-deep expression
-        module, parts = _emit({digest: f for digest, (f, _, _) in todo.items()})
+        groups = _emit({digest: f for digest, (f, _, _) in todo.items()})
     # the integer kernels' instructions depend on the OS too (AMX tiles only where granted):
     # an object with tile instructions must never be loaded where they would fault
-    key = "kernels|" + "|".join(sorted(todo)) + f"|speed{speed}|int:{host_isa().name}"
-    # the module's text (a fifth of the Python time of a build) only where it is compiled
-    text = functools.partial(str, module)
-    library = gemm_library.declared_parts(module)
-    if gemm_library.missing(library):  # two compilations at once: the library here
-        jit.compile_ahead([(key, text)], speed_level=speed)
-    gemm_library.load(library)  # before the kernels' object, which calls it
-    lib = jit.load_or_compile(key, [entry for *_, entry in parts], text, speed_level=speed)
-    stats["modules"] += 1
-    stats["functions"] += len(parts)
-    return {digest: Kernel(lowered, sched, codes, entry, lib)
-            for digest, lowered, sched, codes, entry in parts}
+    keys = ["kernels|" + "|".join(sorted(p[0] for p in parts)) + f"|speed{speed}"
+            f"|int:{host_isa().name}" for _, parts in groups]
+    # a module's text (a fifth of the Python time of a build) only where it is compiled
+    texts = [functools.partial(str, module) for module, _ in groups]
+    library = list(dict.fromkeys(part for module, _ in groups
+                                 for part in gemm_library.declared_parts(module)))
+    # the kernels' modules and the GEMM library's missing ones, on two cores
+    jit.compile_parallel([jit.Job(key, text, speed_level=speed)
+                          for key, text in zip(keys, texts)] + gemm_library.jobs(library))
+    gemm_library.load(library)  # before the kernels' objects, which call it
+    kernels = {}
+    for key, text, (_, parts) in zip(keys, texts, groups):
+        lib = jit.load_or_compile(key, [entry for *_, entry in parts], text, speed_level=speed)
+        stats["modules"] += 1
+        stats["functions"] += len(parts)
+        kernels.update({digest: Kernel(lowered, sched, codes, entry, lib)
+                        for digest, lowered, sched, codes, entry in parts})
+    return kernels
 
 
-def _emit(functions: dict[str, Function]) -> tuple[ir.Module, list[tuple]]:
-    """One LLVM module defining the kernels of `functions` (by digest), and per kernel
-    (digest, lowered, schedule, stage codes, entry symbol)."""
-    module = ir.Module(name="relaydsl")
-    module.triple = jit.host_target().triple
-    module.data_layout = jit.data_layout()
-    parts = []
+# LLVM instructions of a module of kernels, beyond which the next kernel starts another
+# module, so that two cores can share their compilation (jit.compile_parallel): ~50 ms of
+# LLVM's time at speed level 3 (~0.14 ms an instruction, including code generation, on
+# the MLP's kernels on an Intel Xeon, rocketlake); a module costs ~2 ms more on its own.
+_GROUP_INSTRUCTIONS = 350
+
+
+def _emit(functions: dict[str, Function]) -> list[tuple[ir.Module, list[tuple]]]:
+    """LLVM modules defining the kernels of `functions` (by digest), each with, per kernel,
+    (digest, lowered, schedule, stage codes, entry symbol): a new module once one holds
+    ``_GROUP_INSTRUCTIONS``."""
+    groups: list[tuple[ir.Module, list[tuple]]] = []
+    size = _GROUP_INSTRUCTIONS
     for digest, f in functions.items():
+        if size >= _GROUP_INSTRUCTIONS:
+            module = ir.Module(name="relaydsl")
+            module.triple = jit.host_target().triple
+            module.data_layout = jit.data_layout()
+            groups.append((module, []))
+            size = 0
+        module, parts = groups[-1]
         prefix = f"rd{digest[:24]}"
         lowered = lower(f)
         sched = schedule(lowered, prefix)
+        before = len(module.globals)
         codes, entry = emit_module(module, sched, prefix)
+        size += sum(len(block.instructions) for g in list(module.globals.values())[before:]
+                    if isinstance(g, ir.Function) for block in g.blocks)
         parts.append((digest, lowered, sched, codes, entry))
-    return module, parts
+    return groups

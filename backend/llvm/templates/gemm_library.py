@@ -33,10 +33,14 @@ store ever leaves an operand. With a non-null ``direct``, full MR-row tiles read
 place and only a partial last row tile is packed: with few column tiles an A element
 feeds few FMAs, and packing it would cost more than it saves.
 
-The modules are written already vectorised, unrolled and scheduled, so LLVM compiles them
-at speed level 1 without its loop and SLP vectorisers and its loop unroller: a third of
-the compile time of level 3, and the same GFLOP/s (measured on GEMM 512/1024 and the
-MLP's shapes).
+The modules are written already vectorised, unrolled and scheduled, in SSA form, so LLVM
+compiles them at speed level 0: no IR optimisation, only code generation (which runs at
+its full level and does the loop strength reduction and the register allocation that
+matter here). Level 1 took half of their compile time (its passes ~50 ms of the ~190 ms
+of the five modules an MLP needs) for the same micro-kernel loops: the same instructions
+but for the loop counter, the same cycles per iteration in llvm-mca (rocketlake); the
+packer's transposing block is 316 instructions rather than 260 (99 cycles rather than 95
+per 16 x 16 block: ~10k cycles of the MLP forward's ~1.5M, under 1%).
 The MCJIT engine links a caller's calls to these symbols by name: a caller declares what
 it uses (``declare_*``) and loads it (``load(declared_parts(module))``) before its own
 module's object is loaded.
@@ -123,18 +127,13 @@ def declared_parts(module: ir.Module) -> list[Part]:
     return list(dict.fromkeys(parts))
 
 
-def missing(parts: list[Part]) -> bool:
-    """Whether ``load(parts)`` has something to compile (neither loaded nor on disk)."""
-    return any(part.name not in _LOADED and not jit.object_path(_key(part)).exists()
-               for part in parts)
-
-
 # ---- loading ----------------------------------------------------------------------------------
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, jit.Library] = {}
 _DECLARED: dict[str, Part] = {}  # every part some module declared, by symbol
-_OPTIONS = "speed1|vectorize=False|unroll=False"
+_SPEED = 0  # LLVM speed level of the library modules (module docstring)
+_OPTIONS = f"speed{_SPEED}|vectorize=False|unroll=False"
 
 
 def _key(part: Part) -> str:
@@ -177,6 +176,16 @@ def ukernel_part(tile: MicroTile, direct: bool = False) -> Part:
     return Part(tile.symbol(kind), kind, tile.vl, tile)
 
 
+def jobs(parts: list[Part]) -> list[jit.Job]:
+    """The compile jobs (``jit.compile_parallel``) of the `parts` not loaded yet; their IR is
+    built by whoever compiles them. The block, the cheapest (~13 ms, the packer ~40, a
+    micro-kernel ~20), comes last: the two processes sharing the jobs finish closer."""
+    return [jit.Job(_key(part), functools.partial(library_ir, part), speed_level=_SPEED,
+                    vectorize=False)
+            for part in sorted(parts, key=lambda part: part.kind == "block")
+            if part.name not in _LOADED]
+
+
 def load(parts: list[Part]) -> None:
     """Makes sure the modules of `parts` are loaded (from the disk cache without building
     their IR, else compiled)."""
@@ -186,7 +195,7 @@ def load(parts: list[Part]) -> None:
                 continue
             _LOADED[part.name] = jit.load_or_compile(
                 _key(part), [part.name],
-                functools.partial(library_ir, part), speed_level=1, vectorize=False)
+                functools.partial(library_ir, part), speed_level=_SPEED, vectorize=False)
 
 
 def library_ir(part: Part) -> str:

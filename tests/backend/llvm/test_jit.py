@@ -118,18 +118,24 @@ def wait(pid: int, timeout: float) -> int | str:
     return "hung"
 
 
-# ---- compiling ahead in a child process (jit.compile_ahead) ------------------------------------
+# ---- compiling on two cores, here and in a forked child (jit.compile_parallel) -------------------
 
 needs_two_cores = pytest.mark.skipif(
-    __import__("relaydsl").settings.usable_cores() < 2, reason="compiles ahead only with 2 cores")
+    __import__("relaydsl").settings.usable_cores() < 2, reason="a child compiles only with 2 cores")
 
 
 def add_ir(tag: str, k: int) -> str:
-    """A module defining ``i64 @add_<tag>(i64)``: x + k (a fresh symbol per test)."""
+    """A module defining ``i64 @add_<tag>_<k>(i64)``: x + k (fresh symbols per test)."""
     from relaydsl.backend.llvm import jit
 
     return (f'target triple = "{jit.host_target().triple}"\n'
-            f"define i64 @add_{tag}(i64 %x) {{\n  %y = add i64 %x, {k}\n  ret i64 %y\n}}\n")
+            f"define i64 @add_{tag}_{k}(i64 %x) {{\n  %y = add i64 %x, {k}\n  ret i64 %y\n}}\n")
+
+
+def add_job(tag: str, k: int):
+    from relaydsl.backend.llvm import jit
+
+    return jit.Job(f"parallel-test|{tag}|{k}", lambda: add_ir(tag, k))
 
 
 def call_add(tag: str, k: int) -> int:
@@ -137,27 +143,48 @@ def call_add(tag: str, k: int) -> int:
 
     from relaydsl.backend.llvm import jit
 
-    lib = jit.compile_ir(add_ir(tag, k), f"ahead-test|{tag}|{k}")
-    return lib.function(f"add_{tag}", ctypes.c_int64, [ctypes.c_int64])(41)
+    lib = jit.compile_ir(add_ir(tag, k), f"parallel-test|{tag}|{k}")
+    return lib.function(f"add_{tag}_{k}", ctypes.c_int64, [ctypes.c_int64])(41)
+
+
+def count_compilations_here(monkeypatch) -> list[int]:
+    """A list growing by one each time this process (not a child) compiles a module."""
+    from relaydsl.backend.llvm import jit
+
+    parent, here = os.getpid(), []
+    real = jit._compile_object
+    monkeypatch.setattr(jit, "_compile_object", lambda *a: (
+        here.append(1) if os.getpid() == parent else None, real(*a))[1])
+    return here
 
 
 @needs_two_cores
-def test_a_module_compiled_ahead_is_loaded_from_what_the_child_wrote(tmp_path, monkeypatch):
+def test_modules_compiled_by_two_processes_are_all_loaded_without_compiling_again(
+        tmp_path, monkeypatch):
     from relaydsl.backend.llvm import jit
 
     monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
     jit.runtime_threads()  # the engine and its runtime module exist before we count
-    tag = f"ahead{os.getpid()}"
-    parent = os.getpid()
-    compiled_here = []
-    real = jit._compile_object
-    monkeypatch.setattr(jit, "_compile_object", lambda *a: (
-        compiled_here.append(1) if os.getpid() == parent else None, real(*a))[1])
-    assert jit.compile_ahead([(f"ahead-test|{tag}|1", lambda: add_ir(tag, 1))])
+    tag = f"shared{os.getpid()}"
+    here = count_compilations_here(monkeypatch)
+    assert jit.compile_parallel([add_job(tag, k) for k in range(1, 5)])
+    compiled_in_parallel = len(here)
+    assert compiled_in_parallel <= 4 and not jit._READY.keys() - {
+        jit.object_path(add_job(tag, k).key) for k in range(1, 5)}
+    assert [call_add(tag, k) for k in range(1, 5)] == [42, 43, 44, 45]
+    assert len(here) == compiled_in_parallel  # loaded: what this process or the child compiled
+    assert not jit._AHEAD and not jit._READY  # the child was reaped; every object was loaded
+    # entries on disk are not compiled again, in a child or here
+    assert not jit.compile_parallel([add_job(tag, k) for k in range(1, 5)])
+
+
+def test_fewer_than_two_jobs_start_no_child(tmp_path, monkeypatch):
+    from relaydsl.backend.llvm import jit
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    tag = f"single{os.getpid()}"
+    assert not jit.compile_parallel([add_job(tag, 1)]) and not jit._AHEAD and not jit._READY
     assert call_add(tag, 1) == 42
-    assert not compiled_here and not jit._AHEAD  # the child compiled it; it was reaped
-    # an entry on disk is not compiled again, ahead or here
-    assert not jit.compile_ahead([(f"ahead-test|{tag}|1", lambda: add_ir(tag, 1))])
 
 
 @needs_two_cores
@@ -178,7 +205,21 @@ def test_the_parent_compiles_what_a_failed_or_stuck_child_did_not(tmp_path, monk
         return real(*args)
 
     monkeypatch.setattr(jit, "_compile_object", in_the_child_only)
-    assert jit.compile_ahead([(f"ahead-test|{tag}|2", lambda: add_ir(tag, 2))])
+    assert jit.compile_parallel([add_job(tag, k) for k in (2, 3, 4)])
     start = time.monotonic()
-    assert call_add(tag, 2) == 43
-    assert time.monotonic() - start < 10 and not jit._AHEAD
+    assert [call_add(tag, k) for k in (2, 3, 4)] == [43, 44, 45]
+    assert time.monotonic() - start < 10 and not jit._AHEAD and not jit._READY
+
+
+def test_a_job_failing_here_raises_where_it_is_loaded(tmp_path, monkeypatch):
+    from relaydsl.backend.llvm import jit
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit.settings, "usable_cores", lambda: 2)
+    tag = f"broken{os.getpid()}"
+    broken = jit.Job(f"parallel-test|{tag}|0", lambda: "define i64 @broken( {")
+    jit.compile_parallel([broken, add_job(tag, 1)])
+    assert call_add(tag, 1) == 42
+    with pytest.raises(RuntimeError, match="LLVM IR parsing error"):
+        jit.load_or_compile(broken.key, ["broken"], broken.build_ir)
+    assert not jit._AHEAD and not jit._READY

@@ -106,6 +106,23 @@ def test_equal_functions_in_one_batch_compile_once(tmp_path, monkeypatch):
     assert a is b and K.stats["functions"] == before["functions"] + 1
 
 
+def test_a_batch_larger_than_a_module_is_compiled_in_several_and_agrees(tmp_path, monkeypatch):
+    import jax.numpy as jnp
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(K, "_GROUP_INSTRUCTIONS", 1)  # a module per kernel
+    before = dict(K.stats)
+    sizes = (13, 14, 15)
+    kernels = compile_primitives([_fn(n) for n in sizes])
+    assert K.stats["modules"] == before["modules"] + 3
+    assert not jit._AHEAD and not jit._READY  # every module compiled (here or by a child) loaded
+    for n, k in zip(sizes, kernels):
+        x, y = randn(3, n), randn(n, seed=1)
+        s, t = k(x, y)
+        np.testing.assert_allclose(s, jnp.add(x, y), rtol=1e-6)
+        np.testing.assert_allclose(t, jnp.sum(jnp.exp(x), axis=1), rtol=1e-5)
+
+
 def test_fresh_process_loads_from_disk_without_llvm(tmp_path, monkeypatch):
     monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
     before = jit.stats["compiled"]
