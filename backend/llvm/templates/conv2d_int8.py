@@ -33,8 +33,9 @@ correction ``128 * sum(weight[oc])`` subtracted once per tile (``sum (x + 128) w
 **The store**: a vector's valid lanes (``ox < OW``) are consecutive in the NCHW output, so it
 is compressed (``vpcompressd``, in registers) and stored under a mask of its first lanes.
 
-Parallel units: images (image-major, as conv2d's GEMM's, so codegen's ``_chain`` runs the
-requantisation epilogue image by image while the result is in cache). Only where the integer
+Parallel units: an image's MR output channels, image-major (as conv2d's GEMM's, so codegen's
+``_chain`` runs the requantisation epilogue image by image while the result is in cache); a
+call packs an image where it starts one, or starts amid one. Only where the integer
 ISA is AVX-512 VNNI or AMX (every AMX CPU has it); other CPUs keep the implicit GEMM.
 
     define void @name(i8* noalias %out, i8* noalias %data, i8* noalias %weight,
@@ -105,7 +106,8 @@ class IntConv:
 
     @property
     def units(self) -> int:
-        return self.batch
+        """Parallel units: (image, MR output channels), image-major."""
+        return self.batch * -(-self.cout // MR)
 
     @property
     def flops(self) -> float:
@@ -146,7 +148,8 @@ def int_conv(batch: int, cin: int, h: int, w: int, weight: np.ndarray, oh: int, 
 
 def emit_int_conv(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
     """Defines ``void @name(i8* out, i8* data, i8* weight, i64 begin, i64 end)`` computing
-    the images [begin, end) (int32 results), the weight read from its packed copy."""
+    units [begin, end) of ``conv.units`` (int32 results), the weight read from its packed
+    copy."""
     packed, corr = conv.packed_weight()
     wt = _global(module, f"{name}.weight", ir.ArrayType(I8, packed.size), bytearray(packed.tobytes()))
     ct = _global(module, f"{name}.corr", ir.ArrayType(I32, corr.size), [int(v) for v in corr])
@@ -163,11 +166,13 @@ def emit_int_conv(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
     nr = VL * conv.vectors
     tiles_p = -(-conv.wide_pixels // nr)
     a_tile = conv.groups4 * conv.kh * conv.kw * MR * 4  # bytes of one channel tile's weight
-    with g.loop(begin, end, name="n") as n:
-        _pack_image(g, image, g.at(data, g.mul(n, conv.cin * conv.h * conv.w)), conv)
+    tiles_o = -(-conv.cout // MR)
+    with g.loop(begin, end, name="u") as u:
+        n, ot = b.sdiv(u, c64(tiles_o)), b.srem(u, c64(tiles_o))
+        with b.if_then(b.or_(b.icmp_signed("==", u, begin), b.icmp_signed("==", ot, c64(0)))):
+            _pack_image(g, image, g.at(data, g.mul(n, conv.cin * conv.h * conv.w)), conv)
         dst = g.at(out32, g.mul(n, conv.cout * conv.oh * conv.ow))
-        with g.loop(0, -(-conv.cout // MR), name="ot") as ot, \
-                g.loop(0, tiles_p, name="pt") as pt:
+        with g.loop(0, tiles_p, name="pt") as pt:
             b.call(tile, [image, g.at(wbase, g.mul(ot, a_tile)), g.at(cbase, g.mul(ot, MR)),
                           dst, b.mul(ot, c64(MR)), b.mul(pt, c64(nr))])
     b.ret_void()

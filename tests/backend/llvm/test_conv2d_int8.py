@@ -83,10 +83,13 @@ def test_kernel_matches_numpy_bit_for_bit(extreme):
     for i, (case, conv, (x, weight)) in enumerate(zip(CASES, convs, data)):
         fn = lib.function(f"conv{i}", None, [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2)
         want = _reference(x, weight, case[6], case[7])
-        out = np.full(want.shape, 0x5A5A5A5A, np.int32)  # garbage the kernel must overwrite
-        for begin in range(conv.units):  # any split of the images: one at a time here
-            fn(out.ctypes.data, x.ctypes.data, weight.ctypes.data, begin, begin + 1)
-        np.testing.assert_array_equal(out, want, err_msg=str(case))
+        # any split of the units: whole, amid an image's channels, one at a time
+        for splits in ([(0, conv.units)], [(0, 1), (1, conv.units)],
+                       [(u, u + 1) for u in range(conv.units)]):
+            out = np.full(want.shape, 0x5A5A5A5A, np.int32)  # garbage it must overwrite
+            for begin, end in splits:
+                fn(out.ctypes.data, x.ctypes.data, weight.ctypes.data, begin, end)
+            np.testing.assert_array_equal(out, want, err_msg=f"{case} {splits}")
 
 
 def test_assembly_uses_vnni_and_compresses_the_wide_lanes():
