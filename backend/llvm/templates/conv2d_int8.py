@@ -134,7 +134,7 @@ def int_conv(batch: int, cin: int, h: int, w: int, weight: np.ndarray, oh: int, 
     >>> conv = int_conv(2, 3, 8, 8, np.ones((16, 3, 3, 3), np.int8), 8, 8, (1, 1), (1, 1, 1, 1),
     ...                 "int8")
     >>> conv.plane, conv.vectors, conv.packed_weight()[1][:2]
-    ((10, 10), 2, array([3456, 3456], dtype=int32))
+    ((10, 10), 1, array([3456, 3456], dtype=int32))
     """
     if data_dtype not in ("int8", "uint8") or weight.dtype != np.int8:
         return None
@@ -151,7 +151,8 @@ def emit_int_conv(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
     units [begin, end) of ``conv.units`` (int32 results), the weight read from its packed
     copy."""
     packed, corr = conv.packed_weight()
-    wt = _global(module, f"{name}.weight", ir.ArrayType(I8, packed.size), bytearray(packed.tobytes()))
+    wt = _global(module, f"{name}.weight", ir.ArrayType(I8, packed.size),
+                 bytearray(packed.tobytes()))
     ct = _global(module, f"{name}.corr", ir.ArrayType(I32, corr.size), [int(v) for v in corr])
     p8 = I8.as_pointer()
     fn = new_function(module, name, [p8, p8, p8, I64, I64], internal=False, noalias=(0, 1, 2))
