@@ -48,32 +48,24 @@ from dataclasses import dataclass, field
 import llvmlite.ir as ir
 import numpy as np
 
+from relaydsl.backend.llvm.templates.conv2d import ConvGeometry
 from relaydsl.backend.llvm.templates.irgen import (
     I1, I8, I32, I64, Gen, c32, c64, get_function, new_function,
 )
 
 VL = 16  # int32 lanes of a zmm
 MR = 8  # output channels of a micro-tile
-MAX_IMAGE_BYTES = 128 * 1024  # the packed image lives on the stack
+MAX_IMAGE_BYTES = 512 * 1024  # the packed image lives on the stack (threads have MiBs)
 
 
 @dataclass(frozen=True, eq=False)
-class IntConv:
-    """An int8 conv2d's static geometry (groups 1, dilation 1) and its constant weight."""
+class IntConv(ConvGeometry):
+    """An int8 conv2d's geometry (batched, groups 1, dilation 1), its data type and its
+    constant weight."""
 
-    batch: int
-    cin: int
-    h: int
-    w: int
-    cout: int
-    kh: int
-    kw: int
-    oh: int
-    ow: int
-    strides: tuple[int, int]
-    pads: tuple[int, int, int, int]  # top, left, bottom, right
-    data_dtype: str  # int8 (stored + 128) or uint8
-    weight: np.ndarray = field(repr=False)  # int8 (cout, cin, kh, kw)
+    data_dtype: str = "int8"  # int8 (stored + 128) or uint8
+    weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0, 0), np.int8),
+                               repr=False)  # int8 (cout, cin, kh, kw)
 
     @property
     def groups4(self) -> int:
@@ -107,11 +99,12 @@ class IntConv:
     @property
     def units(self) -> int:
         """Parallel units: (image, MR output channels), image-major."""
-        return self.batch * -(-self.cout // MR)
+        return (self.batch or 1) * -(-self.cout // MR)
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.batch * self.cout * self.oh * self.ow * self.cin * self.kh * self.kw
+        macs = self.cout * self.oh * self.ow * self.cin * self.kh * self.kw
+        return 2.0 * (self.batch or 1) * macs
 
     def packed_weight(self) -> tuple[np.ndarray, np.ndarray]:
         """``Wt[oc/MR][cq][ky][kx][MR][4]`` (int8) and per padded channel the int32
@@ -141,8 +134,8 @@ def int_conv(batch: int, cin: int, h: int, w: int, weight: np.ndarray, oh: int, 
     cout, wc, kh, kw = weight.shape
     if wc != cin or min(strides) < 1 or min(pads) < 0:
         return None
-    conv = IntConv(batch, cin, h, w, cout, kh, kw, oh, ow, tuple(strides), tuple(pads),
-                   data_dtype, weight)
+    conv = IntConv(batch, cin, h, w, cout, kh, kw, oh, ow, tuple(strides), tuple(pads), (1, 1),
+                   1, data_dtype, weight)
     return conv if 4 * conv.image_words() <= MAX_IMAGE_BYTES else None
 
 
@@ -279,13 +272,7 @@ def _tile_function(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
     body, done = g.block("cq.body"), g.block("cq.end")
     b.branch(body)
     b.position_at_end(body)
-    cq = b.phi(I64, "cq")
-    cq.add_incoming(c64(0), entry)
-    zero = ir.Constant(acc_t, [0] * VL)
-    accs = [[b.phi(acc_t, f"acc{i}_{v}") for v in range(nv)] for i in range(MR)]
-    for row in accs:
-        for acc in row:
-            acc.add_incoming(zero, entry)
+    cq, accs = g.accumulators(entry, "cq", acc_t, MR, nv)
     new = [list(row) for row in accs]
     a_cq = b.mul(cq, c64(len(taps) * MR * 4))
     for t, (ky, kx) in enumerate(taps):
