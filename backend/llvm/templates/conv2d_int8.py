@@ -67,6 +67,11 @@ class IntConv(ConvGeometry):
     weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0, 0), np.int8),
                                repr=False)  # int8 (cout, cin, kh, kw)
 
+    # by identity, not ConvGeometry's fields: the same geometry with another weight is
+    # another kernel
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     @property
     def groups4(self) -> int:
         return -(-self.cin // 4)
