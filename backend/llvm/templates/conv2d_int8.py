@@ -16,6 +16,10 @@ words (``Hq = ceil(Hp/sh)``, ``Wq = ceil(Wp/sw)`` of the padded ``Hp x Wp``)::
 int8 data is stored + 128 (``x ^ 0x80``, unsigned, as ``vpdpbusd`` multiplies unsigned bytes
 by signed ones), the padding as 128 (the stored 0); uint8 data as it is, padding 0.
 
+A stem's few channels would leave most of each word 0 (1 channel: 3 of 4 bytes): where it
+makes fewer groups, the kernel's columns are folded into the channels instead (``folded``:
+group bytes (c, kx), the data's channel c read kx columns on, a kernel 1 column wide).
+
 **Output pixels on the lanes, "wide"**: output pixel (oy, ox) is lane ``p = oy*Wq + ox`` of a
 grid ``Wq`` wide (columns ``ox >= OW`` are computed and dropped). Tap (ky, kx) of pixel p is
 then word ``p + (ky//sh)*Wq + kx//sw`` of plane (cq, ky%sh, kx%sw): 16 consecutive pixels'
@@ -66,6 +70,9 @@ class IntConv(ConvGeometry):
     data_dtype: str = "int8"  # int8 (stored + 128) or uint8
     weight: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0, 0), np.int8),
                                repr=False)  # int8 (cout, cin, kh, kw)
+    # > 1: the data's kernel columns folded into the channels (int_conv): this conv's channel
+    # c*folded + kx is the data's channel c shifted kx columns left, its kernel 1 wide
+    folded: int = 1
 
     # by identity, not ConvGeometry's fields: the same geometry with another weight is
     # another kernel
@@ -139,8 +146,13 @@ def int_conv(batch: int, cin: int, h: int, w: int, weight: np.ndarray, oh: int, 
     cout, wc, kh, kw = weight.shape
     if wc != cin or min(strides) < 1 or min(pads) < 0:
         return None
+    folded = 1
+    if -(-cin * kw // 4) < -(-cin // 4) * kw:  # a stem's 1 or 2 channels: fewer groups
+        # each column of the window a channel of its own, the 4 bytes of a group 4 (c, kx)
+        folded, weight = kw, weight.transpose(0, 1, 3, 2).reshape(cout, cin * kw, kh, 1)
+        cin, kw = cin * kw, 1
     conv = IntConv(batch, cin, h, w, cout, kh, kw, oh, ow, tuple(strides), tuple(pads), (1, 1),
-                   1, data_dtype, weight)
+                   1, data_dtype, np.ascontiguousarray(weight), folded)
     return conv if 4 * conv.image_words() <= MAX_IMAGE_BYTES else None
 
 
@@ -169,7 +181,8 @@ def emit_int_conv(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
     with g.loop(begin, end, name="u") as u:
         n, ot = b.sdiv(u, c64(tiles_o)), b.srem(u, c64(tiles_o))
         with b.if_then(b.or_(b.icmp_signed("==", u, begin), b.icmp_signed("==", ot, c64(0)))):
-            _pack_image(g, image, g.at(data, g.mul(n, conv.cin * conv.h * conv.w)), conv)
+            image_bytes = conv.cin // conv.folded * conv.h * conv.w
+            _pack_image(g, image, g.at(data, g.mul(n, image_bytes)), conv)
         dst = g.at(out32, g.mul(n, conv.cout * conv.oh * conv.ow))
         with g.loop(0, tiles_p, name="pt") as pt:
             b.call(tile, [image, g.at(wbase, g.mul(ot, a_tile)), g.at(cbase, g.mul(ot, MR)),
@@ -218,24 +231,25 @@ def _pack_image(g: Gen, image: ir.Value, src: ir.Value, conv: IntConv) -> None:
     lanes = ir.Constant(ir.VectorType(I32, span), list(range(span)))
     words4 = ir.Constant(ir.VectorType(I32, 4 * VL), [j // 4 for j in range(4 * VL)])
     xor = ir.Constant(vec, [fill] * (4 * VL))
+    channels = conv.cin // conv.folded  # the data's
     with g.loop(0, conv.groups4, name="cq") as cq, g.loop(0, conv.h, name="y") as y, \
             g.loop(0, wq, VL, name="x0") as x0:
         start = b.sub(b.mul(x0, c64(sw)), c64(left))  # source column of lane 0
-        start32 = b.trunc(start, I32)
-        sx = b.add(lanes, g.splat(start32, span))
-        inside = b.and_(b.icmp_signed(">=", sx, g.splat(c32(0), span)),
-                        b.icmp_signed("<", sx, g.splat(c32(conv.w), span)))
         rows = []
         for k in range(4):
             c = b.add(b.mul(cq, c64(4)), c64(k))
-            if conv.cin % 4 == 0 or k == 0:
-                real = inside
-                chan = c
-            else:  # channels past cin: any value (their weights are 0), none read
-                ok = b.icmp_signed("<", c, c64(conv.cin))
-                real = b.and_(inside, g.splat(ok, span))
-                chan = b.select(ok, c, c64(0))
-            offset = b.add(b.mul(b.add(b.mul(chan, c64(conv.h)), y), c64(conv.w)), start)
+            shift = start
+            if conv.folded > 1:  # channel c is the data's c // folded, c % folded columns on
+                shift = b.add(start, b.urem(c, c64(conv.folded)))
+                c = b.udiv(c, c64(conv.folded))
+            sx = b.add(lanes, g.splat(b.trunc(shift, I32), span))
+            real = b.and_(b.icmp_signed(">=", sx, g.splat(c32(0), span)),
+                          b.icmp_signed("<", sx, g.splat(c32(conv.w), span)))
+            if channels % 4 or conv.folded > 1:  # channels past the data's: any value
+                ok = b.icmp_signed("<", c, c64(channels))  # (their weights are 0), none read
+                real = b.and_(real, g.splat(ok, span))
+                c = b.select(ok, c, c64(0))
+            offset = b.add(b.mul(b.add(b.mul(c, c64(conv.h)), y), c64(conv.w)), shift)
             ptr = b.gep(src, [offset])  # may point outside the image: those lanes are masked
             rows.append(b.call(load, [b.bitcast(ptr, wide.as_pointer()), c32(1), real, zero]))
         yp = b.add(y, c64(top))

@@ -34,6 +34,10 @@ CASES = [
     (3, 5, 9, 11, 13, (3, 2), (2, 1), (0, 1, 2, 0), "int8"),  # odd channels, asymmetric
     (1, 7, 5, 6, 9, (1, 3), (1, 3), (1, 0, 0, 2), "uint8"),
     (1, 3, 40, 3, 5, (5, 1), (3, 1), (2, 0, 2, 0), "int8"),  # rows narrower than a vector
+    # kernel columns folded into the channels (a stem): 1x5 of 1 channel is 2 groups, not 5
+    (2, 1, 28, 28, 20, (5, 5), (1, 1), (0, 0, 0, 0), "int8"),  # LeNet's first layer
+    (2, 2, 13, 15, 8, (3, 3), (2, 2), (1, 2, 0, 1), "int8"),
+    (1, 1, 9, 9, 3, (3, 4), (1, 3), (2, 1, 1, 3), "uint8"),
 ]
 
 
@@ -136,3 +140,6 @@ def test_template_choice(monkeypatch):
     assert MAX_IMAGE_BYTES < 64 * 130 * 130  # 64 channels of 128x128, padded
     assert int_conv(1, 64, 128, 128, np.ones((16, 64, 3, 3), np.int8), 128, 128, (1, 1),
                     (1, 1, 1, 1), "int8") is None
+    folds = [int_conv(1, c, 8, 8, np.ones((8, c, 3, k), np.int8), 6, 8 - k + 1, (1, 1),
+                      (0, 0, 0, 0), "int8") for c, k in ((1, 3), (3, 3), (5, 2))]
+    assert [(f.folded, f.groups4) for f in folds if f is not None] == [(3, 1), (1, 1), (2, 3)]
