@@ -6,8 +6,9 @@ The two networks of benchmarks/quantization.py (LeNet on MNIST, ResNet-8 on Fash
 with the weights they are created with (speed does not depend on training), run on the llvm
 target in float32 (``relay.build(model)``) and quantized by ``relay.quantize`` at 8/32
 (percentile calibration on 8 batches of real images, every layer quantized) and built the
-same way; both are timed on one batch of test images, best of `repeats` calls, in one run, and
-the quantized result is checked to classify like the float one. benchmarks/quantized_kernels.py
+same way; both are timed on one batch of test images, called in turn `repeats` times (round
+robin), the median wall and CPU time (every thread's) of a call, and the quantized result is
+checked to classify like the float one. benchmarks/quantized_kernels.py
 times dense and conv2d alone. The figures depend on the CPU (its int8 instructions: AMX,
 AVX-512 VNNI, AVX-VNNI or none), which the output names.
 """
@@ -31,14 +32,21 @@ from relaydsl import relay, relay_model  # noqa: E402
 from relaydsl.backend.llvm.templates.igemm import host_isa  # noqa: E402
 
 
-def best_seconds(run: Callable[[np.ndarray], Any], x: np.ndarray, repeats: int) -> float:
-    run(x)  # compiles what the first call needs
-    best = float("inf")
+def interleaved(runs: list[Callable[[np.ndarray], Any]], x: np.ndarray, repeats: int
+                ) -> list[tuple[float, float]]:
+    """Per run, the median (wall, CPU) seconds of a call, the runs called in turn (round
+    robin, so a change of the machine's load falls on all of them alike); CPU time is the
+    process's, every thread's."""
+    for run in runs:
+        run(x)  # compiles what the first call needs
+    samples: list[list[tuple[float, float]]] = [[] for _ in runs]
     for _ in range(repeats):
-        start = time.perf_counter()
-        run(x)
-        best = min(best, time.perf_counter() - start)
-    return best
+        for run, times in zip(runs, samples):
+            wall, cpu = time.perf_counter(), time.process_time()
+            run(x)
+            times.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return [(float(np.median([w for w, _ in t])), float(np.median([c for _, c in t])))
+            for t in samples]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"CPU: {machine.cpu_model()}; integer kernels: {host_isa().name}; "
           f"load average {machine.load_average()}")
-    print("\n| network | batch | float32 ms | int8 (8/32) ms | float32 / int8 | same class |")
+    print("\n| network | batch | float32 ms (wall / CPU) | int8 8/32 ms (wall / CPU) | "
+          "float32 / int8 (wall / CPU) | same class |")
     print("|---|---|---|---|---|---|")
     for name, (template, folder, _) in NETWORKS.items():
         (train_x, _), (test_x, _) = mnist(DATA / folder)
@@ -61,10 +70,11 @@ def main(argv: list[str] | None = None) -> None:
         int8 = relay.build(relay.quantize(model, dataset=calibration, config=cfg),
                            target="llvm")
         agree = np.mean(np.argmax(fp32(x), 1) == np.argmax(int8(x), 1))
-        t_fp32 = best_seconds(fp32, x, args.repeats)
-        t_int8 = best_seconds(int8, x, args.repeats)
-        print(f"| {name} | {args.batch} | {t_fp32 * 1e3:.2f} | {t_int8 * 1e3:.2f} | "
-              f"{t_fp32 / t_int8:.2f}x | {agree:.0%} |", flush=True)
+        (w_fp32, c_fp32), (w_int8, c_int8) = interleaved([fp32, int8], x, args.repeats)
+        print(f"| {name} | {args.batch} | {w_fp32 * 1e3:.2f} / {c_fp32 * 1e3:.2f} | "
+              f"{w_int8 * 1e3:.2f} / {c_int8 * 1e3:.2f} | {w_fp32 / w_int8:.2f}x / "
+              f"{c_fp32 / c_int8:.2f}x | {agree:.0%} |", flush=True)
+    print(f"load average after: {machine.load_average()}")
 
 
 if __name__ == "__main__":

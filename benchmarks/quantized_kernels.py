@@ -45,6 +45,16 @@ def conv_fp32(x: Tensor[Float, (B, C, H, H)], w: Tensor[Float, (O, C, 3, 3)]  # 
     return relay.conv2d(x, w, padding=1)
 
 
+def conv_int8_const(x: Tensor[Int8, (B, C, H, H)]  # noqa: F821
+                    ) -> Tensor[Int32, (B, O, H, H)]:  # noqa: F821
+    return relay.conv2d(x, W, padding=1, out_dtype="int32")  # noqa: F821  (W: a constant)
+
+
+def conv_fp32_const(x: Tensor[Float, (B, C, H, H)]  # noqa: F821
+                    ) -> Tensor[Float, (B, O, H, H)]:  # noqa: F821
+    return relay.conv2d(x, W, padding=1)  # noqa: F821  (W: a constant)
+
+
 def _ints(r: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return r.integers(-128, 128, shape, dtype=np.int8)
 
@@ -93,6 +103,9 @@ def dense_case(m: int, n: int, k: int) -> Case:
 
 
 def conv_case(batch: int, channels: int, size: int) -> Case:
+    """A 3x3 convolution, its weight an argument (the implicit GEMM on both types) and a
+    constant as in inference (int8: the direct VNNI convolution, conv2d_int8.py; float32:
+    NCHW{c}c after AlterOpLayout, the weight's layout folded)."""
     r = np.random.default_rng(1)
     x, w = _ints(r, (batch, channels, size, size)), _ints(r, (channels, channels, 3, 3))
     xf, wf = x.astype(np.float32), w.astype(np.float32)
@@ -118,6 +131,8 @@ def conv_case(batch: int, channels: int, size: int) -> Case:
     return Case(f"int8 conv2d {channels}ch {size}x{size} 3x3 b{batch}", "conv2d",
                 {"relaydsl:int8": ours(conv_int8, consts, x, w),
                  "relaydsl:fp32": ours(conv_fp32, consts, xf, wf),
+                 "relaydsl:int8 const w": ours(conv_int8_const, {**consts, "W": w}, x),
+                 "relaydsl:fp32 const w": ours(conv_fp32_const, {**consts, "W": wf}, xf),
                  "jax:int8": jax_int8, "torch:fp32": torch_fp32},
                 reference="jax:int8", flops=2.0 * batch * channels * size * size * k)
 
@@ -133,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {machine.cpu_model()}; integer kernels: {host_isa().name}; "
           f"load average {machine.load_average()}")
     settings = Settings.for_mode("llvm", args.quick)
-    cases = [dense_case(1024, 1024, 1024), dense_case(256, 1024, 1024), conv_case(1, 64, 56)]
+    cases = [dense_case(1024, 1024, 1024), dense_case(256, 1024, 1024), conv_case(1, 64, 56),
+             conv_case(100, 16, 28)]  # the last: a layer of ResNet-8 (quantized_inference.py)
     print("\n| row | system | ms | GOP/s | vs relaydsl int8 |\n|---|---|---|---|---|")
     for case in cases:
         (result,) = run_case(case, settings)

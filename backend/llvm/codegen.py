@@ -321,6 +321,9 @@ class _StageEmitter:
         self.sizes = None if self.sym is None else \
             Sizes(self.alloca_builder, self.fn.args[len(tensors)])
         self._strides: dict[Tensor, list[ir.Value]] = {}
+        # trailing axes run as one loop (_nest): id((row, column)) -> (that loop's index,
+        # the row length, the pair kept alive so the ids stay theirs)
+        self._merged: dict[tuple[int, int], tuple[ir.Value, int, tuple]] = {}
 
     # ---- sizes: constants, or read at run time (generic.py) ---------------------------
     def dim(self, t: Tensor, d: int) -> ir.Value:
@@ -356,7 +359,13 @@ class _StageEmitter:
 
     def offset(self, t: Tensor, index: list[ir.Value]) -> ir.Value:
         off: ir.Value = ir.Constant(I64, 0)
-        for v, s in zip(index, self.strides(t)):
+        index, strides_ = list(index), list(self.strides(t))
+        for d in range(len(index) - 1):  # a merged (row, column) of a row as long: one term
+            merged = self._merged.get((id(index[d]), id(index[d + 1])))
+            if merged is not None and t.shape[d + 1] == merged[1]:
+                index[d:d + 2], strides_[d:d + 2] = [merged[0]], [strides_[d + 1]]
+                break
+        for v, s in zip(index, strides_):
             one = isinstance(s, ir.Constant) and s.constant == 1
             term = v if one else self.b.mul(v, s, flags=["nsw"])
             off = self.b.add(off, term, flags=["nsw"])
@@ -425,9 +434,31 @@ class _StageEmitter:
             ctx = _Ctx(dict(env), ranges)
             self.store(axes, env, self.value(body, ctx))
             return
+        if d == len(axes) - 2 and self._merges(shape, body):
+            # rows shorter than a few vectors and not a whole number of them (28 of a
+            # 28x28 image: 16 + 8 lanes + 4 scalar iterations, a requantisation epilogue
+            # at half speed) run as one loop over rows x columns, offsets j*stride where
+            # a read's two axes are this pair (offset), row = j / W and column = j % W
+            # elsewhere
+            rows, cols = shape[-2], shape[-1]
+            with self.loop(ir.Constant(I64, 0), ir.Constant(I64, rows * cols),
+                           f"{axes[d].name}_{axes[d + 1].name}") as j:
+                pair = (self.b.udiv(j, ir.Constant(I64, cols)),
+                        self.b.urem(j, ir.Constant(I64, cols)))
+                self._merged[(id(pair[0]), id(pair[1]))] = (j, cols, pair)
+                env[axes[d]], env[axes[d + 1]] = pair
+                self._nest(axes, shape, len(axes), env, ranges, body)
+            return
         with self.loop(ir.Constant(I64, 0), self.dim(self.stage.tensor, d), axes[d].name) as i:
             env[axes[d]] = i
             self._nest(axes, shape, d + 1, env, ranges, body)
+
+    def _merges(self, shape: tuple[int, ...], body: PrimExpr) -> bool:
+        """Whether _nest runs the last two axes as one loop: static, a row of fewer than 64
+        elements and not a multiple of 16, no reduction."""
+        cols = shape[-1]
+        return self.sym is None and isinstance(cols, int) and 1 < cols < 64 and cols % 16 != 0 \
+            and not any(isinstance(n, Reduce) for n in post_order(body))
 
     def store(self, axes, env, v: ir.Value) -> None:
         t = self.stage.tensor

@@ -23,6 +23,9 @@ Caches: four layers, each for a reason.
    digest names the kernel's symbols, and loading its object twice would define them twice
    in the one JIT engine. It also joins functions that compute the same but are not
    structurally equal (a let-bound body and its graph form).
+
+Both memory keys include the integer kernels' ISA (``igemm.host_isa``; ``$RELAYDSL_INT_ISA``
+forces one), which decides the templates of integer contractions.
 3. On disk (jit.py): object files keyed by the digests, the host CPU and the backend's
    sources, so a second process does not recompile (the compile benchmark's "warm disk
    cache" row against its cold one).
@@ -262,15 +265,18 @@ def compile_primitives(funcs: Sequence[Function], options: CompileOptions | None
     LLVM speed level of `options` (default: the llvm target's): 3, or 1 at opt_level 0."""
     options = CompileOptions.for_target("llvm") if options is None else options
     speed = 3 if options.opt_level >= 1 else 1
+    # the integer kernels' instructions (a setting may force them) choose their templates:
+    # a kernel built for one ISA is not the kernel of another
+    isa = host_isa().name
     with _LOCK:
         results: list[Kernel | None] = [None] * len(funcs)
         todo: dict[str, tuple[Function, int, list[int]]] = {}
         for i, f in enumerate(funcs):
             _check_primitive(f)
-            h = structural_hash(f)
+            h = hash((structural_hash(f), isa))
             kernel = _remembered(f, h)
             if kernel is None:
-                digest = hashlib.sha256(f"{stable_digest(f)}|{speed}".encode()).hexdigest()
+                digest = hashlib.sha256(f"{stable_digest(f)}|{speed}|{isa}".encode()).hexdigest()
                 kernel = _BY_DIGEST.get(digest)
                 if kernel is None:
                     todo.setdefault(digest, (f, h, []))[2].append(i)

@@ -114,8 +114,11 @@ def template_for(lowered: Lowered, t: Tensor) -> tuple[AnyTemplate, list[Tensor]
         return None
     sources = {i: s for i, x in enumerate(origin.args)
                if (s := _transposed_input(lowered, x)) is not None}
+    held = dict(lowered.constants)
+    constants = {i: held[x] for i, x in enumerate(origin.args) if x in held}
     template = templates.template_for(origin.op, origin.attrs, origin.arg_types,
-                                      origin.out_type, transposable=sorted(sources))
+                                      origin.out_type, transposable=sorted(sources),
+                                      constants=constants)
     if template is None:
         return None
     args = [sources[i] if i in template.transposed else x for i, x in enumerate(origin.args)]

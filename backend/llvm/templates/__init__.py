@@ -8,6 +8,7 @@ the code generator as one stage (``Template.emit(module, name)``). Inside:
     gemm.py           the shape-specific GEMM driver (batch, parallel units, blocking)
     conv2d.py         conv2d's implicit-im2col packer for the GEMM's B operand
     conv2d_nchwc.py   conv2d_nchwc as direct convolution on the micro-kernel, no packing
+    conv2d_int8.py    int8 conv2d with a constant weight as direct convolution on AVX-512 VNNI
     gemm_library.py   the shape-independent GEMM core and micro-kernels, compiled once
     igemm.py          the integer GEMM (int8/uint8/int16, int32 sums) on AMX, VNNI or SIMD
     irgen.py          small helpers over llvmlite.ir shared by the above
@@ -20,7 +21,8 @@ the code generator as one stage (``Template.emit(module, name)``). Inside:
 ('dense', 8, 4, 16)
 """
 from relaydsl.backend.llvm.templates.contraction import (
-    AnyTemplate, BlockedConvTemplate, StageInfo, Template, template_for,
+    AnyTemplate, BlockedConvTemplate, IntConvTemplate, StageInfo, Template, template_for,
 )
 
-__all__ = ["AnyTemplate", "BlockedConvTemplate", "StageInfo", "Template", "template_for"]
+__all__ = ["AnyTemplate", "BlockedConvTemplate", "IntConvTemplate", "StageInfo", "Template",
+           "template_for"]

@@ -247,13 +247,7 @@ def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool
 
     # k.body: acc[i][v] = fma(splat(A[i, k]), Bp[k, v*VL : (v+1)*VL], acc[i][v])
     b.position_at_end(body)
-    k = b.phi(I64, "k")
-    k.add_incoming(c64(0), entry)
-    zero = ir.Constant(vec, [0.0] * vl)
-    accs = [[b.phi(vec, f"acc{i}_{v}") for v in range(nvec)] for i in range(mr)]
-    for row in accs:
-        for acc in row:
-            acc.add_incoming(zero, entry)
+    k, accs = g.accumulators(entry, "k", vec, mr, nvec)
     pa = g.at(a, g.mul(k, a_ks))
     pb = g.at(bp, g.mul(k, nr))
     # the direct variant's B may be read in place (conv2d_nchwc's weight), so not 64-aligned

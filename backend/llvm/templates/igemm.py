@@ -548,13 +548,8 @@ class _Parts:
         body, done = g.block("k.body"), g.block("k.end")
         b.cbranch(b.icmp_signed(">", kq, c64(0)), body, done)
         b.position_at_end(body)
-        q = b.phi(I64, "q")
-        q.add_incoming(c64(0), entry)
+        q, accs = g.accumulators(entry, "q", acc_t, mr, nvec)
         zero = ir.Constant(acc_t, [0] * vl)
-        accs = [[b.phi(acc_t, f"acc{i}_{v}") for v in range(nvec)] for i in range(mr)]
-        for row in accs:
-            for acc in row:
-                acc.add_incoming(zero, entry)
         pa = b.bitcast(g.at(ap, b.mul(q, c64(mr * 4))), I32.as_pointer())
         pb = b.bitcast(g.at(bp, b.mul(q, c64(nr * 4))), op_t.as_pointer())
         bvs = [b.load(g.at(pb, v), align=4 * vl) for v in range(nvec)]

@@ -143,6 +143,20 @@ class Gen:
         mask = ir.Constant(ir.VectorType(I32, n), [0] * n)
         return self.b.shuffle_vector(v, ir.Constant(vt, ir.Undefined), mask)
 
+    def accumulators(self, entry: ir.Block, counter: str, vector: ir.VectorType, rows: int,
+                     cols: int) -> tuple[ir.PhiInstr, list[list[ir.PhiInstr]]]:
+        """At the top of a micro-kernel's loop body (reached from `entry` and from itself):
+        its i64 counter, 0 from `entry`, and rows x cols accumulator vectors, zero from
+        `entry`; the caller adds the incoming values of the loop's back edge."""
+        b = self.b
+        k = b.phi(I64, counter)
+        k.add_incoming(c64(0), entry)
+        accs = [[b.phi(vector, f"acc{i}_{v}") for v in range(cols)] for i in range(rows)]
+        for row in accs:
+            for acc in row:
+                acc.add_incoming(ir.Constant(vector, None), entry)
+        return k, accs
+
     def stack(self, count: int, name: str, element: ir.Type = F32) -> ir.Value:
         """A 64-byte aligned stack buffer of `count` elements (floats unless said), allocated
         in the entry block; a pointer to its first element."""

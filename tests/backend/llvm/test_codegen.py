@@ -109,6 +109,15 @@ def _groups():
     add("float16 chain", [((7,), "float16")],
         lambda x: call("tanh", call("add", x, x)), [randn(7, dtype="float16")],
         lambda x: jnp.tanh(x + x), 2e-3)
+    # rows of 7 (run rows x columns as one loop): reads by both axes, by the columns only,
+    # by the rows only, and a transposed read that keeps j / 7 and j % 7
+    add("short odd rows, broadcast and transposed reads",
+        [((2, 3, 5, 7), F), ((3, 1, 7), F), ((5, 1), F), ((2, 3, 7, 5), F)],
+        lambda x, y, z, t: call("relu", call("add", call("add", call("multiply", x, y), z),
+                                                 call("transpose", t, axes=(0, 1, 3, 2)))),
+        [randn(2, 3, 5, 7), randn(3, 1, 7, seed=10), randn(5, 1, seed=11),
+         randn(2, 3, 7, 5, seed=12)],
+        lambda x, y, z, t: jnp.maximum(x * y + z + jnp.swapaxes(t, 2, 3), 0))
     return g
 
 
@@ -249,6 +258,20 @@ def _kernel_ir(tmp_path, monkeypatch, fn) -> str:
     compile_primitives([fn])
     (text,) = texts
     return text
+
+
+def test_short_odd_rows_run_as_one_loop(tmp_path, monkeypatch):
+    """An elementwise stage over 28 x 28 images loops over their 784 pixels (a whole number
+    of vectors), its reads at offset j, no scalar remainder per row."""
+    text = _kernel_ir(tmp_path, monkeypatch, primitive(
+        [((3, 4, 28, 28), "int32"), ((1, 4, 1, 1), "int32")],
+        lambda x, b: call("cast", call("relu", call("add", x, b)), dtype="int8")))
+    assert re.search(r'icmp slt i64 %"i2_i3", 784', text)
+    x = np.arange(3 * 4 * 28 * 28, dtype=np.int32).reshape(3, 4, 28, 28) - 4000
+    b = np.array([-5, 0, 7, 300], np.int32).reshape(1, 4, 1, 1)
+    (k,) = compile_primitives([primitive([(x.shape, "int32"), (b.shape, "int32")],
+                                         lambda x_, b_: call("relu", call("add", x_, b_)))])
+    np.testing.assert_array_equal(k(x, b), np.asarray(jnp.maximum(x + b, 0)))
 
 
 # Both vendors' AVX-512 server CPUs, and an AVX2 one. LLVM's own tuning prefers 256-bit vectors
