@@ -232,6 +232,12 @@ def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool
     b = g.b
     tmp = g.stack(mr * nr, "tile")
     rows = [g.mul(a_rs, i) for i in range(mr)]  # A's row offsets, loop invariant
+    # C's tile is read (or written) after the k loop: fetched now, its misses (C was last
+    # touched a whole kc step ago, its rows ldc apart) overlap the loop's FMAs
+    for i in range(mr):
+        row = g.at(c, b.mul(ldc, g.min(c64(i), b.sub(mv, c64(1)))))
+        g.prefetch(row, write=True, locality=3)
+        g.prefetch(g.at(row, nr - 1), write=True, locality=3)
     entry = b.block
     body, done = g.block("k.body"), g.block("k.end")
     b.branch(body)
@@ -419,14 +425,16 @@ def emit_block(module: ir.Module, vl: int) -> ir.Function:
     # which LLVM would unswitch, duplicating the loop nest for nothing
     direct = b.sext(b.icmp_unsigned("!=", p["direct"], ir.Constant(DIRECT_TYPE.as_pointer(), None)),
                     I64)
-    with g.loop(p["c0"], p["c1"], p["nc"], "jc") as jc:
-        nc = g.min(b.sub(p["c1"], jc), p["nc"])
+    nc_step = _balanced(g, b.sub(p["c1"], p["c0"]), p["nc"], nr)
+    mc_step = _balanced(g, b.sub(p["r1"], p["r0"]), p["mc"], mr)
+    with g.loop(p["c0"], p["c1"], nc_step, "jc") as jc:
+        nc = g.min(b.sub(p["c1"], jc), nc_step)
         with g.loop(0, p["k"], p["kc"], "pc") as pc:
             kc = g.min(b.sub(p["k"], pc), p["kc"])
             first = b.icmp_signed("==", pc, c64(0))
             b.call(p["pack_b"], [bp, p["b"], jc, nc, pc, kc, p["b_xs"], p["b_ks"], nr])
-            with g.loop(p["r0"], p["r1"], p["mc"], "ic") as ic:
-                mc = g.min(b.sub(p["r1"], ic), p["mc"])
+            with g.loop(p["r0"], p["r1"], mc_step, "ic") as ic:
+                mc = g.min(b.sub(p["r1"], ic), mc_step)
                 # direct: full row tiles read A in place; only the partial one is packed
                 mfull = b.and_(b.mul(b.sdiv(mc, mr), mr), direct)
                 with b.if_then(b.icmp_signed("<", mfull, mc)):
@@ -448,3 +456,16 @@ def emit_block(module: ir.Module, vl: int) -> ir.Function:
                                               crow, ldc, mv, nv, first])
     b.ret_void()
     return fn
+
+
+def _balanced(g: Gen, extent: ir.Value, block: ir.Value, tile: ir.Value) -> ir.Value:
+    """The step that covers `extent` in as many blocks as steps of `block` would, but of
+    nearly equal sizes (multiples of `tile`, at most `block`): a thread's 37 row tiles in
+    blocks of 9 would leave a last block of one tile, whose B micro-panels are brought
+    into L1 for a single micro-kernel call each."""
+    b = g.b
+    one = c64(1)
+    blocks = b.sdiv(b.add(extent, b.sub(block, one)), block)
+    tiles = b.sdiv(b.add(extent, b.sub(tile, one)), tile)
+    per_block = b.sdiv(b.add(tiles, b.sub(blocks, one)), blocks)
+    return g.min(b.mul(per_block, tile), block)
