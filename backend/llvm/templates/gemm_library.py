@@ -249,7 +249,9 @@ def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool
     for i in range(mr):
         row = g.at(c, b.mul(ldc, g.min(c64(i), b.sub(mv, c64(1)))))
         g.prefetch(row, write=True, locality=3)
-        g.prefetch(g.at(row, nr - 1), write=True, locality=3)
+        # the row's last column may lie past C (a last row of nv < NR): a plain GEP, as
+        # an inbounds one past the object would be poison
+        g.prefetch(b.gep(row, [c64(nr - 1)]), write=True, locality=3)
     entry = b.block
     body, done = g.block("k.body"), g.block("k.end")
     b.branch(body)
