@@ -184,6 +184,13 @@ class Gen:
                           ir.FunctionType(vec, [vec.as_pointer(), I32, mask_t, vec]))
         return self.b.call(fn, [self.vptr(ptr, vl), c32(4), mask, ir.Constant(vec, [0.0] * vl)])
 
+    def prefetch(self, ptr: ir.Value, write: bool = False, locality: int = 3) -> None:
+        """``llvm.prefetch`` of the cache line holding `ptr` (never faults, whatever `ptr`)."""
+        i8p = ir.IntType(8).as_pointer()
+        fn = get_function(self.module, "llvm.prefetch.p0",
+                          ir.FunctionType(VOID, [i8p, I32, I32, I32]))
+        self.b.call(fn, [self.b.bitcast(ptr, i8p), c32(int(write)), c32(locality), c32(1)])
+
     def masked_store(self, value: ir.Value, ptr: ir.Value, mask: ir.Value, vl: int) -> None:
         """``llvm.masked.store``: writes only the lanes of `mask`."""
         vec = ir.VectorType(F32, vl)

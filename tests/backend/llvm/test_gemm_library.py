@@ -17,7 +17,7 @@ from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.templates import gemm_library
 from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, fit_blocking
 from relaydsl.backend.llvm.templates.gemm_library import MicroTile
-from tests.backend.llvm.test_templates import build, check
+from tests.backend.llvm.test_templates import build, check, reference
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -52,6 +52,23 @@ def test_direct_variant_is_compiled_only_for_shapes_that_use_it(tmp_path, monkey
     assert tile.symbol("ukernel_direct") in gemm_library._LOADED
     assert _compiled() == before + 2  # the shapes' module and the direct micro-kernel
     check(kernels)
+
+
+def test_blocks_of_equal_tile_counts_cover_ragged_ranges():
+    # MC of 3 row tiles over 10 (the last one row) splits them 2+3+2+3; NC = 60 holds two
+    # 24-wide column tiles, so 6 column tiles (the last one column) run as 3 blocks of 2;
+    # a chunk of units starts and ends mid-range
+    bl = Blocking(vl=8, mr=4, nr=24, kc=16, mc=14, nc=60)
+    kernels = build([("matmul", {}, (37, 23), (23, 121)), ("dense", {}, (121, 40), (37, 40))], bl)
+    check(kernels)
+    rng = np.random.default_rng(1)
+    for kern in kernels:
+        a = rng.standard_normal(kern.sa).astype(np.float32)
+        b = rng.standard_normal(kern.sb).astype(np.float32)
+        extent = kern.info.parallel_extent
+        got = kern(a, b, splits=[(0, 3), (3, extent - 1), (extent - 1, extent)])
+        np.testing.assert_allclose(got, reference(kern.op, kern.attrs, a, b), rtol=1e-4,
+                                   atol=1e-4)
 
 
 def test_micro_tile_heights_come_from_a_short_ladder():
@@ -102,7 +119,7 @@ def test_fresh_process_loads_the_library_from_disk(tmp_path):
         "import numpy as np\n"
         "from relaydsl.backend.llvm import jit\n"
         "from relaydsl.backend.llvm.templates.gemm import Blocking\n"
-        "from tests.backend.llvm.test_templates import build, check\n"
+        "from tests.backend.llvm.test_templates import build, check, reference\n"
         "bl = Blocking(vl=8, mr=7, nr=16, kc=64, mc=21, nc=64)\n"
         "check(build([('matmul', {}, (30, 20), (20, 40)),\n"
         "             ('matmul', {}, (9, 20), (20, 20))], bl))\n"
