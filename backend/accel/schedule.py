@@ -323,23 +323,27 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     made = _Steps(config, keep)
     read: dict[str, int] = {}
     written: dict[str, int] = {}
-    for band, block, strip in steps3:
+    once = len(steps) == 1 or not double_io
+    # two steps in, and one step into the second band, whether a load stays on chip, in a
+    # line buffer or double-buffered is known, and buffers only grow from there: most plans
+    # that overflow stop at these checks rather than after all their steps
+    checks = {2, len(blocks) * len(strip_list) + 1 if loop_order == ACTIVATIONS_STATIONARY
+              else len(strip_list) * (tiles if tiles > 1 else 1) + 1}
+    if len(steps3) > 2:
+        # the widest step, in the middle of the image (the edges' are clipped by padding):
+        # its buffers count from the first check on
+        probe = (tiles // 2 if tiles > 1 else None,
+                 max(blocks, key=lambda b: 0 if b is None else b[1] - b[0]),
+                 strips // 2 if strips > 1 else None)
+        for t, r in _tile_transfer(ctx, transfers, tiles, strips, *probe)[0].items():
+            if t not in streamed_weights:
+                peak_region[t] = max(peak_region.get(t, 0), region_size(r) * t.itemsize)
+    for index, (band, block, strip) in enumerate(steps3):
         made.serial = not double_io  # the band's first step
-        key = (tiles, band, block, None if strip is None else (strip, strips))
-        known = transfers.get(key)
-        if known is None:
-            sink_regions = {}
-            for s in ctx.sinks:
-                region = [(0, n) for n in s.shape]
-                if band is not None:
-                    region[2] = _bands(s.shape[2], tiles)[band]
-                if block is not None:
-                    region[1 if len(s.shape) == 4 else len(s.shape) - 1] = block
-                if strip is not None:
-                    region[3] = _bands(s.shape[3], strips)[strip]
-                sink_regions[s] = tuple(region)
-            known = transfers[key] = _transfer(ctx, sink_regions)
-        regions, computes = known
+        if index in checks and not _may_fit(ctx, peak_region, deep_offsets, kept | line_buffers,
+                                            stream, config, reuse, line_buffers, once):
+            return None
+        regions, computes = _tile_transfer(ctx, transfers, tiles, strips, band, block, strip)
         for t, r in regions.items():
             if t not in streamed_weights:
                 peak_region[t] = max(peak_region.get(t, 0), region_size(r) * t.itemsize)
@@ -405,8 +409,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     if any(upto < (t.shape[2] if len(t.shape) == 4 else 1) for (t, _), upto in stored_upto.items()):
         return None
     addresses, spans = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
-                              line_buffers, stream, config, reuse,
-                              once=len(steps) == 1 or not double_io)
+                              line_buffers, stream, config, reuse, once=once)
     if any(spans[kind] > capacity[kind] for kind in spans):
         return None
     order = loop_order if channel_blocks > 1 else \
@@ -419,13 +422,37 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                           streamed=streamed, double_io=double_io, strips=strips))
 
 
+def _tile_transfer(ctx: _GroupContext, transfers: dict, tiles: int, strips: int,
+                   band: int | None, block: tuple[int, int] | None, strip: int | None
+                   ) -> tuple[dict[TensorInfo, Region], list[tuple[Layer, Region]]]:
+    """The shape transfer (_transfer) of one step of a plan: band `band` of `tiles`, the
+    output channels `block`, strip `strip` of `strips`; kept in `transfers`."""
+    key = (tiles, band, block, None if strip is None else (strip, strips))
+    known = transfers.get(key)
+    if known is None:
+        sink_regions = {}
+        for s in ctx.sinks:
+            region = [(0, n) for n in s.shape]
+            if band is not None:
+                region[2] = _bands(s.shape[2], tiles)[band]
+            if block is not None:
+                region[1 if len(s.shape) == 4 else len(s.shape) - 1] = block
+            if strip is not None:
+                region[3] = _bands(s.shape[3], strips)[strip]
+            sink_regions[s] = tuple(region)
+        known = transfers[key] = _transfer(ctx, sink_regions)
+    return known
+
+
 def _may_fit(ctx: _GroupContext, sizes: dict[TensorInfo, int],
              offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
              streamed: dict[Layer, list[tuple[int, int]]], config: AcceleratorConfig,
-             reuse: bool) -> bool:
-    """Whether buffers of `sizes` (the first band's: later ones only grow them) leave room
-    for an allocation in every on-chip buffer."""
-    buffers, kinds = _buffers(ctx, sizes, offsets, kept, set(), streamed, config, once=True)
+             reuse: bool, line_buffers: set[TensorInfo] | frozenset = frozenset(),
+             once: bool = True) -> bool:
+    """Whether buffers of `sizes` (the first steps': later ones only grow them) leave room
+    for an allocation in every on-chip buffer; each held once unless `once` is False."""
+    buffers, kinds = _buffers(ctx, sizes, offsets, kept, set(line_buffers), streamed, config,
+                              once=once)
     return all(span_lower_bound([b for t, b in buffers.items() if kinds[t] == kind], reuse)
                <= capacity for kind, capacity in config.buffers().items())
 
@@ -788,6 +815,17 @@ def _short_buffer(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layer:
     return "onchip_bytes"
 
 
+def _signature(ctx: _GroupContext) -> tuple:
+    """What a one-layer group's plan depends on: its op, attributes, the shapes and types
+    of its tensors (which of its inputs are the same, which are weights) and whether it
+    stores its output -- not the names nor the weights' values."""
+    layer, = ctx.layers
+    inputs = tuple((t.shape, t.dtype, t.is_constant, layer.inputs.index(t))
+                   for t in layer.inputs)
+    return (layer.opdef.name, repr(sorted(layer.attrs.items())), inputs,
+            layer.output.shape, layer.output.dtype, bool(ctx.stored))
+
+
 def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPlan]:
     """The groups of `graph` under the schedule `kind` (one of SCHEDULES)."""
     if kind not in SCHEDULES:
@@ -798,10 +836,26 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
     # the paper's loop keeps a group's weights on chip: it grows a group while they fit
     stream = not kind.endswith(":greedy")
     cache: dict[tuple[int, int], GroupPlan | None] = {}
+    alike: dict[tuple, GroupPlan | None] = {}  # single layers' plans by their _signature
 
     def plan(i: int, j: int) -> GroupPlan | None:
-        if (i, j) not in cache:
+        if (i, j) in cache:
+            return cache[(i, j)]
+        if j > i + 1:
             cache[(i, j)] = best_plan(graph, consumers, layers[i:j], config, reuse, stream)
+            return cache[(i, j)]
+        ctx = _GroupContext(graph, consumers, layers[i:j])
+        key = _signature(ctx)
+        if key not in alike:
+            alike[key] = best_plan(graph, consumers, layers[i:j], config, reuse, stream)
+            cache[(i, j)] = alike[key]
+        else:  # a layer like one planned before (a network's repeated blocks): its plan
+            known = alike[key]
+            again = None if known is None else \
+                plan_group(**{**known.recipe, "ctx": ctx}, keep=False)
+            cache[(i, j)] = again if again is not None and known is not None and \
+                again.cost == known.cost else \
+                best_plan(graph, consumers, layers[i:j], config, reuse, stream)
         return cache[(i, j)]
 
     def single(i: int) -> GroupPlan:
