@@ -16,7 +16,12 @@ read again for each band). A layer alone may instead run in blocks of output cha
 each stored as computed, with whichever loop order moves fewer bytes: bands outermost
 (activations-stationary: the weight again for each band) or blocks outermost
 (weights-stationary: the input again for each block). A group whose weights all stay on
-chip is weights-stationary.
+chip is weights-stationary. A layer whose input and weight both do not fit (a 1x1
+convolution over 1024 channels at 14x14, fp32, on 768 KiB) may run output-stationary
+instead: its whole output stays on chip while the input passes in blocks of input channels,
+each with its slice of the weight, and the block's products are added to the output
+(``reducible``, ``_plan_reduction``): each read once. The fusion searches try it; the
+baseline ("none") and the paper's loop do not.
 
 ``plan_group`` costs one group at one tile count: the DRAM bytes each tile loads and stores
 (weights once where they stay on chip), the buffers and their addresses (memory.py, with
@@ -36,7 +41,10 @@ chooses the groups:
 The search is what makes a build slow, so it costs a plan without building its steps
 (``keep=False``; ``GroupPlan.build`` makes the chosen ones), memoises shape deduction
 across groups, stops a plan at its first band where that alone cannot fit
-(``memory.span_lower_bound``), skips tile counts and groups whose traffic lower bound
+(``memory.span_lower_bound``) and again two steps in and one step into the second band
+with the widest tile counted (where its buffering is known), plans a layer like one
+planned before (the same op, attributes and shapes: a network's repeated blocks) by that
+one's recipe, skips tile counts and groups whose traffic lower bound
 (weights, streamed weights once per band, stored outputs) exceeds the best found, and
 stops growing a group to the front once one starting at a convolution or dense layer fits
 in no way.
