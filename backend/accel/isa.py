@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from relaydsl.backend.accel.graph import Layer, TensorInfo
 from relaydsl.backend.accel.layers import Region
-from relaydsl.backend.accel.schedule import GroupPlan
+from relaydsl.backend.accel.schedule import GroupPlan, reduction_reads
 
 
 class Opcode(enum.Enum):
@@ -53,6 +53,8 @@ class Instr:
     inputs: tuple[Operand, ...] = ()
     output: Operand | None = None
     serial: bool = False  # a SYNC: the step's loads waited for the last step (timing only)
+    # a GEMM over these input channels only, added to its output (output-stationary)
+    part: tuple[int, int] | None = None
 
     def __str__(self) -> str:
         def where(o: Operand) -> str:
@@ -85,14 +87,16 @@ def generate(groups: list[GroupPlan]) -> list[Instr]:
                 if all(lo < hi for lo, hi in loaded) or not loaded:
                     code.append(Instr(Opcode.LOAD, output=Operand(t, address, region, loaded)))
             for layer, out, whole in tile.computes:
-                reads = layer.rule.deduce(layer, out)
+                part = tile.reduce if layer is group.layers[-1] else None
+                reads = layer.rule.deduce(layer, out) if part is None else \
+                    reduction_reads(layer, out, part)
                 operands = tuple(Operand(t, group.addresses[t][0], held[t], r)
                                  for t, r in zip(layer.inputs, reads))
                 held[layer.output] = whole
                 unit = Opcode.GEMM if layer.rule.unit == "mac" else Opcode.ALU
                 code.append(Instr(unit, layer, operands,
                                   Operand(layer.output, group.addresses[layer.output][0], whole,
-                                          out)))
+                                          out), part=part))
             for t, region in tile.stores:
                 code.append(Instr(Opcode.STORE, output=Operand(
                     t, group.addresses[t][0], held[t], region)))

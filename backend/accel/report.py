@@ -39,6 +39,8 @@ class GroupReport:
         rows = f"{self.tile_rows} rows" if self.tile_rows else "whole"
         if self.channel_blocks > 1:
             return f"{rows} x {self.channel_blocks} channel blocks ({self.loop_order})"
+        if self.loop_order == "output-stationary":
+            return f"{rows}, input-channel blocks (output-stationary)"
         if self.streamed:
             return f"{rows}, {len(self.streamed)} weights streamed"
         return rows

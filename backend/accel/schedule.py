@@ -16,7 +16,12 @@ read again for each band). A layer alone may instead run in blocks of output cha
 each stored as computed, with whichever loop order moves fewer bytes: bands outermost
 (activations-stationary: the weight again for each band) or blocks outermost
 (weights-stationary: the input again for each block). A group whose weights all stay on
-chip is weights-stationary.
+chip is weights-stationary. A layer whose input and weight both do not fit (a 1x1
+convolution over 1024 channels at 14x14, fp32, on 768 KiB) may run output-stationary
+instead: its whole output stays on chip while the input passes in blocks of input channels,
+each with its slice of the weight, and the block's products are added to the output
+(``reducible``, ``_plan_reduction``): each read once. The fusion searches try it; the
+baseline ("none") and the paper's loop do not.
 
 ``plan_group`` costs one group at one tile count: the DRAM bytes each tile loads and stores
 (weights once where they stay on chip), the buffers and their addresses (memory.py, with
@@ -36,7 +41,10 @@ chooses the groups:
 The search is what makes a build slow, so it costs a plan without building its steps
 (``keep=False``; ``GroupPlan.build`` makes the chosen ones), memoises shape deduction
 across groups, stops a plan at its first band where that alone cannot fit
-(``memory.span_lower_bound``), skips tile counts and groups whose traffic lower bound
+(``memory.span_lower_bound``) and again two steps in and one step into the second band
+with the widest tile counted (where its buffering is known), plans a layer like one
+planned before (the same op, attributes and shapes: a network's repeated blocks) by that
+one's recipe, skips tile counts and groups whose traffic lower bound
 (weights, streamed weights once per band, stored outputs) exceeds the best found, and
 stops growing a group to the front once one starting at a convolution or dense layer fits
 in no way.
@@ -52,7 +60,7 @@ from typing import NamedTuple
 from relaydsl.backend.accel.config import INPUT, OUTPUT, WEIGHT, AcceleratorConfig
 from relaydsl.backend.accel.graph import Graph, Layer, TensorInfo
 from relaydsl.backend.accel.layers import (
-    CONV2D, ELEMENTWISE, WINDOWED, Region, region_shape, region_size, samples, window,
+    BIAS_ADD, CONV2D, ELEMENTWISE, WINDOWED, Region, region_shape, region_size, samples, window,
 )
 from relaydsl.backend.accel.memory import (
     Buffer, allocate, deep_reuse_offset, span_lower_bound,
@@ -72,6 +80,7 @@ STREAM_BLOCK_FRACTION = 16
 # do not fit, up to this many single-buffered ones are tried (their loads wait).
 SERIAL_BANDS = 4
 WEIGHTS_STATIONARY, ACTIVATIONS_STATIONARY = "weights-stationary", "activations-stationary"
+OUTPUT_STATIONARY = "output-stationary"
 
 
 class Tile(NamedTuple):  # a tuple: the search makes millions of them
@@ -90,6 +99,9 @@ class Tile(NamedTuple):  # a tuple: the search makes millions of them
     alu_ops: int
     cycles: int
     serial: bool = False  # its loads wait for the last step (single-buffered inputs)
+    # the input channels the group's last layer sums over in this step (input-channel
+    # blocks, output-stationary: it adds to the output it holds); None: all of them
+    reduce: tuple[int, int] | None = None
 
 
 @dataclass
@@ -252,8 +264,8 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                transfers: dict[tuple[int, int | None, tuple[int, int] | None,
                                      tuple[int, int] | None],
                                tuple[dict[TensorInfo, Region], list[tuple[Layer, Region]]]]
-               | None = None, keep: bool = True, double_io: bool = True, strips: int = 1
-               ) -> GroupPlan | None:
+               | None = None, keep: bool = True, double_io: bool = True, strips: int = 1,
+               reduce_blocks: int = 1) -> GroupPlan | None:
     """The plan of the group `ctx` cut in `tiles` bands of rows, or None where that does
     not fit on chip or does not cover its outputs. Two ways past weights that do not fit:
 
@@ -270,8 +282,11 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     `strips`, each band is cut in that many strips of columns too (where one band of a
     batch of images' rows does not fit; no line buffers then, and only a group storing
     just its sinks, whose strips do not overlap).
+    With `reduce_blocks`, the group runs output-stationary instead (_plan_reduction).
     `transfers` keeps the shape transfers of the tiles between calls for the same group;
     without `keep`, the plan is costed without its steps (GroupPlan.build makes them)."""
+    if reduce_blocks > 1:
+        return _plan_reduction(ctx, config, reuse, reduce_blocks, keep)
     layers = ctx.layers
     transfers = {} if transfers is None else transfers
     if tiles > 1 and not ctx.row_tiled:
@@ -323,23 +338,27 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     made = _Steps(config, keep)
     read: dict[str, int] = {}
     written: dict[str, int] = {}
-    for band, block, strip in steps3:
+    once = len(steps) == 1 or not double_io
+    # two steps in, and one step into the second band, whether a load stays on chip, in a
+    # line buffer or double-buffered is known, and buffers only grow from there: most plans
+    # that overflow stop at these checks rather than after all their steps
+    checks = {2, len(blocks) * len(strip_list) + 1 if loop_order == ACTIVATIONS_STATIONARY
+              else len(strip_list) * (tiles if tiles > 1 else 1) + 1}
+    if len(steps3) > 2:
+        # the widest step, in the middle of the image (the edges' are clipped by padding):
+        # its buffers count from the first check on
+        probe = (tiles // 2 if tiles > 1 else None,
+                 max(blocks, key=lambda b: 0 if b is None else b[1] - b[0]),
+                 strips // 2 if strips > 1 else None)
+        for t, r in _tile_transfer(ctx, transfers, tiles, strips, *probe)[0].items():
+            if t not in streamed_weights:
+                peak_region[t] = max(peak_region.get(t, 0), region_size(r) * t.itemsize)
+    for index, (band, block, strip) in enumerate(steps3):
         made.serial = not double_io  # the band's first step
-        key = (tiles, band, block, None if strip is None else (strip, strips))
-        known = transfers.get(key)
-        if known is None:
-            sink_regions = {}
-            for s in ctx.sinks:
-                region = [(0, n) for n in s.shape]
-                if band is not None:
-                    region[2] = _bands(s.shape[2], tiles)[band]
-                if block is not None:
-                    region[1 if len(s.shape) == 4 else len(s.shape) - 1] = block
-                if strip is not None:
-                    region[3] = _bands(s.shape[3], strips)[strip]
-                sink_regions[s] = tuple(region)
-            known = transfers[key] = _transfer(ctx, sink_regions)
-        regions, computes = known
+        if index in checks and not _may_fit(ctx, peak_region, deep_offsets, kept | line_buffers,
+                                            stream, config, reuse, line_buffers, once):
+            return None
+        regions, computes = _tile_transfer(ctx, transfers, tiles, strips, band, block, strip)
         for t, r in regions.items():
             if t not in streamed_weights:
                 peak_region[t] = max(peak_region.get(t, 0), region_size(r) * t.itemsize)
@@ -405,8 +424,7 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
     if any(upto < (t.shape[2] if len(t.shape) == 4 else 1) for (t, _), upto in stored_upto.items()):
         return None
     addresses, spans = _place(ctx, peak_region, deep_offsets, kept | line_buffers,
-                              line_buffers, stream, config, reuse,
-                              once=len(steps) == 1 or not double_io)
+                              line_buffers, stream, config, reuse, once=once)
     if any(spans[kind] > capacity[kind] for kind in spans):
         return None
     order = loop_order if channel_blocks > 1 else \
@@ -419,13 +437,136 @@ def plan_group(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, tiles
                           streamed=streamed, double_io=double_io, strips=strips))
 
 
+def reducible(ctx: _GroupContext) -> bool:
+    """Whether the group can run output-stationary (_plan_reduction): its last layer a
+    conv2d (one group) or dense layer, the group's one sink and only stored tensor, fed
+    through its data input by a chain of layers that keep to their channels (elementwise
+    ops, bias adds, pools), which store nothing."""
+    *front, last = ctx.layers
+    if ctx.stored != [last.output] or ctx.sinks != [last.output] or \
+            last.rule.unit != "mac" or len(last.inputs) != 2 or \
+            not last.inputs[1].is_constant or last.attrs.get("groups", 1) != 1:
+        return False
+    if not front:
+        return True
+    if len(last.output.shape) != 4 or ctx.readers[last.inputs[0]] != [len(front)]:
+        return False
+    for layer in front:
+        if layer.rule not in (ELEMENTWISE, BIAS_ADD, WINDOWED) or \
+                len(layer.output.shape) != 4 or ctx.readers[layer.output] == [] or \
+                any(len(t.shape) == 4 and t.shape[1] != layer.output.shape[1]
+                    for t in layer.inputs):
+            return False
+    return True
+
+
+def reduction_reads(layer: Layer, out: Region, block: tuple[int, int] | None
+                    ) -> list[Region]:
+    """The regions of its data and weight a conv2d or dense layer's output region `out`
+    reads, summed over the input channels `block` only (all of them where None)."""
+    data, weight = _deduce(layer, out)
+    if block is None:
+        return [data, weight]
+    axis = 1 if len(data) == 4 else len(data) - 1
+    return [(*data[:axis], block, *data[axis + 1:]), (weight[0], block, *weight[2:])]
+
+
+def _plan_reduction(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool, blocks: int,
+                    keep: bool) -> GroupPlan | None:
+    """The group `ctx` (reducible) output-stationary: its last layer's whole output stays on
+    chip while its data input passes through in `blocks` blocks of input channels, each
+    with its slice of the weight (double-buffered) and computed by the layers in front from
+    the same channels of theirs; each block's products are added to the output, stored once
+    at the end. Every input and weight is read once: the way past a layer whose input and
+    weight both do not fit on chip, where bands would read the weight again for each band
+    and channel blocks the input again for each block."""
+    *front, last = ctx.layers
+    data, weight = last.inputs
+    channels = data.shape[1] if len(data.shape) == 4 else data.shape[-1]
+    if blocks > channels:
+        return None
+    whole = tuple((0, n) for n in last.output.shape)
+    full_work = _work(last, whole)
+    sizes: dict[TensorInfo, int] = {last.output: last.output.nbytes}
+    made = _Steps(config, keep)
+    read: dict[str, int] = {}
+    bounds = _bands(channels, blocks)
+    steps = []
+    for lo, hi in bounds:
+        regions: dict[TensorInfo, Region] = dict(zip(last.inputs,
+                                                     reduction_reads(last, whole, (lo, hi))))
+        computes: list[tuple[Layer, Region, Region]] = []
+        for layer in reversed(front):
+            out = regions[layer.output]
+            computes.append((layer, out, out))
+            for t, r in zip(layer.inputs, _deduce(layer, out)):
+                regions[t] = _union(regions.get(t), r)
+        computes.reverse()
+        computes.append((last, whole, whole))
+        for t, r in regions.items():
+            sizes[t] = max(sizes.get(t, 0), region_size(r) * t.itemsize)
+        steps.append((lo, hi, regions, computes))
+    # the weight's slices load as the data's do, double-buffered; the output is held all along
+    kept = {last.output, *(t for t in ctx.weights if t is not weight)}  # and small biases
+    addresses, spans = _place(ctx, sizes, {}, kept, set(), {}, config, reuse, once=False,
+                              blocked={weight})
+    capacity = config.buffers()
+    if any(spans[kind] > capacity[kind] for kind in spans):
+        return None
+    loaded = [*ctx.weights, *ctx.loads]
+    for index, (lo, hi, regions, computes) in enumerate(steps):
+        loads = tuple((t, regions[t], regions[t]) for t in loaded if t in regions)
+        for t, r, _ in loads:
+            read[t.name] = read.get(t.name, 0) + region_size(r) * t.itemsize
+        stores = ((last.output, whole),) if index == len(steps) - 1 else ()
+        mac = full_work // channels * (hi - lo)
+        alu = cycles = 0
+        for layer, r, _ in computes[:-1]:
+            work = _work(layer, r)
+            alu += work
+            cycles += config.cycles("alu", work, samples(r))
+        cycles += config.cycles("mac", mac, samples(whole))
+        made.add(sum(region_size(r) * t.itemsize for t, r, _ in loads),
+                 last.output.nbytes if stores else 0, mac, alu, cycles, loads,
+                 tuple(computes), stores, (lo, hi))
+    return GroupPlan(ctx.layers, made.tiles, addresses, sum(spans.values()), made.finish(),
+                     1, OUTPUT_STATIONARY, read, {last.output.name: last.output.nbytes}, 1,
+                     (), made.count, made.macs, made.alu,
+                     dict(ctx=ctx, config=config, reuse=reuse, tiles=1,
+                          reduce_blocks=blocks))
+
+
+def _tile_transfer(ctx: _GroupContext, transfers: dict, tiles: int, strips: int,
+                   band: int | None, block: tuple[int, int] | None, strip: int | None
+                   ) -> tuple[dict[TensorInfo, Region], list[tuple[Layer, Region]]]:
+    """The shape transfer (_transfer) of one step of a plan: band `band` of `tiles`, the
+    output channels `block`, strip `strip` of `strips`; kept in `transfers`."""
+    key = (tiles, band, block, None if strip is None else (strip, strips))
+    known = transfers.get(key)
+    if known is None:
+        sink_regions = {}
+        for s in ctx.sinks:
+            region = [(0, n) for n in s.shape]
+            if band is not None:
+                region[2] = _bands(s.shape[2], tiles)[band]
+            if block is not None:
+                region[1 if len(s.shape) == 4 else len(s.shape) - 1] = block
+            if strip is not None:
+                region[3] = _bands(s.shape[3], strips)[strip]
+            sink_regions[s] = tuple(region)
+        known = transfers[key] = _transfer(ctx, sink_regions)
+    return known
+
+
 def _may_fit(ctx: _GroupContext, sizes: dict[TensorInfo, int],
              offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
              streamed: dict[Layer, list[tuple[int, int]]], config: AcceleratorConfig,
-             reuse: bool) -> bool:
-    """Whether buffers of `sizes` (the first band's: later ones only grow them) leave room
-    for an allocation in every on-chip buffer."""
-    buffers, kinds = _buffers(ctx, sizes, offsets, kept, set(), streamed, config, once=True)
+             reuse: bool, line_buffers: set[TensorInfo] | frozenset = frozenset(),
+             once: bool = True) -> bool:
+    """Whether buffers of `sizes` (the first steps': later ones only grow them) leave room
+    for an allocation in every on-chip buffer; each held once unless `once` is False."""
+    buffers, kinds = _buffers(ctx, sizes, offsets, kept, set(line_buffers), streamed, config,
+                              once=once)
     return all(span_lower_bound([b for t, b in buffers.items() if kinds[t] == kind], reuse)
                <= capacity for kind, capacity in config.buffers().items())
 
@@ -469,12 +610,13 @@ class _Steps:
         self.serial = False  # the next step's loads wait for the last one's compute, stores
 
     def add(self, load_bytes: int, store_bytes: int, macs: int, alu: int, cycles: int,
-            loads: tuple = (), computes: tuple = (), stores: tuple = ()) -> None:
+            loads: tuple = (), computes: tuple = (), stores: tuple = (),
+            reduce: tuple[int, int] | None = None) -> None:
         bw, clock = self.config.dram_bandwidth, self.config.clock_hz
         serial, self.serial = self.serial, False
         if self.keep:
             self.tiles.append(Tile(loads, computes, stores, load_bytes, store_bytes, macs, alu,
-                                   cycles, serial))
+                                   cycles, serial, reduce))
         self.count += 1
         self.macs += macs
         self.alu += alu
@@ -565,7 +707,8 @@ def _offset(layer: Layer, t: TensorInfo, t_region: Region, out: Region) -> int |
 def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
              offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
              line_buffers: set[TensorInfo], streamed: dict[Layer, list[tuple[int, int]]],
-             config: AcceleratorConfig, once: bool = False
+             config: AcceleratorConfig, once: bool = False,
+             blocked: set[TensorInfo] | frozenset = frozenset()
              ) -> tuple[dict[TensorInfo, Buffer], dict[TensorInfo, str]]:
     """The group's buffers, and the on-chip buffer (its config field) each goes to:
     resident weights (and any input a later tile reads again without loading it)
@@ -591,8 +734,11 @@ def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
             start, end, copies = max(0, k - double + 1), k, double
         elif t in kept:  # a line buffer loads its next rows while a tile computes
             start, end, copies = 0, last, double if t in line_buffers and not once else 1
-        elif t in ctx.loads:
-            start, end, copies = 0, ctx.readers[t][-1], 1 if once else double
+        elif t in ctx.loads or t in blocked:  # a weight loaded a slice a step (blocked)
+            start = 0
+            end = ctx.readers[t][-1] if t in ctx.readers else \
+                max(k for k, layer in enumerate(ctx.layers) if t in layer.inputs)
+            copies = 1 if once else double
         else:
             start = next(k for k, layer in enumerate(ctx.layers) if layer.output is t)
             end = max([start, *ctx.readers[t]])
@@ -612,13 +758,14 @@ def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
 def _place(ctx: _GroupContext, sizes: dict[TensorInfo, int],
            offsets: dict[TensorInfo, tuple[TensorInfo, int]], kept: set[TensorInfo],
            line_buffers: set[TensorInfo], streamed: dict[Layer, list[tuple[int, int]]],
-           config: AcceleratorConfig, reuse: bool, once: bool = False
+           config: AcceleratorConfig, reuse: bool, once: bool = False,
+           blocked: set[TensorInfo] | frozenset = frozenset()
            ) -> tuple[dict[TensorInfo, tuple[int, int]], dict[str, int]]:
     """Addresses for the group's buffers (_buffers), and the bytes each on-chip buffer of
     `config` spans. Where the config splits its memory (VTA), its buffers lie one after
     the other in the address space."""
     buffers, kinds = _buffers(ctx, sizes, offsets, kept, line_buffers, streamed, config,
-                              once=once)
+                              once=once, blocked=blocked)
     addresses: dict[TensorInfo, tuple[int, int]] = {}
     spans: dict[str, int] = {}
     base = 0
@@ -677,8 +824,8 @@ def _stream_options(ctx: _GroupContext, config: AcceleratorConfig) -> list[tuple
 
 
 def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: list[Layer],
-              config: AcceleratorConfig, reuse: bool, stream: bool = True
-              ) -> GroupPlan | None:
+              config: AcceleratorConfig, reuse: bool, stream: bool = True,
+              reduce: bool = False) -> GroupPlan | None:
     """The cheapest plan (GroupPlan.cost) of `layers` as one group over the tile counts,
     the weights kept on chip or (where `stream`) streamed, and for a single layer with
     weights channel blocks and loop orders; or None where none fits."""
@@ -724,6 +871,8 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
                         best = plan
             if best is not None:
                 break
+    if reduce and reducible(ctx):
+        best = _best_reduction(ctx, config, reuse, best)
     if best is None and ctx.row_tiled and (len(layers) == 1 or ctx.sinks[0].shape[0] > 1):
         best = _strips_plan(ctx, config, reuse, counts, transfers)
     if best is None and len(layers) == 1 and config.double_buffering:
@@ -734,6 +883,28 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
                               double_io=False)
             if best is not None:
                 break
+    return best
+
+
+def _best_reduction(ctx: _GroupContext, config: AcceleratorConfig, reuse: bool,
+                    best: GroupPlan | None) -> GroupPlan | None:
+    """The cheaper of `best` and the output-stationary plans of `ctx` with the fewest
+    input-channel blocks that fit, and a few more (they move the same bytes: the time
+    decides). It moves each input, weight and output once: nothing does less, so it is
+    tried only where `best` moves more."""
+    last = ctx.layers[-1]
+    minimum = sum(t.nbytes for t in [*ctx.weights, *ctx.loads]) + last.output.nbytes
+    if best is not None and best.cost[0] <= minimum:
+        return best
+    data = last.inputs[0]
+    tried = 0
+    for blocks in _tile_counts(data.shape[1] if len(data.shape) == 4 else data.shape[-1])[1:]:
+        plan = _plan_reduction(ctx, config, reuse, blocks, keep=False)
+        if plan is not None and (best is None or plan.cost < best.cost):
+            best = plan
+        tried += plan is not None or tried > 0
+        if tried == TILE_COUNTS_TRIED:
+            break
     return best
 
 
@@ -788,6 +959,17 @@ def _short_buffer(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layer:
     return "onchip_bytes"
 
 
+def _signature(ctx: _GroupContext) -> tuple:
+    """What a one-layer group's plan depends on: its op, attributes, the shapes and types
+    of its tensors (which of its inputs are the same, which are weights) and whether it
+    stores its output -- not the names nor the weights' values."""
+    layer, = ctx.layers
+    inputs = tuple((t.shape, t.dtype, t.is_constant, layer.inputs.index(t))
+                   for t in layer.inputs)
+    return (layer.opdef.name, repr(sorted(layer.attrs.items())), inputs,
+            layer.output.shape, layer.output.dtype, bool(ctx.stored))
+
+
 def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPlan]:
     """The groups of `graph` under the schedule `kind` (one of SCHEDULES)."""
     if kind not in SCHEDULES:
@@ -797,11 +979,30 @@ def schedule(graph: Graph, config: AcceleratorConfig, kind: str) -> list[GroupPl
     reuse = kind.startswith("fusion+reuse")
     # the paper's loop keeps a group's weights on chip: it grows a group while they fit
     stream = not kind.endswith(":greedy")
+    # output-stationary groups are our search's: the baseline and the paper's loop tile
+    # by rows and output channels only
+    reduce = kind in ("fusion", "fusion+reuse")
     cache: dict[tuple[int, int], GroupPlan | None] = {}
+    alike: dict[tuple, GroupPlan | None] = {}  # single layers' plans by their _signature
 
     def plan(i: int, j: int) -> GroupPlan | None:
-        if (i, j) not in cache:
-            cache[(i, j)] = best_plan(graph, consumers, layers[i:j], config, reuse, stream)
+        if (i, j) in cache:
+            return cache[(i, j)]
+        if j > i + 1:
+            cache[(i, j)] = best_plan(graph, consumers, layers[i:j], config, reuse, stream, reduce)
+            return cache[(i, j)]
+        ctx = _GroupContext(graph, consumers, layers[i:j])
+        key = _signature(ctx)
+        if key not in alike:
+            alike[key] = best_plan(graph, consumers, layers[i:j], config, reuse, stream, reduce)
+            cache[(i, j)] = alike[key]
+        else:  # a layer like one planned before (a network's repeated blocks): its plan
+            known = alike[key]
+            again = None if known is None else \
+                plan_group(**{**known.recipe, "ctx": ctx}, keep=False)
+            cache[(i, j)] = again if again is not None and known is not None and \
+                again.cost == known.cost else \
+                best_plan(graph, consumers, layers[i:j], config, reuse, stream, reduce)
         return cache[(i, j)]
 
     def single(i: int) -> GroupPlan:

@@ -151,8 +151,14 @@ class Simulator:
                 if out.shape != region_shape(o.region):
                     raise RuntimeError(f"{layer.name}: computed {out.shape} for the region "
                                        f"{region_shape(o.region)}")
-                self._write(o, out)
                 work = layer.rule.work(layer, o.region)
+                if ins.part is not None:  # these input channels' products, added on chip
+                    data = layer.inputs[0].shape
+                    lo, hi = ins.part
+                    work = work // data[1 if len(data) == 4 else -1] * (hi - lo)
+                    if lo > 0:
+                        out = self._read(o) + out
+                self._write(o, out)
                 cycles += self.config.cycles(layer.rule.unit, work, samples(o.region))
                 if op is Opcode.GEMM:
                     macs += work

@@ -55,7 +55,9 @@ from relaydsl.backend.accel.report import AccelReport  # noqa: E402
 from relaydsl.backend.target import get_target  # noqa: E402
 from relaydsl.datasets.sst import Leaf, Node, Tree, sst  # noqa: E402
 from relaydsl.ir import Function, IRModule, TensorType, Var  # noqa: E402
+from relaydsl.ir.visitor import deep_recursion  # noqa: E402
 from relaydsl.transform._util import substitute  # noqa: E402
+from relaydsl.transform.pass_infra import PassContext  # noqa: E402
 from relaydsl.typing import infer_types  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -82,8 +84,9 @@ def rebatch(mod: IRModule, entry: str, batch: int) -> IRModule:
         t = p.checked_type
         assert isinstance(t, TensorType)
         params.append(Var(p.name_hint, TensorType((batch, *t.shape[1:]), t.dtype)))
-    body = substitute(fn.body, dict(zip(fn.params, params)))
-    return infer_types(IRModule.from_expr(Function(params, body)))
+    with deep_recursion():  # ResNet-50's realized body nests deeper than Python's default
+        body = substitute(fn.body, dict(zip(fn.params, params)))
+        return infer_types(IRModule.from_expr(Function(params, body)))
 
 
 @dataclass
@@ -117,7 +120,10 @@ def resnet_rows(name: str, image: int | None, schedule: str) -> list[Row]:
     rows = []
     for run, batch, config in RUNS:
         start = time.perf_counter()
-        program = AccelProgram(rebatch(qf.mod, qf.entry, batch), "main", config, schedule)
+        # the realized network is already one function of op calls: PartialEvaluate has
+        # nothing to do on it, and takes tens of minutes from ResNet-34 on
+        with PassContext(disabled_pass=frozenset({"PartialEvaluate"})), deep_recursion():
+            program = AccelProgram(rebatch(qf.mod, qf.entry, batch), "main", config, schedule)
         assert program.hybrid is None, program.report.host  # the whole network on the core
         r = program.report
         rows.append(_row(name, run, batch, r.seconds, r.dram_bytes, r.macs,
