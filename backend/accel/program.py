@@ -35,9 +35,10 @@ from typing import Any as AnyValue, Sequence
 
 
 from relaydsl.backend.accel.config import AcceleratorConfig
-from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, extract
+from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, TensorInfo, extract
 from relaydsl.backend.accel.hybrid import HybridProgram
 from relaydsl.backend.accel.isa import generate
+from relaydsl.backend.accel.layers import Region, full_region, region_size
 from relaydsl.backend.accel.report import AccelReport
 from relaydsl.backend.accel.schedule import schedule, tiles_seconds
 from relaydsl.backend.accel.simulator import Simulator, dram_of
@@ -48,10 +49,20 @@ _log = logging.getLogger(__name__)
 
 
 def compulsory_bytes(graph: Graph) -> int:
-    """Inputs and weights read once, the result written once."""
-    read = {t for layer in graph.layers for t in layer.inputs
-            if t.is_constant or t in graph.params}
-    return sum(t.nbytes for t in read) + graph.output.nbytes
+    """Inputs and weights read once, the result written once. Of an input, only the region
+    the result depends on (the whole result's shape transferred back through every layer):
+    a strided window may skip an input's last rows or columns, and so may every layer
+    before it, which a fused schedule never loads."""
+    needed: dict[TensorInfo, Region] = {graph.output: full_region(graph.output.shape)}
+    for layer in reversed(graph.layers):  # consumers before their producers
+        out = needed.get(layer.output)
+        if out is None:
+            continue
+        for t, region in zip(layer.inputs, layer.rule.deduce(layer, out)):
+            known = needed.get(t, region)
+            needed[t] = tuple((min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(known, region))
+    return sum(region_size(r) * t.itemsize for t, r in needed.items()
+               if t.is_constant or t in graph.params) + graph.output.nbytes
 
 
 class AccelProgram:
