@@ -49,20 +49,40 @@ _log = logging.getLogger(__name__)
 
 
 def compulsory_bytes(graph: Graph) -> int:
-    """Inputs and weights read once, the result written once. Of an input, only the region
-    the result depends on (the whole result's shape transferred back through every layer):
-    a strided window may skip an input's last rows or columns, and so may every layer
-    before it, which a fused schedule never loads."""
-    needed: dict[TensorInfo, Region] = {graph.output: full_region(graph.output.shape)}
+    """Inputs and weights read once, the result written once. Of an input, only what the
+    result depends on -- the whole result's shape transferred back through every layer,
+    row by row: a strided window skips rows and columns (the last ones, and between its
+    windows where it is narrower than its stride), and so may every layer before it, which
+    no schedule loads. The rows are kept exactly (a schedule's bands of rows skip the rows
+    between them), the other axes as the span from first to last."""
+    spans: dict[TensorInfo, Region] = {}
+    rows: dict[TensorInfo, set[int]] = {}
+
+    def need(t: TensorInfo, region: Region) -> None:
+        known = spans.get(t, region)
+        spans[t] = tuple((min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(known, region))
+        if len(t.shape) == 4:
+            rows.setdefault(t, set()).update(range(*region[2]))
+
+    need(graph.output, full_region(graph.output.shape))
     for layer in reversed(graph.layers):  # consumers before their producers
-        out = needed.get(layer.output)
+        out = spans.get(layer.output)
         if out is None:
             continue
-        for t, region in zip(layer.inputs, layer.rule.deduce(layer, out)):
-            known = needed.get(t, region)
-            needed[t] = tuple((min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(known, region))
-    return sum(region_size(r) * t.itemsize for t, r in needed.items()
-               if t.is_constant or t in graph.params) + graph.output.nbytes
+        bands = [out[:2] + ((r, r + 1),) + out[3:] for r in sorted(rows[layer.output])] \
+            if layer.output in rows and layer.rule.row_tiles else [out]
+        for band in bands:
+            for t, region in zip(layer.inputs, layer.rule.deduce(layer, band)):
+                need(t, region)
+
+    def size(t: TensorInfo) -> int:
+        region = spans[t]
+        if t not in rows:
+            return region_size(region)
+        return region_size(region) // (region[2][1] - region[2][0]) * len(rows[t])
+
+    return sum(size(t) * t.itemsize for t in spans if t.is_constant or t in graph.params) + \
+        graph.output.nbytes
 
 
 class AccelProgram:

@@ -57,8 +57,10 @@ def _window_out(size: int, kernel: int, stride: int, dilation: int, before: int,
 
 
 class _NetworkBuilder:
-    def __init__(self, rng: np.random.Generator, weights_as_params: bool):
+    def __init__(self, rng: np.random.Generator, weights_as_params: bool,
+                 integer: bool = False):
         self.rng = rng
+        self.integer = integer
         self.weights_as_params = weights_as_params
         self.params: list[Var] = []
         self.inputs: list[np.ndarray] = []
@@ -143,7 +145,8 @@ class _NetworkBuilder:
         return out, (n, c, outs[0], outs[1])
 
     def activation(self, x: Expr) -> Expr:
-        kind = int(self.rng.integers(7))
+        # with `integer`, the activations relay.quantize realizes in integers only
+        kind = int(self.choice([0, 4, 5])) if self.integer else int(self.rng.integers(7))
         if kind == 0:
             return ops.relu(x)
         if kind == 1:
@@ -162,8 +165,10 @@ class _NetworkBuilder:
         x = self.maps[-1] if self.rng.integers(3) else self.choice(self.maps)
         assert isinstance(x, _Map)
         n, c, h, w = x.shape
-        kind = self.choice(["conv", "conv", "conv", "pool", "pad", "act", "bn", "bias",
-                            "residual", "concat"])
+        kind = self.choice(["conv", "conv", "conv", "pool", "pad", "act", "bias", "residual",
+                            "concat"] + ([] if self.integer else ["bn"]))
+        if self.integer and len(self.maps) == 1:
+            kind = "conv"  # quantized from the first layer on: no float sum before it
         if kind == "conv":
             self.bind(*self.conv(x))
         elif kind == "pool":
@@ -172,7 +177,7 @@ class _NetworkBuilder:
                 self.bind(*pooled)
         elif kind == "pad":
             top, left, bottom, right = (int(p) for p in self.rng.integers(0, 3, size=4))
-            value = float(self.choice([0.0, 0.0, 0.5]))
+            value = 0.0 if self.integer else float(self.choice([0.0, 0.0, 0.5]))
             self.bind(ops.pad(x.expr, pad_width=(0, 0, 0, 0, top, bottom, left, right),
                               pad_value=value), (n, c, h + top + bottom, w + left + right))
         elif kind == "act":
@@ -212,7 +217,7 @@ class _NetworkBuilder:
         out = ops.dense(flat, self.weight((units, features), 1.5 / np.sqrt(features)))
         if self.rng.integers(2):
             out = ops.bias_add(out, self.weight((units,), 0.5), axis=1)
-        if self.rng.integers(2):
+        if not self.integer and self.rng.integers(2):
             out = ops.softmax(out)
         return out
 
@@ -237,17 +242,18 @@ def repeat(layer, x: Expr, count: Var) -> Expr:
 
 @st.composite
 def random_networks(draw, max_layers: int = 6, loop: bool = False,
-                    constant_weights: bool = False
+                    constant_weights: bool = False, integer: bool = False
                     ) -> tuple[Function, list[np.ndarray], Function]:
     """A (network, inputs, reference) triple (see the module docstring): up to `max_layers`
     layers before the head; with `loop`, a convolution repeated by a loop whose count is the
     last parameter; with `constant_weights`, the image is the one parameter (but the
-    count)."""
+    count); with `integer`, only layers that relay.quantize realizes in integers (no
+    tanh, sigmoid, batch norm or softmax: their float results differ by an ulp between
+    libraries), so that quantized networks compare bit for bit."""
     seed = draw(st.integers(0, 2**32 - 1))
     n_layers = draw(st.integers(1, max_layers))
     rng = np.random.default_rng(seed)
-    builder = _NetworkBuilder(rng, weights_as_params=not constant_weights and
-                              bool(rng.integers(2)))
+    builder = _NetworkBuilder(rng, not constant_weights and bool(rng.integers(2)), integer)
     shape = (int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(4, 13)),
              int(rng.integers(4, 13)))
     x = Var("x", TensorType(shape, "float32"))
