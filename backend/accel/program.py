@@ -69,7 +69,7 @@ def compulsory_bytes(graph: Graph) -> int:
         out = spans.get(layer.output)
         if out is None:
             continue
-        bands = [out[:2] + ((r, r + 1),) + out[3:] for r in sorted(rows[layer.output])] \
+        bands = [(*out[:2], (r, r + 1), *out[3:]) for r in sorted(rows[layer.output])] \
             if layer.output in rows and layer.rule.row_tiles else [out]
         for band in bands:
             for t, region in zip(layer.inputs, layer.rule.deduce(layer, band)):

@@ -35,9 +35,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from relaydsl.backend.accel.config import KIB, AcceleratorConfig
-from relaydsl.ir.expr import Call, Constant, Expr, Function, If, Let, Tuple, TupleGetItem, Var
+from relaydsl.ir.expr import Constant, Expr, Function, Let, Tuple, TupleGetItem, Var
 from relaydsl.ir.types import TensorType
 from relaydsl.op.registry import ops
+from relaydsl.testing.random_programs import repeat
 
 Shape = tuple[int, int, int, int]  # N, C, H, W
 
@@ -195,7 +196,7 @@ class _NetworkBuilder:
             assert isinstance(y, _Map)
             self.bind(self.activation(ops.add(out, y.expr)), x.shape)
         else:
-            partners = [m for m in self.maps if m.shape[::2] == x.shape[::2]]
+            partners = [m for m in self.maps if (m.shape[0], *m.shape[2:]) == (n, h, w)]
             y = self.choice(partners)
             assert isinstance(y, _Map)
             self.bind(ops.concatenate(Tuple([x.expr, y.expr]), axis=1),
@@ -204,7 +205,7 @@ class _NetworkBuilder:
     def head(self) -> Expr:
         """The last map, or a classifier over it: pooling or flatten, dense, softmax."""
         x = self.maps[-1]
-        n, c, h, w = x.shape
+        _, c, h, w = x.shape
         kind = int(self.rng.integers(4))
         if kind == 0:
             return x.expr
@@ -226,18 +227,6 @@ def _let_all(lets: list[tuple[Var, Expr]], body: Expr) -> Expr:
     for var, value in reversed(lets):
         body = Let(var, value, body)
     return body
-
-
-def repeat(layer, x: Expr, count: Var) -> Expr:
-    """`layer` applied `count` times to `x`, as a loop of the language::
-
-        let %loop = fn (%i: int32, %h) { if (%i < %count) { %loop(%i + 1, layer(%h)) } else { %h } };
-        %loop(0, x)
-    """
-    loop, i, h = Var("loop"), Var("i", TensorType((), "int32")), Var("h")
-    one, zero = Constant(np.array(1, np.int32)), Constant(np.array(0, np.int32))
-    body = If(ops.less(i, count), Call(loop, (ops.add(i, one), layer(h))), h)
-    return Let(loop, Function((i, h), body), Call(loop, (zero, x)))
 
 
 @st.composite

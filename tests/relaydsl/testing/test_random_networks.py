@@ -95,7 +95,8 @@ def _llvm(mod: IRModule, entry: str):
 @pytest.mark.slow
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(random_networks(max_layers=4, constant_weights=True, integer=True), st.sampled_from(INT8_CONFIGS), st.sampled_from(SCHEDULES))
+@given(random_networks(max_layers=4, constant_weights=True, integer=True),
+       st.sampled_from(INT8_CONFIGS), st.sampled_from(SCHEDULES))
 def test_quantized_random_networks_are_bit_exact_on_interp_llvm_and_the_int8_accelerator(
         network, config, kind):
     fn, inputs, _ = network
