@@ -6,8 +6,12 @@ import pytest
 
 from relaydsl import Float, Int, Tensor, relay, relay_model
 from relaydsl.backend.accel.config import KIB, AcceleratorConfig
+from relaydsl.backend.accel.program import AccelProgram
 from relaydsl.backend.accel.schedule import SCHEDULES
+from relaydsl.ir import Constant, Function, IRModule, TensorType, Var
+from relaydsl.op import ops
 from relaydsl.testing.oracle import to_jax
+from relaydsl.typing import infer_types
 
 RTOL, ATOL = 1e-4, 1e-5
 SMALL = AcceleratorConfig.deep_fusion(onchip_bytes=24 * KIB)  # tiles and channel blocks
@@ -250,19 +254,37 @@ def strided_rows(x: Tensor[Float, (1, 1, 4, 2)], w: Tensor[Float, (1, 1, 1, 1)]
     return relay.conv2d(x, w, strides=(2, 1))
 
 
-@pytest.mark.parametrize("fn, floats", [(strided, 3 + 1 + 2), (strided_twice, 5 + 1 + 2),
+@pytest.mark.parametrize("fn, floats", [(strided, 2 + 1 + 2), (strided_twice, 2 + 1 + 2),
                                         (strided_rows, 4 + 1 + 4)],
                          ids=["strided", "strided_twice", "strided_rows"])
 def test_the_compulsory_traffic_leaves_out_what_strided_windows_never_read(fn, floats):
-    # a 1x1 convolution of stride 2 over 4 columns reads columns 0 and 2: column 3 is never
-    # loaded, nor are columns 5 to 7 of the input of two of them (of which the result
-    # reads columns 0 and 4), nor rows 1 and 3 of a stride of 2 rows (bands of one row each
-    # skip them), so they are not compulsory either: random networks found schedules
-    # moving less than the compulsory traffic
+    # a 1x1 convolution of stride 2 over 4 columns reads columns 0 and 2, two of them over
+    # 8 columns columns 0 and 4, and one of a stride of 2 rows over 4 rows rows 0 and 2: the
+    # rest is never needed, and bands of rows or strips of columns skip it, so it is not
+    # compulsory either (random networks found schedules moving less than the compulsory
+    # traffic counted as every input's whole size)
     args = _args(fn)
     for schedule in SCHEDULES:
         exe = relay.build(fn, target="accel", config=SMALL, schedule=schedule)
         np.testing.assert_allclose(exe(*args), _jax(fn, args), rtol=RTOL, atol=ATOL)
         r = exe.report
-        assert r.compulsory_bytes == 4 * floats  # x's columns read, w, the result
+        assert r.compulsory_bytes == 4 * floats  # what x is read of, w, the result
         assert r.dram_bytes >= r.compulsory_bytes
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the search tries strips of columns only where no band of rows fits: with reuse one "
+    "tile fits and loads columns 0-4 of x, without it two strips load only the columns "
+    "0, 1, 3 and 4 that the stride-2 pools read (random networks found it)"))
+def test_fusion_and_reuse_never_moves_more_than_fusion_alone():
+    rng = np.random.default_rng(0)
+    x = Var("x", TensorType((2, 4, 5, 5)))
+    h = ops.conv2d(x, Constant(rng.standard_normal((4, 4, 2, 1)).astype(np.float32)),
+                   padding=(1, 0, 0, 0))
+    h = ops.avg_pool2d(h, pool_size=(2, 3), strides=(2, 2), padding=(1, 1, 0, 1))
+    h = ops.avg_pool2d(h, pool_size=(3, 1), strides=(2, 2), ceil_mode=True)
+    mod = infer_types(IRModule.from_expr(Function([x], h)))
+    config = AcceleratorConfig.deep_fusion(onchip_bytes=2 * KIB)
+    traffic = {kind: AccelProgram(mod, "main", config, kind).report.dram_bytes
+               for kind in ("none", "fusion", "fusion+reuse")}
+    assert traffic["none"] >= traffic["fusion"] >= traffic["fusion+reuse"], traffic

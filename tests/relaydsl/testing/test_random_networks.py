@@ -62,7 +62,20 @@ def test_random_networks_on_random_accelerators_match_jax_and_keep_the_report_in
         assert r.seconds >= r.roofline_seconds * (1 - 1e-9), kind
         assert r.onchip_peak_bytes <= config.onchip_bytes, kind
         traffic[kind] = r.dram_bytes
-    assert traffic["none"] >= traffic["fusion"] >= traffic["fusion+reuse"], traffic
+    if reads_every_input_whole(exe):
+        assert traffic["none"] >= traffic["fusion"] >= traffic["fusion+reuse"], traffic
+    # else strips of columns may move less than a schedule's bands: see
+    # test_fusion_and_reuse_never_moves_more_than_fusion_alone in tests/backend/accel
+
+
+def reads_every_input_whole(exe: AccelProgram) -> bool:
+    """Whether the result depends on every element of the inputs and weights: else a
+    strided window skips some, and bands of rows or strips of columns skip them too, so
+    that more tiles may move less."""
+    graph = exe.graph
+    used = {t for layer in graph.layers for t in layer.inputs if t.is_constant or
+            t in graph.params}
+    return exe.report.compulsory_bytes == sum(t.nbytes for t in used) + graph.output.nbytes
 
 
 @pytest.mark.slow
