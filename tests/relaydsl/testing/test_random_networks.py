@@ -39,6 +39,7 @@ def expected(reference: Function, inputs: list[np.ndarray]) -> np.ndarray:
     return np.asarray(to_jax(mod, "main")(*inputs[:len(reference.params)]))
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(random_networks(), accelerator_configs())
