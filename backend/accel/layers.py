@@ -12,6 +12,8 @@ its fusion pattern (never its name):
   put back, so the tile equals the op's result on its region;
 - elementwise and broadcast ops: the same region (a broadcast axis reads its one element;
   bias_add's bias the channels of the region);
+- pad: the region shifted by the padding before it, clipped to the input (one element
+  next to it where the region is all padding), the padding put back around the tile;
 - channel concatenation: the same rows of every input, all its channels;
 - dense: its output units in blocks (each block reads its rows of the weight); global
   pooling in blocks of channels; the others (softmax, flatten, reshape, reductions) read
@@ -194,6 +196,42 @@ BIAS_ADD = LayerRule("alu", _bias_add_deduce, _broadcast_compute,
                      lambda layer, out: region_size(out))
 
 
+# ---- pad -----------------------------------------------------------------------------
+
+
+def _pad_spans(layer: "Layer", out: Region) -> list[tuple[int, int, int]]:
+    """Per axis of an output region of pad: the (lo, hi) of the input it copies (lo == hi
+    where the region is all padding) and the padding before that."""
+    widths = layer.attrs["pad_width"]
+    spans = []
+    for axis, ((lo, hi), size) in enumerate(zip(out, layer.inputs[0].shape)):
+        before = widths[2 * axis]
+        a, b = min(max(lo - before, 0), size), max(min(hi - before, size), 0)
+        spans.append((a, b, a - (lo - before)) if a < b else (a, a, hi - lo))
+    return spans
+
+
+def _pad_deduce(layer: "Layer", out: Region) -> list[Region]:
+    # a region all padding still reads an element next to it: no tile is empty
+    size = layer.inputs[0].shape
+    return [tuple((a, b) if b > a else (min(a, n - 1), min(a, n - 1) + 1)
+                  for (a, b, _), n in zip(_pad_spans(layer, out), size))]
+
+
+def _pad_compute(layer: "Layer", tiles: list[np.ndarray], out: Region) -> np.ndarray:
+    spans = _pad_spans(layer, out)
+    read = _pad_deduce(layer, out)[0]
+    copied = tiles[0][tuple(slice(a - r, b - r) for (a, b, _), (r, _) in zip(spans, read))]
+    pads = [(before, (hi - lo) - before - (b - a))
+            for (a, b, before), (lo, hi) in zip(spans, out)]
+    return np.pad(copied, pads, constant_values=layer.attrs["pad_value"])
+
+
+# rows and channels alike: each tile copies what it covers of the input and pads the rest
+PAD = LayerRule("alu", _pad_deduce, _pad_compute, lambda layer, out: region_size(out),
+                channel_blocks=True)
+
+
 # ---- channel concatenation ---------------------------------------------------------------
 
 
@@ -255,7 +293,7 @@ CONCAT = LayerRule("alu", _whole_deduce,
 
 _RULES: dict[OpDef, LayerRule] = {
     ops.conv2d: CONV2D, ops.max_pool2d: WINDOWED, ops.avg_pool2d: WINDOWED,
-    ops.dense: DENSE, ops.bias_add: BIAS_ADD,
+    ops.dense: DENSE, ops.bias_add: BIAS_ADD, ops.pad: PAD,
     ops.softmax: WHOLE, ops.log_softmax: WHOLE, ops.flatten: WHOLE, ops.reshape: WHOLE,
     ops.global_avg_pool2d: GLOBAL_POOL, ops.global_max_pool2d: GLOBAL_POOL, ops.mean: WHOLE,
     ops.sum: WHOLE, ops.max: WHOLE, ops.squeeze: WHOLE, ops.expand_dims: WHOLE,

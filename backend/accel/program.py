@@ -35,9 +35,10 @@ from typing import Any as AnyValue, Sequence
 
 
 from relaydsl.backend.accel.config import AcceleratorConfig
-from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, extract
+from relaydsl.backend.accel.graph import Graph, NotOnAccelerator, TensorInfo, extract
 from relaydsl.backend.accel.hybrid import HybridProgram
 from relaydsl.backend.accel.isa import generate
+from relaydsl.backend.accel.layers import Region, full_region, region_size
 from relaydsl.backend.accel.report import AccelReport
 from relaydsl.backend.accel.schedule import schedule, tiles_seconds
 from relaydsl.backend.accel.simulator import Simulator, dram_of
@@ -48,10 +49,50 @@ _log = logging.getLogger(__name__)
 
 
 def compulsory_bytes(graph: Graph) -> int:
-    """Inputs and weights read once, the result written once."""
-    read = {t for layer in graph.layers for t in layer.inputs
-            if t.is_constant or t in graph.params}
-    return sum(t.nbytes for t in read) + graph.output.nbytes
+    """Inputs and weights read once, the result written once. Of an input, only what the
+    result depends on -- the whole result's shape transferred back through every layer, row
+    by row and column by column: a strided window skips rows and columns (the last ones,
+    and those between its windows where it is narrower than its stride), and so may every
+    layer before it, and a schedule's bands of rows and strips of columns skip them too.
+    The rows and columns of an image (axes 2 and 3, which a layer reads apart) are kept
+    exactly, the other axes as the span from first to last."""
+    spans: dict[TensorInfo, Region] = {}
+    exact: dict[TensorInfo, tuple[set[int], set[int]]] = {}
+
+    def need(t: TensorInfo, region: Region, axes: tuple[int, ...] = (2, 3)) -> None:
+        known = spans.get(t, region)
+        spans[t] = tuple((min(a[0], b[0]), max(a[1], b[1])) for a, b in zip(known, region))
+        if len(t.shape) == 4:
+            sets = exact.setdefault(t, (set(), set()))
+            for axis in axes:
+                sets[axis - 2].update(range(*region[axis]))
+
+    need(graph.output, full_region(graph.output.shape))
+    for layer in reversed(graph.layers):  # consumers before their producers
+        out = spans.get(layer.output)
+        if out is None:
+            continue
+        if layer.output not in exact or not layer.rule.row_tiles:
+            for t, region in zip(layer.inputs, layer.rule.deduce(layer, out)):
+                need(t, region)
+            continue
+        # one row (all the columns) at a time gives the rows an input needs, one column
+        # (all the rows) at a time its columns
+        for axis, indices in ((2, exact[layer.output][0]), (3, exact[layer.output][1])):
+            for i in sorted(indices):
+                band = tuple((i, i + 1) if a == axis else r for a, r in enumerate(out))
+                for t, region in zip(layer.inputs, layer.rule.deduce(layer, band)):
+                    need(t, region, (axis,))
+
+    def size(t: TensorInfo) -> int:
+        region = spans[t]
+        if t not in exact:
+            return region_size(region)
+        rows, columns = exact[t]
+        return region_size(region[:2]) * len(rows) * len(columns)
+
+    return sum(size(t) * t.itemsize for t in spans if t.is_constant or t in graph.params) + \
+        graph.output.nbytes
 
 
 class AccelProgram:

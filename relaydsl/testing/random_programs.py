@@ -20,6 +20,8 @@ dimensions ``Any`` (known at run time only).
 ``through_data_and_closures(fn)`` wraps a program so that its value passes through the rest
 of the language -- a closure held in a reference, a tuple in a ``relay.List``, a recursive
 local function matching on it -- unchanged, so the JAX oracle of `fn` still applies.
+``in_a_loop(fn, turns)`` runs a program's result through a dense layer in a loop
+whose count is a parameter, and gives the loop unrolled for the oracle.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from relaydsl.ir.expr import (
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import AnyDim, Dim, Kind, TensorType, TupleType, Type, TypeVar
 from relaydsl.op.registry import ops
+from relaydsl.typing import infer_types
 
 
 def _exp_of_tanh(x: Expr) -> Expr:
@@ -270,3 +273,55 @@ def through_data_and_closures(fn: Function, mod: IRModule | None = None) -> Func
     body = Let(f, inner, Let(cell, RefCreate(f), Let(go, Function((xs,), walk),
                                                     Call(go, (data,)))))
     return Function(params, body)
+
+
+def repeat(layer: Callable[[Expr], Expr], x: Expr, count: Var) -> Expr:
+    """`layer` applied `count` (an int32 scalar) times to `x`, as a loop of the language::
+
+        let %loop = fn (%i: int32, %h) {
+          if (%i < %count) { %loop(%i + 1, layer(%h)) } else { %h }
+        };
+        %loop(0, x)
+    """
+    loop, i, h = Var("loop"), Var("i", TensorType((), "int32")), Var("h")
+    one, zero = Constant(np.array(1, np.int32)), Constant(np.array(0, np.int32))
+    body = If(ops.less(i, count), Call(loop, (ops.add(i, one), layer(h))), h)
+    return Let(loop, Function((i, h), body), Call(loop, (zero, x)))
+
+
+def in_a_loop(fn: Function, turns: int, seed: int = 0) -> tuple[Function, Function]:
+    """(looped, reference): `fn` whose (first) result then goes through
+    ``tanh(dense(h, w))`` -- the result flattened to one row, `w` a random square constant
+    over its elements -- as many times as a new last parameter ``%count`` says, in a loop
+    (``repeat``); and `fn` with that loop unrolled `turns` times, first order, for the
+    oracle."""
+    typed = infer_types(IRModule.from_expr(fn))["main"]
+    result = typed.body.checked_type
+    first = result.fields[0] if isinstance(result, TupleType) else result
+    assert isinstance(first, TensorType)
+    shape = tuple(int(d) for d in first.shape)  # type: ignore[arg-type]
+    size = int(np.prod(shape))
+    weight = np.random.default_rng(seed).uniform(-1, 1, (size, size)) / np.sqrt(size)
+    w = Constant(weight.astype(first.concrete_dtype()))
+
+    def layer(h: Expr) -> Expr:
+        row = ops.dense(ops.reshape(h, newshape=(1, -1)), w)
+        return ops.reshape(ops.tanh(row), newshape=shape)
+
+    def around(body: Expr, turn: Callable[[Expr], Expr]) -> Expr:
+        y = Var("y")
+        if isinstance(result, TupleType):
+            out: Expr = Tuple([turn(TupleGetItem(y, 0)),
+                               *(TupleGetItem(y, k) for k in range(1, len(result.fields)))])
+        else:
+            out = turn(y)
+        return Let(y, body, out)
+
+    def unrolled(h: Expr) -> Expr:
+        for _ in range(turns):
+            h = layer(h)
+        return h
+
+    count = Var("count", TensorType((), "int32"))
+    looped = Function([*fn.params, count], around(fn.body, lambda h: repeat(layer, h, count)))
+    return looped, Function(fn.params, around(fn.body, unrolled))

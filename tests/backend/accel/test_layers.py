@@ -86,3 +86,22 @@ def test_a_tile_from_its_deduced_regions_is_the_band_of_the_whole_result(op, att
             tile = layer.rule.compute(layer, tiles, band)
             assert tile.shape == region_shape(band)
             np.testing.assert_allclose(tile, take(whole, band), rtol=1e-5, atol=1e-5)
+
+
+def test_pad_tiles_from_their_deduced_regions_are_the_whole_result_on_every_region():
+    # pad had no accelerator rule: a random network with a pad ran on the host (issue 23,
+    # item 3 lists it among the layers with shape deduction)
+    x = Var("x", TensorType((1, 3, 4, 5)))
+    pad = ops.pad(x, pad_width=(0, 0, 1, 0, 2, 1, 0, 3), pad_value=0.5)
+    layer = extract(infer_types(IRModule.from_expr(Function([x], pad)))["main"]).layers[0]
+    value = np.random.default_rng(2).standard_normal((1, 3, 4, 5)).astype(np.float32)
+    whole = np.pad(value, ((0, 0), (1, 0), (2, 1), (0, 3)), constant_values=0.5)
+    assert layer.output.shape == whole.shape
+    for c in [(0, 4), (0, 1), (1, 3)]:
+        for rows in [(0, 7), (0, 1), (0, 2), (1, 4), (6, 7), (2, 6)]:
+            for cols in [(0, 8), (5, 8), (6, 7), (3, 6)]:
+                band = ((0, 1), c, rows, cols)
+                (region,) = layer.rule.deduce(layer, band)
+                assert all(lo < hi for lo, hi in region), "a tile reads something"
+                tile = layer.rule.compute(layer, [take(value, region)], band)
+                np.testing.assert_array_equal(tile, take(whole, band), err_msg=str(band))

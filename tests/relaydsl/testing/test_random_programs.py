@@ -3,6 +3,7 @@ import jax
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from relaydsl.backend.target import get_target
 from relaydsl.ir import Call, Function, Grad, IRModule, TensorType, Var
@@ -11,7 +12,10 @@ from relaydsl.ir.structural import structural_equal
 from relaydsl.testing import assert_matches_jax, to_jax
 from relaydsl.backend.interpreter import to_value
 from relaydsl.backend.llvm.native import NativeProgram
-from relaydsl.testing.random_programs import random_programs, through_data_and_closures
+from relaydsl.backend.accel.config import KIB, AcceleratorConfig
+from relaydsl.testing.random_programs import (
+    in_a_loop, random_programs, through_data_and_closures,
+)
 from relaydsl.typing import infer_types
 
 EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -159,3 +163,51 @@ def test_native_gradients_match_jax_through_data_and_closures(program_and_inputs
         np.testing.assert_allclose(ours, value, rtol=tol, atol=tol, err_msg=target)
         for a, e in zip(our_grads, grads, strict=True):
             np.testing.assert_allclose(a, e, rtol=tol, atol=tol, err_msg=target)
+
+
+# small buffers, so the accelerator's groups run in tiles
+ACCEL = {"config": AcceleratorConfig.deep_fusion(onchip_bytes=8 * KIB), "schedule": "fusion+reuse"}
+
+
+def assert_accel_matches(fn: Function, inputs: list, reference: Function):
+    """`fn` on target="accel" (its control on the host, its op groups on the accelerator)
+    equals JAX's value of the first-order `reference` at `inputs`."""
+    mod = infer_types(IRModule.from_expr(fn))
+    program = get_target("accel").build(mod, "main", ACCEL)
+    ours = program(*[to_value(a, p.checked_type) for a, p in zip(inputs, mod["main"].params)])
+    expected = to_jax(IRModule.from_expr(reference), "main")(*inputs[:len(reference.params)])
+    ours_leaves = ours if isinstance(ours, tuple) else (ours,)
+    expected_leaves = expected if isinstance(expected, tuple) else (expected,)
+    for a, e in zip(ours_leaves, expected_leaves, strict=True):
+        assert a.shape == np.shape(e) and a.dtype == np.asarray(e).dtype
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
+    return program.report
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs())
+def test_accel_matches_jax_on_random_programs_with_ifs(program_and_inputs):
+    fn, inputs = program_and_inputs
+    assert_accel_matches(fn, inputs, fn)
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs())
+def test_accel_matches_jax_on_random_programs_through_data_and_closures(program_and_inputs):
+    fn, inputs = program_and_inputs
+    assert_accel_matches(through_data_and_closures(fn), inputs, fn)
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(control_flow=False), st.integers(0, 3), st.integers(0, 2**32 - 1))
+def test_accel_matches_jax_on_random_programs_with_a_dense_layer_in_a_loop(
+        program_and_inputs, turns, seed):
+    fn, inputs = program_and_inputs
+    looped, reference = in_a_loop(fn, turns, seed)
+    report = assert_accel_matches(looped, [*inputs, np.int32(turns)], reference)
+    assert report.host is not None  # the loop's control ran on the host
+    if inputs[0].dtype == np.float32:  # the accelerator computes in float32 only
+        assert report.offloaded_calls >= turns  # each turn's dense layer at least
