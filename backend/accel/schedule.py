@@ -828,7 +828,18 @@ def best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: li
               reduce: bool = False) -> GroupPlan | None:
     """The cheapest plan (GroupPlan.cost) of `layers` as one group over the tile counts,
     the weights kept on chip or (where `stream`) streamed, and for a single layer with
-    weights channel blocks and loop orders; or None where none fits."""
+    weights channel blocks and loop orders; or None where none fits. With `reuse`, the
+    plans without deep reuse compete too: a group that fits whole thanks to reuse may move
+    more than strips of columns would without it, and "fusion+reuse" must never move more
+    than "fusion"."""
+    plans = [_best_plan(graph, consumers, layers, config, r, stream, reduce)
+             for r in ((True, False) if reuse else (False,))]
+    return min((p for p in plans if p is not None), key=lambda p: p.cost, default=None)
+
+
+def _best_plan(graph: Graph, consumers: dict[TensorInfo, list[Layer]], layers: list[Layer],
+               config: AcceleratorConfig, reuse: bool, stream: bool,
+               reduce: bool) -> GroupPlan | None:
     ctx = _GroupContext(graph, consumers, layers)
     rows = min((s.shape[2] for s in ctx.sinks if len(s.shape) == 4), default=1)
     counts = _tile_counts(rows) if ctx.row_tiled else [1]
