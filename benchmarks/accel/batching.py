@@ -57,7 +57,6 @@ from relaydsl.datasets.sst import Leaf, Node, Tree, sst  # noqa: E402
 from relaydsl.ir import Function, IRModule, TensorType, Var  # noqa: E402
 from relaydsl.ir.visitor import deep_recursion  # noqa: E402
 from relaydsl.transform._util import substitute  # noqa: E402
-from relaydsl.transform.pass_infra import PassContext  # noqa: E402
 from relaydsl.typing import infer_types  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -120,9 +119,7 @@ def resnet_rows(name: str, image: int | None, schedule: str) -> list[Row]:
     rows = []
     for run, batch, config in RUNS:
         start = time.perf_counter()
-        # the realized network is already one function of op calls: PartialEvaluate has
-        # nothing to do on it, and takes tens of minutes from ResNet-34 on
-        with PassContext(disabled_pass=frozenset({"PartialEvaluate"})), deep_recursion():
+        with deep_recursion():
             program = AccelProgram(rebatch(qf.mod, qf.entry, batch), "main", config, schedule)
         assert program.hybrid is None, program.report.host  # the whole network on the core
         r = program.report

@@ -33,9 +33,9 @@ from typing import Any as AnyValue
 
 import numpy as np
 
-from relaydsl.ir.expr import Call, Constant, Expr, Function, Tuple
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Tuple
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator, post_order
+from relaydsl.ir.visitor import ExprMutator, deep_recursion, let_chain, post_order
 from relaydsl.op.quantize import qrange, simulated_quantize
 from relaydsl.op.quantize_rule import Realization
 from relaydsl.quantize.config import QConfig
@@ -96,13 +96,19 @@ def simqs(body: Expr) -> list[Call]:
 def calibrate(mod: IRModule, entry: str, batches: Sequence[tuple[np.ndarray, ...]],
               config: QConfig, run: Runner) -> Calibrated:
     """`mod` (annotated) with every simQ's step calibrated; see the module docstring."""
+    # a deep network is as deep an expression (the passes before and after recurse as deep)
+    with deep_recursion():
+        return _calibrate(mod, entry, batches, config, run)
+
+
+def _calibrate(mod: IRModule, entry: str, batches: Sequence[tuple[np.ndarray, ...]],
+               config: QConfig, run: Runner) -> Calibrated:
     main = mod[entry]
     assert isinstance(main, Function)
     quantizers = simqs(main.body)
     inputs = [q for q in quantizers if q.attrs.kind == "input"]
     products = _products(main.body)
-    strip = _Strip()
-    watched = [strip.visit(q.args[0]) for q in inputs] + [strip.visit(p) for p in products]
+    watched = [q.args[0] for q in inputs] + list(products)
     # with no data (global_scale only), every activation takes the global range as it is
     nothing: dict[int, np.ndarray] = {}
     samples = _watch(mod, entry, main, watched, batches, config, run) if watched and batches \
@@ -134,11 +140,13 @@ def _channel_max(v: np.ndarray, axis: int) -> np.ndarray:
 def _watch(mod: IRModule, entry: str, main: Function, watched: list[Expr],
            batches: Sequence[tuple[np.ndarray, ...]], config: QConfig, run: Runner
            ) -> list[tuple[np.ndarray, dict[int, np.ndarray]]]:
-    """For each watched expression over the batches: a sample of its values (at most
+    """For each watched expression over the batches, in the float program (its simQs and
+    those of the lets it is under stripped): a sample of its values (at most
     ``calibrate_samples`` over all batches), and its largest magnitude per channel along axis
     1 and along the last axis (what per-channel accumulator bounds need)."""
     stats = mod.copy()
-    stats.add(mod.get_global_var(entry), Function(main.params, Tuple(tuple(watched))))
+    body = _Strip().visit(_in_scope(main.body, Tuple(tuple(watched))))
+    stats.add(mod.get_global_var(entry), Function(main.params, body))
     fn = run(infer_types(stats), entry)
     rng = np.random.default_rng(config.seed)
     per_batch = max(1, config.calibrate_samples // max(1, len(batches)))
@@ -153,6 +161,16 @@ def _watch(mod: IRModule, entry: str, main: Function, watched: list[Expr],
                 m = _channel_max(v, axis)
                 amax[i][axis] = np.maximum(amax[i].get(axis, m), m)
     return [(np.concatenate(k), a) for k, a in zip(kept, amax)]
+
+
+def _in_scope(body: Expr, result: Expr) -> Expr:
+    """`result` under the lets that open `body`: a watched expression may use their
+    variables (graph normal form keeps a let every MAX_DEPTH nodes of a deep network, one
+    with a type ascription and one of a closure)."""
+    chain, _ = let_chain(body) if isinstance(body, Let) else ([], body)
+    for let in reversed(chain):
+        result = Let(let.var, let.value, result, span=let.span)
+    return result
 
 
 # ---- activations --------------------------------------------------------------------------

@@ -71,7 +71,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TupleType, Type, TypeVar
 from relaydsl.ir.visitor import free_vars, post_order, type_vars_of
 from relaydsl.ir.visitor import deep_recursion
-from relaydsl.transform._util import ascribes, is_primitive, rewrite_functions
+from relaydsl.transform._util import ascribes, communicates, is_primitive, rewrite_functions
 from relaydsl.transform.fold_constant import evaluate_call
 from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 
@@ -200,6 +200,10 @@ class _Scope:
     reified: dict[_Closure, Var] = field(default_factory=dict[_Closure, Var])
     specialised: dict[tuple[object, Signature], Var] = field(
         default_factory=dict[tuple[object, Signature], Var])
+    # The values of the shared dataflow nodes evaluated in this block, by (frame, node), in
+    # the order computed (rollback drops the newest).
+    shared: dict[tuple["_Frame", Expr], "_Value"] = field(
+        default_factory=dict[tuple["_Frame", Expr], "_Value"])
 
     def push(self, value: Expr, name: str, annotation: Type | None = None) -> Var:
         var = Var(name, annotation)
@@ -338,10 +342,17 @@ def _all(outcomes: Iterator[bool | None]) -> bool | None:
 # ---- the evaluator ----------------------------------------------------------------------
 
 # What rollback restores: the scope, its binding count, reified and specialised functions, the
-# cells and each cell's contents.
+# cells and each cell's contents, the number of shared nodes' values it knew.
 _Mark = tuple[_Scope, int, dict[_Closure, Var],
               dict[tuple[object, Signature], Var], list[_Cell],
-              list[tuple[_Cell, _Value | None, Var | None]]]
+              list[tuple[_Cell, _Value | None, Var | None]], int]
+
+# The nodes whose value is evaluated once per frame however many uses share them (graph
+# normal form's DAG: walked as a tree, a chain of n residual blocks, each using its input
+# twice, took 2^n evaluations). They are pure dataflow (an op call that does not communicate,
+# a tuple, a projection), so one value is what their sharing means (as a_normal_form binds
+# such a node once).
+_SHARABLE = (Call, Tuple, TupleGetItem)
 
 
 class _PartialEvaluator:
@@ -499,7 +510,17 @@ class _PartialEvaluator:
         method = _DISPATCH.get(type(e))
         if method is None:
             raise _Unsupported(type(e).__name__)
-        return method(self, e, frame)
+        if not isinstance(e, _SHARABLE) or \
+                (isinstance(e, Call) and (not isinstance(e.op, Op) or communicates(e))):
+            return method(self, e, frame)
+        key = (frame, e)
+        for scope in self.scope.visible():  # a value from an enclosing block is in scope here
+            found = scope.shared.get(key)
+            if found is not None:
+                return found
+        value = method(self, e, frame)
+        self.scope.shared[key] = value
+        return value
 
     def eval_var(self, v: Var, frame: _Frame) -> _Value:
         return frame.lookup(v)
@@ -733,12 +754,14 @@ class _PartialEvaluator:
     def mark(self) -> _Mark:
         s = self.scope
         return (s, len(s.bindings), dict(s.reified), dict(s.specialised), list(self.cells),
-                [(c, c.contents, c.residual) for c in self.cells])
+                [(c, c.contents, c.residual) for c in self.cells], len(s.shared))
 
     def rollback(self, mark: _Mark) -> None:
-        scope, n, reified, specialised, cells, contents = mark
+        scope, n, reified, specialised, cells, contents, shared = mark
         assert scope is self.scope
         del scope.bindings[n:]
+        for key in list(scope.shared)[shared:]:  # their values may be bindings just dropped
+            del scope.shared[key]
         scope.reified, scope.specialised = reified, specialised
         self.cells = cells
         for cell, value, residual in contents:

@@ -106,3 +106,34 @@ def test_an_accumulator_that_would_overflow_gets_coarser_steps():
         x, wq = (q.args[1].data for q in simqs(out.mod["main"].body))
         largest = 64 * 0.9 * 0.9 / (x * wq)
         assert largest * HEADROOM <= 2 ** (acc - 1) - 1
+
+
+def test_a_network_deeper_than_graph_form_inlines_calibrates_past_its_let():
+    """Graph normal form keeps a let every MAX_DEPTH nodes (ResNet-101 has one); the
+    second dense's input is watched past that let, under it (it was outside the let's scope:
+    'variable %x is used outside the scope that binds it'). Its range is the largest
+    |relu(x w1^T)| that JAX computes on the batch."""
+    import jax.numpy as jnp
+
+    from relaydsl.ir import Let, TensorType, Var
+    from relaydsl.transform.graph_normal_form import MAX_DEPTH
+
+    w1, w2 = weights(6, 8), weights(3, 6)
+
+    def body(x):
+        h = ops.dense(x, w1)
+        for _ in range(MAX_DEPTH + 10):
+            h = ops.relu(h)
+        v = Var("h", TensorType((4, 6), "float32"))  # as inlining a call binds its parameter
+        return Let(v, h, ops.dense(v, w2))
+
+    mod = module(body, (4, 8))
+    cfg = ALL.replace(calibrate_mode="percentile", percentile=100.0)
+    annotated = annotate_module(mod, cfg)
+    assert isinstance(annotated["main"].body, Let)  # the case: a let survived preparation
+    batches = uniform_batches(1.0, n=1, shape=(4, 8))
+    out = calibrate(annotated, "main", batches, cfg, runner())
+    ranges = [r for kind, r in out.ranges if kind == "input"]
+    x = jnp.asarray(batches[0][0])
+    np.testing.assert_allclose(ranges, [1.0, float(jnp.max(jnp.maximum(x @ w1.data.T, 0)))],
+                               rtol=1e-5)
