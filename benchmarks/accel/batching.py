@@ -340,12 +340,18 @@ def write_note(rows: list[Row], args: argparse.Namespace, seconds: float) -> Non
     ]
     if resnets and "tree_lstm" in gains:
         mean = math.exp(sum(math.log(gains[w]) for w in resnets) / len(resnets))
-        holds = gains["tree_lstm"] > 2 * mean and mean < 1.5
+        # the finding is qualitative: a clear gain for the TreeLSTM, next to none for the
+        # ResNets (thresholds written out so a reader can disagree with them)
+        holds = gains["tree_lstm"] >= 1.5 and mean < 1.1
         lines += [
             f"The paper's finding -- batching helps the memory-bound TreeLSTM and hardly the "
-            f"compute-bound ResNets -- {'holds' if holds else 'does not hold'} here: the "
-            f"TreeLSTM gains {gains['tree_lstm']:.2f}x per input, the ResNets "
-            f"{mean:.2f}x (geometric mean).",
+            f"compute-bound ResNets -- {'holds' if holds else 'does not hold'} here (taken "
+            f"as: the TreeLSTM gains at least 1.5x per input, the ResNets less than 1.1x): "
+            f"the TreeLSTM gains {gains['tree_lstm']:.2f}x per input, the ResNets "
+            f"{mean:.2f}x (geometric mean). Under the schedule `none` the ResNets are memory- "
+            "rather than compute-bound on these cores (the bound column), yet batching does "
+            "not help them either: their DRAM traffic per input does not fall at batch 4 "
+            "(the DRAM MB / input column), the TreeLSTM's halves.",
             "",
         ]
     (HERE / "BATCHING.md").write_text("\n".join(lines))
