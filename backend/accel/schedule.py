@@ -714,7 +714,8 @@ def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
     resident weights (and any input a later tile reads again without loading it)
     live for the whole group, a streamed weight's blocks over its layer (and the step
     before, which loads the first block while it computes), a loaded input from the tile's
-    start to its last reader, a layer's output from its layer to its last reader; a tensor
+    start to its last reader, a layer's output from its layer to its last reader (to the
+    last layer where the group stores it: a tile stores after it computes); a tensor
     loaded or stored while another step computes (double buffering) has two buffers. Where
     the config splits its memory (VTA), inputs, weights and outputs each go to their own
     buffer. `once`: the group's inputs and outputs are loaded and stored in one step (one
@@ -741,7 +742,9 @@ def _buffers(ctx: _GroupContext, sizes: dict[TensorInfo, int],
             copies = 1 if once else double
         else:
             start = next(k for k, layer in enumerate(ctx.layers) if layer.output is t)
-            end = max([start, *ctx.readers[t]])
+            # a tile stores after its last layer (isa.generate): an output the group
+            # stores lives until then, or a later layer's buffer may take its place
+            end = last if t in ctx.stored else max([start, *ctx.readers[t]])
             copies = double if t in ctx.stored and not once else 1
         kinds[t] = config.buffer_for(WEIGHT if t.is_constant else
                                      INPUT if t in ctx.loads else OUTPUT)

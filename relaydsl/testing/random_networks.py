@@ -184,10 +184,7 @@ class _NetworkBuilder:
         elif kind == "act":
             self.bind(self.activation(x.expr), x.shape)
         elif kind == "bn":
-            # constants, folded into scales and shifts: run-time parameters meet a bug of
-            # fusion+reuse (test_fusion_and_reuse_keeps_the_values_of_a_batch_norm_of_inputs)
-            gamma, beta, mean = (Constant(self.rng.uniform(-1, 1, size=c).astype(np.float32))
-                                 for _ in range(3))
+            gamma, beta, mean = (self.weight((c,), 1.0) for _ in range(3))
             var = Constant(self.rng.uniform(0.5, 2.0, size=c).astype(np.float32))
             self.bind(TupleGetItem(ops.batch_norm(x.expr, gamma, beta, mean, var), 0), x.shape)
         elif kind == "bias":
