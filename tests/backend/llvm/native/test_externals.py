@@ -119,7 +119,7 @@ def test_a_body_calling_its_own_program_is_refused_not_corrupting_the_run():
 
 
 @relay
-def rows(x: Tensor[Float, (1, 3)], n: Int) -> Tensor[Float, (relay.Any, 3)]:
+def exp_rows_grown(x: Tensor[Float, (1, 3)], n: Int) -> Tensor[Float, (relay.Any, 3)]:
     acc: Tensor[Float, (relay.Any, 3)] = x
     for _ in range(n):
         acc = relay.concatenate((acc, relay.exp(x)), axis=0)
@@ -130,7 +130,7 @@ def test_an_external_kernel_among_kernels_of_run_time_shapes():
     def body(inputs, outputs):
         np.exp(inputs[0], out=outputs[0])
 
-    p = program(rows, externals("exp", body))
+    p = program(exp_rows_grown, externals("exp", body))
     assert p.boxed  # tensors carry their shapes: the external's inputs are checked
     x = RNG.standard_normal((1, 3)).astype(np.float32)
     want = jnp.concatenate([x] + [jnp.exp(x)] * 3, axis=0)
