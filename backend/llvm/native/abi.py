@@ -12,13 +12,26 @@ kernels.
 """
 from __future__ import annotations
 
+import ctypes
+import math
 from enum import IntEnum
 
+import numpy as np
 from llvmlite import ir
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = I8.as_pointer()
 SLOTS = PTR.as_pointer()  # an object's fields: tuples, cells, ADT values, closures
+
+
+def array_at(address: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The array of `shape` in the memory at `address`: a view, valid while that memory is
+    (an empty array whatever the address, which may be null for no elements)."""
+    count = math.prod(shape)
+    if count == 0:
+        return np.empty(shape, dtype)
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(address)
+    return np.frombuffer(raw, dtype, count).reshape(shape)
 
 
 class Word(IntEnum):

@@ -33,13 +33,12 @@ array([0., 2., 4.], dtype=float32)
 from __future__ import annotations
 
 import ctypes
-import math
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 from llvmlite import ir
 
-from relaydsl.backend.llvm.native.abi import I64, PTR, Error
+from relaydsl.backend.llvm.native.abi import I64, PTR, Error, array_at
 from relaydsl.ir.expr import Function
 from relaydsl.ir.types import TensorType
 
@@ -63,7 +62,8 @@ class ExternalKernel:
                  output_types: Sequence[TensorType]):
         self.body = body
         self.input_types, self.output_types = list(input_types), list(output_types)
-        self._layouts = [_Layout(t) for t in [*self.input_types, *self.output_types]]
+        self._layouts = [(tuple(int(d) for d in t.concrete_shape()), np.dtype(t.dtype))
+                         for t in [*self.input_types, *self.output_types]]
         self._table = ctypes.c_int64 * len(self._layouts)
         # the arrays viewing the buffers, by their addresses: a run's arena is laid out
         # alike from call to call, so a call finds the views made at an earlier one (a
@@ -75,7 +75,8 @@ class ExternalKernel:
         pointers = tuple(self._table.from_address(table))
         arrays = self._views.get(pointers)
         if arrays is None:
-            arrays = [layout.view(p) for layout, p in zip(self._layouts, pointers)]
+            arrays = [array_at(p, dtype, shape)
+                      for (shape, dtype), p in zip(self._layouts, pointers)]
             for a in arrays[:len(self.input_types)]:
                 a.flags.writeable = False
             if len(self._views) >= _VIEWS:
@@ -83,22 +84,6 @@ class ExternalKernel:
             self._views[pointers] = arrays
         inputs = len(self.input_types)
         self.body(arrays[:inputs], arrays[inputs:])
-
-
-class _Layout:
-    """How a buffer of a tensor type is viewed as a NumPy array."""
-
-    def __init__(self, t: TensorType):
-        self.shape = tuple(int(d) for d in t.concrete_shape())
-        self.dtype = np.dtype(t.dtype)
-        self.bytes = math.prod(self.shape) * self.dtype.itemsize
-        self.buffer = ctypes.c_char * self.bytes
-
-    def view(self, at: int) -> np.ndarray:
-        """The array at address `at` (not copied)."""
-        if not self.bytes:
-            return np.empty(self.shape, self.dtype)
-        return np.frombuffer(self.buffer.from_address(at), self.dtype).reshape(self.shape)
 
 
 def external_call(fc: FunctionCompiler, site: int, inputs: list[ir.Value],

@@ -95,7 +95,7 @@ from relaydsl.backend.llvm.native.externals import Externals
 from relaydsl.backend.llvm.native.functions import Unsupported
 from relaydsl.backend.llvm.native.lowering import WRAPPER, Lowering
 from relaydsl.backend.llvm.native.abi import (
-    NEVER, STATE_WORDS, Error, Word,
+    NEVER, STATE_WORDS, Error, Word, array_at,
 )
 from relaydsl.backend.llvm.native.sites import ALIGN, WAYS, leaf_types
 from relaydsl.backend.llvm.native.values import Codec
@@ -339,8 +339,7 @@ class NativeProgram:
         when the call has stopped)."""
         try:
             collective, dtype = self._collectives[site]
-            buffer = (ctypes.c_char * (count * dtype.itemsize)).from_address(data)
-            collective.reduce_in_place(np.frombuffer(buffer, dtype))
+            collective.reduce_in_place(array_at(data, dtype, (count,)))
             return 0
         except BaseException as e:
             self._local.failure = e

@@ -16,6 +16,7 @@ import numpy as np
 
 from relaydsl.backend.interpreter import ConstructorValue, Value
 from relaydsl.backend.llvm.kernel import address
+from relaydsl.backend.llvm.native.abi import array_at
 from relaydsl.ir.adt import Constructor
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
@@ -192,10 +193,8 @@ class Codec:
 
     def tensor(self, pointer: int, t: TensorLayout) -> np.ndarray:
         """A copy of the tensor at `pointer`: its data, or its header when boxed."""
-        shape, count = t.shape, t.count
+        shape = t.shape
         if self.boxed:
             header = (ctypes.c_int64 * (1 + len(shape))).from_address(pointer)
             pointer, shape = header[0], tuple(header[1:])
-            count = int(np.prod(shape, dtype=np.int64))
-        raw = (ctypes.c_char * (count * t.dtype.itemsize)).from_address(pointer)
-        return np.frombuffer(raw, t.dtype, count).reshape(shape).copy()
+        return array_at(pointer, t.dtype, shape).copy()
