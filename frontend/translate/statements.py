@@ -39,14 +39,13 @@ if TYPE_CHECKING:
     from relaydsl.frontend.translate.translator import Translator
 
 
-def _mutually_recursive_defs(stmts: list[ast.stmt]) -> list[ast.FunctionDef]:
-    """The consecutive ``def``s at the head of `stmts` that a forward call ties together (a
+def _mutually_recursive_defs(stmts: list[ast.stmt], start: int) -> list[ast.FunctionDef]:
+    """The consecutive ``def``s from `stmts[start]` on that a forward call ties together (a
     def calling one defined after it), or fewer than two."""
-    run: list[ast.FunctionDef] = []
-    for s in stmts:
-        if not isinstance(s, ast.FunctionDef):
-            break
-        run.append(s)
+    stop = start  # (not a slice of the rest: a block may be 20,000 statements long)
+    while stop < len(stmts) and isinstance(stmts[stop], ast.FunctionDef):
+        stop += 1
+    run = [s for s in stmts[start:stop] if isinstance(s, ast.FunctionDef)]
     names = [d.name for d in run]
     end, k = 0, 0
     while k <= end < len(run):
@@ -90,7 +89,7 @@ class StmtTranslator:
         i = 0
         while i < len(stmts):
             s = stmts[i]
-            group = _mutually_recursive_defs(stmts[i:])
+            group = _mutually_recursive_defs(stmts, i)
             if len(group) > 1:
                 env, new_lets = self.mutually_recursive_defs(group, env)
                 for d in group:

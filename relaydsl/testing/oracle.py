@@ -36,15 +36,37 @@ class OracleError(RelayError):
 
 
 def to_jax(program: IRModule | Function, entry: str = "main") -> Callable[..., AnyValue]:
-    """A Python function over JAX arrays computing `program` (its `entry` global for a module)."""
+    """A Python function over JAX arrays computing `program` (its `entry` global for a module).
+
+    It runs as one ``jax.jit``-compiled function where the program traces, and op by op where
+    it branches on a computed value (an ``if``, recursion): eager JAX compiles each op for each
+    new shape, ~0.15 s a time, which made the oracle most of a random-program test's time."""
     mod = program if isinstance(program, IRModule) else IRModule.from_expr(program)
     fn = mod[entry]
 
+    def translate(*args: AnyValue) -> AnyValue:
+        return _Translator(mod).call(fn, list(args))
+
+    compiled = jax.jit(translate)
+    traces = [True]  # until one call has shown that the program needs concrete values
+
     def run(*args: AnyValue) -> AnyValue:
         with jax.enable_x64(True):  # float64/int64 programs stay 64-bit, as in NumPy
-            return _Translator(mod).call(fn, list(args))
+            if traces[0]:
+                try:
+                    return compiled(*args)
+                except _needs_concrete_values():
+                    traces[0] = False
+            return translate(*args)
 
     return run
+
+
+def _needs_concrete_values() -> tuple[type[Exception], ...]:
+    """What tracing raises where the program reads a value to choose what to compute."""
+    e = jax.errors
+    return (e.ConcretizationTypeError, e.TracerArrayConversionError,
+            e.TracerIntegerConversionError, e.NonConcreteBooleanIndexError)
 
 
 class _Translator(ExprFunctorWithArgs[[dict[Var, AnyValue]], AnyValue]):

@@ -99,8 +99,6 @@ def test_twenty_thousand_statements_in_a_row_on_both_targets(tmp_path):
     f, _ = load(tmp_path, "lets", "def f(x: Tensor[Float, (3,)]) -> Tensor[Float, (3,)]:\n"
                                   + body + "    return x\n")
     x = np.array([0.0, 2.0, -4.0], np.float32)
-    expected = jnp.asarray(x)
-    for _ in range(20_000):
-        expected = expected * 0.5 + 1.0
+    expected = jax.lax.fori_loop(0, 20_000, lambda _, e: e * 0.5 + 1.0, jnp.asarray(x))
     for target in TARGETS:
         np.testing.assert_allclose(f.build(target)(x), expected, rtol=1e-6, err_msg=target)
