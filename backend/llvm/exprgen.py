@@ -117,6 +117,16 @@ class Ctx(Scope):
 
 
 
+def element(t: ir.Type) -> ir.Type:
+    """A vector type's element type; any other type itself."""
+    return t.element if isinstance(t, ir.VectorType) else t
+
+
+def like(v: ir.Value, t: ir.Type) -> ir.Type:
+    """`t`, or vectors of `t` as many as `v`'s lanes where `v` is a vector."""
+    return ir.VectorType(t, v.type.count) if isinstance(v.type, ir.VectorType) else t
+
+
 class ExprEmitter:
     """Emits te expressions with `b` (values of the axes in a ``Ctx``), reading the buffers
     `ptr` (tensor -> pointer argument) and substituting the `inlined` tensors' bodies;
@@ -304,7 +314,8 @@ class ExprEmitter:
                 v = ctx.env[e]
                 return b.trunc(v, t) if v.type != t and v.type == I64 else v
             case Not(a=a):
-                return b.xor(self.value(a, ctx), ir.Constant(I1, 1))
+                x = self.value(a, ctx)
+                return b.xor(x, ir.Constant(x.type, 1))
             case Select(condition=c, true_value=tv, false_value=fv):
                 return b.select(self.value(c, ctx), self.value(tv, ctx), self.value(fv, ctx))
             case Cast(dtype=d, value=v):
@@ -384,7 +395,7 @@ class ExprEmitter:
             safe = b.select(by_zero, one, y)
             r = b.urem(x, safe) if mod else b.udiv(x, safe)
             return b.select(by_zero, zero, r)
-        minimum = ir.Constant(t, -(1 << (t.width - 1)))
+        minimum = ir.Constant(t, -(1 << (element(t).width - 1)))
         overflow = b.and_(b.icmp_signed("==", x, minimum),
                           b.icmp_signed("==", y, ir.Constant(t, -1)))
         safe = b.select(b.or_(by_zero, overflow), one, y)  # MIN / 1 = MIN, MIN % 1 = 0
@@ -397,7 +408,7 @@ class ExprEmitter:
             out = b.select(adjust, b.sub(q, one), q)
         return b.select(by_zero, zero, out)
 
-    def _saturating_fptosi(self, v: ir.Value, st: ir.Type, wide: ir.IntType) -> ir.Value:
+    def _saturating_fptosi(self, v: ir.Value, st: ir.Type, wide: ir.Type) -> ir.Value:
         """``llvm.fptosi.sat`` written out: LLVM 20 scalarises the intrinsic on vectors (a
         compare and two branches per lane: a requantization epilogue ran 4x slower), while
         compares, selects and a plain ``fptosi`` of an in-range value vectorise::
@@ -407,7 +418,7 @@ class ExprEmitter:
             select %big, INT_MAX, (select %small, INT_MIN, %r)
         """
         b = self.b
-        bits = wide.width
+        bits = element(wide).width
         big = b.fcmp_ordered(">=", v, ir.Constant(st, float(2 ** (bits - 1))))
         small = b.fcmp_ordered("<", v, ir.Constant(st, -float(2 ** (bits - 1))))
         out = b.or_(b.or_(big, small), b.fcmp_unordered("uno", v, v))
@@ -417,7 +428,8 @@ class ExprEmitter:
 
     def cast(self, v: ir.Value, src: str, dst: str) -> ir.Value:
         b = self.b
-        st, dt = value_type(src), value_type(dst)
+        es, ed = value_type(src), value_type(dst)  # the elements' types
+        st, dt = like(v, es), like(v, ed)  # the values' (vectors where v is one)
         if src == dst:
             return v
         if dst == "bool":
@@ -426,12 +438,12 @@ class ExprEmitter:
             return b.icmp_unsigned("!=", v, ir.Constant(st, 0))
         if is_float(dst):
             if is_float(src):
-                return b.fpext(v, dt) if _fbits(st) < _fbits(dt) else b.fptrunc(v, dt)
+                return b.fpext(v, dt) if _fbits(es) < _fbits(ed) else b.fptrunc(v, dt)
             if src in ("uint8", "bool"):
                 return b.uitofp(v, dt)
             return b.sitofp(v, dt)
         if is_float(src):  # saturating: NaN -> 0, no poison (C's cast is undefined there)
-            wide = I64 if dst == "int64" else ir.IntType(32)
+            wide = like(v, I64 if dst == "int64" else ir.IntType(32))
             if src in ("float32", "float64"):
                 r = self._saturating_fptosi(v, st, wide)
             else:
@@ -439,9 +451,9 @@ class ExprEmitter:
                                  f"{M.type_suffix(st)}", wide, [st])
                 r = b.call(fn, [v])
             return r if wide == dt else b.trunc(r, dt)
-        if st.width == dt.width:
+        if es.width == ed.width:
             return v
-        if st.width > dt.width:
+        if es.width > ed.width:
             return b.trunc(v, dt)
         return b.zext(v, dt) if src in ("uint8", "bool") else b.sext(v, dt)
 
@@ -509,4 +521,5 @@ def _fbits(t: ir.Type) -> int:
 
 
 
-__all__ = ["Ctx", "ExprEmitter", "Sizes", "memory_type", "strides", "value_type"]
+__all__ = ["Ctx", "ExprEmitter", "Sizes", "element", "like", "memory_type", "strides",
+           "value_type"]

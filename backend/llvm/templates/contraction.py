@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import llvmlite.ir as ir
 import numpy as np
 
+from relaydsl.backend.llvm.epilogue import Epilogue
 from relaydsl.backend.llvm.templates.conv2d import (
     ConvGeometry, emit_im2col_packer, int_im2col_rows,
 )
@@ -64,6 +65,8 @@ class StageInfo:
 class Template:
     """A GEMM (optionally with conv2d's implicit-im2col B operand) ready to be emitted."""
 
+    epilogue_axes: ClassVar[int | None] = None  # takes no epilogue in registers
+
     op_name: str
     spec: GemmSpec
     conv: ConvGeometry | None = None
@@ -85,6 +88,8 @@ class Template:
 class BlockedConvTemplate:
     """conv2d_nchwc as direct convolution on the micro-kernel (conv2d_nchwc.py)."""
 
+    epilogue_axes: ClassVar[int | None] = None
+
     op_name: str
     conv: BlockedConv
     tile: MicroTile
@@ -98,14 +103,18 @@ class BlockedConvTemplate:
 @dataclass(frozen=True)
 class IntConvTemplate:
     """An int8 conv2d with a constant weight as direct convolution on AVX-512 VNNI
-    (conv2d_int8.py)."""
+    (conv2d_int8.py), with the elementwise stage after it in registers where the schedule
+    gives it one (``epilogue``: its function then also takes the epilogue's reads)."""
 
     op_name: str
     conv: IntConv
     transposed: frozenset[int] = frozenset()  # never
+    epilogue: Epilogue | None = None
+    # a register epilogue's uniform axes: a vector is 16 pixels of one image and channel
+    epilogue_axes: ClassVar[int | None] = 2
 
     def emit(self, module: ir.Module, name: str) -> StageInfo:
-        emit_int_conv(module, name, self.conv)
+        emit_int_conv(module, name, self.conv, self.epilogue)
         return StageInfo(name, self.conv.units, self.conv.flops)
 
 
