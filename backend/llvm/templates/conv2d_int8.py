@@ -338,17 +338,22 @@ def _tile_function(module: ir.Module, name: str, conv: IntConv, epilogue: Epilog
 
 def _store(g: Gen, accs: list[list[ir.Value]], corr: ir.Value, out: ir.Value, oc0: ir.Value,
            p0: ir.Value, n: ir.Value, conv: IntConv, epilogue: EpilogueEmitter | None) -> None:
-    """Each accumulator row minus its channel's correction, through the epilogue if there is
-    one (in registers; its reads at this vector's pixels are loaded as the store writes
-    them, then expanded to the wide lanes), its valid lanes compressed to the front and
-    stored at their NCHW place (a masked store of the first lanes)::
+    """Each accumulator row minus its channel's correction, its valid lanes compressed to
+    the front (as the NCHW result holds them), through the epilogue if there is one (in
+    registers: its reads of the same pixels are loads of as many lanes from the same
+    place), stored at their NCHW place (a masked store of the first lanes)::
 
         %c = call <16 x i32> @llvm.x86.avx512.mask.compress.v16i32(%acc, undef, %valid)
-        call void @llvm.masked.store.v16i32(%c, %at, 4, %first)   ; %first: popcount lanes
+        %r = call <16 x i8> @llvm.masked.load.v16i8(%residual + %at, 1, %first, zeroinitializer)
+        ... the epilogue of %c and %r ...
+        call void @llvm.masked.store.v16i8(%e, %out + %at, 1, %first)  ; %first: popcount lanes
     """
     b = g.b
     _, wq = conv.plane
     acc_t = ir.VectorType(I32, VL)
+    mask_t = ir.VectorType(I1, VL)
+    compress = get_function(g.module, "llvm.x86.avx512.mask.compress.v16i32",
+                            ir.FunctionType(acc_t, [acc_t, acc_t, mask_t]))
     ctpop = g.module.declare_intrinsic("llvm.ctpop", [ir.IntType(VL)])
     lanes = ir.Constant(acc_t, list(range(VL)))
     plane_px = conv.oh * conv.ow
@@ -377,50 +382,21 @@ def _store(g: Gen, accs: list[list[ir.Value]], corr: ir.Value, out: ir.Value, oc
             epilogue.begin_row([n, oc])
         for acc, (valid, at, first) in zip(row, places):
             val = b.sub(acc, fix)
-            if epilogue is not None:
-                place = b.add(row_at, at)
-                val = epilogue.apply(val, partial(_lane_read, g, epilogue.ptr, place, first,
-                                                  None if contiguous else valid))
             if not contiguous:
-                val = _lanes32(g, val, valid, expand=False)
-            g.masked_store(val, g.at(out, b.add(row_at, at)), first, VL)
+                val = b.call(compress, [val, ir.Constant(acc_t, ir.Undefined), valid])
+            place = b.add(row_at, at)
+            if epilogue is not None:
+                val = epilogue.apply(val, partial(_lane_read, g, epilogue.ptr, place, first))
+            g.masked_store(val, g.at(out, place), first, VL)
         b.branch(skip)
         b.position_at_end(skip)
 
 
 def _lane_read(g: Gen, ptr: dict[Tensor, ir.Value], place: ir.Value, first: ir.Value,
-               valid: ir.Value | None, x: Tensor) -> ir.Value:
+               x: Tensor) -> ir.Value:
     """Buffer x's elements of a vector's valid pixels (at `place` in NCHW, as many as the
-    `first` lanes) in the vector's lanes: loaded, then expanded to the `valid` lanes of the
-    wide grid (None: the first lanes are they)."""
-    loaded = g.masked_load(g.at(ptr[x], place), first, VL, lanes_type(x.dtype).element)
-    return loaded if valid is None else _lanes32(g, loaded, valid, expand=True)
-
-
-def _lanes32(g: Gen, v: ir.Value, mask: ir.Value, expand: bool) -> ir.Value:
-    """`v` (<16 x T>, T of 32 bits or fewer) compressed (its `mask` lanes moved to the
-    front) or expanded (its first lanes moved to the `mask` lanes), as 32-bit lanes::
-
-        %w = zext <16 x i8> %v to <16 x i32>            ; bitcast for float
-        %c = call <16 x i32> @llvm.x86.avx512.mask.compress.v16i32(%w, undef, %mask)
-        trunc %c to <16 x i8>
-    """
-    b = g.b
-    vt = v.type
-    assert isinstance(vt, ir.VectorType)
-    wide = ir.VectorType(I32, VL)
-    if isinstance(vt.element, ir.IntType):
-        w = v if vt.element.width == 32 else b.zext(v, wide)
-    else:
-        w = b.bitcast(v, wide)
-    mask_t = ir.VectorType(I1, VL)
-    op = "expand" if expand else "compress"
-    fn = get_function(g.module, f"llvm.x86.avx512.mask.{op}.v16i32",
-                      ir.FunctionType(wide, [wide, wide, mask_t]))
-    w = b.call(fn, [w, ir.Constant(wide, ir.Undefined), mask])
-    if isinstance(vt.element, ir.IntType):
-        return w if vt.element.width == 32 else b.trunc(w, vt)
-    return b.bitcast(w, vt)
+    `first` lanes), in the lanes the compressed results hold them."""
+    return g.masked_load(g.at(ptr[x], place), first, VL, lanes_type(x.dtype).element)
 
 
 __all__ = ["IntConv", "emit_int_conv", "int_conv"]
