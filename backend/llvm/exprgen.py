@@ -19,8 +19,10 @@ loop ranges and clamped where it is not provably in range, so no input -- not ev
 a guarded read in a padding region, which ``select`` still evaluates, or a
 data-dependent index -- reads out of bounds. Reductions accumulate with
 reassociation allowed (``fadd reassoc nsz``) so the vectoriser can split them.
-The arithmetic also runs on vectors of values (<16 x float>): a value's type, not the
-expression's dtype, gives the instructions' types, and constants are splat to it.
+
+The arithmetic (binary ops, casts, the intrinsics whose ``Lowering.vectors`` says so) also
+runs on vectors of values (<16 x float>): a value's type, not the expression's dtype, gives
+the instructions' types. epilogue.py's emitter hands it such operands (scalar ones splat).
 """
 from __future__ import annotations
 
