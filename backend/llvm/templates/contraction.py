@@ -21,7 +21,8 @@ by igemm.py (with the pointers ``i8*``); conv2d_nchwc stays float32. Except an i
 conv2d whose int8 weight is a constant of the kernel (``constants``: quantized inference)
 with an int32 result, groups 1 and dilation 1, where the integer ISA is AVX-512 VNNI or
 AMX: ``IntConvTemplate``, direct convolution with the weight packed at build time
-(conv2d_int8.py; 2.3-2.9x the float32 NCHW{c}c convolution on the CPU measured there).
+(conv2d_int8.py; 2.3-2.9x the float32 NCHW{c}c convolution on the CPU measured there),
+which takes the elementwise stage after it in registers (``epilogue_axes``, schedule.py).
 
 Supported (float32, static, non-empty shapes): dense with any data rank; matmul with
 1-D operands and broadcast batch dims; batch_matmul with both transposes and a batch

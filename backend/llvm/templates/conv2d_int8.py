@@ -36,6 +36,10 @@ correction ``128 * sum(weight[oc])`` subtracted once per tile (``sum (x + 128) w
 
 **The store**: a vector's valid lanes (``ox < OW``) are consecutive in the NCHW output, so it
 is compressed (``vpcompressd``, in registers) and stored under a mask of its first lanes.
+With an epilogue (``emit_int_conv(..., epilogue)``, epilogue.py: the bias, requantisation,
+relu or residual add fusion put after the conv2d), the compressed vector goes through it
+in registers first, its reads of other buffers at the same pixels loaded under the same
+mask, and the epilogue's result (int8, say) is what is stored: the int32 sums never are.
 
 Parallel units: an image's MR output channels, image-major (as conv2d's GEMM's, so codegen's
 ``_chain`` runs the requantisation epilogue image by image while the result is in cache); a
