@@ -78,7 +78,18 @@ def register_epilogue(t: Tensor, source: Tensor, inlined: set[Tensor], uniform: 
                       ) -> Epilogue | None:
     """`t` as an epilogue in registers of the template computing `source` (its shape), the
     first `uniform` axes one value per vector, or None where it cannot be one (see the
-    module's docstring)."""
+    module's docstring).
+
+    >>> from relaydsl.te.expr import maximum
+    >>> from relaydsl.te.tensor import compute, placeholder
+    >>> sums, bias = placeholder((2, 8, 4, 4), "int32", "sums"), placeholder(8, "int32", "bias")
+    >>> relu = compute(sums.shape, lambda n, c, y, x: maximum(sums[n, c, y, x] + bias[c], 0))
+    >>> epilogue = register_epilogue(relu, sums, set(), 2)   # vectors of one image and channel
+    >>> [x.name for x in epilogue.uniform_reads], epilogue.lane_reads
+    (['bias'], ())
+    >>> register_epilogue(relu, sums, set(), 1) is None       # the channel varies in a vector
+    True
+    """
     if t.body is None or t.shape != source.shape or t.dtype not in LANE_DTYPES or \
             not 0 <= uniform < len(t.shape):
         return None
