@@ -198,9 +198,9 @@ class ExprEmitter:
         """``for (i = start; i < stop; i++)``; blocks ``name.cond``, ``name.body``, ``name.end``."""
         b = self.b
         pre = b.block
-        cond = self.fn.append_basic_block(f"{name}.cond")
-        body = self.fn.append_basic_block(f"{name}.body")
-        end = self.fn.append_basic_block(f"{name}.end")
+        cond = b.function.append_basic_block(f"{name}.cond")
+        body = b.function.append_basic_block(f"{name}.body")
+        end = b.function.append_basic_block(f"{name}.end")
         b.branch(cond)
         b.position_at_end(cond)
         i = b.phi(I64, name)
