@@ -65,6 +65,8 @@ def type_suffix(t: ir.Type) -> str:
         return "f64"
     if isinstance(t, ir.IntType):
         return f"i{t.width}"
+    if isinstance(t, ir.VectorType):  # llvm.roundeven.v16f32
+        return f"v{t.count}{type_suffix(t.element)}"
     raise TypeError(f"no intrinsic suffix for {t}")
 
 
@@ -295,19 +297,24 @@ def int_sign(b: ir.IRBuilder, x: ir.Value, *, unsigned: bool) -> ir.Value:
 # The shifts are NumPy's: a count outside 0 .. bits-1 (negative ones too) shifts every bit
 # out, where LLVM's shl/ashr/lshr would give poison.
 
+def _bits(t: ir.Type) -> int:
+    """The width of an integer type or of a vector's integer elements."""
+    return (t.element if isinstance(t, ir.VectorType) else t).width
+
+
 def left_shift(b: ir.IRBuilder, x: ir.Value, count: ir.Value, *, unsigned: bool) -> ir.Value:
     """The same signed or unsigned."""
     zero = ir.Constant(x.type, 0)
-    in_range = b.icmp_unsigned("<", count, ir.Constant(x.type, x.type.width))
+    in_range = b.icmp_unsigned("<", count, ir.Constant(x.type, _bits(x.type)))
     return b.select(in_range, b.shl(x, b.select(in_range, count, zero)), zero)
 
 
 def right_shift(b: ir.IRBuilder, x: ir.Value, count: ir.Value, *, unsigned: bool) -> ir.Value:
     zero = ir.Constant(x.type, 0)
-    in_range = b.icmp_unsigned("<", count, ir.Constant(x.type, x.type.width))
+    in_range = b.icmp_unsigned("<", count, ir.Constant(x.type, _bits(x.type)))
     if unsigned:
         return b.select(in_range, b.lshr(x, b.select(in_range, count, zero)), zero)
-    return b.ashr(x, b.select(in_range, count, ir.Constant(x.type, x.type.width - 1)))
+    return b.ashr(x, b.select(in_range, count, ir.Constant(x.type, _bits(x.type) - 1)))
 
 
 # ---- one lowering per te intrinsic -----------------------------------------------------------
@@ -319,30 +326,33 @@ class Lowering:
     float64 operands, ``on_int(b, *operands, unsigned=...)`` on integers (None: the
     intrinsic's dtype rule admits none). float16 operands are widened to float32 and the
     result rounded back, unless ``widens_half`` is False: the result is then exact, and
-    the half type's own instructions compute it."""
+    the half type's own instructions compute it. ``vectors``: the same instructions, lane by
+    lane, on vector operands (<16 x float>: a template's epilogue in registers, epilogue.py);
+    not where a float32 scalar gets code of its own (exp's polynomial) or libm is called."""
 
     on_float: Callable[..., ir.Value] | None = None
     on_int: Callable[..., ir.Value] | None = None
     widens_half: bool = True
+    vectors: bool = True
 
 
 LOWERINGS: dict[Intrinsic, Lowering] = {
-    EXP: Lowering(exp),
-    LOG: Lowering(log),
+    EXP: Lowering(exp, vectors=False),
+    LOG: Lowering(log, vectors=False),
     SQRT: Lowering(llvm_unary("sqrt")),
     RSQRT: Lowering(rsqrt),
-    TANH: Lowering(tanh),
-    SIGMOID: Lowering(sigmoid),
-    SIN: Lowering(llvm_unary("sin")),  # scalar libm calls
-    COS: Lowering(llvm_unary("cos")),
-    TAN: Lowering(libm("tan")),
-    ATAN: Lowering(libm("atan")),
-    ERF: Lowering(libm("erf")),
+    TANH: Lowering(tanh, vectors=False),
+    SIGMOID: Lowering(sigmoid, vectors=False),
+    SIN: Lowering(llvm_unary("sin"), vectors=False),  # scalar libm calls
+    COS: Lowering(llvm_unary("cos"), vectors=False),
+    TAN: Lowering(libm("tan"), vectors=False),
+    ATAN: Lowering(libm("atan"), vectors=False),
+    ERF: Lowering(libm("erf"), vectors=False),
     FLOOR: Lowering(llvm_unary("floor")),
     CEIL: Lowering(llvm_unary("ceil")),
     ROUND: Lowering(llvm_unary("roundeven")),
     TRUNC: Lowering(llvm_unary("trunc")),
-    POW: Lowering(lambda b, x, y: call2(b, "pow", x, y)),
+    POW: Lowering(lambda b, x, y: call2(b, "pow", x, y), vectors=False),
     ABS: Lowering(llvm_unary("fabs"), int_abs, widens_half=False),
     SIGN: Lowering(float_sign, int_sign, widens_half=False),
     LEFT_SHIFT: Lowering(on_int=left_shift),

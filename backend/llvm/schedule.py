@@ -25,12 +25,15 @@ The rules (TVM's schedule primitives, decided automatically):
 * **epilogues** (``compute_at``): a stage right after a template's that reads the
   template's tensor only at its own element (bias, relu, a requantization: ``pointwise``)
   is its ``epilogue``; codegen may run the two image by image, so the template's result
-  is read back from cache rather than from memory (codegen.py, ``_chain``).
+  is read back from cache rather than from memory (codegen.py, ``_chain``). A template
+  that takes an epilogue in registers (the direct int8 conv2d) gets it as part of itself
+  where every expression of it can run on a vector of the template's results
+  (epilogue.py): the two are one stage, the template's result never stored.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -41,6 +44,7 @@ from relaydsl.te.expr import (
 )
 from relaydsl.te.tensor import Tensor
 from relaydsl.backend.llvm import templates
+from relaydsl.backend.llvm.epilogue import register_epilogue
 from relaydsl.backend.llvm.lower import Lowered
 from relaydsl.backend.llvm.templates import AnyTemplate
 from relaydsl.op.nn.linear import dense
@@ -219,12 +223,37 @@ def schedule(lowered: Lowered, prefix: str, symbolic: "Symbolic | None" = None) 
     for before, stage in pairwise(stages):
         stage.epilogue = before.template is not None and stage.template is None and \
             pointwise(stage.tensor, before.tensor, inlined)
+    stages = _in_registers(stages, inlined, outputs)
 
     scratch = [s.tensor for s in stages if s.tensor not in outputs]
     constants = [c for c, _ in lowered.constants]
     sizes = [] if symbolic is None else [symbolic.sizes]
     buffers = [*lowered.params, *lowered.outputs, *constants, *sizes, *scratch]
     return Schedule(lowered, stages, inlined, buffers, scratch, symbolic)
+
+
+def _in_registers(stages: list[Stage], inlined: set[Tensor], outputs: set[Tensor]
+                  ) -> list[Stage]:
+    """Each template stage whose template takes an epilogue in registers (its
+    ``epilogue_axes``) and whose result only its epilogue stage reads, joined with that
+    stage where the epilogue can run so (epilogue.py): one stage computing the epilogue's
+    tensor, reading the template's operands and then the epilogue's buffers."""
+    out: list[Stage] = []
+    for stage in stages:
+        before = out[-1] if out else None
+        template = before.template if before is not None else None
+        if before is None or template is None or template.epilogue_axes is None or \
+                not stage.epilogue or before.tensor in outputs or \
+                any(before.tensor in s.reads for s in stages if s is not stage):
+            out.append(stage)
+            continue
+        epi = register_epilogue(stage.tensor, before.tensor, inlined, template.epilogue_axes)
+        if epi is None or set(epi.reads) != set(stage.reads) - {before.tensor}:
+            out.append(stage)
+            continue
+        out[-1] = Stage(stage.tensor, [*before.reads, *epi.reads],
+                        replace(template, epilogue=epi), symbol=before.symbol)
+    return out
 
 
 def pointwise(t: Tensor, source: Tensor, inlined: set[Tensor]) -> bool:

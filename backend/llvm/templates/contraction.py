@@ -21,7 +21,8 @@ by igemm.py (with the pointers ``i8*``); conv2d_nchwc stays float32. Except an i
 conv2d whose int8 weight is a constant of the kernel (``constants``: quantized inference)
 with an int32 result, groups 1 and dilation 1, where the integer ISA is AVX-512 VNNI or
 AMX: ``IntConvTemplate``, direct convolution with the weight packed at build time
-(conv2d_int8.py; 2.3-2.9x the float32 NCHW{c}c convolution on the CPU measured there).
+(conv2d_int8.py; 2.3-2.9x the float32 NCHW{c}c convolution on the CPU measured there),
+which takes the elementwise stage after it in registers (``epilogue_axes``, schedule.py).
 
 Supported (float32, static, non-empty shapes): dense with any data rank; matmul with
 1-D operands and broadcast batch dims; batch_matmul with both transposes and a batch
@@ -33,11 +34,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import llvmlite.ir as ir
 import numpy as np
 
+from relaydsl.backend.llvm.epilogue import Epilogue
 from relaydsl.backend.llvm.templates.conv2d import (
     ConvGeometry, emit_im2col_packer, int_im2col_rows,
 )
@@ -64,6 +66,8 @@ class StageInfo:
 class Template:
     """A GEMM (optionally with conv2d's implicit-im2col B operand) ready to be emitted."""
 
+    epilogue_axes: ClassVar[int | None] = None  # takes no epilogue in registers
+
     op_name: str
     spec: GemmSpec
     conv: ConvGeometry | None = None
@@ -85,6 +89,8 @@ class Template:
 class BlockedConvTemplate:
     """conv2d_nchwc as direct convolution on the micro-kernel (conv2d_nchwc.py)."""
 
+    epilogue_axes: ClassVar[int | None] = None
+
     op_name: str
     conv: BlockedConv
     tile: MicroTile
@@ -98,14 +104,18 @@ class BlockedConvTemplate:
 @dataclass(frozen=True)
 class IntConvTemplate:
     """An int8 conv2d with a constant weight as direct convolution on AVX-512 VNNI
-    (conv2d_int8.py)."""
+    (conv2d_int8.py), with the elementwise stage after it in registers where the schedule
+    gives it one (``epilogue``: its function then also takes the epilogue's reads)."""
 
     op_name: str
     conv: IntConv
     transposed: frozenset[int] = frozenset()  # never
+    epilogue: Epilogue | None = None
+    # a register epilogue's uniform axes: a vector is 16 pixels of one image and channel
+    epilogue_axes: ClassVar[int | None] = 2
 
     def emit(self, module: ir.Module, name: str) -> StageInfo:
-        emit_int_conv(module, name, self.conv)
+        emit_int_conv(module, name, self.conv, self.epilogue)
         return StageInfo(name, self.conv.units, self.conv.flops)
 
 

@@ -36,6 +36,10 @@ correction ``128 * sum(weight[oc])`` subtracted once per tile (``sum (x + 128) w
 
 **The store**: a vector's valid lanes (``ox < OW``) are consecutive in the NCHW output, so it
 is compressed (``vpcompressd``, in registers) and stored under a mask of its first lanes.
+With an epilogue (``emit_int_conv(..., epilogue)``, epilogue.py: the bias, requantisation,
+relu or residual add fusion put after the conv2d), the compressed vector goes through it
+in registers first, its reads of other buffers at the same pixels loaded under the same
+mask, and the epilogue's result (int8, say) is what is stored: the int32 sums never are.
 
 Parallel units: an image's MR output channels, image-major (as conv2d's GEMM's, so codegen's
 ``_chain`` runs the requantisation epilogue image by image while the result is in cache); a
@@ -48,10 +52,15 @@ ISA is AVX-512 VNNI or AMX (every AMX CPU has it); other CPUs keep the implicit 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import llvmlite.ir as ir
 import numpy as np
 
+from relaydsl.te.tensor import Tensor
+
+from relaydsl.backend.llvm.epilogue import Epilogue, EpilogueEmitter, lanes_type
+from relaydsl.backend.llvm.exprgen import memory_type
 from relaydsl.backend.llvm.templates.conv2d import ConvGeometry
 from relaydsl.backend.llvm.templates.irgen import (
     I1, I8, I32, I64, Gen, c32, c64, get_function, new_function,
@@ -156,24 +165,31 @@ def int_conv(batch: int, cin: int, h: int, w: int, weight: np.ndarray, oh: int, 
     return conv if 4 * conv.image_words() <= MAX_IMAGE_BYTES else None
 
 
-def emit_int_conv(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
+def emit_int_conv(module: ir.Module, name: str, conv: IntConv,
+                  epilogue: Epilogue | None = None) -> ir.Function:
     """Defines ``void @name(i8* out, i8* data, i8* weight, i64 begin, i64 end)`` computing
     units [begin, end) of ``conv.units`` (int32 results), the weight read from its packed
-    copy."""
+    copy. With an `epilogue` (epilogue.py; its uniform axes the image and the channel), the
+    epilogue's values instead, in its type, and its ``reads`` are pointers after the weight:
+    ``(i8* out, i8* data, i8* weight, T0* read0, ..., i64 begin, i64 end)``."""
     packed, corr = conv.packed_weight()
     wt = _global(module, f"{name}.weight", ir.ArrayType(I8, packed.size),
                  bytearray(packed.tobytes()))
     ct = _global(module, f"{name}.corr", ir.ArrayType(I32, corr.size), [int(v) for v in corr])
     p8 = I8.as_pointer()
-    fn = new_function(module, name, [p8, p8, p8, I64, I64], internal=False, noalias=(0, 1, 2))
-    out, data, _, begin, end = fn.args
+    extra = [memory_type(x.dtype).as_pointer() for x in (epilogue.reads if epilogue else ())]
+    fn = new_function(module, name, [p8, p8, p8, *extra, I64, I64], internal=False,
+                      noalias=range(3 + len(extra)))
+    out, data, _, *reads = fn.args[:-2]
+    begin, end = fn.args[-2:]
     g = Gen(module, fn)
     b = g.b
     image = g.stack(conv.image_words(), "image", I32)
-    tile = _tile_function(module, name, conv)
+    tile = _tile_function(module, name, conv, epilogue)
     wbase = b.bitcast(wt, p8)
     cbase = b.bitcast(ct, I32.as_pointer())
-    out32 = b.bitcast(out, I32.as_pointer())
+    out_t = memory_type(epilogue.tensor.dtype) if epilogue else I32
+    out_image = b.bitcast(out, out_t.as_pointer())
     nr = VL * conv.vectors
     tiles_p = -(-conv.wide_pixels // nr)
     a_tile = conv.groups4 * conv.kh * conv.kw * MR * 4  # bytes of one channel tile's weight
@@ -183,10 +199,9 @@ def emit_int_conv(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
         with b.if_then(b.or_(b.icmp_signed("==", u, begin), b.icmp_signed("==", ot, c64(0)))):
             image_bytes = conv.cin // conv.folded * conv.h * conv.w
             _pack_image(g, image, g.at(data, g.mul(n, image_bytes)), conv)
-        dst = g.at(out32, g.mul(n, conv.cout * conv.oh * conv.ow))
         with g.loop(0, tiles_p, name="pt") as pt:
             b.call(tile, [image, g.at(wbase, g.mul(ot, a_tile)), g.at(cbase, g.mul(ot, MR)),
-                          dst, b.mul(ot, c64(MR)), b.mul(pt, c64(nr))])
+                          out_image, b.mul(ot, c64(MR)), b.mul(pt, c64(nr)), n, *reads])
     b.ret_void()
     return fn
 
@@ -270,13 +285,21 @@ def _pack_image(g: Gen, image: ir.Value, src: ir.Value, conv: IntConv) -> None:
             b.call(store, [full, dst, c32(4), live])
 
 
-def _tile_function(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
-    """``void @name.tile(i32* image, i8* wt, i32* corr, i32* out, i64 oc0, i64 p0)``: output
-    channels [oc0, oc0+MR) by wide pixels [p0, p0 + NV*16) of one image."""
+def _tile_function(module: ir.Module, name: str, conv: IntConv, epilogue: Epilogue | None
+                   ) -> ir.Function:
+    """``void @name.tile(i32* image, i8* wt, i32* corr, T* out, i64 oc0, i64 p0, i64 n,
+    T0* read0, ...)``: output channels [oc0, oc0+MR) by wide pixels [p0, p0 + NV*16) of
+    image n (out: the whole result's, of the epilogue's type T or int32)."""
     p8, p32 = I8.as_pointer(), I32.as_pointer()
-    fn = new_function(module, f"{name}.tile", [p32, p8, p32, p32, I64, I64], noalias=(0, 1, 2, 3))
+    reads = epilogue.reads if epilogue else ()
+    out_t = memory_type(epilogue.tensor.dtype) if epilogue else I32
+    fn = new_function(module, f"{name}.tile",
+                      [p32, p8, p32, out_t.as_pointer(), I64, I64, I64,
+                       *[memory_type(x.dtype).as_pointer() for x in reads]],
+                      noalias=[0, 1, 2, 3, *range(7, 7 + len(reads))])
     fn.attributes.add("alwaysinline")
-    image, wt, corr, out, oc0, p0 = fn.args
+    image, wt, corr, out, oc0, p0, n, *pointers = fn.args
+    ptr = dict(zip(reads, pointers))
     g = Gen(module, fn)
     b = g.b
     nv = conv.vectors
@@ -311,18 +334,23 @@ def _tile_function(module: ir.Module, name: str, conv: IntConv) -> ir.Function:
             accs[i][v].add_incoming(new[i][v], b.block)
     b.cbranch(b.icmp_signed("<", cq1, c64(conv.groups4)), body, done)
     b.position_at_end(done)
-    _store(g, new, corr, out, oc0, p0, conv)
+    emitter = EpilogueEmitter(module, b, ptr, epilogue) if epilogue else None
+    _store(g, new, corr, out, oc0, p0, n, conv, emitter)
     b.ret_void()
     return fn
 
 
 def _store(g: Gen, accs: list[list[ir.Value]], corr: ir.Value, out: ir.Value, oc0: ir.Value,
-           p0: ir.Value, conv: IntConv) -> None:
+           p0: ir.Value, n: ir.Value, conv: IntConv, epilogue: EpilogueEmitter | None) -> None:
     """Each accumulator row minus its channel's correction, its valid lanes compressed to
-    the front and stored at their NCHW place (a masked store of the first lanes)::
+    the front (as the NCHW result holds them), through the epilogue if there is one (in
+    registers: its reads of the same pixels are loads of as many lanes from the same
+    place), stored at their NCHW place (a masked store of the first lanes)::
 
         %c = call <16 x i32> @llvm.x86.avx512.mask.compress.v16i32(%acc, undef, %valid)
-        call void @llvm.masked.store.v16i32(%c, %at, 4, %first)   ; %first: popcount lanes
+        %r = call <16 x i8> @llvm.masked.load.v16i8(%residual + %at, 1, %first, zeroinitializer)
+        ... the epilogue of %c and %r ...
+        call void @llvm.masked.store.v16i8(%e, %out + %at, 1, %first)  ; %first: popcount lanes
     """
     b = g.b
     _, wq = conv.plane
@@ -330,8 +358,6 @@ def _store(g: Gen, accs: list[list[ir.Value]], corr: ir.Value, out: ir.Value, oc
     mask_t = ir.VectorType(I1, VL)
     compress = get_function(g.module, "llvm.x86.avx512.mask.compress.v16i32",
                             ir.FunctionType(acc_t, [acc_t, acc_t, mask_t]))
-    store = get_function(g.module, "llvm.masked.store.v16i32.p0",
-                         ir.FunctionType(ir.VoidType(), [acc_t, acc_t.as_pointer(), I32, mask_t]))
     ctpop = g.module.declare_intrinsic("llvm.ctpop", [ir.IntType(VL)])
     lanes = ir.Constant(acc_t, list(range(VL)))
     plane_px = conv.oh * conv.ow
@@ -355,14 +381,26 @@ def _store(g: Gen, accs: list[list[ir.Value]], corr: ir.Value, out: ir.Value, oc
         b.cbranch(b.icmp_signed("<", oc, c64(conv.cout)), live, skip)
         b.position_at_end(live)
         fix = g.splat(b.load(g.at(corr, i), align=4), VL)
-        base = g.at(out, b.mul(oc, c64(plane_px)))
+        row_at = b.mul(b.add(b.mul(n, c64(conv.cout)), oc), c64(plane_px))  # (n, oc, 0, 0)
+        if epilogue is not None:
+            epilogue.begin_row([n, oc])
         for acc, (valid, at, first) in zip(row, places):
             val = b.sub(acc, fix)
             if not contiguous:
                 val = b.call(compress, [val, ir.Constant(acc_t, ir.Undefined), valid])
-            b.call(store, [val, b.bitcast(g.at(base, at), acc_t.as_pointer()), c32(4), first])
+            place = b.add(row_at, at)
+            if epilogue is not None:
+                val = epilogue.apply(val, partial(_lane_read, g, epilogue.ptr, place, first))
+            g.masked_store(val, g.at(out, place), first, VL)
         b.branch(skip)
         b.position_at_end(skip)
+
+
+def _lane_read(g: Gen, ptr: dict[Tensor, ir.Value], place: ir.Value, first: ir.Value,
+               x: Tensor) -> ir.Value:
+    """Buffer x's elements of a vector's valid pixels (at `place` in NCHW, as many as the
+    `first` lanes), in the lanes the compressed results hold them."""
+    return g.masked_load(g.at(ptr[x], place), first, VL, lanes_type(x.dtype).element)
 
 
 __all__ = ["IntConv", "emit_int_conv", "int_conv"]

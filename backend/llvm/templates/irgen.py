@@ -176,13 +176,16 @@ class Gen:
         count32 = self.b.trunc(self.min(self.max(count, 0), 1 << 30), I32)
         return self.b.icmp_signed("<", lanes, self.splat(count32, vl))
 
-    def masked_load(self, ptr: ir.Value, mask: ir.Value, vl: int) -> ir.Value:
-        """``llvm.masked.load``: the lanes of `mask` from `ptr`, 0.0 in the others (never read)."""
-        vec = ir.VectorType(F32, vl)
+    def masked_load(self, ptr: ir.Value, mask: ir.Value, vl: int, element: ir.Type = F32
+                    ) -> ir.Value:
+        """``llvm.masked.load``: the lanes of `mask` from `ptr` (floats unless said), 0 in the
+        others (never read)."""
+        vec = ir.VectorType(element, vl)
         mask_t = ir.VectorType(I1, vl)
-        fn = get_function(self.module, f"llvm.masked.load.v{vl}f32.p0",
+        fn = get_function(self.module, f"llvm.masked.load.v{vl}{_suffix(element)}.p0",
                           ir.FunctionType(vec, [vec.as_pointer(), I32, mask_t, vec]))
-        return self.b.call(fn, [self.vptr(ptr, vl), c32(4), mask, ir.Constant(vec, [0.0] * vl)])
+        ptr = self.b.bitcast(ptr, vec.as_pointer())
+        return self.b.call(fn, [ptr, c32(_bytes(element)), mask, ir.Constant(vec, [0] * vl)])
 
     def prefetch(self, ptr: ir.Value, write: bool = False, locality: int = 3) -> None:
         """``llvm.prefetch`` of the cache line holding `ptr` (never faults, whatever `ptr`)."""
@@ -192,9 +195,19 @@ class Gen:
         self.b.call(fn, [self.b.bitcast(ptr, i8p), c32(int(write)), c32(locality), c32(1)])
 
     def masked_store(self, value: ir.Value, ptr: ir.Value, mask: ir.Value, vl: int) -> None:
-        """``llvm.masked.store``: writes only the lanes of `mask`."""
-        vec = ir.VectorType(F32, vl)
+        """``llvm.masked.store``: writes only the lanes of `mask` (of `value`'s type)."""
+        vec = value.type
+        assert isinstance(vec, ir.VectorType) and vec.count == vl
         mask_t = ir.VectorType(I1, vl)
-        fn = get_function(self.module, f"llvm.masked.store.v{vl}f32.p0",
+        fn = get_function(self.module, f"llvm.masked.store.v{vl}{_suffix(vec.element)}.p0",
                           ir.FunctionType(VOID, [vec, vec.as_pointer(), I32, mask_t]))
-        self.b.call(fn, [value, self.vptr(ptr, vl), c32(4), mask])
+        self.b.call(fn, [value, self.b.bitcast(ptr, vec.as_pointer()), c32(_bytes(vec.element)),
+                         mask])
+
+
+def _suffix(element: ir.Type) -> str:
+    return f"i{element.width}" if isinstance(element, ir.IntType) else "f32"
+
+
+def _bytes(element: ir.Type) -> int:
+    return element.width // 8 if isinstance(element, ir.IntType) else 4
