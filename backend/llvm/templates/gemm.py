@@ -227,7 +227,12 @@ def choose_split(spec: GemmSpec, bl: Blocking, threads: int = 1, pack_cost: floa
 def split_work(spec: GemmSpec, bl: Blocking, split: str, threads: int, pack_cost: float
                ) -> float:
     """The busiest thread's work in multiply-adds (of whole micro-tiles) plus its packed
-    floats times `pack_cost`, one batch entry split `split` over `threads`."""
+    floats times `pack_cost`, one batch entry split `split` over `threads`.
+
+    >>> spec = GemmSpec(28, 64, 10, (10, 1), (64, 1), 64)  # 2 row tiles, 2 column tiles
+    >>> split_work(spec, Blocking(), "M", 2, 0.0)  # one row tile: 14 x 64 x 10
+    8960.0
+    """
     m_tiles, n_tiles = -(-spec.m // bl.mr), -(-spec.n // bl.nr)
     if split == "M":
         rows, cols = -(-m_tiles // threads) * bl.mr, n_tiles * bl.nr
