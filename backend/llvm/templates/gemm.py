@@ -32,10 +32,11 @@ Scratch: the packed buffers are stack allocas (aligned 64) sized for the shape, 
 threads never share memory. Threads need the usual 8 MiB stacks.
 
 Parallel units: the kernel computes units ``[begin, end)`` of ``batch * R`` units, where
-a unit is MR rows of one batch (``split == "M"``) or NR columns (``split == "N"``,
-chosen when M < N so that the threads split the large B packing instead of repeating
-it). A contiguous range of units is run as one sub-GEMM per batch index, so the
-blocking is as good for a chunk as for the whole problem.
+a unit is MR rows of one batch (``split == "M"``) or NR columns (``split == "N"``),
+whichever gives the busiest thread the least work, its packing counted (``choose_split``):
+each thread packs the whole operand the split does not divide. A contiguous range of
+units is run as one sub-GEMM per batch index, so the blocking is as good for a chunk as
+for the whole problem.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from typing import Callable
 
 import llvmlite.ir as ir
 
+from relaydsl import settings
 from relaydsl.backend.llvm.templates import gemm_library
 from relaydsl.backend.llvm.templates.gemm_library import MicroTile
 from relaydsl.backend.llvm.templates.irgen import I64, PF, Gen, c64, new_function
@@ -189,10 +191,55 @@ def reads_a_in_place(spec: GemmSpec, bl: Blocking) -> bool:
     return -(-spec.n // bl.nr) <= 2 and spec.m >= bl.mr
 
 
-def choose_split(spec: GemmSpec, bl: Blocking) -> str:
+# The time of packing one float, in multiply-adds (one float lane of an FMA): 1M floats of
+# a 1024 x 1024 operand packed in ~0.3 ms, A's or B's alike, on one core of an Intel Xeon
+# (rocketlake features, AVX-512) that runs ~110G multiply-adds a second in its micro-kernel
+PACK_COST = 32
+
+
+def choose_split(spec: GemmSpec, bl: Blocking, threads: int = 1, pack_cost: float = 0.0
+                 ) -> str:
+    """The split of the parallel units: a forced ``spec.split``; else, with `threads` > 1
+    sharing one batch entry and a `pack_cost` (``PACK_COST``), the split whose busiest
+    thread does the least work (``split_work``); else M where M >= N.
+
+    Each thread packs the whole of the operand the split does not divide (B in a split
+    along M) and its share of the other once per block of the other axis (A once per NC
+    columns): at 1024 x 1024 x 1024 on two threads, along M each packs 2M floats, along N
+    1.5M, 8% and 5% of its multiply-adds' time. Along M, rows come in tiles of 14 (74
+    tiles: 37 a thread), along N in tiles of 32 (512: 16 tiles, 8 and 8; along M 19 and 18).
+
+    >>> spec = GemmSpec(1024, 1024, 1024, (1024, 1), (1024, 1), 1024)
+    >>> choose_split(spec, Blocking()), choose_split(spec, Blocking(), 2, PACK_COST)
+    ('M', 'N')
+    """
     if spec.split:
         return spec.split
-    return "M" if spec.m >= spec.n else "N"
+    shape_rule = "M" if spec.m >= spec.n else "N"
+    if threads < 2 or pack_cost <= 0 or spec.batch_size >= threads:
+        return shape_rule
+    work = {split: split_work(spec, bl, split, threads, pack_cost) for split in "MN"}
+    if work["M"] == work["N"]:
+        return shape_rule
+    return min(work, key=work.__getitem__)
+
+
+def split_work(spec: GemmSpec, bl: Blocking, split: str, threads: int, pack_cost: float
+               ) -> float:
+    """The busiest thread's work in multiply-adds (of whole micro-tiles) plus its packed
+    floats times `pack_cost`, one batch entry split `split` over `threads`.
+
+    >>> spec = GemmSpec(28, 64, 10, (10, 1), (64, 1), 64)  # 2 row tiles, 2 column tiles
+    >>> split_work(spec, Blocking(), "M", 2, 0.0)  # one row tile: 14 x 64 x 10
+    8960.0
+    """
+    m_tiles, n_tiles = -(-spec.m // bl.mr), -(-spec.n // bl.nr)
+    if split == "M":
+        rows, cols = -(-m_tiles // threads) * bl.mr, n_tiles * bl.nr
+    else:
+        rows, cols = m_tiles * bl.mr, -(-n_tiles // threads) * bl.nr
+    packed = rows * spec.k * -(-cols // bl.nc) + spec.k * cols
+    return rows * cols * spec.k + pack_cost * packed
 
 
 def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None = None,
@@ -203,7 +250,7 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
     bl = fit_blocking(bl or default_blocking(), spec)
     assert bl.nr % bl.vl == 0 and min(spec.m, spec.n, spec.k) >= 1
     tile = MicroTile(bl.vl, bl.mr, bl.nr)
-    split = choose_split(spec, bl)
+    split = choose_split(spec, bl, settings.num_threads(), PACK_COST)
     units = -(-spec.m // bl.mr) if split == "M" else -(-spec.n // bl.nr)
     extent = spec.batch_size * units
     nk = -(-spec.k // bl.kc)

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from relaydsl import settings
-from relaydsl.backend.llvm.templates.gemm import Blocking
+from relaydsl.backend.llvm.templates.gemm import (
+    PACK_COST, Blocking, GemmSpec, choose_split, split_work,
+)
 from tests.backend.llvm.test_templates import build, check
 
 SIZES = [1, 2, 3, 7, 13, 16, 17, 31, 33, 64, 97]
@@ -68,6 +70,47 @@ def test_batch_matmul_transposes(ta, tb):
         sb = (by, n, k) if tb else (by, k, n)
         cases.append(("batch_matmul", attrs, sa, sb))
     check(build(cases))
+
+
+def _spec(m: int, n: int, k: int, batch: tuple[int, ...] = ()) -> GemmSpec:
+    return GemmSpec(m, n, k, (k, 1), (n, 1), n, batch, (m * k,) * len(batch),
+                    (k * n,) * len(batch), (m * n,) * len(batch))
+
+
+def test_split_counts_the_packing_each_thread_repeats():
+    bl = Blocking(vl=16, mr=14, nr=32, kc=256, mc=126, nc=512)
+    # 1024^3 on two threads: along M 37 row tiles (518 rows) each, all of B packed and
+    # the thread's A once per 512 columns; along N 16 column tiles (512) each, all of A
+    # once and half of B; work in whole tiles (74 row tiles of 14 are 1036 rows)
+    along_m = 518 * 1024 * 1024 + 32 * (518 * 1024 * 2 + 1024 * 1024)
+    along_n = 1036 * 512 * 1024 + 32 * (1036 * 1024 + 1024 * 512)
+    assert split_work(_spec(1024, 1024, 1024), bl, "M", 2, 32) == along_m
+    assert split_work(_spec(1024, 1024, 1024), bl, "N", 2, 32) == along_n
+    assert choose_split(_spec(1024, 1024, 1024), bl, 2, PACK_COST) == "N"
+    assert choose_split(_spec(1, 1024, 1024), bl, 2, PACK_COST) == "N"
+    assert choose_split(_spec(1024, 1, 1024), bl, 2, PACK_COST) == "M"
+    assert choose_split(_spec(2048, 256, 256), bl, 2, PACK_COST) == "M"
+    # one thread, or a batch to share out, or no packing cost: the shape decides
+    assert choose_split(_spec(1024, 1024, 1024), bl) == "M"
+    assert choose_split(_spec(1024, 1024, 1024, (2,)), bl, 2, PACK_COST) == "M"
+    assert choose_split(_spec(100, 300, 50), bl, 2, 0.0) == "N"
+    forced = GemmSpec(1024, 1024, 1024, (1024, 1), (1024, 1), 1024, split="M")
+    assert choose_split(forced, bl, 2, PACK_COST) == "M"
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_matmul_on_any_thread_count(monkeypatch, threads):
+    # the split depends on the thread count: every choice computes the same product, in
+    # any chunks of its units
+    monkeypatch.setattr(settings, "num_threads", lambda: threads)
+    for kern in build([("matmul", {}, (m, k), (k, n)) for m, n, k in
+                       [(130, 129, 40), (257, 300, 17), (29, 200, 33), (200, 29, 33)]]):
+        a = np.random.default_rng(threads).standard_normal(kern.sa).astype(np.float32)
+        b = np.random.default_rng(7).standard_normal(kern.sb).astype(np.float32)
+        ext = kern.info.parallel_extent
+        splits = [(i * ext // threads, (i + 1) * ext // threads) for i in range(threads)]
+        np.testing.assert_allclose(kern(a, b, splits=splits), a.astype(np.float64) @ b,
+                                   rtol=1e-4, atol=1e-4 * np.sqrt(kern.sa[-1]))
 
 
 def test_long_contraction():
