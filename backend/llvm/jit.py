@@ -27,6 +27,7 @@ import logging
 import os
 import pathlib
 import re
+import select
 import signal
 import tempfile
 import threading
@@ -443,13 +444,28 @@ def _wait_ahead(path: pathlib.Path) -> bool:
             if time.monotonic() > deadline:
                 _reap(pid)
                 break
-            time.sleep(0.0005)
+            _sleep_for_exit(pid, deadline - time.monotonic())
     except ChildProcessError:  # reaped elsewhere (by a SIGCHLD handler)
         pass
     except BaseException:
         _reap(pid)
         raise
     return True
+
+
+def _sleep_for_exit(pid: int, seconds: float) -> None:
+    """Sleeps until child `pid` exits or `seconds` pass (woken by the exit itself where
+    Linux gives a process a file descriptor, not by a timer: under load, a poll's short
+    sleeps each wait for their turn on a core), or half a millisecond."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        time.sleep(0.0005)
+        return
+    try:
+        select.select([fd], [], [], max(seconds, 0.0))
+    finally:
+        os.close(fd)
 
 
 def _reap(pid: int) -> None:
