@@ -49,6 +49,7 @@ from relaydsl.backend.llvm.kernel import Kernel, compile_primitive
 from relaydsl.backend.llvm.native import NativeProgram, Unsupported
 from relaydsl.backend.llvm.native.values import contiguous
 from relaydsl.backend.llvm.specialize import specialize, specialize_entry
+from relaydsl.backend.llvm.templates.contraction import compile_core_ahead
 from relaydsl.ir.expr import Function
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import (
@@ -99,6 +100,7 @@ class Program:
     def __init__(self, source: IRModule, entry: str, options: CompileOptions):
         # the options it was built with, for the entry's re-preparation per signature too
         self.source, self.entry, self.options = source, entry, options
+        compile_core_ahead(source, entry)  # while the program is prepared and lowered
         self.mod = prepare(source, options, entry)
         fn = self.mod[entry]
         # symbolic dimensions: native code of run-time shapes, per signature once hot

@@ -27,6 +27,7 @@ import logging
 import os
 import pathlib
 import re
+import select
 import signal
 import tempfile
 import threading
@@ -326,7 +327,7 @@ class Job:
     fast_codegen: bool = False
 
 
-def compile_parallel(jobs: list[Job]) -> bool:
+def compile_parallel(jobs: list[Job], *, share: bool = True) -> bool:
     """Compiles `jobs` on two cores before they are loaded: a forked child process and this
     one take them one at a time, in order, from one queue (a pipe), until none is left. The
     child writes what it compiles to the disk cache; this process keeps what it compiled in
@@ -336,19 +337,26 @@ def compile_parallel(jobs: list[Job]) -> bool:
     job builds its IR too. A job that fails here is compiled again, and raises, where it is
     loaded.
 
-    Whether a child was started: not for fewer than two jobs to compile (entries neither on
-    disk nor being compiled), nor where there is no second core or no ``os.fork``, or the
-    fork fails; then nothing was compiled. Sharing one queue balances the two processes
-    without estimating what each module costs: they finish at most one job apart.
+    With `share` False the child takes every job and this process returns at once, to
+    go on with other work meanwhile (a build compiles the modules it knows it will need,
+    while it works out the rest).
+
+    Whether a child was started: not for fewer than two jobs to compile (one with `share`
+    False; entries neither on disk nor being compiled), nor where there is no second core
+    or no ``os.fork``, or the fork fails; then nothing was compiled. Sharing one queue
+    balances the two processes without estimating what each module costs: they finish at
+    most one job apart.
 
     The child only compiles and writes files, then leaves with ``os._exit`` (no exit
     handlers, no flushing of the parent's buffers); the at-fork handlers above make sure no
     thread is inside LLVM when it is forked.
     """
+    _reap_finished()
     todo = [(object_path(job.key), job) for job in jobs]
     todo = [(path, job) for path, job in todo
             if path not in _AHEAD and path not in _READY and not path.exists()]
-    if len(todo) < 2 or not hasattr(os, "fork") or settings.usable_cores() < 2:
+    if len(todo) < (2 if share else 1) or not hasattr(os, "fork") or \
+            settings.usable_cores() < 2:
         return False
     try:
         todo[0][0].parent.mkdir(parents=True, exist_ok=True)
@@ -378,6 +386,9 @@ def compile_parallel(jobs: list[Job]) -> bool:
             os._exit(code)
     for path, _ in todo:
         _AHEAD[path] = pid
+    if not share:
+        os.close(read)
+        return True
     try:
         for path, job in _taken(read, todo):
             del _AHEAD[path]
@@ -402,25 +413,59 @@ def _compile_job(job: Job) -> bytes:
                            job.fast_codegen)
 
 
+def _reap_finished() -> None:
+    """Reaps the children compiling ahead that have finished (what they compiled may never
+    be loaded: a build's guess of what it needs may be wrong), so none is left a zombie."""
+    for pid in set(_AHEAD.values()):
+        if pid > 0:
+            try:
+                finished = os.waitpid(pid, os.WNOHANG)[0]
+            except ChildProcessError:  # reaped elsewhere (by a SIGCHLD handler)
+                finished = pid
+            if finished:
+                for path in [p for p, child in _AHEAD.items() if child == pid]:
+                    _AHEAD[path] = _FINISHED
+
+
+_FINISHED = 0  # in _AHEAD: compiled by a child that was reaped
+
+
 def _wait_ahead(path: pathlib.Path) -> bool:
     """Waits for the child compiling `path` ahead, if any (killing it after
     ``AHEAD_TIMEOUT`` or when the wait is interrupted); whether there was one."""
     pid = _AHEAD.pop(path, None)
     if pid is None:
         return False
+    if pid == _FINISHED:
+        return True
     deadline = time.monotonic() + AHEAD_TIMEOUT
     try:
         while not os.waitpid(pid, os.WNOHANG)[0]:
             if time.monotonic() > deadline:
                 _reap(pid)
                 break
-            time.sleep(0.0005)
+            _sleep_for_exit(pid, deadline - time.monotonic())
     except ChildProcessError:  # reaped elsewhere (by a SIGCHLD handler)
         pass
     except BaseException:
         _reap(pid)
         raise
     return True
+
+
+def _sleep_for_exit(pid: int, seconds: float) -> None:
+    """Sleeps until child `pid` exits or `seconds` pass (woken by the exit itself where
+    Linux gives a process a file descriptor, not by a timer: under load, a poll's short
+    sleeps each wait for their turn on a core), or half a millisecond."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        time.sleep(0.0005)
+        return
+    try:
+        select.select([fd], [], [], max(seconds, 0.0))
+    finally:
+        os.close(fd)
 
 
 def _reap(pid: int) -> None:

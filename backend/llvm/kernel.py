@@ -10,7 +10,8 @@ The pipeline for each function reads in one place (``_build``):
 The functions of one ``compile_primitives`` call share LLVM modules of ~50 ms of
 compilation each (``_GROUP_INSTRUCTIONS``; a module costs ~2 ms on its own), which this
 process and a forked child compile together with the GEMM library's missing modules
-(``jit.compile_parallel``).
+(``jit.compile_parallel``; the library's core may be compiled ahead by another child, from
+the build's start: ``contraction.compile_core_ahead``).
 
 Caches: four layers, each for a reason.
 

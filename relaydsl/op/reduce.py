@@ -18,7 +18,7 @@ holding it, or holding a NaN, as NumPy's first NaN.
 from __future__ import annotations
 
 import math
-from typing import Any as AnyValue, Callable
+from typing import Any as AnyValue, Callable, Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from relaydsl.op.grad_util import (
 )
 from relaydsl.op.lazy_jax import jnp
 from relaydsl.op.registry import (
-    Array, Attr, BinaryArrayFn, OpDef, OpPattern, Relation, ops, register,
+    Array, Attr, BinaryArrayFn, OpDef, OpPattern, Relation, Traits, ops, register,
 )
 from relaydsl.te import indexing
 from relaydsl.te import tensor as T
@@ -473,11 +473,22 @@ def _collapse_sum_like_grad(call: Call, g: Expr) -> list[Expr]:
     return [broadcast_like(g, x), zeros_for(like)]
 
 
+def _collapse_sum_like_fold(call: Call, arg_types: Sequence[Type]) -> Expr | None:
+    """collapse_sum_like(x, t) where t has x's static shape is x (nothing to sum): the
+    adjoint of an add of equal shapes, which would otherwise be a copy (a kernel)."""
+    data, like = arg_types
+    if isinstance(data, TensorType) and isinstance(like, TensorType) and data.is_static \
+            and like.is_static and data.shape == like.shape:
+        return call.args[0]
+    return None
+
+
 collapse_sum_like = register(OpDef(
     "collapse_sum_like", ("data", "like"), _collapse_rel, OpPattern.COMM_REDUCE,
     numpy_ref=_collapse_sum_like_ref(np),
     jax_lower=_collapse_sum_like_ref(jnp),
     compute=_collapse_sum_like_compute, gradient=_collapse_sum_like_grad,
+    traits=Traits(fold_from_types=_collapse_sum_like_fold),
     doc="data summed over the axes that broadcasting `like` to data's shape adds or expands, "
         "so the result has like's shape (and data's dtype): the adjoint of broadcasting",
 ))

@@ -250,7 +250,8 @@ class Traits:
     - ``transpose``: a pure axis permutation (what a contraction can read through strides).
     - ``fold_from_types(call, arg_types)``: an expression equal to the call, known at compile
       time from its arguments' types and its constant arguments (shape_of of a static
-      shape; cast_like of a constant), or None. Constant folding asks it first.
+      shape; cast_like of a constant; ones_like of a small static shape; collapse_sum_like
+      to the data's own shape, the data), or None. Constant folding asks it first.
     - ``infers_inputs``: inputs whose type the relation works out from the others and the
       attributes (TVM's dense with ``units``): a model's hidden parameters, left unannotated.
     - ``arithmetic``: one of the four arithmetic operations ``x + y``, ``x - y``, ``x * y``,

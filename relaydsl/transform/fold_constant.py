@@ -8,7 +8,10 @@
   is ``c`` in ``x``'s dtype;
 - a let binding a constant, or a tuple of constants, is dropped and the constant used in
   its place (``let %t = 1f; add(%t, %t)`` is ``add(1f, 1f)``, then ``2f``);
-- a projection of a tuple literal is the field (``(%x, 1f).1`` is ``1f``);
+- a projection of a tuple literal is the field (``(%x, 1f).1`` is ``1f``), also through a
+  variable bound to a tuple of variables and constants (``let %t = (%a, %b); %t.1`` is
+  ``%b``: then ``%t``, and ``%a`` if nothing else reads it, are dead code, as the loss
+  beside a gradient's tuple when only the gradients are used);
 - ``if`` on a constant condition is the branch it takes.
 
 Effects stay: nothing that would drop the evaluation of a reference operation or of a call
@@ -50,13 +53,17 @@ import numpy as np
 
 from relaydsl.ir.attrs import is_tuple
 from relaydsl.ir.expr import (
-    Call, Constant, Expr, Function, If, Let, Op, Tuple, TupleGetItem,
+    Call, Constant, Expr, Function, GlobalVar, If, Let, Op, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType, TupleType, Type
 from relaydsl.ir.visitor import ExprMutator
 from relaydsl.transform._util import ascribes, communicates, is_pure, rewrite_functions
 from relaydsl.transform.pass_infra import Pass
+
+
+# Expressions whose evaluation is no computation: a projection may be replaced by one.
+_ATOMS = (Var, Constant, GlobalVar, Op)
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,11 @@ def _literal(value: AnyValue, t: Type, call: Call) -> Expr | None:
 
 
 class _Fold(ExprMutator):
+    def __init__(self) -> None:
+        super().__init__()
+        # let-bound tuple literals of atoms: a projection of the variable is the field
+        self.tuples: dict[Var, Tuple] = {}
+
     def visit_let(self, let: Let) -> Expr:
         # Walks the chain iteratively (as the base class): a binding of a constant is dropped
         # and its variable maps to the constant in the memo, so its uses become the constant.
@@ -128,6 +140,8 @@ class _Fold(ExprMutator):
                 self.memo[node.var] = value
             else:
                 kept.append((node, value))
+                if isinstance(value, Tuple) and all(isinstance(f, _ATOMS) for f in value.fields):
+                    self.tuples[node.var] = value
             node = node.body
         body = self.visit(node)
         for link, value in reversed(kept):
@@ -140,11 +154,27 @@ class _Fold(ExprMutator):
     def visit_tuple_getitem(self, t: TupleGetItem) -> Expr:
         new = super().visit_tuple_getitem(t)
         assert isinstance(new, TupleGetItem)
-        value = new.tuple_value
-        if isinstance(value, Tuple) and all(
-                is_pure(f) for i, f in enumerate(value.fields) if i != new.index):
-            return value.fields[new.index]
-        return new
+        return self._field(new.tuple_value, new.index) or new
+
+    def _field(self, value: Expr, index: int) -> Expr | None:
+        """Field `index` of `value` where the tuple need not be built, else None: of a
+        tuple literal whose other fields have no effects, also at the end of a let chain
+        (``(let %v = e; (%a, %b)).1`` is ``let %v = e; %b``, what a grad's result projected
+        to its gradients is) or bound to a variable (the field an atom: moving it moves
+        no computation)."""
+        chain: list[Let] = []
+        while isinstance(value, Let):
+            chain.append(value)
+            value = value.body
+        if isinstance(value, Var) and value in self.tuples:
+            value = self.tuples[value]
+        if not isinstance(value, Tuple) or not all(
+                is_pure(f) for i, f in enumerate(value.fields) if i != index):
+            return None
+        field = value.fields[index]
+        for link in reversed(chain):
+            field = Let(link.var, link.value, field, span=link.span)
+        return field
 
     def visit_if(self, i: If) -> Expr:
         cond = self.visit(i.cond)

@@ -119,16 +119,41 @@ def _ones_like_jax(x: Array) -> Array:
     return jnp.ones_like(x)
 
 
+# The largest result (bytes) a *_like call of a static type folds into (a page): a bigger
+# constant would be memory the program holds and its kernel reads, where the call computes
+# its values in the kernel it fuses into.
+_FOLDED_LIKE_BYTES = 4096
+
+
+def _filled_from_types(value: int) -> Callable[[Call, Sequence[Type]], Expr | None]:
+    """zeros_like(x) / ones_like(x) of a small, statically shaped x: the constant, which no
+    longer reads x. The seed of a gradient, ones_like(loss), would otherwise keep the loss
+    computed (a kernel, at run time and in the build) where only the gradients are used."""
+
+    def fold(call: Call, arg_types: Sequence[Type]) -> Expr | None:
+        t = arg_types[0]
+        if not (isinstance(t, TensorType) and t.is_static and isinstance(t.dtype, str)):
+            return None
+        shape = t.concrete_shape()
+        if math.prod(shape) * np.dtype(t.dtype).itemsize > _FOLDED_LIKE_BYTES:
+            return None
+        return Constant(np.full(shape, value, t.dtype), span=call.span)
+
+    return fold
+
+
 zeros_like = register(OpDef(
     "zeros_like", ("data",), identity_rel, OpPattern.ELEMWISE,
     numpy_ref=np.zeros_like, jax_lower=_zeros_like_jax,
     compute=_filled(0), differentiable=False, doc="zeros of x's shape and dtype",
+    traits=Traits(fold_from_types=_filled_from_types(0)),
 ))
 
 ones_like = register(OpDef(
     "ones_like", ("data",), identity_rel, OpPattern.ELEMWISE,
     numpy_ref=np.ones_like, jax_lower=_ones_like_jax,
     compute=_filled(1), differentiable=False, doc="ones of x's shape and dtype",
+    traits=Traits(fold_from_types=_filled_from_types(1)),
 ))
 
 # ---- shape_of ------------------------------------------------------------------------------

@@ -178,6 +178,38 @@ def test_modules_compiled_by_two_processes_are_all_loaded_without_compiling_agai
     assert not jit.compile_parallel([add_job(tag, k) for k in range(1, 5)])
 
 
+
+@needs_two_cores
+def test_jobs_compiled_ahead_by_a_child_alone_are_loaded_and_a_finished_child_is_reaped(
+        tmp_path, monkeypatch):
+    from relaydsl.backend.llvm import jit
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    jit.runtime_threads()
+    tag = f"ahead{os.getpid()}"
+    here = count_compilations_here(monkeypatch)
+    # one job is enough: this process goes on with other work meanwhile
+    assert jit.compile_parallel([add_job(tag, 1)], share=False)
+    assert jit.compile_parallel([add_job(tag, k) for k in (2, 3)], share=False)
+    assert not here and not jit._READY
+    paths = [jit.object_path(add_job(tag, k).key) for k in (1, 2, 3)]
+    pids = {jit._AHEAD[path] for path in paths}
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30
+    # a later call reaps the finished children: no zombie is left
+    while not jit.compile_parallel([]) and time.monotonic() < deadline and not all(
+            jit._AHEAD[path] == jit._FINISHED for path in paths):
+        time.sleep(0.01)
+    assert all(jit._AHEAD[path] == jit._FINISHED for path in paths)
+    assert all(path.exists() for path in paths)
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    before = dict(jit.stats)
+    assert [call_add(tag, k) for k in (1, 2, 3)] == [42, 43, 44]
+    assert not here and not jit._AHEAD  # loaded, counted as compiled by this build
+    assert jit.stats["compiled"] == before["compiled"] + 3
+
 def test_fewer_than_two_jobs_start_no_child(tmp_path, monkeypatch):
     from relaydsl.backend.llvm import jit
 

@@ -177,3 +177,36 @@ def test_chunks_in_any_split_give_identical_results():
         np.testing.assert_array_equal(kern(a, b, splits=[(0, 0), (extent, extent)] +
                                            [(i, i + 1) for i in range(extent)]), whole)
         np.testing.assert_array_equal(kern(a, b), whole)  # the thread pool
+
+
+# ---- the GEMM core compiled ahead (contraction.compile_core_ahead) ------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    # a float32 dense of static shapes, in a global the entry calls: the core
+    ('def @f(%x: Tensor[(64, 784), float32], %w: Tensor[(512, 784), float32]) {\n'
+     '  dense(%x, %w)\n}\n'
+     'def @main(%x: Tensor[(64, 784), float32], %w: Tensor[(512, 784), float32]) {\n'
+     '  relu(@f(%x, %w))\n}', True),
+    # no contraction; an int8 one (igemm.py's, not the core); symbolic shapes (generic kernels)
+    ('def @main(%x: Tensor[(4, 4), float32]) { exp(%x) }', False),
+    ('def @main(%x: Tensor[(4, 4), int8], %w: Tensor[(4, 4), int8]) {\n'
+     '  dense(%x, %w, out_dtype="int32")\n}', False),
+    ('def @main(%x: Tensor[(?, 4), float32], %w: Tensor[(4, 4), float32]) {\n'
+     '  dense(%x, %w)\n}', False),
+])
+def test_the_core_is_compiled_ahead_for_a_float_gemm_only(monkeypatch, text, expected):
+    from relaydsl.backend.llvm.templates import contraction
+    from relaydsl.ir.parser import parse
+    from relaydsl.typing import infer_types
+
+    started = []
+    monkeypatch.setattr(jit, "compile_parallel", lambda jobs, share=True: started.append(
+        ([job.key for job in jobs], share)) or True)
+    monkeypatch.setattr(gemm_library, "_LOADED", {})  # (not loaded by an earlier test)
+    assert contraction.compile_core_ahead(infer_types(parse(text)), "main") is expected
+    if expected:
+        vl = contraction.default_blocking().vl
+        keys = [gemm_library._key(part) for part in gemm_library.core_parts(vl)]
+        assert started == [(keys, False)]
+    else:
+        assert not started

@@ -3,6 +3,7 @@
 tests/python/relay/test_pass_fold_constant.py."""
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -316,3 +317,96 @@ def test_a_collective_of_constants_is_left_for_run_time():
       add(%x, psum(ones(shape=[3], dtype="float32")))
     }'''))
     assert op_names(fold_constants(mod)["main"]) == ["add", "psum"]  # ones folds
+
+
+def test_a_projection_through_a_let_chain_or_a_bound_tuple_is_its_field():
+    # what a grad's (value, gradients) projected to its gradients is: the tuple, and then
+    # the value if nothing else reads it, become dead code
+    mod = module('''
+    def @main(%x: Tensor[(3), float32]) {
+      let %c = (let %a = exp(%x); let %b = negative(%x); (%a, %b)).1;
+      let %t = (%x, %c);
+      add(%t.1, %t.1)
+    }''')
+    out = run_before_and_after(mod, C)
+    assert same(out, '''
+    def @main(%x: Tensor[(3), float32]) {
+      let %c = (let %a = exp(%x); let %b = negative(%x); %b);
+      let %t = (%x, %c);
+      add(%c, %c)
+    }''')
+
+
+def test_a_projection_of_a_bound_tuple_of_computations_stays():
+    # replacing %t.1 by its field would compute negative(%x) twice
+    text = '''
+    def @main(%x: Tensor[(3), float32]) {
+      let %t = (exp(%x), negative(%x));
+      add(%t.1, %t.1)
+    }'''
+    assert same(fold_constants(module(text)), text)
+
+
+def test_ones_and_zeros_like_a_small_static_tensor_fold_and_a_large_one_stays():
+    mod = module('''
+    def @main(%x: Tensor[(2, 3), float32], %n: Tensor[(4), int32],
+              %big: Tensor[(64, 64), float32]) {
+      (add(ones_like(%x), zeros_like(%x)), ones_like(%n), zeros_like(%big))
+    }''')
+    out = fold_constants(mod)
+    assert op_names(out["main"]) == ["zeros_like"]
+    got = evaluate(out, np.zeros((2, 3), np.float32), np.zeros(4, np.int32),
+                   np.ones((64, 64), np.float32))
+    np.testing.assert_array_equal(got[0], np.ones((2, 3), np.float32))
+    assert got[1].dtype == np.int32
+    np.testing.assert_array_equal(got[1], np.ones(4, np.int32))
+    np.testing.assert_array_equal(got[2], np.zeros((64, 64), np.float32))
+
+
+def test_collapse_sum_like_a_tensor_of_the_same_shape_is_the_data():
+    mod = module('''
+    def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(2, 3), float32], %b: Tensor[(3), float32]) {
+      (collapse_sum_like(exp(%x), %y), collapse_sum_like(%x, %b))
+    }''')
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
+    out = run_before_and_after(mod, x, x, C)
+    assert same(out, '''
+    def @main(%x: Tensor[(2, 3), float32], %y: Tensor[(2, 3), float32], %b: Tensor[(3), float32]) {
+      (exp(%x), collapse_sum_like(%x, %b))
+    }''')
+
+
+def test_the_gradients_of_a_loss_alone_do_not_compute_the_loss():
+    # grad(f)(w).1: the seed ones_like(loss) folds, the projection drops the value, and the
+    # lowered program has no kernel computing the loss (softmax_cross_entropy)
+    from relaydsl.ir import Call, Function, Grad, TupleGetItem, Var
+    from relaydsl.transform.pass_infra import PassContext
+
+    loss = module('''
+    def @main(%x: Tensor[(4, 3), float32], %y: Tensor[(4, 2), float32],
+              %w: Tensor[(2, 3), float32], %b: Tensor[(2), float32]) {
+      softmax_cross_entropy(add(dense(%x, %w), %b), %y)
+    }''')
+    mod = IRModule()
+    gv = mod.add("loss", loss["main"])
+    params = [Var(p.name_hint, p.type_annotation) for p in loss["main"].params]
+    mod["main"] = Function(params, TupleGetItem(Call(Grad(gv), params), 1))
+    mod = infer_types(mod)
+    lowered = pipeline.run(mod, "llvm", PassContext(opt_level=3), "main")
+    names: list[str] = []
+    post_order(lowered["main"], lambda e: names.append(e.op.name)
+               if isinstance(e, Call) and isinstance(e.op, Op) else None)
+    assert "softmax_cross_entropy" not in names and "ones_like" not in names
+    assert "collapse_sum_like" in names  # the bias's, which sums over the batch
+    r = np.random.default_rng(0)
+    args = [r.standard_normal(s).astype(np.float32) for s in ((4, 3), (4, 2), (2, 3), (2,))]
+    args[1] = np.eye(2, dtype=np.float32)[[0, 1, 1, 0]]
+    got = run(mod, "llvm", *args)
+
+    def jax_loss(w, b, x, y):
+        logits = x @ w.T + b
+        return -jax.numpy.mean(jax.numpy.sum(y * jax.nn.log_softmax(logits), axis=-1))
+
+    want = jax.grad(jax_loss, argnums=(0, 1, 2, 3))(args[2], args[3], args[0], args[1])
+    for g, w in zip(got, (want[2], want[3], want[0], want[1])):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
