@@ -18,7 +18,7 @@ from relaydsl.testing.random_programs import (
 )
 from relaydsl.typing import infer_types
 
-EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.slow
@@ -30,7 +30,7 @@ def test_interpreter_matches_jax_on_random_programs(program_and_inputs):
 
 
 @pytest.mark.slow
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs())
 def test_llvm_matches_jax_on_random_programs(program_and_inputs):
     fn, inputs = program_and_inputs
