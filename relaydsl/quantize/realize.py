@@ -173,10 +173,15 @@ class _Realizer:
         """A let of the dataflow (graph normal form keeps one every MAX_DEPTH nodes of a deep
         network, ResNet-101's): its value realized, its variable standing for that value,
         integer or not, in the body. Kept as it was, the simQs under it stayed unrealized and
-        the whole network float (its float type ascription would not hold an integer value:
-        an integer gets a fresh, unannotated variable)."""
+        the whole network float. The variable is a fresh one without annotation unless its
+        annotation ascribes a type the value does not have of its own (a float one never
+        holds an integer; one that only restates the value's type, as inlining a call leaves
+        its parameter's, would pin the batch that a rebatched program changes)."""
         value = self.visit(let.value)
-        var = let.var if not value.is_int else Var(let.var.name_hint, span=let.var.span)
+        t = let.var.type_annotation
+        ascribed = t is not None and not (let.value.has_type and let.value.checked_type == t)
+        var = let.var if ascribed and not value.is_int else \
+            Var(let.var.name_hint, span=let.var.span)
         self.memo[let.var] = _Value(var, value.step, value.axis, value.dtype, value.ndim)
         body = self.visit(let.body)
         return _Value(Let(var, value.expr, body.expr, span=let.span), body.step, body.axis,
