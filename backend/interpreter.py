@@ -145,7 +145,7 @@ class _Memo:
     a let nested in a sub-expression opens a child that sees its parent's (its variables are
     the parent's and more) and keeps its own (they may use its variables)."""
 
-    __slots__ = ("values", "parent")
+    __slots__ = ("parent", "values")
 
     def __init__(self, parent: _Memo | None = None) -> None:
         self.values: dict[Expr, Value] = {}

@@ -5,7 +5,6 @@ import pytest
 
 from relaydsl.backend.interpreter import evaluate
 from relaydsl.ir.printer import astext
-from relaydsl.op import ops
 from relaydsl.quantize import QConfig
 from relaydsl.quantize.accumulate import accumulators_of
 from relaydsl.quantize.calibrate import calibrate, simqs
@@ -136,21 +135,11 @@ def test_a_network_deeper_than_graph_form_inlines_is_realized_past_its_let():
     the values are JAX's float network within quantization error."""
     import jax.numpy as jnp
 
-    from relaydsl.ir import Call, Let, Op, TensorType, Var
+    from relaydsl.ir import Call, Let, Op
     from relaydsl.ir.visitor import deep_recursion, post_order
-    from relaydsl.transform.graph_normal_form import MAX_DEPTH
-    from tests.relaydsl.quantize.helpers import module, weights
+    from tests.relaydsl.quantize.helpers import past_a_let
 
-    w1, w2 = weights(6, 8), weights(3, 6)
-
-    def body(x):
-        h = ops.dense(x, w1)
-        for _ in range(MAX_DEPTH + 10):
-            h = ops.relu(h)
-        v = Var("h", TensorType((4, 6), "float32"))  # as inlining a call binds its parameter
-        return Let(v, h, ops.dense(v, w2))
-
-    mod = module(body, (4, 8))
+    mod, w1, w2 = past_a_let()
     batches = data(4, 8, n=1)
     assert isinstance(annotate_module(mod, ALL)["main"].body, Let)  # the case: a let kept
     _, out = realized(mod, ALL, batches)
@@ -164,5 +153,5 @@ def test_a_network_deeper_than_graph_form_inlines_is_realized_past_its_let():
     x = batches[0][0]
     got = np.asarray(evaluate(out, x))
     np.testing.assert_array_equal(got, np.asarray(runner("llvm")(out, "main")(x)))
-    want = jnp.maximum(jnp.asarray(x) @ w1.data.T, 0) @ w2.data.T
+    want = jnp.maximum(jnp.asarray(x) @ w1.T, 0) @ w2.T
     np.testing.assert_allclose(got, want, atol=0.05 * float(jnp.max(jnp.abs(want))))
