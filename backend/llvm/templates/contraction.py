@@ -47,7 +47,9 @@ from relaydsl.backend.llvm.templates.conv2d_int8 import IntConv, emit_int_conv, 
 from relaydsl.backend.llvm.templates.conv2d_nchwc import BlockedConv, emit_blocked_conv, micro_tile
 from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.templates import gemm_library
-from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, default_blocking, emit_gemm
+from relaydsl.backend.llvm.templates.gemm import (
+    Blocking, GemmSpec, default_blocking, emit_gemm, micro_kernel_parts,
+)
 from relaydsl.backend.llvm.templates.gemm_library import MicroTile
 from relaydsl.backend.llvm.templates.igemm import IntTypes, emit_int_gemm, host_isa, int_types
 from relaydsl.ir.expr import Call, Expr, GlobalVar, Op
@@ -378,15 +380,16 @@ _BUILDERS: dict[OpDef, Callable[..., AnyTemplate | None]] = {
 
 def compile_core_ahead(mod: IRModule, entry: str) -> bool:
     """Starts compiling the GEMM library's core (its packer and blocked sub-GEMM, for the
-    host's vectors) in a forked child where global `entry` of `mod` reaches a float32
-    contraction of static shapes run as a GEMM (dense, matmul, batch_matmul), and the core
-    is neither loaded nor cached on disk: whatever the pipeline makes of the program, the
-    kernel computing that contraction calls the core. The child compiles it while this
-    process types, optimises and lowers the program, before the kernels, and the
-    micro-kernels they call, are known (a cold build of the MLP's gradients: ~60 ms of IR
-    building and LLVM taken off the ~200 ms each core then shares). Whether a child was
-    started (``jit.compile_parallel``)."""
-    found: list[bool] = []
+    host's vectors) and the micro-kernels of the contractions it sees in a forked child
+    where global `entry` of `mod` reaches float32 contractions of static shapes run as a
+    GEMM (dense, matmul, batch_matmul), and they are neither loaded nor cached on disk:
+    whatever the pipeline makes of the program, the kernels computing those contractions
+    call them. The child compiles them while this process types, optimises and lowers the
+    program, before the kernels, and the micro-kernels they call, are known (a cold build
+    of the MLP's gradients: ~60 ms of IR building and LLVM taken off the ~200 ms each core
+    then shares; the gradients' own contractions, transposed, mostly use the same tiles).
+    Whether a child was started (``jit.compile_parallel``)."""
+    templates: list[Template] = []
     start = mod.get_global_var(entry)
     seen, todo = {start}, [start]
 
@@ -394,7 +397,7 @@ def compile_core_ahead(mod: IRModule, entry: str) -> bool:
         if isinstance(e, GlobalVar) and e not in seen:
             seen.add(e)
             todo.append(e)
-        if found or not (isinstance(e, Call) and isinstance(e.op, Op)) or \
+        if not (isinstance(e, Call) and isinstance(e.op, Op)) or \
                 not e.op.definition.traits.contraction or not e.has_type:
             return
         types, out = [a.checked_type for a in e.args], e.checked_type
@@ -402,11 +405,12 @@ def compile_core_ahead(mod: IRModule, entry: str) -> bool:
             template = _template_for(e.op.definition, e.attrs,
                                      [t for t in types if isinstance(t, TensorType)], out)
             if isinstance(template, Template) and template.ints is None:
-                found.append(True)
+                templates.append(template)
 
-    while todo and not found:
+    while todo:
         post_order(mod[todo.pop()], visit)
-    if not found:
+    if not templates:
         return False
-    parts = gemm_library.core_parts(default_blocking().vl)
-    return jit.compile_parallel(gemm_library.jobs(parts), share=False)
+    parts = gemm_library.core_parts(default_blocking().vl) + [
+        part for t in templates for part in micro_kernel_parts(t.spec, t.blocking)]
+    return jit.compile_parallel(gemm_library.jobs(list(dict.fromkeys(parts))), share=False)

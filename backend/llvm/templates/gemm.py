@@ -242,6 +242,15 @@ def split_work(spec: GemmSpec, bl: Blocking, split: str, threads: int, pack_cost
     return rows * cols * spec.k + pack_cost * packed
 
 
+def micro_kernel_parts(spec: GemmSpec, bl: Blocking | None = None) -> list[gemm_library.Part]:
+    """The GEMM library's micro-kernels that ``emit_gemm(..., spec, bl)`` calls (besides the
+    core): a build that knows its contractions early compiles them ahead."""
+    bl = fit_blocking(bl or default_blocking(), spec)
+    tile = MicroTile(bl.vl, bl.mr, bl.nr)
+    direct = [gemm_library.ukernel_part(tile, direct=True)] if reads_a_in_place(spec, bl) else []
+    return [gemm_library.ukernel_part(tile), *direct]
+
+
 def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None = None,
               pack_b: Packer | None = None) -> GemmKernel:
     """Defines ``void @name(float* noalias out, float* noalias in0, float* noalias in1,

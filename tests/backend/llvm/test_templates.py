@@ -206,7 +206,16 @@ def test_the_core_is_compiled_ahead_for_a_float_gemm_only(monkeypatch, text, exp
     assert contraction.compile_core_ahead(infer_types(parse(text)), "main") is expected
     if expected:
         vl = contraction.default_blocking().vl
-        keys = [gemm_library._key(part) for part in gemm_library.core_parts(vl)]
-        assert started == [(keys, False)]
+        (keys, share), = started
+        assert not share and keys[-1] == gemm_library._key(gemm_library.core_parts(vl)[1])
+        # what the dense's kernel calls is what the child compiles: the core, its micro-kernels
+        module = ir.Module("dense")
+        shapes = [(64, 784), (512, 784), (64, 512)]
+        *inputs, out = [TensorType(s, "float32") for s in shapes]
+        template = contraction._template_for(lookup("dense"), full_attrs("dense", {}), inputs, out)
+        assert isinstance(template, contraction.Template)
+        template.emit(module, "dense_kernel")
+        declared = {gemm_library._key(part) for part in gemm_library.declared_parts(module)}
+        assert declared == set(keys)
     else:
         assert not started
