@@ -13,6 +13,11 @@ Each construct has one obvious meaning here (STYLE.md practice 7):
   none matches; ``r := v`` evaluates ``r``, then ``v``, and returns the empty tuple.
 
 The evaluator is an environment loop: ``env`` maps each Var (by identity) to its value.
+A node shared in graph normal form (two uses, one object) means one value: a pure dataflow
+node (op calls that do not communicate, primitive calls, tuples, projections, over
+variables and constants only) is evaluated once per frame and remembered there, so that a
+chain of n residual blocks costs n, not 2^n. Anything that reads or writes a reference or
+calls a closure is evaluated at each use, in order.
 Let, If and Match are iterated, not recursed into, and a call in tail position comes back
 as a TailCall to the trampoline behind ``Interpreter.call``: chains of lets and tail recursion
 (a loop of any length) use no Python stack. Non-tail recursion (``foldr`` over a list of
@@ -58,6 +63,7 @@ from relaydsl.ir.types import AnyDim, TensorType, TupleType, Type, type_to_str
 from relaydsl.ir.visitor import deep_recursion, free_vars
 from relaydsl.prelude import prelude_definitions
 from relaydsl.transform.fuse_ops import is_primitive
+from relaydsl.transform.graph_normal_form import is_dataflow
 
 
 class InterpreterError(RelayError, RuntimeError):
@@ -132,6 +138,43 @@ class TailCall:
     call: Call
 
 
+# ---- frames ---------------------------------------------------------------------------------
+
+class _Memo:
+    """The values of the shared dataflow nodes evaluated in one environment, by node identity;
+    a let nested in a sub-expression opens a child that sees its parent's (its variables are
+    the parent's and more) and keeps its own (they may use its variables)."""
+
+    __slots__ = ("parent", "values")
+
+    def __init__(self, parent: _Memo | None = None) -> None:
+        self.values: dict[Expr, Value] = {}
+        self.parent = parent
+
+    def get(self, node: Expr) -> Value | None:
+        memo: _Memo | None = self
+        while memo is not None:
+            found = memo.values.get(node)
+            if found is not None:
+                return found
+            memo = memo.parent
+        return None
+
+
+class _Env(dict[Var, "Value"]):
+    """An environment: the values of its variables, and the shared nodes it evaluated."""
+
+    __slots__ = ("memo",)
+
+    def __init__(self, bindings: Mapping[Var, Value], memo: _Memo) -> None:
+        super().__init__(bindings)
+        self.memo = memo
+
+
+# The node kinds that graph normal form shares (is_dataflow says which of them are pure).
+_SHARABLE = (Call, Tuple, TupleGetItem)
+
+
 # ---- the evaluator --------------------------------------------------------------------------
 
 class Interpreter:
@@ -166,11 +209,12 @@ class Interpreter:
         self.call_primitive = call_primitive
         self._globals: dict[GlobalVar, Closure] = {}
         self._free_vars: dict[Function, tuple[Var, ...]] = {}
+        self._dataflow: dict[Expr, bool] = {}  # is_dataflow's answers, per node
 
     def eval(self, expr: Expr, env: Mapping[Var, Value] | None = None) -> Value:
         """The value of `expr` where each free Var has its value in `env`."""
         with _stack_room():
-            return self._run(expr, dict(env or {}), owned=True, tail=False)
+            return self._run(expr, _Env(env or {}, _Memo()), owned=True, tail=False)
 
     def call(self, fn: Value, args: Iterable[Value]) -> Value:
         """Calls a function value (Closure, Op or Constructor) with argument values."""
@@ -193,7 +237,7 @@ class Interpreter:
             if kind is Let:
                 value = self._let_value(expr, env)
                 if not owned:
-                    env, owned = dict(env), True
+                    env, owned = _child(env), True
                 env[expr.var] = value
                 expr = expr.body
             elif kind is If:
@@ -201,7 +245,7 @@ class Interpreter:
             elif kind is Match:
                 clause, bindings = self._select(expr, env)
                 if bindings and not owned:
-                    env, owned = dict(env), True
+                    env, owned = _child(env), True
                 env.update(bindings)
                 expr = clause.rhs
             elif kind is Call:
@@ -213,8 +257,16 @@ class Interpreter:
                 return method(self, expr, env)
 
     def _value(self, expr: Expr, env: dict[Var, Value]) -> Value:
-        """The value of a sub-expression that is not in tail position."""
-        return self._run(expr, env, owned=False, tail=False)
+        """The value of a sub-expression that is not in tail position; a pure dataflow node's
+        once per environment (graph normal form's sharing)."""
+        memo = env.memo if isinstance(env, _Env) else None
+        if memo is None or not isinstance(expr, _SHARABLE) or \
+                not is_dataflow(expr, self._dataflow):
+            return self._run(expr, env, owned=False, tail=False)
+        found = memo.get(expr)
+        if found is None:
+            found = memo.values[expr] = self._run(expr, env, owned=False, tail=False)
+        return found
 
     def _invoke(self, fn: Value, args: list[Value], call: Call | None) -> Value:
         """Calls a function value: the trampoline.
@@ -246,7 +298,7 @@ class Interpreter:
                 f"{_describe_function(closure)} takes {len(params)} argument(s), "
                 f"got {len(args)}{_where(call)}", _span(call)
             )
-        frame = dict(closure.env)
+        frame = _Env(closure.env, _Memo())
         frame.update(zip(params, args))
         return frame
 
@@ -404,6 +456,11 @@ class Interpreter:
         return value
 
 
+def _child(env: dict[Var, Value]) -> dict[Var, Value]:
+    """A copy of `env` for the bindings of a nested let or clause."""
+    return _Env(env, _Memo(env.memo if isinstance(env, _Env) else None))
+
+
 def _matches(pattern: Pattern, value: Value, bindings: dict[Var, Value]) -> bool:
     """Whether `value` matches `pattern`; the variables it binds go into `bindings`."""
     if isinstance(pattern, PatternWildcard):
@@ -479,7 +536,7 @@ def evaluate(program: Expr | IRModule, *args: AnyValue, mod: IRModule | None = N
             return _export(interp._invoke(fn, _arguments(fn, args), None), args)
     interp = Interpreter(mod)
     with _stack_room():
-        value = interp._run(program, {}, owned=True, tail=False)
+        value = interp._run(program, _Env({}, _Memo()), owned=True, tail=False)
         if args or isinstance(program, Function):
             value = interp._invoke(value, _arguments(value, args), None)
         return _export(value, args)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from relaydsl.ir.attrs import Attrs
-from relaydsl.ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem
+from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import deep_recursion
@@ -163,9 +163,29 @@ class _Realizer:
         if isinstance(e, TupleGetItem):
             return _Value(TupleGetItem(self.float(self.visit(e.tuple_value)), e.index,
                                        span=e.span))
-        # variables, constants, ops; a let or a function (not dataflow: annotation leaves
-        # what is inside it float) is kept as it is
+        if isinstance(e, Let) and not isinstance(e.value, Function):
+            return self.let(e)
+        # variables, constants, ops; a function (not dataflow: annotation leaves what is
+        # inside it float) is kept as it is
         return _Value(e)
+
+    def let(self, let: Let) -> _Value:
+        """A let of the dataflow (graph normal form keeps one every MAX_DEPTH nodes of a deep
+        network, ResNet-101's): its value realized, its variable standing for that value,
+        integer or not, in the body. Kept as it was, the simQs under it stayed unrealized and
+        the whole network float. The variable is a fresh one without annotation unless its
+        annotation ascribes a type the value does not have of its own (a float one never
+        holds an integer; one that only restates the value's type, as inlining a call leaves
+        its parameter's, would pin the batch that a rebatched program changes)."""
+        value = self.visit(let.value)
+        t = let.var.type_annotation
+        ascribed = t is not None and not (let.value.has_type and let.value.checked_type == t)
+        var = let.var if ascribed and not value.is_int else \
+            Var(let.var.name_hint, span=let.var.span)
+        self.memo[let.var] = _Value(var, value.step, value.axis, value.dtype, value.ndim)
+        body = self.visit(let.body)
+        return _Value(Let(var, value.expr, body.expr, span=let.span), body.step, body.axis,
+                      body.dtype, body.ndim)
 
     # ---- integers and floats ---------------------------------------------------------------
 

@@ -8,8 +8,8 @@ calling the pass's anchor ops in graph normal form (let-bound pure dataflow inli
 producers and consumers are linked directly, and ``uses`` counts each node's consumers),
 typed. A function the pass left alone is returned as it was, lets and all; a function it
 rewrote has its constants folded (the scaled or concatenated weights become constants) and
-comes back in A-normal form, so that each node, shared or not, is evaluated once (the
-interpreter evaluates a graph's shared node once per reference).
+comes back in A-normal form, so that each node, shared or not, is evaluated once by any
+evaluator (the interpreter evaluates a graph's shared pure node once per frame).
 
 The view is built and taken apart one function at a time, with the helpers of the normal
 form and folding passes (``graph_normal_form_function``, ``fold_function``,

@@ -1,10 +1,11 @@
 """To A-normal form: bind every computation to a variable, once, in evaluation order.
 
-In graph form a node referenced twice stands for one value, but the interpreter evaluates
-it once per reference. This pass binds each call (primitive calls included), tuple,
-projection, ``if``, ``match`` and reference operation to a ``let``, so that it is evaluated
-exactly once, before its first use, and every argument becomes a variable, constant or
-global. Example input (graph form; ``%0`` is one node, shared by both branches)::
+In graph form a node referenced twice stands for one value (the interpreter evaluates a pure
+one once per frame; an evaluator walking the graph as a tree would not). This pass binds
+each call (primitive calls included), tuple, projection, ``if``, ``match`` and reference
+operation to a ``let``, so that it is evaluated exactly once, before its first use, and
+every argument becomes a variable, constant or global. Example input (graph form; ``%0``
+is one node, shared by both branches)::
 
     fn (%x) {
       %0 = fn (%p0, Primitive=1) { exp(%p0) }(%x);

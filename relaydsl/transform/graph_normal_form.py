@@ -35,8 +35,8 @@ re-typing needs it. A computation is only inlined into uses in the same scope as
 into a loop body, a branch or a closure it was not in; a let of a variable, constant, global
 or operator (no computation) is inlined everywhere. A pure
 let with no use disappears. The result is re-typed. In graph form a node shared by two uses
-means one value: the interpreter still evaluates it once per reference, which
-to_a_normal_form (a_normal_form.py) fixes by binding each node once.
+means one value: the interpreter evaluates such a pure node once per frame, and
+to_a_normal_form (a_normal_form.py) binds each node once for the evaluators that do not.
 """
 from __future__ import annotations
 

@@ -69,3 +69,21 @@ def pooled(pool, features: int, n: int = 2) -> IRModule:
         return ops.dense(ops.flatten(h), w)
 
     return module(body, (n, 2, 6, 6))
+
+
+def past_a_let() -> tuple[IRModule, np.ndarray, np.ndarray]:
+    """dense, MAX_DEPTH + 10 relus, a let, dense (inputs 4x8): deeper than graph normal form
+    inlines, so one let survives preparation, as in ResNet-101; and the weights w1, w2."""
+    from relaydsl.ir import Let
+    from relaydsl.transform.graph_normal_form import MAX_DEPTH
+
+    w1, w2 = weights(6, 8), weights(3, 6)
+
+    def body(x):
+        h = ops.dense(x, w1)
+        for _ in range(MAX_DEPTH + 10):
+            h = ops.relu(h)
+        v = Var("h", TensorType((4, 6), "float32"))  # as inlining a call binds its parameter
+        return Let(v, h, ops.dense(v, w2))
+
+    return module(body, (4, 8)), w1.data, w2.data

@@ -115,19 +115,10 @@ def test_a_network_deeper_than_graph_form_inlines_calibrates_past_its_let():
     |relu(x w1^T)| that JAX computes on the batch."""
     import jax.numpy as jnp
 
-    from relaydsl.ir import Let, TensorType, Var
-    from relaydsl.transform.graph_normal_form import MAX_DEPTH
+    from relaydsl.ir import Let
+    from tests.relaydsl.quantize.helpers import past_a_let
 
-    w1, w2 = weights(6, 8), weights(3, 6)
-
-    def body(x):
-        h = ops.dense(x, w1)
-        for _ in range(MAX_DEPTH + 10):
-            h = ops.relu(h)
-        v = Var("h", TensorType((4, 6), "float32"))  # as inlining a call binds its parameter
-        return Let(v, h, ops.dense(v, w2))
-
-    mod = module(body, (4, 8))
+    mod, w1, _ = past_a_let()
     cfg = ALL.replace(calibrate_mode="percentile", percentile=100.0)
     annotated = annotate_module(mod, cfg)
     assert isinstance(annotated["main"].body, Let)  # the case: a let survived preparation
@@ -135,5 +126,5 @@ def test_a_network_deeper_than_graph_form_inlines_calibrates_past_its_let():
     out = calibrate(annotated, "main", batches, cfg, runner())
     ranges = [r for kind, r in out.ranges if kind == "input"]
     x = jnp.asarray(batches[0][0])
-    np.testing.assert_allclose(ranges, [1.0, float(jnp.max(jnp.maximum(x @ w1.data.T, 0)))],
+    np.testing.assert_allclose(ranges, [1.0, float(jnp.max(jnp.maximum(x @ w1.T, 0)))],
                                rtol=1e-5)

@@ -125,3 +125,33 @@ def test_int16_accumulators_do_not_overflow_on_the_calibration_data(mode):
     assert 'dtype="int16"' in astext(out16)
     for (x,) in batches:
         np.testing.assert_array_equal(result(evaluate(out16, x)), evaluate(out32, x))
+
+
+def test_a_network_deeper_than_graph_form_inlines_is_realized_past_its_let():
+    """Graph normal form keeps a let every MAX_DEPTH nodes (ResNet-101 has one); realization
+    went no further than that let, leaving every simQ under it and the whole network float (its
+    accelerator build then fell back to the host). Both dense layers now take int8, one under
+    the let and one past it, nothing simulated is left, interp and llvm agree bit for bit, and
+    the values are JAX's float network within quantization error."""
+    import jax.numpy as jnp
+
+    from relaydsl.ir import Call, Let, Op
+    from relaydsl.ir.visitor import deep_recursion, post_order
+    from tests.relaydsl.quantize.helpers import past_a_let
+
+    mod, w1, w2 = past_a_let()
+    batches = data(4, 8, n=1)
+    assert isinstance(annotate_module(mod, ALL)["main"].body, Let)  # the case: a let kept
+    _, out = realized(mod, ALL, batches)
+    dense_inputs: list[str] = []
+    with deep_recursion():
+        post_order(out["main"], lambda e: dense_inputs.append(e.args[0].checked_type.dtype)
+                   if isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "dense"
+                   else None)
+    assert dense_inputs == ["int8", "int8"]
+    assert "simulated_quantize" not in astext(out)
+    x = batches[0][0]
+    got = np.asarray(evaluate(out, x))
+    np.testing.assert_array_equal(got, np.asarray(runner("llvm")(out, "main")(x)))
+    want = jnp.maximum(jnp.asarray(x) @ w1.T, 0) @ w2.T
+    np.testing.assert_allclose(got, want, atol=0.05 * float(jnp.max(jnp.abs(want))))
