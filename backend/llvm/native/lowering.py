@@ -32,6 +32,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import post_order
 from relaydsl.op.collective import Collective
+from relaydsl.transform.a_normal_form import check_a_normal_form
 from relaydsl.transform.fuse_ops import is_primitive
 from relaydsl.transform.pipeline import CompileOptions
 
@@ -138,7 +139,10 @@ class Lowering:
                 op_calls.append(e)
 
         while todo:
-            post_order(self.mod[todo.pop()], note)
+            gv = todo.pop()
+            # one node lowered once: sharing must be explicit (a let), as deep as the graph is
+            check_a_normal_form(self.mod[gv], gv.name_hint, "native code (the llvm lowering)")
+            post_order(self.mod[gv], note)
         inside: set[Expr] = set()
         for f in prims:
             post_order(f.body, inside.add)
