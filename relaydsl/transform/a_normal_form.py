@@ -30,6 +30,12 @@ literals are values and are not bound; primitive function literals stay in the c
 position of their calls, and their bodies (graph form, as fuse_ops builds them) are left
 alone. The result is typed: every node it builds takes the type of the node it stands for
 (binding a value does not change its type), so a typed input is not inferred again.
+
+``outside_a_normal_form`` is the form's definition as a check (every operand an atom or a
+function literal, no computation reached twice), which a consumer that emits each node once
+per use asserts with ``check_a_normal_form`` (the llvm target's native lowering: the
+accelerator's host fallback once handed it graph form, and a shared residual input was
+lowered once per path, 2^n times).
 """
 from __future__ import annotations
 
@@ -260,7 +266,8 @@ def _operands(e: Expr) -> tuple[Expr, ...]:
             return (v,)
         case RefWrite(ref=ref, value=v):
             return (ref, v)
-    return ()
+        case _:
+            return ()
 
 
 def outside_a_normal_form(fn: Function) -> Expr | None:

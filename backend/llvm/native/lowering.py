@@ -2,6 +2,12 @@
 (functions.py), the kernels they call compiled first (or left to Python: externals.py),
 the arena's allocation and reset functions, constants, and the wrappers through which
 Python calls the entry and the closures a call returns (``i64 run(state, slots)``).
+
+It takes functions in A-normal form only (ToANormalForm, the last pass of every pipeline
+that hands it a module; checked first, an IRError naming the function otherwise): a node
+is emitted once per use, so a node graph form shares must be one let, and a value's
+operands are atoms, so emitting nests no deeper than the blocks (``if``, ``match``) do,
+however deep the dataflow graph.
 """
 from __future__ import annotations
 

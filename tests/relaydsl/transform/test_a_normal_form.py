@@ -244,7 +244,7 @@ def test_the_check_finds_a_shared_node_and_a_nested_computation_and_names_the_fu
     assert a_normal_form.outside_a_normal_form(nested) == nested.body.args[0]
     lam = Function([x], Tuple([Function([], nested.body)]))  # inside a function literal
     assert a_normal_form.outside_a_normal_form(lam) is nested.body.args[0]
-    with pytest.raises(IRError, match="the lowering takes.*@f has a Call"):
+    with pytest.raises(IRError, match=r"the lowering takes.*@f has a Call"):
         a_normal_form.check_a_normal_form(nested, "f", "the lowering")
 
 
