@@ -69,8 +69,9 @@ closure that writes into a cell of the call that made it keeps its own memory fo
 
 What it takes: a module in A-normal form (lowering.py); then (else the dispatcher runs the
 program, executor.py) arguments of tensors, tuples and data types, results of those and of
-functions; no function arguments and no references crossing into Python. (An operator call outside a primitive function, when
-FuseOps is disabled, becomes a primitive function of its own.)
+functions; no function arguments and no references crossing into Python. (An operator
+call outside a primitive function, when FuseOps is disabled, becomes a primitive function
+of its own.)
 
 >>> # a recursive sum over a relay.List, then a TreeLSTM: examples/tree_lstm_sst.py
 """
