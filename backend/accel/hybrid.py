@@ -2,7 +2,8 @@
 
 A program with control flow, recursion, ADTs or closures (a TreeLSTM, a loop over a layer)
 cannot be one instruction stream. Here its op calls are fused into primitive functions
-(FuseOps, as for llvm), and the program runs as the llvm target runs one: as native code
+and bound once each (FuseOps and ToANormalForm, as for llvm: native code takes A-normal
+form), and the program runs as the llvm target runs one: as native code
 (backend/llvm/native), its control compiled, each call of a primitive function a kernel
 call. A primitive function the accelerator has rules for is an external kernel there
 (native/externals.py): native code calls out to Python, which simulates the call on the

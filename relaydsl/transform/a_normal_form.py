@@ -30,6 +30,12 @@ literals are values and are not bound; primitive function literals stay in the c
 position of their calls, and their bodies (graph form, as fuse_ops builds them) are left
 alone. The result is typed: every node it builds takes the type of the node it stands for
 (binding a value does not change its type), so a typed input is not inferred again.
+
+``outside_a_normal_form`` is the form's definition as a check (every operand an atom or a
+function literal, no computation reached twice), which a consumer that emits each node once
+per use asserts with ``check_a_normal_form`` (the llvm target's native lowering: the
+accelerator's host fallback once handed it graph form, and a shared residual input was
+lowered once per path, 2^n times).
 """
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ from relaydsl.ir.expr import (
     RefRead, RefWrite, Tuple, TupleGetItem, Var,
 )
 from relaydsl.ir.module import IRModule
+from relaydsl.errors import IRError
 from relaydsl.ir.visitor import scoped_children
 from relaydsl.ir.visitor import deep_recursion
 from relaydsl.transform._util import is_primitive
@@ -242,6 +249,79 @@ def a_normal_form_function(fn: Function) -> Function:
     return _typed(new, fn)  # type: ignore[return-value]
 
 
+def _operands(e: Expr) -> tuple[Expr, ...]:
+    """What `e` computes from: in A-normal form each is an atom or a function literal."""
+    match e:
+        case Call(op=op, args=args):
+            return (op, *args)
+        case Tuple(fields=fields):
+            return fields
+        case TupleGetItem(tuple_value=t):
+            return (t,)
+        case If(cond=cond):
+            return (cond,)
+        case Match(data=data):
+            return (data,)
+        case RefCreate(value=v) | RefRead(ref=v) | Grad(fn=v):
+            return (v,)
+        case RefWrite(ref=ref, value=v):
+            return (ref, v)
+        case _:
+            return ()
+
+
+def outside_a_normal_form(fn: Function) -> Expr | None:
+    """The first computation in `fn` (nested functions included, primitive functions' bodies
+    not) that breaks A-normal form -- an operand that is itself a computation, or a
+    computation reached twice (a shared node of graph form) -- or None. Walks iteratively,
+    so a body of any depth is checked without recursion.
+
+    >>> from relaydsl.ir import Op
+    >>> x = Var("x"); exp = Op.get("exp")
+    >>> shared = Call(exp, [x])
+    >>> outside_a_normal_form(Function([x], Call(Op.get("add"), [shared, shared]))) is shared
+    True
+    >>> t = Var("t")
+    >>> outside_a_normal_form(Function([x], Let(t, shared, Call(Op.get("add"), [t, t]))))
+    """
+    seen: set[Expr] = set()
+    blocks: list[Expr] = [fn.body]  # expressions in a let's value or a block's place
+    while blocks:
+        e = blocks.pop()
+        while isinstance(e, Let):
+            blocks.append(e.value)
+            e = e.body
+        if isinstance(e, _ATOMS) or is_primitive(e):
+            continue
+        if isinstance(e, Function):
+            blocks.append(e.body)
+            continue
+        if e in seen:
+            return e
+        seen.add(e)
+        for operand in _operands(e):
+            if isinstance(operand, Function) and not is_primitive(operand):
+                blocks.append(operand.body)
+            elif not (isinstance(operand, _ATOMS) or is_primitive(operand)):
+                return operand
+        if isinstance(e, If):
+            blocks += [e.true_branch, e.false_branch]
+        elif isinstance(e, Match):
+            blocks += [c.rhs for c in e.clauses]
+    return None
+
+
+def check_a_normal_form(fn: Function, name: str, consumer: str) -> None:
+    """Raises IRError unless `fn`, the function `name`, is in A-normal form, which
+    `consumer` (a lowering that emits each node once per use) requires."""
+    bad = outside_a_normal_form(fn)
+    if bad is not None:
+        where = f" at {bad.span}" if bad.span is not None else ""
+        raise IRError(f"{consumer} takes functions in A-normal form (each computation bound "
+                      f"once by a let: the ToANormalForm pass), but @{name} has a "
+                      f"{type(bad).__name__}{where} used as an operand or shared")
+
+
 @dataclass(frozen=True)
 class ToANormalForm(Pass, opt_level=0,
                     description="bind every computation once, in order, in the innermost scope "
@@ -260,4 +340,5 @@ def to_a_normal_form(mod: IRModule) -> IRModule:
     return ToANormalForm()(mod)
 
 
-__all__ = ["ToANormalForm", "to_a_normal_form", "a_normal_form_function"]
+__all__ = ["ToANormalForm", "to_a_normal_form", "a_normal_form_function",
+           "outside_a_normal_form", "check_a_normal_form"]

@@ -202,8 +202,14 @@ def for_target(target: str, entry: str | None = None) -> Sequential:
 def accel_host_split() -> Sequential:
     """What the accel target runs on a program that is not one network (after its pipeline):
     its op calls fused into primitive functions, each call of which goes to the accelerator
-    where it has the rules (backend/accel/hybrid.py)."""
-    return Sequential([FuseOps()], name="accel host split")
+    where it has the rules (backend/accel/hybrid.py), in A-normal form as on the llvm target:
+    the host's native code lowers each node once per use, so a node graph form shares (a
+    residual block's input) must be bound once.
+
+    >>> [p.name for p in accel_host_split().plan(PassContext(opt_level=0))]
+    ['ToGraphNormalForm', 'FuseOps', 'ToANormalForm']
+    """
+    return Sequential([FuseOps(), ToANormalForm()], name="accel host split")
 
 
 def quantize_prepare() -> Sequential:

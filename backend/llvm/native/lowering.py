@@ -2,6 +2,12 @@
 (functions.py), the kernels they call compiled first (or left to Python: externals.py),
 the arena's allocation and reset functions, constants, and the wrappers through which
 Python calls the entry and the closures a call returns (``i64 run(state, slots)``).
+
+It takes functions in A-normal form only (ToANormalForm, the last pass of every pipeline
+that hands it a module; checked first, an IRError naming the function otherwise): a node
+is emitted once per use, so a node graph form shares must be one let, and a value's
+operands are atoms, so emitting nests no deeper than the blocks (``if``, ``match``) do,
+however deep the dataflow graph.
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import FuncType, TensorType, TupleType, Type, TypeCall
 from relaydsl.ir.visitor import post_order
 from relaydsl.op.collective import Collective
+from relaydsl.transform.a_normal_form import check_a_normal_form
 from relaydsl.transform.fuse_ops import is_primitive
 from relaydsl.transform.pipeline import CompileOptions
 
@@ -138,7 +145,10 @@ class Lowering:
                 op_calls.append(e)
 
         while todo:
-            post_order(self.mod[todo.pop()], note)
+            gv = todo.pop()
+            # one node lowered once: sharing must be explicit (a let), as deep as the graph is
+            check_a_normal_form(self.mod[gv], gv.name_hint, "native code (the llvm lowering)")
+            post_order(self.mod[gv], note)
         inside: set[Expr] = set()
         for f in prims:
             post_order(f.body, inside.add)

@@ -67,10 +67,11 @@ Figure 4) keep the memory of the call that made them: its arena and chunks are h
 them, and calling one runs native code through a wrapper per arity. A call of such a
 closure that writes into a cell of the call that made it keeps its own memory for as long.
 
-What it takes (else the dispatcher runs the program, executor.py): arguments of tensors,
-tuples and data types, results of those and of functions; no function arguments and no
-references crossing into Python. (An operator call outside a primitive function, when
-FuseOps is disabled, becomes a primitive function of its own.)
+What it takes: a module in A-normal form (lowering.py); then (else the dispatcher runs the
+program, executor.py) arguments of tensors, tuples and data types, results of those and of
+functions; no function arguments and no references crossing into Python. (An operator
+call outside a primitive function, when FuseOps is disabled, becomes a primitive function
+of its own.)
 
 >>> # a recursive sum over a relay.List, then a TreeLSTM: examples/tree_lstm_sst.py
 """

@@ -1,8 +1,13 @@
 """A program that is not one network (backend/accel/hybrid.py): its control as native code,
 its layers simulated on the accelerator through external kernels; the same values as JAX
 and the same report as with the control on the interpreter; a fault in the simulator is
-the call's exception (issue 23, item 4)."""
+the call's exception (issue 23, item 4); a deep residual chain's shared nodes lowered once
+each (issue 24)."""
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 import jax
 import numpy as np
@@ -10,7 +15,10 @@ import pytest
 
 from relaydsl import relay
 from relaydsl.backend.accel import hybrid
+from relaydsl.backend.accel.config import AcceleratorConfig
 from relaydsl.backend.accel.hybrid import HybridProgram
+from relaydsl.backend.target import get_target
+from tests.backend.llvm.helpers import ROOT, residual_chain
 from tests.backend.accel.test_program import SMALL, repeated
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -99,3 +107,45 @@ def test_a_fault_in_the_simulator_is_the_calls_exception(monkeypatch):
     np.testing.assert_allclose(exe(x, w, np.int32(1)), jax_repeated(x, w, 1), rtol=RTOL,
                                atol=ATOL)
     assert exe.report.offloaded_calls == 1
+
+
+def _residual_on_the_host(blocks: int, negations: int = 0):
+    """The residual chain built for the accelerator: it computes no float64, so its control
+    and that round trip run on the host as native code (the hybrid fallback)."""
+    mod, x, want = residual_chain(blocks, negations)
+    exe = get_target("accel").build(mod, "main", {"config": AcceleratorConfig.deep_fusion()})
+    assert exe.hybrid is not None and exe.hybrid.native is not None
+    assert "float64" in exe.hybrid.reason
+    return exe, x, want
+
+
+def test_a_residual_chain_on_the_host_lowers_each_shared_node_once():
+    # each block's input feeds two primitive functions (the first convolution; the second
+    # with the sums and tanh): in graph form one node; lowered once per use it took
+    # 2^(blocks+1) - 2 kernel calls (issue 24: quantized ResNet-101's fallback)
+    blocks = 30
+    exe, x, want = _residual_on_the_host(blocks)
+    np.testing.assert_allclose(exe(x), want, rtol=RTOL, atol=ATOL)
+    native = exe.hybrid.native
+    assert 2 * blocks <= native.kernel_calls <= 2 * blocks + 2  # + the round trip
+    r = exe.report
+    assert r.offloaded_calls == 2 * blocks - 1  # the last block's sum fused with the casts
+    assert r.offloaded_calls + r.host_calls == native.kernel_calls
+
+
+@pytest.mark.slow
+def test_a_residual_chain_deeper_than_graph_form_inlines_runs_on_the_host(tmp_path):
+    # 340 blocks: 1020 nodes deep, past graph normal form's MAX_DEPTH (a let survives, as in
+    # ResNet-101); a crash would take the process, so it runs in a child
+    script = textwrap.dedent("""
+        import numpy as np
+        from tests.backend.accel.test_hybrid import _residual_on_the_host
+        exe, x, want = _residual_on_the_host(340)
+        print(np.abs(exe(x) - want).max(), np.abs(want).max(), exe.hybrid.native.kernel_calls)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    error, scale, calls = done.stdout.split()
+    assert float(scale) > 0.5 and float(error) < ATOL + RTOL * float(scale)
+    assert 680 <= int(calls) <= 682

@@ -61,3 +61,44 @@ def run_with_sigints(script: str, folder: pathlib.Path, timeout: float = 60
     finally:
         timer.cancel()
     return lines, stderr, proc.returncode
+
+
+def residual_chain(blocks: int, negations: int = 0, channels: int = 4, size: int = 8
+                   ) -> tuple[Any, np.ndarray, np.ndarray]:
+    """A typed module whose main runs `blocks` residual blocks
+    ``h = tanh(conv2d(h, w1) + conv2d(h, w2) + x)``, each followed by `negations` (even)
+    negations to make it deeper (they fuse into the block's kernel), then a round trip
+    through float64, which no accelerator computes in. Each h feeds two convolutions: one
+    node shared by two primitive functions, in graph form. The weights keep the map a
+    contraction, so float32 stays close to JAX however deep. Also the input and the result
+    JAX computes (the float64 round trip is exact)."""
+    import jax
+    import jax.numpy as jnp
+
+    from relaydsl.ir import Constant, IRModule
+    from relaydsl.op import ops
+    from relaydsl.typing import infer_types
+
+    assert negations % 2 == 0
+    rng = np.random.default_rng(blocks)
+    shape = (1, channels, size, size)
+    w1, w2 = ((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32)
+              for _ in range(2))
+    x = Var("x", TensorType(shape, "float32"))
+    h: Expr = x
+    for _ in range(blocks):
+        h = ops.tanh(ops.add(ops.add(ops.conv2d(h, Constant(w1), padding=1),
+                                     ops.conv2d(h, Constant(w2), padding=1)), x))
+        for _ in range(negations):
+            h = ops.negative(h)
+    body = ops.cast(ops.cast(h, dtype="float64"), dtype="float32")
+    mod = infer_types(IRModule.from_expr(Function([x], body)))
+
+    def conv(a, w):
+        return jax.lax.conv_general_dilated(a, w, (1, 1), ((1, 1), (1, 1)))
+
+    xv = randn(*shape, seed=blocks)
+    want = jnp.asarray(xv)
+    for _ in range(blocks):
+        want = jnp.tanh(conv(want, w1) + conv(want, w2) + xv)
+    return mod, xv, np.asarray(want)

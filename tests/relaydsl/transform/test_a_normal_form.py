@@ -73,7 +73,7 @@ def test_a_shared_node_is_evaluated_once(monkeypatch):
     mod = typed(SHARED)
     exps = count_calls(monkeypatch, "exp")
     expected = evaluate(mod, rand(3))
-    assert exps[0] == 6  # graph form: once per path from the result to the node
+    assert exps[0] == 1  # graph form: the interpreter evaluates a shared pure node once
     out = to_a_normal_form(mod)
     exps[0] = 0
     assert_same_values(expected, evaluate(out, rand(3)))
@@ -88,7 +88,7 @@ def test_each_primitive_call_is_evaluated_once_after_fusion(monkeypatch):
     sums = count_calls(monkeypatch, "sum")
     _, fused, anf = pipeline(mod)
     evaluate(fused, rand(3))
-    assert sums[0] == 3
+    assert sums[0] == 1  # as the interpreter shares a pure node of graph form
     sums[0] = 0
     evaluate(anf, rand(3))
     assert sums[0] == 1
@@ -163,6 +163,7 @@ def test_recursive_closures_and_matches_survive():
     }""")
     out = to_a_normal_form(mod)
     check_anf(out["main"])
+    assert a_normal_form.outside_a_normal_form(out["main"]) is None
     assert_same_values(evaluate(mod, rand(2)), evaluate(out, rand(2)))
 
 
@@ -175,6 +176,7 @@ def test_references_keep_their_order():
     }""")
     out = to_a_normal_form(mod)
     check_anf(out["main"])
+    assert a_normal_form.outside_a_normal_form(out["main"]) is None
     assert_same_values(evaluate(mod, rand(2)), evaluate(out, rand(2)))
 
 
@@ -189,6 +191,7 @@ def test_random_programs_keep_their_values(program_and_inputs):
     mod = infer_types(IRModule.from_expr(fn))
     out = to_a_normal_form(mod)
     check_anf(out["main"])
+    assert a_normal_form.outside_a_normal_form(out["main"]) is None
     assert_same_values(evaluate(mod, *inputs), evaluate(out, *inputs))
 
 
@@ -224,3 +227,37 @@ def test_types_kept_through_closures_branches_and_matches():
     }"""):
         pairs = _types_after_anf_and_after_inference(infer_types(parse(source)))
         assert pairs and all(kept == inferred for kept, inferred in pairs)
+
+
+def test_the_check_finds_a_shared_node_and_a_nested_computation_and_names_the_function():
+    import pytest
+
+    from relaydsl.errors import IRError
+
+    assert a_normal_form.outside_a_normal_form(typed(SHARED)["main"]) is not None
+    assert a_normal_form.outside_a_normal_form(to_a_normal_form(typed(SHARED))["main"]) is None
+    x, a, b = Var("x"), Var("a"), Var("b")
+    e = Call(Op.get("exp"), [x])
+    twice = Function([x], Let(a, e, Let(b, e, Tuple([a, b]))))  # one node bound twice
+    assert a_normal_form.outside_a_normal_form(twice) is e
+    nested = Function([x], Call(Op.get("negative"), [Call(Op.get("exp"), [x])]))
+    assert a_normal_form.outside_a_normal_form(nested) == nested.body.args[0]
+    lam = Function([x], Tuple([Function([], nested.body)]))  # inside a function literal
+    assert a_normal_form.outside_a_normal_form(lam) is nested.body.args[0]
+    with pytest.raises(IRError, match=r"the lowering takes.*@f has a Call"):
+        a_normal_form.check_a_normal_form(nested, "f", "the lowering")
+
+
+def test_the_check_walks_a_chain_of_lets_deeper_than_pythons_stack():
+    import sys
+
+    x = Var("x")
+    body: Var | Let = x
+    lets = []
+    for i in range(3 * sys.getrecursionlimit()):
+        v = Var(f"t{i}")
+        lets.append((v, Call(Op.get("negative"), [body])))
+        body = v
+    for v, value in reversed(lets):
+        body = Let(v, value, body)
+    assert a_normal_form.outside_a_normal_form(Function([x], body)) is None

@@ -13,7 +13,9 @@ import pytest
 
 from relaydsl import Float, Int, Tensor, relay
 from relaydsl.backend.interpreter import InterpreterError
-from tests.backend.llvm.helpers import run_with_sigints
+from relaydsl.backend.target import get_target
+from relaydsl.transform.graph_normal_form import ToGraphNormalForm
+from tests.backend.llvm.helpers import residual_chain, run_with_sigints
 from tests.frontend.test_references import counter
 
 RNG = np.random.default_rng(14)
@@ -392,3 +394,29 @@ def test_native_code_holds_no_address_and_equal_programs_share_it(monkeypatch):
     x = np.random.default_rng(3).standard_normal((4, 4)).astype(np.float32)
     for exe in (first, second):
         np.testing.assert_allclose(exe(x), jnp.asarray(x) @ W + B, rtol=1e-5, atol=1e-6)
+
+
+def test_a_residual_chain_deeper_than_graph_form_inlines_lowers_each_node_once():
+    # 110 blocks of tanh(conv + conv + x) and 8 negations: 1320 nodes deep, each block's
+    # input shared by two kernels; A-normal form binds it once (issue 24)
+    blocks = 110
+    mod, x, want = residual_chain(blocks, negations=8)
+    exe = get_target("llvm").build(mod, "main", {})
+    assert exe.native is not None
+    np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-5)
+    assert 2 * blocks <= exe.native.kernel_calls <= 2 * blocks + 2  # + the float64 round trip
+
+
+def test_graph_form_is_refused_by_the_native_lowering_with_the_functions_name():
+    from relaydsl.backend.llvm.native import NativeProgram
+    from relaydsl.errors import IRError
+    from relaydsl.transform.pass_infra import PassContext
+
+    mod, x, want = residual_chain(3)
+    with pytest.raises(IRError, match=r"A-normal form.*ToANormalForm.*@main"), \
+            PassContext(disabled_pass=["ToANormalForm"]):
+        get_target("llvm").build(mod, "main", {})
+    exe = get_target("llvm").build(mod, "main", {})
+    np.testing.assert_allclose(exe(x), want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(IRError, match="@main has a Call"):  # what the hybrid fallback gave
+        NativeProgram(ToGraphNormalForm()(exe.mod), "main")
