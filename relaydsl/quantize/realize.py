@@ -38,7 +38,7 @@ from relaydsl.ir.attrs import Attrs
 from relaydsl.ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, TupleGetItem, Var
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
-from relaydsl.ir.visitor import deep_recursion
+from relaydsl.ir.visitor import ExprFunctor, deep_recursion
 from relaydsl.op import ops
 from relaydsl.op.nn.linear import bias_add
 from relaydsl.op.quantize import NEAREST, ROUNDING_OPS, qrange, simulated_quantize
@@ -114,10 +114,10 @@ def _power_of_two_shift(ratio: float) -> int | None:
     return round(k) if k >= 1 and abs(k - round(k)) < 1e-9 else None
 
 
-class _Realizer:
+class _Realizer(ExprFunctor[_Value]):
     def __init__(self, config: QConfig) -> None:
+        super().__init__()  # its memo: each node realized once (nodes hash by identity)
         self.config = config
-        self.memo: dict[Expr, _Value] = {}  # nodes hash by identity
         self.rng = np.random.default_rng(config.seed)
         self.accumulators: list[Accumulator] = []
         self.counts: list[Expr] = []  # per checked accumulator: how many saturated
@@ -132,42 +132,41 @@ class _Realizer:
 
     # ---- the walk --------------------------------------------------------------------------
 
-    def visit(self, e: Expr) -> _Value:
-        hit = self.memo.get(e)
-        if hit is None:
-            hit = self.memo[e] = self._realize(e)
-        return hit
-
-    def _realize(self, e: Expr) -> _Value:
-        if isinstance(e, Call) and e.op == simulated_quantize.op:
-            return self.simq(e)
-        if isinstance(e, Call) and isinstance(e.op, Op):
-            rule = rule_of(e.op.definition)
+    def visit_call(self, call: Call) -> _Value:
+        if call.op == simulated_quantize.op:
+            return self.simq(call)
+        if isinstance(call.op, Op):
+            rule = rule_of(call.op.definition)
             if rule is not None and rule.realization is Realization.COMMON_SCALE:
-                joined = self.common_scale(e)
+                joined = self.common_scale(call)
                 if joined is not None:
                     return joined
-            args = [self.visit(a) for a in e.args]
+            args = [self.visit(a) for a in call.args]
             if rule is not None and any(a.is_int for a in args):
-                done = self.integer_call(e, rule, args)
+                done = self.integer_call(call, rule, args)
                 if done is not None:
                     return done
-            return _Value(Call(e.op, tuple(self.float(a) for a in args), e.attrs,
-                               e.type_args, span=e.span))
-        if isinstance(e, Call):
-            return _Value(Call(self.float(self.visit(e.op)),
-                               tuple(self.float(self.visit(a)) for a in e.args), e.attrs,
-                               e.type_args, span=e.span))
-        if isinstance(e, Tuple):
-            return _Value(Tuple(tuple(self.float(self.visit(f)) for f in e.fields), span=e.span))
-        if isinstance(e, TupleGetItem):
-            return _Value(TupleGetItem(self.float(self.visit(e.tuple_value)), e.index,
-                                       span=e.span))
-        if isinstance(e, Let) and not isinstance(e.value, Function):
-            return self.let(e)
+            return _Value(Call(call.op, tuple(self.float(a) for a in args), call.attrs,
+                               call.type_args, span=call.span))
+        return _Value(Call(self.float(self.visit(call.op)),
+                           tuple(self.float(self.visit(a)) for a in call.args), call.attrs,
+                           call.type_args, span=call.span))
+
+    def visit_tuple(self, t: Tuple) -> _Value:
+        return _Value(Tuple(tuple(self.float(self.visit(f)) for f in t.fields), span=t.span))
+
+    def visit_tuple_getitem(self, t: TupleGetItem) -> _Value:
+        return _Value(TupleGetItem(self.float(self.visit(t.tuple_value)), t.index, span=t.span))
+
+    def visit_let(self, let: Let) -> _Value:
+        return self.let(let) if not isinstance(let.value, Function) else _Value(let)
+
+    def dispatch(self, expr: Expr) -> _Value:
+        if isinstance(expr, (Call, Tuple, TupleGetItem, Let)):
+            return super().dispatch(expr)
         # variables, constants, ops; a function (not dataflow: annotation leaves what is
-        # inside it float) is kept as it is
-        return _Value(e)
+        # inside it float) and control flow are kept as they are
+        return _Value(expr)
 
     def let(self, let: Let) -> _Value:
         """A let of the dataflow (graph normal form keeps one every MAX_DEPTH nodes of a deep
