@@ -111,9 +111,20 @@ def _window(value: AnyValue, what: str, ctx: LayerContext) -> tuple[int, int]:
     raise ctx.error(f"{what} must be an int, (h, w) or [1, h, w, 1], got {value!r}")
 
 
+# TVM's spellings of the layers' arguments (relay.nn.conv2d(channels=, kernel_size=),
+# relay.nn.dense(units=)), accepted beside the paper's (Figure 4: num_filter=, ksize=)
+_TVM_NAMES = {"num_filter": "channels", "ksize": "kernel_size", "num_hidden": "units"}
+
+
 def _required(kwargs: dict, name: str, layer: str, ctx: LayerContext) -> AnyValue:
+    alias = _TVM_NAMES.get(name)
+    if name in kwargs and alias in kwargs:
+        raise ctx.error(f"relay.{layer}: give {name}= or {alias}=, not both")
+    if alias in kwargs:
+        return kwargs.pop(alias)
     if name not in kwargs:
-        raise ctx.error(f"relay.{layer} as a layer needs {name}=")
+        raise ctx.error(f"relay.{layer} as a layer needs {name}="
+                        + (f" (or TVM's {alias}=)" if alias else ""))
     return kwargs.pop(name)
 
 

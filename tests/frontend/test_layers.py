@@ -105,6 +105,32 @@ def test_a_conv2d_layer_with_groups_is_depthwise_when_groups_equal_the_channels(
 
 
 @relay_model
+def separable_tvm(x: Tensor[Float, (1, 4, 6, 6)]) -> Tensor[Float, (1, 3)]:
+    h = relay.conv2d(x, channels=4, kernel_size=3, strides=2, padding=1, groups=4, no_bias=True)
+    return relay.linear(relay.reshape(h, (1, 36)), units=3)
+
+
+def test_tvm_s_spellings_of_a_layer_s_arguments_build_the_same_layers():
+    model = relay.create_model(separable_tvm, seed=0, init="glorot")
+    p = model.params
+    assert p["conv2d_0.weight"].shape == (4, 1, 3, 3) and p["linear_0.weight"].shape == (3, 36)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    h = jax.lax.conv_general_dilated(x, p["conv2d_0.weight"], (2, 2), [(1, 1), (1, 1)],
+                                     feature_group_count=4, precision=jax.lax.Precision.HIGHEST)
+    expected = jnp.dot(h.reshape(1, 36), p["linear_0.weight"].T,
+                       precision=jax.lax.Precision.HIGHEST) + p["linear_0.bias"]
+    np.testing.assert_allclose(model(x), expected, rtol=RTOL, atol=ATOL)
+    with pytest.raises(DSLSyntaxError, match="give num_filter= or channels=, not both"):
+        @relay_model
+        def both(x: Tensor[Float, (1, 4, 6, 6)]) -> Tensor[Float, (1, 4, 6, 6)]:
+            return relay.conv2d(x, num_filter=4, channels=4, ksize=1)
+    with pytest.raises(DSLSyntaxError, match=r"needs ksize= \(or TVM's kernel_size=\)"):
+        @relay_model
+        def no_kernel(x: Tensor[Float, (1, 4, 6, 6)]) -> Tensor[Float, (1, 4, 6, 6)]:
+            return relay.conv2d(x, channels=4)
+
+
+@relay_model
 def mlp(x: Tensor[Float, ("n", 6)]) -> Tensor[Float, ("n", 3)]:
     h = relay.relu(relay.linear(x, num_hidden=5))
     return relay.linear(h, num_hidden=3, no_bias=True)
