@@ -77,7 +77,7 @@ from relaydsl import settings
 from relaydsl.errors import IRError
 from relaydsl.ir.module import IRModule
 from relaydsl.ir.node import conforms
-from relaydsl.ir.visitor import deep_recursion
+from relaydsl.ir.visitor import COMPILER_RECURSION_LIMIT, deep_recursion
 from relaydsl.transform.instrument import PassInstrument
 from relaydsl.transform.verify import changed_functions, check_scopes, check_types, kept_types
 from relaydsl.typing.infer import infer_types
@@ -222,7 +222,14 @@ def _apply(p: Pass, mod: IRModule) -> IRModule:
     for i in instruments:
         i.run_before_pass(mod, p)
     with deep_recursion():
-        out = p.transform(mod)
+        try:
+            out = p.transform(mod)
+        except RecursionError:
+            raise IRError(
+                f"pass {p.name}: the program nests expressions deeper than the compiler "
+                f"recurses ({COMPILER_RECURSION_LIMIT:,} Python frames, a few per level): "
+                "bind intermediate results with let, as the frontend does for a Python "
+                "function of any length") from None
     if not conforms(out, IRModule):
         raise IRError(f"pass {p.name} returned {type(out).__name__}, not an IRModule")
     kept = None

@@ -10,13 +10,15 @@ import pytest
 
 from relaydsl.backend.interpreter import evaluate
 from relaydsl.errors import IRError
-from relaydsl.ir import Call, Function, Op, TensorType, Var
+from relaydsl.ir import Call, Expr, Function, IRModule, Op, TensorType, Var
 from relaydsl.transform import instrument, pass_infra
 from relaydsl.transform.instrument import PassInstrument, PassTimingInstrument, PrintIR
 from relaydsl.transform.combine_parallel_conv2d import CombineParallelConv2D
+from relaydsl.transform.eliminate_common_subexpr import EliminateCommonSubexpr
 from relaydsl.transform.fold_constant import FoldConstant
 from relaydsl.transform.pass_infra import Pass, PassContext, Sequential, module_pass, resolve
 from relaydsl.transform.pipeline import AlterOpLayout, FuseOps, ToANormalForm, ToGraphNormalForm
+from relaydsl.typing import infer_types
 from tests.relaydsl.transform.fusion_helpers import (
     assert_same_values, check_fused, groups, rand, typed,
 )
@@ -311,3 +313,15 @@ def test_print_ir_without_a_name_prints_every_pass(capsys):
     printed = capsys.readouterr().out
     for name in ("ToGraphNormalForm", "FuseOps", "ToANormalForm"):
         assert f"// before {name}" in printed and f"// after {name}" in printed
+
+
+def test_a_program_nested_past_the_recursion_limit_is_a_clear_error_not_a_recursion_error():
+    # built through the IR API with no let (the frontend binds every statement); type
+    # inference and the interpreter take it, a recursive rewrite of it does not
+    x = Var("x", TensorType((3,)))
+    e: Expr = x
+    for _ in range(12_000):
+        e = Call(Op.get("negative"), [e])
+    mod = infer_types(IRModule.from_expr(Function([x], e)))
+    with pytest.raises(IRError, match=r"pass EliminateCommonSubexpr: .* bind intermediate results"):
+        EliminateCommonSubexpr()(mod)
