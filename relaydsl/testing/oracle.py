@@ -48,15 +48,16 @@ def to_jax(program: IRModule | Function, entry: str = "main") -> Callable[..., A
         return _Translator(mod).call(fn, list(args))
 
     compiled = jax.jit(translate)
-    traces = [True]  # until one call has shown that the program needs concrete values
+    traces = True  # until one call has shown that the program needs concrete values
 
     def run(*args: AnyValue) -> AnyValue:
+        nonlocal traces
         with jax.enable_x64(True):  # float64/int64 programs stay 64-bit, as in NumPy
-            if traces[0]:
+            if traces:
                 try:
                     return compiled(*args)
                 except _needs_concrete_values():
-                    traces[0] = False
+                    traces = False
             return translate(*args)
 
     return run

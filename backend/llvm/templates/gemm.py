@@ -244,7 +244,8 @@ def split_work(spec: GemmSpec, bl: Blocking, split: str, threads: int, pack_cost
 
 def micro_kernel_parts(spec: GemmSpec, bl: Blocking | None = None) -> list[gemm_library.Part]:
     """The GEMM library's micro-kernels that ``emit_gemm(..., spec, bl)`` calls (besides the
-    core): a build that knows its contractions early compiles them ahead."""
+    core), the one for packed A first, then the one reading A in place where it does: a
+    build that knows its contractions early compiles them ahead."""
     bl = fit_blocking(bl or default_blocking(), spec)
     tile = MicroTile(bl.vl, bl.mr, bl.nr)
     direct = [gemm_library.ukernel_part(tile, direct=True)] if reads_a_in_place(spec, bl) else []
@@ -258,7 +259,6 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
     ``gemm_library.declared_parts(module)`` before loading the module's object)."""
     bl = fit_blocking(bl or default_blocking(), spec)
     assert bl.nr % bl.vl == 0 and min(spec.m, spec.n, spec.k) >= 1
-    tile = MicroTile(bl.vl, bl.mr, bl.nr)
     split = choose_split(spec, bl, settings.num_threads(), PACK_COST)
     units = -(-spec.m // bl.mr) if split == "M" else -(-spec.n // bl.nr)
     extent = spec.batch_size * units
@@ -266,10 +266,10 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
     kc_max = -(-spec.k // nk)  # balanced K blocks
     mc_max = min(bl.mc, -(-spec.m // bl.mr) * bl.mr)
     nc_max = min(bl.nc, -(-spec.n // bl.nr) * bl.nr)
-    direct = reads_a_in_place(spec, bl)
     block = gemm_library.declare_core(module, bl.vl, "block")
-    ukernel = gemm_library.declare_ukernel(module, tile)
-    direct_kernel = (gemm_library.declare_ukernel(module, tile, direct=True) if direct else
+    ukernel, *in_place = [gemm_library.declare_micro_kernel(module, part)
+                          for part in micro_kernel_parts(spec, bl)]
+    direct_kernel = (in_place[0] if in_place else
                      ir.Constant(gemm_library.DIRECT_TYPE.as_pointer(), None))
     if pack_b is None:
         packer = gemm_library.declare_core(module, bl.vl, "pack")

@@ -128,9 +128,14 @@ def declare_core(module: ir.Module, vl: int, part: str) -> ir.Function:
 
 
 def declare_ukernel(module: ir.Module, tile: MicroTile, direct: bool = False) -> ir.Function:
-    part = ukernel_part(tile, direct)
+    return declare_micro_kernel(module, ukernel_part(tile, direct))
+
+
+def declare_micro_kernel(module: ir.Module, part: Part) -> ir.Function:
+    """The declaration of micro-kernel `part` (``ukernel_part``) in a caller's module."""
     _DECLARED[part.name] = part
-    return get_function(module, part.name, DIRECT_TYPE if direct else UKERNEL_TYPE)
+    fnty = DIRECT_TYPE if part.kind == "ukernel_direct" else UKERNEL_TYPE
+    return get_function(module, part.name, fnty)
 
 
 def declared_parts(module: ir.Module) -> list[Part]:
