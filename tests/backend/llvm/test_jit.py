@@ -210,6 +210,32 @@ def test_jobs_compiled_ahead_by_a_child_alone_are_loaded_and_a_finished_child_is
     assert not here and not jit._AHEAD  # loaded, counted as compiled by this build
     assert jit.stats["compiled"] == before["compiled"] + 3
 
+@needs_two_cores
+def test_a_load_compiles_the_jobs_a_child_compiling_ahead_has_not_taken_instead_of_waiting(
+        tmp_path, monkeypatch):
+    from relaydsl.backend.llvm import jit
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    jit.runtime_threads()
+    tag, parent = f"help{os.getpid()}", os.getpid()
+    here = count_compilations_here(monkeypatch)
+    real = jit._compile_object
+
+    def slow_in_the_child(*args):
+        if os.getpid() != parent:
+            time.sleep(2)
+        return real(*args)
+
+    monkeypatch.setattr(jit, "_compile_object", slow_in_the_child)
+    assert jit.compile_parallel([add_job(tag, k) for k in (1, 2, 3)], share=False)
+    time.sleep(0.2)  # the child takes job 1 and sleeps
+    start = time.monotonic()
+    assert call_add(tag, 3) == 44  # jobs 2 and 3 compiled here, not waited for
+    assert time.monotonic() - start < 1.5 and len(here) == 2
+    assert [call_add(tag, k) for k in (1, 2)] == [42, 43]  # 1 from the child, 2 kept here
+    assert len(here) == 2 and not jit._AHEAD and not jit._READY and not jit._QUEUES
+
+
 def test_fewer_than_two_jobs_start_no_child(tmp_path, monkeypatch):
     from relaydsl.backend.llvm import jit
 
