@@ -365,8 +365,11 @@ def compile_parallel(jobs: list[Job], *, share: bool = True) -> bool:
     todo = [(object_path(job.key), job) for job in jobs]
     todo = [(path, job) for path, job in todo
             if path not in _AHEAD and path not in _READY and not path.exists()]
-    if len(todo) < (2 if share else 1) or not hasattr(os, "fork") or \
-            settings.usable_cores() < 2:
+    if not hasattr(os, "fork") or settings.usable_cores() < 2:
+        return False
+    if share and todo:  # after these, what children compiling ahead have not started: one
+        todo += _take_over_queues()  # queue balances all of it between two processes
+    if len(todo) < (2 if share else 1):
         return False
     try:
         todo[0][0].parent.mkdir(parents=True, exist_ok=True)
@@ -424,6 +427,20 @@ def _help_children() -> None:
                     _write_cached(path, obj)
         finally:
             os.close(read)
+
+
+def _take_over_queues() -> list[tuple[pathlib.Path, Job]]:
+    """The jobs no child compiling ahead has started, taken from their queues (which are
+    closed: each child finishes the job it is compiling, then leaves). Until they are
+    queued again, a load of one of them waits for that child, then compiles it."""
+    jobs = []
+    while _QUEUES:
+        _, (read, todo) = _QUEUES.popitem()
+        try:
+            jobs += _taken(read, todo)
+        finally:
+            os.close(read)
+    return jobs
 
 
 def _forget_queues_in_child() -> None:

@@ -166,8 +166,11 @@ relu = _unary(
     "relu", NUMERIC, "max(x, 0)",
     te=lambda x: E.maximum(x, 0), numpy=lambda x: np.maximum(x, np.zeros((), x.dtype)),
     jax=lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)),
-    grad=("d relu(x) = g where x > 0, else 0.",
-          lambda g, x, y: where(greater(x, scalar(0, x)), g, scalar(0, x))),
+    # tested on the output, which is > 0 exactly where x is: the backward pass then reads
+    # relu's result, not its input, and a forward kernel computing x need not keep it
+    # (dense + bias + relu fuse into one kernel in a network's gradient too)
+    grad=("d relu(x) = g where relu(x) > 0, else 0.",
+          lambda g, x, y: where(greater(y, scalar(0, x)), g, scalar(0, x))),
     quantize=Q.SAME_SCALE_ELEMENTWISE)
 abs_ = _unary(
     "abs", NUMERIC, "|x|",

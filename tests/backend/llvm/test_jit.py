@@ -236,6 +236,39 @@ def test_a_load_compiles_the_jobs_a_child_compiling_ahead_has_not_taken_instead_
     assert len(here) == 2 and not jit._AHEAD and not jit._READY and not jit._QUEUES
 
 
+@needs_two_cores
+def test_a_shared_queue_takes_over_the_jobs_a_child_compiling_ahead_has_not_started(
+        tmp_path, monkeypatch):
+    from relaydsl.backend.llvm import jit
+
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    jit.runtime_threads()
+    tag, parent = f"takeover{os.getpid()}", os.getpid()
+    here = count_compilations_here(monkeypatch)
+    real = jit._compile_object
+    started = tmp_path / "started"
+
+    def slow_in_the_first_child(*args):
+        if os.getpid() != parent and not started.exists():
+            started.touch()  # the first child alone sleeps: the second compiles at once
+            time.sleep(2)
+        return real(*args)
+
+    monkeypatch.setattr(jit, "_compile_object", slow_in_the_first_child)
+    assert jit.compile_parallel([add_job(tag, k) for k in (1, 2, 3)], share=False)
+    deadline = time.monotonic() + 10
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first child took job 1
+    start = time.monotonic()
+    # jobs 2 and 3 join 4 and 5 in the queue this process shares with a second child
+    assert jit.compile_parallel([add_job(tag, k) for k in (4, 5)])
+    assert not jit._QUEUES and time.monotonic() - start < 1.5
+    assert [call_add(tag, k) for k in (2, 3, 4, 5)] == [43, 44, 45, 46]
+    assert time.monotonic() - start < 1.5 and 1 <= len(here) <= 4
+    assert call_add(tag, 1) == 42  # the first child's, once it has slept
+    assert not jit._AHEAD and not jit._READY
+
+
 def test_fewer_than_two_jobs_start_no_child(tmp_path, monkeypatch):
     from relaydsl.backend.llvm import jit
 
