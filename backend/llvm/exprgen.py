@@ -26,6 +26,7 @@ the instructions' types. epilogue.py's emitter hands it such operands (scalar on
 """
 from __future__ import annotations
 
+import itertools
 import math
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
@@ -52,6 +53,8 @@ _VALUE_TYPES = {
     "int64": I64, "float16": M.F16, "float32": M.F32, "float64": M.F64,
 }
 FAST = ("reassoc", "nsz", "contract")
+# reductions of at most this many steps (of static extents) are emitted unrolled (reduce)
+UNROLLED_REDUCE = 16
 
 
 def value_type(dtype: str) -> ir.Type:
@@ -496,19 +499,37 @@ class ExprEmitter:
         return b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) if t.dtype == "bool" else x
 
     def reduce(self, red: Reduce, ctx: Ctx) -> ir.Value:
-        """``acc = init; for r...: acc = combine(acc, source)``, the accumulator in a register."""
+        """``acc = init; for r...: acc = combine(acc, source)``, the accumulator in a register.
+
+        A reduction of at most ``UNROLLED_REDUCE`` steps of static extents is written out
+        step by step (same order, same result): its loops would be the innermost, of two
+        or three iterations, which LLVM's loop vectoriser skips (and its unroller is off,
+        jit.compile_ir), leaving a pooling window scalar; unrolled, the loop around it over
+        the output's last axis is the innermost one and is vectorised (LeNet's 2x2 max pool
+        over 64x20x24x24: 0.41 -> 0.13 ms on an AMD EPYC, Zen 5; jax.jit 0.23).
+        """
         acc = self.alloca(memory_type(red.dtype), "acc")
         self._store_val(acc, self.value(red.init, ctx), red.dtype)
+        ranges = {a: (0, a.extent - 1) for a in red.axes}
+
+        def step(env: dict) -> None:
+            src = self.value(red.source, ctx.child(env, ranges))
+            cur = self._load_val(acc, red.dtype)
+            self._store_val(acc, self.combine(red, cur, src), red.dtype)
+
+        extents = [self.extent(ax) for ax in red.axes]
+        if all(isinstance(e, ir.Constant) for e in extents) and \
+                math.prod(ax.extent for ax in red.axes) <= UNROLLED_REDUCE:
+            for index in itertools.product(*(range(ax.extent) for ax in red.axes)):
+                step({ax: ir.Constant(I64, i) for ax, i in zip(red.axes, index)})
+            return self._load_val(acc, red.dtype)
 
         def over(k: int, env: dict) -> None:
             if k == len(red.axes):
-                inner = ctx.child(env, {a: (0, a.extent - 1) for a in red.axes})
-                src = self.value(red.source, inner)
-                cur = self._load_val(acc, red.dtype)
-                self._store_val(acc, self.combine(red, cur, src), red.dtype)
+                step(env)
                 return
             ax = red.axes[k]
-            with self.loop(ir.Constant(I64, 0), self.extent(ax), ax.name) as r:
+            with self.loop(ir.Constant(I64, 0), extents[k], ax.name) as r:
                 over(k + 1, {**env, ax: r})
 
         over(0, {})

@@ -18,7 +18,7 @@ from relaydsl.op.nn.common import Array, ArrayModule, Inputs, all_positive, non_
 from relaydsl.op.quantize_rule import SAME_SCALE_RESHAPE
 from relaydsl.op.registry import REQUIRED, Attr, OpDef, OpPattern, Traits, ops, register
 from relaydsl.te.expr import PrimExpr, const, equal, select
-from relaydsl.te.indexing import ravel, unravel
+from relaydsl.te.indexing import reindex
 from relaydsl.te.tensor import Tensor, compute
 from relaydsl.typing.relations import ANY_DTYPE, RelationContext, known_product
 
@@ -172,7 +172,7 @@ def _flatten_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) -
     shape = out_type.concrete_shape()
     if shape == x.shape:
         return compute(shape, lambda *o: x[o], "T_flatten")
-    return compute(shape, lambda *o: x[unravel(ravel(o, shape), x.shape)], "T_flatten")
+    return compute(shape, lambda *o: x[reindex(o, shape, x.shape)], "T_flatten")
 
 
 flatten = register(OpDef(

@@ -20,7 +20,7 @@ from relaydsl.op.quantize_rule import SAME_SCALE_RESHAPE
 from relaydsl.op.registry import Array, ArrayModule, Attr, OpDef, OpPattern, Traits, register
 from relaydsl.op.transform.common import as_tuple, shape_attr
 from relaydsl.te.expr import PrimExpr, const
-from relaydsl.te.indexing import norm_axes as te_norm_axes, ravel, unravel
+from relaydsl.te.indexing import norm_axes as te_norm_axes, reindex
 from relaydsl.te.rules import broadcast_read
 from relaydsl.te.tensor import Tensor, compute
 from relaydsl.typing.relations import (
@@ -62,11 +62,7 @@ def reshape_compute(attrs: Attrs, inputs: list[Tensor], out_type: TensorType) ->
     x, shape = inputs[0], out_type.concrete_shape()  # reshape_like: inputs[1] gives the shape
     if shape == x.shape:
         return compute(shape, lambda *o: x[o], "T_reshape")
-    kept = 0  # leading axes the reshape keeps are read as they are (a batch stays a batch)
-    while kept < min(len(shape), x.ndim) - 1 and shape[kept] == x.shape[kept]:
-        kept += 1
-    return compute(shape, lambda *o: x[(*o[:kept], *unravel(ravel(o[kept:], shape[kept:]),
-                                                             x.shape[kept:]))], "T_reshape")
+    return compute(shape, lambda *o: x[reindex(o, shape, x.shape)], "T_reshape")
 
 
 def _reshape_ref(xp: ArrayModule) -> Callable[[Array, tuple[int, ...]], Array]:

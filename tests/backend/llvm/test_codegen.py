@@ -389,3 +389,20 @@ def test_a_conv2d_and_its_epilogue_run_image_by_image_as_jax(dtype, monkeypatch)
     else:
         want = jnp.clip(jnp.round(acc * np.float32(0.01)), -127, 127).astype(jnp.int8)
         np.testing.assert_array_equal(k(x, w, b), np.asarray(want))
+
+
+def test_a_small_pooling_window_is_unrolled_and_its_output_rows_vectorised(tmp_path, monkeypatch):
+    """A 2x2 max pool's window (four steps) is written out, so the loop over the output's
+    columns is the innermost one and LLVM vectorises it (a loop of two steps would not be)."""
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    jit.runtime_threads()
+    seen = []
+    monkeypatch.setattr(jit, "inspect_hook", lambda ir_text, asm: seen.append(ir_text))
+    shape = (3, 5, 24, 26)  # a kernel no other test compiles (seen once per process)
+    (k,) = compile_primitives([primitive(
+        [(shape, "float32")], lambda x: call("max_pool2d", x, pool_size=(2, 2), strides=(2, 2)))])
+    (ir_text,) = seen
+    assert re.search(r"@llvm\.maximum\.v\d+f32", ir_text), "the window's maximum is scalar"
+    x = randn(*shape)
+    want = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    np.testing.assert_array_equal(k(x), np.asarray(want))
