@@ -1,4 +1,6 @@
-"""AlterOpLayout: conv2d in the blocked NCHW{c}c layout, layout_transform ops around it.
+"""AlterOpLayout: conv2d in the blocked NCHW{c}c layout, layout_transform ops around it; a
+dense of a small batch computed transposed (``DENSE_ROWS``), so the GEMM reads its weight in
+place instead of packing it at every call.
 
 §4.4 of the Relay paper: a CPU convolution runs on channels blocked into vector-wide groups
 (NCHW32c data, OIHW32i32o weight), its inner loop vector FMAs over an output block. The
@@ -60,9 +62,10 @@ from relaydsl.ir.module import IRModule
 from relaydsl.ir.types import TensorType
 from relaydsl.ir.visitor import ExprMutator, post_order
 from relaydsl.op.nn.conv import conv2d, conv2d_nchwc, nchwc_layouts
-from relaydsl.op.nn.linear import bias_add
+from relaydsl.op.nn.linear import bias_add, dense, matmul
 from relaydsl.op.registry import OpPattern, ops
 from relaydsl.op.transform.layout import layout_transform
+from relaydsl.op.transform.shape import transpose
 from relaydsl.transform._util import (
     calls_any, is_primitive, rewrite_functions, with_parameter_types,
 )
@@ -80,6 +83,21 @@ MIN_BLOCK = 16
 """The narrowest out-channel block a convolution is rewritten for: a whole AVX-512 vector
 (two AVX2 ones)."""
 
+DENSE_ROWS = (16, 64)
+"""The batches (data rows) for which a float32 dense of at least ``DENSE_UNITS`` units is
+computed transposed, ``transpose(matmul(weight, transpose(data)))``: the llvm GEMM then
+reads the weight in place, by rows, as its micro-kernel's A (no more than two column tiles
+of the batch: gemm.py's ``reads_a_in_place``), and packs only the batch's columns, where the
+dense packs the whole weight at every call. Measured with its bias and relu (AMD EPYC,
+Zen 5, 2 threads, microseconds, dense / transposed): 512 -> 512 units at batch 1 27/42,
+8 44/43, 16 68/43, 32 86/63, 64 119/107, 96 149/158, 128 193/214; 784 -> 512 at 64
+176/150; 800 -> 500 at 32 117/79; 2048 -> 2048 at 64 1787/1284; 256 -> 128 at 64 30/29;
+the MLP of benchmarks/run.py (batch 64) 280/248, jax.jit 260."""
+
+DENSE_UNITS = 128
+"""The fewest units (weight rows) a dense is computed transposed for: the weight's rows feed
+the GEMM's 14-row tiles (with fewer, a 10-class output layer, the dense's packing is cheap)."""
+
 _LAYOUT_BOUND = ("axis", "shape")
 """Attributes naming an axis or the result's shape (bias_add, prelu, broadcast_to, full): an
 op with one means them in NCHW, so it is not moved into a blocked layout as it is."""
@@ -87,19 +105,21 @@ op with one means them in NCHW, so it is not moved into a blocked layout as it i
 
 @dataclass(frozen=True)
 class AlterOpLayout(Pass, opt_level=3,
-                    description="conv2d in the blocked NCHW32c layout where that is faster "
-                                "(llvm's kernel)"):
+                    description="conv2d in NCHW32c blocks, a small batch's dense transposed, "
+                                "where that is faster"):
     """The NCHW conv2d calls in blocked layouts where that is faster (see the module doc),
     or with `everywhere` every groups=1 NCHW conv2d, whatever its blocks; channel blocks are
-    powers of two up to `block`. FoldConstant, after it in the pipeline, folds the
-    transforms of constant weights and biases."""
+    powers of two up to `block`. A float32 dense of a batch within ``DENSE_ROWS`` and at
+    least ``DENSE_UNITS`` units becomes ``transpose(matmul(weight, transpose(data)))``.
+    FoldConstant, after it in the pipeline, folds the transforms of constant weights and
+    biases."""
 
     block: int = BLOCK
     everywhere: bool = False
 
     def transform(self, mod: IRModule) -> IRModule:
         def alter(fn: Function) -> Expr:
-            if is_primitive(fn) or not calls_any(fn, (conv2d,)):
+            if is_primitive(fn) or not calls_any(fn, (conv2d, dense)):
                 return fn
             new = _AlterLayout(self.block, self.everywhere).visit(fn)
             assert isinstance(new, Function)
@@ -120,6 +140,18 @@ def op_calls(e: Expr) -> list[str]:
     post_order(e, lambda n: names.append(n.op.name)
                if isinstance(n, Call) and isinstance(n.op, Op) else None)
     return names
+
+
+def dense_runs_transposed(data: TensorType, weight: TensorType, out_dtype: str | None
+                          ) -> bool:
+    """Whether the pass computes ``dense(data, weight)`` transposed (``DENSE_ROWS``): float32,
+    static 2-D shapes, a batch within ``DENSE_ROWS``, at least ``DENSE_UNITS`` units."""
+    if not (data.is_static and weight.is_static and data.ndim == 2 and weight.ndim == 2):
+        return False
+    (rows, _), (units, _) = data.concrete_shape(), weight.concrete_shape()
+    return str(data.dtype) == "float32" and str(weight.dtype) == "float32" and \
+        out_dtype in (None, "float32") and DENSE_ROWS[0] <= rows <= DENSE_ROWS[1] and \
+        units >= DENSE_UNITS
 
 
 def channel_block(channels: int, block: int) -> int:
@@ -183,12 +215,23 @@ class _AlterLayout(ExprMutator):
             return self._cancel(new)
         if new.op == conv2d.op:
             return self._conv2d(call, new)
+        if new.op == dense.op:
+            return self._dense(call, new)
         if new.op == bias_add.op:
             return self._bias_add(call, new)
         if new.op.definition.pattern <= OpPattern.BROADCAST and \
                 not any(a in new.attrs for a in _LAYOUT_BOUND):
             return self._broadcast(call, new)
         return new
+
+    def _dense(self, call: Call, new: Call) -> Expr:
+        """A float32 dense of a small batch computed transposed (``DENSE_ROWS``)."""
+        data, weight = (a.checked_type if a.has_type else None for a in call.args)
+        if not (isinstance(data, TensorType) and isinstance(weight, TensorType) and
+                dense_runs_transposed(data, weight, new.attrs.out_dtype)):
+            return new
+        x, w = new.args
+        return transpose(matmul(w, transpose(x)))
 
     def _cancel(self, new: Call) -> Expr:
         """A transform of a transform's result back to its source layout is its source."""

@@ -60,6 +60,7 @@ from relaydsl.op.nn.conv import conv2d, conv2d_nchwc
 from relaydsl.op.nn.linear import batch_matmul, dense, matmul
 from relaydsl.op.nn.window import Window
 from relaydsl.op.registry import OpDef
+from relaydsl.transform.alter_op_layout import dense_runs_transposed
 
 
 @dataclass(frozen=True)
@@ -402,8 +403,15 @@ def compile_core_ahead(mod: IRModule, entry: str) -> bool:
             return
         types, out = [a.checked_type for a in e.args], e.checked_type
         if all(isinstance(t, TensorType) for t in types) and isinstance(out, TensorType):
-            template = _template_for(e.op.definition, e.attrs,
-                                     [t for t in types if isinstance(t, TensorType)], out)
+            op, attrs, tensors = e.op.definition, e.attrs, [
+                t for t in types if isinstance(t, TensorType)]
+            if op is dense and dense_runs_transposed(*tensors, attrs.out_dtype):
+                # as AlterOpLayout will compute it: matmul(weight, data^T), transposed
+                (rows, k), (units, _) = (t.concrete_shape() for t in tensors)
+                op, attrs = matmul, {}
+                tensors = [tensors[1], TensorType((k, rows), tensors[0].dtype)]
+                out = TensorType((units, rows), out.dtype)
+            template = _template_for(op, attrs, tensors, out)
             if isinstance(template, Template) and template.ints is None:
                 templates.append(template)
 

@@ -209,10 +209,12 @@ def test_the_core_is_compiled_ahead_for_a_float_gemm_only(monkeypatch, text, exp
         (keys, share), = started
         assert not share and keys[-1] == gemm_library._key(gemm_library.core_parts(vl)[1])
         # what the dense's kernel calls is what the child compiles: the core, its micro-kernels
+        # (a batch of 64: AlterOpLayout computes it as matmul(w, x^T), transposed)
         module = ir.Module("dense")
-        shapes = [(64, 784), (512, 784), (64, 512)]
+        shapes = [(512, 784), (784, 64), (512, 64)]
         *inputs, out = [TensorType(s, "float32") for s in shapes]
-        template = contraction._template_for(lookup("dense"), full_attrs("dense", {}), inputs, out)
+        template = contraction._template_for(lookup("matmul"), full_attrs("matmul", {}), inputs,
+                                             out)
         assert isinstance(template, contraction.Template)
         template.emit(module, "dense_kernel")
         declared = {gemm_library._key(part) for part in gemm_library.declared_parts(module)}

@@ -275,3 +275,34 @@ def _calls(mod: IRModule, name: str) -> list[Call]:
     post_order(mod["main"], lambda e: found.append(e) if isinstance(e, Call) and
                isinstance(e.op, Op) and e.op.name == name else None)
     return found
+
+
+# ---- dense of a small batch, computed transposed ------------------------------------------------
+
+def dense_module(batch: int, units: int, dtype: str = "float32") -> IRModule:
+    return infer_types(parse(
+        f"def @main(%x: Tensor[({batch}, 96), {dtype}], %w: Tensor[({units}, 96), {dtype}], "
+        f"%b: Tensor[({units},), {dtype}]) {{\n  relu(add(dense(%x, %w), %b))\n}}"))
+
+
+@pytest.mark.parametrize("batch, units, dtype, transposed", [
+    (16, 128, "float32", True), (64, 512, "float32", True),
+    (8, 512, "float32", False), (65, 512, "float32", False),  # batches outside DENSE_ROWS
+    (64, 10, "float32", False),  # too few units
+    (64, 512, "float16", False)])
+def test_a_small_batch_s_dense_is_computed_transposed(batch, units, dtype, transposed):
+    calls = op_calls(alter_op_layout(dense_module(batch, units, dtype))["main"])
+    if transposed:
+        assert calls == ["transpose", "matmul", "transpose", "add", "relu"]
+    else:
+        assert calls == ["dense", "add", "relu"]
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_the_transposed_dense_computes_what_the_dense_does(target):
+    mod = dense_module(32, 160)
+    x, w, b = f32(32, 96), f32(160, 96, scale=0.1), f32(160)
+    want = jax.nn.relu(jnp.matmul(x, w.T, precision=HIGHEST) + b)
+    np.testing.assert_allclose(run(mod, target, x, w, b), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run(alter_op_layout(mod), target, x, w, b), want,
+                               rtol=1e-5, atol=1e-5)
