@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pathlib
 import signal
 import threading
 import time
@@ -210,6 +211,30 @@ def test_jobs_compiled_ahead_by_a_child_alone_are_loaded_and_a_finished_child_is
     assert not here and not jit._AHEAD  # loaded, counted as compiled by this build
     assert jit.stats["compiled"] == before["compiled"] + 3
 
+
+def slow_first_child(monkeypatch, tmp_path) -> pathlib.Path:
+    """Makes the first child that compiles sleep 2 s before its first module (later children
+    and this process compile at once); the file it creates when it starts."""
+    from relaydsl.backend.llvm import jit
+
+    parent, real, started = os.getpid(), jit._compile_object, tmp_path / "started"
+
+    def compile_object(*args):
+        if os.getpid() != parent and not started.exists():
+            started.touch()
+            time.sleep(2)
+        return real(*args)
+
+    monkeypatch.setattr(jit, "_compile_object", compile_object)
+    return started
+
+
+def wait_for(path: pathlib.Path) -> None:
+    deadline = time.monotonic() + 10
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 @needs_two_cores
 def test_a_load_compiles_the_jobs_a_child_compiling_ahead_has_not_taken_instead_of_waiting(
         tmp_path, monkeypatch):
@@ -217,18 +242,11 @@ def test_a_load_compiles_the_jobs_a_child_compiling_ahead_has_not_taken_instead_
 
     monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
     jit.runtime_threads()
-    tag, parent = f"help{os.getpid()}", os.getpid()
+    tag = f"help{os.getpid()}"
     here = count_compilations_here(monkeypatch)
-    real = jit._compile_object
-
-    def slow_in_the_child(*args):
-        if os.getpid() != parent:
-            time.sleep(2)
-        return real(*args)
-
-    monkeypatch.setattr(jit, "_compile_object", slow_in_the_child)
+    started = slow_first_child(monkeypatch, tmp_path)
     assert jit.compile_parallel([add_job(tag, k) for k in (1, 2, 3)], share=False)
-    time.sleep(0.2)  # the child takes job 1 and sleeps
+    wait_for(started)  # the child took job 1 and sleeps
     start = time.monotonic()
     assert call_add(tag, 3) == 44  # jobs 2 and 3 compiled here, not waited for
     assert time.monotonic() - start < 1.5 and len(here) == 2
@@ -243,22 +261,11 @@ def test_a_shared_queue_takes_over_the_jobs_a_child_compiling_ahead_has_not_star
 
     monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
     jit.runtime_threads()
-    tag, parent = f"takeover{os.getpid()}", os.getpid()
+    tag = f"takeover{os.getpid()}"
     here = count_compilations_here(monkeypatch)
-    real = jit._compile_object
-    started = tmp_path / "started"
-
-    def slow_in_the_first_child(*args):
-        if os.getpid() != parent and not started.exists():
-            started.touch()  # the first child alone sleeps: the second compiles at once
-            time.sleep(2)
-        return real(*args)
-
-    monkeypatch.setattr(jit, "_compile_object", slow_in_the_first_child)
+    started = slow_first_child(monkeypatch, tmp_path)
     assert jit.compile_parallel([add_job(tag, k) for k in (1, 2, 3)], share=False)
-    deadline = time.monotonic() + 10
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the first child took job 1
+    wait_for(started)  # the first child took job 1 and sleeps
     start = time.monotonic()
     # jobs 2 and 3 join 4 and 5 in the queue this process shares with a second child
     assert jit.compile_parallel([add_job(tag, k) for k in (4, 5)])
