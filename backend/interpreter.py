@@ -48,6 +48,7 @@ from typing import Any as AnyValue, Callable, ClassVar
 
 import numpy as np
 
+from relaydsl.chained import ChainedDict
 from relaydsl.errors import RelayError
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
@@ -140,25 +141,10 @@ class TailCall:
 
 # ---- frames ---------------------------------------------------------------------------------
 
-class _Memo:
-    """The values of the shared dataflow nodes evaluated in one environment, by node identity;
-    a let nested in a sub-expression opens a child that sees its parent's (its variables are
-    the parent's and more) and keeps its own (they may use its variables)."""
-
-    __slots__ = ("parent", "values")
-
-    def __init__(self, parent: _Memo | None = None) -> None:
-        self.values: dict[Expr, Value] = {}
-        self.parent = parent
-
-    def get(self, node: Expr) -> Value | None:
-        memo: _Memo | None = self
-        while memo is not None:
-            found = memo.values.get(node)
-            if found is not None:
-                return found
-            memo = memo.parent
-        return None
+# The values of the shared dataflow nodes evaluated in one environment, by node identity; a
+# let nested in a sub-expression opens a child that sees its parent's (its variables are the
+# parent's and more) and keeps its own (they may use its variables).
+_Memo = ChainedDict[Expr, "Value"]
 
 
 class _Env(dict[Var, "Value"]):
@@ -263,9 +249,9 @@ class Interpreter:
         if memo is None or not isinstance(expr, _SHARABLE) or \
                 not is_dataflow(expr, self._dataflow):
             return self._run(expr, env, owned=False, tail=False)
-        found = memo.get(expr)
+        found = memo.find(expr)
         if found is None:
-            found = memo.values[expr] = self._run(expr, env, owned=False, tail=False)
+            found = memo[expr] = self._run(expr, env, owned=False, tail=False)
         return found
 
     def _invoke(self, fn: Value, args: list[Value], call: Call | None) -> Value:

@@ -35,6 +35,7 @@ from llvmlite import ir
 
 from relaydsl.backend.llvm import intrinsics as M
 from relaydsl.backend.llvm.intervals import Interval, Scope, clamped, interval, is_float
+from relaydsl.chained import ChainedDict
 from relaydsl.te.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Call, Cast, Div, FloatImm, FloorDiv, FloorMod,
     IntImm, IterVar, Max, Min, Mul, Not, PrimExpr, Reduce, Select, Sub, TensorRead, Var,
@@ -106,19 +107,12 @@ class Ctx(Scope):
                  parent: "Ctx | None" = None, fast: bool = False):
         super().__init__(ranges, parent)
         self.env, self.fast = env, fast
-        self.memo: dict[tuple[PrimExpr, str], ir.Value] = {}
+        self.memo: ChainedDict[tuple[PrimExpr, str], ir.Value] = ChainedDict(
+            None if parent is None else parent.memo)
 
     def child(self, env: dict[PrimExpr, ir.Value], ranges: dict[PrimExpr, Interval]) -> "Ctx":
         return Ctx({**self.env, **env}, {**self.ranges, **ranges}, self, self.fast)
 
-    def lookup(self, key: tuple[PrimExpr, str]) -> ir.Value | None:
-        ctx: Ctx | None = self
-        while ctx is not None:
-            v = ctx.memo.get(key)
-            if v is not None:
-                return v
-            ctx = ctx.parent
-        return None
 
 
 
@@ -247,7 +241,7 @@ class ExprEmitter:
     def index(self, e: PrimExpr, ctx: Ctx) -> ir.Value:
         """``e`` (an integer expression) as i64."""
         key = (e, "i")
-        v = ctx.lookup(key)
+        v = ctx.memo.find(key)
         if v is None:
             v = self._index(e, ctx)
             ctx.memo[key] = v
@@ -291,7 +285,7 @@ class ExprEmitter:
     # ---- values --------------------------------------------------------------------------
     def value(self, e: PrimExpr, ctx: Ctx) -> ir.Value:
         key = (e, "v")
-        v = ctx.lookup(key)
+        v = ctx.memo.find(key)
         if v is None:
             v = self._value(e, ctx)
             ctx.memo[key] = v

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any as AnyValue
 
 
+from relaydsl.chained import ChainedDict
 from relaydsl.ir.adt import (
     Constructor, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
 )
@@ -170,22 +171,15 @@ _UNIT = _Tuple(())
 Signature = tuple[object, ...]
 
 
-@dataclass(eq=False, slots=True)
-class _Frame:
+class _Frame(ChainedDict[Var, _Value]):
     """The variables one evaluation of a function body binds; the rest are its parent's
     (the frame its closure was made in). A variable is bound once per evaluation."""
 
-    parent: "_Frame | None"
-    values: dict[Var, _Value] = field(default_factory=dict[Var, _Value])
+    __slots__ = ()
 
     def lookup(self, v: Var) -> _Value:
-        frame: _Frame | None = self
-        while frame is not None:
-            found = frame.values.get(v)
-            if found is not None:
-                return found
-            frame = frame.parent
-        return _Dynamic(v)  # free in the function being evaluated
+        found = self.find(v)
+        return _Dynamic(v) if found is None else found  # free in the function evaluated
 
 
 # ---- the residual program ---------------------------------------------------------------
@@ -545,7 +539,7 @@ class _PartialEvaluator:
             finally:
                 self.name = outer
             annotation = self.own(node.var.type_annotation)
-            frame.values[node.var] = self.ascribed(node.var, value, annotation)
+            frame[node.var] = self.ascribed(node.var, value, annotation)
             node = node.body
         return self.eval(node, frame)
 
@@ -599,7 +593,7 @@ class _PartialEvaluator:
     def bind(self, p: Pattern, v: _Value, frame: _Frame) -> None:
         """Bind the variables of `p`, which `v` matches."""
         if isinstance(p, PatternVar):
-            frame.values[p.var] = v
+            frame[p.var] = v
         elif isinstance(p, (PatternConstructor, PatternTuple)):
             if not isinstance(v, (_Tuple, _Data)):  # a dynamic tuple: projected
                 atom = self.reify(v)
@@ -612,7 +606,7 @@ class _PartialEvaluator:
         """`p` binding new variables (dynamic values in `frame`) for a residual clause."""
         if isinstance(p, PatternVar):
             var = self.fresh(p.var)
-            frame.values[p.var] = _Dynamic(var)
+            frame[p.var] = _Dynamic(var)
             return PatternVar(var, span=p.span)
         if isinstance(p, PatternConstructor):
             return PatternConstructor(p.constructor,
