@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pathlib
 import signal
 import threading
 import time
@@ -212,11 +211,15 @@ def test_jobs_compiled_ahead_by_a_child_alone_are_loaded_and_a_finished_child_is
     assert jit.stats["compiled"] == before["compiled"] + 3
 
 
-def slow_first_child(monkeypatch, tmp_path) -> pathlib.Path:
-    """Makes the first child that compiles sleep 2 s before its first module (later children
-    and this process compile at once); the file it creates when it starts."""
+def jobs_ahead_with_a_slow_child(monkeypatch, tmp_path, tag: str) -> list[int]:
+    """Jobs 1-3 of `tag` given to a child compiling ahead alone, which takes job 1 and
+    sleeps 2 s before compiling it (later children and this process compile at once);
+    returns once it has taken it, the list ``count_compilations_here`` grows."""
     from relaydsl.backend.llvm import jit
 
+    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
+    jit.runtime_threads()
+    here = count_compilations_here(monkeypatch)
     parent, real, started = os.getpid(), jit._compile_object, tmp_path / "started"
 
     def compile_object(*args):
@@ -226,13 +229,11 @@ def slow_first_child(monkeypatch, tmp_path) -> pathlib.Path:
         return real(*args)
 
     monkeypatch.setattr(jit, "_compile_object", compile_object)
-    return started
-
-
-def wait_for(path: pathlib.Path) -> None:
+    assert jit.compile_parallel([add_job(tag, k) for k in (1, 2, 3)], share=False)
     deadline = time.monotonic() + 10
-    while not path.exists() and time.monotonic() < deadline:
+    while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
+    return here
 
 
 @needs_two_cores
@@ -240,13 +241,8 @@ def test_a_load_compiles_the_jobs_a_child_compiling_ahead_has_not_taken_instead_
         tmp_path, monkeypatch):
     from relaydsl.backend.llvm import jit
 
-    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
-    jit.runtime_threads()
     tag = f"help{os.getpid()}"
-    here = count_compilations_here(monkeypatch)
-    started = slow_first_child(monkeypatch, tmp_path)
-    assert jit.compile_parallel([add_job(tag, k) for k in (1, 2, 3)], share=False)
-    wait_for(started)  # the child took job 1 and sleeps
+    here = jobs_ahead_with_a_slow_child(monkeypatch, tmp_path, tag)
     start = time.monotonic()
     assert call_add(tag, 3) == 44  # jobs 2 and 3 compiled here, not waited for
     assert time.monotonic() - start < 1.5 and len(here) == 2
@@ -259,13 +255,8 @@ def test_a_shared_queue_takes_over_the_jobs_a_child_compiling_ahead_has_not_star
         tmp_path, monkeypatch):
     from relaydsl.backend.llvm import jit
 
-    monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
-    jit.runtime_threads()
     tag = f"takeover{os.getpid()}"
-    here = count_compilations_here(monkeypatch)
-    started = slow_first_child(monkeypatch, tmp_path)
-    assert jit.compile_parallel([add_job(tag, k) for k in (1, 2, 3)], share=False)
-    wait_for(started)  # the first child took job 1 and sleeps
+    here = jobs_ahead_with_a_slow_child(monkeypatch, tmp_path, tag)
     start = time.monotonic()
     # jobs 2 and 3 join 4 and 5 in the queue this process shares with a second child
     assert jit.compile_parallel([add_job(tag, k) for k in (4, 5)])
