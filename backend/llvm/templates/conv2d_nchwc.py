@@ -9,7 +9,7 @@ and kernel row ``ky`` (input row ``iy = oy*sh + ky - top``), with ``k = kx*i + c
 
 The data's ``(kx, ci)`` elements of one pixel's window are ``KW*i`` consecutive floats
 (dilation 1), and one output pixel's are ``sw*i`` floats after the previous one's: A of the
-micro-kernel's direct variant (``a_rs = sw*i``, ``a_ks = 1``), read where it lies. The
+micro-kernel (``a_rs = sw*i``, ``a_ks = 1``), read where it lies. The
 weight's ``[ob, c, ky]`` slice is ``KW*i`` rows of ``o`` contiguous floats: exactly a
 packed B micro-panel when ``o`` is the micro-tile's NR. So a tile of MR output pixels by
 ``o`` channels is ``C/i * KH`` calls of the micro-kernel, its accumulators in registers
@@ -79,9 +79,9 @@ def micro_tile(out_block: int, ow: int, vector_bits: int | None = None) -> Micro
 def emit_blocked_conv(module: ir.Module, name: str, conv: BlockedConv, tile: MicroTile
                       ) -> ir.Function:
     """Defines ``void @name(float* out, float* data, float* weight, i64 begin, i64 end)``
-    computing output rows (units) ``[begin, end)``, calling the direct micro-kernel of
+    computing output rows (units) ``[begin, end)``, calling the micro-kernel of
     `tile` (a GEMM library part it declares)."""
-    ukernel = gemm_library.declare_ukernel(module, tile, direct=True)
+    ukernel = gemm_library.declare_ukernel(module, tile)
     (sh, sw), (top, left) = conv.strides, conv.pads[:2]
     i, o, mr = conv.in_block, conv.out_block, tile.mr
     kc = conv.kw * i  # one kernel row's (kx, ci) elements

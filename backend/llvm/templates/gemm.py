@@ -21,7 +21,8 @@ eight small drivers instead of eight copies of the micro-kernel and the packers:
       %packed_b = alloca [KC*NC x float], align 64
       for batch index bi covering units [begin, end):
         call @relaydsl_gemm_v16m14n32_block(A(bi), B(bi), C(bi), rows, columns, %packed_a,
-                                            %packed_b, K, ldc, strides..., @pack_b, direct)
+                                            %packed_b, K, ldc, strides..., @pack_b,
+                                            @ukernel, a_in_place)
     }
 
 The micro-kernel keeps MR x NR/VL vector accumulators (``<VL x float>``, VL = 16 with
@@ -49,7 +50,7 @@ import llvmlite.ir as ir
 from relaydsl import settings
 from relaydsl.backend.llvm.templates import gemm_library
 from relaydsl.backend.llvm.templates.gemm_library import MicroTile
-from relaydsl.backend.llvm.templates.irgen import I64, PF, Gen, c64, new_function
+from relaydsl.backend.llvm.templates.irgen import I1, I64, PF, Gen, c64, new_function
 
 
 # ---- blocking -----------------------------------------------------------------------------
@@ -243,13 +244,10 @@ def split_work(spec: GemmSpec, bl: Blocking, split: str, threads: int, pack_cost
 
 
 def micro_kernel_parts(spec: GemmSpec, bl: Blocking | None = None) -> list[gemm_library.Part]:
-    """The GEMM library's micro-kernels that ``emit_gemm(..., spec, bl)`` calls (besides the
-    core), the one for packed A first, then the one reading A in place where it does: a
-    build that knows its contractions early compiles them ahead."""
+    """The GEMM library's micro-kernel that ``emit_gemm(..., spec, bl)`` calls (besides the
+    core): a build that knows its contractions early compiles it ahead."""
     bl = fit_blocking(bl or default_blocking(), spec)
-    tile = MicroTile(bl.vl, bl.mr, bl.nr)
-    direct = [gemm_library.ukernel_part(tile, direct=True)] if reads_a_in_place(spec, bl) else []
-    return [gemm_library.ukernel_part(tile), *direct]
+    return [gemm_library.ukernel_part(MicroTile(bl.vl, bl.mr, bl.nr))]
 
 
 def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None = None,
@@ -267,10 +265,7 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
     mc_max = min(bl.mc, -(-spec.m // bl.mr) * bl.mr)
     nc_max = min(bl.nc, -(-spec.n // bl.nr) * bl.nr)
     block = gemm_library.declare_core(module, bl.vl, "block")
-    ukernel, *in_place = [gemm_library.declare_micro_kernel(module, part)
-                          for part in micro_kernel_parts(spec, bl)]
-    direct_kernel = (in_place[0] if in_place else
-                     ir.Constant(gemm_library.DIRECT_TYPE.as_pointer(), None))
+    ukernel = gemm_library.declare_ukernel(module, MicroTile(bl.vl, bl.mr, bl.nr))
     if pack_b is None:
         packer = gemm_library.declare_core(module, bl.vl, "pack")
     else:
@@ -297,7 +292,8 @@ def emit_gemm(module: ir.Module, name: str, spec: GemmSpec, bl: Blocking | None 
             "a_rs": c64(spec.a_strides[0]), "a_ks": c64(spec.a_strides[1]),
             "b_ks": c64(spec.b_strides[0]), "b_xs": c64(spec.b_strides[1]),
             "kc": c64(kc_max), "mc": c64(mc_max), "nc": c64(nc_max), "mr": c64(bl.mr),
-            "nr": c64(bl.nr), "pack_b": packer, "ukernel": ukernel, "direct": direct_kernel,
+            "nr": c64(bl.nr), "pack_b": packer, "ukernel": ukernel,
+            "a_in_place": ir.Constant(I1, reads_a_in_place(spec, bl)),
         }
         b.call(block, [args[n] for n, _ in gemm_library.BLOCK_PARAMS])
 

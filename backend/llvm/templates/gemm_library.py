@@ -1,19 +1,19 @@
 """The shape-independent half of the GEMM: compiled once per vector width and micro-tile.
 
 Everything here takes sizes and strides at run time, so every GEMM shape shares it; the
-shape-specific driver (gemm.py) only walks the batch and the parallel units. Three kinds
+shape-specific driver (gemm.py) only walks the batch and the parallel units. Two kinds
 of LLVM module, each compiled (or read from the disk cache) on first use in a process:
 
 * the core, per vector width VL: ``@relaydsl_gemm_v<VL>_pack`` and ``@..._block``;
-* the micro-kernel of each tile (VL, MR, NR): ``@relaydsl_gemm_v<VL>m<MR>n<NR>_ukernel``;
-* its "direct" variant reading A in place: ``@..._ukernel_direct`` (only where a shape
-  uses it).
+* the micro-kernel of each tile (VL, MR, NR): ``@relaydsl_gemm_v<VL>m<MR>n<NR>_ukernel``,
+  reading A through run-time strides: a packed micro-panel (``a_rs = 1``, ``a_ks = MR``)
+  or A where it lies.
 
 The block function is the BLIS loop nest (C(i, j) at C[i*ldc + j], A(i, p) at
 A[i*a_rs + p*a_ks], B(p, j) at B[p*b_ks + j*b_xs]):
 
     void @relaydsl_gemm_v16_block(A, B, C, r0, r1, c0, c1, Ap, Bp, k, ldc, a_rs, a_ks,
-                                  b_ks, b_xs, kc, mc, nc, mr, nr, pack_b, ukernel, direct)
+                                  b_ks, b_xs, kc, mc, nc, mr, nr, pack_b, ukernel, a_in_place)
       for jc in [c0, c1) in blocks of <= nc:    # B panel, kept in L2
         for pc in [0, k) step kc:               # one rank-kc update
           pack_b(Bp, B, jc, nc', pc, kc', b_xs, b_ks, nr)  # NR-wide micro-panels, zero padded
@@ -23,9 +23,9 @@ A[i*a_rs + p*a_ks], B(p, j) at B[p*b_ks + j*b_xs]):
               for jr in nc' step NR:            # B micro-panels streamed from L2
                 ukernel: C[MR x NR] (+)= Ap[ir] . Bp[jr]   (accumulators in registers)
 
-``pack_b``, ``ukernel`` and ``direct`` are function pointers (conv2d passes its im2col
-packer as ``pack_b``); a call moves a whole panel or micro-tile, so calling through a
-pointer costs nothing measurable. The MC and NC blocks hold equal numbers of micro-tiles
+``pack_b`` and ``ukernel`` are function pointers (conv2d passes its im2col packer as
+``pack_b``); a call moves a whole panel or micro-tile, so calling through a pointer costs
+nothing measurable. The MC and NC blocks hold equal numbers of micro-tiles
 (not steps of MC leaving a last block of one tile). Row tiles outside, column tiles
 inside: consecutive calls update C tiles side by side in the same rows, which the
 hardware prefetchers follow; with the column tiles outside (BLIS's order, a B micro-panel
@@ -40,9 +40,16 @@ k loop (C was last touched a whole kc step ago), and B's micro-panel ``B_PREFETC
 ahead of its loads, as it streams from L2. Edge tiles (M, N not multiples of MR, NR)
 run the same kernel on
 zero-padded panels and write back only the valid part with masked stores, so no load or
-store ever leaves an operand. With a non-null ``direct``, full MR-row tiles read A in
-place and only a partial last row tile is packed: with few column tiles an A element
-feeds few FMAs, and packing it would cost more than it saves.
+store ever leaves an operand. With ``a_in_place``, full MR-row tiles read A in place and
+only a partial last row tile is packed: with few column tiles an A element feeds few
+FMAs, and packing it would cost more than it saves.
+
+One micro-kernel serves both: a packed panel is A with strides (1, MR). Its k loop then
+computes the rows' addresses (12 more integer instructions beside the 28 FMAs of a 14x32
+tile), and runs as fast as a kernel with the packed strides built in: GEMM 512 0.633 and
+0.644 ms against 0.638 and 0.642, GEMM 1024 and the MLP forward within their run-to-run
+spread (AMD EPYC, Zen 5, benchmarks/run.py, alternating). The kernel specialised to packed
+panels cost a second module per tile, ~17 ms of a cold build's CPU each (IR and LLVM).
 
 The modules are written already vectorised, unrolled and scheduled, in SSA form, so LLVM
 compiles them at speed level 0: no IR optimisation, only code generation (which runs at
@@ -104,9 +111,8 @@ CACHE_LINE_FLOATS = 16
 # panel t being src[(x0 + t*width + w)*s_x + (k0 + k)*s_k]; columns past nx are 0.
 PACK_ARGS = [PF, PF, I64, I64, I64, I64, I64, I64, I64]
 PACK_TYPE = ir.FunctionType(VOID, PACK_ARGS)
-# The micro-kernels: void (A, Bp, kc, C, ldc, mv, nv, first) and, direct, (..., a_rs, a_ks).
-UKERNEL_TYPE = ir.FunctionType(VOID, [PF, PF, I64, PF, I64, I64, I64, I1])
-DIRECT_TYPE = ir.FunctionType(VOID, [PF, PF, I64, PF, I64, I64, I64, I1, I64, I64])
+# The micro-kernels: void (A, Bp, kc, C, ldc, mv, nv, first, a_rs, a_ks).
+UKERNEL_TYPE = ir.FunctionType(VOID, [PF, PF, I64, PF, I64, I64, I64, I1, I64, I64])
 
 # The sub-GEMM's parameters, in order, with their types.
 BLOCK_PARAMS: tuple[tuple[str, ir.Type], ...] = (
@@ -114,7 +120,7 @@ BLOCK_PARAMS: tuple[tuple[str, ir.Type], ...] = (
     ("ap", PF), ("bp", PF), ("k", I64), ("ldc", I64), ("a_rs", I64), ("a_ks", I64),
     ("b_ks", I64), ("b_xs", I64), ("kc", I64), ("mc", I64), ("nc", I64), ("mr", I64),
     ("nr", I64), ("pack_b", PACK_TYPE.as_pointer()), ("ukernel", UKERNEL_TYPE.as_pointer()),
-    ("direct", DIRECT_TYPE.as_pointer()),
+    ("a_in_place", I1),
 )
 BLOCK_TYPE = ir.FunctionType(VOID, [t for _, t in BLOCK_PARAMS])
 
@@ -127,15 +133,11 @@ def declare_core(module: ir.Module, vl: int, part: str) -> ir.Function:
     return get_function(module, declared.name, fnty)
 
 
-def declare_ukernel(module: ir.Module, tile: MicroTile, direct: bool = False) -> ir.Function:
-    return declare_micro_kernel(module, ukernel_part(tile, direct))
-
-
-def declare_micro_kernel(module: ir.Module, part: Part) -> ir.Function:
-    """The declaration of micro-kernel `part` (``ukernel_part``) in a caller's module."""
+def declare_ukernel(module: ir.Module, tile: MicroTile) -> ir.Function:
+    """The declaration of the micro-kernel of `tile` in a caller's module."""
+    part = ukernel_part(tile)
     _DECLARED[part.name] = part
-    fnty = DIRECT_TYPE if part.kind == "ukernel_direct" else UKERNEL_TYPE
-    return get_function(module, part.name, fnty)
+    return get_function(module, part.name, UKERNEL_TYPE)
 
 
 def declared_parts(module: ir.Module) -> list[Part]:
@@ -183,7 +185,7 @@ if hasattr(os, "register_at_fork"):
 @dataclass(frozen=True)
 class Part:
     """One library module: the exported function `name`, the core's ``pack`` or ``block``
-    or a micro-kernel (``ukernel``, ``ukernel_direct``) of `tile`."""
+    or the micro-kernel (``ukernel``) of `tile`."""
 
     name: str
     kind: str
@@ -200,15 +202,14 @@ def _core_part(vl: int, kind: str) -> Part:
     return Part(core_symbol(vl, kind), kind, vl)
 
 
-def ukernel_part(tile: MicroTile, direct: bool = False) -> Part:
-    """The micro-kernel of `tile` (the variant reading A in place with `direct`)."""
-    kind = "ukernel_direct" if direct else "ukernel"
-    return Part(tile.symbol(kind), kind, tile.vl, tile)
+def ukernel_part(tile: MicroTile) -> Part:
+    """The micro-kernel of `tile`."""
+    return Part(tile.symbol("ukernel"), "ukernel", tile.vl, tile)
 
 
 def jobs(parts: list[Part]) -> list[jit.Job]:
     """The compile jobs (``jit.compile_parallel``) of the `parts` not loaded yet; their IR is
-    built by whoever compiles them. The block, the cheapest (~13 ms, the packer ~40, a
+    built by whoever compiles them. The block, the cheapest (~3 ms, the packer ~25, a
     micro-kernel ~20), comes last: the two processes sharing the jobs finish closer."""
     return [jit.Job(_key(part), functools.partial(library_ir, part), speed_level=_SPEED,
                     vectorize=False, fast_codegen=_fast_codegen(part))
@@ -239,8 +240,8 @@ def library_ir(part: Part) -> str:
     elif part.kind == "block":
         emit_block(module, part.vl)
     else:
-        assert part.tile is not None and part.kind in ("ukernel", "ukernel_direct")
-        emit_microkernel(module, part.name, part.tile, direct=part.kind == "ukernel_direct")
+        assert part.tile is not None and part.kind == "ukernel"
+        emit_microkernel(module, part.name, part.tile)
     return str(module)
 
 
@@ -252,21 +253,18 @@ def library(name: str) -> jit.Library:
 # ---- the micro-kernel -------------------------------------------------------------------------
 
 
-def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool = False
-                     ) -> ir.Function:
-    """``void (A, Bp, kc, C, ldc, mv, nv, first[, a_rs, a_ks])``: C[:mv, :nv] = (or +=) A . Bp.
+def emit_microkernel(module: ir.Module, name: str, tile: MicroTile) -> ir.Function:
+    """``void (A, Bp, kc, C, ldc, mv, nv, first, a_rs, a_ks)``: C[:mv, :nv] = (or +=) A . Bp.
 
-    A is a packed micro-panel (element (i, k) at k*MR + i), or with `direct` A itself with
-    run-time strides (its MR rows are read whatever mv is). Bp is a packed micro-panel
-    (element (k, j) at k*NR + j), 64-byte aligned unless `direct`.
+    Element (i, k) of A is at i*a_rs + k*a_ks: a packed micro-panel (strides 1, MR) or A
+    where it lies (its MR rows are read whatever mv is). Bp is a micro-panel (element
+    (k, j) at k*NR + j), packed or read in place (conv2d_nchwc's weight).
     """
     mr, nr, vl = tile.mr, tile.nr, tile.vl
     nvec = nr // vl
     vec = ir.VectorType(F32, vl)
-    fnty = DIRECT_TYPE if direct else UKERNEL_TYPE
-    fn = new_function(module, name, fnty.args, internal=False, noalias=(0, 1, 3))
-    a, bp, kc, c, ldc, mv, nv, first = fn.args[:8]
-    a_rs, a_ks = fn.args[8:] if direct else (1, mr)
+    fn = new_function(module, name, UKERNEL_TYPE.args, internal=False, noalias=(0, 1, 3))
+    a, bp, kc, c, ldc, mv, nv, first, a_rs, a_ks = fn.args
     fma = get_function(module, f"llvm.fma.v{vl}f32", ir.FunctionType(vec, [vec] * 3))
     g = Gen(module, fn)
     b = g.b
@@ -289,9 +287,8 @@ def emit_microkernel(module: ir.Module, name: str, tile: MicroTile, direct: bool
     k, accs = g.accumulators(entry, "k", vec, mr, nvec)
     pa = g.at(a, g.mul(k, a_ks))
     pb = g.at(bp, g.mul(k, nr))
-    # the direct variant's B may be read in place (conv2d_nchwc's weight), so not 64-aligned
-    b_align = 4 if direct else 64
-    bvs = [b.load(g.vptr(g.at(pb, v * vl), vl), align=b_align) for v in range(nvec)]
+    # B may be read in place (conv2d_nchwc's weight), so not 64-aligned
+    bvs = [b.load(g.vptr(g.at(pb, v * vl), vl), align=4) for v in range(nvec)]
     # B's micro-panel streams from L2 (A's stays in L1): fetched B_PREFETCH k steps ahead
     # (past the panel's end: the next micro-panel's start, the next call's first steps)
     for v in range(0, nr, CACHE_LINE_FLOATS):
@@ -461,18 +458,17 @@ def emit_block(module: ir.Module, vl: int) -> ir.Function:
     a, c, ap, bp, ldc, mr, nr = p["a"], p["c"], p["ap"], p["bp"], p["ldc"], p["mr"], p["nr"]
     g = Gen(module, fn)
     b = g.b
-    # all ones with a direct micro-kernel, else 0: an `and` rather than a select or a branch,
+    # all ones where A is read in place, else 0: an `and` rather than a select or a branch,
     # which LLVM would unswitch, duplicating the loop nest for nothing
-    direct = b.sext(b.icmp_unsigned("!=", p["direct"], ir.Constant(DIRECT_TYPE.as_pointer(), None)),
-                    I64)
+    in_place = b.sext(p["a_in_place"], I64)
     with _blocks(g, p["c0"], p["c1"], p["nc"], nr, "jc") as (jc, nc), \
             g.loop(0, p["k"], p["kc"], "pc") as pc:
         kc = g.min(b.sub(p["k"], pc), p["kc"])
         first = b.icmp_signed("==", pc, c64(0))
         b.call(p["pack_b"], [bp, p["b"], jc, nc, pc, kc, p["b_xs"], p["b_ks"], nr])
         with _blocks(g, p["r0"], p["r1"], p["mc"], mr, "ic") as (ic, mc):
-            # direct: full row tiles read A in place; only the partial one is packed
-            mfull = b.and_(b.mul(b.sdiv(mc, mr), mr), direct)
+            # in place: full row tiles read A where it lies; only the partial one is packed
+            mfull = b.and_(b.mul(b.sdiv(mc, mr), mr), in_place)
             with b.if_then(b.icmp_signed("<", mfull, mc)):
                 b.call(pack, [ap, a, b.add(ic, mfull), b.sub(mc, mfull), pc, kc,
                               p["a_rs"], p["a_ks"], mr])
@@ -483,7 +479,7 @@ def emit_block(module: ir.Module, vl: int) -> ir.Function:
                 a_in = g.at(a, g.add(g.mul(row, p["a_rs"]), g.mul(pc, p["a_ks"])))
                 crow = g.at(c, g.add(g.mul(row, ldc), jc))
                 with g.loop(0, nc, nr, "jd") as jr:
-                    b.call(p["direct"], [a_in, g.at(bp, b.mul(jr, kc)), kc, g.at(crow, jr), ldc,
+                    b.call(p["ukernel"], [a_in, g.at(bp, b.mul(jr, kc)), kc, g.at(crow, jr), ldc,
                                          mr, g.min(b.sub(nc, jr), nr), first, p["a_rs"],
                                          p["a_ks"]])
             with g.loop(mfull, mc, mr, "ir") as ir_:
@@ -492,7 +488,7 @@ def emit_block(module: ir.Module, vl: int) -> ir.Function:
                 crow = g.at(c, g.add(g.mul(b.add(ic, ir_), ldc), jc))
                 with g.loop(0, nc, nr, "jr") as jr:
                     b.call(p["ukernel"], [apanel, g.at(bp, b.mul(jr, kc)), kc, g.at(crow, jr),
-                                          ldc, mv, g.min(b.sub(nc, jr), nr), first])
+                                      ldc, mv, g.min(b.sub(nc, jr), nr), first, c64(1), mr])
     b.ret_void()
     return fn
 

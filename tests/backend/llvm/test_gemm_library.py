@@ -15,7 +15,7 @@ import pytest
 
 from relaydsl.backend.llvm import jit
 from relaydsl.backend.llvm.templates import gemm_library
-from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, fit_blocking
+from relaydsl.backend.llvm.templates.gemm import Blocking, GemmSpec, fit_blocking, reads_a_in_place
 from relaydsl.backend.llvm.templates.gemm_library import MicroTile
 from tests.backend.llvm.test_templates import build, check, reference
 
@@ -40,18 +40,20 @@ def test_two_shapes_share_one_compiled_library(tmp_path, monkeypatch):
     check(first + second)
 
 
-def test_direct_variant_is_compiled_only_for_shapes_that_use_it(tmp_path, monkeypatch):
+def test_one_micro_kernel_serves_packed_and_in_place_a(tmp_path, monkeypatch):
     monkeypatch.setenv("RELAYDSL_CACHE_DIR", str(tmp_path))
     bl = Blocking(vl=8, mr=3, nr=8, kc=16, mc=9, nc=32)
     tile = MicroTile(8, 3, 8)
-    build([("matmul", {}, (20, 17), (17, 40))], bl)  # 5 column tiles: A is packed
+    wide = GemmSpec(20, 40, 17, (17, 1), (40, 1), 40)
+    narrow = GemmSpec(20, 9, 17, (17, 1), (9, 1), 9)
+    assert not reads_a_in_place(wide, fit_blocking(bl, wide))
+    packed = build([("matmul", {}, (20, 17), (17, 40))], bl)  # 5 column tiles: A is packed
     assert tile.symbol("ukernel") in gemm_library._LOADED
-    assert tile.symbol("ukernel_direct") not in gemm_library._LOADED
     before = _compiled()
-    kernels = build([("matmul", {}, (20, 17), (17, 9)), ("dense", {}, (31, 70), (5, 70))], bl)
-    assert tile.symbol("ukernel_direct") in gemm_library._LOADED
-    assert _compiled() == before + 2  # the shapes' module and the direct micro-kernel
-    check(kernels)
+    assert reads_a_in_place(narrow, fit_blocking(bl, narrow))
+    in_place = build([("matmul", {}, (20, 17), (17, 9)), ("dense", {}, (31, 70), (5, 70))], bl)
+    assert _compiled() == before + 1  # only the shapes' module: the micro-kernel is shared
+    check(packed + in_place)
 
 
 def test_blocks_of_equal_tile_counts_cover_ragged_ranges():
@@ -134,6 +136,6 @@ def test_fresh_process_loads_the_library_from_disk(tmp_path):
         return out.stdout.split()
 
     compiled, hits = run()
-    # the test module (never cached), pack, block, the micro-kernel and its direct variant
-    assert (compiled, hits) == ("5", "0")
-    assert run() == ["1", "4"]  # the library comes from the disk
+    # the test module (never cached), pack, block and the micro-kernel
+    assert (compiled, hits) == ("4", "0")
+    assert run() == ["1", "3"]  # the library comes from the disk
