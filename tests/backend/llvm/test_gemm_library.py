@@ -82,12 +82,15 @@ def test_micro_tile_heights_come_from_a_short_ladder():
                                      ldc=9)) == Blocking(16, 14, 16, 256, 126, 512)
 
 
+@pytest.mark.parametrize("vl", [8, 16])
 @pytest.mark.parametrize("strides", ["rows", "columns", "neither"])
-def test_packer_any_strides_and_widths(strides):
-    """The shared packer against a NumPy model, for widths below, at and above VL."""
+def test_packer_any_strides_and_widths(strides, vl):
+    """The shared packer against a NumPy model, for widths below, at and above VL (16 lanes:
+    AVX-512's transposing permutes)."""
     import ctypes
 
-    vl = 8
+    if vl == 16 and "+avx512f" not in jit.host_target().features:
+        pytest.skip("16-lane vectors need AVX-512")
     gemm_library.load(gemm_library.core_parts(vl))
     name = gemm_library.core_symbol(vl, "pack")
     fn = gemm_library.library(name).function(name, None,
@@ -105,7 +108,7 @@ def test_packer_any_strides_and_widths(strides):
         view = src[::2, ::2]
     else:
         view = src
-    for width in (3, 8, 16, 24):
+    for width in (3, vl, 14, 2 * vl):
         for x0, nx, k0, kc in ((0, 45, 0, 37), (5, 17, 3, 9), (2, width, 20, 17)):
             panels = -(-nx // width)
             dst = np.full((panels, kc, width), np.nan, np.float32)
