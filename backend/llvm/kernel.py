@@ -330,10 +330,13 @@ def _build(todo: dict[str, tuple[Function, int, list[int]]], speed: int) -> dict
 
 
 # LLVM instructions of a module of kernels, beyond which the next kernel starts another
-# module, so that two cores can share their compilation (jit.compile_parallel): ~50 ms of
+# module, so that two cores can share their compilation (jit.compile_parallel): ~35 ms of
 # LLVM's time at speed level 3 (~0.14 ms an instruction, including code generation, on
 # the MLP's kernels on an Intel Xeon, rocketlake); a module costs ~2 ms more on its own.
-_GROUP_INSTRUCTIONS = 350
+# Cold builds on an AMD EPYC (Zen 5), fresh processes alternating with 350: the MLP's
+# gradients 4-6 ms faster with 250 or 175 (a core no longer waits ~20 ms for the other's
+# last 40 ms module), ResNet-18's the same with 250 and 5 ms slower with 175; 120 is slower.
+_GROUP_INSTRUCTIONS = 250
 
 
 def _emit(functions: dict[str, Function]) -> list[tuple[ir.Module, list[tuple]]]:
