@@ -7,38 +7,76 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import weakref
 from collections.abc import Iterable, Iterator
 
 
 def assigned_names(stmts: Iterable[ast.stmt]) -> list[str]:
     """Names a block (re)binds, in order, not looking into nested functions."""
     out: list[str] = []
-
-    class _Visitor(ast.NodeVisitor):
-        def visit_Name(self, node: ast.Name) -> None:
-            if isinstance(node.ctx, ast.Store) and node.id not in out:
-                out.append(node.id)
-
-        def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-            if node.name not in out:
-                out.append(node.name)
-
-        def visit_Lambda(self, node: ast.Lambda) -> None:
-            pass
-
-        def visit_MatchAs(self, node: ast.MatchAs) -> None:
-            if node.name and node.name not in out:
-                out.append(node.name)
-            self.generic_visit(node)
-
-    v = _Visitor()
     for s in stmts:
-        v.visit(s)
+        _add(out, _statement_names(s))
     return out
 
 
+# Facts of a statement, kept while its AST lives: the translation asks them of the same
+# nested blocks again and again (each `elif` of a chain of n asks about the n - 1 after it),
+# which was cubic in n (600 branches: 20 s to decorate).
+_NAMES: weakref.WeakKeyDictionary[ast.stmt, tuple[str, ...]] = weakref.WeakKeyDictionary()
+_RETURNS: weakref.WeakKeyDictionary[ast.stmt, bool] = weakref.WeakKeyDictionary()
+_ALWAYS_RETURNS: weakref.WeakKeyDictionary[ast.stmt, bool] = weakref.WeakKeyDictionary()
+
+
+def _statement_names(s: ast.stmt) -> tuple[str, ...]:
+    names = _NAMES.get(s)
+    if names is None:
+        out: list[str] = []
+        _collect_names(s, out, inner=False)
+        names = _NAMES[s] = tuple(out)
+    return names
+
+
+def _collect_names(node: ast.AST, out: list[str], inner: bool = True) -> None:
+    """The names `node` binds, appended to `out` in the order of its fields (a statement
+    nested in it: from the memo)."""
+    if inner and isinstance(node, ast.stmt):
+        _add(out, _statement_names(node))
+    elif isinstance(node, ast.Name):
+        if isinstance(node.ctx, ast.Store):
+            _add(out, [node.id])
+    elif isinstance(node, ast.FunctionDef):
+        _add(out, [node.name])
+    elif not isinstance(node, ast.Lambda):
+        if isinstance(node, ast.MatchAs) and node.name:
+            _add(out, [node.name])
+        for child in ast.iter_child_nodes(node):
+            _collect_names(child, out)
+
+
+def _add(out: list[str], names: Iterable[str]) -> None:
+    out.extend(n for n in names if n not in out)
+
+
 def contains_return(stmts: Iterable[ast.stmt]) -> bool:
-    return any(isinstance(n, ast.Return) for s in stmts for n in walk_no_defs(s))
+    return any(_returns(s) for s in stmts)
+
+
+def _returns(s: ast.stmt) -> bool:
+    """Whether `s` is or holds a ``return`` (not one of a nested function)."""
+    got = _RETURNS.get(s)
+    if got is None:
+        got = _RETURNS[s] = isinstance(s, ast.Return) or (
+            not isinstance(s, ast.FunctionDef) and any(_returns(c) for c in _statements_in(s)))
+    return got
+
+
+def _statements_in(node: ast.AST) -> Iterator[ast.stmt]:
+    """The statements directly nested in `node` (in its blocks, its cases' and handlers')."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.stmt):
+            yield child
+        elif isinstance(child, (ast.match_case, ast.excepthandler)):
+            yield from _statements_in(child)
 
 
 def always_returns(stmts: list[ast.stmt]) -> bool:
@@ -46,22 +84,28 @@ def always_returns(stmts: list[ast.stmt]) -> bool:
     if not stmts:
         return False
     last = stmts[-1]
-    if isinstance(last, ast.Return):
-        return True
-    if isinstance(last, ast.If):
-        return always_returns(last.body) and always_returns(last.orelse)
-    if isinstance(last, ast.Match):
-        return all(always_returns(c.body) for c in last.cases)
-    return False
+    got = _ALWAYS_RETURNS.get(last)
+    if got is None:
+        if isinstance(last, ast.If):
+            got = always_returns(last.body) and always_returns(last.orelse)
+        elif isinstance(last, ast.Match):
+            got = all(always_returns(c.body) for c in last.cases)
+        else:
+            got = isinstance(last, ast.Return)
+        _ALWAYS_RETURNS[last] = got
+    return got
 
 
-def walk_no_defs(node: ast.AST):
-    """The nodes of `node` that belong to its scope: not those of functions and lambdas in it."""
-    if isinstance(node, (ast.FunctionDef, ast.Lambda)):
-        return
-    yield node
-    for child in ast.iter_child_nodes(node):
-        yield from walk_no_defs(child)
+def walk_no_defs(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of `node` that belong to its scope (not those of functions and lambdas in
+    it), parents before children: iterative, as a chain of nested generators is quadratic
+    in the depth."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, (ast.FunctionDef, ast.Lambda)):
+            yield n
+            stack.extend(reversed(list(ast.iter_child_nodes(n))))
 
 
 def nested_functions(nodes: Iterable[ast.AST]) -> list[ast.FunctionDef | ast.Lambda]:
