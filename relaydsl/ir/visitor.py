@@ -551,6 +551,44 @@ class _FreeVars(ExprVisitor):
         self.binders.update(pattern_vars(p))
 
 
+class FreeVarSets:
+    """``free_vars`` as sets, for many nodes of one program: each node's set is computed
+    once, from its children's. A pass asking for the free variables of every let's body
+    walked the rest of the program at each let: quadratic in the length of an elif chain
+    (DeadCodeElimination: 0.8 s a run for 600 branches).
+
+    >>> from relaydsl.ir.expr import Let, Var, const
+    >>> x, y = Var("x"), Var("y")
+    >>> sorted(v.name_hint for v in FreeVarSets()(Let(x, y, x)))
+    ['y']
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[Expr, frozenset[Var]] = {}
+
+    def __call__(self, expr: Expr) -> frozenset[Var]:
+        got = self._memo.get(expr)
+        if got is None:
+            got = self._memo[expr] = self._free(expr)
+        return got
+
+    def _free(self, expr: Expr) -> frozenset[Var]:
+        if isinstance(expr, Var):
+            return frozenset((expr,))
+        if isinstance(expr, Let):  # iteratively: a chain of thousands of lets
+            chain, body = let_chain(expr)
+            free = self(body)
+            for let in reversed(chain):
+                free = (free | self(let.value)) - {let.var}
+            return free
+        if isinstance(expr, Function):
+            return self(expr.body) - set(expr.params)
+        if isinstance(expr, Match):
+            return self(expr.data).union(*(self(c.rhs) - set(pattern_vars(c.lhs))
+                                           for c in expr.clauses))
+        return frozenset[Var]().union(*(self(c) for c in children(expr)))
+
+
 class TypeMutator:
     """Rebuilds a type; override ``visit_type_var`` etc. Used for substitution and resolution."""
 
@@ -640,7 +678,7 @@ def type_vars_of(t: Type) -> list[TypeVar]:
 
 __all__ = [
     "ExprVisitor", "ExprMutator", "ExprFunctor", "ExprFunctorWithArgs", "children", "let_chain",
-    "pattern_vars", "post_order", "free_vars", "TypeMutator", "substitute_types",
+    "pattern_vars", "post_order", "free_vars", "FreeVarSets", "TypeMutator", "substitute_types",
     "type_vars_of", "AnyDim", "GlobalTypeVar",
 ]
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from relaydsl.ir.expr import Expr, Function, Let, Var
 from relaydsl.ir.module import IRModule
-from relaydsl.ir.visitor import ExprMutator, ExprVisitor, free_vars, let_chain
+from relaydsl.ir.visitor import ExprMutator, ExprVisitor, FreeVarSets, free_vars, let_chain
 from relaydsl.transform._util import ascribes, is_pure, rewrite_functions
 from relaydsl.transform.pass_infra import ON_DEMAND, Pass
 
@@ -128,6 +128,7 @@ class _DeadLets(ExprMutator):
         super().__init__()
         self.uses = uses
         self.inlined: dict[Var, Expr] = {}
+        self.free = FreeVarSets()
 
     def visit(self, expr: Expr) -> Expr:
         if isinstance(expr, Var):  # not memoised: an inlined variable is replaced wherever
@@ -145,13 +146,13 @@ class _DeadLets(ExprMutator):
             else:
                 bindings.append((binding, value))
         body = self.visit(node)
-        used = set(free_vars(body))
+        used = set(self.free(body))
         kept: list[tuple[Let, Expr]] = []
         for binding, value in reversed(bindings):
             if binding.var not in used and is_pure(value) and \
                     not _types_others(binding.var, value):
                 continue
-            used.update(free_vars(value))
+            used.update(self.free(value))
             kept.append((binding, value))
         for binding, value in kept:  # innermost first
             if value is binding.value and body is binding.body:

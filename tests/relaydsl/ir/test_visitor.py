@@ -6,9 +6,11 @@ import pytest
 from relaydsl.errors import IRError
 from relaydsl.ir.expr import Let, Tuple, TupleGetItem, Var
 from relaydsl.ir.visitor import (
-    COMPILER_RECURSION_LIMIT, ExprFunctor, ExprFunctorWithArgs, deep_recursion,
+    COMPILER_RECURSION_LIMIT, ExprFunctor, ExprFunctorWithArgs, FreeVarSets, deep_recursion,
+    free_vars, post_order,
 )
 from relaydsl.op.registry import ops
+from tests.relaydsl.ir.programs import ALL_PROGRAMS
 
 
 def test_deep_recursion_raises_the_limit_and_restores_it():
@@ -148,3 +150,16 @@ def test_a_functor_with_args_refuses_a_node_kind_it_does_not_handle():
         _Paths().visit(Tuple([ops.exp(x)]), "r", {x: "a"})
     with pytest.raises(IRError, match="_Paths: unsupported int node"):
         _Paths().visit(3, "r", {})  # not an expression at all
+
+
+# ---- FreeVarSets: free_vars for many nodes, each computed once ---------------------------------
+
+@pytest.mark.parametrize("name", [name for name, _ in ALL_PROGRAMS])
+def test_free_var_sets_agree_with_free_vars_on_every_subexpression(name):
+    mod = dict(ALL_PROGRAMS)[name]()
+    sets = FreeVarSets()
+    for fn in mod.functions.values():
+        nodes = []
+        post_order(fn, nodes.append)
+        for e in nodes:
+            assert sets(e) == frozenset(free_vars(e)), e

@@ -210,3 +210,42 @@ def test_an_unused_collective_stays():
       %x
     }'''))
     assert let_names(eliminate_dead_code(mod)["main"]) == ["unused"]
+
+
+def elif_chain(n: int) -> str:
+    """``if k == 0 {..} else if k == 1 {..} ...``, each if's value let-bound (as the
+    frontend translates an elif chain) and each branch with a dead let."""
+    text = "%x"
+    for i in reversed(range(n)):
+        text = (f"let %joined{i} = if (equal(%k, {i}i64)) {{ let %dead{i} = exp(%x); "
+                f"add(%x, {float(i)}f) }} else {{ {text} }}; %joined{i}")
+    return f"def @main(%x: Tensor[(3), float32], %k: int64) {{ {text} }}"
+
+
+def test_an_elif_chain_is_cleaned_in_time_linear_in_its_length(monkeypatch):
+    """Each let's body's free variables come from one bottom-up walk (FreeVarSets): asked
+    of the rest of the chain at each of n branches, they made the pass quadratic (0.8 s a
+    run for 600 branches)."""
+    from relaydsl.ir import visitor
+
+    steps = [0]
+    for cls in (visitor.ExprVisitor, visitor.ExprMutator, visitor.FreeVarSets):
+        method = "_free" if cls is visitor.FreeVarSets else "visit"
+        original = getattr(cls, method)
+
+        def counted(self, expr, _original=original):
+            steps[0] += 1
+            return _original(self, expr)
+        monkeypatch.setattr(cls, method, counted)
+    work = {}
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    for n in (100, 200):
+        mod = infer_types(parse(elif_chain(n)))
+        steps[0] = 0
+        out = eliminate_dead_code(mod)
+        work[n] = steps[0]
+        assert "dead" not in str(out["main"])
+        for k in (0, n - 1, n):
+            np.testing.assert_allclose(evaluate(out, x, np.int64(k)),
+                                       x + (k if k < n else 0.0), rtol=1e-6)
+    assert work[200] < 2.5 * work[100], work
