@@ -39,7 +39,6 @@ code", native code for a call signature or of run-time shapes (and what each get
 from __future__ import annotations
 
 import logging
-from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -69,6 +68,7 @@ _log = logging.getLogger(__name__)
 # kernels generic in the batch size), not over a few.
 HOT_CALLS = 100
 _MAX_COUNTED = 256  # signatures whose calls are counted at once
+_UNBUILT = object()  # an executor's generic native program before its first use
 
 
 def prepare(mod: IRModule, options: CompileOptions, entry: str | None = None) -> IRModule:
@@ -106,6 +106,7 @@ class Program:
         # symbolic dimensions: native code of run-time shapes, per signature once hot
         self._symbolic = any(symbolic_type(p.checked_type) for p in fn.params)
         self._compiled: dict[tuple, NativeProgram | None] = {}
+        self._generic: NativeProgram | object | None = _UNBUILT
         self._calls: dict[tuple, int] = {}
         self._native_unsupported = ""
         self.native = None if self._symbolic else self._native(self.mod)
@@ -185,15 +186,21 @@ class Program:
                 _log.info("@%s for (%s): %s", self.entry, shapes, how)
         return self._compiled[key] or self._generic_native
 
-    @cached_property
+    @property
     def _generic_native(self) -> NativeProgram | None:
         """Native code of the entry as it is typed, its kernels' shapes known only at run
-        time (one build for every call signature)."""
-        native = self._native(self.mod)
-        if _log.isEnabledFor(logging.INFO):
-            _log.info("@%s for every call signature after the first: %s", self.entry,
-                      f"native code: {native.describe()}" if native else "the dispatcher")
-        return native
+        time (one build for every call signature), built on first use.
+
+        Not a functools.cached_property: on Python 3.11 that holds one lock for every
+        executor while one of them builds, and a child forked meanwhile would wait for it
+        forever."""
+        if self._generic is _UNBUILT:
+            native = self._native(self.mod)
+            if _log.isEnabledFor(logging.INFO):
+                _log.info("@%s for every call signature after the first: %s", self.entry,
+                          f"native code: {native.describe()}" if native else "the dispatcher")
+            self._generic = native
+        return self._generic  # type: ignore[return-value]
 
     def call_closure(self, closure: Closure, args: Sequence[Value]) -> Value:
         return self._interpreter.call(closure, args)

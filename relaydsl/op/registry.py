@@ -30,7 +30,6 @@ its family (what gradient rules of one family use to call another's ops).
 from __future__ import annotations
 
 import enum
-import functools
 import inspect
 from types import ModuleType
 from dataclasses import dataclass, field
@@ -308,9 +307,11 @@ class OpDef:
         inputs, attrs = self.bind_arguments(args, attrs, span)
         return Call(self.op, inputs, Attrs(attrs), span=span)
 
-    @functools.cached_property
+    @property
     def positional_attrs(self) -> tuple[Attr, ...]:
-        """The attributes a call may give positionally after the inputs, in TVM's order."""
+        """The attributes a call may give positionally after the inputs, in TVM's order
+        (computed each time: a functools.cached_property holds one lock for every op on
+        Python 3.11, which a child forked meanwhile would wait for forever)."""
         n = next((i for i, a in enumerate(self.attrs) if a.keyword_only), len(self.attrs))
         return self.attrs[:n]
 

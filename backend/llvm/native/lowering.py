@@ -12,7 +12,6 @@ however deep the dataflow graph.
 from __future__ import annotations
 
 import itertools
-from functools import cached_property
 from typing import Any as AnyValue
 
 import numpy as np
@@ -115,11 +114,17 @@ class Lowering:
         self.unit = self.constant_object("relaydsl_unit", [ir.Constant(PTR, None)])
         self.frame_address = ir.Function(self.module, ir.FunctionType(PTR, [I32]),
                                          "llvm.frameaddress.p0")
+        self._young: ir.Function | None = None
 
-    @cached_property
+    @property
     def young(self) -> ir.Function:
-        """``young(state, address, mark...)`` (loops.py), emitted for programs that loop."""
-        return young_function(self.module)
+        """``young(state, address, mark...)`` (loops.py), emitted for programs that loop.
+
+        Not a functools.cached_property: on Python 3.11 its one lock for every instance
+        would hang a child forked while another thread emits it."""
+        if self._young is None:
+            self._young = young_function(self.module)
+        return self._young
 
     def lower_entry(self, entry: GlobalVar, boundary: list[Type]) -> str:
         self.entry = entry

@@ -341,3 +341,42 @@ def test_a_local_ascribed_any_dims_runs_and_differentiates_on_llvm(f, monkeypatc
     value, (dx,) = relay.grad(f)(x)
     np.testing.assert_allclose(value, expected[0], rtol=1e-5)
     np.testing.assert_allclose(dx, expected[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@pytest.mark.filterwarnings("ignore:os.fork")
+def test_a_child_forked_while_a_generic_program_builds_can_build_its_own(monkeypatch):
+    """One thread builds an executor's generic native code (slowly, here) when the process
+    forks: the child builds another executor's. A functools.cached_property (Python 3.11)
+    held one lock over both, and the child waited forever."""
+    import os
+    import threading
+    import time
+    from relaydsl.backend.llvm import executor
+
+    first = relay.build(poly_mlp, target="llvm").program
+    second = relay.build(poly_mlp, target="llvm").program
+    building, native = threading.Event(), executor.Program._native
+
+    def slow_native(self, mod):
+        if self is first:
+            building.set()
+            time.sleep(1.0)
+        return native(self, mod)
+    monkeypatch.setattr(executor.Program, "_native", slow_native)
+    thread = threading.Thread(target=lambda: first._generic_native)
+    thread.start()
+    building.wait(30)
+    pid = os.fork()
+    if pid == 0:
+        import signal
+        signal.alarm(60)  # a hung child ends with SIGALRM
+        x, w = rand(7, 16), rand(16, 4)
+        ok = isinstance(second._generic_native, NativeProgram) and np.allclose(
+            second._generic_native(x, w), np.tanh(x @ w) * 2.0, rtol=1e-5, atol=1e-6)
+        os._exit(0 if ok else 1)
+    thread.join(60)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert isinstance(first._generic_native, NativeProgram)
