@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -142,3 +143,17 @@ def test_fresh_process_loads_the_library_from_disk(tmp_path):
     # the test module (never cached), pack, block and the micro-kernel
     assert (compiled, hits) == ("4", "0")
     assert run() == ["1", "3"]  # the library comes from the disk
+
+
+@pytest.mark.parametrize("cpu", ["znver4", "znver5", "sapphirerapids", "emeraldrapids",
+                                 "icelake-server"])
+def test_the_16_lane_library_compiles_for_both_vendors_avx512_cpus(cpu):
+    """The packer's transposing permutes (vpermi2ps through an index table) and the
+    micro-kernel's FMAs, as LLVM makes them for each vendor's AVX-512 server CPUs."""
+    target = jit.HostTarget.of("x86_64-unknown-linux-gnu", cpu,
+                               "+avx,+avx2,+fma,+avx512f,+avx512dq,+avx512bw,+avx512vl")
+    pack = jit.assembly(gemm_library.library_ir(gemm_library.core_parts(16)[0]), target)
+    assert re.search(r"vperm[it]2ps\s+%zmm", pack), "the 16x16 transpose is not vpermi2ps"
+    kernel = jit.assembly(gemm_library.library_ir(gemm_library.ukernel_part(
+        MicroTile(16, 14, 32))), target)
+    assert len(re.findall(r"vfmadd\d+ps\s+[^\n]*%zmm", kernel)) >= 28  # the 14 x 32 tile
