@@ -114,8 +114,6 @@ class Ctx(Scope):
         return Ctx({**self.env, **env}, {**self.ranges, **ranges}, self, self.fast)
 
 
-
-
 def element(t: ir.Type) -> ir.Type:
     """A vector type's element type; any other type itself."""
     return t.element if isinstance(t, ir.VectorType) else t
