@@ -154,6 +154,15 @@ def dense_runs_transposed(data: TensorType, weight: TensorType, out_dtype: str |
         units >= DENSE_UNITS
 
 
+def transposed_dense_matmul(data: TensorType, weight: TensorType
+                            ) -> tuple[TensorType, TensorType, TensorType]:
+    """The types of the matmul a transposed dense computes (``_AlterLayout._dense``):
+    ``matmul(weight, transpose(data))``, its operands' and its result's."""
+    (rows, k), (units, _) = data.concrete_shape(), weight.concrete_shape()
+    return (weight, TensorType((k, rows), data.dtype),
+            TensorType((units, rows), weight.dtype))
+
+
 def channel_block(channels: int, block: int) -> int:
     """The largest power of two up to `block` dividing `channels`."""
     b = 1

@@ -60,7 +60,7 @@ from relaydsl.op.nn.conv import conv2d, conv2d_nchwc
 from relaydsl.op.nn.linear import batch_matmul, dense, matmul
 from relaydsl.op.nn.window import Window
 from relaydsl.op.registry import OpDef
-from relaydsl.transform.alter_op_layout import dense_runs_transposed
+from relaydsl.transform.alter_op_layout import dense_runs_transposed, transposed_dense_matmul
 
 
 @dataclass(frozen=True)
@@ -407,10 +407,8 @@ def compile_core_ahead(mod: IRModule, entry: str) -> bool:
                 t for t in types if isinstance(t, TensorType)]
             if op is dense and dense_runs_transposed(*tensors, attrs.out_dtype):
                 # as AlterOpLayout will compute it: matmul(weight, data^T), transposed
-                (rows, k), (units, _) = (t.concrete_shape() for t in tensors)
                 op, attrs = matmul, {}
-                tensors = [tensors[1], TensorType((k, rows), tensors[0].dtype)]
-                out = TensorType((units, rows), out.dtype)
+                *tensors, out = transposed_dense_matmul(*tensors)
             template = _template_for(op, attrs, tensors, out)
             if isinstance(template, Template) and template.ints is None:
                 templates.append(template)
